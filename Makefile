@@ -1,0 +1,33 @@
+# `make test` is the one command that checks everything: it prepares the
+# test environment (Docker engine and test image, see scripts/testenv.sh),
+# then runs the format check, go vet and the race-enabled test suite.
+GO ?= go
+FUZZTIME ?= 10s
+
+.PHONY: test testenv check fmt vet unit fuzz bench build
+
+test: testenv check
+
+check: fmt vet unit
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -timeout 30m ./...
+
+testenv:
+	@./scripts/testenv.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+
+fuzz:
+	@FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+bench:
+	@./scripts/bench.sh

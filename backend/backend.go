@@ -1,0 +1,231 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"time"
+
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Error classes shared by every backend. Implementations wrap them with %w
+// and a message that says what was tried; callers test with errors.Is.
+var (
+	// ErrUnavailable: the backend cannot run commands on this machine
+	// (no engine, no namespaces, server unreachable). Probe wraps it.
+	ErrUnavailable = errors.New("backend unavailable")
+	// ErrClosed: the backend was used after Close.
+	ErrClosed = errors.New("backend closed")
+	// ErrInvalidRequest: the request is malformed (no command, cwd outside
+	// the workspace, bad limits). Nothing was started.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnsupported: the request asks for something the backend cannot do
+	// (for example a network mode it cannot enforce). Nothing was started.
+	ErrUnsupported = errors.New("unsupported by backend")
+)
+
+// Backend runs one command at a time per Exec call, isolated as far as the
+// implementation can. Every method is safe for concurrent use; many Exec
+// calls may run at once on one Backend.
+type Backend interface {
+	// Name is a short stable identifier ("host", "namespace", "docker",
+	// "remote") used in audit events and on the command line.
+	Name() string
+
+	// Probe reports whether the backend can run commands here. It returns
+	// nil when it can, or an error wrapping ErrUnavailable that says why
+	// not and, where there is one, how to fix it. Probe has no side
+	// effects a user would notice (it may cache what it learns).
+	Probe(ctx context.Context) error
+
+	// Capabilities says what the backend enforces. It does not block and
+	// does not fail; a backend that has not been probed reports what it
+	// would enforce if Probe succeeded.
+	Capabilities() Capabilities
+
+	// Exec runs req and waits for it to end. It returns a non-nil Result
+	// with a nil error whenever a process was started, whatever its end:
+	// non-zero exit, signal, timeout, cancellation of ctx (Termination is
+	// Cancelled) or output cap. It returns an error, and no Result, only
+	// when nothing could be started: an invalid request (ErrInvalidRequest),
+	// an unavailable backend (ErrUnavailable), use after Close (ErrClosed).
+	// When Exec returns, no process it started is still running, and
+	// req.Stdin has been read to EOF or abandoned, and is closed if it
+	// implements io.Closer.
+	Exec(ctx context.Context, req *Request) (*Result, error)
+
+	// Reconcile removes what crashed processes using this backend left
+	// behind (containers, mounts, temporary directories). It must not
+	// touch what live executions, in this or another process, are using.
+	Reconcile(ctx context.Context) error
+
+	// Close releases the backend's resources and ends any execution still
+	// running. Close is idempotent: it returns nil when already closed.
+	Close() error
+}
+
+// Isolation names how far a backend separates a command from the host. It
+// is written to the audit log as isolation_level.
+type Isolation string
+
+// The isolation levels, as the audit log spells them.
+const (
+	IsolationHostUnsafe Isolation = "host_unsafe"
+	IsolationNamespace  Isolation = "namespace"
+	IsolationContainer  Isolation = "container"
+	IsolationRemote     Isolation = "remote_container"
+)
+
+// Capabilities is what a backend enforces. The facade uses it to refuse,
+// before anything starts, a command whose effective policy the backend
+// cannot enforce strongly.
+type Capabilities struct {
+	Isolation Isolation `json:"isolation"`
+	// Network is the enforcement level per network mode; a missing mode
+	// is Unsupported.
+	Network map[policy.NetworkMode]secrets.EnforcementLevel `json:"network"`
+	// Secrets is the enforcement level per secret mode; a missing mode is
+	// Unsupported.
+	Secrets map[secrets.Mode]secrets.EnforcementLevel `json:"secrets"`
+	// CapturesWrites is true when the command sees a read-only workspace
+	// and its writes come back as Result.Overlay; false when it writes in
+	// place (the host backend).
+	CapturesWrites bool `json:"captures_writes"`
+	// Limits is the enforcement level of each resource limit, keyed by the
+	// ResourceLimits JSON field name ("timeout", "memory_bytes", ...).
+	Limits map[string]secrets.EnforcementLevel `json:"limits,omitempty"`
+	// Notes are human-readable facts for `pulse doctor` (hardened
+	// defaults, what the kernel lacks).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// NetworkLevel returns the enforcement level of mode (Unsupported when the
+// backend does not list it).
+func (c Capabilities) NetworkLevel(mode policy.NetworkMode) secrets.EnforcementLevel {
+	if l, ok := c.Network[mode]; ok {
+		return l
+	}
+	return secrets.Unsupported
+}
+
+// SecretLevel returns the enforcement level of mode (Unsupported when the
+// backend does not list it).
+func (c Capabilities) SecretLevel(mode secrets.Mode) secrets.EnforcementLevel {
+	if l, ok := c.Secrets[mode]; ok {
+		return l
+	}
+	return secrets.Unsupported
+}
+
+// Request is one command to run.
+type Request struct {
+	// ExecutionID identifies the execution in audit events and in the
+	// backend's own bookkeeping. The facade always sets it.
+	ExecutionID string
+
+	// Workspace is the absolute host path of the workspace the command
+	// runs against. Capturing backends show it read-only and return the
+	// writes as an overlay; the host backend runs in it directly.
+	Workspace string
+
+	// Exactly one of Args and Shell is set. Args is an argv run without a
+	// shell; Shell is a script run by `bash -c` (or `sh -c` where bash is
+	// missing).
+	Args  []string
+	Shell string
+
+	// Dir is the working directory, relative to Workspace ("" or "." for
+	// its root). It must stay inside the workspace.
+	Dir string
+
+	// Env is the command's whole environment on top of a minimal base
+	// (PATH, HOME, LANG, TERM, USER): nothing from the caller's
+	// environment is inherited. Secrets allowed by the policy are put
+	// here by the caller.
+	Env map[string]string
+
+	// Stdin feeds the command's standard input; nil means empty. It is
+	// always closed for the command, so readers see EOF.
+	Stdin io.Reader
+
+	// Stdout and Stderr receive output while the command runs, in chunks
+	// as it arrives; nil discards. Each is written from one goroutine at a
+	// time, never both from the same goroutine concurrently.
+	Stdout io.Writer
+	Stderr io.Writer
+
+	// Limits bounds the command; zero fields take policy defaults.
+	Limits policy.ResourceLimits
+	// Network and Secrets are the effective policies, already resolved by
+	// the facade. A backend refuses with ErrUnsupported a mode it cannot
+	// enforce at all.
+	Network policy.NetworkPolicy
+	Secrets secrets.SecretPolicy
+}
+
+// TerminationReason says why a command ended.
+type TerminationReason string
+
+// The termination reasons.
+const (
+	Exited      TerminationReason = "exited"
+	Signaled    TerminationReason = "signaled"
+	Timeout     TerminationReason = "timeout"
+	Cancelled   TerminationReason = "cancelled"
+	OutputLimit TerminationReason = "output_limit"
+	OOM         TerminationReason = "oom"
+)
+
+// Result is how a command ended and what it wrote.
+type Result struct {
+	// ExitCode is the process's exit status; -1 when it was killed by a
+	// signal (including on timeout and cancellation).
+	ExitCode    int               `json:"exit_code"`
+	Termination TerminationReason `json:"termination_reason"`
+	// TimedOut is Termination == Timeout, kept as a field for the wire.
+	TimedOut bool `json:"timed_out"`
+	// Truncated is true when stdout or stderr went over the output cap and
+	// the excess was dropped.
+	Truncated bool          `json:"truncated"`
+	Duration  time.Duration `json:"duration"`
+	// PID is the process id as the backend saw it (in its own namespace
+	// for isolating backends); 0 when unknown.
+	PID     int     `json:"pid"`
+	Metrics Metrics `json:"metrics"`
+	// Overlay is what the command wrote to the workspace, when the backend
+	// captures writes; nil otherwise.
+	Overlay *Overlay `json:"overlay,omitempty"`
+}
+
+// Metrics are resource figures of one execution; zero when unknown.
+type Metrics struct {
+	MaxRSSBytes int64         `json:"max_rss_bytes"`
+	UserCPU     time.Duration `json:"user_cpu"`
+	SystemCPU   time.Duration `json:"system_cpu"`
+}
+
+// Overlay is the set of changes a command made to the workspace, relative
+// to what it saw when it started. Paths are slash-separated, relative to
+// the workspace root, cleaned, and never under .pulse/.
+type Overlay struct {
+	// Files are created or changed entries, byte-exact.
+	Files []File `json:"files,omitempty"`
+	// Deleted are paths that existed and were removed.
+	Deleted []string `json:"deleted,omitempty"`
+}
+
+// Empty reports whether the overlay holds no change.
+func (o *Overlay) Empty() bool { return o == nil || len(o.Files) == 0 && len(o.Deleted) == 0 }
+
+// File is one created or changed entry. Mode carries the type bits: a
+// regular file has none and Data is its content; a directory has
+// fs.ModeDir and no Data; a symlink has fs.ModeSymlink and Data is the
+// link target.
+type File struct {
+	Path string      `json:"path"`
+	Mode fs.FileMode `json:"mode"`
+	Data []byte      `json:"data,omitempty"`
+}

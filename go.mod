@@ -1,0 +1,3 @@
+module github.com/pulse-agent/pulse
+
+go 1.26
