@@ -1,0 +1,35 @@
+// Package pathguard keeps every file path the project touches inside one
+// workspace root.
+//
+// A Guard promises:
+//
+//   - Resolve returns an absolute path inside the root, or an error wrapping
+//     ErrOutside. It refuses NUL bytes, paths longer than MaxPathLen, names
+//     longer than MaxNameLen, ".." escapes, absolute paths elsewhere, and
+//     symlinks, final or intermediate, whose targets lead out of the root
+//     (which also covers /proc/self/... style indirection, since /proc is
+//     outside every root). ".." in the caller's input is resolved lexically,
+//     as filepath.Clean does; ".." inside a symlink target is resolved
+//     physically and is refused as soon as it steps out of the root, even if
+//     a later element would lead back in. Resolve alone is advisory: the
+//     file system can change after it returns.
+//   - Open and ReadFile are TOCTOU-safe: they open through an os.Root (no
+//     intermediate element can lead out of the root, whatever is swapped in
+//     meanwhile) and open the last element with O_NOFOLLOW and O_NONBLOCK,
+//     so a symlink swapped in at the end is refused and a FIFO never blocks
+//     the caller. Anything but a regular file is refused with ErrNotRegular;
+//     files larger than the size limit (DefaultMaxFileSize unless
+//     WithMaxFileSize says otherwise) with ErrTooLarge. Reads may also come
+//     from the directories given to WithExternalReads.
+//   - WriteFile replaces a file atomically: a temporary file in the same
+//     directory, fsync, rename, fsync of the directory. It never writes
+//     through a symlink (an existing symlink, directory or special file at
+//     the destination is refused with ErrNotRegular) and never writes
+//     outside the root, even under WithExternalReads directories. Missing
+//     parent directories are created.
+//   - Errors name the caller's path and the reason; they never reveal where
+//     a symlink outside the root points.
+//
+// Refusing the reserved ".pulse" directory is the job of the callers that
+// own it (cowfs); IsReserved is the one definition they share.
+package pathguard

@@ -1,0 +1,25 @@
+// Package policy decides what an agent may do, how much of the network it
+// may reach and how much it may consume.
+//
+// A Policy is an ordered list of rules (action, target glob, decision) plus
+// a default decision per action; the first matching rule wins. It promises
+// to fail closed: an unknown action, a missing default or a malformed glob
+// evaluates to Deny, and Allowed is true only when an action is allowed for
+// every target.
+//
+// The built-in Default policy:
+//
+//	read     allow
+//	write    ask    (staged in a pending transaction for review)
+//	delete   ask    (staged as a deletion for review)
+//	shell    allow  (the command runs sandboxed; its writes are staged)
+//	git      ask
+//	network  deny   (the facade then enforces network deny-all)
+//	secrets  deny   (the facade then passes no secret to commands)
+//
+// Parse and Load read a policy file (YAML or JSON, strict: unknown keys,
+// bad enums, bad globs, bad hosts and negative limits are errors naming the
+// line or field). NetworkPolicy and ResourceLimits carry their own Validate
+// methods; ResourceLimits.WithDefaults fills in a default timeout and
+// output cap so that no command runs unbounded.
+package policy

@@ -1,0 +1,167 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+)
+
+// Validate reports a malformed network policy with an error wrapping
+// ErrInvalid. Hosts, CIDRs and ports are only meaningful in allowlist mode,
+// so they are refused in the other modes rather than silently ignored, and
+// an allowlist must name at least one host or CIDR.
+func (n NetworkPolicy) Validate() error {
+	switch n.Mode {
+	case NetworkDenyAll, NetworkAllowAll:
+		if len(n.Hosts)+len(n.CIDRs)+len(n.Ports) > 0 {
+			return fmt.Errorf("%w: mode %s takes no hosts, cidrs or ports", ErrInvalid, n.Mode)
+		}
+		return nil
+	case NetworkAllowlist:
+	case "":
+		return fmt.Errorf("%w: mode is required (deny-all, allow-all or allowlist)", ErrInvalid)
+	default:
+		return fmt.Errorf("%w: unknown mode %q (want deny-all, allow-all or allowlist)", ErrInvalid, string(n.Mode))
+	}
+	if len(n.Hosts)+len(n.CIDRs) == 0 {
+		return fmt.Errorf("%w: allowlist names no hosts or cidrs", ErrInvalid)
+	}
+	for i, h := range n.Hosts {
+		if err := validHost(h); err != nil {
+			return fmt.Errorf("hosts[%d]: %w", i, err)
+		}
+	}
+	for i, c := range n.CIDRs {
+		if _, err := ParseCIDR(c); err != nil {
+			return fmt.Errorf("cidrs[%d]: %w", i, err)
+		}
+	}
+	for i, p := range n.Ports {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("ports[%d]: %w: port %d out of range 1-65535", i, ErrInvalid, p)
+		}
+	}
+	return nil
+}
+
+// Allows reports whether n lets a command reach host (a DNS name or an IP
+// address) on port. Host names match exactly or by a "*.example.com"
+// wildcard (any deeper name, not example.com itself), case-insensitively;
+// addresses match the CIDRs. A policy that does not validate allows
+// nothing.
+func (n NetworkPolicy) Allows(host string, port int) bool {
+	if n.Validate() != nil {
+		return false
+	}
+	switch n.Mode {
+	case NetworkDenyAll:
+		return false
+	case NetworkAllowAll:
+		return true
+	}
+	if len(n.Ports) > 0 {
+		ok := false
+		for _, p := range n.Ports {
+			ok = ok || p == port
+		}
+		if !ok {
+			return false
+		}
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if addr, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		addr = addr.Unmap()
+		for _, c := range n.CIDRs {
+			if p, err := ParseCIDR(c); err == nil && p.Contains(addr) {
+				return true
+			}
+		}
+		for _, h := range n.Hosts {
+			if a, err := netip.ParseAddr(h); err == nil && a.Unmap() == addr {
+				return true
+			}
+		}
+		return false
+	}
+	for _, h := range n.Hosts {
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if suffix, ok := strings.CutPrefix(h, "*"); ok {
+			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
+				return true
+			}
+		} else if h == host {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseCIDR parses an address range ("10.0.0.0/8", "fd00::/8") or a single
+// address, which stands for itself alone.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("%w: %q is not a CIDR or an IP address", ErrInvalid, s)
+}
+
+// validHost accepts a DNS name, a "*."-prefixed wildcard name or an IP
+// address.
+func validHost(h string) error {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return nil
+	}
+	name := strings.TrimSuffix(h, ".")
+	name = strings.TrimPrefix(name, "*.")
+	if name == "" || len(name) > 253 {
+		return fmt.Errorf("%w: invalid host name %q", ErrInvalid, h)
+	}
+	for _, label := range strings.Split(name, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("%w: invalid host name %q", ErrInvalid, h)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("%w: invalid host name %q", ErrInvalid, h)
+			}
+		}
+	}
+	return nil
+}
+
+// Validate reports a malformed limit (a negative value, a CPU count that is
+// not a finite number) with an error wrapping ErrInvalid.
+func (l ResourceLimits) Validate() error {
+	neg := func(name string, v int64) error {
+		if v < 0 {
+			return fmt.Errorf("%s: %w: must not be negative, got %d", name, ErrInvalid, v)
+		}
+		return nil
+	}
+	if l.Timeout < 0 {
+		return fmt.Errorf("timeout: %w: must not be negative, got %s", ErrInvalid, l.Timeout)
+	}
+	if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.CPUs < 0 {
+		return fmt.Errorf("cpus: %w: must be a non-negative number, got %v", ErrInvalid, l.CPUs)
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"memory_bytes", l.MemoryBytes},
+		{"pids", l.Pids},
+		{"output_bytes", l.OutputBytes},
+		{"file_size_bytes", l.FileSizeBytes},
+	} {
+		if err := neg(c.name, c.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
