@@ -1,0 +1,259 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
+)
+
+// Defaults of the Python server, kept so that clients see the same limits.
+const (
+	DefaultMaxCompressed int64 = 32 << 20
+	DefaultMaxUnpacked   int64 = 512 << 20
+	DefaultMaxMembers          = 10_000
+)
+
+// ManifestName is the archive member listing deleted paths.
+const ManifestName = ".pulse/overlay.json"
+
+// Error classes; test with errors.Is.
+var (
+	// ErrUnsafe: the archive holds a member that could escape or alias the
+	// workspace (absolute, "..", link, device, ...).
+	ErrUnsafe = errors.New("unsafe artifact member")
+	// ErrLimit: the archive is over a size or member limit.
+	ErrLimit = errors.New("artifact over limit")
+	// ErrCorrupt: the data is not a gzip-compressed tar.
+	ErrCorrupt = errors.New("artifact is not a valid tar.gz")
+	// ErrExists: the target workspace already exists.
+	ErrExists = errors.New("workspace already exists")
+)
+
+// Limits bounds an upload. Zero fields take the defaults.
+type Limits struct {
+	MaxCompressed int64
+	MaxUnpacked   int64
+	MaxMembers    int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxCompressed <= 0 {
+		l.MaxCompressed = DefaultMaxCompressed
+	}
+	if l.MaxUnpacked <= 0 {
+		l.MaxUnpacked = DefaultMaxUnpacked
+	}
+	if l.MaxMembers <= 0 {
+		l.MaxMembers = DefaultMaxMembers
+	}
+	return l
+}
+
+// CleanName validates an archive member name and returns it cleaned and
+// slash-separated. Backslashes count as separators, as the Python server
+// treated them, so "a\..\..\x" is refused too.
+func CleanName(name string) (string, error) {
+	n := strings.ReplaceAll(name, "\\", "/")
+	if n == "" || strings.ContainsRune(n, 0) || len(n) > pathguard.MaxPathLen {
+		return "", fmt.Errorf("%q: %w", name, ErrUnsafe)
+	}
+	if strings.HasPrefix(n, "/") || (len(n) >= 2 && n[1] == ':') {
+		return "", fmt.Errorf("%q: absolute: %w", name, ErrUnsafe)
+	}
+	for _, part := range strings.Split(n, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%q: parent reference: %w", name, ErrUnsafe)
+		}
+		if len(part) > pathguard.MaxNameLen {
+			return "", fmt.Errorf("%q: name too long: %w", name, ErrUnsafe)
+		}
+	}
+	c := path.Clean(n)
+	if c == "." {
+		return ".", nil
+	}
+	return c, nil
+}
+
+// Extract unpacks the tar.gz data into dir, which must not exist yet. On
+// any error dir is removed again.
+func Extract(data []byte, dir string, lim Limits) (err error) {
+	lim = lim.withDefaults()
+	if int64(len(data)) > lim.MaxCompressed {
+		return fmt.Errorf("%d compressed bytes, limit %d: %w", len(data), lim.MaxCompressed, ErrLimit)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("artifact: %s: %w", filepath.Base(dir), ErrExists)
+		}
+		return fmt.Errorf("artifact: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("artifact: %w", err)
+	}
+	defer root.Close()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("%v: %w", err, ErrCorrupt)
+	}
+	// The tar stream itself is bounded too: headers and padding of at most
+	// MaxMembers entries cannot need more than this, so a stream of empty
+	// padding cannot spin forever.
+	budget := lim.MaxUnpacked + int64(lim.MaxMembers+2)*3*512
+	tr := tar.NewReader(io.LimitReader(zr, budget))
+	var members int
+	var written int64
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+		members++
+		if members > lim.MaxMembers {
+			return fmt.Errorf("more than %d members: %w", lim.MaxMembers, ErrLimit)
+		}
+		name, err := CleanName(hdr.Name)
+		if err != nil {
+			return err
+		}
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeDir:
+		default:
+			return fmt.Errorf("%q: type %q is not a regular file or directory: %w", hdr.Name, hdr.Typeflag, ErrUnsafe)
+		}
+		if name == "." || pathguard.IsReserved(name) {
+			continue
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return fmt.Errorf("artifact: %q: %w", name, err)
+			}
+			continue
+		}
+		if hdr.Size < 0 || written+hdr.Size > lim.MaxUnpacked {
+			return fmt.Errorf("more than %d unpacked bytes: %w", lim.MaxUnpacked, ErrLimit)
+		}
+		if d := path.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("artifact: %q: %w", name, err)
+			}
+		}
+		// Only permission bits, and never set-id: the archive decides what
+		// is executable, not who it runs as.
+		perm := fs.FileMode(hdr.Mode).Perm() | 0o600
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+		if err != nil {
+			return fmt.Errorf("artifact: %q: %w", name, err)
+		}
+		n, cerr := io.Copy(f, io.LimitReader(tr, lim.MaxUnpacked-written+1))
+		written += n
+		if err := f.Close(); cerr == nil {
+			cerr = err
+		}
+		if cerr != nil {
+			return fmt.Errorf("artifact: %q: %v: %w", name, cerr, ErrCorrupt)
+		}
+		if written > lim.MaxUnpacked {
+			return fmt.Errorf("more than %d unpacked bytes: %w", lim.MaxUnpacked, ErrLimit)
+		}
+		if err := root.Chmod(name, perm); err != nil {
+			return fmt.Errorf("artifact: %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Manifest is the deletions list inside an overlay archive.
+type Manifest struct {
+	Version int      `json:"version"`
+	Deleted []string `json:"deleted"`
+}
+
+// Pack writes ov as a tar.gz: every file at its path and the manifest.
+// Paths are checked with CleanName and must not be reserved.
+func Pack(ov *backend.Overlay) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	// A fixed time keeps archives of equal overlays byte-identical.
+	mtime := time.Unix(0, 0)
+	files := append([]backend.File(nil), ov.Files...)
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	for _, f := range files {
+		name, err := CleanName(f.Path)
+		if err != nil || name == "." || pathguard.IsReserved(name) {
+			return nil, fmt.Errorf("artifact: overlay path %q: %w", f.Path, ErrUnsafe)
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(f.Mode.Perm()), ModTime: mtime, Format: tar.FormatPAX}
+		switch {
+		case f.Mode.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			if hdr.Mode == 0 {
+				hdr.Mode = 0o755
+			}
+		case f.Mode&fs.ModeSymlink != 0:
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, string(f.Data)
+			hdr.Mode = 0o777
+		case f.Mode.IsRegular():
+			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.Data))
+			if hdr.Mode == 0 {
+				hdr.Mode = 0o644
+			}
+		default:
+			return nil, fmt.Errorf("artifact: overlay entry %q has mode %v: %w", f.Path, f.Mode, ErrUnsafe)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("artifact: %w", err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.Data); err != nil {
+				return nil, fmt.Errorf("artifact: %w", err)
+			}
+		}
+	}
+	m := Manifest{Version: 1, Deleted: append([]string{}, ov.Deleted...)}
+	sort.Strings(m.Deleted)
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: ManifestName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(mb)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return nil, fmt.Errorf("artifact: %w", err)
+	}
+	if _, err := tw.Write(mb); err != nil {
+		return nil, fmt.Errorf("artifact: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("artifact: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("artifact: %w", err)
+	}
+	return buf.Bytes(), nil
+}

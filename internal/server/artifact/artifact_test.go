@@ -1,0 +1,319 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+type member struct {
+	hdr  tar.Header
+	data []byte
+}
+
+func reg(name, data string) member {
+	return member{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}, data: []byte(data)}
+}
+
+func build(t testing.TB, ms ...member) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, m := range ms {
+		h := m.hdr
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.data) > 0 {
+			if _, err := tw.Write(m.data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestExtractRegularTree(t *testing.T) {
+	ws := filepath.Join(t.TempDir(), "tenant", "exec")
+	data := build(t,
+		member{hdr: tar.Header{Name: "src/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		reg("src/main.go", "package main\n"),
+		reg("./README", "hi"),
+		member{hdr: tar.Header{Name: "run.sh", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 2}, data: []byte("#!")},
+		reg("deep/er/file", "x"),
+		reg(".pulse/state", "never extracted"),
+	)
+	if err := Extract(data, ws, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"src/main.go": "package main\n", "README": "hi", "deep/er/file": "x", "run.sh": "#!"} {
+		got, err := os.ReadFile(filepath.Join(ws, name))
+		if err != nil || string(got) != want {
+			t.Fatalf("%s = %q, %v", name, got, err)
+		}
+	}
+	info, err := os.Stat(filepath.Join(ws, "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode()&fs.ModeSetuid != 0 || info.Mode().Perm() != 0o755 {
+		t.Fatalf("run.sh mode = %v, want 0755 without setuid", info.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".pulse")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf(".pulse was extracted: %v", err)
+	}
+	if err := Extract(data, ws, Limits{}); !errors.Is(err, ErrExists) {
+		t.Fatalf("second extract: %v, want ErrExists", err)
+	}
+}
+
+func TestExtractRefusesUnsafeArchives(t *testing.T) {
+	big := bytes.Repeat([]byte{0}, 4<<20)
+	many := make([]member, 0, 12)
+	for i := range 12 {
+		many = append(many, reg("f"+string(rune('a'+i)), "x"))
+	}
+	cases := []struct {
+		name string
+		data func(t *testing.T) []byte
+		lim  Limits
+		want error
+	}{
+		{"parent escape", func(t *testing.T) []byte { return build(t, reg("../evil", "x")) }, Limits{}, ErrUnsafe},
+		{"nested parent escape", func(t *testing.T) []byte { return build(t, reg("a/../../evil", "x")) }, Limits{}, ErrUnsafe},
+		{"backslash escape", func(t *testing.T) []byte { return build(t, reg(`a\..\..\evil`, "x")) }, Limits{}, ErrUnsafe},
+		{"absolute", func(t *testing.T) []byte { return build(t, reg("/tmp/evil", "x")) }, Limits{}, ErrUnsafe},
+		{"drive letter", func(t *testing.T) []byte { return build(t, reg("C:/evil", "x")) }, Limits{}, ErrUnsafe},
+		{"symlink", func(t *testing.T) []byte {
+			return build(t, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc"}})
+		}, Limits{}, ErrUnsafe},
+		{"symlink then write through it", func(t *testing.T) []byte {
+			return build(t, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}}, reg("l/evil", "x"))
+		}, Limits{}, ErrUnsafe},
+		{"hardlink", func(t *testing.T) []byte {
+			return build(t, member{hdr: tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"}})
+		}, Limits{}, ErrUnsafe},
+		{"char device", func(t *testing.T) []byte {
+			return build(t, member{hdr: tar.Header{Name: "d", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}})
+		}, Limits{}, ErrUnsafe},
+		{"fifo", func(t *testing.T) []byte { return build(t, member{hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo}}) }, Limits{}, ErrUnsafe},
+		{"too many members", func(t *testing.T) []byte { return build(t, many...) }, Limits{MaxMembers: 10}, ErrLimit},
+		{"unpacked bomb", func(t *testing.T) []byte {
+			return build(t, member{hdr: tar.Header{Name: "zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))}, data: big})
+		}, Limits{MaxUnpacked: 1 << 20}, ErrLimit},
+		{"bomb over many files", func(t *testing.T) []byte {
+			ms := []member{}
+			for i := range 5 {
+				ms = append(ms, member{hdr: tar.Header{Name: "z" + string(rune('0'+i)), Typeflag: tar.TypeReg, Mode: 0o644, Size: 300 << 10}, data: big[:300<<10]})
+			}
+			return build(t, ms...)
+		}, Limits{MaxUnpacked: 1 << 20}, ErrLimit},
+		{"compressed over limit", func(t *testing.T) []byte { return build(t, reg("a", strings.Repeat("x", 100))) }, Limits{MaxCompressed: 10}, ErrLimit},
+		{"not gzip", func(t *testing.T) []byte { return []byte("PK\x03\x04 this is a zip") }, Limits{}, ErrCorrupt},
+		{"truncated", func(t *testing.T) []byte {
+			d := build(t, reg("a", strings.Repeat("y", 10000)))
+			return d[:len(d)/2]
+		}, Limits{}, ErrCorrupt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := t.TempDir()
+			ws := filepath.Join(parent, "ws")
+			err := Extract(tc.data(t), ws, tc.lim)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if _, err := os.Stat(ws); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("refused workspace left behind: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(parent, "evil")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("a file escaped the workspace")
+			}
+		})
+	}
+}
+
+func TestCleanName(t *testing.T) {
+	for in, want := range map[string]string{"a/b": "a/b", "./a//b/": "a/b", "a\\b": "a/b", ".": ".", "./": "."} {
+		if got, err := CleanName(in); err != nil || got != want {
+			t.Errorf("CleanName(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "a\x00b", "/a", "../a", "a/..", "a\\..\\b", "C:x", strings.Repeat("n", 256)} {
+		if got, err := CleanName(in); !errors.Is(err, ErrUnsafe) {
+			t.Errorf("CleanName(%q) = %q, %v; want ErrUnsafe", in, got, err)
+		}
+	}
+}
+
+func TestPackWritesFilesAndManifest(t *testing.T) {
+	ov := &backend.Overlay{
+		Files: []backend.File{
+			{Path: "b/new.bin", Mode: 0o755, Data: []byte{0, 1, 0xff}},
+			{Path: "b", Mode: fs.ModeDir | 0o755},
+			{Path: "link", Mode: fs.ModeSymlink, Data: []byte("b/new.bin")},
+		},
+		Deleted: []string{"z/gone", "a.txt"},
+	}
+	data, err := Pack(ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	got := map[string]*tar.Header{}
+	contents := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = h
+		contents[h.Name], _ = io.ReadAll(tr)
+	}
+	if h := got["b/new.bin"]; h == nil || h.Typeflag != tar.TypeReg || h.Mode != 0o755 || !bytes.Equal(contents["b/new.bin"], []byte{0, 1, 0xff}) {
+		t.Fatalf("b/new.bin: %+v %q", h, contents["b/new.bin"])
+	}
+	if h := got["b/"]; h == nil || h.Typeflag != tar.TypeDir {
+		t.Fatalf("dir b/: %+v", h)
+	}
+	if h := got["link"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "b/new.bin" {
+		t.Fatalf("link: %+v", h)
+	}
+	var m Manifest
+	if err := json.Unmarshal(contents[ManifestName], &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 1 || len(m.Deleted) != 2 || m.Deleted[0] != "a.txt" || m.Deleted[1] != "z/gone" {
+		t.Fatalf("manifest = %+v", m)
+	}
+	if _, err := Pack(&backend.Overlay{Files: []backend.File{{Path: "../x"}}}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("unsafe overlay path: %v", err)
+	}
+	if _, err := Pack(&backend.Overlay{Files: []backend.File{{Path: ".pulse/x"}}}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("reserved overlay path: %v", err)
+	}
+}
+
+func TestSnapshotDiff(t *testing.T) {
+	ws := t.TempDir()
+	write := func(rel, data string) {
+		p := filepath.Join(ws, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("same.txt", "same")
+	write("changed.txt", "v1")
+	write("rewritten.txt", "equal")
+	write("gone/a", "1")
+	write("gone/b", "2")
+	write("single", "x")
+	write(".pulse/state", "ignored")
+	snap, err := Take(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("changed.txt", "v2")
+	write("rewritten.txt", "equal") // same bytes: not a change
+	write("new/dir/file", "n")
+	write(".pulse/state", "still ignored")
+	if err := os.RemoveAll(filepath.Join(ws, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(ws, "single")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("changed.txt", filepath.Join(ws, "ln")); err != nil {
+		t.Fatal(err)
+	}
+	ov, err := snap.Diff(ws, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]backend.File{}
+	for _, f := range ov.Files {
+		files[f.Path] = f
+	}
+	if len(files) != 5 {
+		t.Fatalf("files = %+v, want changed.txt, new, new/dir, new/dir/file, ln", ov.Files)
+	}
+	if string(files["changed.txt"].Data) != "v2" || string(files["new/dir/file"].Data) != "n" ||
+		!files["new/dir"].Mode.IsDir() || string(files["ln"].Data) != "changed.txt" || files["ln"].Mode&fs.ModeSymlink == 0 {
+		t.Fatalf("files = %+v", files)
+	}
+	if strings.Join(ov.Deleted, ",") != "gone,single" {
+		t.Fatalf("deleted = %v, want [gone single]", ov.Deleted)
+	}
+	if _, err := snap.Diff(ws, 1); !errors.Is(err, ErrOverlayTooLarge) {
+		t.Fatalf("over limit: %v", err)
+	}
+}
+
+// FuzzExtract feeds arbitrary archives to Extract: it must never panic, and
+// whatever it accepts must hold only regular files and directories inside
+// the workspace.
+func FuzzExtract(f *testing.F) {
+	f.Add(build(f, reg("a/b", "x"), member{hdr: tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}}))
+	f.Add(build(f, reg("../x", "x")))
+	f.Add(build(f, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/"}}))
+	f.Add([]byte{0x1f, 0x8b, 8, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parent := t.TempDir()
+		ws := filepath.Join(parent, "ws")
+		err := Extract(data, ws, Limits{MaxUnpacked: 1 << 20, MaxMembers: 64})
+		entries, _ := os.ReadDir(parent)
+		if err != nil {
+			if len(entries) != 0 {
+				t.Fatalf("refused archive left %d entries behind", len(entries))
+			}
+			return
+		}
+		if len(entries) != 1 || entries[0].Name() != "ws" {
+			t.Fatalf("extraction wrote outside the workspace: %v", entries)
+		}
+		var total int64
+		filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, _ := d.Info()
+			if !info.Mode().IsRegular() && !info.IsDir() {
+				t.Fatalf("%s has mode %v", p, info.Mode())
+			}
+			if info.Mode().IsRegular() {
+				total += info.Size()
+			}
+			return nil
+		})
+		if total > 1<<20 {
+			t.Fatalf("unpacked %d bytes over the limit", total)
+		}
+	})
+}

@@ -1,0 +1,26 @@
+// Package artifact moves workspaces in and out of pulse-server: it unpacks
+// a client's uploaded gzip-compressed tar into a fresh execution workspace,
+// and packs what a command changed (an overlay) into the archive that
+// download_artifact returns.
+//
+// Extract fails closed. It accepts only regular files and directories with
+// relative, clean names; it refuses absolute names, any ".." element,
+// symlinks, hard links, devices, FIFOs and anything else, and it bounds the
+// compressed size, the number of members and the bytes actually written
+// (counted while copying, not trusted from headers, so a gzip or tar bomb
+// stops at the limit). Files are created through an os.Root opened on the
+// new workspace, so no name can reach outside it whatever the archive
+// says. On any refusal the half-built workspace is removed. Entries under
+// the reserved ".pulse/" directory are skipped: that directory is Pulse's
+// own state and never part of a command's view.
+//
+// The overlay archive holds every created or changed entry at its path
+// (regular files byte-exact with their permission bits, directories,
+// symlinks with their targets) and a manifest, ManifestName, listing the
+// deleted paths:
+//
+//	{"version": 1, "deleted": ["old.txt", "dir/gone"]}
+//
+// The manifest lives under ".pulse/", where no overlay entry can be, so it
+// never collides with a file the command wrote.
+package artifact

@@ -1,0 +1,24 @@
+// Package store is pulse-server's durable execution store: one SQLite
+// database (pure Go driver, WAL mode) holding every execution's record and
+// the stream events it produced.
+//
+// What it promises:
+//   - Schema changes are versioned migrations keyed on PRAGMA user_version,
+//     applied in one transaction each, so an interrupted upgrade leaves the
+//     previous version intact. Versions 1 and 2 are the layout of the Python
+//     server this one replaces, so its database files open and upgrade in
+//     place.
+//   - Every read of an execution is scoped by tenant: Get with another
+//     tenant's id answers ErrNotFound, exactly as for an id that never
+//     existed.
+//   - Stream events are keyed by (execution_id, seq) and written in batches;
+//     Events returns them in seq order, so a replay after a restart sees the
+//     same events, once each, that a live client saw.
+//   - MarkRunningUnknown turns every RUNNING record into UNKNOWN. A new
+//     server process cannot know whether an old command finished or what it
+//     changed, so it never replays one; callers reconcile deliberately.
+//
+// Timestamps are stored as ISO-8601 text in UTC with microseconds and a
+// "+00:00" offset (Python's isoformat), so that string order is time order
+// for records written by either implementation.
+package store

@@ -1,0 +1,366 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+)
+
+// Execution statuses as the wire protocol and the database spell them.
+const (
+	StatusRunning   = "RUNNING"
+	StatusCompleted = "COMPLETED"
+	StatusFailed    = "FAILED"
+	StatusUnknown   = "UNKNOWN"
+)
+
+// Error classes of the store; test with errors.Is.
+var (
+	// ErrNotFound: no execution with that id for that tenant.
+	ErrNotFound = errors.New("execution not found")
+	// ErrExists: the execution id is already taken (by any tenant).
+	ErrExists = errors.New("execution id already in use")
+	// ErrNewerSchema: the database was written by a newer version.
+	ErrNewerSchema = errors.New("database schema is newer than this server")
+)
+
+// timeLayout is Python's datetime.isoformat() for an aware UTC time, the
+// format the previous implementation wrote.
+const timeLayout = "2006-01-02T15:04:05.000000+00:00"
+
+// Execution is one execution's durable record.
+type Execution struct {
+	ID            string
+	Tenant        string
+	Status        string
+	CorrelationID string
+	// Encoding is how stream data is sent to clients: "" (UTF-8 text) or
+	// "base64".
+	Encoding string
+	// Result is the JSON result payload, nil until the execution ends.
+	Result    json.RawMessage
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Event is one chunk of output of an execution.
+type Event struct {
+	ExecutionID string
+	Seq         int64
+	Stream      string
+	Data        []byte
+}
+
+// Ref names an execution and its tenant.
+type Ref struct {
+	ExecutionID string
+	Tenant      string
+}
+
+// Store is the execution database. It is safe for concurrent use.
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// Option configures Open.
+type Option func(*options) error
+
+type options struct {
+	now func() time.Time
+}
+
+// WithClock replaces time.Now, for retention tests.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) error {
+		if now == nil {
+			return errors.New("store: nil clock")
+		}
+		o.now = now
+		return nil
+	}
+}
+
+// Open opens (creating if needed) the database at path and migrates it to
+// the current schema.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("store: create directory: %w", err)
+	}
+	// busy_timeout turns writer contention into waiting instead of
+	// SQLITE_BUSY; immediate transactions take the write lock up front so
+	// two writers never deadlock upgrading a read lock.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", filepath.Base(abs), err)
+	}
+	db.SetMaxOpenConns(8)
+	s := &Store{db: db, now: o.now}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		db.Close()
+		return nil, fmt.Errorf("store: journal mode is %q, want wal", mode)
+	}
+	return s, nil
+}
+
+// Close closes the database. It returns nil when already closed.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) stamp() string { return s.now().UTC().Format(timeLayout) }
+
+func parseStamp(v string) time.Time {
+	for _, layout := range []string{timeLayout, time.RFC3339Nano} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// Create inserts a RUNNING record. It fails with ErrExists when the id is
+// taken by any tenant: ids are global so that workspaces and event logs can
+// never be confused between tenants.
+func (s *Store) Create(ctx context.Context, e Execution) error {
+	now := s.stamp()
+	var corr any
+	if e.CorrelationID != "" {
+		corr = e.CorrelationID
+	}
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO executions (execution_id, tenant_id, status, correlation_id, encoding, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.Tenant, StatusRunning, corr, e.Encoding, now, now)
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE constraint failed") {
+			return fmt.Errorf("store: %s: %w", e.ID, ErrExists)
+		}
+		return fmt.Errorf("store: create %s: %w", e.ID, err)
+	}
+	return nil
+}
+
+// Finish records the terminal status and result of a RUNNING execution.
+// It does not overwrite a record that is no longer RUNNING.
+func (s *Store) Finish(ctx context.Context, id, status string, result json.RawMessage) error {
+	var res any
+	if len(result) > 0 {
+		res = string(result)
+	}
+	r, err := s.db.ExecContext(ctx,
+		`UPDATE executions SET status = ?, result_json = ?, updated_at = ?
+		 WHERE execution_id = ? AND status = ?`,
+		status, res, s.stamp(), id, StatusRunning)
+	if err != nil {
+		return fmt.Errorf("store: finish %s: %w", id, err)
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: finish %s: not running: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Get returns the execution id of tenant, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id, tenant string) (Execution, error) {
+	var (
+		e                Execution
+		corr, res, enc   sql.NullString
+		created, updated string
+	)
+	err := s.db.QueryRowContext(ctx,
+		`SELECT status, result_json, created_at, updated_at, correlation_id, encoding
+		 FROM executions WHERE execution_id = ? AND tenant_id = ?`, id, tenant).
+		Scan(&e.Status, &res, &created, &updated, &corr, &enc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Execution{}, fmt.Errorf("store: %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Execution{}, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	e.ID, e.Tenant = id, tenant
+	e.CorrelationID, e.Encoding = corr.String, enc.String
+	if res.Valid && res.String != "" {
+		e.Result = json.RawMessage(res.String)
+	}
+	e.CreatedAt, e.UpdatedAt = parseStamp(created), parseStamp(updated)
+	return e, nil
+}
+
+// Exists reports whether any tenant holds id.
+func (s *Store) Exists(ctx context.Context, id string) (bool, error) {
+	var one int
+	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM executions WHERE execution_id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: exists %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// MarkRunningUnknown quarantines every RUNNING record as UNKNOWN and
+// returns how many there were. Call it once at startup, before serving.
+func (s *Store) MarkRunningUnknown(ctx context.Context) (int64, error) {
+	r, err := s.db.ExecContext(ctx,
+		`UPDATE executions SET status = ?, updated_at = ? WHERE status = ?`,
+		StatusUnknown, s.stamp(), StatusRunning)
+	if err != nil {
+		return 0, fmt.Errorf("store: mark unknown: %w", err)
+	}
+	return r.RowsAffected()
+}
+
+// CleanupOld deletes terminal records (COMPLETED, FAILED, UNKNOWN) last
+// updated before cutoff, with their events, and returns what it deleted so
+// the caller can remove their workspaces.
+func (s *Store) CleanupOld(ctx context.Context, cutoff time.Time) ([]Ref, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: cleanup: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx,
+		`SELECT execution_id, tenant_id FROM executions
+		 WHERE status IN (?, ?, ?) AND updated_at < ?`,
+		StatusCompleted, StatusFailed, StatusUnknown, cutoff.UTC().Format(timeLayout))
+	if err != nil {
+		return nil, fmt.Errorf("store: cleanup: %w", err)
+	}
+	var refs []Ref
+	for rows.Next() {
+		var r Ref
+		if err := rows.Scan(&r.ExecutionID, &r.Tenant); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: cleanup: %w", err)
+		}
+		refs = append(refs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: cleanup: %w", err)
+	}
+	for _, r := range refs {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM stream_events WHERE execution_id = ?`, r.ExecutionID); err != nil {
+			return nil, fmt.Errorf("store: cleanup: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE execution_id = ?`, r.ExecutionID); err != nil {
+			return nil, fmt.Errorf("store: cleanup: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("store: cleanup: %w", err)
+	}
+	return refs, nil
+}
+
+// AppendEvents writes events in one transaction. Re-appending an event
+// already stored (same execution and seq) is a no-op, so a retried batch
+// never duplicates output.
+func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: append events: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx,
+		`INSERT OR IGNORE INTO stream_events (execution_id, seq, stream, data) VALUES (?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("store: append events: %w", err)
+	}
+	defer stmt.Close()
+	for _, e := range events {
+		if _, err := stmt.ExecContext(ctx, e.ExecutionID, e.Seq, e.Stream, e.Data); err != nil {
+			return fmt.Errorf("store: append events: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: append events: %w", err)
+	}
+	return nil
+}
+
+// Events returns the events of id with seq > afterSeq, in seq order.
+func (s *Store) Events(ctx context.Context, id string, afterSeq int64) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, stream, data FROM stream_events WHERE execution_id = ? AND seq > ? ORDER BY seq`,
+		id, afterSeq)
+	if err != nil {
+		return nil, fmt.Errorf("store: events %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		e := Event{ExecutionID: id}
+		if err := rows.Scan(&e.Seq, &e.Stream, &e.Data); err != nil {
+			return nil, fmt.Errorf("store: events %s: %w", id, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: events %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// CountByStatus returns how many records each status has, for metrics and
+// for checking the store against what clients saw.
+func (s *Store) CountByStatus(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT status, COUNT(*) FROM executions GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("store: count: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("store: count: %w", err)
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
+// Ping checks that the database answers, for /readyz.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
