@@ -1,0 +1,657 @@
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+func testIdentity(t *testing.T, s *suite) {
+	e := s.setup(t)
+	if e.b.Name() == "" {
+		t.Error("Name is empty")
+	}
+	switch e.caps.Isolation {
+	case backend.IsolationHostUnsafe, backend.IsolationNamespace, backend.IsolationContainer, backend.IsolationRemote:
+	default:
+		t.Errorf("Capabilities().Isolation = %q, not a known level", e.caps.Isolation)
+	}
+	known := func(l secrets.EnforcementLevel) bool {
+		return l == secrets.Strong || l == secrets.BestEffort || l == secrets.Unsupported
+	}
+	for m, l := range e.caps.Network {
+		if !known(l) {
+			t.Errorf("network mode %q has unknown level %q", m, l)
+		}
+	}
+	for m, l := range e.caps.Secrets {
+		if !known(l) {
+			t.Errorf("secret mode %q has unknown level %q", m, l)
+		}
+	}
+	for k, l := range e.caps.Limits {
+		if !known(l) {
+			t.Errorf("limit %q has unknown level %q", k, l)
+		}
+	}
+	if e.caps.Isolation == backend.IsolationHostUnsafe && e.caps.CapturesWrites {
+		t.Error("a host_unsafe backend claims to capture writes")
+	}
+}
+
+func testExitCodes(t *testing.T, s *suite) {
+	e := s.setup(t)
+	for _, code := range []int{0, 3, 42} {
+		res, _, _ := e.sh(fmt.Sprintf("exit %d", code))
+		if res.ExitCode != code || res.Termination != backend.Exited || res.TimedOut {
+			t.Errorf("shell exit %d: got exit %d, termination %q, timed out %v", code, res.ExitCode, res.Termination, res.TimedOut)
+		}
+		res = e.exec(context.Background(), &backend.Request{Args: []string{"sh", "-c", fmt.Sprintf("exit %d", code)}})
+		if res.ExitCode != code || res.Termination != backend.Exited {
+			t.Errorf("args exit %d: got exit %d, termination %q", code, res.ExitCode, res.Termination)
+		}
+	}
+	res, _, _ := e.sh("kill -TERM $$; sleep 5")
+	if res.ExitCode != -1 || res.Termination != backend.Signaled {
+		t.Errorf("self-signalled command: got exit %d, termination %q; want -1, %q", res.ExitCode, res.Termination, backend.Signaled)
+	}
+}
+
+func testStdoutStderrSplit(t *testing.T, s *suite) {
+	e := s.setup(t)
+	res, out, errOut := e.sh("echo to-out; echo to-err >&2; printf 'no newline'; printf 'tail' >&2")
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+	if out != "to-out\nno newline" {
+		t.Errorf("stdout = %q", out)
+	}
+	if errOut != "to-err\ntail" {
+		t.Errorf("stderr = %q", errOut)
+	}
+}
+
+// allBytes returns n bytes cycling through every byte value, so that a
+// text-decoding step anywhere on the path shows up as corruption.
+func allBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/256)
+	}
+	return b
+}
+
+// wrapped base64-encodes data in 76-column lines, the form every base64 -d
+// accepts.
+func wrapped(data []byte) string {
+	enc := base64.StdEncoding.EncodeToString(data)
+	var sb strings.Builder
+	for len(enc) > 76 {
+		sb.WriteString(enc[:76])
+		sb.WriteByte('\n')
+		enc = enc[76:]
+	}
+	sb.WriteString(enc)
+	sb.WriteByte('\n')
+	return sb.String()
+}
+
+// written returns the content the command left at rel: from the overlay
+// for capturing backends, from the workspace otherwise.
+func (e *env) written(res *backend.Result, rel string) ([]byte, bool) {
+	e.t.Helper()
+	if e.captures() {
+		if res.Overlay == nil {
+			return nil, false
+		}
+		for _, f := range res.Overlay.Files {
+			if f.Path == rel {
+				return f.Data, true
+			}
+		}
+		return nil, false
+	}
+	data, err := os.ReadFile(filepath.Join(e.ws, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil, false
+	}
+	return data, true
+}
+
+func testStdinRoundTrip(t *testing.T, s *suite) {
+	e := s.setup(t)
+	want := allBytes(96 << 10)
+	in := &closingReader{r: strings.NewReader(wrapped(want))}
+	res := e.exec(context.Background(), &backend.Request{Shell: "base64 -d > f.bin && echo done", Stdin: in})
+	if res.ExitCode != 0 || res.Termination != backend.Exited {
+		t.Fatalf("exit %d, termination %q", res.ExitCode, res.Termination)
+	}
+	if !in.closed.Load() {
+		t.Error("Stdin was not closed")
+	}
+	got, ok := e.written(res, "f.bin")
+	if !ok {
+		t.Fatal("f.bin was not written")
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("f.bin differs: %d bytes, want %d", len(got), len(want))
+	}
+}
+
+func testNoStdin(t *testing.T, s *suite) {
+	e := s.setup(t)
+	var out recorder
+	res := e.exec(context.Background(), &backend.Request{Shell: "cat; echo end", Stdout: &out})
+	if res.ExitCode != 0 || out.String() != "end\n" {
+		t.Errorf("exit %d, stdout %q; want 0, %q", res.ExitCode, out.String(), "end\n")
+	}
+}
+
+func testStdinNotRead(t *testing.T, s *suite) {
+	e := s.setup(t)
+	in := &endless{}
+	var out recorder
+	res := e.exec(context.Background(), &backend.Request{Shell: "echo ignored", Stdin: in, Stdout: &out})
+	if res.ExitCode != 0 || out.String() != "ignored\n" {
+		t.Errorf("exit %d, stdout %q", res.ExitCode, out.String())
+	}
+	if !in.closed.Load() {
+		t.Error("an abandoned Stdin was not closed")
+	}
+}
+
+func testStreamingOutput(t *testing.T, s *suite) {
+	e := s.setup(t)
+	const line = "0123456789abcde\n"
+	want := strings.Repeat(line, (1<<20)/len(line))
+	// The command prints 1 MiB and then waits for its stdin to end; the
+	// test ends stdin only once all of the output has reached the writer.
+	// A backend that holds output back until the command ends never gets
+	// there; the fallback timer then ends stdin and the case fails.
+	pr, pw := io.Pipe()
+	var once sync.Once
+	arrived := make(chan struct{})
+	out := &recorder{}
+	out.watch = func(total []byte) {
+		if len(total) >= len(want) {
+			once.Do(func() { close(arrived) })
+		}
+	}
+	fallback := time.AfterFunc(s.d(20*time.Second), func() { pw.Close() })
+	defer fallback.Stop()
+	go func() {
+		<-arrived
+		pw.Close()
+	}()
+	res := e.exec(context.Background(), &backend.Request{
+		Shell:  "yes 0123456789abcde | head -c 1048576; cat > /dev/null; echo end >&2",
+		Stdin:  pr,
+		Stdout: out,
+	})
+	select {
+	case <-arrived:
+	default:
+		t.Fatalf("the output had not arrived while the command ran (%d of %d bytes before its stdin was closed by the fallback)", len(out.Bytes()), len(want))
+	}
+	if res.ExitCode != 0 {
+		t.Errorf("exit %d", res.ExitCode)
+	}
+	if got := out.String(); got != want {
+		t.Errorf("stdout is %d bytes and differs from the %d expected", len(got), len(want))
+	}
+	if n := out.Writes(); n < 2 {
+		t.Errorf("1 MiB arrived in %d Write call(s); want several chunks", n)
+	}
+}
+
+// groupScript starts a background subshell that appends to the sentinel
+// and prints ticks, says it started, and waits.
+const groupScript = `( while :; do echo x >> sentinel; echo tick; sleep 0.1; done ) &
+sleep 0.2; echo started; wait`
+
+func testTimeoutKillsGroup(t *testing.T, s *suite) {
+	e := s.setup(t)
+	out := &recorder{}
+	res := e.exec(context.Background(), &backend.Request{
+		Shell:  groupScript,
+		Stdout: out,
+		Limits: policy.ResourceLimits{Timeout: s.d(700 * time.Millisecond)},
+	})
+	out.closed.Store(true)
+	if res.Termination != backend.Timeout || !res.TimedOut || res.ExitCode != -1 {
+		t.Errorf("termination %q, timed out %v, exit %d; want %q, true, -1", res.Termination, res.TimedOut, res.ExitCode, backend.Timeout)
+	}
+	e.checkGroupDead(res, out)
+}
+
+func testCancelKillsGroup(t *testing.T, s *suite) {
+	e := s.setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &recorder{}
+	out.watch = func(total []byte) {
+		if bytes.Contains(total, []byte("started\n")) {
+			cancel()
+		}
+	}
+	res := e.exec(ctx, &backend.Request{Shell: groupScript, Stdout: out})
+	out.closed.Store(true)
+	if res.Termination != backend.Cancelled || res.TimedOut || res.ExitCode != -1 {
+		t.Errorf("termination %q, timed out %v, exit %d; want %q, false, -1", res.Termination, res.TimedOut, res.ExitCode, backend.Cancelled)
+	}
+	e.checkGroupDead(res, out)
+}
+
+// checkGroupDead watches, after Exec returned, that the background
+// subshell of groupScript no longer writes anywhere.
+func (e *env) checkGroupDead(res *backend.Result, out *recorder) {
+	e.t.Helper()
+	if !strings.Contains(out.String(), "tick") {
+		e.t.Fatalf("the background subshell never ran (stdout %q); the case proves nothing", out.String())
+	}
+	if e.captures() {
+		time.Sleep(e.s.d(400 * time.Millisecond))
+	} else {
+		sentinel := filepath.Join(e.ws, "sentinel")
+		before, err := os.ReadFile(sentinel)
+		if err != nil || len(before) == 0 {
+			e.t.Fatalf("sentinel not written in place: %v", err)
+		}
+		time.Sleep(e.s.d(400 * time.Millisecond))
+		after, _ := os.ReadFile(sentinel)
+		if len(after) != len(before) {
+			e.t.Errorf("sentinel grew from %d to %d bytes after Exec returned: a grandchild survived", len(before), len(after))
+		}
+	}
+	if n := out.late.Load(); n != 0 {
+		e.t.Errorf("%d bytes reached Stdout after Exec returned: a process or copier survived", n)
+	}
+}
+
+func testOutputCap(t *testing.T, s *suite) {
+	e := s.setup(t)
+	const limit = 1000
+	full := strings.Repeat("x\n", 5000)
+	var out, errOut recorder
+	res := e.exec(context.Background(), &backend.Request{
+		Shell:  "yes x | head -c 10000; yes x | head -c 10000 >&2",
+		Stdout: &out, Stderr: &errOut,
+		Limits: policy.ResourceLimits{OutputBytes: limit},
+	})
+	if !res.Truncated {
+		t.Error("Truncated is false for 10000 bytes over a 1000-byte cap")
+	}
+	if res.Termination != backend.Exited && res.Termination != backend.OutputLimit {
+		t.Errorf("termination %q; want %q or %q", res.Termination, backend.Exited, backend.OutputLimit)
+	}
+	for name, r := range map[string]*recorder{"stdout": &out, "stderr": &errOut} {
+		got := r.String()
+		if len(got) > limit || !strings.HasPrefix(full, got) {
+			t.Errorf("%s: %d bytes, prefix of the output %v; want at most %d bytes of its prefix", name, len(got), strings.HasPrefix(full, got), limit)
+		}
+	}
+	if len(out.String()) == 0 {
+		t.Error("stdout is empty: the part under the cap must arrive")
+	}
+
+	// An endless writer must be stopped by the cap, not by its timeout.
+	var out2 recorder
+	res = e.exec(context.Background(), &backend.Request{
+		Shell:  "yes",
+		Stdout: &out2,
+		Limits: policy.ResourceLimits{OutputBytes: 4096, Timeout: s.d(60 * time.Second)},
+	})
+	if !res.Truncated || res.Termination != backend.OutputLimit || res.ExitCode != -1 {
+		t.Errorf("endless writer: truncated %v, termination %q, exit %d; want true, %q, -1", res.Truncated, res.Termination, res.ExitCode, backend.OutputLimit)
+	}
+	if n := len(out2.String()); n > 4096 || n == 0 {
+		t.Errorf("endless writer: %d bytes delivered; want 1..4096", n)
+	}
+}
+
+// canary is a variable set in the test process so that the Env case can
+// see that the caller's environment is not inherited even when the process
+// has nothing else unusual in it. It is set once and never removed: no
+// other code reads it.
+const canary = "PULSE_BACKENDTEST_CANARY"
+
+func testEnv(t *testing.T, s *suite) {
+	e := s.setup(t)
+	if _, ok := os.LookupEnv(canary); !ok {
+		os.Setenv(canary, "leaked")
+	}
+	want := map[string]string{
+		"PULSE_A": "plain",
+		"PULSE_B": "with spaces = and 'quotes' \"too\" $HOME",
+		"TERM":    "pulse-term",
+	}
+	var out recorder
+	res := e.exec(context.Background(), &backend.Request{Args: []string{"env"}, Env: want, Stdout: &out})
+	if res.ExitCode != 0 {
+		t.Fatalf("env exited %d", res.ExitCode)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("env printed a line without '=': %q", line)
+		}
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q; want %q", k, got[k], v)
+		}
+	}
+	if got["PATH"] == "" {
+		t.Error("PATH is missing from the base environment")
+	}
+	allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "TERM": true, "USER": true,
+		// Set by shells, loaders or engines whatever the caller asks.
+		"PWD": true, "SHLVL": true, "_": true, "OLDPWD": true, "HOSTNAME": true}
+	for k := range s.opts.allowEnv {
+		allowed[k] = true
+	}
+	for k, v := range got {
+		if _, asked := want[k]; asked || allowed[k] {
+			continue
+		}
+		t.Errorf("unexpected variable %s=%q in the environment", k, v)
+	}
+}
+
+func testCwd(t *testing.T, s *suite) {
+	e := s.setup(t)
+	e.writeFile("marker", []byte("root\n"))
+	e.writeFile("sub/dir/marker", []byte("nested\n"))
+	for dir, want := range map[string]string{"": "root\n", ".": "root\n", "sub/dir": "nested\n", "sub/../sub/dir": "nested\n"} {
+		var out recorder
+		res := e.exec(context.Background(), &backend.Request{Shell: "cat marker; pwd", Dir: dir, Stdout: &out})
+		lines := strings.SplitN(out.String(), "\n", 2)
+		if res.ExitCode != 0 || lines[0]+"\n" != want {
+			t.Errorf("Dir %q: exit %d, stdout %q; want marker %q", dir, res.ExitCode, out.String(), want)
+		}
+		if dir == "sub/dir" && !strings.HasSuffix(strings.TrimSpace(out.String()), "/sub/dir") {
+			t.Errorf("Dir %q: pwd printed %q", dir, out.String())
+		}
+	}
+	for _, dir := range []string{"..", "../outside", "sub/../../x"} {
+		res, err := e.b.Exec(context.Background(), e.request(&backend.Request{Shell: "touch escaped", Dir: dir}))
+		if !errors.Is(err, backend.ErrInvalidRequest) || res != nil {
+			t.Errorf("Dir %q: got result %v, error %v; want ErrInvalidRequest and no result", dir, res != nil, err)
+		}
+	}
+}
+
+func testInvalidRequest(t *testing.T, s *suite) {
+	e := s.setup(t)
+	for name, req := range map[string]*backend.Request{
+		"neither":    {},
+		"both":       {Args: []string{"true"}, Shell: "true"},
+		"empty argv": {Args: []string{""}},
+	} {
+		res, err := e.b.Exec(context.Background(), e.request(req))
+		if !errors.Is(err, backend.ErrInvalidRequest) || res != nil {
+			t.Errorf("%s: got result %v, error %v; want ErrInvalidRequest and no result", name, res != nil, err)
+		}
+	}
+}
+
+func testUnsupportedNetwork(t *testing.T, s *suite) {
+	e := s.setup(t)
+	tried := 0
+	for _, m := range []policy.NetworkMode{policy.NetworkDenyAll, policy.NetworkAllowlist, policy.NetworkAllowAll} {
+		if e.caps.NetworkLevel(m) != secrets.Unsupported {
+			continue
+		}
+		tried++
+		np := policy.NetworkPolicy{Mode: m}
+		if m == policy.NetworkAllowlist {
+			np.Hosts = []string{"example.com"}
+		}
+		res, err := e.b.Exec(context.Background(), e.request(&backend.Request{Shell: "touch started", Network: np}))
+		if !errors.Is(err, backend.ErrUnsupported) || res != nil {
+			t.Errorf("network %q is Unsupported but Exec gave result %v, error %v; want ErrUnsupported", m, res != nil, err)
+		}
+		if _, err := os.Stat(filepath.Join(e.ws, "started")); err == nil {
+			t.Errorf("network %q: the command ran although it was refused", m)
+		}
+	}
+	if tried == 0 {
+		t.Skip("the backend supports every network mode; nothing to refuse")
+	}
+}
+
+func testConcurrent(t *testing.T, s *suite) {
+	e := s.setup(t)
+	const n = 4
+	var wg sync.WaitGroup
+	outs := make([]recorder, n)
+	results := make([]*backend.Result, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = e.b.Exec(context.Background(), e.request(&backend.Request{
+				Shell:       `sleep 0.1; echo "$WHO"`,
+				Env:         map[string]string{"WHO": fmt.Sprintf("caller-%d", i)},
+				Stdout:      &outs[i],
+				ExecutionID: fmt.Sprintf("concurrent-%d", i),
+			}))
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("caller %d: %v", i, errs[i])
+			continue
+		}
+		if want := fmt.Sprintf("caller-%d\n", i); results[i].ExitCode != 0 || outs[i].String() != want {
+			t.Errorf("caller %d: exit %d, stdout %q; want %q", i, results[i].ExitCode, outs[i].String(), want)
+		}
+	}
+}
+
+// treeDigest maps every path under root to its type and content, to show
+// that a capturing backend left the workspace untouched.
+func treeDigest(t *testing.T, root string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := info.Mode().String()
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += ":" + string(data)
+		}
+		m[rel] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func testWrites(t *testing.T, s *suite) {
+	e := s.setup(t)
+	e.writeFile("keep.txt", []byte("keep\n"))
+	e.writeFile("change.txt", []byte("before\n"))
+	e.writeFile("delete.txt", []byte("gone soon\n"))
+	e.writeFile("dir/old.txt", []byte("old\n"))
+	before := treeDigest(t, e.ws)
+	bin := allBytes(4096)
+	in := strings.NewReader(wrapped(bin))
+	res := e.exec(context.Background(), &backend.Request{
+		Shell: `set -e
+echo new > new.txt
+printf 'after' > change.txt
+rm delete.txt
+mkdir -p deep/er
+echo nested > deep/er/file.txt
+base64 -d > bin.dat
+mkdir -p .pulse
+echo internal > .pulse/scratch`,
+		Stdin: in,
+	})
+	if res.ExitCode != 0 {
+		t.Fatalf("script exited %d", res.ExitCode)
+	}
+	want := map[string][]byte{
+		"new.txt":          []byte("new\n"),
+		"change.txt":       []byte("after"),
+		"deep/er/file.txt": []byte("nested\n"),
+		"bin.dat":          bin,
+		"keep.txt":         nil, // must not be reported as changed
+		"dir/old.txt":      nil,
+		".pulse/scratch":   nil,
+		"delete.txt":       nil,
+	}
+	if !e.captures() {
+		if res.Overlay != nil {
+			t.Errorf("a backend that writes in place returned an overlay of %d files", len(res.Overlay.Files))
+		}
+		for p, data := range want {
+			if data == nil {
+				continue
+			}
+			got, err := os.ReadFile(filepath.Join(e.ws, filepath.FromSlash(p)))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s in place: %d bytes, %v; want %d bytes", p, len(got), err, len(data))
+			}
+		}
+		if _, err := os.Stat(filepath.Join(e.ws, "delete.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("delete.txt still exists in place: %v", err)
+		}
+		return
+	}
+
+	if after := treeDigest(t, e.ws); !equalMaps(before, after) {
+		t.Errorf("the real workspace changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if res.Overlay == nil {
+		t.Fatal("a capturing backend returned no overlay")
+	}
+	files := map[string]backend.File{}
+	for _, f := range res.Overlay.Files {
+		if f.Path != filepath.ToSlash(filepath.Clean(f.Path)) || strings.HasPrefix(f.Path, "/") || strings.HasPrefix(f.Path, "../") || f.Path == ".." || f.Path == "." {
+			t.Errorf("overlay path %q is not clean and relative", f.Path)
+		}
+		if f.Path == ".pulse" || strings.HasPrefix(f.Path, ".pulse/") {
+			t.Errorf("overlay holds %q under .pulse/", f.Path)
+		}
+		if _, dup := files[f.Path]; dup {
+			t.Errorf("overlay lists %q twice", f.Path)
+		}
+		files[f.Path] = f
+	}
+	for p, data := range want {
+		f, ok := files[p]
+		if data == nil {
+			if ok && f.Mode.IsRegular() {
+				t.Errorf("overlay reports unchanged or foreign path %q", p)
+			}
+			continue
+		}
+		if !ok {
+			t.Errorf("overlay misses %q", p)
+			continue
+		}
+		if !f.Mode.IsRegular() || !bytes.Equal(f.Data, data) {
+			t.Errorf("overlay %q: mode %v, %d bytes; want a regular file of %d bytes, byte-exact", p, f.Mode, len(f.Data), len(data))
+		}
+	}
+	if f, ok := files["deep"]; ok && !f.Mode.IsDir() {
+		t.Errorf("overlay entry deep has mode %v; want a directory", f.Mode)
+	}
+	deleted := map[string]bool{}
+	for _, p := range res.Overlay.Deleted {
+		deleted[p] = true
+	}
+	if !deleted["delete.txt"] {
+		t.Errorf("overlay deletions %v miss delete.txt", res.Overlay.Deleted)
+	}
+	for p := range deleted {
+		if p != "delete.txt" {
+			t.Errorf("overlay reports %q deleted; only delete.txt was", p)
+		}
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func testClose(t *testing.T, s *suite) {
+	e := s.setup(t)
+	out := &recorder{}
+	started := make(chan struct{})
+	var once sync.Once
+	out.watch = func(total []byte) {
+		if bytes.Contains(total, []byte("started")) {
+			once.Do(func() { close(started) })
+		}
+	}
+	type outcome struct {
+		res *backend.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.b.Exec(context.Background(), e.request(&backend.Request{Shell: "echo started; sleep 30", Stdout: out}))
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-started:
+	case o := <-done:
+		t.Fatalf("the long command ended before Close: %+v", o)
+	}
+	if err := e.b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Errorf("the running Exec returned an error after Close: %v (a started process must give a Result)", o.err)
+	} else if o.res.Termination == backend.Exited {
+		t.Errorf("the running command was not ended by Close: %+v", o.res)
+	}
+	res, err := e.b.Exec(context.Background(), e.request(&backend.Request{Shell: "true"}))
+	if !errors.Is(err, backend.ErrClosed) || res != nil {
+		t.Errorf("Exec after Close: result %v, error %v; want ErrClosed", res != nil, err)
+	}
+	if err := e.b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}

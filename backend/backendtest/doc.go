@@ -1,0 +1,78 @@
+// Package backendtest is the conformance suite every backend.Backend
+// implementation runs:
+//
+//	func TestConformance(t *testing.T) {
+//		backendtest.Run(t, func(t *testing.T) backend.Backend {
+//			b, err := mybackend.New()
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return b
+//		})
+//	}
+//
+// Run calls the factory once per case, so every case gets a fresh backend
+// and a fresh workspace (t.TempDir, passed as Request.Workspace). The suite
+// closes the backend when the case ends; the factory may register its own
+// cleanup too, since Close is idempotent. A factory that cannot build the
+// backend here should t.Skip with the reason before returning.
+//
+// The scripts use only POSIX sh and tools that busybox also provides
+// (base64 -d, head -c, yes, env, pwd, sleep with tenths of seconds), so
+// that backends whose image holds busybox alone pass too. Every request
+// carries the strongest network and secret mode the backend says it
+// supports (deny-all when it is supported at all), so that a backend which
+// refuses the modes it cannot enforce still runs the suite.
+//
+// What each case proves:
+//
+//   - Identity: Name is non-empty, Probe succeeds, Capabilities names a
+//     known isolation level and only known enforcement levels.
+//   - ExitCodes: exit statuses 0, 3 and 42 come back as ExitCode with
+//     Termination Exited, for Shell and for Args requests; a command that
+//     kills itself with a signal comes back as Signaled with ExitCode -1.
+//   - StdoutStderrSplit: what goes to fd 1 reaches Request.Stdout only and
+//     what goes to fd 2 reaches Request.Stderr only, byte-exact.
+//   - StdinRoundTrip: 96 KiB holding every byte value, base64-encoded, fed
+//     through Request.Stdin to `base64 -d > f`, comes back byte-exact in f
+//     (in the overlay, or in place for backends that write in place). The
+//     command ends only when it sees EOF, so this also proves Stdin is closed
+//     for the command; the reader's Close is called too.
+//   - NoStdin: with a nil Stdin, `cat` sees an empty input and ends.
+//   - StdinNotRead: a command that never reads an endless Stdin still ends,
+//     and the reader is closed (abandoned, as the contract allows).
+//   - StreamingOutput: 1 MiB written by a command that then waits for its
+//     stdin to close arrives, byte-exact and in several Write calls, before
+//     the test closes stdin: output is delivered while the command runs,
+//     not buffered until it ends.
+//   - TimeoutKillsGroup: a command that starts a background subshell
+//     appending to a sentinel file and printing to stdout is stopped by
+//     Limits.Timeout: Termination Timeout, TimedOut, ExitCode -1. After Exec
+//     returns, nothing more is written to Stdout, and (for backends that
+//     write in place) the sentinel stops growing: grandchildren are dead.
+//   - CancelKillsGroup: the same, ended by cancelling ctx once the command
+//     has printed that it started: Termination Cancelled.
+//   - OutputCap: with Limits.OutputBytes set, a finite over-long stdout and
+//     stderr are each cut to a prefix of at most the cap and Truncated is
+//     set; an endless writer (`yes`) is ended with Termination OutputLimit
+//     long before its timeout.
+//   - Env: the command's environment holds only the requested variables
+//     (values byte-exact, overriding the base) plus the minimal base (PATH,
+//     HOME, LANG, TERM, USER, and a few an engine or shell always adds);
+//     nothing from the test process's environment leaks in.
+//   - Cwd: Dir selects a directory inside the workspace; "" is its root;
+//     a Dir that leaves the workspace is refused with ErrInvalidRequest.
+//   - InvalidRequest: neither or both of Args and Shell, or an empty argv,
+//     are refused with ErrInvalidRequest and no Result.
+//   - UnsupportedNetwork: every network mode the backend reports as
+//     Unsupported is refused with ErrUnsupported before anything starts.
+//   - Concurrent: several Exec calls on one backend at once each get their
+//     own output and environment.
+//   - Writes (capturing backends): new, changed, deleted, nested and binary
+//     files appear in Result.Overlay byte-exact, writes under .pulse/ do
+//     not, paths are clean and relative, and the real workspace is left
+//     untouched. For backends that write in place, the same script's
+//     effects are checked in the workspace itself and Overlay is nil.
+//   - Close: Close ends a running execution, Exec after Close fails with
+//     ErrClosed, and a second Close returns nil.
+package backendtest

@@ -1,0 +1,40 @@
+// Package host runs commands directly on the host: the opt-in, unsafe
+// backend for machines where nothing isolating is available.
+//
+// What it promises:
+//
+//   - The command runs in the workspace itself, as the calling user, with
+//     the host's network and file system in view. Writes land in place;
+//     Capabilities says so (CapturesWrites false, isolation host_unsafe)
+//     and Result.Overlay is always nil. Callers that must know what changed
+//     compare the tree before and after.
+//   - A Shell request runs under bash -c (sh -c where bash is missing); an
+//     Args request is executed directly, the program found with the
+//     command's own PATH.
+//   - The environment is built from scratch: PATH (DefaultPath), HOME and
+//     USER of the account, LANG=C.UTF-8, TERM=dumb, then Request.Env on
+//     top. Nothing of the caller's environment is inherited.
+//   - The command leads its own process group. Timeout, cancellation of
+//     ctx, Close and an exceeded output cap send SIGKILL to the whole
+//     group; so does the command's own exit, so background processes it
+//     left do not outlive Exec. Exec then waits at most the wait delay for
+//     output pipes held by a process that escaped the group (setsid).
+//   - Stdout and stderr are each capped at Limits.OutputBytes; the excess
+//     is dropped, Result.Truncated is set and the command is killed
+//     (Termination output_limit).
+//   - Limits.FileSizeBytes becomes RLIMIT_FSIZE of the command and all it
+//     starts, in force before its first instruction. Memory, CPU and pid
+//     limits are not enforced (Capabilities.Limits says Unsupported):
+//     rlimits for them count virtual memory, CPU seconds or every process
+//     of the user, none of which is the limit asked for.
+//   - Network: only allow-all can be honoured; deny-all and allowlist
+//     requests are refused with backend.ErrUnsupported before anything
+//     starts. Secrets: deny-all and allowlist are best effort (the
+//     environment holds only what the caller put in Env, but files on disk
+//     remain readable).
+//   - Result.Metrics come from the rusage of the reaped command (maximum
+//     RSS of the largest process, user and system CPU of the tree that was
+//     waited for).
+//
+// Exec is implemented for Linux; elsewhere Probe reports ErrUnavailable.
+package host

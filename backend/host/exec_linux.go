@@ -1,0 +1,353 @@
+//go:build linux
+
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// supported says Exec works on this system.
+const supported = true
+
+// gateScript holds a shell on fd 3 until the parent has applied the
+// rlimits to it, then closes fd 3 so the command never sees it.
+const gateScript = `read -r _pulse_gate <&3; exec 3<&-; unset _pulse_gate
+`
+
+// Exec runs req on the host, in the workspace itself.
+//
+// The command gets its own process group; on timeout, cancellation,
+// Close or an output cap, the whole group gets SIGKILL. When the command's
+// main process ends by itself, the group is killed too, so that no
+// background process it left behind outlives Exec. The group is killed
+// while the main process is still an unreaped zombie, so its id cannot
+// have been reused by then.
+//
+// RLIMIT_FSIZE is applied with prlimit(2) to the started child, which is
+// held on a pipe (fd 3, read by a one-line shell prologue) until the limit
+// is in place: a limit set after start would race with the command's first
+// writes, and a re-exec shim would cost a second exec on every command and
+// a hook in every binary that embeds the backend. The limit is inherited by
+// everything the command starts. RLIMIT_NPROC is not used: it counts every
+// process of the user, not of the command, so a small value fails at once
+// for a busy user and a large one bounds nothing.
+func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	defer b.running.Done()
+	var closeStdin func()
+	if req != nil {
+		// Whatever happens below, the caller's stdin is closed once on
+		// return.
+		closeStdin = sync.OnceFunc(func() { closeReader(req.Stdin) })
+		defer closeStdin()
+	}
+	if err := b.Probe(ctx); err != nil {
+		return nil, err
+	}
+	p, err := b.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("host: nothing started: %w", err)
+	}
+	return b.run(ctx, req, p, closeStdin)
+}
+
+// run starts the planned process and supervises it to its end.
+func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func()) (*backend.Result, error) {
+	log := b.log.With("execution_id", req.ExecutionID)
+	cmd := &exec.Cmd{Path: p.path, Args: p.argv, Dir: p.dir, Env: p.env}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = b.waitDelay
+
+	ended := make(chan struct{}) // the main process has exited (not yet reaped)
+	capHit := make(chan struct{})
+	var capOnce sync.Once
+	onCap := func() { capOnce.Do(func() { close(capHit) }) }
+	stdout, stderr := outputs(req.Stdout, req.Stderr, p.limits.OutputBytes, onCap)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+
+	// Stdin goes through a pipe this function owns rather than through
+	// os/exec's copier, so that Exec can return as soon as the command has
+	// ended even when the caller's reader still blocks.
+	var stdinR, stdinW *os.File
+	if req.Stdin != nil {
+		var err error
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("host: %w: stdin pipe: %w", backend.ErrUnavailable, err)
+		}
+		cmd.Stdin = stdinR
+	}
+	var gateR, gateW *os.File
+	if p.limits.FileSizeBytes > 0 {
+		var err error
+		if gateR, gateW, err = os.Pipe(); err != nil {
+			closeFiles(stdinR, stdinW)
+			return nil, fmt.Errorf("host: %w: gate pipe: %w", backend.ErrUnavailable, err)
+		}
+		cmd.ExtraFiles = []*os.File{gateR}
+		cmd.Path = b.shell
+		if req.Shell != "" {
+			cmd.Args = []string{filepath.Base(b.shell), "-c", gateScript + req.Shell}
+		} else {
+			// $0 carries the resolved program, "$@" its arguments.
+			cmd.Args = append([]string{filepath.Base(b.shell), "-c", gateScript + `exec "$0" "$@"`, p.path}, p.argv[1:]...)
+		}
+	}
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		closeFiles(stdinR, stdinW, gateR, gateW)
+		class := backend.ErrUnavailable
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
+			class = backend.ErrInvalidRequest
+		}
+		return nil, fmt.Errorf("host: %w: start %s: %w", class, p.path, err)
+	}
+	pid := cmd.Process.Pid
+	closeFiles(stdinR, gateR)
+	log.Debug("started", "pid", pid, "path", p.path, "dir", p.dir)
+
+	go func() {
+		waitExited(pid)
+		close(ended)
+	}()
+
+	if gateW != nil {
+		lim := syscall.Rlimit{Cur: uint64(p.limits.FileSizeBytes), Max: uint64(p.limits.FileSizeBytes)}
+		if err := prlimit(pid, syscall.RLIMIT_FSIZE, &lim); err != nil {
+			// The command is still held at the gate: nothing of it ran.
+			gateW.Close()
+			killGroup(pid)
+			<-ended
+			_ = cmd.Wait()
+			closeFiles(stdinW)
+			return nil, fmt.Errorf("host: %w: set RLIMIT_FSIZE: %w", backend.ErrUnavailable, err)
+		}
+		gateW.Close()
+	}
+
+	stdinDone := make(chan struct{})
+	if stdinW != nil {
+		go func() {
+			defer close(stdinDone)
+			// An error here means the command closed its stdin or ended;
+			// either way there is nothing left to deliver.
+			_, _ = io.Copy(stdinW, req.Stdin)
+			stdinW.Close()
+		}()
+	} else {
+		close(stdinDone)
+	}
+
+	timer := time.NewTimer(p.limits.Timeout)
+	defer timer.Stop()
+	var reason backend.TerminationReason
+	select {
+	case <-ended:
+	case <-timer.C:
+		reason = backend.Timeout
+	case <-ctx.Done():
+		reason = backend.Cancelled
+	case <-b.closing:
+		reason = backend.Cancelled
+	case <-capHit:
+		reason = backend.OutputLimit
+	}
+	// Kill the group whatever ended the command: on a normal exit this
+	// takes down background processes it left behind.
+	killGroup(pid)
+	<-ended
+	duration := time.Since(start)
+	if reason != "" {
+		log.Info("killed process group", "pid", pid, "reason", string(reason))
+	}
+
+	// The command is gone: stop feeding stdin. Closing the write end
+	// fails a copier blocked on a full pipe; closing the caller's reader
+	// (if it can be closed) unblocks one stuck in Read. A reader that
+	// cannot be closed and never returns is abandoned, as the contract
+	// allows.
+	select {
+	case <-stdinDone:
+	default:
+		stdinW.Close()
+		closeStdin()
+	}
+
+	waitErr := cmd.Wait()
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		log.Warn("output pipes still open after the process group was killed; a process escaped the group", "pid", pid, "wait_delay", b.waitDelay)
+	}
+	st := cmd.ProcessState
+	res := &backend.Result{
+		ExitCode:  st.ExitCode(),
+		Duration:  duration,
+		PID:       pid,
+		Truncated: stdout.truncated() || stderr.truncated(),
+	}
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	switch {
+	case reason != "":
+		res.Termination = reason
+	case ws.Signaled():
+		res.Termination = backend.Signaled
+	default:
+		res.Termination = backend.Exited
+	}
+	if reason != "" && ws.Exited() {
+		// The command ended by itself just as it was being killed; the
+		// reason stands, but its real status is kept.
+		log.Debug("process exited while being killed", "pid", pid, "exit_code", ws.ExitStatus())
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: ru.Maxrss * 1024, // Linux reports kilobytes
+			UserCPU:     time.Duration(ru.Utime.Nano()),
+			SystemCPU:   time.Duration(ru.Stime.Nano()),
+		}
+	}
+	if e := stdout.err(); e != nil {
+		log.Warn("stdout writer failed; the rest of stdout was dropped", "error", e)
+	}
+	if e := stderr.err(); e != nil {
+		log.Warn("stderr writer failed; the rest of stderr was dropped", "error", e)
+	}
+	log.Debug("ended", "pid", pid, "termination", string(res.Termination), "exit_code", res.ExitCode, "duration", duration)
+	return res, nil
+}
+
+// killGroup sends SIGKILL to the process group led by pid. ESRCH (the
+// group is already empty) is not an error worth reporting.
+func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
+// waitExited blocks until pid has exited, without reaping it (WNOWAIT), so
+// that pid, and with it the process group id, stays reserved until
+// cmd.Wait reaps it after the group was killed.
+func waitExited(pid int) {
+	const pPID = 1
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|0x01000000 /* WNOWAIT */, 0, 0)
+		if errno != syscall.EINTR {
+			return
+		}
+	}
+}
+
+func prlimit(pid, resource int, lim *syscall.Rlimit) error {
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(resource),
+		uintptr(unsafe.Pointer(lim)), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// outputs wraps the caller's writers in caps. When both are the same
+// writer, the two copiers share a lock so that the writer is never called
+// from both at once.
+func outputs(out, errw io.Writer, limit int64, onCap func()) (*capWriter, *capWriter) {
+	if out != nil && sameWriter(out, errw) {
+		lw := &lockedWriter{w: out}
+		out, errw = lw, lw
+	}
+	return &capWriter{w: out, left: limit, onCap: onCap}, &capWriter{w: errw, left: limit, onCap: onCap}
+}
+
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	if ta != tb || !ta.Comparable() {
+		return false
+	}
+	return a == b
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// capWriter passes at most left bytes to w and drops the rest, reporting
+// the first overflow through onCap. It never returns an error, so that the
+// copier keeps draining the pipe and the command is never blocked on a
+// full pipe by a failed or capped writer.
+type capWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	left  int64
+	over  bool
+	werr  error
+	onCap func()
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	q := p
+	if int64(len(q)) > c.left {
+		q = q[:c.left]
+		if !c.over {
+			c.over = true
+			c.onCap()
+		}
+	}
+	c.left -= int64(len(q))
+	if len(q) > 0 && c.w != nil && c.werr == nil {
+		m, err := c.w.Write(q)
+		if err == nil && m < len(q) {
+			err = io.ErrShortWrite
+		}
+		c.werr = err
+	}
+	return n, nil
+}
+
+func (c *capWriter) truncated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.over
+}
+
+func (c *capWriter) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.werr
+}
