@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pulse-agent/pulse/internal/worker/runner"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 )
 
 // Messages of the ExecError frames the session itself produces.

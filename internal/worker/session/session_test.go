@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-agent/pulse/internal/worker/runner"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -309,11 +309,17 @@ func TestFingerprintMismatchWhileRunningIsRefused(t *testing.T) {
 
 func TestDuplicateWhileRunningIsAnsweredOnce(t *testing.T) {
 	gate := make(chan struct{})
-	h := start(t, Config{Capacity: 1}, newFakeRunner(echoRunner(gate)))
+	h := start(t, Config{Capacity: 1, QueueSize: 1}, newFakeRunner(echoRunner(gate)))
 	h.exec(4, "block")
 	h.waitStarted(4)
 	h.exec(4, "block") // byte-identical redelivery while running
 	h.exec(5, "after")
+	// Frames are handled in order: the busy answer to 6 proves the
+	// redelivery was handled while 4 was still running.
+	h.exec(6, "overflow")
+	if e := h.next().GetExecError(); e.GetReqId() != 6 || e.GetMessage() != MsgBusy {
+		t.Fatalf("got %v, want busy for req 6", e)
+	}
 	close(gate)
 	var terminals []uint64
 	for len(terminals) == 0 || terminals[len(terminals)-1] != 5 {
@@ -354,11 +360,16 @@ func TestQueueOverflowAnswersBusyAtOnce(t *testing.T) {
 
 func TestAbortOfQueuedExecNeverStartsIt(t *testing.T) {
 	gate := make(chan struct{})
-	h := start(t, Config{Capacity: 1}, newFakeRunner(echoRunner(gate)))
+	h := start(t, Config{Capacity: 1, QueueSize: 1}, newFakeRunner(echoRunner(gate)))
 	h.exec(1, "block")
 	h.waitStarted(1)
 	h.exec(2, "queued")
 	h.abort(2)
+	// The busy answer to 3 proves the abort was handled before 1 ends.
+	h.exec(3, "overflow")
+	if e := h.next().GetExecError(); e.GetReqId() != 3 || e.GetMessage() != MsgBusy {
+		t.Fatalf("got %v, want busy for req 3", e)
+	}
 	close(gate)
 	ends := map[uint64]int32{}
 	for len(ends) < 2 {
