@@ -1,0 +1,231 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const fullYAML = `# a policy with every section
+version: 1
+defaults:
+  shell: ask
+  network: allow
+rules:
+  - action: shell
+    target: "rm -rf *"
+    decision: deny
+  - {action: read, target: ".env", decision: deny}
+network:
+  mode: allowlist
+  hosts: [proxy.golang.org, "*.github.com"]
+  cidrs: [10.0.0.0/8]
+  ports: [443]
+limits:
+  timeout: 5m
+  memory_bytes: 512MiB
+  cpus: 1.5
+  pids: 256
+  output_bytes: 4194304
+  file_size_bytes: 2G
+`
+
+const fullJSON = `{
+	"version": 1,
+	"defaults": {"shell": "ask", "network": "allow"},
+	"rules": [
+		{"action": "shell", "target": "rm -rf *", "decision": "deny"},
+		{"action": "read", "target": ".env", "decision": "deny"}
+	],
+	"network": {"mode": "allowlist", "hosts": ["proxy.golang.org", "*.github.com"], "cidrs": ["10.0.0.0/8"], "ports": [443]},
+	"limits": {"timeout": 300, "memory_bytes": 536870912, "cpus": 1.5, "pids": 256, "output_bytes": "4MiB", "file_size_bytes": "2GiB"}
+}`
+
+func TestParseFull(t *testing.T) {
+	for name, in := range map[string]string{"yaml": fullYAML, "json": fullJSON} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Parse([]byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Evaluate(Shell, "rm -rf /"); got != Deny {
+				t.Errorf("rm -rf: %s", got)
+			}
+			if got := p.Evaluate(Shell, "make"); got != Ask {
+				t.Errorf("make: %s (defaults.shell not applied)", got)
+			}
+			if got := p.Evaluate(Read, ".env"); got != Deny {
+				t.Errorf(".env: %s", got)
+			}
+			if got := p.Evaluate(Secrets, "x"); got != Deny {
+				t.Errorf("secrets default not kept from Default(): %s", got)
+			}
+			if got := p.Evaluate(Write, "x"); got != Ask {
+				t.Errorf("write default not kept from Default(): %s", got)
+			}
+			if !p.Allowed(Network) {
+				t.Error("network not allowed")
+			}
+			if p.Network == nil || p.Network.Mode != NetworkAllowlist || len(p.Network.Hosts) != 2 || p.Network.Ports[0] != 443 {
+				t.Errorf("network = %+v", p.Network)
+			}
+			want := ResourceLimits{Timeout: 5 * time.Minute, MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 256, OutputBytes: 4 << 20, FileSizeBytes: 2 << 30}
+			if p.Limits != want {
+				t.Errorf("limits = %+v, want %+v", p.Limits, want)
+			}
+		})
+	}
+}
+
+func TestParseMinimal(t *testing.T) {
+	p, err := Parse([]byte("rules: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	for _, a := range Actions() {
+		if p.Evaluate(a, "x") != d.Evaluate(a, "x") {
+			t.Errorf("%s differs from Default()", a)
+		}
+	}
+	if p.Network != nil {
+		t.Errorf("unset network parsed as %+v", p.Network)
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     string // must appear in the error
+	}{
+		{"empty", "", "empty"},
+		{"comment only", "# nothing\n", "empty"},
+		{"not a mapping", "- a\n", "want a mapping"},
+		{"unknown top key", "version: 1\nrulez: []\n", "line 2: rulez: invalid policy: unknown key"},
+		{"bad version", "version: 2\n", "line 1: version"},
+		{"repeated key", "rules: []\nrules: []\n", "line 2: rules: invalid policy: repeated key"},
+		{"unknown default action", "defaults:\n  exec: allow\n", "line 2: defaults.exec"},
+		{"bad default decision", "defaults:\n  read: yes\n", `line 2: defaults.read: invalid policy: unknown decision "yes"`},
+		{"rule unknown key", "rules:\n  - action: read\n    target: x\n    decision: allow\n    when: now\n", "line 5: rules[0].when"},
+		{"rule bad action", "rules:\n  - {action: exec, target: x, decision: allow}\n", "line 2: rules[0].action"},
+		{"rule bad decision", "rules:\n  - {action: read, target: x, decision: maybe}\n", "rules[0].decision"},
+		{"rule bad glob", "rules:\n  - {action: read, target: \"[x\", decision: deny}\n", "line 2: rules[0].target"},
+		{"rule empty glob", "rules:\n  - {action: read, target: \"\", decision: deny}\n", "rules[0].target"},
+		{"rule missing decision", "rules:\n  - {action: read, target: x}\n", "rules[0].decision: invalid policy: missing"},
+		{"rule null target", "rules:\n  - {action: read, target: ~, decision: deny}\n", "rules[0].target"},
+		{"rules not a list", "rules: {}\n", "want a list"},
+		{"network bad mode", "network:\n  mode: open\n", "line 2: network.mode"},
+		{"network no mode", "network:\n  hosts: [a.com]\n", "network"},
+		{"network bad host", "network:\n  mode: allowlist\n  hosts: [\"a b\"]\n", "line 3: network.hosts[0]"},
+		{"network bad cidr", "network:\n  mode: allowlist\n  cidrs: [10.0.0.0/40]\n", "network.cidrs[0]"},
+		{"network bad port", "network:\n  mode: allowlist\n  hosts: [a.com]\n  ports: [0]\n", "network.ports[0]"},
+		{"network empty allowlist", "network:\n  mode: allowlist\n", "no hosts"},
+		{"negative timeout", "limits:\n  timeout: -1s\n", "line 2: limits.timeout"},
+		{"bad timeout", "limits:\n  timeout: soon\n", "limits.timeout"},
+		{"negative memory", "limits:\n  memory_bytes: -5\n", "limits.memory_bytes"},
+		{"bad size unit", "limits:\n  memory_bytes: 5 parsecs\n", "limits.memory_bytes"},
+		{"overflow size", "limits:\n  memory_bytes: 9999999999999TiB\n", "limits.memory_bytes"},
+		{"negative cpus", "limits:\n  cpus: -1\n", "limits.cpus"},
+		{"nan cpus", "limits:\n  cpus: .nan\n", "limits.cpus"},
+		{"string pids", "limits:\n  pids: many\n", "limits.pids"},
+		{"unknown limit", "limits:\n  disk: 1\n", "limits.disk"},
+		{"alias", "rules: &r []\ndefaults: *r\n", "aliases"},
+		{"two documents", "rules: []\n---\nrules: []\n", "more than one document"},
+		{"syntax", "rules: [\n", "invalid policy"},
+		{"json unknown key", `{"rules": [], "extra": 1}`, "extra"},
+		{"NUL", "rules: []\x00", "NUL"},
+		{"huge", "rules: []\n" + strings.Repeat("#", MaxFileSize), "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse([]byte(tt.in))
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse = %v, %v; want ErrInvalid", p, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(good, []byte(fullYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(good)
+	if err != nil || p.Evaluate(Shell, "rm -rf /") != Deny {
+		t.Fatalf("Load = %v, %v", p, err)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"rules": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "bad.json") {
+		t.Errorf("Load(bad) = %v, want ErrInvalid naming the file", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{fullYAML, fullJSON, "", "rules: []", "defaults: {read: deny}",
+		"rules:\n  - {action: read, target: \"[!a-z]*\", decision: ask}\n", "network: {mode: deny-all}",
+		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			if p != nil {
+				t.Fatal("policy returned with an error")
+			}
+			return
+		}
+		// Whatever parses must be valid and fully decided.
+		if err := p.Validate(); err != nil {
+			t.Fatalf("parsed policy does not validate: %v", err)
+		}
+		for _, a := range Actions() {
+			if d := p.Evaluate(a, "some/target"); !d.Valid() {
+				t.Fatalf("Evaluate(%s) = %q", a, d)
+			}
+		}
+	})
+}
+
+func FuzzGlob(f *testing.F) {
+	for _, s := range []string{"*", "a*b", "[a-c]", "[!x]", `\*`, "[", "*?*"} {
+		f.Add(s, "abc")
+	}
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		// Matching costs len(pattern)*len(name) at worst; keep each run short.
+		if len(pattern) > 512 || len(name) > 512 {
+			return
+		}
+		ok, err := matchGlob(pattern, name)
+		if err != nil {
+			if ok || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("matchGlob(%q, %q) = %v, %v", pattern, name, ok, err)
+			}
+			return
+		}
+		// A valid pattern always matches itself with its metacharacters
+		// quoted, and "*" around it matches anything containing name.
+		if strings.ContainsAny(name, `*?[\`) {
+			return
+		}
+		if m, err := matchGlob("*"+name+"*", "x"+name+"y"); err != nil || !m {
+			t.Fatalf("*%q* does not match x%qy: %v", name, name, err)
+		}
+	})
+}
