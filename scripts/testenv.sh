@@ -1,6 +1,64 @@
 #!/usr/bin/env bash
 # Prepares what the test suite needs on a fresh machine and is a no-op when
 # it is already there. Safe to run again and again.
+#
+# The Docker backend's tests need an engine and the sandbox image. As root,
+# this script installs Debian's docker.io when dockerd is missing, starts
+# dockerd in the background when no engine answers, and builds the image
+# with `pulse image build` when it is missing. Not root and no engine: it
+# says why and exits 0, and the Docker tests skip (with
+# PULSE_REQUIRE_DOCKER=1, as in CI, they fail instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "testenv: nothing to prepare yet"
+
+image=${PULSE_DOCKER_IMAGE:-pulse-sandbox:latest}
+log=${PULSE_DOCKERD_LOG:-/tmp/pulse-dockerd.log}
+wait_s=${PULSE_DOCKERD_WAIT:-60}
+
+dockerd_running() { grep -qsx dockerd /proc/[0-9]*/comm; }
+
+engine_answers() { docker version >/dev/null 2>&1; }
+
+say() { echo "testenv: $*" >&2; }
+
+if ! command -v docker >/dev/null 2>&1 || ! engine_answers; then
+	if [ "$(id -u)" != 0 ]; then
+		say "no Docker engine answers and this is not root, so none can be started here;"
+		say "the Docker tests will skip (or fail with PULSE_REQUIRE_DOCKER=1)"
+		exit 0
+	fi
+	if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+		say "installing docker.io from apt"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq docker.io >/dev/null
+	fi
+	if ! engine_answers; then
+		# A socket left by a dead dockerd makes a new one refuse to start.
+		if [ -S /var/run/docker.sock ] && ! dockerd_running; then
+			rm -f /var/run/docker.sock
+		fi
+		if ! dockerd_running; then
+			say "starting dockerd in the background (log: $log)"
+			nohup dockerd >"$log" 2>&1 </dev/null &
+		else
+			say "dockerd is running but does not answer yet; waiting"
+		fi
+		deadline=$((SECONDS + wait_s))
+		until engine_answers; do
+			if [ $SECONDS -ge $deadline ]; then
+				say "dockerd did not answer within ${wait_s}s; last lines of $log:"
+				tail -n 20 "$log" >&2 || true
+				exit 1
+			fi
+			sleep 0.5
+		done
+		say "dockerd answers"
+	fi
+fi
+
+if ! docker image inspect "$image" >/dev/null 2>&1; then
+	say "building the sandbox image $image"
+	go run ./cmd/pulse image build --tag "$image"
+fi
+say "Docker engine and image $image are ready"

@@ -1,0 +1,244 @@
+package docker
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// box is one warm container: created on first use, reused by every later
+// command on the same workspace and network mode.
+type box struct {
+	ready chan struct{} // closed when id or err is set
+	id    string
+	err   error
+
+	mu    sync.Mutex
+	clean []string // out directories read by the host, removed by the next command
+}
+
+func (bx *box) takeClean() []string {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	c := bx.clean
+	bx.clean = nil
+	return c
+}
+
+func (bx *box) addClean(id string) {
+	bx.mu.Lock()
+	bx.clean = append(bx.clean, id)
+	bx.mu.Unlock()
+}
+
+// box returns the warm container for key, creating it the first time.
+// Concurrent first callers wait for one creation.
+func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	bx, ok := b.boxes[key]
+	if !ok {
+		bx = &box{ready: make(chan struct{})}
+		b.boxes[key] = bx
+		b.mu.Unlock()
+		bx.id, bx.err = b.create(ctx, key)
+		if bx.err != nil {
+			b.mu.Lock()
+			if b.boxes[key] == bx {
+				delete(b.boxes, key) // let a later call try again
+			}
+			b.mu.Unlock()
+		}
+		close(bx.ready)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-bx.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return bx, bx.err
+}
+
+func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
+	netMode := container.NetworkMode("none")
+	if key.network == policy.NetworkAllowAll {
+		netMode = "bridge"
+	}
+	l := b.o.limits
+	res := container.Resources{Memory: l.MemoryBytes, NanoCPUs: int64(l.CPUs * 1e9)}
+	if l.MemoryBytes > 0 {
+		res.MemorySwap = l.MemoryBytes // no swap on top of the memory limit
+	}
+	if l.Pids > 0 {
+		p := l.Pids
+		res.PidsLimit = &p
+	}
+	yes := true
+	cfg := &container.Config{
+		Image:      b.o.image,
+		User:       fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		Cmd:        []string{"/bin/sleep", "2147483647"},
+		Env:        []string{"PATH=" + basePath},
+		WorkingDir: "/pulse",
+		Labels:     b.labels,
+		// An anonymous volume: the only writable place besides /tmp,
+		// removed with the container, and a valid CopyToContainer target
+		// although the root filesystem is read-only.
+		Volumes:         map[string]struct{}{"/pulse": {}},
+		NetworkDisabled: key.network != policy.NetworkAllowAll,
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    netMode,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=" + b.o.tmpfsSize},
+		Init:           &yes,
+		Resources:      res,
+	}
+	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return "", fmt.Errorf("docker: creating container from %s: %v: %w", b.o.image, err, backend.ErrUnavailable)
+	}
+	id := created.ID
+	fail := func(err error) (string, error) {
+		rctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = b.remove(rctx, id)
+		return "", err
+	}
+	if err := b.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return fail(fmt.Errorf("docker: starting container: %v: %w", err, backend.ErrUnavailable))
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeWorkspaceTar(pw, key.workspace)) }()
+	err = b.cli.CopyToContainer(ctx, id, "/pulse", pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(errors.New("copy ended"))
+	if err != nil {
+		return fail(fmt.Errorf("docker: copying workspace %s into the container: %w", key.workspace, err))
+	}
+	b.log.Debug("sandbox container ready", "container", id, "workspace", key.workspace, "network", string(netMode))
+	return id, nil
+}
+
+// basePath is PATH for commands in the container.
+const basePath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+// writeWorkspaceTar writes the workspace as base/... plus the empty run/
+// and out/ directories, all owned by the sandbox user, so the engine
+// creates them with that owner. .pulse/ is left out; so are sockets,
+// devices and fifos, which cannot be meaningfully copied.
+func writeWorkspaceTar(w io.Writer, ws string) error {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	hdr := func(name string, typ byte, mode int64) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: typ, Mode: mode, Uid: sandboxUID, Gid: sandboxGID, ModTime: now, Format: tar.FormatPAX}
+	}
+	for _, d := range []string{"run/", "out/"} {
+		if err := tw.WriteHeader(hdr(d, tar.TypeDir, 0o755)); err != nil {
+			return err
+		}
+	}
+	err = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(ws, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == ".pulse" || strings.HasPrefix(rel, ".pulse/") {
+			return filepath.SkipDir
+		}
+		name := "base"
+		if rel != "." {
+			name = "base/" + rel
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		perm := int64(info.Mode().Perm())
+		if info.Mode()&fs.ModeSetuid != 0 {
+			perm |= 0o4000
+		}
+		if info.Mode()&fs.ModeSetgid != 0 {
+			perm |= 0o2000
+		}
+		if info.Mode()&fs.ModeSticky != 0 {
+			perm |= 0o1000
+		}
+		switch {
+		case d.IsDir():
+			h := hdr(name+"/", tar.TypeDir, perm)
+			h.ModTime = info.ModTime()
+			return tw.WriteHeader(h)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			h := hdr(name, tar.TypeSymlink, 0o777)
+			h.Linkname = target
+			h.ModTime = info.ModTime()
+			return tw.WriteHeader(h)
+		case d.Type().IsRegular():
+			f, err := root.Open(rel)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			st, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			if !st.Mode().IsRegular() {
+				return fmt.Errorf("%s changed type while being copied", rel)
+			}
+			h := hdr(name, tar.TypeReg, perm)
+			h.Size = st.Size()
+			h.ModTime = st.ModTime()
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			n, err := io.Copy(tw, io.LimitReader(f, st.Size()))
+			if err != nil {
+				return err
+			}
+			if n != st.Size() {
+				return fmt.Errorf("%s shrank while being copied", rel)
+			}
+			return nil
+		default:
+			return nil
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("reading workspace: %w", err)
+	}
+	return tw.Close()
+}

@@ -1,0 +1,352 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Labels every container of this backend carries, so that Reconcile can
+// tell leftovers of dead processes from containers in use.
+const (
+	LabelSandbox  = "pulse.sandbox"  // the sandbox (Backend) id
+	LabelSession  = "pulse.session"  // the session id given with WithSessionID
+	LabelHost     = "pulse.host"     // hostname of the owning process
+	LabelPID      = "pulse.pid"      // pid of the owning process
+	LabelPIDStart = "pulse.pidstart" // its start time, so a reused pid is not mistaken for it
+)
+
+// The hardened defaults, listed in Capabilities().Notes for `pulse doctor`.
+var hardenedNotes = []string{
+	"one warm container per sandbox and workspace, reused by every command",
+	"network: none for deny-all (loopback only), bridge for allow-all; allowlist unsupported",
+	"all capabilities dropped; no-new-privileges; engine default seccomp profile",
+	"read-only root filesystem; tmpfs /tmp; workspace copied into a volume, host workspace never mounted",
+	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
+	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container",
+	"timeouts and cancellation kill the command's process group inside the container",
+}
+
+type options struct {
+	image     string
+	host      string
+	cli       *client.Client
+	logger    *slog.Logger
+	session   string
+	limits    policy.ResourceLimits
+	tmpfsSize string
+}
+
+// Option configures a Backend.
+type Option func(*options) error
+
+// WithImage sets the image; without it PULSE_DOCKER_IMAGE, then
+// DefaultImage.
+func WithImage(ref string) Option {
+	return func(o *options) error {
+		if strings.TrimSpace(ref) == "" {
+			return errors.New("docker: empty image reference")
+		}
+		o.image = ref
+		return nil
+	}
+}
+
+// WithDockerHost sets the engine address (unix:///var/run/docker.sock,
+// tcp://...); without it DOCKER_HOST and the default socket are used.
+func WithDockerHost(host string) Option {
+	return func(o *options) error { o.host = host; return nil }
+}
+
+// WithClient uses an existing Engine API client; Close does not close it.
+func WithClient(c *client.Client) Option {
+	return func(o *options) error {
+		if c == nil {
+			return errors.New("docker: nil client")
+		}
+		o.cli = c
+		return nil
+	}
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("docker: nil logger")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithSessionID labels the backend's containers with a session id.
+func WithSessionID(id string) Option {
+	return func(o *options) error { o.session = id; return nil }
+}
+
+// WithContainerLimits sets the memory, cpu and pids limits of the
+// containers. The engine applies them to the container as a whole, so they
+// are fixed when the container is created; the Timeout, OutputBytes and
+// FileSizeBytes of each Request still apply per command.
+func WithContainerLimits(l policy.ResourceLimits) Option {
+	return func(o *options) error {
+		if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
+			return errors.New("docker: negative container limit")
+		}
+		o.limits = l
+		return nil
+	}
+}
+
+// Backend runs commands in Docker containers, one warm container per
+// workspace and network mode.
+type Backend struct {
+	cli     *client.Client
+	ownCli  bool
+	o       options
+	id      string
+	log     *slog.Logger
+	labels  map[string]string
+	closeCh chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	boxes  map[boxKey]*box
+	wg     sync.WaitGroup // running Exec calls
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+type boxKey struct {
+	workspace string
+	network   policy.NetworkMode
+}
+
+// New returns a Docker backend. It does not contact the engine: Probe
+// does, and the first Exec creates the container.
+func New(opts ...Option) (*Backend, error) {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.image == "" {
+		o.image = os.Getenv(ImageEnv)
+	}
+	if o.image == "" {
+		o.image = DefaultImage
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.tmpfsSize == "" {
+		o.tmpfsSize = "512m"
+	}
+	b := &Backend{o: o, log: o.logger, boxes: map[boxKey]*box{}, closeCh: make(chan struct{})}
+	b.id = randomID()
+	if o.cli != nil {
+		b.cli = o.cli
+	} else {
+		copts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+		if o.host != "" {
+			copts = append(copts, client.WithHost(o.host))
+		}
+		c, err := client.NewClientWithOpts(copts...)
+		if err != nil {
+			return nil, fmt.Errorf("docker: engine client: %w", err)
+		}
+		b.cli, b.ownCli = c, true
+	}
+	host, _ := os.Hostname()
+	b.labels = map[string]string{
+		LabelSandbox:  b.id,
+		LabelSession:  o.session,
+		LabelHost:     host,
+		LabelPID:      strconv.Itoa(os.Getpid()),
+		LabelPIDStart: procStart(os.Getpid()),
+	}
+	return b, nil
+}
+
+// ID is the sandbox id the backend's containers are labelled with.
+func (b *Backend) ID() string { return b.id }
+
+// Image is the image the backend runs.
+func (b *Backend) Image() string { return b.o.image }
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "docker" }
+
+// Probe implements backend.Backend: the engine must answer and the image
+// must be present.
+func (b *Backend) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.cli.Ping(ctx); err != nil {
+		return fmt.Errorf("docker: no engine answers at %s (%v); as root, start one with scripts/testenv.sh or `dockerd &`: %w",
+			b.cli.DaemonHost(), err, backend.ErrUnavailable)
+	}
+	if _, err := b.cli.ImageInspect(ctx, b.o.image); err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("docker: image %q is missing; build it with `pulse image build --tag %s`: %w",
+				b.o.image, b.o.image, backend.ErrUnavailable)
+		}
+		return fmt.Errorf("docker: inspecting image %q: %v: %w", b.o.image, err, backend.ErrUnavailable)
+	}
+	return nil
+}
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	l := b.o.limits
+	limits := map[string]secrets.EnforcementLevel{
+		"timeout":         secrets.Strong,
+		"output_bytes":    secrets.Strong,
+		"file_size_bytes": secrets.Strong,
+		"memory_bytes":    secrets.Unsupported,
+		"cpus":            secrets.Unsupported,
+		"pids":            secrets.Unsupported,
+	}
+	// Container-wide limits are only as good as what New was given.
+	if l.MemoryBytes > 0 {
+		limits["memory_bytes"] = secrets.Strong
+	}
+	if l.CPUs > 0 {
+		limits["cpus"] = secrets.Strong
+	}
+	if l.Pids > 0 {
+		limits["pids"] = secrets.Strong
+	}
+	notes := append([]string{"image: " + b.o.image}, hardenedNotes...)
+	return backend.Capabilities{
+		Isolation: backend.IsolationContainer,
+		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
+			policy.NetworkDenyAll:   secrets.Strong,
+			policy.NetworkAllowAll:  secrets.Strong,
+			policy.NetworkAllowlist: secrets.Unsupported,
+		},
+		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
+			secrets.DenyAll:   secrets.Strong,
+			secrets.AllowAll:  secrets.Strong,
+			secrets.Allowlist: secrets.Strong,
+		},
+		CapturesWrites: true,
+		Limits:         limits,
+		Notes:          notes,
+	}
+}
+
+// Close implements backend.Backend: it removes the backend's containers,
+// which ends every command still running, and waits for Exec calls.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.closeCh)
+	boxes := b.boxes
+	b.boxes = map[boxKey]*box{}
+	b.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, bx := range boxes {
+		<-bx.ready
+		if bx.id == "" {
+			continue
+		}
+		if err := b.remove(ctx, bx.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.wg.Wait()
+	if b.ownCli {
+		errs = append(errs, b.cli.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) remove(ctx context.Context, id string) error {
+	err := b.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
+		return fmt.Errorf("docker: removing container %.12s: %w", id, err)
+	}
+	return nil
+}
+
+// Reconcile implements backend.Backend: it removes containers labelled by
+// a process on this host that is no longer alive. Containers of live
+// processes, and of other hosts sharing the engine, are left alone.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelSandbox))})
+	if err != nil {
+		return fmt.Errorf("docker: listing sandbox containers: %v: %w", err, backend.ErrUnavailable)
+	}
+	host := b.labels[LabelHost]
+	var errs []error
+	for _, c := range list {
+		if c.Labels[LabelHost] != host || c.Labels[LabelSandbox] == b.id {
+			continue
+		}
+		pid, err := strconv.Atoi(c.Labels[LabelPID])
+		if err == nil && pid > 0 && procStart(pid) != "" && procStart(pid) == c.Labels[LabelPIDStart] {
+			continue // its owner is alive
+		}
+		b.log.Info("removing leftover sandbox container", "container", c.ID, "sandbox", c.Labels[LabelSandbox], "pid", c.Labels[LabelPID])
+		if err := b.remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// procStart returns the start time of pid in clock ticks since boot (field
+// 22 of /proc/PID/stat), or "" when there is no such process.
+func procStart(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	// The command name may hold spaces and parentheses; fields start
+	// after the last ')'.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+func randomID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,373 @@
+package docker
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+//go:embed wrapper.sh
+var wrapperScript string
+
+// killScript kills the process group the wrapper recorded for one
+// command. The group may not exist yet (the kill raced the start), so it
+// waits for the pgid file, or for the wrapper to finish, a bounded time.
+const killScript = `O=/pulse/out/$1; i=0
+while [ $i -lt 1000 ]; do
+	pg=$(cat "$O/pgid" 2>/dev/null)
+	if [ -n "$pg" ]; then kill -9 -- "-$pg" 2>/dev/null; exit 0; fi
+	[ -e "$O/status" ] && exit 0
+	usleep 5000; i=$((i+1))
+done`
+
+// maxOverlayBytes bounds what one command's overlay may hold in memory
+// when FileSizeBytes does not bound it more tightly.
+const maxOverlayBytes = 1 << 30
+
+// Exec implements backend.Backend.
+func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if err := validate(req); err != nil {
+		closeStdin(req)
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		closeStdin(req)
+		return nil, backend.ErrClosed
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer b.wg.Done()
+	defer closeStdin(req)
+
+	mode := req.Network.Mode
+	if mode == "" {
+		mode = policy.NetworkDenyAll // fail closed: unset means no network
+	}
+	ws := filepath.Clean(req.Workspace)
+	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode})
+	if err != nil {
+		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("docker: preparing the sandbox container: %v: %w", err, backend.ErrUnavailable)
+	}
+	return b.run(ctx, bx, req)
+}
+
+func validate(req *backend.Request) error {
+	if req == nil {
+		return fmt.Errorf("docker: nil request: %w", backend.ErrInvalidRequest)
+	}
+	if (len(req.Args) == 0) == (req.Shell == "") {
+		return fmt.Errorf("docker: exactly one of Args and Shell must be set: %w", backend.ErrInvalidRequest)
+	}
+	if !filepath.IsAbs(req.Workspace) {
+		return fmt.Errorf("docker: workspace %q is not an absolute path: %w", req.Workspace, backend.ErrInvalidRequest)
+	}
+	if st, err := os.Stat(req.Workspace); err != nil || !st.IsDir() {
+		return fmt.Errorf("docker: workspace %q is not a directory: %w", req.Workspace, backend.ErrInvalidRequest)
+	}
+	if _, err := containerDir(req.Dir); err != nil {
+		return err
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("docker: bad environment variable %q: %w", k, backend.ErrInvalidRequest)
+		}
+	}
+	for _, a := range append(append([]string{}, req.Args...), req.Shell) {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("docker: NUL byte in command: %w", backend.ErrInvalidRequest)
+		}
+	}
+	switch req.Network.Mode {
+	case "", policy.NetworkDenyAll, policy.NetworkAllowAll:
+	case policy.NetworkAllowlist:
+		return fmt.Errorf("docker: network allowlist cannot be enforced without an egress proxy: %w", backend.ErrUnsupported)
+	default:
+		return fmt.Errorf("docker: unknown network mode %q: %w", req.Network.Mode, backend.ErrInvalidRequest)
+	}
+	l := req.Limits
+	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
+		return fmt.Errorf("docker: negative limit: %w", backend.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// containerDir checks that dir stays inside the workspace and returns it
+// relative to the workspace root ("." for the root).
+func containerDir(dir string) (string, error) {
+	if dir == "" {
+		return ".", nil
+	}
+	if filepath.IsAbs(dir) || strings.IndexByte(dir, 0) >= 0 {
+		return "", fmt.Errorf("docker: dir %q must be relative to the workspace: %w", dir, backend.ErrInvalidRequest)
+	}
+	c := path.Clean(filepath.ToSlash(dir))
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("docker: dir %q leaves the workspace: %w", dir, backend.ErrInvalidRequest)
+	}
+	return c, nil
+}
+
+func closeStdin(req *backend.Request) {
+	if req == nil {
+		return
+	}
+	if c, ok := req.Stdin.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// buildEnv is the command's whole environment: the minimal base, then
+// req.Env; nothing of this process's environment.
+func buildEnv(env map[string]string) []string {
+	m := map[string]string{
+		"PATH": basePath,
+		"HOME": "/tmp",
+		"LANG": "C.UTF-8",
+		"TERM": "dumb",
+		"USER": sandboxUser,
+	}
+	for k, v := range env {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*backend.Result, error) {
+	limits := req.Limits.WithDefaults()
+	dir, _ := containerDir(req.Dir)
+	id := randomID()
+	kind, args := "args", req.Args
+	if req.Shell != "" {
+		kind, args = "shell", []string{req.Shell}
+	}
+	var fsize int64
+	if limits.FileSizeBytes > 0 {
+		fsize = (limits.FileSizeBytes + 511) / 512
+	}
+	clean := bx.takeClean()
+	cmd := append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec", id, dir, kind, strconv.FormatInt(fsize, 10), strings.Join(clean, " ")}, args...)
+
+	// The engine calls run on a context of their own: a cancelled ctx
+	// must still let us kill the command and read back its overlay.
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer cancelBG()
+	start := time.Now()
+	ec, err := b.cli.ContainerExecCreate(bg, bx.id, container.ExecOptions{
+		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		AttachStdin:  req.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          buildEnv(req.Env),
+		WorkingDir:   "/pulse",
+		Cmd:          cmd,
+	})
+	if err != nil {
+		requeue(bx, clean)
+		return nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	hj, err := b.cli.ContainerExecAttach(bg, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		requeue(bx, clean)
+		return nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	defer hj.Close()
+
+	var (
+		reasonMu sync.Mutex
+		reason   backend.TerminationReason
+		killOnce sync.Once
+	)
+	kill := func(r backend.TerminationReason) {
+		reasonMu.Lock()
+		if reason == "" {
+			reason = r
+		}
+		reasonMu.Unlock()
+		killOnce.Do(func() { go b.killGroup(bx.id, id) })
+	}
+
+	stdout := &capWriter{w: req.Stdout, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
+	stderr := &capWriter{w: req.Stderr, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
+
+	if req.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(hj.Conn, req.Stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+	streamDone := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		streamDone <- err
+	}()
+
+	timer := time.NewTimer(limits.Timeout)
+	defer timer.Stop()
+	var streamErr error
+wait:
+	for {
+		select {
+		case streamErr = <-streamDone:
+			break wait
+		case <-timer.C:
+			kill(backend.Timeout)
+		case <-ctx.Done():
+			kill(backend.Cancelled)
+			ctx = context.Background() // fire once
+		case <-b.closeCh:
+			kill(backend.Cancelled)
+			b.closeCh = nil
+		}
+	}
+	dur := time.Since(start)
+	if streamErr != nil {
+		b.log.Warn("exec output stream ended with an error", "exec", ec.ID, "err", streamErr)
+	}
+
+	insp, err := b.cli.ContainerExecInspect(bg, ec.ID)
+	for err == nil && insp.Running {
+		// The stream can close a moment before the engine records the
+		// exit; the exit code is needed, so wait for it.
+		time.Sleep(2 * time.Millisecond)
+		insp, err = b.cli.ContainerExecInspect(bg, ec.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("docker: inspecting exec (the container may be gone): %v: %w", err, backend.ErrUnavailable)
+	}
+
+	res := &backend.Result{ExitCode: insp.ExitCode, Termination: backend.Exited, Duration: dur}
+	res.Truncated = stdout.truncated() || stderr.truncated()
+
+	rc, _, err := b.cli.CopyFromContainer(bg, bx.id, "/pulse/out/"+id)
+	var oc *outcome
+	if err == nil {
+		lim := int64(maxOverlayBytes)
+		oc, err = parseOutTar(rc, lim)
+		rc.Close()
+	}
+	bx.addClean(id)
+	if err != nil {
+		// The command ran; what it wrote cannot be read back. Say so on
+		// its stderr rather than return a partial overlay.
+		fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: reading the command's changes failed: %v\n", err)
+		res.Overlay = nil
+	} else {
+		res.Overlay = oc.overlay
+		res.PID = oc.pgid
+		switch {
+		case oc.status == "nodir":
+			return nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
+		case strings.HasPrefix(oc.status, "exit "):
+		default:
+			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: the exec wrapper stopped (%s)\n", oc.status)
+		}
+		if oc.warn != "" {
+			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", oc.warn)
+		}
+	}
+	reasonMu.Lock()
+	r := reason
+	reasonMu.Unlock()
+	if r != "" {
+		res.Termination = r
+		res.ExitCode = -1
+		res.TimedOut = r == backend.Timeout
+	}
+	return res, nil
+}
+
+func requeue(bx *box, clean []string) {
+	for _, c := range clean {
+		bx.addClean(c)
+	}
+}
+
+func stderrOrDiscard(req *backend.Request) io.Writer {
+	if req.Stderr != nil {
+		return req.Stderr
+	}
+	return io.Discard
+}
+
+// killGroup runs the kill script in a second exec. It is detached: the
+// command's own exec ending is what Exec waits for.
+func (b *Backend) killGroup(containerID, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
+		User: fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		Cmd:  []string{"/bin/sh", "-c", killScript, "pulse-kill", id},
+	})
+	if err == nil {
+		err = b.cli.ContainerExecStart(ctx, ec.ID, container.ExecStartOptions{Detach: true})
+	}
+	if err != nil {
+		b.log.Warn("killing a command's process group failed", "container", containerID, "exec", id, "err", err)
+	}
+}
+
+// capWriter passes at most limit bytes to w, then drops the rest and calls
+// over once. Writes to a nil w are discarded.
+type capWriter struct {
+	w     io.Writer
+	limit int64
+	over  func()
+
+	mu    sync.Mutex
+	n     int64
+	trunc bool
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(p)
+	room := c.limit - c.n
+	if c.limit > 0 && int64(len(p)) > room {
+		p = p[:max(room, 0)]
+		if !c.trunc {
+			c.trunc = true
+			c.over()
+		}
+	}
+	c.n += int64(len(p))
+	if c.w != nil && len(p) > 0 {
+		if _, err := c.w.Write(p); err != nil {
+			// A failing sink must not stall the command; drop the rest.
+			c.w = nil
+		}
+	}
+	return n, nil
+}
+
+func (c *capWriter) truncated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trunc
+}

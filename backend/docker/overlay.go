@@ -1,0 +1,212 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// ErrBadOverlay is returned when what a command left in its out directory
+// cannot be trusted: an unsafe path, an unexpected entry type, or more
+// bytes than allowed. The command runs as the same user as the wrapper
+// that writes the out directory, so its content is untrusted input.
+var ErrBadOverlay = errors.New("docker: bad overlay")
+
+// outcome is what the wrapper left behind for one command.
+type outcome struct {
+	status  string // "exit N", or why the wrapper stopped ("nodir", "copy", ...)
+	pgid    int
+	warn    string
+	overlay *backend.Overlay
+}
+
+// parseOutTar reads the tar the engine returns for /pulse/out/ID: the
+// wrapper's small status files and files.tar, the changed entries. It
+// fails closed on anything it does not expect. maxBytes bounds the sum of
+// file contents (0: no bound).
+func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
+	out := &outcome{}
+	var deleted []string
+	var files []backend.File
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading out directory: %v", ErrBadOverlay, err)
+		}
+		name := h.Name
+		if i := strings.IndexByte(name, '/'); i >= 0 {
+			name = name[i+1:] // drop the ID/ directory
+		} else {
+			continue
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		switch name {
+		case "status", "pgid", "warn", "deleted":
+			b, err := io.ReadAll(io.LimitReader(tr, 1<<24))
+			if err != nil {
+				return nil, fmt.Errorf("%w: reading %s: %v", ErrBadOverlay, name, err)
+			}
+			switch name {
+			case "status":
+				out.status = strings.TrimSpace(string(b))
+			case "pgid":
+				out.pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			case "warn":
+				out.warn = strings.TrimSpace(string(b))
+			case "deleted":
+				for _, l := range strings.Split(string(b), "\n") {
+					if l == "" {
+						continue
+					}
+					p, err := cleanPath(l)
+					if err != nil {
+						return nil, err
+					}
+					if p != "" {
+						deleted = append(deleted, p)
+					}
+				}
+			}
+		case "files.tar":
+			var lim int64 = -1
+			if maxBytes > 0 {
+				lim = maxBytes
+			}
+			files, err = parseFilesTar(tr, lim)
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	sort.Strings(deleted)
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	for i := 1; i < len(files); i++ {
+		if files[i].Path == files[i-1].Path {
+			return nil, fmt.Errorf("%w: %q listed twice", ErrBadOverlay, files[i].Path)
+		}
+	}
+	if len(files) > 0 || len(deleted) > 0 {
+		out.overlay = &backend.Overlay{Files: files, Deleted: deleted}
+	} else {
+		out.overlay = &backend.Overlay{}
+	}
+	return out, nil
+}
+
+// parseFilesTar reads the changed entries. limit < 0 means unbounded.
+func parseFilesTar(r io.Reader, limit int64) ([]backend.File, error) {
+	var files []backend.File
+	tr := tar.NewReader(r)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading changed files: %v", ErrBadOverlay, err)
+		}
+		p, err := cleanPath(h.Name)
+		if err != nil {
+			return nil, err
+		}
+		if p == "" {
+			continue // the workspace root itself
+		}
+		perm := fs.FileMode(h.Mode) & fs.ModePerm
+		if h.Mode&0o4000 != 0 {
+			perm |= fs.ModeSetuid
+		}
+		if h.Mode&0o2000 != 0 {
+			perm |= fs.ModeSetgid
+		}
+		if h.Mode&0o1000 != 0 {
+			perm |= fs.ModeSticky
+		}
+		f := backend.File{Path: p}
+		switch h.Typeflag {
+		case tar.TypeReg:
+			if h.Size < 0 || limit >= 0 && total+h.Size > limit {
+				return nil, fmt.Errorf("%w: changed files exceed %d bytes", ErrBadOverlay, limit)
+			}
+			var buf bytes.Buffer
+			buf.Grow(int(min(h.Size, 1<<20)))
+			n, err := io.Copy(&buf, io.LimitReader(tr, h.Size))
+			if err != nil || n != h.Size {
+				return nil, fmt.Errorf("%w: %q truncated", ErrBadOverlay, p)
+			}
+			total += n
+			f.Mode = perm
+			f.Data = buf.Bytes()
+			if f.Data == nil {
+				f.Data = []byte{}
+			}
+		case tar.TypeDir:
+			f.Mode = fs.ModeDir | perm
+		case tar.TypeSymlink:
+			if h.Linkname == "" || strings.IndexByte(h.Linkname, 0) >= 0 {
+				return nil, fmt.Errorf("%w: symlink %q has a bad target", ErrBadOverlay, p)
+			}
+			f.Mode = fs.ModeSymlink | 0o777
+			f.Data = []byte(h.Linkname)
+		case tar.TypeLink:
+			// busybox tar stores a second name of a hard-linked file as a
+			// link to the first; the overlay carries content, so resolve it.
+			tp, err := cleanPath(h.Linkname)
+			if err != nil {
+				return nil, err
+			}
+			found := false
+			for _, g := range files {
+				if g.Path == tp && g.Mode.IsRegular() {
+					f.Mode, f.Data, found = perm, g.Data, true
+					total += int64(len(g.Data))
+					break
+				}
+			}
+			if !found || limit >= 0 && total > limit {
+				return nil, fmt.Errorf("%w: hard link %q to %q", ErrBadOverlay, p, h.Linkname)
+			}
+		default:
+			// fifos, devices, sockets: not workspace content.
+			continue
+		}
+		files = append(files, f)
+	}
+}
+
+// cleanPath turns a wrapper path ("./a/b") into an overlay path ("a/b"),
+// refusing anything that could leave the workspace or touch .pulse/.
+func cleanPath(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 || strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("%w: unsafe path %q", ErrBadOverlay, p)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", fmt.Errorf("%w: unsafe path %q", ErrBadOverlay, p)
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", nil
+	}
+	if c == ".pulse" || strings.HasPrefix(c, ".pulse/") {
+		return "", fmt.Errorf("%w: path under .pulse/: %q", ErrBadOverlay, p)
+	}
+	return c, nil
+}
