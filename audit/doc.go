@@ -1,0 +1,21 @@
+// Package audit writes and verifies the tamper-evident audit log: one JSON
+// object per line (schema in SCHEMA.md), every string field scrubbed of
+// secrets, each line chained to the one before by SHA-256.
+//
+// Promises:
+//   - A line is written with one append while an advisory lock (flock on
+//     PATH.lock) is held, and the chain head is read from the file under
+//     that lock, so any number of processes appending to one path keep one
+//     valid chain. A torn last line left by a crashed writer is cut off by
+//     the next append.
+//   - hash = hex(SHA-256(prev_hash || the line's bytes up to, not
+//     including, its final ,"hash":... member, then "}")). The hash covers
+//     the bytes as written, so any change to a line shows.
+//   - Rotation (WithMaxSize) renames the file to PATH.<last seq> and the
+//     chain continues in the new file; Verify checks all of them as one.
+//   - Verify reports the first modified, deleted, inserted, reordered or
+//     torn line by file, line and seq, and never panics on bad input.
+//     Removing whole lines from the end cannot be seen from the file alone:
+//     keep Report.LastSeq/LastHash somewhere else to check against.
+//   - Files are created with mode 0600.
+package audit

@@ -1,0 +1,538 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// ErrClosed: Record was called after Close.
+var ErrClosed = errors.New("audit logger closed")
+
+// Durability says when appended events are forced to stable storage.
+type Durability struct {
+	mode     int
+	interval time.Duration
+}
+
+const (
+	modeNone = iota
+	modeInterval
+	modeEvent
+)
+
+// The durability choices. What a crash loses:
+//   - NoSync: nothing when only the process dies (the kernel has the
+//     bytes); after a power loss or kernel crash, whatever the kernel had
+//     not yet written back, typically the last 5 to 30 seconds.
+//   - SyncEvery(d): after a power loss, at most the events of the last d
+//     (plus one fsync's duration). The default is SyncEvery(100ms).
+//   - SyncEachEvent: nothing that Record reported as written; each Record
+//     waits for an fsync, so it is the slowest.
+var (
+	NoSync        = Durability{mode: modeNone}
+	SyncEachEvent = Durability{mode: modeEvent}
+)
+
+// SyncEvery returns the durability that fsyncs at most every d while
+// events are being written. d <= 0 means SyncEachEvent.
+func SyncEvery(d time.Duration) Durability {
+	if d <= 0 {
+		return SyncEachEvent
+	}
+	return Durability{mode: modeInterval, interval: d}
+}
+
+func (d Durability) String() string {
+	switch d.mode {
+	case modeNone:
+		return "none"
+	case modeEvent:
+		return "each-event"
+	}
+	return "every-" + d.interval.String()
+}
+
+// Option configures a Logger.
+type Option func(*options) error
+
+type options struct {
+	scrubber   *secrets.Scrubber
+	sessionID  string
+	durability Durability
+	maxSize    int64
+	log        *slog.Logger
+}
+
+// WithScrubber redacts every string field of every event with s before it
+// is written.
+func WithScrubber(s *secrets.Scrubber) Option {
+	return func(o *options) error { o.scrubber = s; return nil }
+}
+
+// WithSessionID sets session_id on events recorded without one.
+func WithSessionID(id string) Option {
+	return func(o *options) error { o.sessionID = id; return nil }
+}
+
+// WithDurability chooses when events are fsynced; see Durability.
+func WithDurability(d Durability) Option {
+	return func(o *options) error { o.durability = d; return nil }
+}
+
+// WithMaxSize rotates the log when appending would make it larger than n
+// bytes: the file is renamed to PATH.<last seq, 20 digits> and a new one is
+// started whose chain continues the old one. 0 (the default) never rotates.
+func WithMaxSize(n int64) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("audit: negative max size %d", n)
+		}
+		o.maxSize = n
+		return nil
+	}
+}
+
+// WithLogger sets where the logger reports repairs and sync failures.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l != nil {
+			o.log = l
+		}
+		return nil
+	}
+}
+
+// Logger appends events to a hash-chained JSONL file. It is safe for
+// concurrent use, and any number of Loggers, in this process or others, may
+// append to one path: each append holds an advisory lock (flock on
+// PATH.lock) and continues the chain from the last line on disk.
+type Logger struct {
+	path string
+	o    options
+
+	mu     sync.Mutex
+	lockf  *os.File
+	f      *os.File
+	fid    fileID
+	closed bool
+	dirty  bool
+	// What the file ended with after our last append, so that the next
+	// append can skip re-reading it when nobody else has written.
+	cacheOK   bool
+	cacheSize int64
+	lastSeq   uint64
+	lastHash  string
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// Open opens (creating with mode 0600 if needed) the log at path for
+// appending. The directory must exist.
+func Open(path string, opts ...Option) (*Logger, error) {
+	o := options{durability: SyncEvery(100 * time.Millisecond)}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	lockf, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open lock file: %w", err)
+	}
+	l := &Logger{path: path, o: o, lockf: lockf}
+	if err := l.reopen(); err != nil {
+		lockf.Close()
+		return nil, err
+	}
+	if o.durability.mode == modeInterval {
+		l.stop, l.done = make(chan struct{}), make(chan struct{})
+		go l.syncLoop(o.durability.interval)
+	}
+	return l, nil
+}
+
+// Path is the live log file.
+func (l *Logger) Path() string { return l.path }
+
+func (l *Logger) reopen() error {
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit: open log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: stat log: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		// An audit log may quote commands and paths; keep it private.
+		if err := f.Chmod(0o600); err != nil {
+			l.o.log.Warn("audit log is readable by others and could not be restricted", "path", l.path, "err", err)
+		}
+	}
+	if l.f != nil {
+		l.f.Close()
+	}
+	l.f = f
+	l.fid = idOf(st)
+	l.cacheOK = false
+	return nil
+}
+
+func idOf(st os.FileInfo) fileID {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return fileID{dev: uint64(s.Dev), ino: uint64(s.Ino)}
+	}
+	return fileID{}
+}
+
+func (l *Logger) syncLoop(every time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.mu.Lock()
+			if l.dirty && !l.closed {
+				if err := l.f.Sync(); err != nil {
+					l.o.log.Error("audit log fsync failed", "path", l.path, "err", err)
+				}
+				l.dirty = false
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// Record appends e to the log. It fills in Time (when zero), Seq, PrevHash
+// and Hash, sets SessionID when the logger has one and e has none, and
+// redacts every string field with the logger's scrubber. It returns once
+// the line is written (and, with SyncEachEvent, synced). ctx is checked
+// before the lock is taken; waiting for the lock is not interruptible.
+func (l *Logger) Record(ctx context.Context, e Event) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if err := flock(l.lockf, true); err != nil {
+		return fmt.Errorf("audit: lock: %w", err)
+	}
+	defer flock(l.lockf, false)
+
+	size, err := l.current()
+	if err != nil {
+		return err
+	}
+	seq, prev := l.lastSeq, l.lastHash
+
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Time = e.Time.UTC()
+	if e.SessionID == "" {
+		e.SessionID = l.o.sessionID
+	}
+	e.scrub(l.o.scrubber)
+	e.Seq = seq + 1
+	e.PrevHash = prev
+	canon, err := e.canonical()
+	if err != nil {
+		return fmt.Errorf("audit: encode event: %w", err)
+	}
+	sum := chainHash(prev, canon)
+	line := make([]byte, 0, len(canon)+len(hashKey)+hashLen+3)
+	line = append(line, canon[:len(canon)-1]...)
+	line = append(line, hashKey...)
+	line = append(line, sum...)
+	line = append(line, '"', '}', '\n')
+
+	if l.o.maxSize > 0 && size > 0 && size+int64(len(line)) > l.o.maxSize {
+		if err := l.rotate(seq); err != nil {
+			return err
+		}
+		size = 0
+	}
+	if n, err := l.f.Write(line); err != nil {
+		// Take a partial line back out so that the next append does not
+		// glue onto it; if that fails too, the next append repairs it.
+		if n > 0 {
+			_ = l.f.Truncate(size)
+		}
+		l.cacheOK = false
+		return fmt.Errorf("audit: append: %w", err)
+	}
+	switch l.o.durability.mode {
+	case modeEvent:
+		if err := l.f.Sync(); err != nil {
+			l.cacheOK = false
+			return fmt.Errorf("audit: fsync: %w", err)
+		}
+	case modeInterval:
+		l.dirty = true
+	}
+	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size+int64(len(line)), e.Seq, sum
+	return nil
+}
+
+// chainHash is hex(SHA-256(prev_hash as its 64 hex characters || canonical)).
+func chainHash(prev string, canonical []byte) string {
+	h := sha256.New()
+	io.WriteString(h, prev)
+	h.Write(canonical)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// current makes l.f the file now at l.path (another process may have
+// rotated it) and loads the chain head from disk unless nothing changed
+// since our own last append. It returns the file size. Call with the lock.
+func (l *Logger) current() (int64, error) {
+	st, err := os.Stat(l.path)
+	if err != nil || idOf(st) != l.fid {
+		if err := l.reopen(); err != nil {
+			return 0, err
+		}
+	}
+	fst, err := l.f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("audit: stat log: %w", err)
+	}
+	size := fst.Size()
+	if l.cacheOK && size == l.cacheSize {
+		return size, nil
+	}
+	size, seq, hash, err := l.readHead(size)
+	if err != nil {
+		return 0, err
+	}
+	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size, seq, hash
+	return size, nil
+}
+
+// readHead finds the chain head: the last complete line of the live file,
+// or of the newest rotated file when the live one is empty. A torn last
+// line (a writer died mid-append) is cut off, since no live writer can be
+// writing while we hold the lock.
+func (l *Logger) readHead(size int64) (int64, uint64, string, error) {
+	if size > 0 {
+		last, keep, err := lastLine(l.f, size)
+		if err != nil {
+			return 0, 0, "", fmt.Errorf("audit: read log tail: %w", err)
+		}
+		if keep != size {
+			l.o.log.Warn("audit log ended in a torn line; cutting it off", "path", l.path, "bytes", size-keep)
+			if err := l.f.Truncate(keep); err != nil {
+				return 0, 0, "", fmt.Errorf("audit: repair torn tail: %w", err)
+			}
+			size = keep
+		}
+		if last != nil {
+			seq, hash, err := headOf(last)
+			if err != nil {
+				return 0, 0, "", fmt.Errorf("audit: %s: last line: %w", l.path, err)
+			}
+			return size, seq, hash, nil
+		}
+	}
+	rotated, err := rotatedFiles(l.path)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	for i := len(rotated) - 1; i >= 0; i-- {
+		seq, hash, ok, err := lastOfFile(rotated[i])
+		if err != nil {
+			return 0, 0, "", err
+		}
+		if ok {
+			return size, seq, hash, nil
+		}
+	}
+	return size, 0, GenesisHash, nil
+}
+
+func headOf(line []byte) (uint64, string, error) {
+	e, err := ParseLine(line)
+	if err != nil {
+		return 0, "", err
+	}
+	if _, h, ok := splitLine(line); !ok || h != e.Hash {
+		return 0, "", fmt.Errorf("%w: line does not end with its hash", ErrMalformed)
+	}
+	return e.Seq, e.Hash, nil
+}
+
+func lastOfFile(path string) (uint64, string, bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, "", false, fmt.Errorf("audit: %w", err)
+	}
+	last, _, err := lastLine(f, st.Size())
+	if err != nil || last == nil {
+		return 0, "", false, err
+	}
+	seq, hash, err := headOf(last)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("audit: %s: last line: %w", path, err)
+	}
+	return seq, hash, true, nil
+}
+
+// lastLine returns the last newline-terminated line of f (without the
+// newline), or nil, and the offset just after it: bytes from there to size
+// are a torn line.
+func lastLine(f *os.File, size int64) ([]byte, int64, error) {
+	const chunk = 64 << 10
+	var tail []byte
+	end := size
+	keep := int64(-1)
+	for end > 0 {
+		start := end - chunk
+		if start < 0 {
+			start = 0
+		}
+		buf := make([]byte, end-start)
+		if _, err := f.ReadAt(buf, start); err != nil {
+			return nil, 0, err
+		}
+		tail = append(buf, tail...)
+		base := start
+		if keep < 0 {
+			if i := bytes.LastIndexByte(tail, '\n'); i >= 0 {
+				keep = base + int64(i) + 1
+			}
+		}
+		if keep >= 0 {
+			// Need the newline before the last line too (or the start).
+			rel := int(keep - base - 1) // index of the final newline in tail
+			if j := bytes.LastIndexByte(tail[:rel], '\n'); j >= 0 {
+				return append([]byte(nil), tail[j+1:rel]...), keep, nil
+			}
+			if base == 0 {
+				return append([]byte(nil), tail[:rel]...), keep, nil
+			}
+		}
+		end = start
+		if size-end > 64<<20 {
+			return nil, 0, fmt.Errorf("%w: last line longer than 64 MiB", ErrMalformed)
+		}
+	}
+	return nil, 0, nil
+}
+
+// rotate renames the live file aside and starts a new one. Call with the
+// lock held; seq is the last sequence number in the live file.
+func (l *Logger) rotate(seq uint64) error {
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("audit: fsync before rotation: %w", err)
+	}
+	name := rotatedName(l.path, seq)
+	if err := os.Rename(l.path, name); err != nil {
+		return fmt.Errorf("audit: rotate: %w", err)
+	}
+	if err := l.reopen(); err != nil {
+		return err
+	}
+	syncDir(filepath.Dir(l.path))
+	l.o.log.Info("audit log rotated", "path", l.path, "to", name)
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+func rotatedName(path string, seq uint64) string {
+	return fmt.Sprintf("%s.%020d", path, seq)
+}
+
+// rotatedFiles lists PATH.<20 digits> files, oldest first.
+func rotatedFiles(path string) ([]string, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("audit: list rotated files: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, base+".") {
+			continue
+		}
+		suf := n[len(base)+1:]
+		if len(suf) != 20 {
+			continue
+		}
+		if _, err := strconv.ParseUint(suf, 10, 64); err != nil {
+			continue
+		}
+		out = append(out, filepath.Join(dir, n))
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Close syncs (unless NoSync) and closes the log. It is idempotent.
+func (l *Logger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	stop, done := l.stop, l.done
+	var err error
+	if l.o.durability.mode != modeNone {
+		err = l.f.Sync()
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := l.lockf.Close(); err == nil {
+		err = cerr
+	}
+	l.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	return err
+}

@@ -1,0 +1,187 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Verification errors; a *VerifyError wraps one of them.
+var (
+	// ErrTampered: the chain is broken: a line was modified, deleted,
+	// inserted or moved.
+	ErrTampered = errors.New("audit log tampered")
+	// ErrTornTail: the last line has no newline: a writer died mid-append
+	// (the next append repairs it) or the file was cut short.
+	ErrTornTail = errors.New("audit log ends in an incomplete line")
+)
+
+// MaxLineLen bounds one line of the log; Verify reports longer lines as
+// malformed instead of reading them into memory.
+const MaxLineLen = 16 << 20
+
+// Report is what Verify found.
+type Report struct {
+	// Files verified, oldest first: the rotated files, then the live one.
+	Files []string
+	// Events is the number of lines whose chain was intact.
+	Events int
+	// FirstSeq and LastSeq bound the intact prefix; LastHash is the hash
+	// of event LastSeq. Record them elsewhere to detect later truncation
+	// of the log's tail, which no hash chain can show on its own.
+	FirstSeq, LastSeq uint64
+	LastHash          string
+	// BadSeq is the first sequence number found bad (0 when intact): the
+	// seq the bad line should have had.
+	BadSeq uint64
+}
+
+// VerifyError says where the chain first broke.
+type VerifyError struct {
+	File string
+	Line int    // 1-based line number in File
+	Seq  uint64 // the seq expected at that line
+	Msg  string
+	Err  error // ErrTampered, ErrMalformed or ErrTornTail
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("audit: %s:%d: seq %d: %s", e.File, e.Line, e.Seq, e.Msg)
+}
+
+func (e *VerifyError) Unwrap() error { return e.Err }
+
+// Verify checks the log at path and the files rotated from it, oldest
+// first, as one chain: the first event has seq 1 and the genesis
+// prev_hash, each next event has seq+1 and the previous hash as prev_hash,
+// and each hash is SHA-256 of the previous hash and the line's bytes before
+// its hash member. It returns the Report and, when the chain is broken, a
+// *VerifyError naming the file, line and seq. It never panics on bad input.
+func Verify(path string) (Report, error) {
+	var rep Report
+	files, err := rotatedFiles(path)
+	if err != nil {
+		return rep, err
+	}
+	if _, err := os.Stat(path); err == nil {
+		files = append(files, path)
+	} else if len(files) == 0 {
+		return rep, fmt.Errorf("audit: %w", err)
+	}
+	rep.Files = files
+	v := verifier{rep: &rep, prev: GenesisHash}
+	for _, f := range files {
+		if err := v.file(f); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// VerifyReader checks one stream as a whole log (seq from 1). name is used
+// in error messages.
+func VerifyReader(r io.Reader, name string) (Report, error) {
+	rep := Report{Files: []string{name}}
+	v := verifier{rep: &rep, prev: GenesisHash}
+	return rep, v.stream(r, name)
+}
+
+type verifier struct {
+	rep  *Report
+	prev string
+	seq  uint64
+}
+
+func (v *verifier) file(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	return v.stream(f, path)
+}
+
+func (v *verifier) stream(r io.Reader, name string) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		want := v.seq + 1
+		bad := func(kind error, format string, args ...any) error {
+			v.rep.BadSeq = want
+			return &VerifyError{File: name, Line: lineNo, Seq: want, Msg: fmt.Sprintf(format, args...), Err: kind}
+		}
+		line, err := readLine(br)
+		if err == io.EOF {
+			return nil
+		}
+		if errors.Is(err, errLineTooLong) {
+			return bad(ErrMalformed, "line longer than %d bytes", MaxLineLen)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return bad(ErrTornTail, "last line is incomplete (%d bytes, no newline)", len(line))
+		}
+		if err != nil {
+			return fmt.Errorf("audit: read %s: %w", name, err)
+		}
+		e, perr := ParseLine(line)
+		if perr != nil {
+			if v.seq == 0 && lineNo == 1 {
+				return bad(ErrMalformed, "not an audit log: %v", perr)
+			}
+			return bad(ErrMalformed, "%v", perr)
+		}
+		canon, claimed, ok := splitLine(line)
+		if !ok || claimed != e.Hash {
+			return bad(ErrMalformed, "line does not end with its hash member")
+		}
+		switch {
+		case e.Seq == want:
+		case e.Seq > want:
+			return bad(ErrTampered, "events %d..%d are missing (line has seq %d)", want, e.Seq-1, e.Seq)
+		default:
+			return bad(ErrTampered, "out of order: line has seq %d after seq %d (inserted or moved)", e.Seq, v.seq)
+		}
+		if e.PrevHash != v.prev {
+			return bad(ErrTampered, "prev_hash does not match the hash of seq %d (a line before it was changed, removed or inserted)", v.seq)
+		}
+		if got := chainHash(v.prev, canon); got != e.Hash {
+			return bad(ErrTampered, "hash mismatch: the line was modified")
+		}
+		if v.rep.Events == 0 {
+			v.rep.FirstSeq = e.Seq
+		}
+		v.rep.Events++
+		v.rep.LastSeq, v.rep.LastHash = e.Seq, e.Hash
+		v.seq, v.prev = e.Seq, e.Hash
+	}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line without its newline. A final line with no
+// newline comes back with io.ErrUnexpectedEOF.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxLineLen+1 {
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(line, []byte("\n")), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF:
+			if len(line) == 0 {
+				return nil, io.EOF
+			}
+			return line, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,25 @@
+// Package secrets keeps secret values out of what a sandboxed command
+// shows: its output, the files it stages and the audit log.
+//
+// A Scrubber replaces every configured value, and by default its base64,
+// hex and URL-encoded forms, with "[REDACTED]" (or "[REDACTED:name]" for
+// named secrets). Matching is leftmost-longest over all forms at once, with
+// an Aho-Corasick automaton behind a skip filter, so the cost does not grow
+// with the number of secrets. Values shorter than MinSecretLen bytes are
+// refused, never skipped silently. Optional detectors find well-known
+// credential shapes nobody configured (PEM private keys, AWS key ids,
+// GitHub tokens, JWTs).
+//
+// Promises:
+//   - Redact, RedactBytes, Contains and NewWriter agree: the output of a
+//     Writer is byte for byte Redact of everything written to it, however
+//     the input was split into Write calls.
+//   - A Writer holds back at most HoldBack() bytes (the longest form minus
+//     one, without detectors) and writes them on Close.
+//   - A Scrubber is immutable and safe for concurrent use; a nil *Scrubber
+//     redacts nothing.
+//
+// The package also holds the vocabulary the backends use to say how well
+// they keep secrets from a command: Mode, SecretPolicy and
+// EnforcementLevel.
+package secrets

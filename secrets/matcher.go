@@ -1,0 +1,205 @@
+package secrets
+
+import "encoding/binary"
+
+// matcher finds literal patterns with leftmost-longest semantics: among the
+// matches that start earliest it picks the longest, then continues after it.
+// It is an Aho-Corasick automaton (a dense DFA over byte classes) behind a
+// Wu-Manber style skip filter: the filter jumps over text where no pattern
+// can start, and the automaton only runs where one might.
+//
+// It is written here rather than taken from a library because the one
+// maintained Go port with leftmost-longest semantics measured about 230 MB/s
+// and 3x a strings.Replacer on 100 secrets; this one is well above 1 GB/s on
+// the same input (see BenchmarkRedact).
+type matcher struct {
+	classes [256]uint8 // byte -> equivalence class
+	stride  int        // number of classes
+	delta   []int32    // state*stride + class -> next state
+	outLen  []int32    // longest pattern that ends in the state (0: none)
+	outPat  []int32    // that pattern's index
+	minLen  int
+	maxLen  int
+	skip    []uint8 // nil when minLen < skipBlock
+}
+
+const (
+	skipBlock = 4
+	skipBits  = 16
+)
+
+func skipHash(x uint32) uint32 { return (x * 0x9E3779B1) >> (32 - skipBits) }
+
+// newMatcher builds a matcher for patterns, which must be non-empty and
+// distinct. An empty pattern list gives a matcher that never matches.
+func newMatcher(patterns [][]byte) *matcher {
+	m := &matcher{}
+	if len(patterns) == 0 {
+		return m
+	}
+	// Byte classes: bytes that occur in no pattern share class 0; every
+	// byte that occurs gets its own class. That keeps the table small for
+	// the usual alphanumeric secrets.
+	var used [256]bool
+	for _, p := range patterns {
+		for _, b := range p {
+			used[b] = true
+		}
+	}
+	n := 1
+	for b := 0; b < 256; b++ {
+		if used[b] {
+			m.classes[b] = uint8(n)
+			n++
+		}
+	}
+	// More than 255 distinct bytes cannot happen with 256 values plus the
+	// unused class only when every byte is used; then class 0 is unused
+	// and n is 257, so fold: use the byte itself as class.
+	if n > 256 {
+		for b := 0; b < 256; b++ {
+			m.classes[b] = uint8(b)
+		}
+		n = 256
+	}
+	m.stride = n
+
+	// Trie.
+	type node struct {
+		next  map[uint8]int32
+		depth int32
+		pat   int32 // pattern ending exactly here, -1 if none
+	}
+	nodes := []node{{next: map[uint8]int32{}, pat: -1}}
+	m.minLen, m.maxLen = len(patterns[0]), 0
+	for pi, p := range patterns {
+		if len(p) < m.minLen {
+			m.minLen = len(p)
+		}
+		if len(p) > m.maxLen {
+			m.maxLen = len(p)
+		}
+		cur := int32(0)
+		for _, b := range p {
+			c := m.classes[b]
+			nx, ok := nodes[cur].next[c]
+			if !ok {
+				nx = int32(len(nodes))
+				nodes = append(nodes, node{next: map[uint8]int32{}, depth: nodes[cur].depth + 1, pat: -1})
+				nodes[cur].next[c] = nx
+			}
+			cur = nx
+		}
+		nodes[cur].pat = int32(pi)
+	}
+
+	// Failure links by breadth-first search, filling the DFA as we go.
+	ns := len(nodes)
+	m.delta = make([]int32, ns*n)
+	m.outLen = make([]int32, ns)
+	m.outPat = make([]int32, ns)
+	fail := make([]int32, ns)
+	queue := make([]int32, 0, ns)
+	for c := 0; c < n; c++ {
+		if nx, ok := nodes[0].next[uint8(c)]; ok {
+			m.delta[c] = nx
+			fail[nx] = 0
+			queue = append(queue, nx)
+		}
+	}
+	for qi := 0; qi < len(queue); qi++ {
+		s := queue[qi]
+		// Longest output: the state's own pattern is longer than any
+		// pattern reachable through its failure link.
+		if nodes[s].pat >= 0 {
+			m.outLen[s] = nodes[s].depth
+			m.outPat[s] = nodes[s].pat
+		} else {
+			m.outLen[s] = m.outLen[fail[s]]
+			m.outPat[s] = m.outPat[fail[s]]
+		}
+		for c := 0; c < n; c++ {
+			if nx, ok := nodes[s].next[uint8(c)]; ok {
+				m.delta[int(s)*n+c] = nx
+				fail[nx] = m.delta[int(fail[s])*n+c]
+				queue = append(queue, nx)
+			} else {
+				m.delta[int(s)*n+c] = m.delta[int(fail[s])*n+c]
+			}
+		}
+	}
+
+	if m.minLen >= skipBlock {
+		m.skip = make([]uint8, 1<<skipBits)
+		def := m.minLen - skipBlock + 1
+		if def > 255 {
+			def = 255
+		}
+		for i := range m.skip {
+			m.skip[i] = uint8(def)
+		}
+		// A window is the minLen bytes at a candidate start; its last
+		// block is hashed. A block that ends q bytes into some pattern
+		// means that pattern may start minLen-q bytes earlier.
+		for _, p := range patterns {
+			for q := skipBlock; q <= m.minLen; q++ {
+				h := skipHash(binary.LittleEndian.Uint32(p[q-skipBlock : q]))
+				if sh := m.minLen - q; sh < int(m.skip[h]) {
+					m.skip[h] = uint8(sh)
+				}
+			}
+		}
+	}
+	return m
+}
+
+// next returns the first leftmost-longest match in t that starts at or after
+// from, or start -1. The automaton restarts at from, so callers iterate by
+// passing the previous match's end.
+func (m *matcher) next(t []byte, from int) (start, end, pat int) {
+	if m.maxLen == 0 {
+		return -1, -1, -1
+	}
+	n := len(t)
+	i := from
+	for {
+		if m.skip != nil {
+			p := i
+			for p+m.minLen <= n {
+				sh := m.skip[skipHash(binary.LittleEndian.Uint32(t[p+m.minLen-skipBlock:]))]
+				if sh == 0 {
+					break
+				}
+				p += int(sh)
+			}
+			if p+m.minLen > n {
+				return -1, -1, -1
+			}
+			i = p
+		}
+		st := int32(0)
+		cs, ce, cp := -1, -1, -1
+		for i < n {
+			st = m.delta[int(st)*m.stride+int(m.classes[t[i]])]
+			i++
+			if l := int(m.outLen[st]); l > 0 {
+				if s0 := i - l; cs < 0 || s0 < cs || (s0 == cs && i > ce) {
+					cs, ce, cp = s0, i, int(m.outPat[st])
+				}
+			}
+			if cs >= 0 {
+				if i-cs >= m.maxLen {
+					return cs, ce, cp
+				}
+			} else if st == 0 && m.skip != nil {
+				break
+			}
+		}
+		if cs >= 0 {
+			return cs, ce, cp
+		}
+		if i >= n {
+			return -1, -1, -1
+		}
+	}
+}

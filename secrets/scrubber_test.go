@@ -1,0 +1,278 @@
+package secrets
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"math/rand"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// naiveRedact is the specification of leftmost-longest replacement written
+// the slow, obvious way: at each position try every pattern, take the
+// longest, else copy one byte.
+func naiveRedact(text string, pats []string, rep func(string) string) string {
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		best := ""
+		for _, p := range pats {
+			if len(p) > len(best) && strings.HasPrefix(text[i:], p) {
+				best = p
+			}
+		}
+		if best == "" {
+			b.WriteByte(text[i])
+			i++
+			continue
+		}
+		b.WriteString(rep(best))
+		i += len(best)
+	}
+	return b.String()
+}
+
+func randString(r *rand.Rand, alphabet string, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[r.Intn(len(alphabet))]
+	}
+	return string(b)
+}
+
+func TestRedactMatchesNaiveSpecification(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for iter := 0; iter < 500; iter++ {
+		// A tiny alphabet makes overlaps and shared prefixes common.
+		alpha := "abc"
+		if iter%3 == 0 {
+			alpha = "abcdefgh"
+		}
+		var vals []string
+		for k := 1 + r.Intn(6); k > 0; k-- {
+			vals = append(vals, randString(r, alpha, MinSecretLen+r.Intn(6)))
+		}
+		s, err := New(vals, WithEncodedForms(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := randString(r, alpha+" ", r.Intn(200))
+		want := naiveRedact(text, vals, func(string) string { return Redacted })
+		if got := s.Redact(text); got != want {
+			t.Fatalf("secrets %q text %q:\n got %q\nwant %q", vals, text, got, want)
+		}
+		if s.Contains(text) != (want != text) {
+			t.Fatalf("Contains(%q) = %v with secrets %q", text, s.Contains(text), vals)
+		}
+	}
+}
+
+func TestStreamingEqualsRedactOfWhole(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	for iter := 0; iter < 400; iter++ {
+		alpha := "abcd"
+		var vals []string
+		for k := 1 + r.Intn(8); k > 0; k-- {
+			vals = append(vals, randString(r, alpha, MinSecretLen+r.Intn(12)))
+		}
+		var opts []Option
+		if iter%2 == 0 {
+			opts = append(opts, WithNamed("TOKEN", vals[0]))
+		}
+		if iter%4 == 1 {
+			opts = append(opts, WithDetectors(AllDetectors()...))
+		}
+		s := NewScrubber(vals, opts...)
+		// Plant secrets and credential shapes in random text.
+		var tb strings.Builder
+		for tb.Len() < r.Intn(3000) {
+			switch r.Intn(6) {
+			case 0:
+				tb.WriteString(vals[r.Intn(len(vals))])
+			case 1:
+				tb.WriteString(base64.StdEncoding.EncodeToString([]byte(vals[r.Intn(len(vals))])))
+			case 2:
+				tb.WriteString("AKIA" + randString(r, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 16))
+			case 3:
+				tb.WriteString("eyJhbGciOi.eyJzdWIi.sig-_" + randString(r, alpha, 3))
+			default:
+				tb.WriteString(randString(r, alpha+" \n", r.Intn(40)))
+			}
+		}
+		text := tb.String()
+		want := s.Redact(text)
+		var out bytes.Buffer
+		w := s.NewWriter(&out)
+		rest := []byte(text)
+		for len(rest) > 0 {
+			n := 1 + r.Intn(len(rest))
+			if r.Intn(3) == 0 {
+				n = 1 + r.Intn(3)
+			}
+			if n > len(rest) {
+				n = len(rest)
+			}
+			if _, err := w.Write(rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+			if !strings.HasPrefix(want, out.String()) {
+				t.Fatalf("streamed output %q is not a prefix of Redact output %q", out.String(), want)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Fatalf("iteration %d: streamed output differs from Redact\n got %q\nwant %q", iter, out.String(), want)
+		}
+	}
+}
+
+func TestWriterHoldBack(t *testing.T) {
+	s := NewScrubber([]string{"secretvalue"}, WithEncodedForms(false))
+	var out bytes.Buffer
+	w := s.NewWriter(&out)
+	text := strings.Repeat("x", 100)
+	if _, err := w.Write([]byte(text)); err != nil {
+		t.Fatal(err)
+	}
+	if held := 100 - out.Len(); held != s.HoldBack() || s.HoldBack() != len("secretvalue")-1 {
+		t.Fatalf("held %d bytes, HoldBack %d, want %d", held, s.HoldBack(), len("secretvalue")-1)
+	}
+	w.Write([]byte("secretval"))
+	w.Write([]byte("ue tail"))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), text+"[REDACTED] tail"; got != want {
+		t.Fatalf("got %q want %q", got, want)
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Write after Close: %v, want ErrClosed", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestEncodedFormsAndNames(t *testing.T) {
+	const v = "hunter2-s3cr3t/value"
+	s := NewScrubber(nil, WithNamed("DB_PASSWORD", v))
+	big := base64.StdEncoding.EncodeToString([]byte("prefix:" + v + ":suffix"))
+	cases := map[string]string{
+		"plain":        "pw=" + v,
+		"base64":       base64.StdEncoding.EncodeToString([]byte(v)),
+		"base64url":    base64.RawURLEncoding.EncodeToString([]byte(v)),
+		"hex":          hex.EncodeToString([]byte(v)),
+		"HEX":          strings.ToUpper(hex.EncodeToString([]byte(v))),
+		"query":        url.QueryEscape(v),
+		"path":         url.PathEscape(v),
+		"base64 embed": big,
+	}
+	for name, text := range cases {
+		got := s.Redact(text)
+		if !strings.Contains(got, "[REDACTED:DB_PASSWORD]") {
+			t.Errorf("%s: %q not redacted: %q", name, text, got)
+		}
+		if !s.Contains(text) {
+			t.Errorf("%s: Contains = false", name)
+		}
+	}
+	plain := NewScrubber([]string{v}, WithEncodedForms(false))
+	if got := plain.Redact(hex.EncodeToString([]byte(v))); strings.Contains(got, "REDACTED") {
+		t.Fatalf("encoded forms off but hex redacted: %q", got)
+	}
+}
+
+func TestNewRefusesShortValues(t *testing.T) {
+	_, err := New([]string{"abc", "okay-long", "xy"}, WithNamed("PIN", "123"))
+	if !errors.Is(err, ErrTooShort) {
+		t.Fatalf("err = %v, want ErrTooShort", err)
+	}
+	if !strings.Contains(err.Error(), "3 value(s)") {
+		t.Fatalf("error does not say how many: %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("NewScrubber did not panic on a short value")
+		}
+	}()
+	NewScrubber([]string{"abc"})
+}
+
+func TestInvalidName(t *testing.T) {
+	if _, err := New(nil, WithNamed("bad]name", "longenough")); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("err = %v, want ErrInvalidName", err)
+	}
+}
+
+func TestNilScrubberRedactsNothing(t *testing.T) {
+	var s *Scrubber
+	if s.Redact("abc") != "abc" || s.Contains("abc") {
+		t.Fatal("nil scrubber changed text")
+	}
+	var out bytes.Buffer
+	w := s.NewWriter(&out)
+	w.Write([]byte("hello"))
+	w.Close()
+	if out.String() != "hello" {
+		t.Fatalf("got %q", out.String())
+	}
+}
+
+func TestDetectors(t *testing.T) {
+	s := NewScrubber(nil, WithDetectors(AllDetectors()...))
+	pem := "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234\nabcd==\n-----END RSA PRIVATE KEY-----"
+	cases := []struct{ in, want string }{
+		{"key AKIAIOSFODNN7EXAMPLE end", "key [REDACTED:aws-access-key-id] end"},
+		{"t=ghp_" + strings.Repeat("a1", 18) + ".", "t=[REDACTED:github-token]."},
+		{"github_pat_" + strings.Repeat("Ab_", 10) + " x", "[REDACTED:github-token] x"},
+		{"Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl\n", "Bearer [REDACTED:jwt]\n"},
+		{"a\n" + pem + "\nb", "a\n[REDACTED:pem-private-key]\nb"},
+		{"-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----", "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----"},
+		{"AKIA short", "AKIA short"},
+		{"ghp_tooshort", "ghp_tooshort"},
+		{"eyJnotajwt", "eyJnotajwt"},
+	}
+	for _, c := range cases {
+		if got := s.Redact(c.in); got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if NewScrubber(nil).Redact(cases[0].in) != cases[0].in {
+		t.Fatal("detectors are on by default")
+	}
+}
+
+func TestSecretPolicy(t *testing.T) {
+	if DenyAllSecrets().Allows("X") || (SecretPolicy{}).Allows("X") || (SecretPolicy{Mode: "bogus"}).Allows("X") {
+		t.Fatal("deny-all, zero or unknown policy allowed a secret")
+	}
+	if !AllowAllSecrets().Allows("X") {
+		t.Fatal("allow-all refused")
+	}
+	p := AllowSecrets("A", "B")
+	got := p.Filter([]Secret{{Name: "A", Value: "1111"}, {Name: "C", Value: "2222"}, {Name: "B", Value: "3333"}})
+	if len(got) != 2 || got[0].Name != "A" || got[1].Name != "B" {
+		t.Fatalf("Filter = %v", got)
+	}
+	if (SecretPolicy{Mode: "bogus"}).Validate() == nil {
+		t.Fatal("Validate accepted an unknown mode")
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv("PULSE_TEST_TOKEN", "tok-123456")
+	t.Setenv("PULSE_TEST_EMPTY", "")
+	got := FromEnv("PULSE_TEST_TOKEN", "PULSE_TEST_EMPTY", "PULSE_TEST_UNSET_XYZ")
+	if len(got) != 1 || got[0] != (Secret{Name: "PULSE_TEST_TOKEN", Value: "tok-123456"}) {
+		t.Fatalf("FromEnv = %v", got)
+	}
+	s := NewScrubber(nil, WithSecrets(got...))
+	if out := s.Redact("x tok-123456 y"); out != "x [REDACTED:PULSE_TEST_TOKEN] y" {
+		t.Fatalf("Redact = %q", out)
+	}
+}
