@@ -1,0 +1,642 @@
+package namespace
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// initCalled is set by Init in every process that calls it, so the parent
+// can tell whether re-running its own binary reaches Init or the
+// program's own main.
+var initCalled atomic.Bool
+
+// Backend runs commands in Linux namespaces. It is safe for concurrent use.
+type Backend struct {
+	o options
+
+	mu      sync.Mutex
+	closed  bool
+	running map[*exec.Cmd]struct{}
+	wg      sync.WaitGroup
+
+	probeMu  sync.Mutex
+	probeOK  bool
+	landlock int // landlock ABI version, 0 when absent
+	cg       cgroupSupport
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a namespace backend. It does not touch the system; Probe
+// does.
+func New(opts ...Option) (*Backend, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.stateDir == "" {
+		o.stateDir = defaultStateDir()
+	}
+	b := &Backend{o: o, running: map[*exec.Cmd]struct{}{}}
+	b.landlock = landlockABI()
+	b.cg = detectCgroups()
+	return b, nil
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "pulse-namespace")
+	}
+	return filepath.Join(os.TempDir(), "pulse-namespace-"+strconv.Itoa(os.Getuid()))
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return Name }
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	limits := map[string]secrets.EnforcementLevel{
+		"timeout":         secrets.Strong,
+		"output_bytes":    secrets.Strong,
+		"file_size_bytes": secrets.Strong,
+		"memory_bytes":    secrets.BestEffort,
+		"pids":            secrets.BestEffort,
+		"cpus":            secrets.Unsupported,
+	}
+	notes := []string{
+		"new user, mount, pid, ipc, uts and cgroup namespaces per command; net namespace unless allow-all",
+		"workspace read-only under overlayfs; writes captured",
+		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, new namespaces refused)",
+	}
+	if b.cg.memory {
+		limits["memory_bytes"] = secrets.Strong
+	} else {
+		notes = append(notes, "memory limit: no writable memory cgroup; RLIMIT_DATA only")
+	}
+	if b.cg.pids {
+		limits["pids"] = secrets.Strong
+	} else {
+		notes = append(notes, "pids limit: no writable pids cgroup; RLIMIT_NPROC only")
+	}
+	if b.cg.cpu {
+		limits["cpus"] = secrets.Strong
+	} else {
+		notes = append(notes, "cpu limit: no writable cpu cgroup")
+	}
+	if b.landlock > 0 {
+		notes = append(notes, fmt.Sprintf("landlock ABI %d: writes confined to workspace, /tmp, home, /dev", b.landlock))
+	} else {
+		notes = append(notes, "landlock: not available in this kernel (mount layout still confines writes)")
+	}
+	return backend.Capabilities{
+		Isolation: backend.IsolationNamespace,
+		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
+			policy.NetworkDenyAll:   secrets.Strong,
+			policy.NetworkAllowAll:  secrets.Strong,
+			policy.NetworkAllowlist: secrets.Unsupported,
+		},
+		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
+			secrets.DenyAll:   secrets.Strong,
+			secrets.Allowlist: secrets.Strong,
+			secrets.AllowAll:  secrets.Strong,
+		},
+		CapturesWrites: true,
+		Limits:         limits,
+		Notes:          notes,
+	}
+}
+
+// Probe implements backend.Backend: it checks the kernel's features, then
+// runs `true` in a sandbox once and caches success.
+func (b *Backend) Probe(ctx context.Context) error {
+	b.probeMu.Lock()
+	defer b.probeMu.Unlock()
+	if b.probeOK {
+		return nil
+	}
+	if err := staticProbe(); err != nil {
+		return err
+	}
+	ws, err := os.MkdirTemp("", "pulse-namespace-probe-")
+	if err != nil {
+		return fmt.Errorf("%w: namespace: temp dir: %v", backend.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(ws)
+	res, err := b.exec(ctx, &backend.Request{
+		ExecutionID: "probe",
+		Workspace:   ws,
+		Args:        []string{"true"},
+		Limits:      policy.ResourceLimits{Timeout: 30 * time.Second},
+	})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("%w: namespace: probe command `true` ended %s with code %d", backend.ErrUnavailable, res.Termination, res.ExitCode)
+	}
+	b.probeOK = true
+	return nil
+}
+
+// staticProbe looks for what the kernel must offer, naming what is missing.
+func staticProbe() error {
+	if !initCalled.Load() {
+		return fmt.Errorf("%w: namespace: namespace.Init was not called at the top of main (or TestMain)", backend.ErrUnavailable)
+	}
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return fmt.Errorf("%w: namespace: kernel has no user namespaces (CONFIG_USER_NS)", backend.ErrUnavailable)
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return fmt.Errorf("%w: namespace: user namespaces are disabled (sysctl user.max_user_namespaces=0)", backend.ErrUnavailable)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" && os.Getuid() != 0 {
+		return fmt.Errorf("%w: namespace: unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)", backend.ErrUnavailable)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" && os.Getuid() != 0 {
+		return fmt.Errorf("%w: namespace: AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=1)", backend.ErrUnavailable)
+	}
+	fsys, err := os.ReadFile("/proc/filesystems")
+	if err == nil && !bytes.Contains(fsys, []byte("\toverlay\n")) {
+		// overlay may be a module that loads on first mount; only a
+		// failed trial mount is conclusive, so this is a hint.
+		if _, err := os.Stat("/sys/module/overlay"); err != nil {
+			if _, err := os.Stat("/lib/modules"); err != nil {
+				return fmt.Errorf("%w: namespace: kernel has no overlayfs", backend.ErrUnavailable)
+			}
+		}
+	}
+	return nil
+}
+
+// Exec implements backend.Backend.
+func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if !initCalled.Load() {
+		return nil, fmt.Errorf("%w: namespace: namespace.Init was not called at the top of main (or TestMain)", backend.ErrUnavailable)
+	}
+	return b.exec(ctx, req)
+}
+
+// Reconcile implements backend.Backend: it removes run directories whose
+// owner no longer holds their lock.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	entries, err := os.ReadDir(b.o.stateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("namespace: reconcile: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(b.o.stateDir, e.Name())
+		lf, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			err = unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err != nil {
+				lf.Close()
+				continue // a live run holds it
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		// A missing lock file is a run that crashed while being created.
+		b.o.logger.Info("namespace: removing leftover run directory", slog.String("dir", dir))
+		if err := removeAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+		if lf != nil {
+			lf.Close()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close implements backend.Backend: it kills running commands and waits
+// for their Exec calls to return.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	for c := range b.running {
+		if c.Process != nil {
+			_ = c.Process.Kill()
+		}
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+	return nil
+}
+
+// run is the host side state of one execution.
+type run struct {
+	dir  string
+	lock *os.File
+}
+
+func (b *Backend) newRun() (*run, error) {
+	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
+		return nil, err
+	}
+	st, err := os.Lstat(b.o.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	// A state dir someone else owns (e.g. squatted in /tmp) could be
+	// swapped under us; refuse it.
+	if !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+		return nil, fmt.Errorf("state dir %s is not a directory owned by uid %d", b.o.stateDir, os.Getuid())
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	dir := filepath.Join(b.o.stateDir, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(rnd[:]))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for _, d := range []string{"upper", "work", "root"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			lock.Close()
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	return &run{dir: dir, lock: lock}, nil
+}
+
+func (r *run) remove() error {
+	err := removeAll(r.dir)
+	r.lock.Close()
+	return err
+}
+
+// removeAll is os.RemoveAll that also gets through directories the command
+// made unwritable (chmod 0500), which stop it for a non-root owner.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// prepare validates req and turns it into the init's config (without the
+// run's paths).
+func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
+	var c childConfig
+	if req == nil {
+		return c, fmt.Errorf("%w: nil request", backend.ErrInvalidRequest)
+	}
+	if (len(req.Args) == 0) == (req.Shell == "") {
+		return c, fmt.Errorf("%w: exactly one of Args and Shell must be set", backend.ErrInvalidRequest)
+	}
+	for _, a := range req.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return c, fmt.Errorf("%w: argument contains NUL", backend.ErrInvalidRequest)
+		}
+	}
+	if strings.IndexByte(req.Shell, 0) >= 0 {
+		return c, fmt.Errorf("%w: shell script contains NUL", backend.ErrInvalidRequest)
+	}
+	if !filepath.IsAbs(req.Workspace) {
+		return c, fmt.Errorf("%w: workspace %q is not absolute", backend.ErrInvalidRequest, req.Workspace)
+	}
+	ws, err := filepath.EvalSymlinks(req.Workspace)
+	if err != nil {
+		return c, fmt.Errorf("%w: workspace: %v", backend.ErrInvalidRequest, err)
+	}
+	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+		return c, fmt.Errorf("%w: workspace %q is not a directory", backend.ErrInvalidRequest, req.Workspace)
+	}
+	if ws == "/" || !overlayPathOK(ws) {
+		return c, fmt.Errorf("%w: workspace %q cannot be an overlay lower directory", backend.ErrInvalidRequest, ws)
+	}
+	dir, err := cleanDir(req.Dir)
+	if err != nil {
+		return c, err
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return c, err
+	}
+	newNet, err := networkNamespace(req.Network)
+	if err != nil {
+		return c, err
+	}
+	switch req.Secrets.Mode {
+	case "", secrets.DenyAll, secrets.Allowlist, secrets.AllowAll:
+	default:
+		return c, fmt.Errorf("%w: unknown secret mode %q", backend.ErrInvalidRequest, req.Secrets.Mode)
+	}
+	lim := req.Limits
+	if lim.Timeout < 0 || lim.OutputBytes < 0 || lim.MemoryBytes < 0 || lim.Pids < 0 || lim.CPUs < 0 || lim.FileSizeBytes < 0 {
+		return c, fmt.Errorf("%w: negative limit", backend.ErrInvalidRequest)
+	}
+
+	home := sandboxHome()
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": home,
+		"LANG": "C.UTF-8",
+		"TERM": "dumb",
+		"USER": userName(),
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	c = childConfig{
+		Workspace: ws,
+		Dir:       filepath.Join(ws, filepath.FromSlash(dir)),
+		Home:      home,
+		Args:      req.Args,
+		Shell:     req.Shell,
+		NewNet:    newNet,
+		ReadOnly:  b.o.readOnly,
+		ReadWrite: b.o.readWrite,
+		Hostname:  b.o.hostname,
+		FileSize:  lim.FileSizeBytes,
+		Mask:      etcMasks(),
+	}
+	for k, v := range env {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	if lim.Pids > 0 && !b.cg.pids {
+		c.NProc = lim.Pids
+	}
+	if lim.MemoryBytes > 0 && !b.cg.memory {
+		c.Data = lim.MemoryBytes
+	}
+	return c, nil
+}
+
+// sandboxHome is where the command's home (an empty tmpfs) is mounted: the
+// caller's home path, so that tools keyed on it behave, but with nothing of
+// the caller's in it.
+func sandboxHome() string {
+	h, err := os.UserHomeDir()
+	if err != nil || !filepath.IsAbs(h) || filepath.Clean(h) == "/" {
+		return "/home/pulse"
+	}
+	return filepath.Clean(h)
+}
+
+func userName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "pulse"
+}
+
+func (b *Backend) track(c *exec.Cmd) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.running[c] = struct{}{}
+	b.wg.Add(1)
+	return true
+}
+
+func (b *Backend) untrack(c *exec.Cmd) {
+	b.mu.Lock()
+	delete(b.running, c)
+	b.mu.Unlock()
+	b.wg.Done()
+}
+
+func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.Result, err error) {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, backend.ErrClosed
+	}
+	cfg, err := b.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Exec's contract: Stdin is closed whatever happens.
+		if c, ok := req.Stdin.(io.Closer); ok {
+			c.Close()
+		}
+	}()
+	lim := req.Limits.WithDefaults()
+
+	r, err := b.newRun()
+	if err != nil {
+		return nil, fmt.Errorf("%w: namespace: run directory: %v", backend.ErrUnavailable, err)
+	}
+	defer func() {
+		if rerr := r.remove(); rerr != nil {
+			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", rerr))
+		}
+	}()
+	cfg.Root = filepath.Join(r.dir, "root")
+	cfg.Upper = filepath.Join(r.dir, "upper")
+	cfg.Work = filepath.Join(r.dir, "work")
+	if !overlayPathOK(cfg.Upper) {
+		return nil, fmt.Errorf("%w: namespace: state dir %q cannot hold overlay directories", backend.ErrUnavailable, b.o.stateDir)
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
+	}
+	defer stR.Close()
+	defer stW.Close()
+
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"pulse-namespace-init"}
+	cmd.Env = []string{initEnv + "=" + initVersion}
+	cmd.ExtraFiles = []*os.File{cfgR, stW}
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
+	if cfg.NewNet {
+		flags |= unix.CLONE_NEWNET
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 flags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+
+	var reason atomic.Value // backend.TerminationReason set by whoever kills
+	kill := func(why backend.TerminationReason) {
+		reason.CompareAndSwap(nil, why)
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+	}
+	out := newOutputs(req.Stdout, req.Stderr, lim.OutputBytes, func() { kill(backend.OutputLimit) })
+	cmd.Stdout = out.stdout
+	cmd.Stderr = out.stderr
+	if req.Stdin != nil {
+		cmd.Stdin = req.Stdin
+	}
+	// Everything in the namespace dies with pid 1, so the pipes close at
+	// once; the delay only bounds a Stdin reader that never returns.
+	cmd.WaitDelay = 2 * time.Second
+
+	if !b.track(cmd) {
+		return nil, backend.ErrClosed
+	}
+	defer b.untrack(cmd)
+
+	cg, cgErr := b.newCgroup(r, lim)
+	if cgErr != nil {
+		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
+	}
+	if cg != nil {
+		defer cg.remove()
+	}
+
+	start := time.Now()
+	// Runtime's OS-thread locking is not needed: Pdeathsig is tied to the
+	// forking thread, and Go keeps threads alive unless a locked goroutine
+	// exits, which this one does not.
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%w: namespace: start sandbox init: %v", backend.ErrUnavailable, err)
+	}
+	cfgR.Close()
+	stW.Close()
+	if cg != nil {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
+		}
+	}
+	b.mu.Lock()
+	if b.closed {
+		reason.CompareAndSwap(nil, backend.Cancelled)
+		_ = cmd.Process.Kill()
+	}
+	b.mu.Unlock()
+
+	done := make(chan struct{})
+	timer := time.NewTimer(lim.Timeout)
+	go func() {
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			kill(backend.Timeout)
+		case <-ctx.Done():
+			kill(backend.Cancelled)
+		}
+	}()
+
+	_, werr := cfgW.Write(cfgJSON)
+	cfgW.Close()
+	status, _ := io.ReadAll(io.LimitReader(stR, 64<<10))
+	waitErr := cmd.Wait()
+	close(done)
+	dur := time.Since(start)
+
+	if len(status) > 0 {
+		// The init failed before exec'ing the command: nothing was started.
+		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, strings.TrimSpace(string(status)))
+	}
+	ps := cmd.ProcessState
+	if ps == nil {
+		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
+	}
+	if werr != nil && ps.Exited() && !ps.Success() && reason.Load() == nil {
+		return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, werr)
+	}
+
+	res = &backend.Result{
+		Duration:  dur,
+		PID:       1,
+		Truncated: out.truncated(),
+	}
+	ws := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Exited():
+		res.ExitCode = ws.ExitStatus()
+		res.Termination = backend.Exited
+	default:
+		res.ExitCode = -1
+		res.Termination = backend.Signaled
+	}
+	if why, ok := reason.Load().(backend.TerminationReason); ok && !ws.Exited() {
+		res.Termination = why
+	}
+	if cg != nil && cg.oomKilled() && !ws.Exited() {
+		res.Termination = backend.OOM
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: ru.Maxrss * 1024,
+			UserCPU:     time.Duration(ru.Utime.Nano()),
+			SystemCPU:   time.Duration(ru.Stime.Nano()),
+		}
+	}
+	ov, err := readOverlay(cfg.Upper, cfg.Workspace)
+	if err != nil {
+		// The command ran; its writes could not be read back. Report it
+		// loudly rather than returning a silently empty overlay.
+		b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
+		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
+	}
+	res.Overlay = ov
+	return res, nil
+}

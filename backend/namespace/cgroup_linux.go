@@ -1,0 +1,181 @@
+package namespace
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// cgroupSupport says which limits a cgroup can enforce here. Each
+// controller is looked for in cgroup v2 first (only when delegated: listed
+// in the current cgroup's subtree_control) and then in a v1 hierarchy.
+type cgroupSupport struct {
+	memory, pids, cpu bool
+	dirs              map[string]cgroupDir // by controller
+}
+
+type cgroupDir struct {
+	base string // the directory children are made in
+	v2   bool
+}
+
+func detectCgroups() cgroupSupport {
+	s := cgroupSupport{dirs: map[string]cgroupDir{}}
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return s
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+				var fs unix.Statfs_t
+				if unix.Statfs(mnt, &fs) != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+					continue
+				}
+				base := filepath.Join(mnt, parts[2])
+				sub, err := os.ReadFile(filepath.Join(base, "cgroup.subtree_control"))
+				if err != nil || unix.Access(base, unix.W_OK) != nil {
+					break
+				}
+				for _, c := range strings.Fields(string(sub)) {
+					if c == "memory" || c == "pids" || c == "cpu" {
+						s.dirs[c] = cgroupDir{base: base, v2: true}
+					}
+				}
+				break
+			}
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c != "memory" && c != "pids" && c != "cpu" {
+				continue
+			}
+			if _, ok := s.dirs[c]; ok {
+				continue
+			}
+			base := filepath.Join("/sys/fs/cgroup", parts[1], parts[2])
+			if _, err := os.Stat(base); err != nil {
+				base = filepath.Join("/sys/fs/cgroup", c, parts[2])
+			}
+			if unix.Access(base, unix.W_OK) == nil {
+				s.dirs[c] = cgroupDir{base: base}
+			}
+		}
+	}
+	_, s.memory = s.dirs["memory"]
+	_, s.pids = s.dirs["pids"]
+	_, s.cpu = s.dirs["cpu"]
+	return s
+}
+
+// runCgroup is the set of cgroup directories of one execution.
+type runCgroup struct {
+	dirs   []string // distinct directories made, to add the pid to and remove
+	memory string
+	v2mem  bool
+}
+
+// newCgroup makes the cgroups a run's limits need; nil when it needs none.
+func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, error) {
+	type write struct{ ctrl, file, value string }
+	var writes []write
+	if lim.MemoryBytes > 0 && b.cg.memory {
+		if b.cg.dirs["memory"].v2 {
+			writes = append(writes, write{"memory", "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)},
+				write{"memory", "memory.swap.max", "0"})
+		} else {
+			writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)})
+		}
+	}
+	if lim.Pids > 0 && b.cg.pids {
+		writes = append(writes, write{"pids", "pids.max", strconv.FormatInt(lim.Pids, 10)})
+	}
+	if lim.CPUs > 0 && b.cg.cpu {
+		const period = 100000
+		quota := strconv.FormatInt(int64(lim.CPUs*period), 10)
+		if b.cg.dirs["cpu"].v2 {
+			writes = append(writes, write{"cpu", "cpu.max", quota + " " + strconv.Itoa(period)})
+		} else {
+			writes = append(writes, write{"cpu", "cpu.cfs_period_us", strconv.Itoa(period)}, write{"cpu", "cpu.cfs_quota_us", quota})
+		}
+	}
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	cg := &runCgroup{}
+	made := map[string]string{}
+	name := "pulse-" + filepath.Base(r.dir)
+	for _, w := range writes {
+		d := b.cg.dirs[w.ctrl]
+		dir := filepath.Join(d.base, name)
+		if _, ok := made[dir]; !ok {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				cg.remove()
+				return nil, err
+			}
+			made[dir] = w.ctrl
+			cg.dirs = append(cg.dirs, dir)
+		}
+		if w.ctrl == "memory" {
+			cg.memory, cg.v2mem = dir, d.v2
+		}
+		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.value), 0); err != nil && w.file != "memory.swap.max" {
+			cg.remove()
+			return nil, fmt.Errorf("%s: %w", w.file, err)
+		}
+	}
+	return cg, nil
+}
+
+func (c *runCgroup) add(pid int) error {
+	var errs []error
+	for _, d := range c.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *runCgroup) oomKilled() bool {
+	if c.memory == "" {
+		return false
+	}
+	file := "memory.oom_control"
+	if c.v2mem {
+		file = "memory.events"
+	}
+	b, err := os.ReadFile(filepath.Join(c.memory, file))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+			return true
+		}
+	}
+	return false
+}
+
+// remove deletes the run's cgroups; they are empty once the namespace's
+// pid 1 has been waited for.
+func (c *runCgroup) remove() {
+	for _, d := range c.dirs {
+		_ = os.Remove(d)
+	}
+}

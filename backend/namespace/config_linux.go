@@ -1,0 +1,37 @@
+package namespace
+
+// initEnv marks a process as a sandbox init. Its value is the protocol
+// version, so a binary never mistakes an older parent's config for its own.
+const (
+	initEnv     = "PULSE_NAMESPACE_INIT"
+	initVersion = "1"
+	// Fds of the init: the config pipe and the status pipe. The status pipe
+	// is close-on-exec in the init, so EOF on it without a message means
+	// the command was exec'd.
+	configFd = 3
+	statusFd = 4
+)
+
+// childConfig is everything the init needs, sent by the parent over the
+// config pipe as JSON. Host paths are absolute.
+type childConfig struct {
+	Root      string   `json:"root"`
+	Workspace string   `json:"workspace"`
+	Upper     string   `json:"upper"`
+	Work      string   `json:"work"`
+	Dir       string   `json:"dir"`
+	Home      string   `json:"home"`
+	Args      []string `json:"args,omitempty"`
+	Shell     string   `json:"shell,omitempty"`
+	Env       []string `json:"env"`
+	NewNet    bool     `json:"new_net"`
+	ReadOnly  []string `json:"read_only,omitempty"`
+	// Mask are system paths (inside /etc) hidden from the command.
+	Mask      []string `json:"mask,omitempty"`
+	ReadWrite []string `json:"read_write,omitempty"`
+	Hostname  string   `json:"hostname"`
+	// Rlimits; zero means leave the inherited limit.
+	FileSize int64 `json:"file_size,omitempty"`
+	NProc    int64 `json:"nproc,omitempty"`
+	Data     int64 `json:"data,omitempty"`
+}

@@ -1,0 +1,65 @@
+// Package namespace runs commands in Linux namespaces without a daemon: the
+// isolation bubblewrap gives Flatpak apps, written in Go inside this module.
+//
+// Every Exec gets new user, mount, pid, net (unless the network policy is
+// allow-all), ipc, uts and cgroup namespaces. The command sees a minimal
+// root: read-only binds of /usr, /bin, /sbin, /lib*, /etc (with /etc/shadow
+// and other secrets masked), a fresh /proc, a minimal /dev, tmpfs /tmp and
+// home. The workspace appears read-only at its own path with an overlayfs on
+// top; whatever the command writes lands in an upper directory that Exec
+// returns as Result.Overlay (byte-exact; whiteouts and opaque directories
+// become deletions). The workspace's .pulse/ directory is hidden behind an
+// empty read-only tmpfs.
+//
+// Before the command starts, its thread gets no_new_privs, an empty
+// capability set (bounding, ambient, inheritable and effective, with the
+// root securebits locked), a seccomp filter that refuses mount, ptrace,
+// kexec, bpf, keyctl, userfaultfd, io_uring, new namespaces and the like,
+// and a landlock ruleset that confines writes to the workspace, /tmp, home
+// and /dev where the kernel has landlock (best effort: Capabilities says
+// whether it is active).
+//
+// # The one call main needs
+//
+// The backend re-runs its own binary (/proc/self/exe) as the sandbox's init,
+// pid 1 of the new pid namespace, marked by an environment variable. A
+// program that uses this backend must call Init first thing in main:
+//
+//	func main() {
+//		namespace.Init() // returns at once unless this process is a sandbox init
+//		...
+//	}
+//
+// Test binaries do the same in TestMain:
+//
+//	func TestMain(m *testing.M) { namespace.Init(); os.Exit(m.Run()) }
+//
+// Init never returns in a sandbox init: it sets the sandbox up and replaces
+// itself with the command (`bash -c`, `sh -c` where bash is missing, or the
+// request's argv). A backend whose program did not call Init is unavailable
+// (Probe and Exec say so) rather than re-running the program's main.
+//
+// # Lifetime
+//
+// The command is pid 1 of its pid namespace: when it exits, or when Exec
+// kills it on timeout, cancellation or output cap, the kernel kills every
+// process left in the namespace, so nothing outlives Exec. The init gets
+// SIGKILL if the process that started it dies. All mounts live in the
+// sandbox's own mount namespace and vanish with it; the only state on the
+// host is a run directory (upper and work directories of the overlay) under
+// a per-user state directory, locked by its owner while it runs. Reconcile
+// removes the run directories whose owner is gone.
+//
+// # Enforcement
+//
+// Network deny-all is strong (a new net namespace with only loopback up);
+// allow-all shares the host network; allowlist is unsupported until a
+// filtering proxy exists. Every secret mode is strong: the environment is
+// built from scratch and the caller's home is replaced by a tmpfs. Timeout,
+// output caps and file size are enforced by the backend and rlimits; memory,
+// pids and cpu by a cgroup when one is writable (Capabilities.Limits says
+// which).
+//
+// On systems other than Linux the package builds, and New returns a backend
+// whose Probe and Exec report ErrUnavailable.
+package namespace

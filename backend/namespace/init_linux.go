@@ -1,0 +1,408 @@
+package namespace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Init turns this process into a sandbox init when the backend started it,
+// and returns at once otherwise. Call it first thing in main (and in
+// TestMain for test binaries that use this backend). In a sandbox init it
+// never returns: it sets the sandbox up and execs the command, or reports
+// why it could not to the backend and exits.
+func Init() {
+	initCalled.Store(true)
+	v, ok := os.LookupEnv(initEnv)
+	if !ok {
+		return
+	}
+	// Capabilities, no_new_privs, landlock and seccomp are per thread;
+	// they must be set on the thread that calls execve.
+	runtime.LockOSThread()
+	err := initSandbox(v)
+	status := os.NewFile(statusFd, "status")
+	if status != nil {
+		fmt.Fprintf(status, "%v", err)
+	}
+	os.Exit(126)
+}
+
+// errNotFound is the init's "command not found", reported like a shell's
+// (exit 127 and a message on stderr) since the command was requested but
+// cannot exist in the sandbox.
+var errNotFound = errors.New("command not found")
+
+func initSandbox(version string) error {
+	if version != initVersion {
+		return fmt.Errorf("init protocol %q, want %q (parent and child binaries differ)", version, initVersion)
+	}
+	unix.CloseOnExec(statusFd)
+	unix.CloseOnExec(configFd)
+	f := os.NewFile(configFd, "config")
+	if f == nil {
+		return errors.New("no config pipe")
+	}
+	var cfg childConfig
+	err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&cfg)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	if err := setupMounts(&cfg); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if cfg.NewNet {
+		if err := loopbackUp(); err != nil {
+			return fmt.Errorf("bringing lo up: %w", err)
+		}
+	}
+	if err := os.Chdir(cfg.Dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+	}
+	if err := setRlimits(&cfg); err != nil {
+		return err
+	}
+	path, argv, err := resolveCommand(&cfg)
+	if errors.Is(err, errNotFound) {
+		fmt.Fprintf(os.Stderr, "%s: command not found\n", cfg.Args[0])
+		os.Exit(127)
+	}
+	if err != nil {
+		return err
+	}
+	if err := restrictSelf(&cfg); err != nil {
+		return err
+	}
+	err = syscall.Exec(path, argv, cfg.Env)
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
+		// Like a shell: the command exists but cannot be run.
+		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
+		os.Exit(126)
+	}
+	return fmt.Errorf("exec %s: %w", path, err)
+}
+
+func resolveCommand(cfg *childConfig) (string, []string, error) {
+	for _, kv := range cfg.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			os.Setenv("PATH", v)
+		}
+	}
+	if cfg.Shell != "" {
+		for _, sh := range []string{"bash", "sh"} {
+			if p, err := exec.LookPath(sh); err == nil {
+				return p, []string{sh, "-c", cfg.Shell}, nil
+			}
+		}
+		return "", nil, errors.New("neither bash nor sh in the sandbox")
+	}
+	p, err := exec.LookPath(cfg.Args[0])
+	if err != nil {
+		return "", nil, errNotFound
+	}
+	return p, cfg.Args, nil
+}
+
+// systemDirs are bound read-only into every sandbox when the host has them.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+func setupMounts(cfg *childConfig) error {
+	// Nothing done here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making / private: %w", err)
+	}
+	root := cfg.Root
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting root tmpfs: %w", err)
+	}
+	for _, d := range systemDirs {
+		st, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			// usrmerge: /bin -> usr/bin and friends.
+			t, err := os.Readlink(d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(t, root+d); err != nil {
+				return err
+			}
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		if err := bindReadOnly(d, root+d); err != nil {
+			return err
+		}
+	}
+	for _, m := range cfg.Mask {
+		if err := mask(root + m); err != nil {
+			return err
+		}
+	}
+	if err := mountTmpfs(root+"/tmp", "mode=1777"); err != nil {
+		return err
+	}
+	if err := mountTmpfs(root+cfg.Home, "mode=0700"); err != nil {
+		return err
+	}
+	if err := setupDev(root); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(root+"/proc", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	if err := bindReadOnly(root+"/proc/sys", root+"/proc/sys"); err != nil {
+		return err
+	}
+	if err := mountWorkspace(cfg); err != nil {
+		return err
+	}
+	for _, p := range cfg.ReadOnly {
+		if err := bindReadOnly(p, root+p); err != nil {
+			return err
+		}
+	}
+	for _, p := range cfg.ReadWrite {
+		if err := bindReadWrite(p, root+p); err != nil {
+			return err
+		}
+	}
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	if err := setReadOnly("/", false); err != nil {
+		return err
+	}
+	return nil
+}
+
+func mountWorkspace(cfg *childConfig) error {
+	dst := cfg.Root + cfg.Workspace
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("workspace mount point: %w", err)
+	}
+	opts := "lowerdir=" + cfg.Workspace + ",upperdir=" + cfg.Upper + ",workdir=" + cfg.Work
+	// userxattr: in a user namespace overlayfs cannot set trusted.*
+	// xattrs; opaque directories are marked with user.overlay.opaque.
+	err := unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",userxattr")
+	if errors.Is(err, unix.EINVAL) {
+		err = unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("mounting the workspace overlay: %w", err)
+	}
+	// .pulse/ holds the transactions and audit log: the command must
+	// neither read nor create it. Creating the mount point writes an
+	// empty directory to the upper layer, which the overlay reader skips.
+	p := dst + "/.pulse"
+	st, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return fmt.Errorf("hiding .pulse: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("hiding .pulse: %w", err)
+	case !st.IsDir():
+		return mask(p)
+	}
+	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0755"); err != nil {
+		return fmt.Errorf("hiding .pulse: %w", err)
+	}
+	return nil
+}
+
+func mountTmpfs(dst, opts string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting tmpfs on %s: %w", dst, err)
+	}
+	return nil
+}
+
+func mountPoint(src, dst string) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return os.MkdirAll(dst, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func bindReadOnly(src, dst string) error {
+	if err := mountPoint(src, dst); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return setReadOnly(dst, true)
+}
+
+func bindReadWrite(src, dst string) error {
+	if err := mountPoint(src, dst); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
+}
+
+// setReadOnly makes the mount at dst (and, when recursive, every mount
+// below it) read-only, nosuid and nodev. mount_setattr only adds flags, so
+// unlike a remount it cannot trip over the flags the kernel locks in a
+// user namespace.
+func setReadOnly(dst string, recursive bool) error {
+	flags := uint(0)
+	if recursive {
+		flags = unix.AT_RECURSIVE
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(-1, dst, flags, attr); err != nil {
+		return fmt.Errorf("making %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
+// mask hides p: a directory behind an empty read-only tmpfs, anything else
+// behind a read-only /dev/null.
+func mask(p string) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("mask %s: %w", p, err)
+	}
+	if st.IsDir() {
+		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0755"); err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+		return nil
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return nil // the target is what matters, and it is masked or absent
+	}
+	if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mask %s: %w", p, err)
+	}
+	return setReadOnly(p, false)
+}
+
+func setupDev(root string) error {
+	dev := root + "/dev"
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	// Device nodes cannot be created in a user namespace: bind the host's.
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := mountPoint("/dev/"+n, dev+"/"+n); err != nil {
+			return fmt.Errorf("/dev/%s: %w", n, err)
+		}
+		if err := unix.Mount("/dev/"+n, dev+"/"+n, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", n, err)
+		}
+	}
+	if err := os.Mkdir(dev+"/pts", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	if err := mountTmpfs(dev+"/shm", "mode=1777"); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	return setReadOnly(dev, false)
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+func setRlimits(cfg *childConfig) error {
+	set := func(res int, v int64, name string) error {
+		if v <= 0 {
+			return nil
+		}
+		l := unix.Rlimit{Cur: uint64(v), Max: uint64(v)}
+		if err := unix.Setrlimit(res, &l); err != nil {
+			return fmt.Errorf("setrlimit %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("setrlimit core: %w", err)
+	}
+	if err := set(unix.RLIMIT_FSIZE, cfg.FileSize, "fsize"); err != nil {
+		return err
+	}
+	if err := set(unix.RLIMIT_NPROC, cfg.NProc, "nproc"); err != nil {
+		return err
+	}
+	return set(unix.RLIMIT_DATA, cfg.Data, "data")
+}

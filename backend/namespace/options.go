@@ -1,0 +1,112 @@
+package namespace
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+)
+
+// Name is the backend's stable identifier.
+const Name = "namespace"
+
+// Option configures a Backend.
+type Option func(*options) error
+
+type options struct {
+	logger    *slog.Logger
+	readOnly  []string
+	readWrite []string
+	stateDir  string
+	hostname  string
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("namespace: nil logger")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithReadOnlyBind shows the host path dir, read-only, at the same path
+// inside every sandbox (for example a toolchain outside /usr).
+func WithReadOnlyBind(dir string) Option {
+	return func(o *options) error {
+		p, err := bindPath(dir)
+		if err != nil {
+			return err
+		}
+		o.readOnly = append(o.readOnly, p)
+		return nil
+	}
+}
+
+// WithReadWriteBind shows the host path dir, writable, at the same path
+// inside every sandbox. Writes there land on the host directly and are not
+// captured: use it only for caches the caller accepts to share.
+func WithReadWriteBind(dir string) Option {
+	return func(o *options) error {
+		p, err := bindPath(dir)
+		if err != nil {
+			return err
+		}
+		o.readWrite = append(o.readWrite, p)
+		return nil
+	}
+}
+
+// WithStateDir sets where run directories (overlay upper and work dirs) are
+// kept. The default is $XDG_RUNTIME_DIR/pulse-namespace, or
+// pulse-namespace-<uid> under the system temporary directory. The
+// directory must be on a filesystem overlayfs accepts as an upper layer.
+func WithStateDir(dir string) Option {
+	return func(o *options) error {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("namespace: state dir %q is not absolute", dir)
+		}
+		o.stateDir = filepath.Clean(dir)
+		return nil
+	}
+}
+
+// WithHostname sets the sandbox's hostname (default "pulse-sandbox").
+func WithHostname(name string) Option {
+	return func(o *options) error {
+		if name == "" || len(name) > 64 {
+			return fmt.Errorf("namespace: bad hostname %q", name)
+		}
+		o.hostname = name
+		return nil
+	}
+}
+
+func bindPath(dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("namespace: bind path %q is not absolute", dir)
+	}
+	p := filepath.Clean(dir)
+	if p == "/" {
+		return "", errors.New("namespace: refusing to bind /")
+	}
+	return p, nil
+}
+
+func buildOptions(opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.hostname == "" {
+		o.hostname = "pulse-sandbox"
+	}
+	return o, nil
+}

@@ -1,0 +1,78 @@
+package namespace
+
+import (
+	"io"
+	"sync"
+)
+
+// outputs caps stdout and stderr, each at limit bytes; on the first byte
+// over the cap it drops the excess and calls over once. When the caller
+// passed the same writer for both, writes to it are serialised, because the
+// two streams are copied by two goroutines.
+type outputs struct {
+	stdout, stderr *capWriter
+	once           sync.Once
+	over           func()
+	mu             sync.Mutex
+	trunc          bool
+}
+
+func newOutputs(stdout, stderr io.Writer, limit int64, over func()) *outputs {
+	o := &outputs{over: over}
+	var shared *sync.Mutex
+	if stdout != nil && stdout == stderr {
+		shared = new(sync.Mutex)
+	}
+	o.stdout = &capWriter{o: o, w: stdout, left: limit, mu: shared}
+	o.stderr = &capWriter{o: o, w: stderr, left: limit, mu: shared}
+	return o
+}
+
+func (o *outputs) truncated() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.trunc
+}
+
+func (o *outputs) overflow() {
+	o.mu.Lock()
+	o.trunc = true
+	o.mu.Unlock()
+	o.once.Do(o.over)
+}
+
+type capWriter struct {
+	o    *outputs
+	w    io.Writer
+	left int64
+	mu   *sync.Mutex
+}
+
+// Write always reports the whole of p as written, so that the copying
+// goroutine keeps draining the pipe until the command is killed; a
+// failing destination is dropped rather than blocking the command.
+func (c *capWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	keep := p
+	over := false
+	if int64(len(keep)) > c.left {
+		keep = keep[:c.left]
+		over = true
+	}
+	c.left -= int64(len(keep))
+	if len(keep) > 0 && c.w != nil {
+		if c.mu != nil {
+			c.mu.Lock()
+		}
+		if _, err := c.w.Write(keep); err != nil {
+			c.w = nil
+		}
+		if c.mu != nil {
+			c.mu.Unlock()
+		}
+	}
+	if over {
+		c.o.overflow()
+	}
+	return n, nil
+}

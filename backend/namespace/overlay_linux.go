@@ -1,0 +1,190 @@
+package namespace
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// maxOverlayFile bounds one file read back from the upper layer, so that a
+// command cannot make the backend allocate without limit.
+const maxOverlayFile = 1 << 30
+
+// readOverlay turns the overlayfs upper directory into an Overlay. lower is
+// the workspace the command saw. Nothing is followed: symlinks in upper or
+// lower are read as links, and lower is only consulted through directories
+// that are real directories at every level.
+func readOverlay(upper, lower string) (*backend.Overlay, error) {
+	ov := &backend.Overlay{}
+	if err := walkUpper(ov, upper, lower, ".", true); err != nil {
+		return nil, err
+	}
+	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
+	sort.Strings(ov.Deleted)
+	return ov, nil
+}
+
+// walkUpper records the entries of upper/rel. lowerDir says whether
+// lower/rel is a real directory (no symlink on the way).
+func walkUpper(ov *backend.Overlay, upper, lower, rel string, lowerDir bool) error {
+	dir := filepath.Join(upper, rel)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	present := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		present[name] = true
+		p := path.Join(rel, name)
+		if p == ".pulse" {
+			continue
+		}
+		full := filepath.Join(upper, filepath.FromSlash(p))
+		st, err := os.Lstat(full)
+		if err != nil {
+			return err
+		}
+		var lst fs.FileInfo
+		if lowerDir {
+			lst, _ = os.Lstat(filepath.Join(lower, filepath.FromSlash(p)))
+		}
+		mode := st.Mode()
+		switch {
+		case mode.IsRegular():
+			data, err := readNoFollow(full, st.Size())
+			if err != nil {
+				return err
+			}
+			if lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode.Perm() && lst.Size() == st.Size() {
+				if same, _ := sameContent(filepath.Join(lower, filepath.FromSlash(p)), data); same {
+					continue // copied up (touch, chmod back) but unchanged
+				}
+			}
+			ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Data: data})
+		case mode&fs.ModeSymlink != 0:
+			t, err := os.Readlink(full)
+			if err != nil {
+				return err
+			}
+			if lst != nil && lst.Mode()&fs.ModeSymlink != 0 {
+				if lt, err := os.Readlink(filepath.Join(lower, filepath.FromSlash(p))); err == nil && lt == t {
+					continue
+				}
+			}
+			ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeSymlink, Data: []byte(t)})
+		case mode&fs.ModeCharDevice != 0 && mode&fs.ModeDevice != 0:
+			if isWhiteout(st) {
+				if lst != nil {
+					ov.Deleted = append(ov.Deleted, p)
+				}
+			}
+			// Other device nodes cannot be made in the sandbox; ignore.
+		case mode.IsDir():
+			lowerIsDir := lst != nil && lst.IsDir()
+			if !lowerIsDir {
+				if lst != nil {
+					// A file or link replaced by a directory.
+					ov.Deleted = append(ov.Deleted, p)
+				}
+				ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | mode.Perm()})
+			} else if isOpaque(full) {
+				// The directory was removed and made again: every lower
+				// entry not in upper is gone.
+				if err := opaqueDeletions(ov, upper, lower, p); err != nil {
+					return err
+				}
+			}
+			if err := walkUpper(ov, upper, lower, p, lowerIsDir); err != nil {
+				return err
+			}
+		default:
+			// FIFOs and sockets are not workspace content.
+		}
+	}
+	return nil
+}
+
+func opaqueDeletions(ov *backend.Overlay, upper, lower, rel string) error {
+	lowerEntries, err := os.ReadDir(filepath.Join(lower, filepath.FromSlash(rel)))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("listing lower %s: %w", rel, err)
+	}
+	for _, le := range lowerEntries {
+		p := path.Join(rel, le.Name())
+		if _, err := os.Lstat(filepath.Join(upper, filepath.FromSlash(p))); errors.Is(err, fs.ErrNotExist) {
+			ov.Deleted = append(ov.Deleted, p)
+		}
+	}
+	return nil
+}
+
+// isWhiteout reports an overlayfs whiteout: a character device 0/0.
+func isWhiteout(st fs.FileInfo) bool {
+	s, ok := st.Sys().(*syscall.Stat_t)
+	return ok && s.Rdev == 0
+}
+
+// isOpaque reports an overlayfs opaque directory. With userxattr (user
+// namespaces) the mark is user.overlay.opaque, otherwise
+// trusted.overlay.opaque; only "y" means opaque ("x" marks a directory that
+// merely holds whiteouts).
+func isOpaque(dir string) bool {
+	for _, name := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
+		buf := make([]byte, 8)
+		n, err := unix.Lgetxattr(dir, name, buf)
+		if err == nil && n == 1 && buf[0] == 'y' {
+			return true
+		}
+	}
+	return false
+}
+
+func readNoFollow(p string, size int64) ([]byte, error) {
+	if size > maxOverlayFile {
+		return nil, fmt.Errorf("%s: %d bytes is over the %d byte limit of one overlay file", p, size, maxOverlayFile)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxOverlayFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxOverlayFile {
+		return nil, fmt.Errorf("%s: over the %d byte limit of one overlay file", p, maxOverlayFile)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+func sameContent(p string, data []byte) (bool, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	buf, err := io.ReadAll(io.LimitReader(f, int64(len(data))+1))
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(buf, data), nil
+}

@@ -1,0 +1,81 @@
+package namespace
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// cleanDir turns Request.Dir into a slash path relative to the workspace,
+// refusing anything that would leave it. "" and "." are the root.
+func cleanDir(dir string) (string, error) {
+	if strings.ContainsRune(dir, 0) {
+		return "", fmt.Errorf("%w: dir contains NUL", backend.ErrInvalidRequest)
+	}
+	if dir == "" {
+		return ".", nil
+	}
+	if strings.HasPrefix(dir, "/") {
+		return "", fmt.Errorf("%w: dir %q is absolute", backend.ErrInvalidRequest, dir)
+	}
+	c := path.Clean(dir)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: dir %q leaves the workspace", backend.ErrInvalidRequest, dir)
+	}
+	if c == ".pulse" || strings.HasPrefix(c, ".pulse/") {
+		return "", fmt.Errorf("%w: dir %q is inside .pulse", backend.ErrInvalidRequest, dir)
+	}
+	return c, nil
+}
+
+// validEnvName reports whether name can be passed to execve as NAME=value
+// without changing the meaning of the environment.
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c == '=' || c == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkEnv refuses an environment execve would mangle.
+func checkEnv(env map[string]string) error {
+	for k, v := range env {
+		if !validEnvName(k) {
+			return fmt.Errorf("%w: bad environment name %q", backend.ErrInvalidRequest, k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: environment value of %q contains NUL", backend.ErrInvalidRequest, k)
+		}
+	}
+	return nil
+}
+
+// networkNamespace says whether the command gets its own empty network
+// namespace. An unset mode is deny-all: fail closed.
+func networkNamespace(p policy.NetworkPolicy) (bool, error) {
+	switch p.Mode {
+	case "", policy.NetworkDenyAll:
+		return true, nil
+	case policy.NetworkAllowAll:
+		return false, nil
+	case policy.NetworkAllowlist:
+		return false, fmt.Errorf("%w: network allowlist needs a filtering proxy, which this backend does not have", backend.ErrUnsupported)
+	default:
+		return false, fmt.Errorf("%w: unknown network mode %q", backend.ErrInvalidRequest, p.Mode)
+	}
+}
+
+// overlayPathOK reports whether p can be written into an overlayfs mount
+// option string: the legacy option parser splits on ',' and lowerdir on ':'.
+func overlayPathOK(p string) bool {
+	return !strings.ContainsAny(p, ",:\\\n") && !strings.ContainsRune(p, 0)
+}
