@@ -82,12 +82,15 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 					}
 				}
 			}
-		case "files.tar":
+		default:
+			if !strings.HasPrefix(name, "files-") || !strings.HasSuffix(name, ".tar") {
+				continue
+			}
 			var lim int64 = -1
 			if maxBytes > 0 {
 				lim = maxBytes
 			}
-			files, err = parseFilesTar(tr, lim)
+			files, err = parseFilesTar(tr, files, lim)
 			if err != nil {
 				return nil, err
 			}
@@ -108,11 +111,16 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 	return out, nil
 }
 
-// parseFilesTar reads the changed entries. limit < 0 means unbounded.
-func parseFilesTar(r io.Reader, limit int64) ([]backend.File, error) {
-	var files []backend.File
+// parseFilesTar appends the changed entries of one batch to files. limit
+// bounds the content of all batches together; < 0 means unbounded.
+func parseFilesTar(r io.Reader, files []backend.File, limit int64) ([]backend.File, error) {
 	tr := tar.NewReader(r)
 	var total int64
+	for _, f := range files {
+		if f.Mode.IsRegular() {
+			total += int64(len(f.Data))
+		}
+	}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {

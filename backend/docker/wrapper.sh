@@ -9,7 +9,7 @@
 # Layout of the /pulse volume (owned by the sandbox user):
 #   base/      the workspace as the next command will see it
 #   run/ID/    the copy command ID runs in (removed when it ends)
-#   out/ID/    pgid, status, before, after, changed, removed, files.tar
+#   out/ID/    pgid, status, before, after, changed, removed, files-*.tar
 #   lock/      held (mkdir is atomic) while base is copied or merged into
 #
 # Why a copy per command: concurrent commands on one container each get
@@ -92,12 +92,14 @@ END {
 }' "$O/before" "$O/after" 2>&8
 touch "$O/changed" "$O/removed" "$O/deleted"
 sort -o "$O/changed" "$O/changed"
+# This busybox tar cannot read names from a file, so xargs hands them
+# over in batches, each batch its own files-PID.tar.
 if [ -s "$O/changed" ]; then
-	tar -c -f "$O/files.tar" -C "$R" --no-recursion -T "$O/changed" 2>&8 || echo tar >"$O/warn"
+	tr '\n' '\0' <"$O/changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>>"$O/warn"
 fi
 lock
-if [ -s "$O/removed" ]; then (cd "$P/base" && sort -r "$O/removed" | while IFS= read -r p; do rm -rf "$p"; done); fi
-if [ -s "$O/files.tar" ]; then tar -x -f "$O/files.tar" -C "$P/base" 2>&8; fi
+if [ -s "$O/removed" ]; then (cd "$P/base" && tr '\n' '\0' <"$O/removed" | xargs -0 rm -rf 2>&8); fi
+for f in "$O"/files-*.tar; do [ -s "$f" ] && tar -x -f "$f" -C "$P/base" 2>&8; done
 unlock
 rm -rf "$R"
 echo "exit $rc" >"$O/status"

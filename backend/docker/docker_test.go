@@ -1,0 +1,220 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// newDocker returns a backend on the engine the environment names, or
+// skips the test when none answers or the image is missing — unless
+// PULSE_REQUIRE_DOCKER=1, where that is a failure.
+func newDocker(t testing.TB, opts ...Option) *Backend {
+	t.Helper()
+	b, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := b.Probe(ctx); err != nil {
+		b.Close()
+		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
+		}
+		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+func writeFiles(t testing.TB, dir string, files map[string]string) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type run struct {
+	res            *backend.Result
+	stdout, stderr string
+}
+
+func execShell(t testing.TB, b *Backend, ws, script string, mod ...func(*backend.Request)) run {
+	t.Helper()
+	var out, errb bytes.Buffer
+	req := &backend.Request{
+		ExecutionID: "test",
+		Workspace:   ws,
+		Shell:       script,
+		Stdout:      &out,
+		Stderr:      &errb,
+		Network:     policy.DenyAllNetwork(),
+	}
+	for _, m := range mod {
+		m(req)
+	}
+	res, err := b.Exec(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Exec(%q): %v", script, err)
+	}
+	return run{res, out.String(), errb.String()}
+}
+
+func TestDockerExecOutputAndExitCode(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	r := execShell(t, b, ws, `echo out; echo err >&2; id -u; exit 7`)
+	if r.res.ExitCode != 7 || r.res.Termination != backend.Exited {
+		t.Fatalf("exit = %d (%s), want 7 exited; stderr %q", r.res.ExitCode, r.res.Termination, r.stderr)
+	}
+	if r.stdout != "out\n1000\n" || r.stderr != "err\n" {
+		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if !r.res.Overlay.Empty() {
+		t.Fatalf("a command that writes nothing has overlay %+v", r.res.Overlay)
+	}
+}
+
+func TestDockerOverlayIsExactAndHostUntouched(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{
+		"keep.txt":       "same\n",
+		"change.txt":     "old\n",
+		"gone.txt":       "bye\n",
+		"dir/inner.txt":  "inner\n",
+		"mode.sh":        "#!/bin/sh\n",
+		".pulse/state":   "private\n",
+		"olddir/a/b.txt": "b\n",
+	})
+	before := snapshot(t, ws)
+
+	r := execShell(t, b, ws, `set -e
+printf 'new\0bin\n' > change.txt
+rm gone.txt
+mkdir -p newdir/sub && printf x > newdir/sub/f
+chmod 755 mode.sh
+ln -s keep.txt link
+rm -r olddir
+mkdir .pulse && echo leak > .pulse/state
+touch keep.txt`)
+	if r.res.ExitCode != 0 {
+		t.Fatalf("exit %d, stderr %q", r.res.ExitCode, r.stderr)
+	}
+	got := map[string]backend.File{}
+	for _, f := range r.res.Overlay.Files {
+		got[f.Path] = f
+	}
+	want := map[string]backend.File{
+		"change.txt":    {Path: "change.txt", Mode: 0o644, Data: []byte("new\x00bin\n")},
+		"newdir":        {Path: "newdir", Mode: fs.ModeDir | 0o755},
+		"newdir/sub":    {Path: "newdir/sub", Mode: fs.ModeDir | 0o755},
+		"newdir/sub/f":  {Path: "newdir/sub/f", Mode: 0o644, Data: []byte("x")},
+		"mode.sh":       {Path: "mode.sh", Mode: 0o755, Data: []byte("#!/bin/sh\n")},
+		"link":          {Path: "link", Mode: fs.ModeSymlink | 0o777, Data: []byte("keep.txt")},
+	}
+	if len(got) != len(want) {
+		t.Errorf("overlay files %v, want %v", keys(got), keys(want))
+	}
+	for p, w := range want {
+		g, ok := got[p]
+		if !ok {
+			t.Errorf("overlay misses %s", p)
+			continue
+		}
+		if g.Mode != w.Mode || !bytes.Equal(g.Data, w.Data) {
+			t.Errorf("%s: got mode %v data %q, want mode %v data %q", p, g.Mode, g.Data, w.Mode, w.Data)
+		}
+	}
+	wantDeleted := []string{"gone.txt", "olddir", "olddir/a", "olddir/a/b.txt"}
+	if strings.Join(r.res.Overlay.Deleted, ",") != strings.Join(wantDeleted, ",") {
+		t.Errorf("deleted %v, want %v", r.res.Overlay.Deleted, wantDeleted)
+	}
+	if after := snapshot(t, ws); after != before {
+		t.Fatalf("host workspace changed:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// The next command sees the first one's writes, and its own overlay
+	// holds only what it changed.
+	r2 := execShell(t, b, ws, `cat change.txt newdir/sub/f; test ! -e gone.txt && echo gone; echo more >> newdir/sub/f`)
+	if r2.stdout != "new\x00bin\nxgone\n" {
+		t.Fatalf("second command saw %q", r2.stdout)
+	}
+	if len(r2.res.Overlay.Files) != 1 || r2.res.Overlay.Files[0].Path != "newdir/sub/f" || string(r2.res.Overlay.Files[0].Data) != "xmore\n" || len(r2.res.Overlay.Deleted) != 0 {
+		t.Fatalf("second overlay %+v", r2.res.Overlay)
+	}
+}
+
+func keys(m map[string]backend.File) []string {
+	var k []string
+	for p := range m {
+		k = append(k, p)
+	}
+	return k
+}
+
+// snapshot is a byte-exact description of a directory tree.
+func snapshot(t testing.TB, dir string) string {
+	t.Helper()
+	var sb strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		sb.WriteString(rel + " " + info.Mode().String() + " " + info.ModTime().String())
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sb.WriteString(" " + string(data))
+		}
+		sb.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.String()
+}
+
+func TestDockerAllowlistIsRefused(t *testing.T) {
+	b, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Args: []string{"true"},
+		Network: policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Hosts: []string{"example.com"}}})
+	if !errors.Is(err, backend.ErrUnsupported) {
+		t.Fatalf("allowlist: err = %v, want ErrUnsupported", err)
+	}
+	if lvl := b.Capabilities().NetworkLevel(policy.NetworkAllowlist); lvl != "unsupported" {
+		t.Fatalf("allowlist capability %q", lvl)
+	}
+}
