@@ -1,0 +1,838 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Numbered failpoints of the commit protocol, in the order a commit
+// passes them. failpointHook is nil outside tests; the crash tests set it
+// in a re-executed test binary to SIGKILL the process at one of them.
+const (
+	fpValidated    = iota + 1 // conflicts checked, previous bytes saved
+	fpWALTemp                 // wal.tmp written and fsynced
+	fpWALRenamed              // wal in place (the commit point), directory not yet fsynced
+	fpWALSynced               // wal durable
+	fpApplyRemoved            // one removal done (hit once per removal)
+	fpApplyTemp               // one temp file written and fsynced (hit once per write)
+	fpApplyRenamed            // one temp file renamed over its target (hit once per write)
+	fpApplied                 // every change applied and its directory fsynced
+	fpAfterWritten            // after-images written
+	fpDone                    // transaction moved into the undo journal
+	numFailpoints  = fpDone
+)
+
+var failpointHook func(fp int)
+
+func failpoint(fp int) {
+	if failpointHook != nil {
+		failpointHook(fp)
+	}
+}
+
+// walFile is a decoded WAL: everything needed to roll a commit forward
+// without the stage log.
+type walFile struct {
+	ID      string
+	Desc    string
+	Created int64
+	Undoes  string
+	Ops     []walOp
+}
+
+type walOp struct {
+	change
+	// Prev is true when the previous content was saved as prev/<index>.
+	Prev bool
+}
+
+type walRec struct {
+	T       string  `json:"t"` // header, op, end
+	V       int     `json:"v,omitempty"`
+	Tx      string  `json:"tx,omitempty"`
+	Desc    string  `json:"desc,omitempty"`
+	Created int64   `json:"created,omitempty"`
+	Undoes  string  `json:"undoes,omitempty"`
+	N       int     `json:"n,omitempty"`
+	I       int     `json:"i,omitempty"`
+	Change  *change `json:"change,omitempty"`
+	Prev    bool    `json:"prev,omitempty"`
+}
+
+const walVersion = 1
+
+func encodeWAL(w *walFile) ([]byte, error) {
+	var buf []byte
+	add := func(r walRec) error {
+		p, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf, p)
+		return nil
+	}
+	if err := add(walRec{T: "header", V: walVersion, Tx: w.ID, Desc: w.Desc, Created: w.Created, Undoes: w.Undoes, N: len(w.Ops)}); err != nil {
+		return nil, err
+	}
+	for i := range w.Ops {
+		c := w.Ops[i].change
+		if err := add(walRec{T: "op", I: i, Change: &c, Prev: w.Ops[i].Prev}); err != nil {
+			return nil, err
+		}
+	}
+	if err := add(walRec{T: "end", N: len(w.Ops)}); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// decodeWAL parses and checks a WAL. It trusts nothing: every frame must
+// be whole and pass its checksum, the op count must match the header and
+// the end record, and every path must be clean, relative and outside
+// .pulse. Any fault is an error; a WAL is never partially applied.
+func decodeWAL(b []byte) (*walFile, error) {
+	frames, _, err := decodeFrames(b)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	if len(frames) < 2 {
+		return nil, fmt.Errorf("wal: %w: %d records", errCorrupt, len(frames))
+	}
+	recs := make([]walRec, len(frames))
+	for i, p := range frames {
+		if err := json.Unmarshal(p, &recs[i]); err != nil {
+			return nil, fmt.Errorf("wal: %w: record %d: %v", errCorrupt, i, err)
+		}
+	}
+	h := recs[0]
+	if h.T != "header" || h.V != walVersion || !validID(h.Tx) {
+		return nil, fmt.Errorf("wal: %w: bad header", errCorrupt)
+	}
+	if h.Undoes != "" {
+		if _, _, ok := parseDone(h.Undoes); !ok {
+			return nil, fmt.Errorf("wal: %w: bad undo target %q", errCorrupt, h.Undoes)
+		}
+	}
+	if h.N != len(recs)-2 {
+		return nil, fmt.Errorf("wal: %w: header says %d ops, found %d records", errCorrupt, h.N, len(recs))
+	}
+	end := recs[len(recs)-1]
+	if end.T != "end" || end.N != h.N {
+		return nil, fmt.Errorf("wal: %w: missing or bad end record", errCorrupt)
+	}
+	w := &walFile{ID: h.Tx, Desc: h.Desc, Created: h.Created, Undoes: h.Undoes, Ops: make([]walOp, 0, h.N)}
+	seen := make(map[string]bool, h.N)
+	for i, r := range recs[1 : len(recs)-1] {
+		if r.T != "op" || r.I != i || r.Change == nil {
+			return nil, fmt.Errorf("wal: %w: bad op record %d", errCorrupt, i)
+		}
+		if err := checkChange(r.Change); err != nil {
+			return nil, fmt.Errorf("wal: op %d: %w", i, err)
+		}
+		if seen[r.Change.Path] {
+			return nil, fmt.Errorf("wal: %w: %q appears twice", errCorrupt, r.Change.Path)
+		}
+		seen[r.Change.Path] = true
+		if r.Prev && r.Change.Before.Type != typeFile {
+			return nil, fmt.Errorf("wal: %w: op %d saves previous bytes of a %q", errCorrupt, i, r.Change.Before.Type)
+		}
+		w.Ops = append(w.Ops, walOp{change: *r.Change, Prev: r.Prev})
+	}
+	return w, nil
+}
+
+// removesFirst reports whether applying op removes the entry at its path
+// before anything is created there.
+func removesFirst(op *walOp) bool {
+	switch {
+	case op.Kind == KindDelete:
+		return true
+	case op.Kind == KindMkdir:
+		return op.Before.Type == typeFile || op.Before.Type == typeSymlink
+	default:
+		return op.Before.Type == typeDir
+	}
+}
+
+func matchesAfter(op *walOp, cur snapshot) bool {
+	switch op.Kind {
+	case KindDelete:
+		return cur.Type == typeAbsent
+	case KindWrite:
+		return cur.Type == typeFile && cur.SHA == op.Blob && cur.Mode == op.Mode
+	case KindSymlink:
+		return cur.Type == typeSymlink && cur.Target == op.Target
+	case KindMkdir:
+		return cur.Type == typeDir && (op.Implicit || cur.Mode == op.Mode)
+	}
+	return false
+}
+
+// Commit applies the transaction to the workspace, or refuses with an
+// error wrapping ErrConflict and writes nothing. The protocol (see the
+// package documentation) holds the workspace lock throughout, so commits
+// of two processes never interleave, and is safe against a crash at any
+// point: the next Open rolls it forward. Commit returns the paths changed.
+func (t *Tx) Commit(ctx context.Context) ([]string, error) {
+	unlock, err := t.fs.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	paths, err := t.commitLocked(ctx)
+	if err == nil {
+		t.fs.addStaged(-t.bytes)
+	}
+	return paths, err
+}
+
+func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
+	if err := t.refreshLocked(true); err != nil {
+		return nil, err
+	}
+	f := t.fs
+	t.mu.Lock()
+	w := &walFile{ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes}
+	for _, c := range t.changes {
+		w.Ops = append(w.Ops, walOp{change: *c})
+	}
+	t.mu.Unlock()
+	sort.Slice(w.Ops, func(i, j int) bool { return w.Ops[i].Path < w.Ops[j].Path })
+
+	dir := t.dir()
+	f.state.RemoveAll(dir + "/prev")
+	if err := f.state.Mkdir(dir+"/prev", 0o700); err != nil {
+		return nil, fmt.Errorf("cowfs: commit: %w", err)
+	}
+	fail := func(err error) ([]string, error) {
+		f.state.RemoveAll(dir + "/prev")
+		return nil, err
+	}
+	for i := range w.Ops {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		op := &w.Ops[i]
+		var prev *os.File
+		if op.Before.Type == typeFile {
+			p, err := f.state.OpenFile(dir+"/prev/"+strconv.Itoa(i), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return fail(fmt.Errorf("cowfs: commit: %w", err))
+			}
+			prev = p
+		}
+		cur, err := f.ws.snap(op.Path, prev)
+		if prev != nil {
+			if err == nil {
+				err = prev.Sync()
+			}
+			if cerr := prev.Close(); err == nil {
+				err = cerr
+			}
+			op.Prev = true
+		}
+		if err != nil {
+			return fail(fmt.Errorf("cowfs: commit: %q: %w", op.Path, err))
+		}
+		if op.Implicit && cur.Type == typeDir {
+			// Someone made the directory meanwhile; writing into it is
+			// fine, and undo will leave it alone.
+			op.Before = cur
+			continue
+		}
+		if reason := compare(op.Before, cur); reason != "" {
+			return fail(conflict(op.Path, reason))
+		}
+	}
+	if err := f.checkStructure(w); err != nil {
+		return fail(err)
+	}
+	if err := f.syncState(dir + "/prev"); err != nil {
+		return fail(err)
+	}
+	failpoint(fpValidated)
+
+	b, err := encodeWAL(w)
+	if err != nil {
+		return fail(err)
+	}
+	if err := f.writeFileSync(dir+"/wal.tmp", b); err != nil {
+		return fail(fmt.Errorf("cowfs: commit: %w", err))
+	}
+	failpoint(fpWALTemp)
+	if err := f.state.Rename(dir+"/wal.tmp", dir+"/wal"); err != nil {
+		return fail(fmt.Errorf("cowfs: commit: %w", err))
+	}
+	failpoint(fpWALRenamed)
+	// From here on the commit happens: an error leaves the WAL for the
+	// next Open to roll forward.
+	if err := f.syncState(dir); err != nil {
+		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+	}
+	failpoint(fpWALSynced)
+	afters, err := f.apply(dir, w, false)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+	}
+	if err := f.finish(dir, w, afters); err != nil {
+		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+	}
+	paths := make([]string, len(w.Ops))
+	for i := range w.Ops {
+		paths[i] = w.Ops[i].Path
+	}
+	return paths, nil
+}
+
+// checkStructure verifies, before the WAL is written, that every change
+// can be applied: the ancestors of what is created are real directories
+// (never symlinks, so nothing is written through one) or are created by
+// the transaction, and a directory that is removed holds nothing the
+// transaction does not remove too.
+func (f *FS) checkStructure(w *walFile) error {
+	at := make(map[string]*walOp, len(w.Ops))
+	for i := range w.Ops {
+		at[w.Ops[i].Path] = &w.Ops[i]
+	}
+	checked := map[string]bool{}
+	for i := range w.Ops {
+		op := &w.Ops[i]
+		if op.Kind != KindDelete {
+			for _, a := range ancestors(op.Path) {
+				if at[a] != nil || checked[a] {
+					continue
+				}
+				fi, err := f.ws.root.Lstat(a)
+				switch {
+				case isNotExist(err):
+					return conflict(a, ReasonDeleted)
+				case err != nil:
+					return fmt.Errorf("cowfs: commit: %q: %w", a, err)
+				case !fi.IsDir():
+					return conflict(a, ReasonReplaced)
+				}
+				checked[a] = true
+			}
+		}
+		if op.Before.Type == typeDir && op.Kind != KindMkdir {
+			d, err := f.ws.root.Open(op.Path)
+			if err != nil {
+				return fmt.Errorf("cowfs: commit: %q: %w", op.Path, err)
+			}
+			names, err := d.Readdirnames(-1)
+			d.Close()
+			if err != nil {
+				return fmt.Errorf("cowfs: commit: %q: %w", op.Path, err)
+			}
+			for _, n := range names {
+				c := at[path.Join(op.Path, n)]
+				if c == nil || c.Kind != KindDelete {
+					return conflict(path.Join(op.Path, n), ReasonCreated)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func tempName(id string, i int, target string) string {
+	return path.Join(path.Dir(target), ".pulse-cow-"+id+"-"+strconv.Itoa(i))
+}
+
+// apply makes the workspace hold what w says: removals deepest first,
+// then creations shallowest first, then one fsync of every directory
+// touched. Durability of each rename is only needed before the
+// transaction is marked done, and recovery redoes everything until then,
+// so one fsync per directory gives the same guarantee as one per file.
+//
+// When recovering, every op is first checked to be in its before state,
+// its after state, or (if it removes first) absent; anything else is a
+// conflict and nothing is touched.
+func (f *FS) apply(dir string, w *walFile, recovering bool) ([]snapshot, error) {
+	afters := make([]snapshot, len(w.Ops))
+	if recovering {
+		if err := f.precheck(w); err != nil {
+			return nil, err
+		}
+	}
+	dirty := map[string]bool{}
+	var removes, creates []int
+	for i := range w.Ops {
+		if removesFirst(&w.Ops[i]) {
+			removes = append(removes, i)
+		}
+		if w.Ops[i].Kind != KindDelete {
+			creates = append(creates, i)
+		}
+	}
+	sort.SliceStable(removes, func(a, b int) bool {
+		return depth(w.Ops[removes[a]].Path) > depth(w.Ops[removes[b]].Path)
+	})
+	sort.SliceStable(creates, func(a, b int) bool {
+		return depth(w.Ops[creates[a]].Path) < depth(w.Ops[creates[b]].Path)
+	})
+	for _, i := range removes {
+		op := &w.Ops[i]
+		if recovering {
+			cur, err := f.ws.snap(op.Path, nil)
+			if err != nil {
+				return nil, err
+			}
+			if cur.Type == typeAbsent || op.Kind != KindDelete && matchesAfter(op, cur) {
+				continue
+			}
+		}
+		if err := f.ws.root.Remove(op.Path); err != nil && !isNotExist(err) {
+			return nil, fmt.Errorf("remove %q: %w", op.Path, err)
+		}
+		dirty[path.Dir(op.Path)] = true
+		failpoint(fpApplyRemoved)
+	}
+	for _, i := range creates {
+		op := &w.Ops[i]
+		var cur snapshot
+		if recovering || op.Kind == KindMkdir {
+			var err error
+			if cur, err = f.ws.snap(op.Path, nil); err != nil {
+				return nil, err
+			}
+		}
+		if recovering && matchesAfter(op, cur) {
+			afters[i] = cur
+			continue
+		}
+		var after snapshot
+		var err error
+		switch op.Kind {
+		case KindWrite:
+			after, err = f.applyWrite(dir, w.ID, i, op)
+		case KindSymlink:
+			after, err = f.applySymlink(w.ID, i, op)
+		case KindMkdir:
+			after, err = f.applyMkdir(op, cur)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("apply %q: %w", op.Path, err)
+		}
+		afters[i] = after
+		dirty[path.Dir(op.Path)] = true
+	}
+	dirs := make([]string, 0, len(dirty))
+	for d := range dirty {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		if err := f.ws.syncDir(d); err != nil && !isNotExist(err) {
+			return nil, fmt.Errorf("sync %q: %w", d, err)
+		}
+	}
+	failpoint(fpApplied)
+	return afters, nil
+}
+
+func (f *FS) applyWrite(dir, id string, i int, op *walOp) (snapshot, error) {
+	src, err := f.state.Open(dir + "/blobs/" + op.Blob)
+	if err != nil {
+		return snapshot{}, err
+	}
+	defer src.Close()
+	tmp := tempName(id, i, op.Path)
+	dst, err := f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by a crashed attempt: the name is ours alone.
+		f.ws.root.Remove(tmp)
+		dst, err = f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return snapshot{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			dst.Close()
+			f.ws.root.Remove(tmp)
+		}
+	}()
+	if _, err := io.Copy(dst, src); err != nil {
+		return snapshot{}, err
+	}
+	// fchmod, unlike the open mode, is not masked by the umask.
+	if err := dst.Chmod(fileMode(op.Mode)); err != nil {
+		return snapshot{}, err
+	}
+	if err := dst.Sync(); err != nil {
+		return snapshot{}, err
+	}
+	fi, err := dst.Stat()
+	if err != nil {
+		return snapshot{}, err
+	}
+	if err := dst.Close(); err != nil {
+		return snapshot{}, err
+	}
+	after := statSnap(fi)
+	after.SHA = op.Blob
+	failpoint(fpApplyTemp)
+	if err := f.ws.root.Rename(tmp, op.Path); err != nil {
+		return snapshot{}, err
+	}
+	ok = true
+	failpoint(fpApplyRenamed)
+	return after, nil
+}
+
+func (f *FS) applySymlink(id string, i int, op *walOp) (snapshot, error) {
+	tmp := tempName(id, i, op.Path)
+	f.ws.root.Remove(tmp)
+	if err := f.ws.root.Symlink(op.Target, tmp); err != nil {
+		return snapshot{}, err
+	}
+	if err := f.ws.root.Rename(tmp, op.Path); err != nil {
+		f.ws.root.Remove(tmp)
+		return snapshot{}, err
+	}
+	return f.ws.snap(op.Path, nil)
+}
+
+func (f *FS) applyMkdir(op *walOp, cur snapshot) (snapshot, error) {
+	if cur.Type != typeDir {
+		if err := f.ws.root.Mkdir(op.Path, 0o700); err != nil {
+			return snapshot{}, err
+		}
+		cur.Type = typeDir
+		cur.Mode = 0o700
+	}
+	if !op.Implicit || op.Before.Type == typeAbsent {
+		if cur.Mode != op.Mode {
+			if err := f.ws.root.Chmod(op.Path, fileMode(op.Mode)); err != nil {
+				return snapshot{}, err
+			}
+		}
+	}
+	return f.ws.snap(op.Path, nil)
+}
+
+// precheck is the recovery guard: every target must be as the WAL left it
+// before, as it will leave it after, or absent mid-replacement; and no
+// ancestor may have become a symlink or file.
+func (f *FS) precheck(w *walFile) error {
+	at := make(map[string]bool, len(w.Ops))
+	for i := range w.Ops {
+		at[w.Ops[i].Path] = true
+	}
+	checked := map[string]bool{}
+	for i := range w.Ops {
+		op := &w.Ops[i]
+		for _, a := range ancestors(op.Path) {
+			if at[a] || checked[a] {
+				continue
+			}
+			fi, err := f.ws.root.Lstat(a)
+			if err != nil || !fi.IsDir() {
+				if op.Kind == KindDelete && isNotExist(err) {
+					continue
+				}
+				return conflict(a, ReasonReplaced)
+			}
+			checked[a] = true
+		}
+		cur, err := f.ws.snap(op.Path, nil)
+		if err != nil {
+			return fmt.Errorf("%q: %w", op.Path, err)
+		}
+		// Remove a temp file a crash left beside the target.
+		f.ws.root.Remove(tempName(w.ID, i, op.Path))
+		switch {
+		case matchesAfter(op, cur):
+		case compare(op.Before, cur) == "":
+		case op.Implicit && cur.Type == typeDir:
+		case cur.Type == typeAbsent && removesFirst(op):
+		default:
+			reason := compare(op.Before, cur)
+			return conflict(op.Path, reason)
+		}
+	}
+	return nil
+}
+
+// finish records the after-images and moves the transaction into the
+// undo journal (or, for an undo, drops the entry it reverted), then trims
+// the journal to the undo depth.
+func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
+	var buf []byte
+	for _, a := range afters {
+		p, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf, p)
+	}
+	if len(buf) == 0 {
+		buf = appendFrame(buf, []byte("{}"))
+	}
+	if err := f.replaceFileSync(dir+"/after", buf); err != nil {
+		return err
+	}
+	failpoint(fpAfterWritten)
+	if w.Undoes != "" {
+		if _, err := f.state.Lstat("done/" + w.Undoes); err == nil {
+			if err := f.removeState("done/" + w.Undoes); err != nil {
+				return err
+			}
+		}
+		if err := f.removeState(dir); err != nil {
+			return err
+		}
+		failpoint(fpDone)
+		return nil
+	}
+	entries, err := f.doneEntries()
+	if err != nil {
+		return err
+	}
+	seq := uint64(time.Now().UnixNano())
+	if n := len(entries); n > 0 {
+		if last, _, _ := parseDone(entries[n-1]); last >= seq {
+			seq = last + 1
+		}
+	}
+	name := fmt.Sprintf("%020d-%s", seq, w.ID)
+	if err := f.state.Rename(dir, "done/"+name); err != nil {
+		return err
+	}
+	if err := f.syncState("tx"); err != nil {
+		return err
+	}
+	if err := f.syncState("done"); err != nil {
+		return err
+	}
+	failpoint(fpDone)
+	return f.prune()
+}
+
+func (f *FS) prune() error {
+	entries, err := f.doneEntries()
+	if err != nil {
+		return err
+	}
+	for len(entries) > f.opts.undoDepth {
+		if err := f.removeState("done/" + entries[0]); err != nil {
+			return err
+		}
+		entries = entries[1:]
+	}
+	return nil
+}
+
+func decodeAfter(b []byte, n int) ([]snapshot, error) {
+	frames, _, err := decodeFrames(b)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if len(frames) != n {
+		return nil, fmt.Errorf("%w: %d after-images for %d changes", errCorrupt, len(frames), n)
+	}
+	out := make([]snapshot, n)
+	for i, p := range frames {
+		if err := json.Unmarshal(p, &out[i]); err != nil {
+			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+		}
+	}
+	return out, nil
+}
+
+// recover runs at Open, under the lock: it empties the trash, drops
+// half-built transactions and aborted commit attempts, rolls forward every
+// commit whose WAL is in place, and quarantines the ones it cannot.
+func (f *FS) recover(ctx context.Context) error {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if names, err := f.readDirNames("trash"); err == nil {
+		for _, n := range names {
+			f.state.RemoveAll("trash/" + n)
+		}
+	}
+	if d, err := f.state.Open("tx"); err == nil {
+		names, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, n := range names {
+			if len(n) > 5 && n[:5] == ".new-" {
+				f.state.RemoveAll("tx/" + n)
+			}
+		}
+	}
+	ids, err := f.txIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var staged int64
+	for _, id := range ids {
+		dir := "tx/" + id
+		if st, reason := f.txState(id); st == StateQuarantined {
+			errs = append(errs, fmt.Errorf("%w: transaction %s is quarantined: %s", ErrRecovery, id, reason))
+			continue
+		} else if st == StateOpen {
+			// A commit that died before its WAL was in place never began.
+			f.state.Remove(dir + "/wal.tmp")
+			f.state.RemoveAll(dir + "/prev")
+			t := &Tx{fs: f, id: id, changes: map[string]*change{}}
+			if err := t.load(); err == nil {
+				staged += t.bytes
+			}
+			continue
+		}
+		if err := f.rollForward(dir, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := f.prune(); err != nil {
+		errs = append(errs, err)
+	}
+	f.mu.Lock()
+	f.staged = staged
+	f.recoveryErr = errors.Join(errs...)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *FS) rollForward(dir, id string) error {
+	b, err := f.state.ReadFile(dir + "/wal")
+	if err != nil {
+		return f.quarantine(id, fmt.Sprintf("unreadable WAL: %v", err))
+	}
+	w, err := decodeWAL(b)
+	if err != nil {
+		return f.quarantine(id, err.Error())
+	}
+	if w.ID != id {
+		return f.quarantine(id, fmt.Sprintf("WAL names transaction %s", w.ID))
+	}
+	for i := range w.Ops {
+		if w.Ops[i].Kind == KindWrite {
+			if _, err := f.state.Lstat(dir + "/blobs/" + w.Ops[i].Blob); err != nil {
+				return f.quarantine(id, fmt.Sprintf("staged bytes of %q are missing", w.Ops[i].Path))
+			}
+		}
+	}
+	afters, err := f.apply(dir, w, true)
+	if err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			return f.quarantine(id, ce.Error())
+		}
+		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
+	}
+	if err := f.finish(dir, w, afters); err != nil {
+		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
+	}
+	f.log.Info("cowfs: rolled an interrupted commit forward", "tx", id, "changes", len(w.Ops))
+	return nil
+}
+
+func (f *FS) quarantine(id, reason string) error {
+	f.log.Error("cowfs: quarantined an interrupted commit", "tx", id, "reason", reason)
+	if err := f.replaceFileSync("tx/"+id+"/quarantine", []byte(reason+"\n")); err != nil {
+		f.log.Error("cowfs: cannot write quarantine marker", "tx", id, "err", err)
+	}
+	return fmt.Errorf("%w: transaction %s quarantined: %s", ErrRecovery, id, reason)
+}
+
+// Undo reverts the most recently committed transaction still in the undo
+// journal, with the same protocol and conflict check as Commit: every
+// path must still be exactly as that commit left it. It returns what was
+// undone; ErrNotFound when the journal is empty.
+func (f *FS) Undo(ctx context.Context) (*TxInfo, error) {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	entries, err := f.doneEntries()
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: nothing to undo", ErrNotFound)
+	}
+	name := entries[len(entries)-1]
+	info, err := f.doneInfo(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: undo entry %s: %w", ErrRecovery, name, err)
+	}
+	wb, err := f.state.ReadFile("done/" + name + "/wal")
+	if err != nil {
+		return nil, err
+	}
+	w, err := decodeWAL(wb)
+	if err != nil {
+		return nil, fmt.Errorf("%w: undo entry %s: %w", ErrRecovery, name, err)
+	}
+	ab, err := f.state.ReadFile("done/" + name + "/after")
+	if err != nil {
+		return nil, fmt.Errorf("%w: undo entry %s: %w", ErrRecovery, name, err)
+	}
+	afters, err := decodeAfter(ab, len(w.Ops))
+	if err != nil {
+		return nil, fmt.Errorf("%w: undo entry %s: %w", ErrRecovery, name, err)
+	}
+	t := &Tx{fs: f, id: newID(), desc: "undo " + info.ID + ": " + w.Desc, created: time.Now().UTC(),
+		undoes: name, changes: map[string]*change{}}
+	var recs []stageRec
+	blobs := map[string]string{}
+	for i := range w.Ops {
+		op, a := &w.Ops[i], afters[i]
+		b := op.Before
+		var c *change
+		switch b.Type {
+		case typeAbsent:
+			if a.Type != typeAbsent {
+				c = &change{Path: op.Path, Kind: KindDelete}
+			}
+		case typeFile:
+			if !op.Prev {
+				return nil, fmt.Errorf("%w: undo entry %s: previous bytes of %q were not saved", ErrRecovery, name, op.Path)
+			}
+			c = &change{Path: op.Path, Kind: KindWrite, Mode: b.Mode, Blob: b.SHA, Size: b.Size}
+			blobs[b.SHA] = "done/" + name + "/prev/" + strconv.Itoa(i)
+		case typeSymlink:
+			c = &change{Path: op.Path, Kind: KindSymlink, Target: b.Target}
+		case typeDir:
+			if op.Implicit {
+				continue // it existed before; the commit did not touch it
+			}
+			c = &change{Path: op.Path, Kind: KindMkdir, Mode: b.Mode}
+		}
+		if c == nil {
+			continue
+		}
+		c.Before = a
+		recs = append(recs, stageRec{Op: "set", Change: c})
+	}
+	if err := f.createTx(t, recs, blobs); err != nil {
+		return nil, err
+	}
+	if _, err := t.commitLocked(ctx); err != nil {
+		if st, _ := f.txState(t.id); st == StateOpen {
+			f.removeState(t.dir())
+		}
+		return nil, err
+	}
+	return &info, nil
+}

@@ -1,0 +1,155 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newWS(t *testing.T) string {
+	t.Helper()
+	return t.TempDir()
+}
+
+func writeFile(t *testing.T, ws, rel, content string, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(ws, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, ws, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ws, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func openFS(t *testing.T, ws string, opts ...Option) *FS {
+	t.Helper()
+	f, err := Open(ws, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestStageCommitByteExact(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "keep.txt", "keep\n", 0o644)
+	writeFile(t, ws, "mod.txt", "old\n", 0o644)
+	writeFile(t, ws, "gone.txt", "bye\n", 0o644)
+	f := openFS(t, ws)
+	tx, err := f.Begin("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := []byte{0, 1, 2, 0xff, '\n', 0, 'x'}
+	steps := []error{
+		tx.Write("mod.txt", []byte("new\n"), 0),
+		tx.Write("bin/data.bin", bin, 0o600),
+		tx.Write("empty", nil, 0o755),
+		tx.Delete("gone.txt"),
+		tx.Mkdir("newdir", 0o700),
+		tx.Symlink("../mod.txt", "bin/link"),
+	}
+	for i, err := range steps {
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if got := readFile(t, ws, "mod.txt"); got != "old\n" {
+		t.Fatalf("workspace changed before commit: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("bin exists before commit: %v", err)
+	}
+	// Another FS (as another process would) sees the transaction.
+	f2 := openFS(t, ws)
+	tx2, err := f2.Tx(tx.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tx2.Changes()) != len(tx.Changes()) {
+		t.Fatalf("other FS sees %d changes, want %d", len(tx2.Changes()), len(tx.Changes()))
+	}
+	paths, err := tx2.Commit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 7 { // mod, bin (implicit), bin/data.bin, empty, gone, newdir, bin/link
+		t.Fatalf("committed %v", paths)
+	}
+	if got := readFile(t, ws, "mod.txt"); got != "new\n" {
+		t.Fatalf("mod.txt = %q", got)
+	}
+	if got := readFile(t, ws, "bin/data.bin"); !bytes.Equal([]byte(got), bin) {
+		t.Fatalf("binary = %q", got)
+	}
+	checkMode := func(rel string, want os.FileMode) {
+		t.Helper()
+		fi, err := os.Lstat(filepath.Join(ws, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Fatalf("%s mode %v, want %v", rel, fi.Mode().Perm(), want)
+		}
+	}
+	checkMode("bin/data.bin", 0o600)
+	checkMode("empty", 0o755)
+	checkMode("newdir", 0o700)
+	checkMode("mod.txt", 0o644)
+	if fi, err := os.Stat(filepath.Join(ws, "empty")); err != nil || fi.Size() != 0 {
+		t.Fatalf("empty: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "gone.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("gone.txt still there: %v", err)
+	}
+	if l, err := os.Readlink(filepath.Join(ws, "bin/link")); err != nil || l != "../mod.txt" {
+		t.Fatalf("link = %q %v", l, err)
+	}
+	if err := tx.Write("x", []byte("y"), 0); !errors.Is(err, ErrClosed) {
+		// tx (the first handle) must notice the commit made through tx2.
+		t.Fatalf("write after commit: %v", err)
+	}
+
+	info, err := f.Undo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ID != tx.ID() {
+		t.Fatalf("undid %s, want %s", info.ID, tx.ID())
+	}
+	if got := readFile(t, ws, "mod.txt"); got != "old\n" {
+		t.Fatalf("after undo mod.txt = %q", got)
+	}
+	if got := readFile(t, ws, "gone.txt"); got != "bye\n" {
+		t.Fatalf("after undo gone.txt = %q", got)
+	}
+	for _, p := range []string{"bin", "empty", "newdir"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after undo %s still exists: %v", p, err)
+		}
+	}
+	if _, err := f.Undo(context.Background()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second undo: %v", err)
+	}
+	if strings.Contains(readFile(t, ws, "keep.txt"), "x") {
+		t.Fatal("keep.txt touched")
+	}
+}

@@ -1,0 +1,220 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// side is one side of a file diff: absent (typ ""), a regular file or a
+// symlink (data is its target).
+type side struct {
+	typ  string
+	mode uint32
+	data []byte
+}
+
+// Diff renders the staged changes as a git-style unified diff against the
+// workspace as it is now: "diff --git" headers, new/deleted file modes,
+// mode changes, "Binary files ... differ" for binary content, and "\ No
+// newline at end of file" markers, so that `patch -p1` (or `git apply`)
+// reproduces the staged text files exactly. Directories are not shown,
+// as in git.
+func (t *Tx) Diff() (string, error) {
+	unlock, err := t.fs.lock(context.Background())
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if err := t.refreshLocked(false); err != nil {
+		return "", err
+	}
+	t.mu.Lock()
+	changes := make([]change, 0, len(t.changes))
+	for _, c := range t.changes {
+		changes = append(changes, *c)
+	}
+	t.mu.Unlock()
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
+	var b strings.Builder
+	for i := range changes {
+		c := &changes[i]
+		old, err := t.fs.oldSide(c.Path)
+		if err != nil {
+			return "", err
+		}
+		var nw side
+		switch c.Kind {
+		case KindWrite:
+			data, err := t.fs.state.ReadFile(t.dir() + "/blobs/" + c.Blob)
+			if err != nil {
+				return "", fmt.Errorf("cowfs: diff: %q: %w", c.Path, err)
+			}
+			nw = side{typ: typeFile, mode: c.Mode, data: data}
+		case KindSymlink:
+			nw = side{typ: typeSymlink, data: []byte(c.Target)}
+		}
+		writeFileDiff(&b, c.Path, old, nw)
+	}
+	return b.String(), nil
+}
+
+func (f *FS) oldSide(rel string) (side, error) {
+	s, err := f.ws.snap(rel, nil)
+	if err != nil {
+		return side{}, err
+	}
+	switch s.Type {
+	case typeFile:
+		data, err := f.ws.root.ReadFile(rel)
+		if err != nil {
+			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+		}
+		return side{typ: typeFile, mode: s.Mode, data: data}, nil
+	case typeSymlink:
+		return side{typ: typeSymlink, data: []byte(s.Target)}, nil
+	}
+	return side{}, nil
+}
+
+func gitMode(s side) string {
+	if s.typ == typeSymlink {
+		return "120000"
+	}
+	if s.mode&0o100 != 0 {
+		return "100755"
+	}
+	return "100644"
+}
+
+// writeFileDiff writes the git-style diff of one path. A change of type
+// (file to symlink) is shown as a deletion and a creation, as git does.
+func writeFileDiff(w *strings.Builder, p string, old, nw side) {
+	if old.typ != "" && nw.typ != "" && old.typ != nw.typ {
+		writeFileDiff(w, p, old, side{})
+		writeFileDiff(w, p, side{}, nw)
+		return
+	}
+	header := "diff --git a/" + p + " b/" + p + "\n"
+	from, to := "a/"+p, "b/"+p
+	switch {
+	case old.typ == "" && nw.typ == "":
+		return
+	case old.typ == "":
+		w.WriteString(header)
+		w.WriteString("new file mode " + gitMode(nw) + "\n")
+		from = "/dev/null"
+	case nw.typ == "":
+		w.WriteString(header)
+		w.WriteString("deleted file mode " + gitMode(old) + "\n")
+		to = "/dev/null"
+	default:
+		sameMode := gitMode(old) == gitMode(nw)
+		if sameMode && bytes.Equal(old.data, nw.data) {
+			return
+		}
+		w.WriteString(header)
+		if !sameMode {
+			w.WriteString("old mode " + gitMode(old) + "\nnew mode " + gitMode(nw) + "\n")
+		}
+		if bytes.Equal(old.data, nw.data) {
+			return
+		}
+	}
+	if len(old.data) == 0 && len(nw.data) == 0 {
+		return
+	}
+	if isBinary(old.data) || isBinary(nw.data) {
+		w.WriteString("Binary files " + from + " and " + to + " differ\n")
+		return
+	}
+	w.WriteString("--- " + from + "\n+++ " + to + "\n")
+	writeHunks(w, splitLines(old.data), splitLines(nw.data), 3)
+}
+
+// isBinary uses git's rule: a NUL byte in the first 8000 bytes.
+func isBinary(b []byte) bool {
+	if len(b) > 8000 {
+		b = b[:8000]
+	}
+	return bytes.IndexByte(b, 0) >= 0
+}
+
+// splitLines splits after every newline; the last line may lack one.
+func splitLines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	n := bytes.Count(b, []byte{'\n'})
+	out := make([]string, 0, n+1)
+	s := string(b)
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			out = append(out, s)
+			break
+		}
+		out = append(out, s[:i+1])
+		s = s[i+1:]
+	}
+	return out
+}
+
+// writeHunks writes unified-diff hunks of a against b with ctx lines of
+// context.
+func writeHunks(w io.StringWriter, a, b []string, ctx int) {
+	for _, group := range groupedOpCodes(a, b, ctx) {
+		first, last := group[0], group[len(group)-1]
+		w.WriteString("@@ -" + unifiedRange(first.I1, last.I2) + " +" + unifiedRange(first.J1, last.J2) + " @@\n")
+		for _, op := range group {
+			if op.Tag == 'e' {
+				for _, l := range a[op.I1:op.I2] {
+					writeLine(w, ' ', l)
+				}
+				continue
+			}
+			if op.Tag == 'r' || op.Tag == 'd' {
+				for _, l := range a[op.I1:op.I2] {
+					writeLine(w, '-', l)
+				}
+			}
+			if op.Tag == 'r' || op.Tag == 'i' {
+				for _, l := range b[op.J1:op.J2] {
+					writeLine(w, '+', l)
+				}
+			}
+		}
+	}
+}
+
+func writeLine(w io.StringWriter, prefix byte, l string) {
+	w.WriteString(string(prefix))
+	w.WriteString(l)
+	if !strings.HasSuffix(l, "\n") {
+		w.WriteString("\n\\ No newline at end of file\n")
+	}
+}
+
+// unifiedRange formats a hunk range the way diff -u does.
+func unifiedRange(start, stop int) string {
+	begin, n := start+1, stop-start
+	switch n {
+	case 1:
+		return strconv.Itoa(begin)
+	case 0:
+		begin--
+	}
+	return strconv.Itoa(begin) + "," + strconv.Itoa(n)
+}
+
+// groupedOpCodes returns difflib's grouped opcodes of a against b.
+func groupedOpCodes(a, b []string, ctx int) [][]difflib.OpCode {
+	m := difflib.NewMatcher(a, b)
+	return m.GetGroupedOpCodes(ctx)
+}

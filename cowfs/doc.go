@@ -1,0 +1,120 @@
+// Package cowfs stages changes to a workspace as copy-on-write
+// transactions and applies them only on Commit, crash-safely.
+//
+// # What it promises
+//
+//   - Staged changes never touch the workspace before Commit. They are
+//     byte-exact: binary content, empty files, file modes, new
+//     directories, symlinks and deletions.
+//   - Transactions are durable and shared: they live under
+//     <workspace>/.pulse/cow, survive a crash of the process that staged
+//     them, and any process that opens the same workspace sees, diffs,
+//     commits or discards them.
+//   - Nothing under .pulse is ever staged, diffed or written by a commit.
+//   - Optimistic concurrency: the first stage of a path records its
+//     inode, device, size, mtime, mode and SHA-256; Commit compares all of
+//     them (the hash always) and refuses with a *ConflictError (reason
+//     created, deleted, replaced or modified) that wraps ErrConflict,
+//     writing nothing and keeping the transaction.
+//   - Commits of all processes are serialised by flock(2) on
+//     .pulse/cow/lock, held from validation to the end of the commit, so
+//     no cooperating process can slip in between check and write.
+//   - A commit interrupted at any instant (SIGKILL, power loss) leaves
+//     every file wholly old or wholly new, and the next Open rolls it
+//     forward so that all are new. A commit whose targets someone else
+//     changed meanwhile, or whose WAL is damaged or names a path outside
+//     the workspace, is quarantined: kept, listed, never applied, never
+//     deleted, and reported by FS.RecoveryErr wrapping ErrRecovery.
+//   - Undo reverts the last committed transaction with the same
+//     protocol, refusing with ErrConflict if any of its paths changed
+//     since.
+//   - Commit never writes through a symlink: targets are replaced by
+//     rename, and an ancestor directory that is (or became) a symlink is
+//     a conflict. All workspace access goes through an os.Root, so even a
+//     hostile symlink cannot lead outside the workspace.
+//
+// # On-disk format
+//
+// Everything lives under <workspace>/.pulse/cow:
+//
+//	lock                       flock(2) target; empty
+//	tx/<id>/                   one open (or committing) transaction; id is 16 hex digits
+//	tx/<id>/stage.log          record file: begin, then set/unstage records
+//	tx/<id>/blobs/<sha256>     staged file contents, named by their SHA-256
+//	tx/<id>/prev/<n>           bytes of op n's target before the commit (undo)
+//	tx/<id>/wal                the commit's write-ahead log (record file)
+//	tx/<id>/after              after-images of each op (record file)
+//	tx/<id>/quarantine         present when recovery refused the WAL: the reason
+//	tx/.new-<id>/              a transaction being created; removed by Open
+//	done/<seq>-<id>/           a committed transaction kept for Undo (same files)
+//	trash/                     directories being removed; emptied by Open
+//
+// Hidden names (leading dot) are work in progress and never read as
+// state. Directories are created under a hidden name and renamed into
+// place, and removed by a rename into trash, so each appears and
+// disappears atomically.
+//
+// A record file is a sequence of frames:
+//
+//	uint32 LE  payload length, 1 .. 1 MiB (0 is refused: a zeroed sector is corruption)
+//	uint32 LE  CRC-32C (Castagnoli) of the payload
+//	[length]   payload: one JSON object
+//
+// A frame cut short by the end of the file is a torn tail (the error wraps
+// io.ErrUnexpectedEOF); in a stage log it is truncated away under the lock
+// (the append it belonged to never returned). Any other damage (bad
+// length, bad checksum, bad JSON) is corruption.
+//
+// The stage log holds {"op":"begin","id","desc","created","undoes"}, then
+// {"op":"set","change":{...}} and {"op":"unstage","path"} records, each
+// appended and fsynced before Write, Delete, Mkdir or Symlink returns.
+// A change is {"path","kind","mode","blob","size","target","implicit",
+// "before":{"type","ino","dev","size","mtime_ns","mode","sha256","target"}};
+// the last set record of a path wins, and its before snapshot is always
+// the one taken when the path was first staged.
+//
+// The WAL is {"t":"header","v":1,"tx","desc","created","undoes","n"},
+// then n records {"t":"op","i","change","prev"} sorted by path, then
+// {"t":"end","n"}. It is only ever written whole (wal.tmp, fsync, rename,
+// fsync of the directory), so any decoding fault means damage and the
+// commit is quarantined, never partially trusted.
+//
+// # Commit protocol
+//
+//  1. Take the lock; re-read the stage log.
+//  2. Validate every change against its before snapshot, hashing each
+//     existing file while copying it to prev/<n> (one read for both);
+//     check that ancestors of what is created are real directories and
+//     that removed directories hold nothing else. fsync prev. [failpoint 1]
+//  3. Write wal.tmp, fsync [2], rename to wal [3], fsync tx/<id> [4].
+//     This rename is the commit point.
+//  4. Apply: removals deepest first [5 per removal]; then creations
+//     shallowest first: each file is written to a temp name beside its
+//     target, fchmod'ed, fsynced [6], renamed over the target [7]; then
+//     every touched directory is fsynced once [8]. (Until the commit is
+//     marked done, recovery redoes everything, so one directory fsync per
+//     directory gives the guarantee of one per file.)
+//  5. Write the after-images (temp, fsync, rename, fsync) [9].
+//  6. Rename tx/<id> to done/<seq>-<id>, fsync both directories [10];
+//     trim the undo journal to its depth; release the lock.
+//
+// Recovery at Open runs under the same lock. For each tx/<id> with a wal
+// it checks every target is in its before state, its after state, or
+// absent between removal and creation, and every ancestor is a real
+// directory; then it redoes steps 4 to 6, skipping what is already done.
+// Anything else quarantines the transaction. A tx/<id> with only wal.tmp
+// never reached the commit point: wal.tmp and prev are dropped and the
+// transaction stays open.
+//
+// Undo builds a transaction whose changes restore the before state of the
+// last done entry (from prev/ and the WAL), whose before snapshots are
+// that entry's after-images, and commits it with the same protocol; on
+// success the done entry is dropped instead of a new one being added.
+//
+// # Limits
+//
+// Per-file size, total bytes staged by the open transactions of the
+// workspace (counted at Open from the stage logs, then kept up to date
+// incrementally, never by rescanning), open transactions, and changes per
+// transaction; exceeding one returns a *LimitError wrapping ErrLimit.
+package cowfs

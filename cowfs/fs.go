@@ -1,0 +1,617 @@
+package cowfs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of the limits, matching the Python implementation.
+const (
+	DefaultMaxFileBytes   int64 = 50 << 20
+	DefaultMaxStagedBytes int64 = 256 << 20
+	DefaultMaxOpenTx            = 16
+	DefaultMaxChanges           = 100000
+	DefaultUndoDepth            = 16
+)
+
+// StateDir is where cowfs keeps its state, relative to the workspace.
+const StateDir = ".pulse/cow"
+
+type options struct {
+	logger         *slog.Logger
+	maxFileBytes   int64
+	maxStagedBytes int64
+	maxOpenTx      int
+	maxChanges     int
+	undoDepth      int
+}
+
+// Option configures an FS.
+type Option func(*options) error
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("cowfs: nil logger")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithMaxFileBytes bounds the size of one staged file.
+func WithMaxFileBytes(n int64) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("cowfs: max file bytes %d must be positive", n)
+		}
+		o.maxFileBytes = n
+		return nil
+	}
+}
+
+// WithMaxStagedBytes bounds the bytes staged by all open transactions of
+// the workspace together.
+func WithMaxStagedBytes(n int64) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("cowfs: max staged bytes %d must be positive", n)
+		}
+		o.maxStagedBytes = n
+		return nil
+	}
+}
+
+// WithMaxOpenTransactions bounds how many transactions may be open at once
+// in the workspace.
+func WithMaxOpenTransactions(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("cowfs: max open transactions %d must be positive", n)
+		}
+		o.maxOpenTx = n
+		return nil
+	}
+}
+
+// WithMaxChanges bounds how many paths one transaction may change.
+func WithMaxChanges(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("cowfs: max changes %d must be positive", n)
+		}
+		o.maxChanges = n
+		return nil
+	}
+}
+
+// WithUndoDepth sets how many committed transactions are kept for Undo;
+// older undo entries are deleted after each commit.
+func WithUndoDepth(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("cowfs: undo depth %d must not be negative", n)
+		}
+		o.undoDepth = n
+		return nil
+	}
+}
+
+// TxState is where a transaction is in its life.
+type TxState string
+
+// The transaction states, as List reports them.
+const (
+	// StateOpen: staging; may be committed or discarded.
+	StateOpen TxState = "open"
+	// StateCommitting: its WAL is written and it is being applied, by a
+	// live process or, after a crash, by the next Open.
+	StateCommitting TxState = "committing"
+	// StateQuarantined: recovery refused its WAL; it is kept untouched for
+	// a person to look at. Reason says why.
+	StateQuarantined TxState = "quarantined"
+	// StateCommitted: applied, and kept in the undo journal.
+	StateCommitted TxState = "committed"
+)
+
+// TxInfo describes a transaction.
+type TxInfo struct {
+	ID          string    `json:"id"`
+	Description string    `json:"description"`
+	State       TxState   `json:"state"`
+	Created     time.Time `json:"created"`
+	Committed   time.Time `json:"committed,omitzero"`
+	Changes     int       `json:"changes"`
+	Bytes       int64     `json:"bytes"`
+	Reason      string    `json:"reason,omitempty"`
+}
+
+// FS is the copy-on-write staging area of one workspace. Its state lives
+// under <workspace>/.pulse/cow, so other processes (a review tool, a later
+// run) see the same transactions. Methods are safe for concurrent use,
+// also across processes.
+type FS struct {
+	ws    *workspace
+	state *os.Root
+	opts  options
+	log   *slog.Logger
+
+	mu          sync.Mutex
+	closed      bool
+	staged      int64 // bytes staged by open transactions, as this FS knows them
+	recoveryErr error
+}
+
+// Open opens (creating if needed) the staging area of workspace and rolls
+// forward any commit a crashed process left half done. A commit that
+// cannot be rolled forward is quarantined, not fatal: Open still succeeds
+// and RecoveryErr reports it.
+func Open(workspace string, opts ...Option) (*FS, error) {
+	o := options{
+		logger:         slog.New(slog.DiscardHandler),
+		maxFileBytes:   DefaultMaxFileBytes,
+		maxStagedBytes: DefaultMaxStagedBytes,
+		maxOpenTx:      DefaultMaxOpenTx,
+		maxChanges:     DefaultMaxChanges,
+		undoDepth:      DefaultUndoDepth,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	ws, err := openWorkspace(workspace)
+	if err != nil {
+		return nil, err
+	}
+	f := &FS{ws: ws, opts: o, log: o.logger}
+	if err := f.openState(); err != nil {
+		ws.root.Close()
+		return nil, err
+	}
+	if err := f.recover(context.Background()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *FS) openState() error {
+	// .pulse must be a real directory of the workspace, not a symlink
+	// that would put cowfs state (and the undo journal) somewhere else.
+	for _, d := range []string{".pulse", StateDir} {
+		fi, err := f.ws.root.Lstat(d)
+		if isNotExist(err) {
+			if err := f.ws.root.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("cowfs: create %s: %w", d, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cowfs: %s: %w", d, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("cowfs: %s is not a directory", d)
+		}
+	}
+	st, err := f.ws.root.OpenRoot(StateDir)
+	if err != nil {
+		return fmt.Errorf("cowfs: open %s: %w", StateDir, err)
+	}
+	f.state = st
+	for _, d := range []string{"tx", "done", "trash"} {
+		if err := st.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cowfs: create %s/%s: %w", StateDir, d, err)
+		}
+	}
+	return nil
+}
+
+// Workspace returns the workspace directory, absolute and with symlinks
+// resolved.
+func (f *FS) Workspace() string { return f.ws.dir }
+
+// RecoveryErr returns the commits Open could not roll forward (joined,
+// each wrapping ErrRecovery), or nil.
+func (f *FS) RecoveryErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.recoveryErr
+}
+
+// Close releases the FS. Transactions stay on disk. Close is idempotent.
+func (f *FS) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	if f.state != nil {
+		f.state.Close()
+	}
+	return f.ws.root.Close()
+}
+
+func (f *FS) isClosed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+// lock takes the workspace-wide advisory lock that serialises every
+// change to the staging area and to the workspace made by cowfs, in this
+// and other processes. flock locks belong to the open file description,
+// so two goroutines (each opening the file) exclude each other too.
+func (f *FS) lock(ctx context.Context) (func(), error) {
+	if f.isClosed() {
+		return nil, ErrClosed
+	}
+	lf, err := f.state.OpenFile("lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: lock: %w", err)
+	}
+	wait := time.Millisecond
+	for {
+		err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			lf.Close()
+			return nil, fmt.Errorf("cowfs: lock: %w", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			lf.Close()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		if wait < 50*time.Millisecond {
+			wait *= 2
+		}
+	}
+	return func() {
+		syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+		lf.Close()
+	}, nil
+}
+
+func newID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// validID reports whether id is a transaction id: 16 lowercase hex digits.
+// Ids reach file names, so anything else is refused before it does.
+func validID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *FS) addStaged(delta int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if delta > 0 && f.staged+delta > f.opts.maxStagedBytes {
+		return &LimitError{Name: LimitStagedBytes, Value: f.opts.maxStagedBytes}
+	}
+	f.staged += delta
+	if f.staged < 0 {
+		f.staged = 0
+	}
+	return nil
+}
+
+// Begin starts a transaction. It is on disk, and visible to other
+// processes, when Begin returns.
+func (f *FS) Begin(description string) (*Tx, error) {
+	unlock, err := f.lock(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ids, err := f.txIDs()
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) >= f.opts.maxOpenTx {
+		return nil, &LimitError{Name: LimitOpenTx, Value: int64(f.opts.maxOpenTx)}
+	}
+	t := &Tx{fs: f, id: newID(), desc: description, created: time.Now().UTC(), changes: map[string]*change{}}
+	if err := f.createTx(t, nil, nil); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// createTx writes a new transaction directory under a hidden name and
+// renames it into place, so a crash never leaves half a transaction.
+// blobs are hard-linked (or copied) into it; recs follow the begin record.
+func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
+	tmp := "tx/.new-" + t.id
+	if err := f.state.MkdirAll(tmp+"/blobs", 0o700); err != nil {
+		return fmt.Errorf("cowfs: begin: %w", err)
+	}
+	for sha, src := range blobs {
+		if err := f.linkOrCopy(src, tmp+"/blobs/"+sha); err != nil {
+			f.state.RemoveAll(tmp)
+			return fmt.Errorf("cowfs: begin: %w", err)
+		}
+	}
+	var buf []byte
+	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes}
+	all := append([]stageRec{begin}, recs...)
+	for _, r := range all {
+		p, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf, p)
+	}
+	if err := f.writeFileSync(tmp+"/stage.log", buf); err != nil {
+		f.state.RemoveAll(tmp)
+		return fmt.Errorf("cowfs: begin: %w", err)
+	}
+	if err := f.syncState(tmp + "/blobs"); err != nil {
+		return err
+	}
+	if err := f.syncState(tmp); err != nil {
+		return err
+	}
+	if err := f.state.Rename(tmp, "tx/"+t.id); err != nil {
+		f.state.RemoveAll(tmp)
+		return fmt.Errorf("cowfs: begin: %w", err)
+	}
+	if err := f.syncState("tx"); err != nil {
+		return err
+	}
+	for _, r := range recs {
+		t.apply(r)
+	}
+	t.offset = int64(len(buf))
+	return nil
+}
+
+func (f *FS) linkOrCopy(src, dst string) error {
+	if err := f.state.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := f.state.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := f.state.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// writeFileSync writes name in the state directory and fsyncs it.
+func (f *FS) writeFileSync(name string, data []byte) error {
+	fl, err := f.state.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := fl.Write(data); err != nil {
+		fl.Close()
+		return err
+	}
+	if err := fl.Sync(); err != nil {
+		fl.Close()
+		return err
+	}
+	return fl.Close()
+}
+
+// replaceFileSync atomically replaces name with data: temp, fsync,
+// rename, fsync of the directory.
+func (f *FS) replaceFileSync(name string, data []byte) error {
+	tmp := name + ".tmp"
+	if err := f.writeFileSync(tmp, data); err != nil {
+		return err
+	}
+	if err := f.state.Rename(tmp, name); err != nil {
+		return err
+	}
+	return f.syncState(path.Dir(name))
+}
+
+func (f *FS) syncState(dir string) error {
+	d, err := f.state.Open(dir)
+	if err != nil {
+		return fmt.Errorf("cowfs: sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cowfs: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readDirNames lists a state directory, skipping hidden entries (the
+// names cowfs uses while it builds something).
+func (f *FS) readDirNames(dir string) ([]string, error) {
+	d, err := f.state.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := names[:0]
+	for _, n := range names {
+		if !strings.HasPrefix(n, ".") {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (f *FS) txIDs() ([]string, error) {
+	names, err := f.readDirNames("tx")
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: list: %w", err)
+	}
+	out := names[:0]
+	for _, n := range names {
+		if validID(n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// doneEntries lists the undo journal, oldest first. Names are
+// "<20-digit sequence>-<id>".
+func (f *FS) doneEntries() ([]string, error) {
+	names, err := f.readDirNames("done")
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: list: %w", err)
+	}
+	out := names[:0]
+	for _, n := range names {
+		if _, _, ok := parseDone(n); ok {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func parseDone(name string) (seq uint64, id string, ok bool) {
+	s, id, found := strings.Cut(name, "-")
+	if !found || len(s) != 20 || !validID(id) {
+		return 0, "", false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return n, id, true
+}
+
+// Tx loads the transaction id, which may have been begun by another
+// process. Committed and discarded ids are not found.
+func (f *FS) Tx(id string) (*Tx, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("%w: transaction %q", ErrNotFound, id)
+	}
+	unlock, err := f.lock(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	t := &Tx{fs: f, id: id, changes: map[string]*change{}}
+	if err := t.refreshLocked(false); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// List returns the open, committing and quarantined transactions, then
+// the committed ones kept for Undo (newest last).
+func (f *FS) List() ([]TxInfo, error) {
+	unlock, err := f.lock(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ids, err := f.txIDs()
+	if err != nil {
+		return nil, err
+	}
+	var out []TxInfo
+	for _, id := range ids {
+		t := &Tx{fs: f, id: id, changes: map[string]*change{}}
+		if err := t.load(); err != nil {
+			out = append(out, TxInfo{ID: id, State: StateQuarantined, Reason: err.Error()})
+			continue
+		}
+		info := t.info()
+		info.State, info.Reason = f.txState(id)
+		out = append(out, info)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	done, err := f.doneEntries()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range done {
+		info, err := f.doneInfo(name)
+		if err != nil {
+			f.log.Warn("cowfs: unreadable undo entry", "entry", name, "err", err)
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// txState reads the markers of an existing transaction directory.
+func (f *FS) txState(id string) (TxState, string) {
+	if b, err := f.state.ReadFile("tx/" + id + "/quarantine"); err == nil {
+		return StateQuarantined, strings.TrimSpace(string(b))
+	}
+	if _, err := f.state.Lstat("tx/" + id + "/wal"); err == nil {
+		return StateCommitting, ""
+	}
+	return StateOpen, ""
+}
+
+func (f *FS) doneInfo(name string) (TxInfo, error) {
+	seq, id, _ := parseDone(name)
+	b, err := f.state.ReadFile("done/" + name + "/wal")
+	if err != nil {
+		return TxInfo{}, err
+	}
+	w, err := decodeWAL(b)
+	if err != nil {
+		return TxInfo{}, err
+	}
+	info := TxInfo{ID: id, Description: w.Desc, State: StateCommitted,
+		Created: time.Unix(0, w.Created).UTC(), Committed: time.Unix(0, int64(seq)).UTC(), Changes: len(w.Ops)}
+	for _, op := range w.Ops {
+		info.Bytes += op.Size
+	}
+	return info, nil
+}

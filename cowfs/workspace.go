@@ -1,0 +1,354 @@
+package cowfs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Entry types as a snapshot spells them. The empty string means absent.
+const (
+	typeAbsent  = ""
+	typeFile    = "file"
+	typeDir     = "dir"
+	typeSymlink = "symlink"
+	typeOther   = "other" // FIFO, socket, device: never staged over
+)
+
+// maxPathLen and maxNameLen match Linux PATH_MAX and NAME_MAX.
+const (
+	maxPathLen = 4096
+	maxNameLen = 255
+	reserved   = ".pulse"
+)
+
+// snapshot is what cowfs knows of one workspace entry at one moment: its
+// identity (inode, device), metadata and a SHA-256 of its content (of the
+// target, for a symlink). Directories are compared by identity and mode
+// only, because their size and mtime change whenever a child does.
+type snapshot struct {
+	Type    string `json:"type,omitempty"`
+	Ino     uint64 `json:"ino,omitempty"`
+	Dev     uint64 `json:"dev,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	MtimeNS int64  `json:"mtime_ns,omitempty"`
+	Mode    uint32 `json:"mode,omitempty"`
+	SHA     string `json:"sha256,omitempty"`
+	Target  string `json:"target,omitempty"`
+}
+
+// compare returns "" when got is the entry want describes, else the
+// conflict reason. The content hash is always compared, never skipped on
+// equal metadata: a same-size write within one mtime tick is still seen.
+func compare(want, got snapshot) string {
+	switch {
+	case want.Type == typeAbsent && got.Type == typeAbsent:
+		return ""
+	case want.Type == typeAbsent:
+		return ReasonCreated
+	case got.Type == typeAbsent:
+		return ReasonDeleted
+	case want.Type != got.Type || want.Ino != got.Ino || want.Dev != got.Dev:
+		return ReasonReplaced
+	case want.Mode != got.Mode:
+		return ReasonModified
+	}
+	switch want.Type {
+	case typeFile:
+		if want.Size != got.Size || want.MtimeNS != got.MtimeNS || want.SHA != got.SHA {
+			return ReasonModified
+		}
+	case typeSymlink:
+		if want.Target != got.Target {
+			return ReasonModified
+		}
+	}
+	return ""
+}
+
+// cleanRel turns a caller's path into the slash-separated, clean,
+// workspace-relative key cowfs uses everywhere. It is purely lexical: the
+// entries on the way are checked against the disk when a change is staged
+// and again when it is committed. This is the one place user paths enter.
+func cleanRel(root, p string) (string, error) {
+	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidPath, p, why) }
+	switch {
+	case p == "":
+		return "", bad("empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return "", bad("NUL byte")
+	case len(p) > maxPathLen:
+		return "", bad("too long")
+	}
+	p = filepath.ToSlash(p)
+	if path.IsAbs(p) {
+		r := filepath.ToSlash(root)
+		if p != r && !strings.HasPrefix(p, strings.TrimSuffix(r, "/")+"/") {
+			return "", bad("outside the workspace")
+		}
+		p = strings.TrimPrefix(p, strings.TrimSuffix(r, "/"))
+	}
+	c := path.Clean("/" + p)
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", bad("contains ..")
+		}
+	}
+	c = strings.TrimPrefix(c, "/")
+	if c == "" || c == "." {
+		return "", bad("names the workspace root")
+	}
+	for _, name := range strings.Split(c, "/") {
+		if len(name) > maxNameLen {
+			return "", bad("name too long")
+		}
+	}
+	if isReserved(c) {
+		return "", bad("under the reserved .pulse directory")
+	}
+	return c, nil
+}
+
+// isReserved reports whether the clean relative path rel is .pulse or
+// under it, case-insensitively so that a case-folding file system cannot
+// alias it.
+func isReserved(rel string) bool {
+	first, _, _ := strings.Cut(rel, "/")
+	return strings.EqualFold(first, reserved)
+}
+
+// checkLinkTarget refuses symlink targets that would point outside the
+// workspace or into .pulse once written at rel: absolute targets, and
+// relative ones that climb above the root.
+func checkLinkTarget(rel, target string) error {
+	switch {
+	case target == "" || strings.IndexByte(target, 0) >= 0 || len(target) > maxPathLen:
+		return fmt.Errorf("%w: symlink target %q is malformed", ErrInvalidPath, target)
+	case path.IsAbs(target):
+		return fmt.Errorf("%w: symlink target %q is absolute", ErrInvalidPath, target)
+	}
+	j := path.Join(path.Dir(rel), target)
+	if j == ".." || strings.HasPrefix(j, "../") {
+		return fmt.Errorf("%w: symlink target %q leaves the workspace", ErrInvalidPath, target)
+	}
+	if isReserved(j) {
+		return fmt.Errorf("%w: symlink target %q points into .pulse", ErrInvalidPath, target)
+	}
+	return nil
+}
+
+// ancestors returns the proper ancestors of rel, outermost first.
+func ancestors(rel string) []string {
+	var out []string
+	for i := 0; i < len(rel); i++ {
+		if rel[i] == '/' {
+			out = append(out, rel[:i])
+		}
+	}
+	return out
+}
+
+func depth(rel string) int { return strings.Count(rel, "/") }
+
+// workspace is the workspace directory seen through an os.Root, so no
+// operation can leave it whatever symlinks it holds.
+type workspace struct {
+	dir  string // absolute, symlinks resolved
+	root *os.Root
+}
+
+func openWorkspace(dir string) (*workspace, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: workspace: %w", err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: workspace: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("cowfs: workspace %s is not a directory", real)
+	}
+	r, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("cowfs: workspace: %w", err)
+	}
+	return &workspace{dir: real, root: r}, nil
+}
+
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= syscall.S_ISUID
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= syscall.S_ISGID
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= syscall.S_ISVTX
+	}
+	return u
+}
+
+func fileMode(u uint32) fs.FileMode {
+	m := fs.FileMode(u & 0o777)
+	if u&syscall.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if u&syscall.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if u&syscall.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+func statSnap(fi fs.FileInfo) snapshot {
+	s := snapshot{Type: typeOther}
+	switch {
+	case fi.Mode().IsRegular():
+		s.Type = typeFile
+	case fi.IsDir():
+		s.Type = typeDir
+	case fi.Mode()&fs.ModeSymlink != 0:
+		s.Type = typeSymlink
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.Ino = st.Ino
+		s.Dev = uint64(st.Dev)
+		s.MtimeNS = st.Mtim.Nano()
+		s.Mode = st.Mode & 0o7777
+	}
+	if s.Type == typeFile {
+		s.Size = fi.Size()
+	}
+	return s
+}
+
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// snap records the entry at rel without following a final symlink. For a
+// regular file it reads the whole content to hash it and, when copy is not
+// nil, copies it there in the same pass (copy is rewound on a retry).
+func (w *workspace) snap(rel string, copy *os.File) (snapshot, error) {
+	for attempt := 0; ; attempt++ {
+		fi, err := w.root.Lstat(rel)
+		if isNotExist(err) {
+			return snapshot{}, nil
+		}
+		if err != nil {
+			return snapshot{}, err
+		}
+		s := statSnap(fi)
+		switch s.Type {
+		case typeSymlink:
+			t, err := w.root.Readlink(rel)
+			if err != nil {
+				if isNotExist(err) && attempt < 3 {
+					continue
+				}
+				return snapshot{}, err
+			}
+			s.Target = t
+			sum := sha256.Sum256([]byte(t))
+			s.SHA = hex.EncodeToString(sum[:])
+			return s, nil
+		case typeFile:
+		default:
+			return s, nil
+		}
+		stable, err := w.hashFile(rel, &s, copy)
+		if err != nil {
+			return snapshot{}, err
+		}
+		if stable {
+			return s, nil
+		}
+		if attempt >= 3 {
+			// Still changing under us: report what we saw last; the
+			// comparison with the staged snapshot will call it modified.
+			return s, nil
+		}
+	}
+}
+
+// hashFile fills s.SHA from the file at rel. It reports false when the
+// file was swapped or written while it was read, so the caller retries.
+func (w *workspace) hashFile(rel string, s *snapshot, copy *os.File) (bool, error) {
+	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if isNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	if got := statSnap(fi); got.Type != typeFile || got.Ino != s.Ino || got.Dev != s.Dev {
+		return false, nil
+	}
+	if copy != nil {
+		if err := copy.Truncate(0); err != nil {
+			return false, err
+		}
+		if _, err := copy.Seek(0, io.SeekStart); err != nil {
+			return false, err
+		}
+	}
+	h := sha256.New()
+	var dst io.Writer = h
+	if copy != nil {
+		dst = io.MultiWriter(h, copy)
+	}
+	if _, err := io.Copy(dst, f); err != nil {
+		return false, err
+	}
+	fi2, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	after := statSnap(fi2)
+	if after.Size != s.Size || after.MtimeNS != s.MtimeNS || after.Mode != s.Mode {
+		*s = after
+		return false, nil
+	}
+	s.SHA = hex.EncodeToString(h.Sum(nil))
+	return true, nil
+}
+
+// syncDir fsyncs the workspace directory rel ("" or "." for the root), so
+// that renames and removals in it survive a power loss.
+func (w *workspace) syncDir(rel string) error {
+	if rel == "" {
+		rel = "."
+	}
+	d, err := w.root.Open(rel)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
