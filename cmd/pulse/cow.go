@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pulse-agent/pulse/cowfs"
+)
+
+func init() {
+	register(command{
+		name:    "cow",
+		summary: "review staged changes (cow list|diff ID|commit ID|discard ID|undo [--json] [--workspace DIR])",
+		run:     runCow,
+	})
+}
+
+const cowUsage = "usage: pulse cow list|diff ID|commit ID|discard ID|undo [--json] [--workspace DIR]"
+
+// runCow implements `pulse cow SUBCOMMAND`. Exit codes: 0 ok, 1 conflict
+// or other failure, 2 usage.
+func runCow(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(env.stderr, cowUsage)
+		return exitUsage
+	}
+	sub := args[0]
+	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
+	if !wantID[sub] && sub != "list" && sub != "undo" {
+		fmt.Fprintf(env.stderr, "pulse cow: unknown subcommand %q\n%s\n", sub, cowUsage)
+		return exitUsage
+	}
+	fset := flag.NewFlagSet("cow "+sub, flag.ContinueOnError)
+	fset.SetOutput(env.stderr)
+	asJSON := fset.Bool("json", false, "print JSON")
+	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
+	// Flags may come before or after the id.
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := fset.Parse(rest); err != nil {
+			return exitUsage
+		}
+		if fset.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fset.Arg(0))
+		rest = fset.Args()[1:]
+	}
+	if wantID[sub] && len(pos) != 1 || !wantID[sub] && len(pos) != 0 {
+		fmt.Fprintln(env.stderr, cowUsage)
+		return exitUsage
+	}
+	ws := *workspace
+	if ws == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+			return exitFailure
+		}
+		ws = wd
+	}
+	f, err := cowfs.Open(ws)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+		return exitFailure
+	}
+	defer f.Close()
+	if rerr := f.RecoveryErr(); rerr != nil {
+		fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+	}
+	c := cowCLI{env: env, json: *asJSON}
+	switch sub {
+	case "list":
+		return c.list(f)
+	case "undo":
+		info, err := f.Undo(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(info, fmt.Sprintf("undid %s (%s)\n", info.ID, info.Description))
+	}
+	tx, err := f.Tx(pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	switch sub {
+	case "diff":
+		d, err := tx.Diff()
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"id": tx.ID(), "changes": tx.Changes(), "diff": d}, d)
+	case "commit":
+		paths, err := tx.Commit(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		if paths == nil {
+			paths = []string{}
+		}
+		return c.print(map[string]any{"id": tx.ID(), "committed": paths},
+			fmt.Sprintf("committed %s: %d change(s)\n%s", tx.ID(), len(paths), lines(paths)))
+	default: // discard
+		if err := tx.Discard(); err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"id": tx.ID(), "discarded": true}, "discarded "+tx.ID()+"\n")
+	}
+}
+
+type cowCLI struct {
+	env  *cliEnv
+	json bool
+}
+
+func lines(ss []string) string {
+	if len(ss) == 0 {
+		return ""
+	}
+	return strings.Join(ss, "\n") + "\n"
+}
+
+func (c cowCLI) print(v any, text string) int {
+	if c.json {
+		enc := json.NewEncoder(c.env.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
+			fmt.Fprintf(c.env.stderr, "pulse cow: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	}
+	io.WriteString(c.env.stdout, text)
+	return exitOK
+}
+
+// fail reports err; with --json the error (and, for a conflict, its path
+// and reason) is printed as JSON on stdout as well.
+func (c cowCLI) fail(err error) int {
+	fmt.Fprintf(c.env.stderr, "pulse cow: %v\n", err)
+	if c.json {
+		out := map[string]any{"error": err.Error()}
+		var ce *cowfs.ConflictError
+		if errors.As(err, &ce) {
+			out["conflict"] = ce
+		}
+		json.NewEncoder(c.env.stdout).Encode(out)
+	}
+	return exitFailure
+}
+
+func (c cowCLI) list(f *cowfs.FS) int {
+	infos, err := f.List()
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if infos == nil {
+			infos = []cowfs.TxInfo{}
+		}
+		return c.print(infos, "")
+	}
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tCHANGES\tBYTES\tCREATED\tDESCRIPTION")
+	for _, i := range infos {
+		desc := i.Description
+		if i.Reason != "" {
+			desc += " [" + i.Reason + "]"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", i.ID, i.State, i.Changes, i.Bytes,
+			i.Created.Local().Format(time.DateTime), desc)
+	}
+	tw.Flush()
+	return exitOK
+}

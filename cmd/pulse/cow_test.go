@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/cowfs"
+)
+
+func stageTx(t *testing.T, ws, rel, content string) string {
+	t.Helper()
+	f, err := cowfs.Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tx, err := f.Begin("cli test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Write(rel, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tx.ID()
+}
+
+func TestCowListDiffCommitUndo(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := stageTx(t, ws, "a.txt", "two\n")
+
+	code, out, errOut := runCLI(t, "cow", "list", "--json", "--workspace", ws)
+	if code != exitOK {
+		t.Fatalf("list: %d %s", code, errOut)
+	}
+	var infos []cowfs.TxInfo
+	if err := json.Unmarshal([]byte(out), &infos); err != nil {
+		t.Fatalf("list json: %v\n%s", err, out)
+	}
+	if len(infos) != 1 || infos[0].ID != id || infos[0].State != cowfs.StateOpen {
+		t.Fatalf("list = %+v", infos)
+	}
+
+	code, out, _ = runCLI(t, "cow", "diff", id, "--workspace", ws)
+	if code != exitOK || !strings.Contains(out, "-one\n+two\n") || !strings.Contains(out, "diff --git a/a.txt b/a.txt") {
+		t.Fatalf("diff: %d %q", code, out)
+	}
+
+	code, out, errOut = runCLI(t, "cow", "commit", "--json", "--workspace", ws, id)
+	if code != exitOK {
+		t.Fatalf("commit: %d %s", code, errOut)
+	}
+	var res struct {
+		Committed []string `json:"committed"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Committed) != 1 || res.Committed[0] != "a.txt" {
+		t.Fatalf("commit json %q: %v", out, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "two\n" {
+		t.Fatalf("a.txt = %q", b)
+	}
+
+	code, _, errOut = runCLI(t, "cow", "undo", "--workspace", ws)
+	if code != exitOK {
+		t.Fatalf("undo: %d %s", code, errOut)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "one\n" {
+		t.Fatalf("after undo a.txt = %q", b)
+	}
+}
+
+func TestCowConflictExitsOne(t *testing.T) {
+	ws := t.TempDir()
+	p := filepath.Join(ws, "a.txt")
+	if err := os.WriteFile(p, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := stageTx(t, ws, "a.txt", "two\n")
+	if err := os.WriteFile(p, []byte("someone else\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCLI(t, "cow", "commit", id, "--json", "--workspace", ws)
+	if code != exitFailure {
+		t.Fatalf("conflicting commit exit %d, want %d", code, exitFailure)
+	}
+	var res struct {
+		Conflict cowfs.ConflictError `json:"conflict"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Conflict.Path != "a.txt" || res.Conflict.Reason != cowfs.ReasonModified {
+		t.Fatalf("conflict json %q: %v", out, err)
+	}
+	// The transaction is kept; discard works and then it is gone.
+	if code, _, errOut := runCLI(t, "cow", "discard", id, "--workspace", ws); code != exitOK {
+		t.Fatalf("discard: %d %s", code, errOut)
+	}
+	if code, _, _ := runCLI(t, "cow", "diff", id, "--workspace", ws); code != exitFailure {
+		t.Fatalf("diff of discarded tx exit %d", code)
+	}
+}
+
+func TestCowUsage(t *testing.T) {
+	ws := t.TempDir()
+	for _, args := range [][]string{
+		{"cow"},
+		{"cow", "frobnicate"},
+		{"cow", "diff"},
+		{"cow", "list", "extra"},
+		{"cow", "commit", "a", "b"},
+		{"cow", "list", "--no-such-flag"},
+	} {
+		args = append(args, "--workspace", ws)
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
