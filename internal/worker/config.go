@@ -1,0 +1,157 @@
+package worker
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the worker's configuration. FromEnv fills it from the
+// environment variables of the design; BindFlags lets flags override it.
+type Config struct {
+	RelayAddr     string // RELAY_ADDR
+	SandboxID     string // SANDBOX_ID
+	Token         string // SANDBOX_TOKEN
+	TLS           bool   // RELAY_TLS
+	MaxConcurrent int    // WORKER_MAX_CONCURRENT
+	Image         string // SANDBOX_IMAGE
+	Trust         string // SANDBOX_TRUST
+
+	// Capabilities defaults to the programs of CapabilityProbes found on
+	// PATH.
+	Capabilities []string
+	Heartbeat    time.Duration // default session.DefaultHeartbeat
+	BackoffMin   time.Duration // default 500ms
+	BackoffMax   time.Duration // default 30s
+	// Env is the commands' environment; default the worker's own minus
+	// SANDBOX_TOKEN.
+	Env    []string
+	Logger *slog.Logger
+}
+
+// Environment variable names, with the defaults of the design.
+const (
+	EnvRelayAddr     = "RELAY_ADDR"
+	EnvSandboxID     = "SANDBOX_ID"
+	EnvToken         = "SANDBOX_TOKEN"
+	EnvTLS           = "RELAY_TLS"
+	EnvMaxConcurrent = "WORKER_MAX_CONCURRENT"
+	EnvImage         = "SANDBOX_IMAGE"
+	EnvTrust         = "SANDBOX_TRUST"
+)
+
+// ErrConfig marks an invalid configuration value.
+var ErrConfig = errors.New("worker: invalid configuration")
+
+// CapabilityProbes are the programs Hello reports when found on PATH.
+var CapabilityProbes = []string{"bash", "rg", "base64", "file", "python3", "git"}
+
+// Default returns the configuration with every default of the design.
+func Default() Config {
+	return Config{
+		RelayAddr:     "localhost:8443",
+		SandboxID:     "sbx-laptop-1",
+		Token:         "dev-token",
+		MaxConcurrent: 4,
+		Trust:         "untrusted",
+	}
+}
+
+// FromEnv returns Default overridden by the environment, read through
+// getenv (os.Getenv in production).
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Default()
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	str(EnvRelayAddr, &c.RelayAddr)
+	str(EnvSandboxID, &c.SandboxID)
+	str(EnvToken, &c.Token)
+	str(EnvImage, &c.Image)
+	str(EnvTrust, &c.Trust)
+	if v := getenv(EnvTLS); v != "" {
+		b, err := parseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvTLS, v, err)
+		}
+		c.TLS = b
+	}
+	if v := getenv(EnvMaxConcurrent); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvMaxConcurrent, v, err)
+		}
+		c.MaxConcurrent = n
+	}
+	return c, c.Validate()
+}
+
+// BindFlags registers flags that override c's current values.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.RelayAddr, "relay-addr", c.RelayAddr, "relay host:port ("+EnvRelayAddr+")")
+	fs.StringVar(&c.SandboxID, "sandbox-id", c.SandboxID, "id reported in Hello ("+EnvSandboxID+")")
+	fs.StringVar(&c.Token, "token", c.Token, "bearer token; prefer the environment, flags show in ps ("+EnvToken+")")
+	fs.BoolVar(&c.TLS, "tls", c.TLS, "dial with TLS instead of h2c ("+EnvTLS+")")
+	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "execs run at once ("+EnvMaxConcurrent+")")
+	fs.StringVar(&c.Image, "image", c.Image, "image reported in Hello ("+EnvImage+")")
+	fs.StringVar(&c.Trust, "trust", c.Trust, "trust level reported in Hello ("+EnvTrust+")")
+}
+
+// Validate reports the first invalid value.
+func (c Config) Validate() error {
+	switch {
+	case c.RelayAddr == "":
+		return fmt.Errorf("%w: empty relay address", ErrConfig)
+	case c.SandboxID == "":
+		return fmt.Errorf("%w: empty sandbox id", ErrConfig)
+	case c.MaxConcurrent < 1 || c.MaxConcurrent > 1024:
+		return fmt.Errorf("%w: max concurrent %d outside 1..1024", ErrConfig, c.MaxConcurrent)
+	case c.BackoffMin < 0 || c.BackoffMax < 0 || (c.BackoffMax > 0 && c.BackoffMin > c.BackoffMax):
+		return fmt.Errorf("%w: backoff %v..%v", ErrConfig, c.BackoffMin, c.BackoffMax)
+	}
+	return nil
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, errors.New("want 0 or 1")
+}
+
+// DetectCapabilities returns the probes that lookPath finds (exec.LookPath
+// when nil), in probe order.
+func DetectCapabilities(lookPath func(string) (string, error)) []string {
+	if lookPath == nil {
+		lookPath = exec.LookPath
+	}
+	caps := []string{}
+	for _, p := range CapabilityProbes {
+		if _, err := lookPath(p); err == nil {
+			caps = append(caps, p)
+		}
+	}
+	return caps
+}
+
+// childEnv drops the worker's own secrets from env.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if strings.HasPrefix(kv, EnvToken+"=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}

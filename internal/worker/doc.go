@@ -1,0 +1,11 @@
+// Package worker is the pulse-worker runtime: it dials a relay's
+// SandboxWorker.Attach, serves the stream with a session.Session, and
+// re-dials with exponential backoff (500 ms doubling to 30 s, with jitter)
+// when the stream ends, keeping the session and so its dedup cache.
+//
+// The worker holds no credentials other than its relay token, which it
+// keeps out of the commands' environment, and does no orchestration: it
+// only executes commands and returns bytes. Subpackages: runner (one
+// command), session (one connection), relaytest (an in-process relay for
+// tests).
+package worker

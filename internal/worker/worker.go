@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"time"
+
+	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/internal/worker/runner"
+	"github.com/pulse-agent/pulse/internal/worker/session"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+const (
+	defaultBackoffMin = 500 * time.Millisecond
+	defaultBackoffMax = 30 * time.Second
+)
+
+// Run connects to the relay and serves it until ctx is done, re-dialling
+// with backoff whenever the stream ends. It returns nil when ctx ends and
+// an error only for a configuration it cannot start with.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Capabilities == nil {
+		cfg.Capabilities = DetectCapabilities(nil)
+	}
+	env := cfg.Env
+	if env == nil {
+		env = childEnv(os.Environ())
+	}
+	r, err := runner.New(runner.WithEnv(env), runner.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	sess, err := session.New(session.Config{
+		SandboxID:    cfg.SandboxID,
+		Capacity:     cfg.MaxConcurrent,
+		Capabilities: cfg.Capabilities,
+		Image:        cfg.Image,
+		Trust:        cfg.Trust,
+		Heartbeat:    cfg.Heartbeat,
+		Logger:       log,
+	}, r)
+	if err != nil {
+		return err
+	}
+
+	var creds credentials.TransportCredentials
+	if cfg.TLS {
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	} else {
+		creds = insecure.NewCredentials()
+		if !isLoopback(cfg.RelayAddr) {
+			log.Warn("RELAY_TLS is off: the bearer token crosses the network in clear text", "relay", cfg.RelayAddr)
+		}
+	}
+	cc, err := grpc.NewClient(cfg.RelayAddr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return fmt.Errorf("worker: %w: %w", ErrConfig, err)
+	}
+	defer cc.Close()
+	client := sandboxv1.NewSandboxWorkerClient(cc)
+
+	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
+	if bo.min == 0 {
+		bo.min = defaultBackoffMin
+	}
+	if bo.max == 0 {
+		bo.max = defaultBackoffMax
+	}
+	for {
+		started := time.Now()
+		err := attach(ctx, client, cfg.Token, sess)
+		if ctx.Err() != nil {
+			log.Info("stopping", "reason", context.Cause(ctx))
+			return nil
+		}
+		// A connection that stayed up for a while was healthy: the next
+		// failure starts the backoff over.
+		if time.Since(started) > bo.max {
+			bo.reset()
+		}
+		wait := bo.next()
+		log.Warn("relay connection ended; reconnecting", "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Info("stopping", "reason", context.Cause(ctx))
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// attach opens one Attach stream and serves it until it ends.
+func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, token string, sess *session.Session) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
+	st, err := client.Attach(sctx)
+	if err != nil {
+		return fmt.Errorf("worker: attach: %w", err)
+	}
+	err = sess.Serve(sctx, st)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// backoff doubles from min to max; each wait is drawn uniformly from
+// [d/2, d] so that workers cut off together do not return together.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
