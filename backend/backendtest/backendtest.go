@@ -77,6 +77,7 @@ var cases = []testCase{
 	{"StreamingOutput", testStreamingOutput},
 	{"TimeoutKillsGroup", testTimeoutKillsGroup},
 	{"CancelKillsGroup", testCancelKillsGroup},
+	{"BackgroundEndsWithCommand", testBackgroundEndsWithCommand},
 	{"OutputCap", testOutputCap},
 	{"Env", testEnv},
 	{"Cwd", testCwd},

@@ -281,6 +281,21 @@ func (e *env) checkGroupDead(res *backend.Result, out *recorder) {
 	}
 }
 
+func testBackgroundEndsWithCommand(t *testing.T, s *suite) {
+	e := s.setup(t)
+	if e.captures() {
+		t.Skip("a capturing backend's later writes are not observable after Exec returns; TimeoutKillsGroup covers its grandchildren")
+	}
+	res, out, _ := e.sh("( sleep 0.3; echo late > late.txt ) > /dev/null 2>&1 & echo started")
+	if res.ExitCode != 0 || out != "started\n" {
+		t.Fatalf("exit %d, stdout %q", res.ExitCode, out)
+	}
+	time.Sleep(e.s.d(700 * time.Millisecond))
+	if _, err := os.Stat(filepath.Join(e.ws, "late.txt")); err == nil {
+		t.Error("a background process outlived Exec and wrote late.txt")
+	}
+}
+
 func testOutputCap(t *testing.T, s *suite) {
 	e := s.setup(t)
 	const limit = 1000

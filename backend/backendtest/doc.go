@@ -52,6 +52,10 @@
 //     write in place) the sentinel stops growing: grandchildren are dead.
 //   - CancelKillsGroup: the same, ended by cancelling ctx once the command
 //     has printed that it started: Termination Cancelled.
+//   - BackgroundEndsWithCommand (backends that write in place): a
+//     background process with its output redirected, left behind by a
+//     command that exits at once, does not outlive Exec (it would write a
+//     file a moment later).
 //   - OutputCap: with Limits.OutputBytes set, a finite over-long stdout and
 //     stderr are each cut to a prefix of at most the cap and Truncated is
 //     set; an endless writer (`yes`) is ended with Termination OutputLimit

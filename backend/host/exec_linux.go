@@ -82,7 +82,14 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 	var capOnce sync.Once
 	onCap := func() { capOnce.Do(func() { close(capHit) }) }
 	stdout, stderr := outputs(req.Stdout, req.Stderr, p.limits.OutputBytes, onCap)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A stream nobody reads goes to /dev/null with no pipe and no copier:
+	// there is nothing to cap when nothing is delivered.
+	if req.Stdout != nil {
+		cmd.Stdout = stdout
+	}
+	if req.Stderr != nil {
+		cmd.Stderr = stderr
+	}
 
 	// Stdin goes through a pipe this function owns rather than through
 	// os/exec's copier, so that Exec can return as soon as the command has
