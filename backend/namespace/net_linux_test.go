@@ -3,6 +3,9 @@ package namespace
 import (
 	"net"
 	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // listen starts a TCP listener on the host's 127.0.0.1 that accepts and
@@ -25,3 +28,5 @@ func listen(t *testing.T) string {
 	}()
 	return l.Addr().String()
 }
+
+func policyTimeout(d time.Duration) policy.ResourceLimits { return policy.ResourceLimits{Timeout: d} }

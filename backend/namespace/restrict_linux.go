@@ -93,7 +93,7 @@ var deniedSyscalls = []string{
 	"open_by_handle_at", "name_to_handle_at",
 	"swapon", "swapoff", "acct", "quotactl", "syslog",
 	"iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-	"fanotify_init", "lookup_dcookie", "vhangup", "uselib", "personality",
+	"fanotify_init", "lookup_dcookie", "vhangup", "uselib",
 }
 
 // namespaceCloneFlags may not be passed to clone: each creates a namespace,
