@@ -79,6 +79,9 @@ func validate(req *backend.Request) error {
 	if (len(req.Args) == 0) == (req.Shell == "") {
 		return fmt.Errorf("docker: exactly one of Args and Shell must be set: %w", backend.ErrInvalidRequest)
 	}
+	if len(req.Args) > 0 && req.Args[0] == "" {
+		return fmt.Errorf("docker: empty program name: %w", backend.ErrInvalidRequest)
+	}
 	if !filepath.IsAbs(req.Workspace) {
 		return fmt.Errorf("docker: workspace %q is not an absolute path: %w", req.Workspace, backend.ErrInvalidRequest)
 	}
@@ -280,6 +283,11 @@ wait:
 	} else {
 		res.Overlay = oc.overlay
 		res.PID = oc.pgid
+		res.Metrics = oc.metrics
+		if oc.signal > 0 {
+			res.Termination = backend.Signaled
+			res.ExitCode = -1
+		}
 		switch {
 		case oc.status == "nodir":
 			return nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)

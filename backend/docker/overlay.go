@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pulse-agent/pulse/backend"
 )
@@ -26,7 +27,35 @@ type outcome struct {
 	status  string // "exit N", or why the wrapper stopped ("nodir", "copy", ...)
 	pgid    int
 	warn    string
+	signal  int // the signal that killed the command, as time saw it; 0 if none
+	metrics backend.Metrics
 	overlay *backend.Overlay
+}
+
+// parseTime reads what busybox time wrote: an optional "Command
+// terminated by signal N" line, then "usage MAXRSS_KB ELAPSED USER SYS".
+func (o *outcome) parseTime(b []byte) {
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case strings.HasPrefix(l, "Command terminated by signal ") && len(f) == 5:
+			o.signal, _ = strconv.Atoi(f[4])
+		case len(f) == 5 && f[0] == "usage":
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb >= 0 && kb < 1<<40 {
+				o.metrics.MaxRSSBytes = kb * 1024
+			}
+			o.metrics.UserCPU = seconds(f[3])
+			o.metrics.SystemCPU = seconds(f[4])
+		}
+	}
+}
+
+func seconds(s string) time.Duration {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || v > 1e9 {
+		return 0
+	}
+	return time.Duration(v * float64(time.Second))
 }
 
 // parseOutTar reads the tar the engine returns for /pulse/out/ID: the
@@ -56,7 +85,7 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			continue
 		}
 		switch name {
-		case "status", "pgid", "warn", "deleted":
+		case "status", "pgid", "warn", "deleted", "time":
 			b, err := io.ReadAll(io.LimitReader(tr, 1<<24))
 			if err != nil {
 				return nil, fmt.Errorf("%w: reading %s: %v", ErrBadOverlay, name, err)
@@ -66,6 +95,8 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 				out.status = strings.TrimSpace(string(b))
 			case "pgid":
 				out.pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			case "time":
+				out.parseTime(b)
 			case "warn":
 				out.warn = strings.TrimSpace(string(b))
 			case "deleted":

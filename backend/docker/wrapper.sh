@@ -54,7 +54,10 @@ if [ "$kind" = shell ]; then
 fi
 # setsid makes the command the leader of a new process group whose id
 # it records, so that a kill from a second exec reaches its whole tree.
-setsid /bin/sh -c 'f=$1 p=$2; shift 2; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec "$@"' pulse-cmd "$fsize" "$O/pgid" "$@"
+# time runs the command as its child and writes down how it ended (the
+# shell alone cannot tell "killed by signal 15" from "exit 143") and its
+# resource usage.
+setsid /bin/sh -c 'f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
 rc=$?
 pg=$(cat "$O/pgid" 2>/dev/null)
 [ -n "$pg" ] && kill -9 -- "-$pg" 2>/dev/null
@@ -76,8 +79,8 @@ function parse(line,   t, rest, i) {
 	if (t == "H" || t == "L") { kv = substr(rest, 1, i - 1); path = substr(rest, i + 1); return t }
 	return ""
 }
-FNR == 1 { side++ }
 {
+	side = FILENAME == ARGV[1] ? 1 : 2
 	k = parse($0)
 	if (k == "") { print "odd manifest line" > (O "/warn"); next }
 	if (side == 1) { if (k == "S") { bt[path] = typ; bs[path] = kv } else bh[path] = kv }
