@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // Entry types as a snapshot spells them. The empty string means absent.
@@ -27,7 +29,6 @@ const (
 const (
 	maxPathLen = 4096
 	maxNameLen = 255
-	reserved   = ".pulse"
 )
 
 // snapshot is what cowfs knows of one workspace entry at one moment: its
@@ -118,12 +119,9 @@ func cleanRel(root, p string) (string, error) {
 }
 
 // isReserved reports whether the clean relative path rel is .pulse or
-// under it, case-insensitively so that a case-folding file system cannot
-// alias it.
-func isReserved(rel string) bool {
-	first, _, _ := strings.Cut(rel, "/")
-	return strings.EqualFold(first, reserved)
-}
+// under it (case-insensitively, so a case-folding file system cannot
+// alias it). pathguard owns that rule for the whole project.
+func isReserved(rel string) bool { return pathguard.IsReserved(rel) }
 
 // checkLinkTarget refuses symlink targets that would point outside the
 // workspace or into .pulse once written at rel: absolute targets, and

@@ -1,0 +1,363 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestConflictReasons(t *testing.T) {
+	cases := []struct {
+		name   string
+		stage  func(tx *Tx) error
+		mutate func(t *testing.T, ws string)
+		path   string
+		reason string
+	}{
+		{
+			name:  "created",
+			stage: func(tx *Tx) error { return tx.Write("new.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				writeFile(t, ws, "new.txt", "theirs\n", 0o644)
+			},
+			path: "new.txt", reason: ReasonCreated,
+		},
+		{
+			name:  "deleted",
+			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				if err := os.Remove(filepath.Join(ws, "a.txt")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "a.txt", reason: ReasonDeleted,
+		},
+		{
+			name:  "replaced by another file",
+			stage: func(tx *Tx) error { return tx.Delete("a.txt") },
+			mutate: func(t *testing.T, ws string) {
+				// Same bytes, new inode: an editor's save-by-rename.
+				writeFile(t, ws, "tmp", "original\n", 0o644)
+				if err := os.Rename(filepath.Join(ws, "tmp"), filepath.Join(ws, "a.txt")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "a.txt", reason: ReasonReplaced,
+		},
+		{
+			name:  "modified with same size and mtime",
+			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				p := filepath.Join(ws, "a.txt")
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.OpenFile(p, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt([]byte("ORIGINAL\n"), 0); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				// Put the mtime back: only the hash can tell now.
+				if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "a.txt", reason: ReasonModified,
+		},
+		{
+			name:  "mode changed",
+			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				if err := os.Chmod(filepath.Join(ws, "a.txt"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "a.txt", reason: ReasonModified,
+		},
+		{
+			name:  "symlink swapped in for the staged path",
+			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				p := filepath.Join(ws, "a.txt")
+				if err := os.Rename(p, filepath.Join(ws, "moved.txt")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink("moved.txt", p); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "a.txt", reason: ReasonReplaced,
+		},
+		{
+			name:  "parent directory swapped for a symlink",
+			stage: func(tx *Tx) error { return tx.Write("d/x.txt", []byte("mine\n"), 0) },
+			mutate: func(t *testing.T, ws string) {
+				if err := os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "e")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink("e", filepath.Join(ws, "d")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			path: "d", reason: ReasonReplaced,
+		},
+		{
+			name:  "file appears in a directory staged for deletion",
+			stage: func(tx *Tx) error { return tx.Delete("d") },
+			mutate: func(t *testing.T, ws string) {
+				writeFile(t, ws, "d/late.txt", "late\n", 0o644)
+			},
+			path: "d/late.txt", reason: ReasonCreated,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := newWS(t)
+			writeFile(t, ws, "a.txt", "original\n", 0o644)
+			writeFile(t, ws, "d/keep.txt", "keep\n", 0o644)
+			f := openFS(t, ws)
+			tx, err := f.Begin(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.stage(tx); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(t, ws)
+			before := snapshotTree(t, ws)
+			_, err = tx.Commit(context.Background())
+			if !errors.Is(err, ErrConflict) {
+				t.Fatalf("commit: %v, want ErrConflict", err)
+			}
+			var ce *ConflictError
+			if !errors.As(err, &ce) || ce.Path != tc.path || ce.Reason != tc.reason {
+				t.Fatalf("conflict = %+v, want %s %s", ce, tc.path, tc.reason)
+			}
+			if after := snapshotTree(t, ws); !equalTrees(before, after) {
+				t.Fatalf("a refused commit changed the workspace:\nbefore %v\nafter  %v", before, after)
+			}
+			// The transaction is kept for inspection.
+			infos, err := f.List()
+			if err != nil || len(infos) != 1 || infos[0].ID != tx.ID() || infos[0].State != StateOpen {
+				t.Fatalf("after conflict List = %+v, %v", infos, err)
+			}
+		})
+	}
+}
+
+// snapshotTree maps every workspace path outside .pulse to its type and
+// content, for before/after comparisons.
+func snapshotTree(t *testing.T, ws string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(ws, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(ws, p)
+		if rel == ".pulse" {
+			return filepath.SkipDir
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			out[rel] = "link:" + l
+		case fi.IsDir():
+			out[rel] = "dir:" + fi.Mode().Perm().String()
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = fi.Mode().Perm().String() + ":" + string(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func equalTrees(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestUndoConflict(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "a.txt", "one\n", 0o644)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("edit")
+	if err := tx.Write("a.txt", []byte("two\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ws, "a.txt", "three\n", 0o644)
+	_, err := f.Undo(context.Background())
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.Reason != ReasonModified || !errors.Is(err, ErrConflict) {
+		t.Fatalf("undo over a changed file: %v", err)
+	}
+	if got := readFile(t, ws, "a.txt"); got != "three\n" {
+		t.Fatalf("refused undo changed a.txt to %q", got)
+	}
+	// The refused undo left no transaction behind, and the entry is kept.
+	infos, _ := f.List()
+	if len(infos) != 1 || infos[0].State != StateCommitted || infos[0].ID != tx.ID() {
+		t.Fatalf("List after refused undo = %+v", infos)
+	}
+}
+
+func TestInvalidPaths(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("bad paths")
+	for _, p := range []string{"", ".", "../x", "a/../../x", ".pulse/cow/lock", ".PULSE/x", "/etc/passwd", "a\x00b"} {
+		if err := tx.Write(p, []byte("x"), 0); !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("Write(%q) = %v, want ErrInvalidPath", p, err)
+		}
+	}
+	for _, target := range []string{"/etc/passwd", "../../outside", "../.pulse/cow/lock", "../.PULSE"} {
+		if err := tx.Symlink(target, "sub/link"); !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("Symlink(%q) = %v, want ErrInvalidPath", target, err)
+		}
+	}
+	// An absolute path inside the workspace is accepted.
+	if err := tx.Write(filepath.Join(f.Workspace(), "ok.txt"), []byte("x"), 0); err != nil {
+		t.Fatalf("absolute path inside the workspace: %v", err)
+	}
+	writeFile(t, ws, "file", "x", 0o644)
+	if err := tx.Write("file/child", []byte("x"), 0); !errors.Is(err, ErrInvalidPath) {
+		t.Errorf("write under a file: %v", err)
+	}
+	if err := tx.Delete("missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("delete of a missing path: %v", err)
+	}
+	if _, err := f.Tx("../../etc"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Tx with a path as id: %v", err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws, WithMaxFileBytes(100), WithMaxStagedBytes(150), WithMaxOpenTransactions(2))
+	a, _ := f.Begin("a")
+	b, err := f.Begin("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	if _, err := f.Begin("c"); !errors.As(err, &le) || le.Name != LimitOpenTx || le.Value != 2 || !errors.Is(err, ErrLimit) {
+		t.Fatalf("third Begin: %v", err)
+	}
+	if err := a.Write("big", make([]byte, 101), 0); !errors.As(err, &le) || le.Name != LimitFileBytes {
+		t.Fatalf("oversize file: %v", err)
+	}
+	if err := a.Write("x", make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write("y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+		t.Fatalf("over total: %v", err)
+	}
+	// Rewriting a path counts only the difference.
+	if err := a.Write("x", make([]byte, 90), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write("y", make([]byte, 60), 0); err != nil {
+		t.Fatalf("after shrinking x: %v", err)
+	}
+	if err := a.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write("z", make([]byte, 80), 0); err != nil {
+		t.Fatalf("after discard freed space: %v", err)
+	}
+	// A new FS counts the staged bytes from disk.
+	f2 := openFS(t, ws, WithMaxStagedBytes(150))
+	b2, _ := f2.Tx(b.ID())
+	if err := b2.Write("w", make([]byte, 20), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+		t.Fatalf("reopened FS lost the count: %v", err)
+	}
+}
+
+func TestTornStageLogIsCut(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("torn")
+	if err := tx.Write("a", []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(ws, StateDir, "tx", tx.ID(), "stage.log")
+	fl, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, '{'}) // a frame cut short
+	fl.Close()
+	f2 := openFS(t, ws)
+	tx2, err := f2.Tx(tx.ID())
+	if err != nil {
+		t.Fatalf("torn tail: %v", err)
+	}
+	if err := tx2.Write("b", []byte("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tx2.Changes()); n != 2 {
+		t.Fatalf("changes = %d, want 2", n)
+	}
+	if _, err := tx2.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "a")+readFile(t, ws, "b") != "ab" {
+		t.Fatal("wrong content")
+	}
+}
+
+func TestReplaceTypes(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "dir/one", "1", 0o644)
+	writeFile(t, ws, "dir/sub/two", "2", 0o644)
+	writeFile(t, ws, "file", "f", 0o644)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("types")
+	// A directory becomes a file, and a file becomes a directory.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(tx.Delete("dir"))
+	must(tx.Write("dir", []byte("now a file"), 0))
+	must(tx.Delete("file"))
+	must(tx.Write("file/inside", []byte("now a dir"), 0))
+	before := snapshotTree(t, ws)
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "dir") != "now a file" || readFile(t, ws, "file/inside") != "now a dir" {
+		t.Fatal("wrong result")
+	}
+	if _, err := f.Undo(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshotTree(t, ws); !equalTrees(before, after) {
+		t.Fatalf("undo did not restore:\nwant %v\ngot  %v", before, after)
+	}
+}
