@@ -126,12 +126,12 @@ touch keep.txt`)
 		got[f.Path] = f
 	}
 	want := map[string]backend.File{
-		"change.txt":    {Path: "change.txt", Mode: 0o644, Data: []byte("new\x00bin\n")},
-		"newdir":        {Path: "newdir", Mode: fs.ModeDir | 0o755},
-		"newdir/sub":    {Path: "newdir/sub", Mode: fs.ModeDir | 0o755},
-		"newdir/sub/f":  {Path: "newdir/sub/f", Mode: 0o644, Data: []byte("x")},
-		"mode.sh":       {Path: "mode.sh", Mode: 0o755, Data: []byte("#!/bin/sh\n")},
-		"link":          {Path: "link", Mode: fs.ModeSymlink | 0o777, Data: []byte("keep.txt")},
+		"change.txt":   {Path: "change.txt", Mode: 0o644, Data: []byte("new\x00bin\n")},
+		"newdir":       {Path: "newdir", Mode: fs.ModeDir | 0o755},
+		"newdir/sub":   {Path: "newdir/sub", Mode: fs.ModeDir | 0o755},
+		"newdir/sub/f": {Path: "newdir/sub/f", Mode: 0o644, Data: []byte("x")},
+		"mode.sh":      {Path: "mode.sh", Mode: 0o755, Data: []byte("#!/bin/sh\n")},
+		"link":         {Path: "link", Mode: fs.ModeSymlink | 0o777, Data: []byte("keep.txt")},
 	}
 	if len(got) != len(want) {
 		t.Errorf("overlay files %v, want %v", keys(got), keys(want))
