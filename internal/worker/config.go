@@ -63,7 +63,8 @@ func Default() Config {
 }
 
 // FromEnv returns Default overridden by the environment, read through
-// getenv (os.Getenv in production).
+// getenv (os.Getenv in production). It fails only on values it cannot
+// parse; call Validate once flags have been applied.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Default()
 	str := func(name string, dst *string) {
@@ -90,7 +91,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.MaxConcurrent = n
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
 // BindFlags registers flags that override c's current values.

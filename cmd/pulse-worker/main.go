@@ -1,0 +1,74 @@
+// Command pulse-worker executes commands for a pulse-server relay. It dials
+// out over gRPC (SandboxWorker.Attach), announces itself with Hello, runs
+// each Exec as a bash -c child and streams the bytes back. It holds no
+// credentials besides its relay token and does no orchestration.
+//
+// Configuration comes from the environment (RELAY_ADDR, SANDBOX_ID,
+// SANDBOX_TOKEN, RELAY_TLS, WORKER_MAX_CONCURRENT, SANDBOX_IMAGE,
+// SANDBOX_TRUST); flags of the same meaning override it. SIGINT and SIGTERM
+// stop it: running commands are killed and it exits 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pulse-agent/pulse/internal/worker"
+)
+
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pulse-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg, err := worker.FromEnv(getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		return exitUsage
+	}
+	cfg.BindFlags(fs)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pulse-worker: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: -log-level: %v\n", err)
+		return exitUsage
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		return exitUsage
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := worker.Run(ctx, cfg); err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
