@@ -1,0 +1,28 @@
+// Package server is the pulse-server runtime: an authenticated WebSocket
+// API (the protocol of the Python server it replaces, documented in
+// PROTOCOL.md) over an Executor and a durable store.
+//
+// What it promises:
+//   - Authentication on the upgrade with a bearer token compared in
+//     constant time; the tenant is a hash of the token and scopes every
+//     action: another tenant's execution answers exactly as one that does
+//     not exist.
+//   - Every request gets exactly one reply carrying its request_id (null
+//     when it had none or an invalid one), including status of a running
+//     execution and refusals.
+//   - At most the configured number of executions run at once; a
+//     submission over the limit is refused at once, never queued.
+//   - Every stream event has a per-execution seq starting at 1. Attach
+//     with after_seq delivers each later event exactly once, whether it
+//     comes from history or live; history is persisted, so this holds
+//     across reconnects and server restarts.
+//   - An execution outlives the connection that submitted it; only cancel,
+//     its timeout or server shutdown stop it. After a crash, executions
+//     that were running are UNKNOWN, never replayed.
+//   - Uploads are extracted fail-closed (see package artifact); what a
+//     command changed is returned by download_artifact as an overlay
+//     archive with a deletions manifest.
+//
+// Executors: Local runs commands with a backend.Backend on this machine;
+// Relay hands them to pulse-workers attached over gRPC.
+package server

@@ -1,0 +1,352 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/store"
+)
+
+// errCancelled is the cancel cause of an execution a client cancelled.
+var errCancelled = errors.New("cancelled by client")
+
+// event is one stream event, kept in memory while its execution runs.
+type event struct {
+	seq    int64
+	stream string
+	data   []byte // what the client receives: text or raw bytes
+	frame  []byte
+}
+
+// execution is one running submission: its output history, the clients
+// attached to it and the goroutines that run and persist it.
+//
+// Exactly-once delivery rests on one lock: publishing an event (append to
+// history, hand to subscribers) and attaching (copy history after a seq,
+// become a subscriber) both happen under mu, so an attaching client gets
+// every event either from the copy or live, never both and never neither.
+type execution struct {
+	id, tenant string
+	encoding   string
+	command    json.RawMessage
+	workspace  string
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	// done closes when the executor returns, persistStopped when the
+	// persist loop has exited, finishedCh when the end is recorded and
+	// sent.
+	done           chan struct{}
+	persistStopped chan struct{}
+	finishedCh     chan struct{}
+
+	mu        sync.Mutex
+	seq       int64
+	events    []*event
+	subs      map[*conn]struct{}
+	carry     map[string][]byte // held-back partial UTF-8 per stream
+	out       map[string][]byte // whole output per stream, for the result
+	truncated bool
+	maxOutput int64
+	persisted int    // events[:persisted] are in the store
+	result    []byte // the result frame once finished
+	finished  bool
+	wake      chan struct{}
+}
+
+// streamWriter feeds one stream of an execution; the backend calls Write
+// from one goroutine per stream.
+type streamWriter struct {
+	e      *execution
+	stream string
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.e.publish(w.stream, p)
+	return len(p), nil
+}
+
+// publish records a chunk as the next event and hands it to subscribers.
+func (e *execution) publish(stream string, p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	e.mu.Lock()
+	e.keepOutput(stream, p)
+	data := p
+	if e.encoding == "" {
+		buf := append(e.carry[stream], p...)
+		head, tail := splitUTF8(buf)
+		e.carry[stream] = append([]byte(nil), tail...)
+		data = toText(head)
+	} else {
+		data = append([]byte(nil), p...)
+	}
+	if len(data) > 0 {
+		e.appendLocked(stream, data)
+	}
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *execution) keepOutput(stream string, p []byte) {
+	room := e.maxOutput - int64(len(e.out[stream]))
+	if room <= 0 {
+		e.truncated = true
+		return
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+		e.truncated = true
+	}
+	e.out[stream] = append(e.out[stream], p...)
+}
+
+func (e *execution) appendLocked(stream string, data []byte) {
+	e.seq++
+	ev := &event{seq: e.seq, stream: stream, data: data, frame: streamFrame(e.id, stream, data, e.seq, e.encoding)}
+	e.events = append(e.events, ev)
+	for c := range e.subs {
+		if !c.out.push(ev.frame) {
+			delete(e.subs, c)
+		}
+	}
+}
+
+// flushCarry publishes what is left of partial UTF-8 sequences at the end.
+func (e *execution) flushCarry() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, stream := range []string{"stdout", "stderr"} {
+		if len(e.carry[stream]) > 0 {
+			e.appendLocked(stream, toText(e.carry[stream]))
+			e.carry[stream] = nil
+		}
+	}
+}
+
+// attach sends the history after afterSeq to c, then (for a running
+// execution) subscribes it. It returns false, sending nothing, when
+// another client is attached.
+func (e *execution) attach(c *conn, afterSeq int64, reply func() []byte) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.finished {
+		for other := range e.subs {
+			if other != c {
+				return false
+			}
+		}
+	}
+	for _, ev := range e.events {
+		if ev.seq > afterSeq {
+			c.out.push(ev.frame)
+		}
+	}
+	c.out.push(reply())
+	if e.finished {
+		c.out.push(e.result)
+		return true
+	}
+	e.subs[c] = struct{}{}
+	c.track(e.id)
+	return true
+}
+
+func (e *execution) detach(c *conn) {
+	e.mu.Lock()
+	delete(e.subs, c)
+	e.mu.Unlock()
+}
+
+// persistLoop writes events to the store in batches as they arrive, so
+// that the publishing path never waits on disk.
+func (s *Server) persistLoop(e *execution) {
+	defer s.wg.Done()
+	defer close(e.persistStopped)
+	for {
+		select {
+		case <-e.wake:
+			s.persist(e)
+		case <-e.done:
+			return
+		}
+	}
+}
+
+// persist writes the events not yet stored. Only persistLoop and, after
+// it has stopped, finish call it.
+func (s *Server) persist(e *execution) {
+	e.mu.Lock()
+	batch := e.events[e.persisted:]
+	e.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	rows := make([]store.Event, len(batch))
+	for i, ev := range batch {
+		rows[i] = store.Event{ExecutionID: e.id, Seq: ev.seq, Stream: ev.stream, Data: ev.data}
+	}
+	// The server context may be cancelled at shutdown; history must still
+	// reach the store.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.store.AppendEvents(ctx, rows); err != nil {
+		s.log.Error("persist stream events", "execution_id", e.id, "err", err)
+		return
+	}
+	e.mu.Lock()
+	e.persisted += len(batch)
+	e.mu.Unlock()
+}
+
+// resultPayload is the process result as the Python server's
+// ProcessResult.to_dict() sent it, plus additive fields.
+type resultPayload struct {
+	ExecutionID       string          `json:"execution_id"`
+	Command           json.RawMessage `json:"command"`
+	ExitCode          int             `json:"exit_code"`
+	Stdout            string          `json:"stdout"`
+	Stderr            string          `json:"stderr"`
+	Encoding          string          `json:"encoding,omitempty"`
+	DurationMS        int64           `json:"duration_ms"`
+	TimedOut          bool            `json:"timed_out"`
+	Truncated         bool            `json:"truncated"`
+	PID               *int            `json:"pid"`
+	TerminationReason string          `json:"termination_reason"`
+	Metrics           resultMetrics   `json:"metrics"`
+	Error             string          `json:"error,omitempty"`
+	Artifact          bool            `json:"artifact"`
+	LastSeq           int64           `json:"last_seq"`
+}
+
+type resultMetrics struct {
+	MaxRSSBytes int64 `json:"max_rss_bytes"`
+	UserCPUMS   int64 `json:"user_cpu_ms"`
+	SystemCPUMS int64 `json:"system_cpu_ms"`
+}
+
+func (e *execution) text(stream string) string {
+	b := e.out[stream]
+	if e.encoding == "base64" {
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	return string(toText(b))
+}
+
+// run executes e and records its end. It owns one concurrency slot.
+func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
+	defer s.wg.Done()
+	start := s.o.now()
+	req.Stdout = streamWriter{e: e, stream: "stdout"}
+	req.Stderr = streamWriter{e: e, stream: "stderr"}
+	res, err := s.exec.Exec(ctx, req)
+	e.flushCarry()
+	close(e.done)
+	cause := context.Cause(ctx)
+
+	status := store.StatusCompleted
+	p := resultPayload{ExecutionID: e.id, Command: e.command, Encoding: e.encoding}
+	switch {
+	case err != nil:
+		s.log.Error("execution failed to start", "execution_id", e.id, "err", err)
+		status = store.StatusFailed
+		p.ExitCode, p.TerminationReason = -1, "error"
+		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) {
+			p.Stderr = err.Error()
+		} else {
+			p.Stderr = msgInternal
+		}
+		p.DurationMS = s.o.now().Sub(start).Milliseconds()
+	default:
+		p.ExitCode = res.ExitCode
+		p.TerminationReason = string(res.Termination)
+		p.TimedOut = res.TimedOut
+		p.DurationMS = res.Duration.Milliseconds()
+		if res.PID != 0 {
+			pid := res.PID
+			p.PID = &pid
+		}
+		p.Metrics = resultMetrics{
+			MaxRSSBytes: res.Metrics.MaxRSSBytes,
+			UserCPUMS:   res.Metrics.UserCPU.Milliseconds(),
+			SystemCPUMS: res.Metrics.SystemCPU.Milliseconds(),
+		}
+		e.mu.Lock()
+		p.Stdout, p.Stderr = e.text("stdout"), e.text("stderr")
+		p.Truncated = res.Truncated || e.truncated
+		e.mu.Unlock()
+		if !res.Overlay.Empty() {
+			if err := s.saveOverlay(e, res.Overlay); err != nil {
+				s.log.Error("save overlay", "execution_id", e.id, "err", err)
+			} else {
+				p.Artifact = true
+			}
+		}
+	}
+	if errors.Is(cause, errCancelled) {
+		status = store.StatusFailed
+		p.Error = StatusCancelled
+		if p.TerminationReason == "" || p.TerminationReason == string(backend.Exited) {
+			p.TerminationReason = string(backend.Cancelled)
+		}
+	}
+	// History first, then the terminal record: a client that sees the
+	// result and asks again finds every event in the store.
+	<-e.persistStopped
+	s.persist(e)
+	e.mu.Lock()
+	p.LastSeq = e.seq
+	e.mu.Unlock()
+	body, _ := json.Marshal(p)
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := s.store.Finish(fctx, e.id, status, body); err != nil {
+		s.log.Error("record execution end", "execution_id", e.id, "err", err)
+	}
+	cancel()
+	s.m.finished(status, time.Duration(p.DurationMS)*time.Millisecond)
+	s.log.Info("execution finished", "execution_id", e.id, "tenant", e.tenant, "status", status,
+		"exit_code", p.ExitCode, "termination", p.TerminationReason)
+
+	e.mu.Lock()
+	e.result = frame(TypeResult, json.RawMessage(body))
+	e.finished = true
+	for c := range e.subs {
+		c.out.push(e.result)
+	}
+	e.subs = nil
+	e.mu.Unlock()
+
+	s.mu.Lock()
+	delete(s.active, e.id)
+	s.slots--
+	s.m.setActive(s.slots)
+	s.mu.Unlock()
+	close(e.finishedCh)
+}
+
+func (s *Server) saveOverlay(e *execution, ov *backend.Overlay) error {
+	data, err := artifact.Pack(ov)
+	if err != nil {
+		return err
+	}
+	dst := s.overlayFile(e.tenant, e.id)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}

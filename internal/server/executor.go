@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+)
+
+// ErrNoCapacity: the executor cannot take another execution right now (no
+// live worker with a free slot).
+var ErrNoCapacity = errors.New("no execution capacity")
+
+// Executor runs submitted executions. The local executor runs them on this
+// machine through a backend.Backend; the relay executor sends them to an
+// attached pulse-worker.
+type Executor interface {
+	// Name identifies the executor in logs and in capabilities replies
+	// ("local:namespace", "relay").
+	Name() string
+	// Capabilities is what the executor enforces; it does not block.
+	Capabilities() backend.Capabilities
+	// Available returns nil when one more execution could start now, or
+	// an error wrapping ErrNoCapacity.
+	Available() error
+	// Exec runs req with the contract of backend.Backend.Exec: a Result
+	// whenever a process started, and Result.Overlay holding what it
+	// wrote to req.Workspace (whether the executor captures writes or
+	// computes them afterwards).
+	Exec(ctx context.Context, req *backend.Request) (*backend.Result, error)
+}
+
+// Local runs executions with a backend on this machine.
+type Local struct {
+	b          backend.Backend
+	maxOverlay int64
+	log        *slog.Logger
+}
+
+var _ Executor = (*Local)(nil)
+
+// NewLocal returns the embedded executor over b. The caller chooses b
+// (Docker, namespace, or host only when explicitly allowed) and keeps
+// ownership: Local never closes it. maxOverlay bounds the bytes of changed
+// files read back from a backend that writes in place (<= 0: the artifact
+// unpacked limit).
+func NewLocal(b backend.Backend, maxOverlay int64, log *slog.Logger) *Local {
+	if maxOverlay <= 0 {
+		maxOverlay = artifact.DefaultMaxUnpacked
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Local{b: b, maxOverlay: maxOverlay, log: log}
+}
+
+// Name implements Executor.
+func (l *Local) Name() string { return "local:" + l.b.Name() }
+
+// Capabilities implements Executor. A backend that writes in place still
+// returns an overlay through this executor, computed by comparing the
+// workspace before and after.
+func (l *Local) Capabilities() backend.Capabilities { return l.b.Capabilities() }
+
+// Available implements Executor: the server's own limit is the only one.
+func (l *Local) Available() error { return nil }
+
+// Exec implements Executor.
+func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	var snap *artifact.Snapshot
+	if !l.b.Capabilities().CapturesWrites {
+		s, err := artifact.Take(req.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot workspace: %w", err)
+		}
+		snap = s
+	}
+	res, err := l.b.Exec(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if snap != nil {
+		ov, err := snap.Diff(req.Workspace, l.maxOverlay)
+		if err != nil {
+			// The command ran; losing its overlay must not turn its
+			// result into an error, so it is logged and left out.
+			l.log.Warn("overlay not captured", "execution_id", req.ExecutionID, "err", err)
+		} else {
+			res.Overlay = ov
+		}
+	}
+	return res, nil
+}

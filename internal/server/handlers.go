@@ -1,0 +1,437 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// handle answers one client frame. Every reply to a request carries its
+// request_id (null when the request had none or an invalid one).
+func (c *conn) handle(data []byte) {
+	m, err := ParseMessage(data)
+	if err != nil {
+		c.s.log.Info("rejected an invalid protocol message", "tenant", c.tenant, "err", err)
+		c.out.push(errorFrame("", msgInvalid, codeInvalid))
+		return
+	}
+	c.s.m.action(m.Action)
+	ctx := c.ctx
+	switch m.Action {
+	case ActionSubmit:
+		err = c.submit(ctx, m)
+	case ActionCancel:
+		err = c.cancelExec(ctx, m)
+	case ActionStatus:
+		err = c.status(ctx, m)
+	case ActionAttach:
+		err = c.attach(ctx, m)
+	case ActionUpload:
+		err = c.upload(ctx, m)
+	case ActionDownload:
+		err = c.download(ctx, m)
+	case ActionReconcile:
+		err = c.reconcile(ctx, m)
+	case ActionCapabilities:
+		c.out.push(responseFrame(m.RequestID, StatusCapabilities, map[string]any{
+			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
+		}))
+	default:
+		c.out.push(errorFrame(m.RequestID, msgUnknown, codeUnknown))
+	}
+	if err != nil {
+		code := codeInvalid
+		if !errors.Is(err, ErrInvalid) {
+			code = codeInternal
+			c.s.log.Error("request failed", "action", m.Action, "tenant", c.tenant, "err", err)
+		} else {
+			c.s.log.Info("rejected an invalid request", "action", m.Action, "tenant", c.tenant, "err", err)
+		}
+		c.out.push(errorFrame(m.RequestID, msgInvalid, code))
+	}
+}
+
+func (c *conn) submit(ctx context.Context, m *Message) error {
+	s := c.s
+	// Reserve a slot first, as the Python server checked capacity before
+	// anything else; the reservation is atomic, so N racing submits can
+	// never start more than the limit.
+	s.mu.Lock()
+	if s.draining.Load() || s.slots >= s.o.maxConcurrent {
+		s.mu.Unlock()
+		s.m.rejected("capacity")
+		s.log.Warn("concurrency limit reached, rejecting execution", "tenant", c.tenant)
+		c.out.push(errorFrame(m.RequestID, msgCapacity, codeCapacity))
+		return nil
+	}
+	s.slots++
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		s.slots--
+		s.mu.Unlock()
+	}
+	req, err := ParseSubmit(m.Payload)
+	if err != nil {
+		release()
+		s.m.rejected("invalid")
+		return err
+	}
+	if err := s.exec.Available(); err != nil {
+		release()
+		s.m.rejected("capacity")
+		s.log.Warn("executor has no capacity, rejecting execution", "tenant", c.tenant, "err", err)
+		c.out.push(errorFrame(m.RequestID, msgCapacity, codeCapacity))
+		return nil
+	}
+	net, sec := s.o.network, s.o.secrets
+	if req.Network != nil {
+		net = *req.Network
+	}
+	if req.Secrets != nil {
+		sec = *req.Secrets
+	}
+	caps := s.exec.Capabilities()
+	if caps.NetworkLevel(net.Mode) == secrets.Unsupported || caps.SecretLevel(sec.Mode) == secrets.Unsupported {
+		release()
+		s.m.rejected("unsupported")
+		c.out.push(errorFrame(m.RequestID, fmt.Sprintf("executor %s cannot enforce network %q with secrets %q",
+			s.exec.Name(), net.Mode, sec.Mode), codeUnsupported))
+		return nil
+	}
+
+	s.uploadMu.Lock()
+	e, err := c.register(ctx, req)
+	s.uploadMu.Unlock()
+	if err != nil {
+		release()
+		if errors.Is(err, store.ErrExists) {
+			s.m.rejected("duplicate")
+			c.out.push(errorFrame(m.RequestID, msgInvalid, codeDuplicate))
+			return nil
+		}
+		s.m.rejected("internal")
+		return err
+	}
+	s.m.setActive(s.activeSlots())
+	// The submitter is subscribed from the start (register), and the
+	// acknowledgement is queued before the command starts, so it precedes
+	// every stream event.
+	c.out.push(responseFrame(m.RequestID, StatusStarting, map[string]any{"execution_id": req.ExecutionID}))
+	s.log.Info("execution started", "execution_id", e.id, "tenant", c.tenant, "correlation_id", req.CorrelationID)
+
+	limits := policy.ResourceLimits{Timeout: req.Timeout, OutputBytes: s.o.maxOutput}.WithDefaults()
+	breq := &backend.Request{
+		ExecutionID: req.ExecutionID,
+		Workspace:   e.workspace,
+		Args:        req.Args,
+		Shell:       req.Shell,
+		Dir:         req.Cwd,
+		Env:         req.Env,
+		Limits:      limits,
+		Network:     net,
+		Secrets:     sec,
+	}
+	s.wg.Add(2)
+	go s.persistLoop(e)
+	go func() {
+		defer e.cancel(nil)
+		s.run(e.ctx, e, breq)
+	}()
+	return nil
+}
+
+// register claims the execution id: in memory, then in the store, and
+// makes sure its workspace exists.
+func (c *conn) register(ctx context.Context, req *SubmitRequest) (*execution, error) {
+	s := c.s
+	e := &execution{
+		id: req.ExecutionID, tenant: c.tenant, encoding: req.Encoding, command: req.command,
+		workspace: s.workspaceDir(c.tenant, req.ExecutionID),
+		done:      make(chan struct{}), persistStopped: make(chan struct{}), finishedCh: make(chan struct{}),
+		subs: map[*conn]struct{}{c: {}}, carry: map[string][]byte{}, out: map[string][]byte{},
+		maxOutput: s.o.maxOutput, wake: make(chan struct{}, 1),
+	}
+	// The execution's context hangs off the server's, not the
+	// connection's: a client that goes away does not stop its command.
+	e.ctx, e.cancel = context.WithCancelCause(s.ctx)
+	s.mu.Lock()
+	if _, dup := s.active[e.id]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", e.id, store.ErrExists)
+	}
+	s.active[e.id] = e
+	s.mu.Unlock()
+	c.track(e.id)
+	unregister := func() {
+		e.cancel(nil)
+		s.mu.Lock()
+		delete(s.active, e.id)
+		s.mu.Unlock()
+	}
+	if err := s.store.Create(ctx, store.Execution{ID: e.id, Tenant: c.tenant, CorrelationID: req.CorrelationID, Encoding: req.Encoding}); err != nil {
+		unregister()
+		return nil, err
+	}
+	// No upload means an empty workspace; an upload made it already.
+	if err := os.MkdirAll(e.workspace, 0o700); err != nil {
+		unregister()
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s.store.Finish(fctx, e.id, store.StatusFailed, nil)
+		cancel()
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return e, nil
+}
+
+func (s *Server) activeSlots() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots
+}
+
+// lookup returns the running execution id when it belongs to tenant.
+func (s *Server) lookup(id, tenant string) *execution {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.active[id]; e != nil && e.tenant == tenant {
+		return e
+	}
+	return nil
+}
+
+func (c *conn) cancelExec(ctx context.Context, m *Message) error {
+	id, err := m.ExecutionID()
+	if err != nil {
+		return err
+	}
+	e := c.s.lookup(id, c.tenant)
+	if e == nil {
+		// Another tenant's execution and one that never existed answer
+		// the same, so ids leak nothing across tenants.
+		if rec, err := c.s.store.Get(ctx, id, c.tenant); err == nil {
+			c.out.push(errorFrame(m.RequestID, "Execution is not running: "+rec.Status, codeNotRunning))
+			return nil
+		}
+		c.out.push(errorFrame(m.RequestID, msgUnauthorize, codeNotFound))
+		return nil
+	}
+	e.cancel(errCancelled)
+	select {
+	case <-e.finishedCh:
+	case <-time.After(c.s.o.cancelWait):
+		c.s.log.Warn("cancelled execution still ending", "execution_id", id)
+	case <-ctx.Done():
+		return nil
+	}
+	c.out.push(responseFrame(m.RequestID, StatusCancelled, map[string]any{"execution_id": id}))
+	return nil
+}
+
+func (c *conn) status(ctx context.Context, m *Message) error {
+	id, err := m.ExecutionID()
+	if err != nil {
+		return err
+	}
+	rec, err := c.s.store.Get(ctx, id, c.tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		c.out.push(responseFrame(m.RequestID, StatusNotFound, nil))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	extra := map[string]any{
+		"execution_id": id,
+		"created_at":   rec.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"updated_at":   rec.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if rec.CorrelationID != "" {
+		extra["correlation_id"] = rec.CorrelationID
+	}
+	if e := c.s.lookup(id, c.tenant); e != nil {
+		e.mu.Lock()
+		extra["last_seq"] = e.seq
+		e.mu.Unlock()
+	}
+	c.out.push(responseFrame(m.RequestID, rec.Status, extra))
+	return nil
+}
+
+func (c *conn) attach(ctx context.Context, m *Message) error {
+	id, err := m.ExecutionID()
+	if err != nil {
+		return err
+	}
+	var after int64
+	if v, ok := m.Payload["after_seq"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &after); err != nil || after < 0 {
+			return invalid("after_seq must be a non-negative integer")
+		}
+	}
+	if e := c.s.lookup(id, c.tenant); e != nil {
+		ok := e.attach(c, after, func() []byte {
+			if e.finished {
+				return responseFrame(m.RequestID, finalStatus(e.result), map[string]any{"execution_id": id})
+			}
+			return responseFrame(m.RequestID, StatusAttached, map[string]any{"execution_id": id})
+		})
+		if !ok {
+			c.out.push(errorFrame(m.RequestID, msgAttached, codeAttached))
+		}
+		return nil
+	}
+	rec, err := c.s.store.Get(ctx, id, c.tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		c.out.push(errorFrame(m.RequestID, msgNotFound, codeNotFound))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Status == store.StatusRunning {
+		// Not running here, yet RUNNING in the store: it finished between
+		// the two lookups and its record is being written. Read again.
+		time.Sleep(50 * time.Millisecond)
+		if rec, err = c.s.store.Get(ctx, id, c.tenant); err != nil {
+			return err
+		}
+	}
+	events, err := c.s.store.Events(ctx, id, after)
+	if err != nil {
+		return err
+	}
+	for _, ev := range events {
+		if !c.out.push(streamFrame(id, ev.Stream, ev.Data, ev.Seq, rec.Encoding)) {
+			return nil
+		}
+	}
+	c.out.push(responseFrame(m.RequestID, rec.Status, map[string]any{"execution_id": id}))
+	if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
+		c.out.push(frame(TypeResult, rec.Result))
+	}
+	return nil
+}
+
+// finalStatus reads the status an in-memory result frame stands for.
+func finalStatus(result []byte) string {
+	var f struct {
+		Payload resultPayload `json:"payload"`
+	}
+	if json.Unmarshal(result, &f) == nil && f.Payload.Error == "" && f.Payload.TerminationReason != "error" {
+		return StatusCompleted
+	}
+	return StatusFailed
+}
+
+func (c *conn) upload(ctx context.Context, m *Message) error {
+	id, err := m.ExecutionID()
+	if err != nil {
+		return err
+	}
+	var b64 string
+	if json.Unmarshal(m.Payload["data"], &b64) != nil || b64 == "" {
+		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		return nil
+	}
+	data, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil {
+		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		return nil
+	}
+	s := c.s
+	// An upload may only create the workspace of an execution that was
+	// not submitted yet; the lock orders it against submit's check.
+	s.uploadMu.Lock()
+	defer s.uploadMu.Unlock()
+	taken, err := s.store.Exists(ctx, id)
+	if err != nil {
+		return err
+	}
+	if taken {
+		s.log.Info("upload for a submitted execution refused", "execution_id", id, "tenant", c.tenant)
+		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		return nil
+	}
+	if err := artifact.Extract(data, s.workspaceDir(c.tenant, id), s.o.limits); err != nil {
+		s.log.Warn("artifact upload rejected", "execution_id", id, "tenant", c.tenant, "err", err)
+		s.m.rejected("artifact")
+		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		return nil
+	}
+	c.out.push(responseFrame(m.RequestID, StatusUploaded, map[string]any{"execution_id": id}))
+	return nil
+}
+
+func (c *conn) download(ctx context.Context, m *Message) error {
+	id, err := m.ExecutionID()
+	if err != nil {
+		return err
+	}
+	if _, err := c.s.store.Get(ctx, id, c.tenant); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			c.out.push(errorFrame(m.RequestID, msgNotFound, codeNotFound))
+			return nil
+		}
+		return err
+	}
+	data, err := os.ReadFile(c.s.overlayFile(c.tenant, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		c.out.push(responseFrame(m.RequestID, StatusNoArtifact, map[string]any{"execution_id": id}))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.out.push(responseFrame(m.RequestID, StatusDownloaded, map[string]any{
+		"execution_id": id, "data": base64.StdEncoding.EncodeToString(data),
+	}))
+	return nil
+}
+
+// reconcile removes the tenant's workspaces that no execution needs: those
+// of executions that ended, and uploads never submitted within the upload
+// grace period. A fresh upload waiting for its submit is kept.
+func (c *conn) reconcile(ctx context.Context, m *Message) error {
+	s := c.s
+	s.uploadMu.Lock()
+	defer s.uploadMu.Unlock()
+	entries, err := os.ReadDir(s.tenantDir(c.tenant))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	orphans := 0
+	for _, ent := range entries {
+		id := ent.Name()
+		if !ent.IsDir() || !ValidID(id) || s.lookup(id, c.tenant) != nil {
+			continue
+		}
+		rec, err := s.store.Get(ctx, id, c.tenant)
+		switch {
+		case err == nil && rec.Status == store.StatusRunning:
+			continue
+		case errors.Is(err, store.ErrNotFound):
+			info, ierr := ent.Info()
+			if ierr != nil || s.o.now().Sub(info.ModTime()) < s.o.uploadGrace {
+				continue
+			}
+		case err != nil:
+			return err
+		}
+		s.removeWorkspace(c.tenant, id)
+		orphans++
+	}
+	c.out.push(responseFrame(m.RequestID, StatusReconciled, map[string]any{"orphans_cleaned": orphans}))
+	return nil
+}

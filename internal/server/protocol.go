@@ -1,0 +1,394 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Actions a client may send.
+const (
+	ActionSubmit       = "submit"
+	ActionCancel       = "cancel"
+	ActionStatus       = "status"
+	ActionAttach       = "attach"
+	ActionUpload       = "upload_artifact"
+	ActionDownload     = "download_artifact"
+	ActionReconcile    = "reconcile"
+	ActionCapabilities = "capabilities"
+)
+
+// Reply types.
+const (
+	TypeResponse = "response"
+	TypeError    = "error"
+	TypeStream   = "stream"
+	TypeResult   = "result"
+)
+
+// Statuses carried by replies.
+const (
+	StatusStarting     = "STARTING"
+	StatusCancelled    = "CANCELLED"
+	StatusUploaded     = "UPLOADED"
+	StatusNoArtifact   = "NO_ARTIFACT"
+	StatusDownloaded   = "DOWNLOADED"
+	StatusReconciled   = "RECONCILED"
+	StatusNotFound     = "NOT_FOUND"
+	StatusAttached     = "ATTACHED"
+	StatusRunning      = "RUNNING"
+	StatusCompleted    = "COMPLETED"
+	StatusFailed       = "FAILED"
+	StatusUnknown      = "UNKNOWN"
+	StatusCapabilities = "CAPABILITIES"
+)
+
+// Error messages of the Python server, kept verbatim because clients match
+// on them.
+const (
+	msgInvalid     = "Invalid remote protocol request."
+	msgCapacity    = "Server is at maximum capacity, please try again later."
+	msgUnknown     = "Unknown action."
+	msgUpload      = "Upload failed."
+	msgNotFound    = "NOT_FOUND"
+	msgUnauthorize = "Unauthorized"
+	msgAttached    = "Another client is already attached"
+	msgInternal    = "Remote execution failed with an internal error."
+)
+
+// Error codes: an additive machine-readable field on error replies.
+const (
+	codeInvalid     = "INVALID"
+	codeCapacity    = "CAPACITY"
+	codeUnknown     = "UNKNOWN_ACTION"
+	codeUpload      = "UPLOAD_FAILED"
+	codeNotFound    = "NOT_FOUND"
+	codeNotRunning  = "NOT_RUNNING"
+	codeAttached    = "ALREADY_ATTACHED"
+	codeDuplicate   = "DUPLICATE"
+	codeUnsupported = "UNSUPPORTED"
+	codeInternal    = "INTERNAL"
+)
+
+// Bounds of submit fields.
+const (
+	maxTimeout     = 24 * time.Hour
+	maxCommandLen  = 1 << 20
+	maxEnvEntries  = 1024
+	maxCorrelation = 256
+)
+
+var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidID reports whether s is a valid request or execution id.
+func ValidID(s string) bool { return safeID.MatchString(s) }
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ErrInvalid is wrapped by every protocol validation error.
+var ErrInvalid = errors.New("invalid protocol message")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// Message is one parsed client frame.
+type Message struct {
+	Action  string
+	Payload map[string]json.RawMessage
+	// RequestID is the payload's request_id when it is valid, else "" (and
+	// replies carry null, as the Python server's did).
+	RequestID string
+}
+
+// ParseMessage parses a client text frame: a JSON object with a string
+// "action" and an optional object "payload".
+func ParseMessage(data []byte) (*Message, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, invalid("not a JSON object: %v", err)
+	}
+	if raw == nil {
+		return nil, invalid("message is null")
+	}
+	m := &Message{Payload: map[string]json.RawMessage{}}
+	if err := json.Unmarshal(raw["action"], &m.Action); err != nil || raw["action"] == nil {
+		return nil, invalid("action is not a string")
+	}
+	if p, ok := raw["payload"]; ok && string(p) != "null" {
+		var payload map[string]json.RawMessage
+		if err := json.Unmarshal(p, &payload); err != nil || payload == nil {
+			return nil, invalid("payload is not an object")
+		}
+		m.Payload = payload
+	} else if ok {
+		return nil, invalid("payload is not an object")
+	}
+	var rid string
+	if json.Unmarshal(m.Payload["request_id"], &rid) == nil && ValidID(rid) {
+		m.RequestID = rid
+	}
+	return m, nil
+}
+
+// ExecutionID returns the payload's execution_id, validated.
+func (m *Message) ExecutionID() (string, error) {
+	var id string
+	if err := json.Unmarshal(m.Payload["execution_id"], &id); err != nil || !ValidID(id) {
+		return "", invalid("execution_id is missing or malformed")
+	}
+	return id, nil
+}
+
+// SubmitRequest is a parsed submit payload.
+type SubmitRequest struct {
+	ExecutionID   string
+	Shell         string
+	Args          []string
+	CorrelationID string
+	Timeout       time.Duration
+	Env           map[string]string
+	Cwd           string
+	// Encoding is "" for UTF-8 text streams, "base64" for exact bytes.
+	Encoding string
+	// Network and Secrets are nil when the client did not ask; the server
+	// default applies then.
+	Network *policy.NetworkPolicy
+	Secrets *secrets.SecretPolicy
+	// command is the command as submitted, echoed in the result.
+	command json.RawMessage
+}
+
+// ParseSubmit validates a submit payload.
+func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
+	r := &SubmitRequest{}
+	m := &Message{Payload: p}
+	id, err := m.ExecutionID()
+	if err != nil {
+		return nil, err
+	}
+	r.ExecutionID = id
+	cmd, ok := p["command"]
+	if !ok {
+		return nil, invalid("command is missing")
+	}
+	if len(cmd) > maxCommandLen {
+		return nil, invalid("command is longer than %d bytes", maxCommandLen)
+	}
+	r.command = cmd
+	if err := json.Unmarshal(cmd, &r.Shell); err == nil {
+		if strings.TrimSpace(r.Shell) == "" || strings.ContainsRune(r.Shell, 0) {
+			return nil, invalid("command is empty or holds a NUL byte")
+		}
+	} else if err := json.Unmarshal(cmd, &r.Args); err == nil && len(r.Args) > 0 {
+		for _, a := range r.Args {
+			if strings.ContainsRune(a, 0) {
+				return nil, invalid("command argument holds a NUL byte")
+			}
+		}
+		if r.Args[0] == "" {
+			return nil, invalid("command program is empty")
+		}
+	} else {
+		return nil, invalid("command is neither a string nor a non-empty list of strings")
+	}
+	if v, ok := p["correlation_id"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.CorrelationID); err != nil || len(r.CorrelationID) > maxCorrelation || !utf8.ValidString(r.CorrelationID) {
+			return nil, invalid("correlation_id is not a short string")
+		}
+	}
+	if v, ok := p["timeout_s"]; ok && string(v) != "null" {
+		var secs float64
+		if err := json.Unmarshal(v, &secs); err != nil || math.IsNaN(secs) || secs <= 0 || secs > maxTimeout.Seconds() {
+			return nil, invalid("timeout_s must be a number in (0, %v]", maxTimeout.Seconds())
+		}
+		r.Timeout = time.Duration(secs * float64(time.Second))
+	}
+	if v, ok := p["env"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.Env); err != nil {
+			return nil, invalid("env is not an object of strings")
+		}
+		if len(r.Env) > maxEnvEntries {
+			return nil, invalid("env has more than %d entries", maxEnvEntries)
+		}
+		for k, val := range r.Env {
+			if !envName.MatchString(k) || strings.ContainsRune(val, 0) {
+				return nil, invalid("env entry %q is malformed", k)
+			}
+		}
+	}
+	if v, ok := p["cwd"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.Cwd); err != nil {
+			return nil, invalid("cwd is not a string")
+		}
+		c, err := cleanCwd(r.Cwd)
+		if err != nil {
+			return nil, err
+		}
+		r.Cwd = c
+	}
+	if v, ok := p["encoding"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.Encoding); err != nil || (r.Encoding != "" && r.Encoding != "text" && r.Encoding != "base64") {
+			return nil, invalid(`encoding must be "text" or "base64"`)
+		}
+		if r.Encoding == "text" {
+			r.Encoding = ""
+		}
+	}
+	if v, ok := p["network"]; ok && string(v) != "null" {
+		var np policy.NetworkPolicy
+		dec := json.NewDecoder(strings.NewReader(string(v)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&np); err != nil {
+			return nil, invalid("network is not a network policy")
+		}
+		switch np.Mode {
+		case policy.NetworkDenyAll, policy.NetworkAllowAll, policy.NetworkAllowlist:
+		default:
+			return nil, invalid("network mode %q is unknown", np.Mode)
+		}
+		r.Network = &np
+	}
+	if v, ok := p["secrets"]; ok && string(v) != "null" {
+		var sp secrets.SecretPolicy
+		dec := json.NewDecoder(strings.NewReader(string(v)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&sp); err != nil {
+			return nil, invalid("secrets is not a secret policy")
+		}
+		switch sp.Mode {
+		case secrets.DenyAll, secrets.AllowAll, secrets.Allowlist:
+		default:
+			return nil, invalid("secrets mode %q is unknown", sp.Mode)
+		}
+		r.Secrets = &sp
+	}
+	return r, nil
+}
+
+// cleanCwd accepts a relative path that stays inside the workspace and is
+// not under the reserved .pulse directory.
+func cleanCwd(c string) (string, error) {
+	if c == "" {
+		return ".", nil
+	}
+	if strings.ContainsRune(c, 0) || strings.HasPrefix(c, "/") || strings.Contains(c, "\\") || len(c) > pathguard.MaxPathLen {
+		return "", invalid("cwd must be a relative path inside the workspace")
+	}
+	for _, part := range strings.Split(c, "/") {
+		if part == ".." {
+			return "", invalid("cwd must not contain ..")
+		}
+	}
+	c = path.Clean(c)
+	if pathguard.IsReserved(c) {
+		return "", invalid("cwd is reserved")
+	}
+	return c, nil
+}
+
+// envelope is a server frame.
+type envelope struct {
+	Type    string `json:"type"`
+	Payload any    `json:"payload"`
+}
+
+func frame(typ string, payload any) []byte {
+	b, err := json.Marshal(envelope{Type: typ, Payload: payload})
+	if err != nil {
+		// Every payload is built from plain maps and strings; a failure
+		// here is a programming error, answered as an internal error.
+		b, _ = json.Marshal(envelope{Type: TypeError, Payload: map[string]any{"message": msgInternal, "code": codeInternal}})
+	}
+	return b
+}
+
+// rid renders a request id: null when absent or invalid.
+func rid(id string) any {
+	if id == "" {
+		return nil
+	}
+	return id
+}
+
+func responseFrame(requestID, status string, extra map[string]any) []byte {
+	p := map[string]any{"status": status, "request_id": rid(requestID)}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return frame(TypeResponse, p)
+}
+
+func errorFrame(requestID, message, code string) []byte {
+	return frame(TypeError, map[string]any{"message": message, "request_id": rid(requestID), "code": code})
+}
+
+// streamPayload is a stream event as sent on the wire.
+type streamPayload struct {
+	ExecutionID string `json:"execution_id"`
+	Stream      string `json:"stream"`
+	Data        string `json:"data"`
+	Seq         int64  `json:"seq"`
+	Encoding    string `json:"encoding,omitempty"`
+}
+
+func streamFrame(execID, stream string, data []byte, seq int64, encoding string) []byte {
+	p := streamPayload{ExecutionID: execID, Stream: stream, Seq: seq, Encoding: encoding}
+	if encoding == "base64" {
+		p.Data = base64.StdEncoding.EncodeToString(data)
+	} else {
+		p.Data = string(data)
+	}
+	return frame(TypeStream, p)
+}
+
+// toText decodes b as UTF-8, replacing each invalid byte with U+FFFD as
+// Python's decode(errors="replace") does.
+func toText(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+			b = b[1:]
+			continue
+		}
+		out = append(out, b[:n]...)
+		b = b[n:]
+	}
+	return out
+}
+
+// splitUTF8 returns the longest prefix of b that does not end inside a
+// multi-byte sequence that the next chunk could still complete, and the
+// rest. Holding that rest back keeps a character split across two reads
+// intact instead of turning it into two replacement characters.
+func splitUTF8(b []byte) (head, tail []byte) {
+	for k := 1; k <= utf8.UTFMax-1 && k <= len(b); k++ {
+		c := b[len(b)-k]
+		if c < utf8.RuneSelf {
+			break
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-k:]) {
+				return b[:len(b)-k], b[len(b)-k:]
+			}
+			break
+		}
+	}
+	return b, nil
+}

@@ -1,0 +1,383 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Defaults and bounds of the server's settings.
+const (
+	DefaultMaxConcurrent   = 10
+	MaxConcurrentLimit     = 128
+	DefaultRetention       = 24 * time.Hour
+	MaxRetention           = 8760 * time.Hour
+	DefaultMaxMessageBytes = 50 << 20
+	DefaultOutboxBytes     = 256 << 20
+	DefaultCleanupInterval = 5 * time.Minute
+	DefaultUploadGrace     = time.Hour
+	DefaultCancelWait      = 10 * time.Second
+	DefaultPingInterval    = 20 * time.Second
+)
+
+// ErrConfig is wrapped by every configuration error of New.
+var ErrConfig = errors.New("invalid server configuration")
+
+type options struct {
+	tokens          []string
+	production      bool
+	maxConcurrent   int
+	workspaceRoot   string
+	retention       time.Duration
+	maxMessage      int64
+	outboxBytes     int
+	limits          artifact.Limits
+	network         policy.NetworkPolicy
+	secrets         secrets.SecretPolicy
+	maxOutput       int64
+	cleanupInterval time.Duration
+	uploadGrace     time.Duration
+	cancelWait      time.Duration
+	pingInterval    time.Duration
+	log             *slog.Logger
+	now             func() time.Time
+}
+
+// Option configures New.
+type Option func(*options) error
+
+// WithTokens sets the accepted bearer tokens (required).
+func WithTokens(tokens ...string) Option {
+	return func(o *options) error { o.tokens = append(o.tokens, tokens...); return nil }
+}
+
+// WithProduction refuses weak tokens (see CheckTokenStrength).
+func WithProduction(on bool) Option { return func(o *options) error { o.production = on; return nil } }
+
+// WithMaxConcurrent bounds the executions running at once (1-128).
+func WithMaxConcurrent(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > MaxConcurrentLimit {
+			return fmt.Errorf("max concurrent executions %d not in 1-%d: %w", n, MaxConcurrentLimit, ErrConfig)
+		}
+		o.maxConcurrent = n
+		return nil
+	}
+}
+
+// WithWorkspaceRoot sets the directory holding tenant workspaces
+// (required).
+func WithWorkspaceRoot(dir string) Option {
+	return func(o *options) error { o.workspaceRoot = dir; return nil }
+}
+
+// WithRetention sets how long terminal records and their workspaces are
+// kept (1 hour to 8760 hours).
+func WithRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Hour || d > MaxRetention {
+			return fmt.Errorf("retention %v not in 1h-8760h: %w", d, ErrConfig)
+		}
+		o.retention = d
+		return nil
+	}
+}
+
+// WithMaxMessageBytes bounds one client frame (default 50 MiB).
+func WithMaxMessageBytes(n int64) Option {
+	return func(o *options) error {
+		if n < 1024 {
+			return fmt.Errorf("max message bytes %d too small: %w", n, ErrConfig)
+		}
+		o.maxMessage = n
+		return nil
+	}
+}
+
+// WithOutboxBytes bounds what may wait to be sent to one client; a client
+// that falls further behind is disconnected and must reattach with
+// after_seq (default 256 MiB).
+func WithOutboxBytes(n int) Option {
+	return func(o *options) error { o.outboxBytes = n; return nil }
+}
+
+// WithArtifactLimits bounds uploads.
+func WithArtifactLimits(l artifact.Limits) Option {
+	return func(o *options) error { o.limits = l; return nil }
+}
+
+// WithDefaultPolicies sets the network and secret policies of a submission
+// that names none (default: deny-all for both).
+func WithDefaultPolicies(n policy.NetworkPolicy, s secrets.SecretPolicy) Option {
+	return func(o *options) error { o.network, o.secrets = n, s; return nil }
+}
+
+// WithMaxOutputBytes caps each of stdout and stderr of one execution
+// (default policy.DefaultOutputBytes).
+func WithMaxOutputBytes(n int64) Option {
+	return func(o *options) error { o.maxOutput = n; return nil }
+}
+
+// WithCleanupInterval sets how often retention cleanup runs.
+func WithCleanupInterval(d time.Duration) Option {
+	return func(o *options) error { o.cleanupInterval = d; return nil }
+}
+
+// WithUploadGrace sets how long reconcile leaves an uploaded workspace
+// whose execution was not submitted yet (default 1 hour).
+func WithUploadGrace(d time.Duration) Option {
+	return func(o *options) error { o.uploadGrace = d; return nil }
+}
+
+// WithPingInterval sets the WebSocket keepalive interval (default 20s).
+func WithPingInterval(d time.Duration) Option {
+	return func(o *options) error { o.pingInterval = d; return nil }
+}
+
+// WithLogger sets the structured logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.log = l; return nil } }
+
+// Server is the pulse-server runtime: the WebSocket API over an executor
+// and a store. Create it with New, serve Handler on a listener, and call
+// Shutdown to stop.
+type Server struct {
+	o     options
+	exec  Executor
+	store *store.Store
+	auth  *authenticator
+	log   *slog.Logger
+	m     *metrics
+
+	ctx    context.Context // lives until Shutdown gives up waiting
+	cancel context.CancelFunc
+
+	ready    atomic.Bool
+	draining atomic.Bool
+
+	mu       sync.Mutex
+	active   map[string]*execution // running, by execution id
+	slots    int                   // executions holding a concurrency slot
+	conns    map[*conn]struct{}
+	wg       sync.WaitGroup // executions and background loops
+	uploadMu sync.Mutex     // serialises upload-vs-submit decisions per server
+}
+
+// New builds a server over exec and st. It marks executions a previous
+// process left RUNNING as UNKNOWN before returning, so nothing is ever
+// replayed, and starts retention cleanup. The server is ready once New
+// returns.
+func New(ctx context.Context, exec Executor, st *store.Store, opts ...Option) (*Server, error) {
+	o := options{
+		maxConcurrent:   DefaultMaxConcurrent,
+		retention:       DefaultRetention,
+		maxMessage:      DefaultMaxMessageBytes,
+		outboxBytes:     DefaultOutboxBytes,
+		network:         policy.DenyAllNetwork(),
+		secrets:         secrets.DenyAllSecrets(),
+		maxOutput:       policy.DefaultOutputBytes,
+		cleanupInterval: DefaultCleanupInterval,
+		uploadGrace:     DefaultUploadGrace,
+		cancelWait:      DefaultCancelWait,
+		pingInterval:    DefaultPingInterval,
+		now:             time.Now,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if exec == nil || st == nil {
+		return nil, fmt.Errorf("executor and store are required: %w", ErrConfig)
+	}
+	if len(o.tokens) == 0 {
+		return nil, fmt.Errorf("PULSE_REMOTE_TOKEN must hold at least one token; insecure defaults are disabled: %w", ErrConfig)
+	}
+	if o.production {
+		for _, t := range o.tokens {
+			if err := CheckTokenStrength(t); err != nil {
+				return nil, fmt.Errorf("every production token must be random, non-placeholder and at least %d characters: %w: %w", MinTokenLen, err, ErrConfig)
+			}
+		}
+	}
+	if o.workspaceRoot == "" {
+		return nil, fmt.Errorf("workspace root is required: %w", ErrConfig)
+	}
+	root, err := filepath.Abs(o.workspaceRoot)
+	if err != nil {
+		return nil, fmt.Errorf("workspace root: %w", err)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("workspace root: %w", err)
+	}
+	o.workspaceRoot = root
+	n, err := st.MarkRunningUnknown(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		o.log.Warn("marked interrupted executions UNKNOWN", "count", n)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		o: o, exec: exec, store: st, auth: newAuthenticator(o.tokens), log: o.log,
+		m: newMetrics(), ctx: sctx, cancel: cancel,
+		active: map[string]*execution{}, conns: map[*conn]struct{}{},
+	}
+	s.wg.Add(1)
+	go s.cleanupLoop()
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Executor returns the server's executor.
+func (s *Server) Executor() Executor { return s.exec }
+
+// Handler serves /healthz, /readyz, /metrics and the WebSocket API on
+// every other path.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeHealth(w, true)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok := s.ready.Load() && !s.draining.Load()
+		if ok {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			ok = s.store.Ping(ctx) == nil
+			cancel()
+		}
+		writeHealth(w, ok)
+	})
+	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.HandleFunc("/", s.serveWS)
+	return mux
+}
+
+func writeHealth(w http.ResponseWriter, ok bool) {
+	w.Header().Set("Content-Type", "application/json")
+	if ok {
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte(`{"status":"ok"}`))
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write([]byte(`{"status":"not_ready"}`))
+}
+
+// Shutdown stops taking submissions, lets running executions finish until
+// ctx is done, then cancels what is left and waits for it to be recorded.
+// Connections are closed last, so clients receive every result that was
+// produced. Shutdown is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.ready.Store(false)
+	done := make(chan struct{})
+	go func() {
+		for {
+			s.mu.Lock()
+			n := len(s.active)
+			s.mu.Unlock()
+			if n == 0 {
+				close(done)
+				return
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-s.ctx.Done():
+				// Cancelled executions still finish their bookkeeping.
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.cancel()
+		<-done
+	}
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown()
+	}
+	return err
+}
+
+// tenantDir is where a tenant's workspaces live.
+func (s *Server) tenantDir(tenant string) string {
+	return filepath.Join(s.o.workspaceRoot, tenant)
+}
+
+func (s *Server) workspaceDir(tenant, id string) string {
+	return filepath.Join(s.tenantDir(tenant), id)
+}
+
+// overlayFile is where the overlay archive of an execution is kept. The
+// directory name starts with a dot, which no execution id can, so it can
+// never be taken for a workspace.
+func (s *Server) overlayFile(tenant, id string) string {
+	return filepath.Join(s.tenantDir(tenant), ".overlays", id+".tar.gz")
+}
+
+func (s *Server) cleanupLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.o.cleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.cleanupOnce(s.ctx)
+		}
+	}
+}
+
+// cleanupOnce deletes terminal records older than the retention, their
+// workspaces and overlays.
+func (s *Server) cleanupOnce(ctx context.Context) {
+	refs, err := s.store.CleanupOld(ctx, s.o.now().Add(-s.o.retention))
+	if err != nil {
+		s.log.Error("retention cleanup failed", "err", err)
+		return
+	}
+	for _, r := range refs {
+		s.removeWorkspace(r.Tenant, r.ExecutionID)
+		os.Remove(s.overlayFile(r.Tenant, r.ExecutionID))
+	}
+	if len(refs) > 0 {
+		s.log.Info("retention cleanup", "removed", len(refs))
+	}
+}
+
+func (s *Server) removeWorkspace(tenant, id string) {
+	if !ValidID(id) {
+		return
+	}
+	if err := os.RemoveAll(s.workspaceDir(tenant, id)); err != nil {
+		s.log.Warn("remove workspace", "execution_id", id, "err", err)
+	}
+}

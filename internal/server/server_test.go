@@ -1,0 +1,572 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/store"
+)
+
+func TestHealthAuthAndMetrics(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	for path, want := range map[string]string{"/healthz": `{"status":"ok"}`, "/readyz": `{"status":"ok"}`} {
+		resp, err := http.Get(h.http.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("%s = %d %s", path, resp.StatusCode, body)
+		}
+	}
+	for _, token := range []string{"", "wrong", tokenA + "x"} {
+		if _, err := dialToken(h.url, token); err == nil || !strings.Contains(err.Error(), "401") {
+			t.Fatalf("token %q: err = %v, want 401", token, err)
+		}
+	}
+	resp, err := http.Get(h.http.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no header: %d", resp.StatusCode)
+	}
+	c := h.dial(tokenA)
+	r := c.submit("m1", "true", nil)
+	if r.str("status") != StatusStarting {
+		t.Fatalf("submit: %s", r.raw)
+	}
+	c.untilResult("m1", nil)
+	resp, err = http.Get(h.http.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`pulse_server_executions_total{status="COMPLETED"} 1`,
+		`pulse_server_unauthorized_total 4`,
+		`pulse_server_execution_duration_seconds_count 1`,
+		`pulse_server_requests_total{action="submit"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+
+	// Draining: not ready, new connections refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.Get(h.http.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz after shutdown = %d", resp.StatusCode)
+	}
+}
+
+func TestSubmitStreamsResultAndOverlay(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	r, _ := c.do(ActionUpload, map[string]any{"execution_id": "job-1",
+		"data": targz(t, file{"in.txt", "hello from upload\n"}, file{"gone.txt", "bye"}, file{"sub/keep", "k"})})
+	if r.Type != TypeResponse || r.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", r.raw)
+	}
+	rid := c.send(ActionSubmit, map[string]any{
+		"execution_id": "job-1", "correlation_id": "corr-9", "cwd": "sub", "env": map[string]any{"GREETING": "hi"},
+		"command": `cat ../in.txt; echo "$GREETING from $(basename "$PWD")" >&2; echo made > ../out.txt; rm ../gone.txt; exit 3`,
+	})
+	ack, early := c.reply(rid)
+	if ack.Type != TypeResponse || ack.str("status") != StatusStarting || ack.str("execution_id") != "job-1" {
+		t.Fatalf("ack: %s", ack.raw)
+	}
+	res, streams := c.untilResult("job-1", early)
+	var stdout, stderr string
+	for i, s := range streams {
+		if s.num("seq") != int64(i+1) {
+			t.Fatalf("stream %d has seq %d: %s", i, s.num("seq"), s.raw)
+		}
+		switch s.str("stream") {
+		case "stdout":
+			stdout += s.str("data")
+		case "stderr":
+			stderr += s.str("data")
+		}
+	}
+	if stdout != "hello from upload\n" || stderr != "hi from sub\n" {
+		t.Fatalf("streams: stdout %q stderr %q", stdout, stderr)
+	}
+	if res.num("exit_code") != 3 || res.str("stdout") != stdout || res.str("stderr") != stderr ||
+		res.str("termination_reason") != "exited" || res.Payload["timed_out"] != false || res.Payload["artifact"] != true ||
+		res.str("command") == "" || res.num("last_seq") != int64(len(streams)) {
+		t.Fatalf("result: %s", res.raw)
+	}
+	for _, k := range []string{"duration_ms", "truncated", "pid", "metrics"} {
+		if _, ok := res.Payload[k]; !ok {
+			t.Fatalf("result lacks %s: %s", k, res.raw)
+		}
+	}
+
+	st, _ := c.do(ActionStatus, map[string]any{"execution_id": "job-1"})
+	if st.str("status") != StatusCompleted || st.str("correlation_id") != "corr-9" {
+		t.Fatalf("status: %s", st.raw)
+	}
+	dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-1"})
+	if dl.str("status") != StatusDownloaded {
+		t.Fatalf("download: %s", dl.raw)
+	}
+	files := untar(t, dl.str("data"))
+	if files["out.txt"] != "made\n" {
+		t.Fatalf("overlay files: %v", files)
+	}
+	if _, changed := files["in.txt"]; changed {
+		t.Fatalf("unchanged file in overlay: %v", files)
+	}
+	var man artifact.Manifest
+	if err := json.Unmarshal([]byte(files[artifact.ManifestName]), &man); err != nil || len(man.Deleted) != 1 || man.Deleted[0] != "gone.txt" {
+		t.Fatalf("manifest %q: %v", files[artifact.ManifestName], err)
+	}
+	// A second download still works: a dropped connection must not lose
+	// the overlay.
+	if dl2, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-1"}); dl2.str("data") != dl.str("data") {
+		t.Fatalf("second download differs: %s", dl2.raw)
+	}
+
+	// An execution that wrote nothing has no artifact.
+	c.submit("job-2", []string{"echo", "argv", "form"}, nil)
+	res2, streams2 := c.untilResult("job-2", nil)
+	if res2.str("stdout") != "argv form\n" || len(streams2) == 0 || streams2[0].num("seq") != 1 {
+		t.Fatalf("argv result: %s", res2.raw)
+	}
+	if dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-2"}); dl.str("status") != StatusNoArtifact {
+		t.Fatalf("download: %s", dl.raw)
+	}
+	// Resubmitting an id is refused.
+	if r := c.submit("job-2", "true", nil); r.Type != TypeError || r.str("code") != codeDuplicate {
+		t.Fatalf("duplicate: %s", r.raw)
+	}
+	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "job-2", "data": targz(t, file{"x", "y"})}); r.Type != TypeError || r.str("message") != msgUpload {
+		t.Fatalf("upload after submit: %s", r.raw)
+	}
+}
+
+// status of a running execution answers RUNNING; the Python server sent no
+// reply at all.
+func TestStatusOfRunningExecutionReplies(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("slow", "echo started; sleep 30", nil)
+	for {
+		if m := c.recv(); m.Type == TypeStream {
+			break
+		}
+	}
+	st, _ := c.do(ActionStatus, map[string]any{"execution_id": "slow"})
+	if st.Type != TypeResponse || st.str("status") != StatusRunning || st.num("last_seq") != 1 {
+		t.Fatalf("status: %s", st.raw)
+	}
+	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "nope"}); st.str("status") != StatusNotFound {
+		t.Fatalf("status of unknown: %s", st.raw)
+	}
+	cancel, other := c.do(ActionCancel, map[string]any{"execution_id": "slow"})
+	if cancel.Type != TypeResponse || cancel.str("status") != StatusCancelled {
+		t.Fatalf("cancel: %s", cancel.raw)
+	}
+	res, _ := c.untilResult("slow", other)
+	if res.str("error") != StatusCancelled || res.str("termination_reason") != "cancelled" {
+		t.Fatalf("result of cancelled: %s", res.raw)
+	}
+	st, _ = c.do(ActionStatus, map[string]any{"execution_id": "slow"})
+	if st.str("status") != StatusFailed {
+		t.Fatalf("status after cancel: %s", st.raw)
+	}
+	if r, _ := c.do(ActionCancel, map[string]any{"execution_id": "slow"}); r.Type != TypeError || r.str("code") != codeNotRunning {
+		t.Fatalf("second cancel: %s", r.raw)
+	}
+}
+
+func TestTimeoutAndBinaryEncoding(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("bin", `printf '\377\000\342\202'; sleep 0.1; printf '\254'`, map[string]any{"encoding": "base64"})
+	res, streams := c.untilResult("bin", nil)
+	var got []byte
+	for _, s := range streams {
+		if s.str("encoding") != "base64" {
+			t.Fatalf("stream without encoding: %s", s.raw)
+		}
+		b, err := base64.StdEncoding.DecodeString(s.str("data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b...)
+	}
+	if string(got) != "\xff\x00\xe2\x82\xac" || res.str("encoding") != "base64" || res.str("stdout") != base64.StdEncoding.EncodeToString(got) {
+		t.Fatalf("bytes = %q, result %s", got, res.raw)
+	}
+
+	// Text mode: the euro sign split across two writes stays whole; the
+	// invalid byte becomes U+FFFD as in Python's errors="replace".
+	c.submit("txt", `printf '\377\342\202'; sleep 0.1; printf '\254'`, nil)
+	res, streams = c.untilResult("txt", nil)
+	var text string
+	for _, s := range streams {
+		text += s.str("data")
+	}
+	if text != "\uFFFD€" || res.str("stdout") != "\uFFFD€" {
+		t.Fatalf("text = %q, result %s", text, res.raw)
+	}
+
+	c.submit("late", "sleep 30", map[string]any{"timeout_s": 0.3})
+	res, _ = c.untilResult("late", nil)
+	if res.Payload["timed_out"] != true || res.str("termination_reason") != "timeout" {
+		t.Fatalf("timeout result: %s", res.raw)
+	}
+	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "late"}); st.str("status") != StatusCompleted {
+		t.Fatalf("timed-out status: %s", st.raw)
+	}
+}
+
+// Every action on another tenant's execution answers as if it did not
+// exist, and never touches it.
+func TestTenantIsolation(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t), WithUploadGrace(0))
+	a := h.dial(tokenA)
+	b := h.dial(tokenB)
+	if r, _ := a.do(ActionUpload, map[string]any{"execution_id": "a-pending", "data": targz(t, file{"f", "a"})}); r.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", r.raw)
+	}
+	a.submit("a-run", "echo secret-a; sleep 30", nil)
+	for {
+		if m := a.recv(); m.Type == TypeStream {
+			break
+		}
+	}
+	a.submit("a-done", "echo done > result.txt", nil)
+	a.untilResult("a-done", nil)
+
+	for _, id := range []string{"a-run", "a-done"} {
+		if r, _ := b.do(ActionStatus, map[string]any{"execution_id": id}); r.str("status") != StatusNotFound {
+			t.Fatalf("status %s: %s", id, r.raw)
+		}
+		if r, _ := b.do(ActionAttach, map[string]any{"execution_id": id}); r.Type != TypeError || r.str("message") != msgNotFound {
+			t.Fatalf("attach %s: %s", id, r.raw)
+		}
+		rid := b.send(ActionCancel, map[string]any{"execution_id": id})
+		if r, _ := b.reply(rid); r.Type != TypeError || r.str("message") != msgUnauthorize || r.str("request_id") != rid {
+			t.Fatalf("cancel %s: %s", id, r.raw)
+		}
+		if r, _ := b.do(ActionDownload, map[string]any{"execution_id": id}); r.Type != TypeError || r.str("message") != msgNotFound {
+			t.Fatalf("download %s: %s", id, r.raw)
+		}
+		if r := b.submit(id, "true", nil); r.Type != TypeError || r.str("code") != codeDuplicate {
+			t.Fatalf("submit %s: %s", id, r.raw)
+		}
+		if r, _ := b.do(ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", "b"})}); r.Type != TypeError {
+			t.Fatalf("upload %s: %s", id, r.raw)
+		}
+	}
+	if r, _ := b.do(ActionReconcile, nil); r.str("status") != StatusReconciled || r.num("orphans_cleaned") != 0 {
+		t.Fatalf("reconcile b: %s", r.raw)
+	}
+	for _, id := range []string{"a-pending", "a-run", "a-done"} {
+		if _, err := os.Stat(filepath.Join(h.root, TenantOf(tokenA), id)); err != nil {
+			t.Fatalf("tenant b's actions touched %s: %v", id, err)
+		}
+	}
+	// The running execution is unharmed: tenant a still cancels it.
+	if r, _ := a.do(ActionCancel, map[string]any{"execution_id": "a-run"}); r.str("status") != StatusCancelled {
+		t.Fatalf("a cancel: %s", r.raw)
+	}
+}
+
+func TestUploadRefusesUnsafeArchives(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t), WithArtifactLimits(artifact.Limits{MaxUnpacked: 1 << 20}))
+	c := h.dial(tokenA)
+	bomb := targz(t, file{"zeros", strings.Repeat("\x00", 2<<20)})
+	for name, data := range map[string]string{
+		"zip-slip":   targz(t, file{"../../evil", "x"}),
+		"absolute":   targz(t, file{"/tmp/evil-abs", "x"}),
+		"bomb":       bomb,
+		"not base64": "***",
+		"empty":      "",
+	} {
+		rid := c.send(ActionUpload, map[string]any{"execution_id": "u-" + strings.ReplaceAll(name, " ", "-"), "data": data})
+		r, _ := c.reply(rid)
+		if r.Type != TypeError || r.str("message") != msgUpload {
+			t.Fatalf("%s: %s", name, r.raw)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.root, "evil")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("zip-slip escaped: %v", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(h.root, TenantOf(tokenA)))
+	if len(entries) != 0 {
+		t.Fatalf("refused uploads left workspaces: %v", entries)
+	}
+}
+
+// Reconcile removes workspaces of ended executions and stale uploads, but
+// keeps an upload still waiting for its submit (the Python server deleted
+// it).
+func TestReconcileKeepsPendingUploads(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	for _, id := range []string{"fresh", "stale"} {
+		if r, _ := c.do(ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", id})}); r.str("status") != StatusUploaded {
+			t.Fatalf("upload: %s", r.raw)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(h.root, TenantOf(tokenA), "stale"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	c.submit("ended", "true", nil)
+	c.untilResult("ended", nil)
+	c.submit("running", "sleep 30", nil)
+	r, _ := c.do(ActionReconcile, nil)
+	if r.str("status") != StatusReconciled || r.num("orphans_cleaned") != 2 {
+		t.Fatalf("reconcile: %s", r.raw)
+	}
+	for id, want := range map[string]bool{"fresh": true, "stale": false, "ended": false, "running": true} {
+		_, err := os.Stat(filepath.Join(h.root, TenantOf(tokenA), id))
+		if (err == nil) != want {
+			t.Fatalf("%s exists = %v, want %v", id, err == nil, want)
+		}
+	}
+	// The pending upload is still usable.
+	c.submit("fresh", "cat f", nil)
+	if res, _ := c.untilResult("fresh", nil); res.str("stdout") != "fresh" {
+		t.Fatalf("pending upload lost: %s", res.raw)
+	}
+}
+
+func TestInvalidMessagesAreAnswered(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	for _, raw := range []string{`not json`, `[1,2]`, `{"payload":{}}`, `{"action":"status","payload":"x"}`, `null`} {
+		c.sendRaw([]byte(raw))
+		m := c.recv()
+		if m.Type != TypeError || m.str("message") != msgInvalid || m.Payload["request_id"] != nil {
+			t.Fatalf("%s -> %s", raw, m.raw)
+		}
+	}
+	cases := []struct {
+		action  string
+		payload map[string]any
+		message string
+	}{
+		{"explode", nil, msgUnknown},
+		{ActionStatus, map[string]any{"execution_id": "../etc"}, msgInvalid},
+		{ActionCancel, map[string]any{}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x1"}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x2", "command": ""}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x3", "command": "true", "cwd": "../.."}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x4", "command": "true", "timeout_s": -1}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x5", "command": "true", "env": map[string]any{"A=B": "c"}}, msgInvalid},
+		{ActionSubmit, map[string]any{"execution_id": "x6", "command": "true", "network": map[string]any{"mode": "deny-all"}}, "executor local:host cannot enforce network \"deny-all\" with secrets \"deny-all\""},
+		{ActionAttach, map[string]any{"execution_id": "x7", "after_seq": -2}, msgInvalid},
+	}
+	for _, tc := range cases {
+		rid := c.send(tc.action, tc.payload)
+		m, _ := c.reply(rid)
+		if m.Type != TypeError || m.str("message") != tc.message {
+			t.Fatalf("%s %v -> %s", tc.action, tc.payload, m.raw)
+		}
+	}
+	// An invalid request_id is not echoed.
+	c.send(ActionStatus, map[string]any{"execution_id": "zz", "request_id": "bad id!"})
+	if m := c.recv(); m.Payload["request_id"] != nil || m.str("status") != StatusNotFound {
+		t.Fatalf("bad request id: %s", m.raw)
+	}
+	// Nothing invalid reached the store.
+	counts, _ := h.st.CountByStatus(context.Background())
+	if len(counts) != 0 {
+		t.Fatalf("store has %v", counts)
+	}
+	r, _ := c.do(ActionCapabilities, nil)
+	caps, _ := r.Payload["capabilities"].(map[string]any)
+	if r.str("status") != StatusCapabilities || r.str("executor") != "local:host" || caps["isolation"] != "host_unsafe" {
+		t.Fatalf("capabilities: %s", r.raw)
+	}
+}
+
+// A dropped client reattaches with after_seq and receives every event
+// exactly once.
+func TestReattachIsExactlyOnce(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	const lines = 60
+	c := h.dial(tokenA)
+	c.submit("chatty", fmt.Sprintf(`for i in $(seq 1 %d); do echo line$i; [ $((i %% 2)) = 0 ] && echo err$i >&2; sleep 0.01; done`, lines), nil)
+	var got []msg
+	for len(got) < 5 {
+		if m := c.recv(); m.Type == TypeStream {
+			got = append(got, m)
+		}
+	}
+	c.ws.CloseNow()
+
+	var res msg
+	for attempt := 0; ; attempt++ {
+		c2 := h.dial(tokenA)
+		rid := c2.send(ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": got[len(got)-1].num("seq")})
+		r, replayed := c2.reply(rid)
+		if r.Type == TypeError && r.str("code") == codeAttached && attempt < 100 {
+			// The server has not seen the old connection drop yet.
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if r.Type != TypeResponse || (r.str("status") != StatusAttached && r.str("status") != StatusCompleted) {
+			t.Fatalf("attach: %s", r.raw)
+		}
+		var streams []msg
+		res, streams = c2.untilResult("chatty", replayed)
+		got = append(got, streams...)
+		break
+	}
+	var out, errOut strings.Builder
+	for i, m := range got {
+		if m.num("seq") != int64(i+1) {
+			t.Fatalf("event %d has seq %d (duplicate or gap)", i, m.num("seq"))
+		}
+		if m.str("stream") == "stdout" {
+			out.WriteString(m.str("data"))
+		} else {
+			errOut.WriteString(m.str("data"))
+		}
+	}
+	var want, wantErr strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line%d\n", i)
+		if i%2 == 0 {
+			fmt.Fprintf(&wantErr, "err%d\n", i)
+		}
+	}
+	if out.String() != want.String() || errOut.String() != wantErr.String() {
+		t.Fatalf("stdout %q\nstderr %q", out.String(), errOut.String())
+	}
+	if res.num("last_seq") != int64(len(got)) {
+		t.Fatalf("last_seq %d, events %d", res.num("last_seq"), len(got))
+	}
+	// After the end, a late attach replays the history from the store.
+	c3 := h.dial(tokenA)
+	r, replayed := c3.do(ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": 10})
+	if r.str("status") != StatusCompleted || int64(len(replayed)) != res.num("last_seq")-10 || replayed[0].num("seq") != 11 {
+		t.Fatalf("late attach: %s with %d events", r.raw, len(replayed))
+	}
+	if m := c3.recv(); m.Type != TypeResult || m.num("exit_code") != 0 {
+		t.Fatalf("late attach result: %s", m.raw)
+	}
+}
+
+// A second client cannot attach while another is attached.
+func TestSecondAttachRefused(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("one", "echo x; sleep 30", nil)
+	other := h.dial(tokenA)
+	if r, _ := other.do(ActionAttach, map[string]any{"execution_id": "one"}); r.Type != TypeError || r.str("message") != msgAttached {
+		t.Fatalf("second attach: %s", r.raw)
+	}
+	c.do(ActionCancel, map[string]any{"execution_id": "one"})
+}
+
+// After a clean restart the history and result of finished executions are
+// still there.
+func TestHistorySurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	exec := hostExecutor(t)
+	h := startServer(t, dir, exec)
+	c := h.dial(tokenA)
+	c.submit("keep", "echo one; echo two >&2", nil)
+	res, _ := c.untilResult("keep", nil)
+	h.stop()
+
+	h2 := startServer(t, dir, exec)
+	c2 := h2.dial(tokenA)
+	r, replayed := c2.do(ActionAttach, map[string]any{"execution_id": "keep"})
+	if r.str("status") != StatusCompleted || len(replayed) != 2 {
+		t.Fatalf("attach after restart: %s, %d events", r.raw, len(replayed))
+	}
+	got := c2.recv()
+	if got.Type != TypeResult || got.str("stdout") != res.str("stdout") || got.str("stderr") != "two\n" {
+		t.Fatalf("result after restart: %s", got.raw)
+	}
+}
+
+func TestRetentionCleanup(t *testing.T) {
+	dir := t.TempDir()
+	h := startServer(t, dir, hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("old", "echo data > f", nil)
+	c.untilResult("old", nil)
+	ws := filepath.Join(h.root, TenantOf(tokenA), "old")
+	if _, err := os.Stat(h.srv.overlayFile(TenantOf(tokenA), "old")); err != nil {
+		t.Fatalf("overlay not saved: %v", err)
+	}
+	h.srv.o.now = func() time.Time { return time.Now().Add(h.srv.o.retention + time.Minute) }
+	h.srv.cleanupOnce(context.Background())
+	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("workspace kept: %v", err)
+	}
+	if _, err := os.Stat(h.srv.overlayFile(TenantOf(tokenA), "old")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("overlay kept: %v", err)
+	}
+	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "old"}); st.str("status") != StatusNotFound {
+		t.Fatalf("record kept: %s", st.raw)
+	}
+}
+
+func TestNewValidatesConfiguration(t *testing.T) {
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	exec := hostExecutor(t)
+	root := WithWorkspaceRoot(t.TempDir())
+	strong := "Zx8#kQ2vLp9@mW4nRt7$yB3cHs6&dF1gJ5"
+	cases := []struct {
+		name string
+		opts []Option
+		ok   bool
+	}{
+		{"no token", []Option{root}, false},
+		{"no root", []Option{WithTokens("t")}, false},
+		{"weak production token", []Option{root, WithTokens("short"), WithProduction(true)}, false},
+		{"placeholder production token", []Option{root, WithTokens("changeme-changeme-changeme-changeme-1"), WithProduction(true)}, false},
+		{"strong production token", []Option{root, WithTokens(strong), WithProduction(true)}, true},
+		{"concurrency 0", []Option{root, WithTokens("t"), WithMaxConcurrent(0)}, false},
+		{"concurrency 129", []Option{root, WithTokens("t"), WithMaxConcurrent(129)}, false},
+		{"retention 0", []Option{root, WithTokens("t"), WithRetention(0)}, false},
+		{"development", []Option{root, WithTokens("t")}, true},
+	}
+	for _, tc := range cases {
+		s, err := New(context.Background(), exec, st, tc.opts...)
+		if (err == nil) != tc.ok {
+			t.Fatalf("%s: err = %v", tc.name, err)
+		}
+		if s != nil {
+			s.Shutdown(context.Background())
+		}
+	}
+}
