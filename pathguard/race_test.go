@@ -1,0 +1,152 @@
+package pathguard
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// swapper keeps replacing target with a symlink to outside and back, as
+// an attacker inside the workspace would, until stop is closed. It counts
+// the rounds in which the symlink was in place.
+func swapper(target, outside string, stop <-chan struct{}, swaps *atomic.Int64) {
+	aside := target + ".aside"
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		// A writer under test may recreate target between these steps;
+		// a failed step just starts the round again.
+		if os.Rename(target, aside) != nil {
+			_ = os.Remove(target)
+			continue
+		}
+		if os.Symlink(outside, target) == nil {
+			swaps.Add(1)
+		}
+		_ = os.Remove(target)
+		_ = os.Rename(aside, target)
+	}
+}
+
+// TestSymlinkSwapRace swaps a directory (and, separately, a file) for a
+// symlink leading out while ReadFile runs in a loop: no read may ever
+// return the outside content. The loop is bounded by a count of reads,
+// not by time.
+func TestSymlinkSwapRace(t *testing.T) {
+	cases := []struct {
+		name   string
+		read   string // path given to ReadFile
+		target string // path, relative to the root, that is swapped
+		out    func(outside string) string
+	}{
+		{"intermediate directory", "d/f", "d", func(o string) string { return o }},
+		{"last element", "f", "f", func(o string) string { return filepath.Join(o, "f") }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			top := t.TempDir()
+			root, outside := filepath.Join(top, "root"), filepath.Join(top, "outside")
+			for _, d := range []string{filepath.Join(root, "d"), outside} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(t, filepath.Join(root, "d", "f"), "inside")
+			write(t, filepath.Join(root, "f"), "inside")
+			write(t, filepath.Join(outside, "f"), "SECRET")
+			g := newGuard(t, root)
+
+			stop := make(chan struct{})
+			var swaps atomic.Int64
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				swapper(filepath.Join(root, tc.target), tc.out(outside), stop, &swaps)
+			}()
+			reads, refusals := 0, 0
+			kinds := map[string]int{}
+			for i := 0; i < 3000; i++ {
+				data, err := g.ReadFile(tc.read)
+				if strings.Contains(string(data), "SECRET") {
+					close(stop)
+					wg.Wait()
+					t.Fatalf("read outside the root on iteration %d", i)
+				}
+				if err == nil {
+					reads++
+					if string(data) != "inside" {
+						t.Errorf("read %q", data)
+					}
+				} else {
+					refusals++
+					kinds[errKind(err)]++
+					if errors.Is(err, ErrOutside) || errors.Is(err, ErrNotRegular) || errors.Is(err, os.ErrNotExist) {
+						continue
+					}
+					// os.Root reports an escape attempt with its own error.
+					if !strings.Contains(err.Error(), "escapes") && !strings.Contains(err.Error(), "not a directory") {
+						t.Errorf("unexpected error: %v", err)
+					}
+				}
+			}
+			close(stop)
+			wg.Wait()
+			t.Logf("%d reads, %d refusals %v, %d swaps", reads, refusals, kinds, swaps.Load())
+			if swaps.Load() == 0 {
+				t.Error("the swapper never ran; the test proved nothing")
+			}
+		})
+	}
+}
+
+// TestWriteSwapRace swaps the parent directory for a symlink leading out
+// while WriteFile runs: nothing may ever be written outside.
+func TestWriteSwapRace(t *testing.T) {
+	top := t.TempDir()
+	root, outside := filepath.Join(top, "root"), filepath.Join(top, "outside")
+	for _, d := range []string{filepath.Join(root, "d"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newGuard(t, root)
+	stop := make(chan struct{})
+	var swaps atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		swapper(filepath.Join(root, "d"), outside, stop, &swaps)
+	}()
+	for i := 0; i < 200; i++ {
+		_ = g.WriteFile("d/w", []byte("x"), 0o644)
+	}
+	close(stop)
+	wg.Wait()
+	entries, err := os.ReadDir(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("written outside the root: %v", entries)
+	}
+	if swaps.Load() == 0 {
+		t.Error("the swapper never ran; the test proved nothing")
+	}
+}
+
+func errKind(err error) string {
+	var pe *PathError
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return "other"
+}
