@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,7 @@ type Backend struct {
 
 	mu      sync.Mutex
 	closed  bool
-	running map[*exec.Cmd]struct{}
+	running map[*exec.Cmd]func(backend.TerminationReason)
 	wg      sync.WaitGroup
 
 	probeMu  sync.Mutex
@@ -61,7 +62,7 @@ func New(opts ...Option) (*Backend, error) {
 	if o.stateDir == "" {
 		o.stateDir = defaultStateDir()
 	}
-	b := &Backend{o: o, running: map[*exec.Cmd]struct{}{}}
+	b := &Backend{o: o, running: map[*exec.Cmd]func(backend.TerminationReason){}}
 	b.landlock = landlockABI()
 	b.cg = detectCgroups()
 	return b, nil
@@ -251,10 +252,8 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	for c := range b.running {
-		if c.Process != nil {
-			_ = c.Process.Kill()
-		}
+	for _, kill := range b.running {
+		kill(backend.Cancelled)
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
@@ -362,6 +361,9 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if err != nil {
 		return c, err
 	}
+	if err := checkDirExists(ws, dir); err != nil {
+		return c, err
+	}
 	if err := checkEnv(req.Env); err != nil {
 		return c, err
 	}
@@ -433,13 +435,13 @@ func userName() string {
 	return "pulse"
 }
 
-func (b *Backend) track(c *exec.Cmd) bool {
+func (b *Backend) track(c *exec.Cmd, kill func(backend.TerminationReason)) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
-	b.running[c] = struct{}{}
+	b.running[c] = kill
 	b.wg.Add(1)
 	return true
 }
@@ -519,11 +521,18 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		Pdeathsig:                  syscall.SIGKILL,
 	}
 
-	var reason atomic.Value // backend.TerminationReason set by whoever kills
+	var (
+		reason atomic.Value // backend.TerminationReason, set by whoever kills first
+		procMu sync.Mutex
+		proc   *os.Process // set once started; cmd.Process is not safe to share
+	)
 	kill := func(why backend.TerminationReason) {
 		reason.CompareAndSwap(nil, why)
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
+		procMu.Lock()
+		defer procMu.Unlock()
+		if proc != nil {
+			// SIGKILL to pid 1 of the namespace: the kernel kills the rest.
+			_ = proc.Kill()
 		}
 	}
 	out := newOutputs(req.Stdout, req.Stderr, lim.OutputBytes, func() { kill(backend.OutputLimit) })
@@ -536,7 +545,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	// once; the delay only bounds a Stdin reader that never returns.
 	cmd.WaitDelay = 2 * time.Second
 
-	if !b.track(cmd) {
+	if !b.track(cmd, kill) {
 		return nil, backend.ErrClosed
 	}
 	defer b.untrack(cmd)
@@ -550,9 +559,11 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	}
 
 	start := time.Now()
-	// Runtime's OS-thread locking is not needed: Pdeathsig is tied to the
-	// forking thread, and Go keeps threads alive unless a locked goroutine
-	// exits, which this one does not.
+	// Pdeathsig fires when the forking *thread* exits, and Go may end an
+	// idle thread that a locked goroutine leaves behind; keeping this
+	// goroutine on its thread until Wait returns rules that out.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: namespace: start sandbox init: %v", backend.ErrUnavailable, err)
 	}
@@ -563,12 +574,12 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 			b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
 		}
 	}
-	b.mu.Lock()
-	if b.closed {
-		reason.CompareAndSwap(nil, backend.Cancelled)
-		_ = cmd.Process.Kill()
+	procMu.Lock()
+	proc = cmd.Process
+	procMu.Unlock()
+	if reason.Load() != nil {
+		_ = proc.Kill() // Close or the output cap came first
 	}
-	b.mu.Unlock()
 
 	done := make(chan struct{})
 	timer := time.NewTimer(lim.Timeout)
@@ -639,4 +650,23 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	}
 	res.Overlay = ov
 	return res, nil
+}
+
+// checkDirExists refuses a working directory that is not a directory of
+// the workspace, resolving it the way the sandbox will: inside the
+// workspace only (os.Root refuses symlinks that leave it).
+func checkDirExists(ws, dir string) error {
+	if dir == "." {
+		return nil
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return fmt.Errorf("%w: workspace: %v", backend.ErrInvalidRequest, err)
+	}
+	defer root.Close()
+	st, err := root.Stat(filepath.FromSlash(dir))
+	if err != nil || !st.IsDir() {
+		return fmt.Errorf("%w: dir %q is not a directory of the workspace", backend.ErrInvalidRequest, dir)
+	}
+	return nil
 }

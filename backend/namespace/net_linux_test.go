@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 // listen starts a TCP listener on the host's 127.0.0.1 that accepts and
@@ -30,3 +31,5 @@ func listen(t *testing.T) string {
 }
 
 func policyTimeout(d time.Duration) policy.ResourceLimits { return policy.ResourceLimits{Timeout: d} }
+
+func secretsMode(s string) secrets.Mode { return secrets.Mode(s) }
