@@ -302,31 +302,39 @@ func testOutputCap(t *testing.T, s *suite) {
 	e := s.setup(t)
 	const limit = 1000
 	full := strings.Repeat("x\n", 5000)
-	var out, errOut recorder
-	res := e.exec(context.Background(), &backend.Request{
-		Shell:  "yes x | head -c 10000; yes x | head -c 10000 >&2",
-		Stdout: &out, Stderr: &errOut,
-		Limits: policy.ResourceLimits{OutputBytes: limit},
-	})
-	if !res.Truncated {
-		t.Error("Truncated is false for 10000 bytes over a 1000-byte cap")
-	}
-	if res.Termination != backend.Exited && res.Termination != backend.OutputLimit {
-		t.Errorf("termination %q; want %q or %q", res.Termination, backend.Exited, backend.OutputLimit)
-	}
-	for name, r := range map[string]*recorder{"stdout": &out, "stderr": &errOut} {
-		got := r.String()
-		if len(got) > limit || !strings.HasPrefix(full, got) {
-			t.Errorf("%s: %d bytes, prefix of the output %v; want at most %d bytes of its prefix", name, len(got), strings.HasPrefix(full, got), limit)
+	// Each stream separately: a backend that kills on the first overflow
+	// would never let a second over-long stream start.
+	for _, stream := range []string{"stdout", "stderr"} {
+		var out, errOut recorder
+		script := "yes x | head -c 10000"
+		capped, other := &out, &errOut
+		if stream == "stderr" {
+			script += " >&2"
+			capped, other = &errOut, &out
 		}
-	}
-	if len(out.String()) == 0 {
-		t.Error("stdout is empty: the part under the cap must arrive")
+		res := e.exec(context.Background(), &backend.Request{
+			Shell:  script,
+			Stdout: &out, Stderr: &errOut,
+			Limits: policy.ResourceLimits{OutputBytes: limit},
+		})
+		if !res.Truncated {
+			t.Errorf("%s: Truncated is false for 10000 bytes over a %d-byte cap", stream, limit)
+		}
+		if res.Termination != backend.Exited && res.Termination != backend.OutputLimit {
+			t.Errorf("%s: termination %q; want %q or %q", stream, res.Termination, backend.Exited, backend.OutputLimit)
+		}
+		got := capped.String()
+		if len(got) == 0 || len(got) > limit || !strings.HasPrefix(full, got) {
+			t.Errorf("%s: %d bytes delivered, prefix of the output: %v; want 1..%d bytes of its prefix", stream, len(got), strings.HasPrefix(full, got), limit)
+		}
+		if o := other.String(); o != "" {
+			t.Errorf("%s: the other stream received %q", stream, o)
+		}
 	}
 
 	// An endless writer must be stopped by the cap, not by its timeout.
 	var out2 recorder
-	res = e.exec(context.Background(), &backend.Request{
+	res := e.exec(context.Background(), &backend.Request{
 		Shell:  "yes",
 		Stdout: &out2,
 		Limits: policy.ResourceLimits{OutputBytes: 4096, Timeout: s.d(60 * time.Second)},

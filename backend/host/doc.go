@@ -21,7 +21,12 @@
 //     output pipes held by a process that escaped the group (setsid).
 //   - Stdout and stderr are each capped at Limits.OutputBytes; the excess
 //     is dropped, Result.Truncated is set and the command is killed
-//     (Termination output_limit).
+//     (Termination output_limit). A nil Stdout or Stderr goes to /dev/null
+//     without a pipe; nothing is delivered, so nothing is capped.
+//   - Stdin is fed through a pipe Exec owns: when the command ends, Exec
+//     returns at once even if the caller's reader still blocks; the reader
+//     is closed (if it is an io.Closer) and otherwise abandoned.
+//   - A ctx that is already done starts nothing and returns its error.
 //   - Limits.FileSizeBytes becomes RLIMIT_FSIZE of the command and all it
 //     starts, in force before its first instruction. Memory, CPU and pid
 //     limits are not enforced (Capabilities.Limits says Unsupported):
