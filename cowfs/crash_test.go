@@ -256,7 +256,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 
 func TestCorruptWALIsQuarantined(t *testing.T) {
 	corruptions := map[string]func(b []byte) []byte{
-		"truncate":  func(b []byte) []byte { return b[:len(b)/2] },
+		"truncate": func(b []byte) []byte { return b[:len(b)/2] },
 		"truncate at a frame boundary": func(b []byte) []byte {
 			_, good, _ := decodeFrames(b)
 			frames, _, _ := decodeFrames(b)
@@ -300,7 +300,7 @@ func TestCorruptWALIsQuarantined(t *testing.T) {
 // it was, no file touched, and Commit and Discard refused.
 func (fx *crashFixture) checkQuarantined(t *testing.T, wal []byte) {
 	t.Helper()
-	applied := fx.checkEach(t) // what the interrupted commit did before it died
+	applied := fx.checkEach(t)           // what the interrupted commit did before it died
 	for round := 0; round < 2; round++ { // and again on the next Open
 		f := openFS(t, fx.ws)
 		if err := f.RecoveryErr(); !errors.Is(err, ErrRecovery) {

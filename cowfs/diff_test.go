@@ -1,0 +1,178 @@
+package cowfs
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// genText makes a text of n lines from a small vocabulary, so that
+// repeated lines (the hard case for a matcher) are common.
+func genText(r *rand.Rand, n int, finalNewline bool) string {
+	words := []string{"alpha", "beta", "}", "", "return nil", "if err != nil {", "x := 1", "// note"}
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if r.Intn(4) == 0 {
+			fmt.Fprintf(&b, "line %d %d", i, r.Intn(1000))
+		} else {
+			b.WriteString(words[r.Intn(len(words))])
+		}
+		if i < n-1 || finalNewline {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// mutate edits a random set of lines of s: replace, insert, delete.
+func mutate(r *rand.Rand, s string, edits int) string {
+	lines := strings.SplitAfter(s, "\n")
+	for e := 0; e < edits && len(lines) > 0; e++ {
+		i := r.Intn(len(lines))
+		switch r.Intn(3) {
+		case 0:
+			lines[i] = fmt.Sprintf("changed %d\n", r.Int())
+		case 1:
+			lines = append(lines[:i], append([]string{fmt.Sprintf("inserted %d\n", r.Int())}, lines[i:]...)...)
+		default:
+			lines = append(lines[:i], lines[i+1:]...)
+		}
+	}
+	out := strings.Join(lines, "")
+	if r.Intn(3) == 0 {
+		out = strings.TrimSuffix(out, "\n") // toggle the final newline
+	}
+	return out
+}
+
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel == ".pulse" {
+			return filepath.SkipDir
+		}
+		target := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, fi.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiffAppliesWithPatch proves the diff is exact: GNU patch -p1
+// applied to a copy of the workspace reproduces every staged text file
+// byte for byte (created, changed, deleted, empty, no final newline),
+// and the workspace after Commit equals the patched copy.
+func TestDiffAppliesWithPatch(t *testing.T) {
+	patchBin, err := exec.LookPath("patch")
+	if err != nil {
+		t.Skip("needs GNU patch: not in PATH")
+	}
+	for seed := int64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := rand.New(rand.NewSource(seed))
+			ws := newWS(t)
+			var files []string
+			for i := 0; i < 6; i++ {
+				p := fmt.Sprintf("src/f%d.txt", i)
+				writeFile(t, ws, p, genText(r, 5+r.Intn(300), r.Intn(4) != 0), 0o644)
+				files = append(files, p)
+			}
+			writeFile(t, ws, "empty-to-text", "", 0o644)
+			writeFile(t, ws, "text-to-empty", "gone\n", 0o644)
+			writeFile(t, ws, "deleted.txt", genText(r, 20, true), 0o644)
+			f := openFS(t, ws)
+			tx, _ := f.Begin("roundtrip")
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range files {
+				must(tx.Write(p, []byte(mutate(r, readFile(t, ws, p), 1+r.Intn(12))), 0))
+			}
+			must(tx.Write("empty-to-text", []byte("now text\n"), 0))
+			must(tx.Write("text-to-empty", nil, 0))
+			must(tx.Write("new/dir/created.txt", []byte(genText(r, 40, seed%2 == 0)), 0))
+			must(tx.Write("new-empty", nil, 0))
+			must(tx.Delete("deleted.txt"))
+			d, err := tx.Diff()
+			must(err)
+
+			copyDir := t.TempDir()
+			copyTree(t, ws, copyDir)
+			cmd := exec.Command(patchBin, "-p1", "-s", "-f", "--no-backup-if-mismatch")
+			cmd.Dir = copyDir
+			cmd.Stdin = strings.NewReader(d)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("patch: %v\n%s\ndiff:\n%s", err, out, d)
+			}
+			if _, err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want, got := snapshotTree(t, ws), snapshotTree(t, copyDir)
+			for p, v := range want {
+				if strings.HasPrefix(v, "dir:") {
+					continue // patch creates directories with its own modes
+				}
+				if got[p] != v {
+					t.Fatalf("%s: patched copy differs from the commit\npatched: %q\ncommit:  %q", p, got[p], v)
+				}
+			}
+			for p, v := range got {
+				if _, ok := want[p]; !ok && !strings.HasPrefix(v, "dir:") {
+					t.Fatalf("%s exists only in the patched copy", p)
+				}
+			}
+		})
+	}
+}
+
+func TestDiffFormat(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "a.txt", "one\ntwo\n", 0o644)
+	writeFile(t, ws, "bin", "\x00\x01", 0o644)
+	writeFile(t, ws, "script", "echo\n", 0o644)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("format")
+	tx.Write("a.txt", []byte("one\nTWO"), 0)
+	tx.Write("bin", []byte("\x00\x02"), 0)
+	tx.Write("script", []byte("echo\n"), 0o755)
+	tx.Write("b.txt", []byte("hi\n"), 0)
+	tx.Symlink("a.txt", "link")
+	d, err := tx.Diff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n\\ No newline at end of file\n",
+		"diff --git a/b.txt b/b.txt\nnew file mode 100644\n--- /dev/null\n+++ b/b.txt\n@@ -0,0 +1 @@\n+hi\n",
+		"diff --git a/bin b/bin\nBinary files a/bin and b/bin differ\n",
+		"diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+a.txt\n\\ No newline at end of file\n",
+		"diff --git a/script b/script\nold mode 100644\nnew mode 100755\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diff lacks %q\n--- diff:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, ".pulse") {
+		t.Error("diff mentions .pulse")
+	}
+}
