@@ -1,0 +1,158 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io/fs"
+	"testing"
+	"time"
+)
+
+type entry struct {
+	name, data, link string
+	typ              byte
+	mode             int64
+}
+
+func tarOf(t testing.TB, entries []entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.data)), Linkname: e.link}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			tw.Write([]byte(e.data))
+		}
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func outTar(t testing.TB, files []byte, extra ...entry) []byte {
+	entries := append([]entry{
+		{name: "ID/", typ: tar.TypeDir, mode: 0o755},
+		{name: "ID/status", typ: tar.TypeReg, data: "exit 0\n", mode: 0o644},
+		{name: "ID/pgid", typ: tar.TypeReg, data: "42\n", mode: 0o644},
+		{name: "ID/time", typ: tar.TypeReg, data: "Command terminated by signal 9\nusage 2048 0.10 0.25 0.50\n", mode: 0o644},
+		{name: "ID/files-7.tar", typ: tar.TypeReg, data: string(files), mode: 0o644},
+	}, extra...)
+	return tarOf(t, entries)
+}
+
+func TestParseOutTar(t *testing.T) {
+	files := tarOf(t, []entry{
+		{name: "./", typ: tar.TypeDir, mode: 0o755},
+		{name: "./a.txt", typ: tar.TypeReg, data: "A\x00", mode: 0o640},
+		{name: "./d/", typ: tar.TypeDir, mode: 0o700},
+		{name: "./d/run.sh", typ: tar.TypeReg, data: "#!", mode: 0o4755},
+		{name: "./l", typ: tar.TypeSymlink, link: "a.txt", mode: 0o777},
+		{name: "./h", typ: tar.TypeLink, link: "./a.txt", mode: 0o640},
+		{name: "./fifo", typ: tar.TypeFifo, mode: 0o644},
+	})
+	oc, err := parseOutTar(bytes.NewReader(outTar(t, files, entry{name: "ID/deleted", typ: tar.TypeReg, data: "./x\n./y/z\n"})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oc.status != "exit 0" || oc.pgid != 42 || oc.signal != 9 {
+		t.Errorf("status %q pgid %d signal %d", oc.status, oc.pgid, oc.signal)
+	}
+	if oc.metrics.MaxRSSBytes != 2048*1024 || oc.metrics.UserCPU != 250*time.Millisecond || oc.metrics.SystemCPU != 500*time.Millisecond {
+		t.Errorf("metrics %+v", oc.metrics)
+	}
+	want := []struct {
+		path string
+		mode fs.FileMode
+		data string
+	}{
+		{"a.txt", 0o640, "A\x00"},
+		{"d", fs.ModeDir | 0o700, ""},
+		{"d/run.sh", fs.ModeSetuid | 0o755, "#!"},
+		{"h", 0o640, "A\x00"},
+		{"l", fs.ModeSymlink | 0o777, "a.txt"},
+	}
+	got := oc.overlay.Files
+	if len(got) != len(want) {
+		t.Fatalf("files %+v", got)
+	}
+	for i, w := range want {
+		if got[i].Path != w.path || got[i].Mode != w.mode || string(got[i].Data) != w.data {
+			t.Errorf("file %d = %s %v %q, want %s %v %q", i, got[i].Path, got[i].Mode, got[i].Data, w.path, w.mode, w.data)
+		}
+	}
+	if d := oc.overlay.Deleted; len(d) != 2 || d[0] != "x" || d[1] != "y/z" {
+		t.Errorf("deleted %v", d)
+	}
+}
+
+func TestParseOutTarRejectsUnsafeInput(t *testing.T) {
+	for name, files := range map[string][]entry{
+		"dotdot":        {{name: "./../escape", typ: tar.TypeReg, data: "x"}},
+		"absolute":      {{name: "/etc/passwd", typ: tar.TypeReg, data: "x"}},
+		"pulse dir":     {{name: "./.pulse/state", typ: tar.TypeReg, data: "x"}},
+		"twice":         {{name: "./a", typ: tar.TypeReg, data: "x"}, {name: "a", typ: tar.TypeReg, data: "y"}},
+		"dangling link": {{name: "./h", typ: tar.TypeLink, link: "./nowhere"}},
+		"empty symlink": {{name: "./l", typ: tar.TypeSymlink, link: ""}},
+	} {
+		_, err := parseOutTar(bytes.NewReader(outTar(t, tarOf(t, files))), 0)
+		if !errors.Is(err, ErrBadOverlay) {
+			t.Errorf("%s: err = %v, want ErrBadOverlay", name, err)
+		}
+	}
+	_, err := parseOutTar(bytes.NewReader(outTar(t, nil, entry{name: "ID/deleted", typ: tar.TypeReg, data: "../../x\n"})), 0)
+	if !errors.Is(err, ErrBadOverlay) {
+		t.Errorf("unsafe deletion: err = %v", err)
+	}
+	big := tarOf(t, []entry{{name: "./a", typ: tar.TypeReg, data: "0123456789"}, {name: "./b", typ: tar.TypeReg, data: "0123456789"}})
+	if _, err := parseOutTar(bytes.NewReader(outTar(t, big)), 15); !errors.Is(err, ErrBadOverlay) {
+		t.Errorf("over the byte bound: err = %v", err)
+	}
+	if _, err := parseOutTar(bytes.NewReader(outTar(t, big)), 20); err != nil {
+		t.Errorf("at the byte bound: err = %v", err)
+	}
+}
+
+func TestContainerDir(t *testing.T) {
+	for in, want := range map[string]string{"": ".", ".": ".", "a/b/": "a/b", "a/../b": "b"} {
+		if got, err := containerDir(in); err != nil || got != want {
+			t.Errorf("containerDir(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"..", "../x", "a/../../x", "/abs"} {
+		if _, err := containerDir(in); err == nil {
+			t.Errorf("containerDir(%q) accepted", in)
+		}
+	}
+}
+
+// FuzzParseOutTar: the out directory is written by the same user the
+// command runs as, so its tar is untrusted. Whatever it holds, the parser
+// must not panic, and every path it accepts must be a clean relative path
+// outside .pulse/.
+func FuzzParseOutTar(f *testing.F) {
+	f.Add(outTar(f, tarOf(f, []entry{{name: "./a", typ: tar.TypeReg, data: "x", mode: 0o644}})))
+	f.Add(outTar(f, tarOf(f, []entry{{name: "./../a", typ: tar.TypeReg, data: "x"}})))
+	f.Add(outTar(f, nil, entry{name: "ID/deleted", typ: tar.TypeReg, data: "./a\n./.pulse\n"}))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		oc, err := parseOutTar(bytes.NewReader(data), 1<<20)
+		if err != nil {
+			return
+		}
+		paths := append([]string{}, oc.overlay.Deleted...)
+		for _, file := range oc.overlay.Files {
+			paths = append(paths, file.Path)
+		}
+		for _, p := range paths {
+			if c, err := cleanPath(p); err != nil || c != p || p == "" {
+				t.Fatalf("accepted path %q (clean %q, %v)", p, c, err)
+			}
+		}
+	})
+}
