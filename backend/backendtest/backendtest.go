@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -85,6 +86,7 @@ var cases = []testCase{
 	{"UnsupportedNetwork", testUnsupportedNetwork},
 	{"Concurrent", testConcurrent},
 	{"Writes", testWrites},
+	{"ReconcileSparesLive", testReconcileSparesLive},
 	{"Close", testClose},
 }
 
@@ -270,7 +272,7 @@ func (r *recorder) Writes() int {
 
 // closingReader wraps a reader and records Close.
 type closingReader struct {
-	r      interface{ Read([]byte) (int, error) }
+	r      io.Reader
 	closed atomic.Bool
 }
 

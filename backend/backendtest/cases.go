@@ -641,6 +641,58 @@ func equalMaps(a, b map[string]string) bool {
 	return true
 }
 
+func testReconcileSparesLive(t *testing.T, s *suite) {
+	e := s.setup(t)
+	ctx := context.Background()
+	if err := e.b.Reconcile(ctx); err != nil {
+		t.Fatalf("Reconcile on a fresh backend: %v", err)
+	}
+	// The command holds on its stdin while Reconcile runs, then finishes
+	// its work: Reconcile must not have removed what it was using.
+	pr, pw := io.Pipe()
+	started := make(chan struct{})
+	var once sync.Once
+	out := &recorder{}
+	out.watch = func(total []byte) {
+		if bytes.Contains(total, []byte("started\n")) {
+			once.Do(func() { close(started) })
+		}
+	}
+	type outcome struct {
+		res *backend.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.b.Exec(ctx, e.request(&backend.Request{
+			Shell:  "echo started; cat > /dev/null; echo kept > after.txt; echo finished",
+			Stdin:  pr,
+			Stdout: out,
+		}))
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-started:
+	case o := <-done:
+		t.Fatalf("the command ended before Reconcile: %+v, %v", o.res, o.err)
+	}
+	rerr := e.b.Reconcile(ctx)
+	pw.Close()
+	o := <-done
+	if rerr != nil {
+		t.Errorf("Reconcile during a live execution: %v", rerr)
+	}
+	if o.err != nil {
+		t.Fatalf("Exec: %v", o.err)
+	}
+	if o.res.ExitCode != 0 || out.String() != "started\nfinished\n" {
+		t.Errorf("the live execution was disturbed: exit %d, termination %q, stdout %q", o.res.ExitCode, o.res.Termination, out.String())
+	}
+	if got, ok := e.written(o.res, "after.txt"); !ok || string(got) != "kept\n" {
+		t.Errorf("after.txt written after Reconcile: %q, %v", got, ok)
+	}
+}
+
 func testClose(t *testing.T, s *suite) {
 	e := s.setup(t)
 	out := &recorder{}

@@ -77,6 +77,9 @@
 //     not, paths are clean and relative, and the real workspace is left
 //     untouched. For backends that write in place, the same script's
 //     effects are checked in the workspace itself and Overlay is nil.
+//   - ReconcileSparesLive: Reconcile succeeds on a fresh backend and, run
+//     while an execution is live, leaves it alone: the command finishes,
+//     its output and its writes intact.
 //   - Close: Close ends a running execution, Exec after Close fails with
 //     ErrClosed, and a second Close returns nil.
 package backendtest
