@@ -414,7 +414,8 @@ func lastOfFile(path string) (uint64, string, bool, error) {
 // newline), or nil, and the offset just after it: bytes from there to size
 // are a torn line.
 func lastLine(f *os.File, size int64) ([]byte, int64, error) {
-	const chunk = 64 << 10
+	// Lines are usually a few hundred bytes: start small, then widen.
+	chunk := int64(4 << 10)
 	var tail []byte
 	end := size
 	keep := int64(-1)
@@ -445,6 +446,9 @@ func lastLine(f *os.File, size int64) ([]byte, int64, error) {
 			}
 		}
 		end = start
+		if chunk < 1<<20 {
+			chunk *= 2
+		}
 		if size-end > 64<<20 {
 			return nil, 0, fmt.Errorf("%w: last line longer than 64 MiB", ErrMalformed)
 		}
@@ -479,6 +483,20 @@ func syncDir(dir string) {
 
 func rotatedName(path string, seq uint64) string {
 	return fmt.Sprintf("%s.%020d", path, seq)
+}
+
+// Files lists the files of the log at path, oldest first: the files
+// rotated from it (PATH.<last seq, 20 digits>), then path itself if it
+// exists.
+func Files(path string) ([]string, error) {
+	files, err := rotatedFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); err == nil {
+		files = append(files, path)
+	}
+	return files, nil
 }
 
 // rotatedFiles lists PATH.<20 digits> files, oldest first.

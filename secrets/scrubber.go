@@ -207,7 +207,7 @@ func New(values []string, opts ...Option) (*Scrubber, error) {
 
 // minCoreLen is the shortest base64 text taken from the middle of a longer
 // encoding; shorter cores would match unrelated base64.
-const minCoreLen = 8
+const minCoreLen = 12
 
 // encodedForms lists the ways v commonly appears encoded in output.
 func encodedForms(v string) []string {

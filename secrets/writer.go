@@ -71,12 +71,38 @@ func (x *stageWriter) Write(p []byte) (int, error) {
 	if x.err != nil {
 		return 0, x.err
 	}
-	x.buf = append(x.buf, p...)
-	if err := x.process(false); err != nil {
+	n := len(p)
+	win := x.st.window()
+	if len(x.buf)+len(p) <= 4*win {
+		x.buf = append(x.buf, p...)
+		if err := x.process(false); err != nil {
+			x.err = err
+			return 0, err
+		}
+		return n, nil
+	}
+	// A large write is scanned where it lies instead of being copied
+	// behind the held-back bytes: first the seam (held bytes plus the
+	// first 2*win of p, enough that everything held is decided), then
+	// the rest of p in place.
+	if held := len(x.buf); held > 0 {
+		x.buf = append(x.buf, p[:2*win]...)
+		emit, err := x.scan(x.buf, false)
+		if err != nil {
+			x.err = err
+			return 0, err
+		}
+		// emit >= len(buf)-win+1 > held: the seam is behind us.
+		p = p[emit-held:]
+		x.buf = x.buf[:0]
+	}
+	emit, err := x.scan(p, false)
+	if err != nil {
 		x.err = err
 		return 0, err
 	}
-	return len(p), nil
+	x.buf = append(x.buf[:0], p[emit:]...)
+	return n, nil
 }
 
 // Close writes what was held back and closes the chained stage.
@@ -99,43 +125,61 @@ func (x *stageWriter) Close() error {
 	return err
 }
 
+// process scans the held buffer and keeps what is still undecided.
 func (x *stageWriter) process(final bool) error {
-	n := len(x.buf)
+	emit, err := x.scan(x.buf, final)
+	x.buf = x.buf[:copy(x.buf, x.buf[emit:])]
+	return err
+}
+
+// directWrite is the size from which a plain run of text is written
+// straight from the input rather than copied into the output buffer.
+const directWrite = 16 << 10
+
+// scan writes the redacted form of the decided prefix of t and returns its
+// length. Undecided means: a match, or a longer or earlier one, could
+// still be completed by bytes not yet written.
+func (x *stageWriter) scan(t []byte, final bool) (int, error) {
+	n := len(t)
 	win := x.st.window()
 	pos := 0
 	x.out = x.out[:0]
+	var err error
+	plain := func(seg []byte) {
+		if err != nil || len(seg) == 0 {
+			return
+		}
+		if len(seg) < directWrite {
+			x.out = append(x.out, seg...)
+			return
+		}
+		if len(x.out) > 0 {
+			if _, err = x.w.Write(x.out); err != nil {
+				return
+			}
+			x.out = x.out[:0]
+		}
+		_, err = x.w.Write(seg)
+	}
 	for {
-		s, e, rep := x.st.find(x.buf, pos)
-		// Undecided: a longer match, or one starting earlier, may still
-		// arrive with the next bytes.
+		s, e, rep := x.st.find(t, pos)
 		if s < 0 || !final && s+win > n {
 			break
 		}
-		x.out = append(x.out, x.buf[pos:s]...)
+		plain(t[pos:s])
 		x.out = append(x.out, rep...)
 		pos = e
 	}
 	emit := n
 	if !final {
-		emit = n - (win - 1)
-		if emit > n {
-			emit = n
-		}
-		if emit < pos {
-			emit = pos
-		}
+		emit = max(min(n-(win-1), n), pos)
 	}
-	var err error
-	if len(x.out) == 0 {
-		if emit > 0 {
-			_, err = x.w.Write(x.buf[:emit])
-		}
-	} else {
-		x.out = append(x.out, x.buf[pos:emit]...)
+	plain(t[pos:emit])
+	if err == nil && len(x.out) > 0 {
 		_, err = x.w.Write(x.out)
 	}
-	x.buf = x.buf[:copy(x.buf, x.buf[emit:])]
-	return err
+	x.out = x.out[:0]
+	return emit, err
 }
 
 type passWriter struct {

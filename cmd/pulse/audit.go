@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pulse-agent/pulse/audit"
+)
+
+func init() {
+	register(command{
+		name:    "audit",
+		summary: "check or read the audit log (audit verify FILE | audit tail FILE [-f] [-n N])",
+		run:     runAudit,
+	})
+}
+
+const auditUsage = "usage: pulse audit verify FILE | pulse audit tail FILE [-f] [-n N]"
+
+// tailPoll is how often `audit tail -f` looks for new lines.
+var tailPoll = 250 * time.Millisecond
+
+// runAudit implements `pulse audit SUBCOMMAND`. Exit codes: 0 intact (or
+// tail ended normally), 1 tampered, malformed or unreadable, 2 usage.
+func runAudit(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(env.stderr, auditUsage)
+		return exitUsage
+	}
+	sub := args[0]
+	if sub != "verify" && sub != "tail" {
+		fmt.Fprintf(env.stderr, "pulse audit: unknown subcommand %q\n%s\n", sub, auditUsage)
+		return exitUsage
+	}
+	fset := flag.NewFlagSet("audit "+sub, flag.ContinueOnError)
+	fset.SetOutput(env.stderr)
+	follow, lines := new(bool), new(int)
+	if sub == "tail" {
+		fset.BoolVar(follow, "f", false, "keep reading as events are appended (across rotation)")
+		fset.IntVar(lines, "n", 10, "show the last N events first (0: none, -1: all)")
+	}
+	// Flags may come before or after FILE.
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := fset.Parse(rest); err != nil {
+			return exitUsage
+		}
+		if fset.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fset.Arg(0))
+		rest = fset.Args()[1:]
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(env.stderr, auditUsage)
+		return exitUsage
+	}
+	if sub == "verify" {
+		return auditVerify(env, pos[0])
+	}
+	return auditTail(ctx, env, pos[0], *lines, *follow)
+}
+
+func auditVerify(env *cliEnv, path string) int {
+	rep, err := audit.Verify(path)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
+		if rep.BadSeq > 0 {
+			fmt.Fprintf(env.stderr, "first bad seq: %d (%d events intact before it)\n", rep.BadSeq, rep.Events)
+		}
+		return exitFailure
+	}
+	fmt.Fprintf(env.stdout, "%s: intact: %d events, seq %d..%d, %d file(s), last hash %s\n",
+		path, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files), rep.LastHash)
+	return exitOK
+}
+
+// auditTail prints the last n events of the live file and, with follow,
+// every event appended after them until ctx ends. When the file is
+// rotated it reads on through the rotated files it has not seen (several
+// rotations may happen between two polls) and then the new live file,
+// printing each seq once.
+func auditTail(ctx context.Context, env *cliEnv, path string, n int, follow bool) int {
+	fail := func(err error) int {
+		fmt.Fprintf(env.stderr, "pulse audit tail: %v\n", err)
+		return exitFailure
+	}
+	out := bufio.NewWriter(env.stdout)
+	defer out.Flush()
+	t := &tailer{out: out}
+	f, err := os.Open(path)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { t.close() }()
+	t.open(f)
+
+	var first [][]byte
+	var firstNo []int
+	if err := t.read(func(no int, line []byte) {
+		if n == 0 {
+			t.seen(line)
+			return
+		}
+		first, firstNo = append(first, line), append(firstNo, no)
+		if n > 0 && len(first) > n {
+			t.seen(first[0])
+			first, firstNo = first[1:], firstNo[1:]
+		}
+	}); err != nil {
+		return fail(err)
+	}
+	for i, l := range first {
+		t.print(firstNo[i], l)
+	}
+	if !follow {
+		if len(t.partial) > 0 {
+			fmt.Fprintf(out, "! line %d: incomplete (no newline yet): %q\n", t.lineNo+1, truncate(string(t.partial), 200))
+		}
+		return exitOK
+	}
+	out.Flush()
+	tick := time.NewTicker(tailPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-tick.C:
+		}
+		if err := t.read(t.print); err != nil {
+			return fail(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil || os.SameFile(st, t.info()) {
+			out.Flush()
+			continue
+		}
+		// Rotated: once renamed, nobody appends to the old file, so
+		// reading it to the end now gets all of it.
+		if err := t.read(t.print); err != nil {
+			return fail(err)
+		}
+		files, err := audit.Files(path)
+		if err != nil {
+			return fail(err)
+		}
+		for _, name := range files {
+			if name != path && !rotatedAfter(name, t.lastSeq) {
+				continue
+			}
+			nf, err := os.Open(name)
+			if err != nil {
+				continue // rotated again or removed meanwhile; the next poll catches up
+			}
+			if cur, err := nf.Stat(); err == nil && os.SameFile(cur, t.info()) {
+				nf.Close()
+				continue
+			}
+			t.close()
+			t.open(nf)
+			if name == path {
+				fmt.Fprintf(out, "-- %s was rotated; following the new file\n", path)
+			}
+			if err := t.read(t.print); err != nil {
+				return fail(err)
+			}
+		}
+		out.Flush()
+	}
+}
+
+// rotatedAfter reports whether a rotated file's name says it ends after seq.
+func rotatedAfter(name string, seq uint64) bool {
+	i := strings.LastIndexByte(name, '.')
+	last, err := strconv.ParseUint(name[i+1:], 10, 64)
+	return err == nil && last > seq
+}
+
+// tailer reads one file of the log at a time, keeping a partial last line
+// for the next read and the highest seq printed so far.
+type tailer struct {
+	out     io.Writer
+	f       *os.File
+	fi      os.FileInfo
+	br      *bufio.Reader
+	partial []byte
+	lineNo  int
+	lastSeq uint64
+}
+
+func (t *tailer) open(f *os.File) {
+	t.f, t.br, t.lineNo, t.partial = f, bufio.NewReader(f), 0, nil
+	t.fi, _ = f.Stat()
+}
+
+func (t *tailer) info() os.FileInfo { return t.fi }
+
+func (t *tailer) close() {
+	if t.f != nil {
+		t.f.Close()
+	}
+}
+
+func (t *tailer) read(emit func(no int, line []byte)) error {
+	for {
+		chunk, err := t.br.ReadBytes('\n')
+		t.partial = append(t.partial, chunk...)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		t.lineNo++
+		line := bytes.TrimSuffix(t.partial, []byte("\n"))
+		t.partial = nil
+		emit(t.lineNo, line)
+	}
+}
+
+// seen notes a line's seq without printing it.
+func (t *tailer) seen(line []byte) {
+	if e, err := audit.ParseLine(line); err == nil && e.Seq > t.lastSeq {
+		t.lastSeq = e.Seq
+	}
+}
+
+func (t *tailer) print(no int, line []byte) {
+	if e, err := audit.ParseLine(line); err == nil {
+		if e.Seq <= t.lastSeq {
+			return
+		}
+		t.lastSeq = e.Seq
+	}
+	printEvent(t.out, no, line)
+}
+
+// printEvent writes one event on one line for a person to read; a line
+// that is not an event is shown quoted, marked with "!".
+func printEvent(w io.Writer, no int, line []byte) {
+	e, err := audit.ParseLine(line)
+	if err != nil {
+		var target error = err
+		if errors.Is(err, audit.ErrMalformed) {
+			target = audit.ErrMalformed
+		}
+		fmt.Fprintf(w, "! line %d: %v: %q\n", no, target, truncate(string(line), 200))
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s #%d %s", e.Time.UTC().Format("2006-01-02T15:04:05.000Z"), e.Seq, clean(e.Action))
+	if e.Decision != "" {
+		b.WriteString(" " + clean(e.Decision))
+	}
+	if e.Target != "" {
+		b.WriteString(" " + strconv.Quote(truncate(e.Target, 200)))
+	}
+	if e.ExitCode != nil {
+		fmt.Fprintf(&b, " exit=%d", *e.ExitCode)
+	}
+	if e.DurationMS != 0 {
+		fmt.Fprintf(&b, " %.1fms", e.DurationMS)
+	}
+	for _, kv := range [][2]string{
+		{"isolation", e.IsolationLevel}, {"backend", e.Backend}, {"container", e.ContainerID},
+		{"dest", e.Destination}, {"proto", e.Protocol}, {"enforcement", e.EnforcementLevel},
+		{"session", e.SessionID}, {"exec", e.ExecutionID}, {"reason", e.Reason},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, " %s=%s", kv[0], clean(kv[1]))
+		}
+	}
+	if e.Port != 0 {
+		fmt.Fprintf(&b, " port=%d", e.Port)
+	}
+	if e.Detail != "" {
+		b.WriteString(" — " + clean(truncate(e.Detail, 300)))
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// clean escapes control characters, so that a logged command cannot move
+// the reader's cursor or rewrite their terminal.
+func clean(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
