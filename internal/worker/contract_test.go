@@ -37,7 +37,7 @@ type fixture struct {
 	id    uint64
 }
 
-func setup(t *testing.T, mut func(*worker.Config)) *fixture {
+func setup(t testing.TB, mut func(*worker.Config)) *fixture {
 	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("needs bash on PATH")
@@ -75,7 +75,7 @@ func setup(t *testing.T, mut func(*worker.Config)) *fixture {
 	return f
 }
 
-func (f *fixture) accept(t *testing.T) *relaytest.Conn {
+func (f *fixture) accept(t testing.TB) *relaytest.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -86,7 +86,7 @@ func (f *fixture) accept(t *testing.T) *relaytest.Conn {
 	return c
 }
 
-func (f *fixture) run(t *testing.T, e *sandboxv1.Exec) *relaytest.Result {
+func (f *fixture) run(t testing.TB, e *sandboxv1.Exec) *relaytest.Result {
 	t.Helper()
 	if e.ReqId == 0 {
 		f.id++
@@ -103,7 +103,7 @@ func (f *fixture) run(t *testing.T, e *sandboxv1.Exec) *relaytest.Result {
 	return res
 }
 
-func wantEnd(t *testing.T, res *relaytest.Result, code int32) {
+func wantEnd(t testing.TB, res *relaytest.Result, code int32) {
 	t.Helper()
 	if res.End == nil {
 		t.Fatalf("got ExecError %v, want End{%d}", res.Error, code)

@@ -302,6 +302,7 @@ func (k *Call) Next(ctx context.Context) (*sandboxv1.WorkerFrame, error) {
 		k.mu.Lock()
 		if k.read < len(k.frames) {
 			f := k.frames[k.read]
+			k.frames[k.read] = nil // a long stream must not pile up
 			k.read++
 			k.mu.Unlock()
 			return f, nil
@@ -329,12 +330,9 @@ type Result struct {
 	Error *sandboxv1.ExecError
 }
 
-// Wait reads the remaining frames up to the terminal one.
+// Wait reads the frames Next has not returned yet, up to the terminal one.
 func (k *Call) Wait(ctx context.Context) (*Result, error) {
 	res := &Result{}
-	k.mu.Lock()
-	k.read = 0 // Wait sees every frame, also those Next already returned
-	k.mu.Unlock()
 	for {
 		f, err := k.Next(ctx)
 		if err != nil {
