@@ -20,7 +20,10 @@
 //     the caller. Anything but a regular file is refused with ErrNotRegular;
 //     files larger than the size limit (DefaultMaxFileSize unless
 //     WithMaxFileSize says otherwise) with ErrTooLarge. Reads may also come
-//     from the directories given to WithExternalReads.
+//     from the directories given to WithExternalReads. (On systems other
+//     than Linux the last element is checked with Lstat and then opened
+//     through os.Root: still confined to the root, but a FIFO swapped in
+//     meanwhile could block.)
 //   - WriteFile replaces a file atomically: a temporary file in the same
 //     directory, fsync, rename, fsync of the directory. It never writes
 //     through a symlink (an existing symlink, directory or special file at

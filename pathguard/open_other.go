@@ -1,0 +1,38 @@
+//go:build !linux
+
+package pathguard
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+var (
+	errNotDir  = syscall.ENOTDIR
+	errSymlink = errors.New("symlink at last element")
+	errIsRoot  = errors.New("the root is a directory")
+	errSpecial = errors.New("special file")
+)
+
+// openNoFollow falls back to os.Root alone on systems other than Linux: the
+// open still cannot leave the root, but a symlink swapped in at the last
+// element is followed (inside the root) instead of refused, and opening a
+// FIFO may block.
+func openNoFollow(r *os.Root, rel string) (*os.File, error) {
+	if rel == "." {
+		return nil, errIsRoot
+	}
+	fi, err := r.Lstat(rel)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, errSymlink
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errSpecial
+	}
+	return r.Open(rel)
+}
