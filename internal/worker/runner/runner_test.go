@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 type chunk struct {
@@ -279,5 +280,16 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFullChunkFrameFitsIn32KiB pins the reason for ChunkSize: the
+// largest Chunk frame, with the largest req_id, encodes into 32 KiB.
+func TestFullChunkFrameFitsIn32KiB(t *testing.T) {
+	f := &sandboxv1.WorkerFrame{Frame: &sandboxv1.WorkerFrame_Chunk{Chunk: &sandboxv1.Chunk{
+		ReqId: ^uint64(0), Stream: sandboxv1.Stream_STDERR, Data: make([]byte, ChunkSize),
+	}}}
+	if n := proto.Size(f); n > 32<<10 {
+		t.Errorf("full chunk frame is %d bytes, want at most %d", n, 32<<10)
 	}
 }
