@@ -1,0 +1,39 @@
+// Package sandbox is the facade agent code calls to run commands and
+// change files without touching the real workspace until a person or a
+// rule approves.
+//
+//	sb, err := sandbox.New(ctx, "/path/to/repo",
+//	    sandbox.WithPolicy(pol), sandbox.WithSecrets(secrets.FromEnv("GITHUB_TOKEN")))
+//	defer sb.Close()
+//	res, err := sb.Execute(ctx, sandbox.Command{Args: []string{"go", "test", "./..."}, Stdout: os.Stdout})
+//	// res.Transaction holds what the command wrote, pending review.
+//
+// What it promises:
+//
+//   - Backend selection is explicit and audited: WithBackend, else the
+//     first available of remote (PULSE_REMOTE_URL), Docker, Linux
+//     namespaces, and — only with WithUnsafeHostExecution — the host.
+//     With none, New fails with ErrUnavailable naming what was tried.
+//   - Fail closed: before a command starts, the effective network and
+//     secret policies are resolved (a policy denying the network or
+//     secrets action forces deny-all) and the command is refused with
+//     ErrUnsupportedPolicy unless the backend enforces them strongly. The
+//     only exception is the unsafe host backend the caller opted into;
+//     each accepted downgrade is audited.
+//   - Every action is checked against the policy (ErrPolicyDenied) and
+//     lands in the hash-chained audit log, scrubbed of secrets. A command
+//     whose start cannot be audited does not run.
+//   - Output reaches the caller only through streaming scrubbers: a secret
+//     split across writes is still redacted.
+//   - Writes never land directly: an isolating backend's overlay is staged
+//     byte-exact into a cowfs transaction that stays pending for review
+//     (or is committed at once with WithAutoCommit, where conflicts are
+//     reported and nothing is overwritten). Staged paths pass the write
+//     and delete policy, and content embedding a configured secret is
+//     refused.
+//   - Many Execute calls may run at once on one Sandbox; Close waits for
+//     them.
+//
+// Programs that may pick the namespace backend must call namespace.Init()
+// first thing in main (see package backend/namespace).
+package sandbox

@@ -1,0 +1,30 @@
+package sandbox
+
+import (
+	"errors"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// Error classes of the facade, tested with errors.Is. Where a lower layer
+// already defines the class, the facade reuses its sentinel, so that
+// errors.Is works whichever layer the caller thinks of.
+var (
+	// ErrUnavailable: no backend can run commands here (or the one asked
+	// for cannot). The message names what was tried and why each failed.
+	ErrUnavailable = backend.ErrUnavailable
+	// ErrUnsupportedPolicy: the backend cannot strongly enforce the
+	// effective network or secret policy, so the command was refused
+	// before anything started.
+	ErrUnsupportedPolicy = errors.New("sandbox: policy cannot be enforced by backend")
+	// ErrPolicyDenied: the policy denies the action (shell, read, write,
+	// delete, git). Nothing was done.
+	ErrPolicyDenied = errors.New("sandbox: denied by policy")
+	// ErrSecretInContent: staged content embeds a configured secret.
+	ErrSecretInContent = errors.New("sandbox: content contains a secret")
+	// ErrClosed: the Sandbox was used after Close.
+	ErrClosed = errors.New("sandbox: closed")
+	// ErrInvalidCommand: the Command is malformed (no program, both Args
+	// and Shell, a working directory outside the workspace).
+	ErrInvalidCommand = errors.New("sandbox: invalid command")
+)

@@ -1,0 +1,405 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/lifecycle"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Command is one command to run in the sandbox.
+type Command struct {
+	// Exactly one of Args (an argv, run without a shell) and Shell (a
+	// script for bash -c) is set.
+	Args  []string
+	Shell string
+	// Dir is the working directory, relative to the workspace.
+	Dir string
+	// Env is added to the command's minimal environment. Allowed secrets
+	// are added by the sandbox.
+	Env map[string]string
+	// Stdin feeds standard input; nil is empty.
+	Stdin io.Reader
+	// Stdout and Stderr receive output as it arrives, scrubbed of
+	// secrets. When nil, output is collected into Result.Stdout and
+	// Result.Stderr instead.
+	Stdout io.Writer
+	Stderr io.Writer
+	// Limits, when non-nil, replaces the sandbox's limits for this command.
+	Limits *policy.ResourceLimits
+	// ExecutionID names the execution in the audit log (default: random).
+	ExecutionID string
+
+	// review holds the command's writes for a person (set by SafeGit
+	// when the policy asks about a git operation).
+	review bool
+}
+
+func (c Command) String() string {
+	if c.Shell != "" {
+		return c.Shell
+	}
+	return strings.Join(c.Args, " ")
+}
+
+// Result is how a command ended and where its writes went.
+type Result struct {
+	ExecutionID string
+	Command     string
+	Backend     string
+	Isolation   backend.Isolation
+
+	ExitCode    int
+	Termination backend.TerminationReason
+	TimedOut    bool
+	Truncated   bool
+	Duration    time.Duration
+	PID         int
+	Metrics     backend.Metrics
+
+	// Stdout and Stderr hold the scrubbed output when Command.Stdout or
+	// Command.Stderr was nil.
+	Stdout string
+	Stderr string
+
+	// Transaction is the id of the copy-on-write transaction holding the
+	// command's writes, pending review ("" when it wrote nothing, or when
+	// the backend writes in place).
+	Transaction string
+	// Staged lists the paths staged in Transaction.
+	Staged []string
+	// Refused lists the paths the command wrote that were not staged, each
+	// with why (the policy denies the write, or it contains a secret).
+	Refused []RefusedPath
+	// Committed lists the paths written to the workspace by auto-commit.
+	Committed []string
+	// CommitErr is why auto-commit did not happen (a conflict, wrapping
+	// ErrConflict, or a path the policy wants reviewed); the transaction
+	// then stays pending.
+	CommitErr error
+	// InPlace is true when the backend wrote to the workspace directly
+	// (the host backend); Changed and Deleted then list what a scan before
+	// and after the command saw change.
+	InPlace bool
+	Changed []string
+	Deleted []string
+}
+
+// RefusedPath is a written path that was not staged.
+type RefusedPath struct {
+	Path   string
+	Reason string
+}
+
+// Execute runs cmd in the sandbox. The order is fixed: lifecycle STARTING;
+// resolve the effective network and secret policies and refuse (audited)
+// with ErrUnsupportedPolicy unless the backend enforces them strongly;
+// evaluate the shell action (a denial starts no process); RUNNING; run
+// with output through streaming scrubbers; audit the result; stage what
+// the command wrote into a copy-on-write transaction (committed at once
+// only with WithAutoCommit); FINALIZED.
+//
+// A command that ran returns a Result and a nil error whatever its exit
+// code; ctx cancellation kills it and returns its Result with Termination
+// Cancelled together with ctx's error.
+func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+
+	if (len(cmd.Args) == 0) == (cmd.Shell == "") {
+		return nil, fmt.Errorf("%w: exactly one of Args and Shell must be set", ErrInvalidCommand)
+	}
+	execID := cmd.ExecutionID
+	if execID == "" {
+		execID = randomID()
+	}
+	cmdStr := cmd.String()
+	isolation := string(s.caps.Isolation)
+
+	lc, err := lifecycle.New(execID, lifecycle.WithHook(func(ctx context.Context, t lifecycle.Transition) {
+		s.record(ctx, audit.Event{ExecutionID: t.ExecutionID, Action: "lifecycle-transition", Target: t.ExecutionID,
+			Decision: "allow", Detail: fmt.Sprintf("%s -> %s", t.From, t.To)})
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("%w: execution id: %w", ErrInvalidCommand, err)
+	}
+	step := func(to lifecycle.State) {
+		if err := lc.Transition(ctx, to); err != nil {
+			s.log.Error("lifecycle", "execution", execID, "err", err)
+		}
+	}
+	step(lifecycle.Starting)
+	// Whatever happens next, the execution ends FINALIZED; nothing is left
+	// for a cleanup pass, because the backend owns no per-command state
+	// once Exec returns.
+	defer func() {
+		if st := lc.State(); st != lifecycle.Finalized && st != lifecycle.RecoveryRequired {
+			step(lifecycle.Cleaning)
+			step(lifecycle.Finalized)
+		}
+	}()
+	fail := func(err error) (*Result, error) {
+		step(lifecycle.Failed)
+		return nil, err
+	}
+
+	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr)
+	if err != nil {
+		return fail(err)
+	}
+	review, err := s.decide(ctx, policy.Shell, cmdStr, execID)
+	if err != nil {
+		return fail(err)
+	}
+	review = review || cmd.review
+
+	dir := cmd.Dir
+	if dir != "" && dir != "." {
+		abs, err := s.guard.Resolve(dir)
+		if err != nil {
+			return fail(fmt.Errorf("%w: working directory: %w", ErrInvalidCommand, err))
+		}
+		rel, err := filepath.Rel(s.workspace, abs)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return fail(fmt.Errorf("%w: working directory %q is outside the workspace", ErrInvalidCommand, dir))
+		}
+		dir = filepath.ToSlash(rel)
+	}
+
+	limits := *s.o.limits
+	if cmd.Limits != nil {
+		limits = *cmd.Limits
+	}
+	limits = limits.WithDefaults()
+
+	env := make(map[string]string, len(cmd.Env))
+	maps.Copy(env, cmd.Env)
+	for _, sec := range secPol.Filter(s.o.secrets) {
+		if sec.Name != "" {
+			env[sec.Name] = sec.Value
+		}
+	}
+
+	// Everything the command prints passes a streaming scrubber before
+	// the caller sees it; a nil writer collects into the Result.
+	var outBuf, errBuf lockedBuffer
+	stdout, stderr := cmd.Stdout, cmd.Stderr
+	if stdout == nil {
+		stdout = &outBuf
+	}
+	if stderr == nil {
+		stderr = &errBuf
+	}
+	outW, errW := s.scrubber.NewWriter(stdout), s.scrubber.NewWriter(stderr)
+
+	req := &backend.Request{
+		ExecutionID: execID,
+		Workspace:   s.workspace,
+		Args:        cmd.Args,
+		Shell:       cmd.Shell,
+		Dir:         dir,
+		Env:         env,
+		Stdin:       cmd.Stdin,
+		Stdout:      outW,
+		Stderr:      errW,
+		Limits:      limits,
+		Network:     netPol,
+		Secrets:     secPol,
+	}
+
+	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
+		IsolationLevel: isolation, Backend: s.backend.Name(), Detail: "starting"}); err != nil {
+		// No command runs unaudited.
+		return fail(err)
+	}
+
+	var before map[string]fileStamp
+	inPlace := !s.caps.CapturesWrites
+	if inPlace {
+		before, _ = scanTree(s.workspace)
+	}
+
+	step(lifecycle.Running)
+	start := time.Now()
+	br, err := s.backend.Exec(ctx, req)
+	cerr1, cerr2 := outW.Close(), errW.Close()
+	if err != nil {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			IsolationLevel: isolation, Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
+		return fail(fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err))
+	}
+	if br.ExitCode != 0 || br.Termination != backend.Exited {
+		step(lifecycle.Failed)
+	} else {
+		step(lifecycle.Completing)
+	}
+
+	res := &Result{
+		ExecutionID: execID, Command: cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
+		ExitCode: br.ExitCode, Termination: br.Termination, TimedOut: br.TimedOut, Truncated: br.Truncated,
+		Duration: br.Duration, PID: br.PID, Metrics: br.Metrics, InPlace: inPlace,
+	}
+	if res.Duration == 0 {
+		res.Duration = time.Since(start)
+	}
+	if cmd.Stdout == nil {
+		res.Stdout = outBuf.String()
+	}
+	if cmd.Stderr == nil {
+		res.Stderr = errBuf.String()
+	}
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
+		ExitCode: audit.Int(br.ExitCode), DurationMS: float64(res.Duration.Microseconds()) / 1000,
+		ContainerID: s.backend.Name(), IsolationLevel: isolation, Backend: s.backend.Name(),
+		Reason: string(br.Termination), Detail: fmt.Sprintf("executed via %s backend", s.backend.Name())})
+
+	if inPlace {
+		after, _ := scanTree(s.workspace)
+		res.Changed, res.Deleted = diffScans(before, after)
+		for _, p := range res.Changed {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "write-in-place", Target: p, Decision: "allow",
+				IsolationLevel: isolation, Detail: "written directly by the host backend"})
+		}
+		for _, p := range res.Deleted {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "delete-in-place", Target: p, Decision: "allow",
+				IsolationLevel: isolation, Detail: "deleted directly by the host backend"})
+		}
+	} else if !br.Overlay.Empty() {
+		if err := s.stageOverlay(ctx, execID, cmdStr, br.Overlay, review, res); err != nil {
+			step(lifecycle.Failed)
+			return res, err
+		}
+	}
+
+	if err := firstErr(cerr1, cerr2); err != nil {
+		return res, fmt.Errorf("sandbox: output: %w", err)
+	}
+	if ctx.Err() != nil && br.Termination == backend.Cancelled {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// effectivePolicies resolves what a command may reach. A policy that
+// denies the network or secrets action forces deny-all; an allowed action
+// with no configured policy gets deny-all too, except on the unsafe host
+// backend, which can only give everything.
+func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolicy) {
+	unsafeHost := s.caps.Isolation == backend.IsolationHostUnsafe
+	net := policy.DenyAllNetwork()
+	if s.o.policy.Allowed(policy.Network) {
+		switch {
+		case s.o.network != nil:
+			net = *s.o.network
+		case unsafeHost:
+			net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+		}
+	}
+	sec := secrets.DenyAllSecrets()
+	if s.o.policy.Allowed(policy.Secrets) {
+		switch {
+		case s.o.secretPolicy != nil:
+			sec = *s.o.secretPolicy
+		case unsafeHost:
+			sec = secrets.AllowAllSecrets()
+		}
+	}
+	return net, sec
+}
+
+// checkEnforcement resolves the effective policies and refuses, before
+// anything starts, a command whose policies the backend cannot enforce
+// strongly. The one exception is the host backend chosen with
+// WithUnsafeHostExecution: the caller has accepted that it enforces
+// nothing, so a network mode it cannot enforce at all is sent as what
+// really happens (allow-all), and each accepted downgrade is audited.
+func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
+	net, sec := s.effectivePolicies()
+	name := s.backend.Name()
+	netLevel := s.caps.NetworkLevel(net.Mode)
+	secLevel := s.caps.SecretLevel(sec.Mode)
+	accepted := s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe
+
+	decision := func(denyAll bool) string {
+		if denyAll {
+			return "deny"
+		}
+		return "allow"
+	}
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "any",
+		Decision: decision(net.Mode == policy.NetworkDenyAll), Backend: name,
+		EnforcementLevel: string(netLevel), Detail: "network policy mode applied: " + string(net.Mode)})
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "secrets", Target: "environment",
+		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
+		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
+
+	check := func(kind, mode string, level secrets.EnforcementLevel) error {
+		if level == secrets.Strong {
+			return nil
+		}
+		if accepted {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
+				IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
+				Reason: "UNSAFE_HOST",
+				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by unsafe host opt-in", kind, mode, level, name)})
+			return nil
+		}
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
+			Reason: "unsupported_policy",
+			Detail: fmt.Sprintf("backend cannot strongly enforce %s policy: %s", kind, mode)})
+		return fmt.Errorf("%w: backend %q enforces %s policy %q only at level %q; refused to prevent a silent downgrade",
+			ErrUnsupportedPolicy, name, kind, mode, level)
+	}
+	if err := check("network", string(net.Mode), netLevel); err != nil {
+		return net, sec, err
+	}
+	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
+		return net, sec, err
+	}
+	if accepted && netLevel == secrets.Unsupported {
+		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+	}
+	return net, sec, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// lockedBuffer collects output when the caller gave no writer; the
+// backend may write stdout and stderr from different goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

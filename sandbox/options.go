@@ -1,0 +1,204 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Option configures a Sandbox.
+type Option func(*options) error
+
+// Approver decides an action the policy marks Ask. It returns true to
+// allow. Without an Approver, Ask is treated as Deny: nothing runs on an
+// unanswered question.
+type Approver func(ctx context.Context, a policy.Action, target string) (bool, error)
+
+type options struct {
+	policy        *policy.Policy
+	network       *policy.NetworkPolicy
+	secretPolicy  *secrets.SecretPolicy
+	secrets       []secrets.Secret
+	limits        *policy.ResourceLimits
+	backend       backend.Backend
+	backendName   string
+	unsafeHost    bool
+	autoCommit    bool
+	auditPath     string
+	auditLogger   *audit.Logger
+	logger        *slog.Logger
+	externalReads []string
+	approver      Approver
+	sessionID     string
+	getenv        func(string) string
+}
+
+// WithPolicy sets the action policy. The default is policy.Default():
+// reads allowed, writes staged, shell allowed, network and secrets denied.
+func WithPolicy(p *policy.Policy) Option {
+	return func(o *options) error {
+		if p == nil {
+			return errors.New("sandbox: WithPolicy(nil)")
+		}
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("sandbox: WithPolicy: %w", err)
+		}
+		o.policy = p
+		return nil
+	}
+}
+
+// WithNetworkPolicy sets the network a command may reach when the policy
+// allows the network action. Unset, commands get no network (deny-all),
+// except on the unsafe host backend, which cannot restrict it.
+func WithNetworkPolicy(n policy.NetworkPolicy) Option {
+	return func(o *options) error {
+		if err := n.Validate(); err != nil {
+			return fmt.Errorf("sandbox: WithNetworkPolicy: %w", err)
+		}
+		o.network = &n
+		return nil
+	}
+}
+
+// WithSecretPolicy sets which of the configured secrets a command may see
+// in its environment when the policy allows the secrets action. Unset,
+// commands see none.
+func WithSecretPolicy(p secrets.SecretPolicy) Option {
+	return func(o *options) error {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("sandbox: WithSecretPolicy: %w", err)
+		}
+		o.secretPolicy = &p
+		return nil
+	}
+}
+
+// WithSecrets adds secrets: each value is scrubbed from command output,
+// file reads and audit events, and staged content containing one is
+// refused. A named secret is also passed to commands as an environment
+// variable of that name when the secret policy allows it. Values shorter
+// than secrets.MinSecretLen are refused by New.
+func WithSecrets(list []secrets.Secret) Option {
+	return func(o *options) error {
+		o.secrets = append(o.secrets, list...)
+		return nil
+	}
+}
+
+// WithLimits sets the resource limits of every command, overriding the
+// policy's.
+func WithLimits(l policy.ResourceLimits) Option {
+	return func(o *options) error {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("sandbox: WithLimits: %w", err)
+		}
+		o.limits = &l
+		return nil
+	}
+}
+
+// WithBackend uses b instead of choosing one. The Sandbox does not close
+// a backend it was given.
+func WithBackend(b backend.Backend) Option {
+	return func(o *options) error {
+		if b == nil {
+			return errors.New("sandbox: WithBackend(nil)")
+		}
+		o.backend = b
+		return nil
+	}
+}
+
+// WithBackendName restricts selection to one backend by name ("remote",
+// "docker", "namespace", "host"); "auto" or "" keeps the default order.
+// Naming "host" still requires WithUnsafeHostExecution.
+func WithBackendName(name string) Option {
+	return func(o *options) error {
+		switch name {
+		case "", "auto", "remote", "docker", "namespace", "host":
+			o.backendName = name
+			return nil
+		}
+		return fmt.Errorf("sandbox: unknown backend %q (want auto, remote, docker, namespace or host)", name)
+	}
+}
+
+// WithUnsafeHostExecution allows the host backend: commands then run
+// unisolated, in the workspace itself, with the caller's network. It is
+// chosen only when no isolating backend is available (or when named), it
+// is logged as UNSAFE_HOST, and the policies it cannot enforce are
+// accepted and audited as such instead of refused.
+func WithUnsafeHostExecution() Option {
+	return func(o *options) error { o.unsafeHost = true; return nil }
+}
+
+// WithAutoCommit commits each command's writes at once. Conflicts are
+// reported in Result.CommitErr and the transaction is kept pending; a
+// file someone else changed is never overwritten.
+func WithAutoCommit() Option {
+	return func(o *options) error { o.autoCommit = true; return nil }
+}
+
+// WithAuditLog writes the audit log to path (default:
+// <workspace>/.pulse/audit.jsonl).
+func WithAuditLog(path string) Option {
+	return func(o *options) error { o.auditPath = path; return nil }
+}
+
+// WithAuditLogger records to an audit logger the caller owns (and
+// closes). Its scrubber, if any, is the caller's to configure.
+func WithAuditLogger(l *audit.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("sandbox: WithAuditLogger(nil)")
+		}
+		o.auditLogger = l
+		return nil
+	}
+}
+
+// WithLogger sets the operational logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("sandbox: WithLogger(nil)")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithExternalReads lets ReadFile read (never write) under these
+// directories outside the workspace.
+func WithExternalReads(dirs ...string) Option {
+	return func(o *options) error { o.externalReads = append(o.externalReads, dirs...); return nil }
+}
+
+// WithApprover answers the policy's Ask decisions.
+func WithApprover(a Approver) Option {
+	return func(o *options) error { o.approver = a; return nil }
+}
+
+// WithSessionID sets the session id written to every audit event
+// (default: random).
+func WithSessionID(id string) Option {
+	return func(o *options) error {
+		if id == "" {
+			return errors.New("sandbox: empty session id")
+		}
+		o.sessionID = id
+		return nil
+	}
+}
+
+// withGetenv replaces os.Getenv for backend selection (tests).
+func withGetenv(f func(string) string) Option {
+	return func(o *options) error { o.getenv = f; return nil }
+}

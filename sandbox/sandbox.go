@@ -1,0 +1,309 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// ErrConflict is cowfs.ErrConflict: a commit found a file changed by
+// someone else since it was staged.
+var ErrConflict = cowfs.ErrConflict
+
+// Sandbox runs commands for one workspace. It is safe for concurrent use:
+// many Execute calls may run at once.
+type Sandbox struct {
+	o         options
+	workspace string
+	guard     *pathguard.Guard
+	scrubber  *secrets.Scrubber
+	audit     *audit.Logger
+	ownsAudit bool
+	backend   backend.Backend
+	ownsBE    bool
+	caps      backend.Capabilities
+	cow       *cowfs.FS
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+}
+
+// New opens a sandbox on workspace: it checks the options, opens the
+// audit log and the copy-on-write state (recovering any interrupted
+// commit), and chooses a backend — the one given with WithBackend, or the
+// first available of remote (PULSE_REMOTE_URL), Docker, namespaces and,
+// only with WithUnsafeHostExecution, the host. The choice is audited.
+// With no backend available it returns an *UnavailableError that wraps
+// ErrUnavailable and names what was tried.
+func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err error) {
+	o := options{getenv: os.Getenv}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.policy == nil {
+		o.policy = policy.Default()
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.sessionID == "" {
+		o.sessionID = randomID()
+	}
+	if o.network == nil && o.policy.Network != nil {
+		n := *o.policy.Network
+		o.network = &n
+	}
+	if o.limits == nil {
+		l := o.policy.Limits
+		o.limits = &l
+	}
+
+	abs, err := filepath.Abs(workspace)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: workspace %q: %w", workspace, err)
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("sandbox: workspace: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("sandbox: workspace %s is not a directory", abs)
+	}
+	// Symlinks in the workspace path itself are the caller's choice;
+	// resolve them once so every later containment check is exact.
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return nil, fmt.Errorf("sandbox: workspace: %w", err)
+	}
+
+	s := &Sandbox{o: o, workspace: abs, log: o.logger}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+
+	s.guard, err = pathguard.New(abs, pathguard.WithExternalReads(o.externalReads...), pathguard.WithLogger(o.logger))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	values := make([]string, 0, len(o.secrets))
+	var named []secrets.Secret
+	for _, sec := range o.secrets {
+		if sec.Name != "" {
+			named = append(named, sec)
+		} else {
+			values = append(values, sec.Value)
+		}
+	}
+	s.scrubber, err = secrets.New(values, secrets.WithSecrets(named...))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: secrets: %w", err)
+	}
+
+	if o.auditLogger != nil {
+		s.audit = o.auditLogger
+	} else {
+		path := o.auditPath
+		if path == "" {
+			path = filepath.Join(abs, pathguard.ReservedDir, "audit.jsonl")
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox: audit log directory: %w", err)
+		}
+		s.audit, err = audit.Open(path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		s.ownsAudit = true
+	}
+
+	s.cow, err = cowfs.Open(abs, cowfs.WithLogger(o.logger))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if rerr := s.cow.RecoveryErr(); rerr != nil {
+		// A quarantined commit is kept for a person to inspect; it does
+		// not stop new work.
+		s.record(ctx, audit.Event{Action: "cow-recovery", Decision: "deny", Detail: rerr.Error()})
+	}
+
+	if o.backend != nil {
+		s.backend = o.backend
+	} else {
+		s.backend, err = selectBackend(ctx, &o)
+		if err != nil {
+			s.record(ctx, audit.Event{Action: "sandbox-init", Target: "none", Decision: "deny",
+				IsolationLevel: "unavailable", Detail: err.Error()})
+			return nil, err
+		}
+		s.ownsBE = true
+	}
+	s.caps = s.backend.Capabilities()
+	if err := s.backend.Reconcile(ctx); err != nil {
+		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
+	}
+	ev := audit.Event{Action: "sandbox-init", Target: s.backend.Name(), Decision: "allow",
+		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
+		Detail: fmt.Sprintf("backend %s selected", s.backend.Name())}
+	if s.caps.Isolation == backend.IsolationHostUnsafe {
+		ev.Reason = "UNSAFE_HOST"
+		ev.Detail = "WARNING: UNSAFE_HOST: commands run unisolated on the host, in the workspace itself"
+		s.log.Warn("UNSAFE_HOST: commands run unisolated on the host", "workspace", abs)
+	}
+	s.record(ctx, ev)
+	return s, nil
+}
+
+// Workspace is the absolute path of the sandbox's workspace.
+func (s *Sandbox) Workspace() string { return s.workspace }
+
+// Backend returns the backend the sandbox runs commands on.
+func (s *Sandbox) Backend() backend.Backend { return s.backend }
+
+// Capabilities returns what the sandbox's backend enforces.
+func (s *Sandbox) Capabilities() backend.Capabilities { return s.caps }
+
+// AuditPath is the file audit events go to.
+func (s *Sandbox) AuditPath() string { return s.audit.Path() }
+
+// ReadFile reads a file of the workspace (or of an external read root)
+// after the policy allows the read action on it. The read is TOCTOU-safe
+// and size-limited, and configured secrets are redacted from the bytes
+// returned.
+func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+	if _, err := s.decide(ctx, policy.Read, path, ""); err != nil {
+		return nil, err
+	}
+	data, err := s.guard.ReadFile(path)
+	if err != nil {
+		s.record(ctx, audit.Event{Action: "read", Target: path, Decision: "deny", Detail: err.Error()})
+		return nil, fmt.Errorf("sandbox: read: %w", err)
+	}
+	s.record(ctx, audit.Event{Action: "read", Target: path, Decision: "allow"})
+	return s.scrubber.RedactBytes(data), nil
+}
+
+// Close waits for running calls to return, then closes the backend (when
+// the sandbox chose it), the copy-on-write state and the audit log.
+// Pending transactions stay on disk for review. Close is idempotent.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.running.Wait()
+	return s.release()
+}
+
+func (s *Sandbox) release() error {
+	var errs []error
+	if s.ownsBE && s.backend != nil {
+		errs = append(errs, s.backend.Close())
+	}
+	if s.cow != nil {
+		errs = append(errs, s.cow.Close())
+	}
+	if s.ownsAudit && s.audit != nil {
+		errs = append(errs, s.audit.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// enter registers a call in flight, refusing after Close.
+func (s *Sandbox) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.running.Add(1)
+	return nil
+}
+
+// decide evaluates the policy for a on target. Ask goes to the Approver
+// when there is one. Without one, Ask lets an action whose effects are
+// staged anyway (write, delete, shell, git) proceed with review set: its
+// transaction is held for a person and never auto-committed; any other
+// action is refused, because its effect would be immediate. Refusals are
+// audited.
+func (s *Sandbox) decide(ctx context.Context, a policy.Action, target, execID string) (review bool, err error) {
+	deny := func(detail string) error {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: string(a), Target: target, Decision: "deny", Detail: detail})
+		return fmt.Errorf("%w: %s %q: %s", ErrPolicyDenied, a, target, detail)
+	}
+	switch s.o.policy.Evaluate(a, target) {
+	case policy.Allow:
+		return false, nil
+	case policy.Ask:
+		if s.o.approver != nil {
+			ok, err := s.o.approver(ctx, a, target)
+			if err != nil {
+				return false, deny("approval failed: " + err.Error())
+			}
+			if !ok {
+				return false, deny("policy asks and the approver refused")
+			}
+			return false, nil
+		}
+		if stagedAction(a) {
+			return true, nil
+		}
+		return false, deny("policy asks and no approver is configured")
+	default:
+		return false, deny("denied by policy")
+	}
+}
+
+// stagedAction reports whether a's effects on the workspace go through a
+// copy-on-write transaction, so that a person can still review them.
+func stagedAction(a policy.Action) bool {
+	switch a {
+	case policy.Write, policy.Delete, policy.Shell, policy.Git:
+		return true
+	}
+	return false
+}
+
+// record writes an audit event. Its error is returned for the events a
+// command must not run without (Execute fails closed on them); elsewhere
+// it is also reported to the operational logger.
+func (s *Sandbox) record(ctx context.Context, e audit.Event) error {
+	if s.audit == nil {
+		return nil
+	}
+	if err := s.audit.Record(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Error("audit record failed", "action", e.Action, "err", err)
+		return fmt.Errorf("sandbox: audit: %w", err)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("sandbox: crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,126 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/backend/namespace"
+)
+
+// probeTimeout bounds each backend's Probe during selection, so that an
+// engine that does not answer cannot stall New.
+const probeTimeout = 10 * time.Second
+
+// candidate is one backend the selection may try, in order.
+type candidate struct {
+	name string
+	// skip says why the candidate is not even tried ("" = try it).
+	skip func(o *options) string
+	make func(o *options) (backend.Backend, error)
+}
+
+// Candidates in DESIGN order: remote, docker, namespace, host (opt-in).
+func candidates() []candidate {
+	return []candidate{
+		{
+			name: "remote",
+			skip: func(o *options) string {
+				if strings.TrimSpace(o.getenv("PULSE_REMOTE_URL")) == "" {
+					return "PULSE_REMOTE_URL is not set"
+				}
+				return ""
+			},
+			make: newRemote,
+		},
+		{
+			name: "docker",
+			make: func(o *options) (backend.Backend, error) {
+				return docker.New(docker.WithLogger(o.logger), docker.WithSessionID(o.sessionID))
+			},
+		},
+		{
+			name: "namespace",
+			make: func(o *options) (backend.Backend, error) {
+				return namespace.New(namespace.WithLogger(o.logger))
+			},
+		},
+		{
+			name: "host",
+			skip: func(o *options) string {
+				if !o.unsafeHost {
+					return "not allowed: commands would run unisolated on this machine " +
+						"(opt in with WithUnsafeHostExecution, or `pulse exec --unsafe-host`)"
+				}
+				return ""
+			},
+			make: func(o *options) (backend.Backend, error) {
+				return host.New(host.WithLogger(o.logger))
+			},
+		},
+	}
+}
+
+// selectBackend returns the first candidate that is available, or an
+// error wrapping ErrUnavailable that names every candidate and why it was
+// not used.
+func selectBackend(ctx context.Context, o *options) (backend.Backend, error) {
+	var why []string
+	found := false
+	for _, c := range candidates() {
+		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {
+			continue
+		}
+		found = true
+		if c.skip != nil {
+			if reason := c.skip(o); reason != "" {
+				why = append(why, c.name+": "+reason)
+				continue
+			}
+		}
+		b, err := c.make(o)
+		if err != nil {
+			why = append(why, c.name+": "+err.Error())
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err = b.Probe(pctx)
+		cancel()
+		if err == nil {
+			return b, nil
+		}
+		_ = b.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		why = append(why, c.name+": "+err.Error())
+	}
+	if !found {
+		return nil, fmt.Errorf("sandbox: unknown backend %q", o.backendName)
+	}
+	return nil, &UnavailableError{Tried: why}
+}
+
+// UnavailableError is returned by New when no backend can run commands.
+// It wraps ErrUnavailable.
+type UnavailableError struct {
+	// Tried holds one "name: reason" line per backend considered.
+	Tried []string
+}
+
+func (e *UnavailableError) Error() string {
+	return "sandbox: no backend available:\n  " + strings.Join(e.Tried, "\n  ")
+}
+
+// Unwrap makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
+
+var errNoRemote = errors.New("the remote backend is not built into this version")
+
+// newRemote is replaced when the remote backend is linked in.
+var newRemote = func(o *options) (backend.Backend, error) { return nil, errNoRemote }
