@@ -305,6 +305,19 @@ func (b *Backend) newRun() (*run, error) {
 	return &run{dir: dir, lock: lock}, nil
 }
 
+// removeRun deletes a finished run's directory in the background: the
+// command is dead and its overlay read, so the caller need not wait for
+// the unlink of a tree the command may have filled. The run stays locked
+// until it is gone, so Reconcile leaves it alone; Close waits for it.
+func (b *Backend) removeRun(r *run) {
+	go func() {
+		defer b.wg.Done()
+		if err := r.remove(); err != nil {
+			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
+		}
+	}()
+}
+
 func (r *run) remove() error {
 	err := removeAll(r.dir)
 	r.lock.Close()
@@ -428,12 +441,13 @@ func sandboxHome() string {
 	return filepath.Clean(h)
 }
 
-func userName() string {
+// userName is the caller's login name, for USER in the sandbox.
+var userName = sync.OnceValue(func() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}
 	return "pulse"
-}
+})
 
 func (b *Backend) track(c *exec.Cmd, kill func(backend.TerminationReason)) bool {
 	b.mu.Lock()
@@ -476,11 +490,15 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	if err != nil {
 		return nil, fmt.Errorf("%w: namespace: run directory: %v", backend.ErrUnavailable, err)
 	}
-	defer func() {
-		if rerr := r.remove(); rerr != nil {
-			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", rerr))
-		}
-	}()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		r.remove()
+		return nil, backend.ErrClosed
+	}
+	b.wg.Add(1) // for removeRun, which may outlive this call
+	b.mu.Unlock()
+	defer b.removeRun(r)
 	cfg.Root = filepath.Join(r.dir, "root")
 	cfg.Upper = filepath.Join(r.dir, "upper")
 	cfg.Work = filepath.Join(r.dir, "work")

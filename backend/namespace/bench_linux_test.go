@@ -1,0 +1,109 @@
+package namespace
+
+import (
+	"context"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// The references run in the same benchmark as the backend, interleaved, so
+// that the ratios compare like with like on a shared machine.
+var (
+	refBash  = []string{"bash", "-c", "true"}
+	refBwrap = []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"}
+)
+
+func runRef(b *testing.B, argv []string) time.Duration {
+	t0 := time.Now()
+	if err := exec.Command(argv[0], argv[1:]...).Run(); err != nil {
+		b.Fatalf("%v: %v", argv, err)
+	}
+	return time.Since(t0)
+}
+
+func haveBwrap(b *testing.B) bool {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		b.Log("bwrap not installed: no x-vs-bwrap ratio")
+		return false
+	}
+	if err := exec.Command(refBwrap[0], refBwrap[1:]...).Run(); err != nil {
+		b.Logf("bwrap cannot run here (%v): no x-vs-bwrap ratio", err)
+		return false
+	}
+	return true
+}
+
+// BenchmarkExecTrue measures Exec of `true` (deny-all network, overlay,
+// seccomp and all) against bare `bash -c true` and against
+// `bwrap --unshare-all --ro-bind / / true`.
+func BenchmarkExecTrue(b *testing.B) {
+	nb := newBackend(b)
+	ws := b.TempDir()
+	bw := haveBwrap(b)
+	var nsDur, bashDur, bwrapDur time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		res, err := nb.Exec(context.Background(), &backend.Request{Workspace: ws, Args: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%v %+v", err, res)
+		}
+		nsDur += time.Since(t0)
+		bashDur += runRef(b, refBash)
+		if bw {
+			bwrapDur += runRef(b, refBwrap)
+		}
+	}
+	b.ReportMetric(float64(nsDur.Nanoseconds())/float64(b.N), "ns-exec/op")
+	b.ReportMetric(float64(nsDur)/float64(bashDur), "x-vs-bash")
+	if bw {
+		b.ReportMetric(float64(nsDur)/float64(bwrapDur), "x-vs-bwrap")
+	}
+}
+
+// BenchmarkExecTrueParallel16 runs 16 Execs of `true` at once and compares
+// the wall time of the batch with 16 bare `bash -c true` and 16 bwrap runs
+// at once. Mount namespace setup takes global kernel locks; this measures
+// how much that serialises.
+func BenchmarkExecTrueParallel16(b *testing.B) {
+	const n = 16
+	nb := newBackend(b)
+	bw := haveBwrap(b)
+	wss := make([]string, n)
+	for i := range wss {
+		wss[i] = b.TempDir()
+	}
+	batch := func(f func(i int)) time.Duration {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); f(i) }()
+		}
+		wg.Wait()
+		return time.Since(t0)
+	}
+	var nsDur, bashDur, bwrapDur time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		nsDur += batch(func(i int) {
+			res, err := nb.Exec(context.Background(), &backend.Request{Workspace: wss[i], Args: []string{"true"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Errorf("%v %+v", err, res)
+			}
+		})
+		bashDur += batch(func(int) { runRef(b, refBash) })
+		if bw {
+			bwrapDur += batch(func(int) { runRef(b, refBwrap) })
+		}
+	}
+	b.ReportMetric(float64(nsDur.Nanoseconds())/float64(b.N), "ns-batch16/op")
+	b.ReportMetric(float64(nsDur)/float64(bashDur), "x-vs-bash")
+	if bw {
+		b.ReportMetric(float64(nsDur)/float64(bwrapDur), "x-vs-bwrap")
+	}
+}
