@@ -305,3 +305,33 @@ func TestResourceLimits(t *testing.T) {
 		t.Errorf("WithDefaults = %+v", d)
 	}
 }
+
+func FuzzNetworkAllows(f *testing.F) {
+	for _, s := range []string{"proxy.golang.org", "API.GitHub.com.", "10.1.2.3", "[::1]", "::ffff:10.0.0.1", "", "*", "fe80::1%eth0"} {
+		f.Add(s, 443)
+	}
+	n := NetworkPolicy{
+		Mode:  NetworkAllowlist,
+		Hosts: []string{"proxy.golang.org", "*.github.com"},
+		CIDRs: []string{"10.0.0.0/8"},
+		Ports: []int{443},
+	}
+	f.Fuzz(func(t *testing.T, host string, port int) {
+		if DenyAllNetwork().Allows(host, port) {
+			t.Fatal("deny-all allowed a host")
+		}
+		if !n.Allows(host, port) {
+			return
+		}
+		if port != 443 {
+			t.Fatalf("allowed port %d", port)
+		}
+		h := strings.TrimSuffix(strings.ToLower(host), ".")
+		if h != "proxy.golang.org" && !strings.HasSuffix(h, ".github.com") {
+			a, err := ParseCIDR(strings.Trim(h, "[]"))
+			if err != nil || !a.Addr().Is4() && !a.Addr().Is4In6() || a.Addr().Unmap().As4()[0] != 10 {
+				t.Fatalf("allowed %q", host)
+			}
+		}
+	})
+}
