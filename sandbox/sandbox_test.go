@@ -502,4 +502,3 @@ func TestCancelReturnsContextError(t *testing.T) {
 		t.Fatalf("termination = %v", res.Termination)
 	}
 }
-
