@@ -145,31 +145,29 @@ var ErrMalformed = errors.New("malformed audit line")
 // checks the shape, not the chain: use Verify for that.
 func ParseLine(line []byte) (Event, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
-	var raw struct {
+	// Pointers tell a missing chain field from a zero one.
+	var w struct {
+		wireEvent
 		Time     *string `json:"time"`
 		Seq      *uint64 `json:"seq"`
 		PrevHash *string `json:"prev_hash"`
 		Hash     *string `json:"hash"`
 	}
-	if err := json.Unmarshal(line, &raw); err != nil {
+	if err := json.Unmarshal(line, &w); err != nil {
 		return Event{}, fmt.Errorf("%w: not a JSON object: %v", ErrMalformed, err)
 	}
-	if raw.Time == nil || raw.Seq == nil || raw.PrevHash == nil || raw.Hash == nil {
+	if w.Time == nil || w.Seq == nil || w.PrevHash == nil || w.Hash == nil {
 		return Event{}, fmt.Errorf("%w: missing time, seq, prev_hash or hash", ErrMalformed)
 	}
-	ts, err := time.Parse(time.RFC3339Nano, *raw.Time)
+	ts, err := time.Parse(time.RFC3339Nano, *w.Time)
 	if err != nil {
-		return Event{}, fmt.Errorf("%w: bad time %q", ErrMalformed, *raw.Time)
-	}
-	var w wireEvent
-	if err := json.Unmarshal(line, &w); err != nil {
-		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Event{}, fmt.Errorf("%w: bad time %q", ErrMalformed, *w.Time)
 	}
 	return Event{
-		Time: ts, Seq: w.Seq, SessionID: w.SessionID, ExecutionID: w.ExecutionID,
+		Time: ts, Seq: *w.Seq, SessionID: w.SessionID, ExecutionID: w.ExecutionID,
 		Action: w.Action, Target: w.Target, Decision: w.Decision, IsolationLevel: w.IsolationLevel,
 		Detail: w.Detail, ExitCode: w.ExitCode, DurationMS: w.DurationMS, ContainerID: w.ContainerID,
 		Reason: w.Reason, Destination: w.Destination, Port: w.Port, Protocol: w.Protocol,
-		EnforcementLevel: w.EnforcementLevel, Backend: w.Backend, PrevHash: w.PrevHash, Hash: *raw.Hash,
+		EnforcementLevel: w.EnforcementLevel, Backend: w.Backend, PrevHash: *w.PrevHash, Hash: *w.Hash,
 	}, nil
 }
