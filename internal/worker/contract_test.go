@@ -372,3 +372,24 @@ func groupMembers(pgid int) []int {
 	}
 	return out
 }
+
+// TestLargeStdin sends a stdin above gRPC's 4 MiB default message size, as
+// writeFile of a large file does.
+func TestLargeStdin(t *testing.T) {
+	f := setup(t, nil)
+	content := bytes.Repeat([]byte{0xAB, 0x00, 0x41}, 2<<20) // 6 MiB
+	path := filepath.Join(f.dir, "big")
+	res := f.run(t, &sandboxv1.Exec{
+		Command:  "base64 -d > " + quote(path),
+		Stdin:    []byte(base64.StdEncoding.EncodeToString(content)),
+		TimeoutS: 60,
+	})
+	wantEnd(t, res, 0)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, content) {
+		t.Errorf("file has %d bytes, want %d identical ones", len(got), len(content))
+	}
+}

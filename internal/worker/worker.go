@@ -17,12 +17,28 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 )
 
 const (
 	defaultBackoffMin = 500 * time.Millisecond
 	defaultBackoffMax = 30 * time.Second
+
+	// MaxExecFrame is the largest ServerFrame the worker accepts. gRPC's
+	// 4 MiB default is too small for writeFile's base64 stdin, and an
+	// oversize frame does not fail one exec: it tears down the whole
+	// stream. A relay should refuse larger Execs itself.
+	MaxExecFrame = 16 << 20
+
+	// keepaliveTime is the interval of HTTP/2 pings while the relay is
+	// silent. gRPC servers by default punish pings more frequent than
+	// every 5 minutes (GOAWAY too_many_pings), so this is the shortest
+	// safe value against a relay with default settings; with it gRPC
+	// also sets TCP_USER_TIMEOUT, so a vanished relay is noticed even
+	// while a Send is blocked.
+	keepaliveTime    = 5 * time.Minute
+	keepaliveTimeout = 20 * time.Second
 )
 
 // Run connects to the relay and serves it until ctx is done, re-dialling
@@ -69,7 +85,11 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("RELAY_TLS is off: the bearer token crosses the network in clear text", "relay", cfg.RelayAddr)
 		}
 	}
-	cc, err := grpc.NewClient(cfg.RelayAddr, grpc.WithTransportCredentials(creds))
+	cc, err := grpc.NewClient(cfg.RelayAddr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxExecFrame)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: false}),
+	)
 	if err != nil {
 		return fmt.Errorf("worker: %w: %w", ErrConfig, err)
 	}
