@@ -1,0 +1,61 @@
+package namespace
+
+import (
+	"errors"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// FuzzCleanDir: Request.Dir comes from agents. Whatever it is, the result
+// either is refused as an invalid request or names a directory inside the
+// workspace and outside .pulse.
+func FuzzCleanDir(f *testing.F) {
+	for _, s := range []string{"", ".", "a/b", "../x", "a/../../x", "/etc", ".pulse", "a/../.pulse/x", "a//b/", "..", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, dir string) {
+		c, err := cleanDir(dir)
+		if err != nil {
+			if !errors.Is(err, backend.ErrInvalidRequest) {
+				t.Fatalf("error %v is not ErrInvalidRequest", err)
+			}
+			return
+		}
+		if c != path.Clean(c) || strings.HasPrefix(c, "/") || c == ".." || strings.HasPrefix(c, "../") {
+			t.Fatalf("cleanDir(%q) = %q leaves the workspace", dir, c)
+		}
+		j := path.Join("/ws", c)
+		if j != "/ws" && !strings.HasPrefix(j, "/ws/") {
+			t.Fatalf("cleanDir(%q) = %q joins to %q", dir, c, j)
+		}
+		if j == "/ws/.pulse" || strings.HasPrefix(j, "/ws/.pulse/") {
+			t.Fatalf("cleanDir(%q) = %q is inside .pulse", dir, c)
+		}
+	})
+}
+
+// FuzzCheckEnv: names and values come from agents; an accepted pair must
+// round-trip through NAME=value unchanged.
+func FuzzCheckEnv(f *testing.F) {
+	f.Add("A", "b")
+	f.Add("A=B", "c")
+	f.Add("", "x")
+	f.Add("X", "a\x00b")
+	f.Fuzz(func(t *testing.T, k, v string) {
+		err := checkEnv(map[string]string{k: v})
+		if err != nil {
+			if !errors.Is(err, backend.ErrInvalidRequest) {
+				t.Fatalf("error %v is not ErrInvalidRequest", err)
+			}
+			return
+		}
+		kv := k + "=" + v
+		gk, gv, _ := strings.Cut(kv, "=")
+		if gk != k || gv != v || strings.IndexByte(kv, 0) >= 0 {
+			t.Fatalf("accepted %q=%q, which execve would read as %q=%q", k, v, gk, gv)
+		}
+	})
+}
