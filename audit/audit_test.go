@@ -2,10 +2,13 @@ package audit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -66,5 +69,102 @@ func TestRecordAndVerify(t *testing.T) {
 	}
 	if rep.Events != 2 || rep.FirstSeq != 1 || rep.LastSeq != 2 || rep.BadSeq != 0 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// TestHashRuleAsDocumented recomputes the chain the way SCHEMA.md tells a
+// third party to, without the package's own helpers.
+func TestHashRuleAsDocumented(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	writeEvents(t, path, 3)
+	data, _ := os.ReadFile(path)
+	prev := strings.Repeat("0", 64)
+	for n, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		i := strings.LastIndex(line, `,"hash":"`)
+		claimed := line[i+len(`,"hash":"`) : len(line)-2]
+		sum := sha256.Sum256([]byte(prev + line[:i] + "}"))
+		if hex.EncodeToString(sum[:]) != claimed {
+			t.Fatalf("line %d: documented rule gives a different hash", n+1)
+		}
+		if !strings.Contains(line, `"prev_hash":"`+prev+`"`) {
+			t.Fatalf("line %d: prev_hash is not the previous hash", n+1)
+		}
+		prev = claimed
+	}
+}
+
+func TestRecordRefusesToChainOntoGarbage(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	os.WriteFile(path, []byte("this is not an audit log\n"), 0o600)
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Record(context.Background(), Event{Action: "x"}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Record onto a non-log: %v, want ErrMalformed", err)
+	}
+}
+
+func TestChainContinuesAfterCrashBetweenRenameAndCreate(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	writeEvents(t, path, 4)
+	// What a crash right after the rotation rename leaves: no live file.
+	if err := os.Rename(path, rotatedName(path, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Verify(path); err != nil || rep.LastSeq != 4 {
+		t.Fatalf("rotated-only log: %+v %v", rep, err)
+	}
+	writeEvents(t, path, 2)
+	rep, err := Verify(path)
+	if err != nil || rep.LastSeq != 6 || len(rep.Files) != 2 {
+		t.Fatalf("report %+v err %v", rep, err)
+	}
+}
+
+func TestSyncEveryFlushesInBackground(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	l, err := Open(path, WithDurability(SyncEvery(time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(context.Background(), Event{Action: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.mu.Lock()
+		dirty := l.dirty
+		l.mu.Unlock()
+		if !dirty {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("background sync never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if _, err := Open(t.TempDir()+"/a", WithMaxSize(-1)); err == nil {
+		t.Fatal("negative max size accepted")
+	}
+	if _, err := Open(t.TempDir() + "/no/such/dir/a"); err == nil {
+		t.Fatal("Open in a missing directory succeeded")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, _ := Open(t.TempDir() + "/a")
+	defer l.Close()
+	if err := l.Record(ctx, Event{Action: "x"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Record with a cancelled context: %v", err)
 	}
 }

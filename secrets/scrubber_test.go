@@ -276,3 +276,65 @@ func TestFromEnv(t *testing.T) {
 		t.Fatalf("Redact = %q", out)
 	}
 }
+
+// TestStreamingLargeWrites covers writes much longer than the hold-back,
+// which are scanned in place, with detectors on (a 16 KiB window).
+func TestStreamingLargeWrites(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	vals := []string{"alpha-secret-1", "beta-secret-22", "gamma-333"}
+	s := NewScrubber(vals, WithDetectors(AllDetectors()...))
+	var tb strings.Builder
+	for tb.Len() < 400<<10 {
+		switch r.Intn(8) {
+		case 0:
+			tb.WriteString(vals[r.Intn(len(vals))])
+		case 1:
+			tb.WriteString("-----BEGIN PRIVATE KEY-----\n" + randString(r, "abcXYZ012+/\n", r.Intn(3000)) + "\n-----END PRIVATE KEY-----")
+		case 2:
+			tb.WriteString("ghp_" + randString(r, "abcdefXYZ0123", 36+r.Intn(10)))
+		default:
+			tb.WriteString(randString(r, "abc \n-", r.Intn(500)))
+		}
+	}
+	text := []byte(tb.String())
+	want := s.RedactBytes(text)
+	for round := 0; round < 4; round++ {
+		var out bytes.Buffer
+		w := s.NewWriter(&out)
+		for rest := text; len(rest) > 0; {
+			n := min(len(rest), 1+r.Intn(120<<10))
+			if round == 0 {
+				n = min(len(rest), 64<<10+1)
+			}
+			w.Write(rest[:n])
+			rest = rest[n:]
+		}
+		w.Close()
+		if !bytes.Equal(out.Bytes(), want) {
+			t.Fatalf("round %d: streamed output differs from Redact", round)
+		}
+	}
+	if !bytes.Contains(want, []byte("[REDACTED:pem-private-key]")) || !bytes.Contains(want, []byte("[REDACTED:github-token]")) {
+		t.Fatal("planted credentials were not found")
+	}
+}
+
+// failWriter fails every write, to check the error is sticky.
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(p []byte) (int, error) { f.n++; return 0, errors.New("disk full") }
+
+func TestWriterErrorIsSticky(t *testing.T) {
+	s := NewScrubber([]string{"secret"})
+	fw := &failWriter{}
+	w := s.NewWriter(fw)
+	if _, err := w.Write(bytes.Repeat([]byte("x"), 1000)); err == nil {
+		t.Fatal("write error not reported")
+	}
+	if _, err := w.Write([]byte("y")); err == nil || fw.n != 1 {
+		t.Fatalf("second write: err %v after %d underlying writes", err, fw.n)
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("Close did not report the earlier error")
+	}
+}
