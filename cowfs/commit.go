@@ -306,22 +306,20 @@ func (f *FS) checkStructure(w *walFile) error {
 	checked := map[string]bool{}
 	for i := range w.Ops {
 		op := &w.Ops[i]
-		if op.Kind != KindDelete {
-			for _, a := range ancestors(op.Path) {
-				if at[a] != nil || checked[a] {
-					continue
-				}
-				fi, err := f.ws.root.Lstat(a)
-				switch {
-				case isNotExist(err):
-					return conflict(a, ReasonDeleted)
-				case err != nil:
-					return fmt.Errorf("cowfs: commit: %q: %w", a, err)
-				case !fi.IsDir():
-					return conflict(a, ReasonReplaced)
-				}
-				checked[a] = true
+		for _, a := range ancestors(op.Path) {
+			if at[a] != nil || checked[a] {
+				continue
 			}
+			fi, err := f.ws.root.Lstat(a)
+			switch {
+			case isNotExist(err):
+				return conflict(a, ReasonDeleted)
+			case err != nil:
+				return fmt.Errorf("cowfs: commit: %q: %w", a, err)
+			case !fi.IsDir():
+				return conflict(a, ReasonReplaced)
+			}
+			checked[a] = true
 		}
 		if op.Before.Type == typeDir && op.Kind != KindMkdir {
 			d, err := f.ws.root.Open(op.Path)

@@ -361,3 +361,80 @@ func TestReplaceTypes(t *testing.T) {
 		t.Fatalf("undo did not restore:\nwant %v\ngot  %v", before, after)
 	}
 }
+
+func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "real/x.txt", "x\n", 0o644)
+	if err := os.Symlink("real", filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	f := openFS(t, ws)
+	tx, _ := f.Begin("through a link")
+	if err := tx.Delete("link/x.txt"); !errors.Is(err, ErrInvalidPath) {
+		t.Fatalf("Delete through a symlinked dir: %v", err)
+	}
+	if err := tx.Write("link/y.txt", []byte("y"), 0); !errors.Is(err, ErrInvalidPath) {
+		t.Fatalf("Write through a symlinked dir: %v", err)
+	}
+	// Deleting the link itself removes the link, not its target.
+	if err := tx.Delete("link"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "real/x.txt") != "x\n" {
+		t.Fatal("target of the link was touched")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "link")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("link still there: %v", err)
+	}
+}
+
+func TestDeleteThroughLaterSymlinkIsConflict(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "d/x.txt", "x\n", 0o644)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("late link")
+	if err := tx.Delete("d/x.txt"); err != nil {
+		t.Fatal(err)
+	}
+	// d is swapped for a symlink to a directory holding the same inode.
+	if err := os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "e")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("e", filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tx.Commit(context.Background())
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.Path != "d" || ce.Reason != ReasonReplaced {
+		t.Fatalf("commit = %v, want a conflict on d", err)
+	}
+	if readFile(t, ws, "e/x.txt") != "x\n" {
+		t.Fatal("deleted through the symlink")
+	}
+}
+
+func TestOneTxManyGoroutines(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("parallel")
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		go func(g int) {
+			errs <- tx.Write(filepath.Join("p", string(rune('a'+g))), []byte{byte(g)}, 0)
+		}(g)
+	}
+	for g := 0; g < 16; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(tx.Changes()); n != 17 { // 16 files and the implicit p
+		t.Fatalf("changes = %d", n)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

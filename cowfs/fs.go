@@ -152,6 +152,11 @@ type FS struct {
 	opts  options
 	log   *slog.Logger
 
+	// opMu serialises this process's holders of the flock: the flock
+	// alone excludes them too, but the race detector and the memory
+	// model only know Go's own primitives.
+	opMu sync.Mutex
+
 	mu          sync.Mutex
 	closed      bool
 	staged      int64 // bytes staged by open transactions, as this FS knows them
@@ -263,8 +268,10 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 	if f.isClosed() {
 		return nil, ErrClosed
 	}
+	f.opMu.Lock()
 	lf, err := f.state.OpenFile("lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		f.opMu.Unlock()
 		return nil, fmt.Errorf("cowfs: lock: %w", err)
 	}
 	wait := time.Millisecond
@@ -275,6 +282,7 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			lf.Close()
+			f.opMu.Unlock()
 			return nil, fmt.Errorf("cowfs: lock: %w", err)
 		}
 		t := time.NewTimer(wait)
@@ -282,6 +290,7 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 		case <-ctx.Done():
 			t.Stop()
 			lf.Close()
+			f.opMu.Unlock()
 			return nil, ctx.Err()
 		case <-t.C:
 		}
@@ -292,6 +301,7 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 	return func() {
 		syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
 		lf.Close()
+		f.opMu.Unlock()
 	}, nil
 }
 
@@ -397,6 +407,7 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		t.apply(r)
 	}
 	t.offset = int64(len(buf))
+	t.loaded = true
 	return nil
 }
 

@@ -527,6 +527,9 @@ func (t *Tx) Delete(p string) error {
 		return err
 	}
 	return t.stageOp(func() ([]stageRec, int64, error) {
+		if err := t.realAncestors(rel); err != nil {
+			return nil, 0, err
+		}
 		paths := map[string]bool{}
 		if err := t.walk(rel, paths); err != nil {
 			return nil, 0, err
@@ -570,6 +573,27 @@ func (t *Tx) Delete(p string) error {
 		}
 		return recs, delta, nil
 	})
+}
+
+// realAncestors refuses a path reached through a symlinked directory:
+// removing it would remove whatever the link points at.
+func (t *Tx) realAncestors(rel string) error {
+	for _, a := range ancestors(rel) {
+		if c := t.cur(a); c != nil && c.Kind == KindMkdir {
+			continue
+		}
+		fi, err := t.fs.ws.root.Lstat(a)
+		if isNotExist(err) {
+			return nil // nothing beneath can exist either
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%w: %q: parent %q is not a directory", ErrInvalidPath, rel, a)
+		}
+	}
+	return nil
 }
 
 // walk adds rel and, for a directory, every entry beneath it in the
