@@ -51,20 +51,9 @@ type Sandbox struct {
 // With no backend available it returns an *UnavailableError that wraps
 // ErrUnavailable and names what was tried.
 func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err error) {
-	o := options{getenv: os.Getenv}
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if o.policy == nil {
-		o.policy = policy.Default()
-	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
-	}
-	if o.sessionID == "" {
-		o.sessionID = randomID()
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if o.network == nil && o.policy.Network != nil {
 		n := *o.policy.Network
@@ -167,6 +156,26 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 	s.record(ctx, ev)
 	return s, nil
+}
+
+// buildOptions applies opts and fills in the defaults.
+func buildOptions(opts []Option) (options, error) {
+	o := options{getenv: os.Getenv}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.policy == nil {
+		o.policy = policy.Default()
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.sessionID == "" {
+		o.sessionID = randomID()
+	}
+	return o, nil
 }
 
 // Workspace is the absolute path of the sandbox's workspace.

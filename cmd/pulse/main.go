@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/pulse-agent/pulse/backend/namespace"
 )
 
 // Exit codes shared by every subcommand.
@@ -49,6 +51,9 @@ func register(c command) {
 }
 
 func main() {
+	// The namespace backend re-runs this binary as the sandbox init; in
+	// that child Init never returns.
+	namespace.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
 	stop()

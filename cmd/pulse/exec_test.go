@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExecUnsafeHostSaysItWroteInPlace(t *testing.T) {
+	ws := t.TempDir()
+	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host", "--", "sh", "-c", "echo hi > hi.txt")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"UNSAFE_HOST", "IN PLACE", "changed  hi.txt"} {
+		if !strings.Contains(stderr, want) {
+			t.Fatalf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "hi.txt")); string(b) != "hi\n" {
+		t.Fatalf("hi.txt = %q", b)
+	}
+}
+
+func TestExecWithoutIsolationRefusesAndSaysHowToOptIn(t *testing.T) {
+	code, _, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--", "true")
+	if code != exitSandbox {
+		t.Fatalf("exit %d, want %d", code, exitSandbox)
+	}
+	if !strings.Contains(stderr, "--unsafe-host") || !strings.Contains(stderr, "host:") {
+		t.Fatalf("refusal does not say what was tried and how to opt in:\n%s", stderr)
+	}
+}
+
+func TestExecPassesTheCommandsExitCode(t *testing.T) {
+	code, _, _ := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Fatalf("exit %d, want 7", code)
+	}
+	code, _, _ = runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--timeout", "100ms", "--", "sleep", "5")
+	if code != exitTimeout {
+		t.Fatalf("timeout exit %d, want %d", code, exitTimeout)
+	}
+}
+
+func TestExecIsolatedShowsPendingDiffAsJSON(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--json", "--", "sh", "-c", "echo two >> a.txt; echo out")
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		t.Skipf("namespace backend unavailable here: %s", stderr)
+	}
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Stdout      string   `json:"stdout"`
+		Transaction string   `json:"transaction"`
+		Staged      []string `json:"staged"`
+		Diff        string   `json:"diff"`
+		InPlace     bool     `json:"in_place"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout)
+	}
+	if res.Stdout != "out\n" || res.Transaction == "" || res.InPlace || !strings.Contains(res.Diff, "+two") {
+		t.Fatalf("result = %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "one\n" {
+		t.Fatal("the workspace changed before review")
+	}
+	// The pending transaction is what `pulse cow commit` applies.
+	if code, _, stderr := runCLI(t, "cow", "commit", "--workspace", ws, res.Transaction); code != 0 {
+		t.Fatalf("cow commit: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "one\ntwo\n" {
+		t.Fatalf("after commit a.txt = %q", b)
+	}
+}
+
+func TestExecUsageErrors(t *testing.T) {
+	if code, _, _ := runCLI(t, "exec"); code != exitUsage {
+		t.Fatalf("no command: exit %d", code)
+	}
+	if code, _, _ := runCLI(t, "exec", "--backend", "nope", "--", "true"); code != exitUsage {
+		t.Fatalf("bad backend: exit %d", code)
+	}
+	if code, _, _ := runCLI(t, "exec", "--policy", "/nonexistent/policy.yaml", "--", "true"); code != exitUsage {
+		t.Fatalf("missing policy: exit %d", code)
+	}
+}
+
+func TestDoctorListsEveryBackendWithEnforcement(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "doctor")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"remote:", "docker:", "namespace:", "host:", "deny-all", "not allowed"} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("doctor output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
