@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,5 +293,35 @@ func TestFullChunkFrameFitsIn32KiB(t *testing.T) {
 	}}}
 	if n := proto.Size(f); n > 32<<10 {
 		t.Errorf("full chunk frame is %d bytes, want at most %d", n, 32<<10)
+	}
+}
+
+func TestUnreadStdinIsNotAnError(t *testing.T) {
+	r := needBash(t)
+	code, err := r.Run(t.Context(), Spec{Command: "exit 3", Stdin: bytes.Repeat([]byte("z"), 1<<20), TimeoutS: 20}, newRecSink())
+	if err != nil || code != 3 {
+		t.Fatalf("code=%d err=%v, want 3 and no error", code, err)
+	}
+}
+
+// TestEscapedWriterDoesNotWedge: a background process keeps stdout open
+// after bash exits; Run still returns once the wait delay has passed.
+func TestEscapedWriterDoesNotWedge(t *testing.T) {
+	needBash(t)
+	r, err := New(WithWaitDelay(100 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecSink()
+	code, err := r.Run(t.Context(), Spec{Command: "sleep 30 & echo $!", TimeoutS: 20, Streaming: true}, sink)
+	out, _ := sink.joined(sandboxv1.Stream_STDOUT)
+	if pid, perr := strconv.Atoi(strings.TrimSpace(string(out))); perr == nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || code != 0 {
+		t.Fatalf("code=%d err=%v", code, err)
+	}
+	if len(out) == 0 {
+		t.Error("output before exit was lost")
 	}
 }
