@@ -26,10 +26,13 @@ const (
 	defaultBackoffMax = 30 * time.Second
 
 	// MaxExecFrame is the largest ServerFrame the worker accepts. gRPC's
-	// 4 MiB default is too small for writeFile's base64 stdin, and an
-	// oversize frame does not fail one exec: it tears down the whole
-	// stream. A relay should refuse larger Execs itself.
-	MaxExecFrame = 16 << 20
+	// 4 MiB default is too small for a base64 stdin carrying a file or a
+	// workspace archive (pulse-server sends up to 32 MiB compressed, 43
+	// MiB in base64), and an oversize frame does not fail one exec: it
+	// tears down the whole stream. A relay should refuse larger Execs
+	// itself. The relay is trusted with far more than memory already: it
+	// chooses the commands.
+	MaxExecFrame = 64 << 20
 
 	// keepaliveTime is the interval of HTTP/2 pings while the relay is
 	// silent. gRPC servers by default punish pings more frequent than
