@@ -13,17 +13,20 @@
 //     physically and is refused as soon as it steps out of the root, even if
 //     a later element would lead back in. Resolve alone is advisory: the
 //     file system can change after it returns.
-//   - Open and ReadFile are TOCTOU-safe: they open through an os.Root (no
-//     intermediate element can lead out of the root, whatever is swapped in
-//     meanwhile) and open the last element with O_NOFOLLOW and O_NONBLOCK,
-//     so a symlink swapped in at the end is refused and a FIFO never blocks
-//     the caller. Anything but a regular file is refused with ErrNotRegular;
-//     files larger than the size limit (DefaultMaxFileSize unless
-//     WithMaxFileSize says otherwise) with ErrTooLarge. Reads may also come
-//     from the directories given to WithExternalReads. (On systems other
-//     than Linux the last element is checked with Lstat and then opened
-//     through os.Root: still confined to the root, but a FIFO swapped in
-//     meanwhile could block.)
+//   - Open and ReadFile are TOCTOU-safe: whatever is swapped in while they
+//     run, they never open anything outside the root. On Linux they first
+//     try one openat2(2) call with RESOLVE_BENEATH, which the kernel keeps
+//     beneath the root; otherwise (a symlink to follow, an old kernel) the
+//     path is resolved as Resolve does and opened with RESOLVE_NO_SYMLINKS,
+//     or through an os.Root where openat2 is missing. The last element is
+//     always opened with O_NOFOLLOW, so a symlink swapped in is refused,
+//     and O_NONBLOCK, so a FIFO never blocks the caller. Anything but a
+//     regular file is refused with ErrNotRegular; files larger than the
+//     size limit (DefaultMaxFileSize unless WithMaxFileSize says otherwise)
+//     with ErrTooLarge. Reads may also come from the directories given to
+//     WithExternalReads. (On systems other than Linux the last element is
+//     checked with Lstat and then opened through os.Root: still confined to
+//     the root, but a FIFO swapped in meanwhile could block.)
 //   - WriteFile replaces a file atomically: a temporary file in the same
 //     directory, fsync, rename, fsync of the directory. It never writes
 //     through a symlink (an existing symlink, directory or special file at

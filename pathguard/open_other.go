@@ -11,7 +11,8 @@ import (
 
 var (
 	errNotDir  = syscall.ENOTDIR
-	errSymlink = errors.New("symlink at last element")
+	errSymlink = errors.New("symlink in path")
+	errEscape  = errors.New("path escapes the base")
 	errIsRoot  = errors.New("the root is a directory")
 	errSpecial = errors.New("special file")
 )
@@ -20,10 +21,15 @@ var (
 // open still cannot leave the root, but a symlink swapped in at the last
 // element is followed (inside the root) instead of refused, and opening a
 // FIFO may block.
-func openNoFollow(r *os.Root, rel string) (*os.File, error) {
+func openNoFollow(base, rel string) (*os.File, error) {
 	if rel == "." {
 		return nil, errIsRoot
 	}
+	r, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
 	fi, err := r.Lstat(rel)
 	if err != nil {
 		return nil, err
@@ -36,3 +42,6 @@ func openNoFollow(r *os.Root, rel string) (*os.File, error) {
 	}
 	return r.Open(rel)
 }
+
+// openBeneath has no one-call form here; Open always takes the careful path.
+func openBeneath(base, rel string) (*os.File, error) { return nil, errSpecial }

@@ -1,6 +1,7 @@
 package pathguard
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -185,60 +186,95 @@ func (g *Guard) Rel(p string) (string, error) {
 // directory given to WithExternalReads. See the package doc for what it
 // refuses. The caller closes the file.
 func (g *Guard) Open(p string) (*os.File, error) {
-	abs, b, err := g.resolve(p, true)
-	if err != nil {
-		return nil, err
-	}
-	r, err := os.OpenRoot(b.real)
-	if err != nil {
-		return nil, g.refuse(p, "open root", err)
-	}
-	defer r.Close()
-	f, err := openNoFollow(r, relTo(b.real, abs))
-	if err != nil {
-		switch {
-		case errors.Is(err, errSymlink):
-			return nil, g.refuse(p, "last element is a symlink", ErrNotRegular)
-		case errors.Is(err, errIsRoot):
-			return nil, g.refuse(p, "the root is a directory", ErrNotRegular)
-		case errors.Is(err, errSpecial):
-			// Sockets (ENXIO) and some device files refuse open(2) itself.
-			return nil, g.refuse(p, "special file", ErrNotRegular)
+	f, _, err := g.open(p)
+	return f, err
+}
+
+// open is Open, also returning the size it checked.
+func (g *Guard) open(p string) (*os.File, int64, error) {
+	f, err := g.openFast(p)
+	if f == nil {
+		if err != nil {
+			return nil, 0, err
 		}
-		return nil, g.refuse(p, "open", err)
+		abs, b, err := g.resolve(p, true)
+		if err != nil {
+			return nil, 0, err
+		}
+		f, err = openNoFollow(b.real, relTo(b.real, abs))
+		if err != nil {
+			return nil, 0, g.openErr(p, err)
+		}
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, g.refuse(p, "stat", err)
+		return nil, 0, g.refuse(p, "stat", err)
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, g.refuse(p, "file type "+typeName(fi.Mode()), ErrNotRegular)
+		return nil, 0, g.refuse(p, "file type "+typeName(fi.Mode()), ErrNotRegular)
 	}
 	if fi.Size() > g.maxSize {
 		f.Close()
-		return nil, g.refuse(p, fmt.Sprintf("%d bytes, limit %d", fi.Size(), g.maxSize), ErrTooLarge)
+		return nil, 0, g.refuse(p, fmt.Sprintf("%d bytes, limit %d", fi.Size(), g.maxSize), ErrTooLarge)
+	}
+	return f, fi.Size(), nil
+}
+
+// openFast tries to open p in one kernel call that follows symlinks only
+// beneath the base (openBeneath). It returns a nil file and a nil error
+// whenever the careful path must decide instead: a symlink at the last
+// element or leading out, an absolute symlink, any failure at all. It
+// returns an error only for input the careful path would refuse too.
+func (g *Guard) openFast(p string) (*os.File, error) {
+	if err := checkInput(p); err != nil {
+		return nil, g.refuse(p, err.Error(), ErrOutside)
+	}
+	b, elems, ok := g.locate(g.lexical(p), true)
+	if !ok || len(elems) == 0 {
+		return nil, nil
+	}
+	f, err := openBeneath(b.real, strings.Join(elems, "/"))
+	if err != nil {
+		return nil, nil
 	}
 	return f, nil
+}
+
+func (g *Guard) openErr(p string, err error) error {
+	switch {
+	case errors.Is(err, errEscape):
+		return g.refuse(p, "path changed to lead outside the root", ErrOutside)
+	case errors.Is(err, errSymlink):
+		return g.refuse(p, "a symlink appeared in the path", ErrNotRegular)
+	case errors.Is(err, errIsRoot):
+		return g.refuse(p, "the root is a directory", ErrNotRegular)
+	case errors.Is(err, errSpecial):
+		// Sockets (ENXIO) and some device files refuse open(2) itself.
+		return g.refuse(p, "special file", ErrNotRegular)
+	}
+	return g.refuse(p, "open", err)
 }
 
 // ReadFile reads the regular file p through Open. A file that grows past
 // the limit while it is read is refused with ErrTooLarge too.
 func (g *Guard) ReadFile(p string) ([]byte, error) {
-	f, err := g.Open(p)
+	f, size, err := g.open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, g.maxSize+1))
-	if err != nil {
+	// Room for one byte more than the size seen, so that growth shows
+	// without a second allocation in the common case.
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	if _, err := buf.ReadFrom(io.LimitReader(f, g.maxSize+1)); err != nil {
 		return nil, g.refuse(p, "read", err)
 	}
-	if int64(len(data)) > g.maxSize {
+	if int64(buf.Len()) > g.maxSize {
 		return nil, g.refuse(p, fmt.Sprintf("grew past limit %d while read", g.maxSize), ErrTooLarge)
 	}
-	return data, nil
+	return buf.Bytes(), nil
 }
 
 // WriteFile atomically replaces (or creates) the file p inside the root
