@@ -101,8 +101,8 @@ func writeFileDiff(w *strings.Builder, p string, old, nw side) {
 		writeFileDiff(w, p, side{}, nw)
 		return
 	}
-	header := "diff --git a/" + p + " b/" + p + "\n"
-	from, to := "a/"+p, "b/"+p
+	from, to := quoteName("a/"+p), quoteName("b/"+p)
+	header := "diff --git " + from + " " + to + "\n"
 	switch {
 	case old.typ == "" && nw.typ == "":
 		return
@@ -136,6 +136,46 @@ func writeFileDiff(w *strings.Builder, p string, old, nw side) {
 	}
 	w.WriteString("--- " + from + "\n+++ " + to + "\n")
 	writeHunks(w, splitLines(old.data), splitLines(nw.data), 3)
+}
+
+// quoteName quotes a name the way git does when it holds a byte that
+// would be ambiguous in a patch header (space, quote, backslash, control,
+// non-ASCII): C-style, with octal escapes. GNU patch and git apply both
+// read it; an unquoted name with a space is misread by GNU patch.
+func quoteName(name string) string {
+	need := false
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c == '"' || c == '\\' || c >= 0x7f {
+			need = true
+			break
+		}
+	}
+	if !need {
+		return name
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\n':
+			b.WriteString(`\n`)
+		case ' ':
+			b.WriteByte(c)
+		default:
+			if c < ' ' || c >= 0x7f {
+				fmt.Fprintf(&b, "\\%03o", c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // isBinary uses git's rule: a NUL byte in the first 8000 bytes.

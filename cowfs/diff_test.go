@@ -113,6 +113,10 @@ func TestDiffAppliesWithPatch(t *testing.T) {
 			must(tx.Write("new/dir/created.txt", []byte(genText(r, 40, seed%2 == 0)), 0))
 			must(tx.Write("new-empty", nil, 0))
 			must(tx.Delete("deleted.txt"))
+			// Names GNU patch misreads unless quoted the way git does.
+			must(tx.Write("with space.txt", []byte("spaced\n"), 0))
+			must(tx.Write("caf\u00e9/tab\tname", []byte("odd\n"), 0))
+			must(tx.Write(`quote"back\slash`, []byte("q\n"), 0))
 			d, err := tx.Diff()
 			must(err)
 
