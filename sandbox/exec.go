@@ -129,9 +129,27 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 	cmdStr := cmd.String()
 	isolation := string(s.caps.Isolation)
 
+	// The audit log gets the lifecycle at its turning points — a failure,
+	// and the end with the whole path taken — rather than one event per
+	// step: the start of the command is audited on its own, so nothing is
+	// lost, and the hot path writes four fewer events.
+	var lc *lifecycle.Execution
 	lc, err := lifecycle.New(execID, lifecycle.WithHook(func(ctx context.Context, t lifecycle.Transition) {
+		switch t.To {
+		case lifecycle.Failed, lifecycle.Finalized, lifecycle.RecoveryRequired:
+		default:
+			return
+		}
+		states := make([]string, 0, 8)
+		for _, h := range lc.History() {
+			states = append(states, string(h.State))
+		}
+		d := "allow"
+		if t.To != lifecycle.Finalized {
+			d = "deny"
+		}
 		s.record(ctx, audit.Event{ExecutionID: t.ExecutionID, Action: "lifecycle-transition", Target: t.ExecutionID,
-			Decision: "allow", Detail: fmt.Sprintf("%s -> %s", t.From, t.To)})
+			Decision: d, Detail: "execution state " + string(t.To) + ": " + strings.Join(states, " -> ")})
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: execution id: %w", ErrInvalidCommand, err)
