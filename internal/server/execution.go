@@ -262,7 +262,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		s.log.Error("execution failed to start", "execution_id", e.id, "err", err)
 		status = store.StatusFailed
 		p.ExitCode, p.TerminationReason = -1, "error"
-		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) {
+		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) || errors.Is(err, ErrWorkerLost) {
 			p.Stderr = err.Error()
 		} else {
 			p.Stderr = msgInternal

@@ -238,6 +238,9 @@ func New(ctx context.Context, exec Executor, st *store.Store, opts ...Option) (*
 		m: newMetrics(), ctx: sctx, cancel: cancel,
 		active: map[string]*execution{}, conns: map[*conn]struct{}{},
 	}
+	if r, ok := exec.(*Relay); ok {
+		s.m.workers = r.Workers
+	}
 	s.wg.Add(1)
 	go s.cleanupLoop()
 	s.ready.Store(true)

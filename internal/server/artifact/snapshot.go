@@ -43,6 +43,56 @@ func Take(dir string) (*Snapshot, error) {
 	return s, nil
 }
 
+// walkPaths calls fn for every regular file, directory and symlink under
+// dir (not dir itself, not the reserved .pulse/), with its slash-separated
+// relative path and, for symlinks, the target.
+func walkPaths(dir string, fn func(rel, abs string, info fs.FileInfo, link string) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if pathguard.IsReserved(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var link string
+		switch {
+		case info.Mode().IsRegular(), info.IsDir():
+		case info.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		return fn(rel, p, info, link)
+	})
+}
+
+func copyFile(w io.Writer, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
 func walk(dir string, fn func(rel string, e entry) error) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

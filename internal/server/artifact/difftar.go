@@ -1,0 +1,161 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
+)
+
+// DiffTar is Diff for a workspace that lives elsewhere (on a pulse-worker)
+// and came back as a tar.gz: it compares the archive's entries with the
+// snapshot without writing anything to disk, so symlinks and odd names in
+// a command's output are data, never followed. Limits bound the archive as
+// they bound uploads; changed file contents are kept in memory, at most
+// lim.MaxUnpacked bytes.
+func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
+	lim = lim.withDefaults()
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
+	}
+	tr := tar.NewReader(io.LimitReader(zr, lim.MaxUnpacked+int64(lim.MaxMembers+2)*3*512))
+	ov := &backend.Overlay{}
+	seen := map[string]bool{}
+	var members int
+	var total int64
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+		if members++; members > lim.MaxMembers {
+			return nil, fmt.Errorf("more than %d members: %w", lim.MaxMembers, ErrLimit)
+		}
+		name, err := CleanName(hdr.Name)
+		if err != nil {
+			return nil, err
+		}
+		if name == "." || pathguard.IsReserved(name) {
+			continue
+		}
+		e := entry{mode: fs.FileMode(hdr.Mode).Perm()}
+		var data []byte
+		switch hdr.Typeflag {
+		case tar.TypeReg:
+			if total+hdr.Size > lim.MaxUnpacked {
+				return nil, fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, ErrOverlayTooLarge)
+			}
+			var buf bytes.Buffer
+			n, err := io.Copy(&buf, tr)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %v: %w", name, err, ErrCorrupt)
+			}
+			total += n
+			data = buf.Bytes()
+			e.size = n
+			e.hash = sha256.Sum256(data)
+		case tar.TypeDir:
+			e.mode |= fs.ModeDir
+		case tar.TypeSymlink:
+			e.mode = fs.ModeSymlink | fs.ModePerm&e.mode
+			e.link = hdr.Linkname
+			data = []byte(hdr.Linkname)
+		default:
+			// Hard links, devices and FIFOs are not content (see walk).
+			continue
+		}
+		seen[name] = true
+		if old, ok := s.entries[name]; ok && sameEntry(old, e) {
+			continue
+		}
+		f := backend.File{Path: name, Mode: e.mode}
+		if !e.mode.IsDir() {
+			f.Data = data
+		}
+		ov.Files = append(ov.Files, f)
+	}
+	var gone []string
+	for rel := range s.entries {
+		if !seen[rel] {
+			gone = append(gone, rel)
+		}
+	}
+	sort.Strings(gone)
+	for _, rel := range gone {
+		if !parentIn(rel, gone) {
+			ov.Deleted = append(ov.Deleted, rel)
+		}
+	}
+	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
+	return ov, nil
+}
+
+// sameEntry compares entries as a tar can carry them: symlink permission
+// bits are meaningless on Linux and not compared.
+func sameEntry(a, b entry) bool {
+	if a.mode&fs.ModeSymlink != 0 || b.mode&fs.ModeSymlink != 0 {
+		return a.mode.Type() == b.mode.Type() && a.link == b.link
+	}
+	return a == b
+}
+
+// PackDir writes the workspace dir as a tar.gz of its regular files,
+// directories and symlinks (not the reserved .pulse/), to ship it to a
+// worker. It fails with ErrLimit past lim.
+func PackDir(dir string, lim Limits) ([]byte, error) {
+	lim = lim.withDefaults()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	var members int
+	var total int64
+	err := walkPaths(dir, func(rel, abs string, info fs.FileInfo, link string) error {
+		if members++; members > lim.MaxMembers {
+			return fmt.Errorf("more than %d members: %w", lim.MaxMembers, ErrLimit)
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = rel
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname, hdr.Uid, hdr.Gid = "", "", 0, 0
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			if total += info.Size(); total > lim.MaxUnpacked {
+				return fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, ErrLimit)
+			}
+			return copyFile(tw, abs)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("artifact: pack: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > lim.MaxCompressed {
+		return nil, fmt.Errorf("artifact: pack: %d compressed bytes: %w", buf.Len(), ErrLimit)
+	}
+	return buf.Bytes(), nil
+}

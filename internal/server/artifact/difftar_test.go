@@ -1,0 +1,62 @@
+package artifact
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// A workspace packed with PackDir and compared with DiffTar gives the same
+// overlay as Diff on the directory itself.
+func TestDiffTarAgreesWithDiff(t *testing.T) {
+	ws := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(ws, "d/e"), 0o755))
+	must(os.WriteFile(filepath.Join(ws, "d/e/f"), []byte("f"), 0o644))
+	must(os.WriteFile(filepath.Join(ws, "keep"), []byte("k"), 0o600))
+	must(os.WriteFile(filepath.Join(ws, "edit"), []byte("v1"), 0o644))
+	must(os.Symlink("keep", filepath.Join(ws, "ln")))
+	snap, err := Take(ws)
+	must(err)
+
+	packed, err := PackDir(ws, Limits{})
+	must(err)
+	ov, err := snap.DiffTar(bytes.NewReader(packed), Limits{})
+	must(err)
+	if !ov.Empty() {
+		t.Fatalf("unchanged workspace gives overlay %+v", ov)
+	}
+
+	must(os.WriteFile(filepath.Join(ws, "edit"), []byte("v2"), 0o644))
+	must(os.RemoveAll(filepath.Join(ws, "d")))
+	must(os.Remove(filepath.Join(ws, "ln")))
+	must(os.Symlink("edit", filepath.Join(ws, "ln")))
+	must(os.WriteFile(filepath.Join(ws, "new"), []byte{0, 1}, 0o755))
+	must(os.Chmod(filepath.Join(ws, "keep"), 0o644))
+	want, err := snap.Diff(ws, 1<<20)
+	must(err)
+	packed, err = PackDir(ws, Limits{})
+	must(err)
+	got, err := snap.DiffTar(bytes.NewReader(packed), Limits{})
+	must(err)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("DiffTar = %+v\nDiff    = %+v", got, want)
+	}
+	if len(got.Files) != 4 || len(got.Deleted) != 1 || got.Deleted[0] != "d" {
+		t.Fatalf("overlay = %+v", got)
+	}
+	if _, err := PackDir(ws, Limits{MaxMembers: 2}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("PackDir over member limit: %v", err)
+	}
+	if _, err := snap.DiffTar(bytes.NewReader(build(t, reg("../x", "y"))), Limits{}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("DiffTar of an escaping name: %v", err)
+	}
+}

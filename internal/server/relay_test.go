@@ -1,0 +1,244 @@
+package server
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+)
+
+const workerToken = "relay-worker-token"
+
+var (
+	workerBinOnce sync.Once
+	workerBin     string
+	workerBinErr  error
+)
+
+// buildWorker builds the real pulse-worker command once per test binary.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	workerBinOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			workerBinErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "pulse-worker-bin")
+		if err != nil {
+			workerBinErr = err
+			return
+		}
+		workerBin = filepath.Join(dir, "pulse-worker")
+		out, err := exec.Command(goBin, "build", "-o", workerBin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput()
+		if err != nil {
+			workerBinErr = err
+			workerBin = string(out)
+		}
+	})
+	if workerBinErr != nil {
+		t.Fatalf("build pulse-worker: %v\n%s", workerBinErr, workerBin)
+	}
+	return workerBin
+}
+
+type relayHarness struct {
+	*harness
+	relay *Relay
+	addr  string
+}
+
+func startRelay(t *testing.T, opts ...RelayOption) *relayHarness {
+	t.Helper()
+	r, err := NewRelay([]string{workerToken}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	r.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	h := startServer(t, t.TempDir(), r)
+	return &relayHarness{harness: h, relay: r, addr: lis.Addr().String()}
+}
+
+// startWorker runs a real pulse-worker process attached to the relay.
+func (rh *relayHarness) startWorker(t *testing.T, id, token string, capacity string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(buildWorker(t))
+	cmd.Env = append(os.Environ(), "RELAY_ADDR="+rh.addr, "SANDBOX_ID="+id, "SANDBOX_TOKEN="+token,
+		"RELAY_TLS=0", "WORKER_MAX_CONCURRENT="+capacity)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	return cmd
+}
+
+func (rh *relayHarness) waitWorkers(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if live, _, _ := rh.relay.Workers(); live == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			live, _, _ := rh.relay.Workers()
+			t.Fatalf("%d workers attached, want %d", live, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// End to end: a client of the WebSocket API runs commands on a real
+// pulse-worker process attached over gRPC.
+func TestRelayWithRealWorker(t *testing.T) {
+	rh := startRelay(t)
+	c := rh.dial(tokenA)
+
+	// Without a worker, a submission is refused for capacity.
+	if r := c.submit("early", "true", nil); r.Type != TypeError || r.str("code") != codeCapacity {
+		t.Fatalf("submit without workers: %s", r.raw)
+	}
+	rh.startWorker(t, "w1", workerToken, "2")
+	rh.waitWorkers(t, 1)
+	if r, _ := c.do(ActionCapabilities, nil); r.str("executor") != "relay" {
+		t.Fatalf("capabilities: %s", r.raw)
+	}
+
+	up, _ := c.do(ActionUpload, map[string]any{"execution_id": "rel-1",
+		"data": targz(t, file{"in.txt", "shipped to the worker\n"}, file{"gone.txt", "x"}, file{"sub/k", "k"})})
+	if up.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", up.raw)
+	}
+	c.submit("rel-1", `cat ../in.txt; echo "$GREETING" >&2; echo made > ../out.txt; rm ../gone.txt; exit 3`,
+		map[string]any{"cwd": "sub", "env": map[string]any{"GREETING": "hi it's me"}})
+	res, streams := c.untilResult("rel-1", nil)
+	var stdout, stderr string
+	for i, s := range streams {
+		if s.num("seq") != int64(i+1) {
+			t.Fatalf("seq %d at %d", s.num("seq"), i)
+		}
+		if s.str("stream") == "stdout" {
+			stdout += s.str("data")
+		} else {
+			stderr += s.str("data")
+		}
+	}
+	if stdout != "shipped to the worker\n" || stderr != "hi it's me\n" || res.num("exit_code") != 3 || res.str("termination_reason") != "exited" {
+		t.Fatalf("stdout %q stderr %q result %s", stdout, stderr, res.raw)
+	}
+	dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "rel-1"})
+	files := untar(t, dl.str("data"))
+	var man artifact.Manifest
+	json.Unmarshal([]byte(files[artifact.ManifestName]), &man)
+	if files["out.txt"] != "made\n" || len(man.Deleted) != 1 || man.Deleted[0] != "gone.txt" {
+		t.Fatalf("overlay %v, manifest %+v", files, man)
+	}
+	if _, ok := files["in.txt"]; ok {
+		t.Fatalf("unchanged file in overlay: %v", files)
+	}
+
+	// argv form, with an argument that env would take for an assignment.
+	c.submit("rel-argv", []string{"printf", "%s|%s", "A=B", "it's"}, nil)
+	if res, _ := c.untilResult("rel-argv", nil); res.str("stdout") != "A=B|it's" {
+		t.Fatalf("argv: %s", res.raw)
+	}
+
+	// Cancel aborts the command on the worker.
+	c.submit("rel-cancel", "echo started; sleep 30", nil)
+	for {
+		if m := c.recv(); m.Type == TypeStream {
+			break
+		}
+	}
+	r, other := c.do(ActionCancel, map[string]any{"execution_id": "rel-cancel"})
+	if r.str("status") != StatusCancelled {
+		t.Fatalf("cancel: %s", r.raw)
+	}
+	if res, _ := c.untilResult("rel-cancel", other); res.str("termination_reason") != "cancelled" || res.str("error") != StatusCancelled {
+		t.Fatalf("cancelled result: %s", res.raw)
+	}
+
+	c.submit("rel-timeout", "sleep 30", map[string]any{"timeout_s": 1})
+	if res, _ := c.untilResult("rel-timeout", nil); res.Payload["timed_out"] != true {
+		t.Fatalf("timeout result: %s", res.raw)
+	}
+	if live, capacity, busy := rh.relay.Workers(); live != 1 || capacity != 2 || busy != 0 {
+		t.Fatalf("workers = %d live, %d capacity, %d busy", live, capacity, busy)
+	}
+}
+
+// Executions go to the least-loaded worker, and a worker that dies fails
+// its in-flight executions with a clear reason.
+func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
+	rh := startRelay(t)
+	c := rh.dial(tokenA)
+	w1 := rh.startWorker(t, "w1", workerToken, "1")
+	rh.startWorker(t, "w2", workerToken, "1")
+	rh.waitWorkers(t, 2)
+	// A worker with a bad token never attaches.
+	rh.startWorker(t, "intruder", "wrong-token", "1")
+
+	c.submit("on-a", `echo up; sleep 30`, nil)
+	c.submit("on-b", `echo up; sleep 30`, nil)
+	for seen := 0; seen < 2; {
+		if m := c.recv(); m.Type == TypeStream {
+			seen++
+		}
+	}
+	if live, capacity, busy := rh.relay.Workers(); live != 2 || capacity != 2 || busy != 2 {
+		t.Fatalf("workers = %d live, %d capacity, %d busy; want both busy", live, capacity, busy)
+	}
+	// Both slots are taken: the next submission is refused.
+	if r := c.submit("third", "true", nil); r.Type != TypeError || r.str("code") != codeCapacity {
+		t.Fatalf("third: %s", r.raw)
+	}
+	syscall.Kill(-w1.Process.Pid, syscall.SIGKILL)
+	var lost msg
+	for {
+		m := c.recv()
+		if m.Type == TypeResult {
+			lost = m
+			break
+		}
+	}
+	if lost.num("exit_code") != -1 || !strings.Contains(lost.str("stderr"), "w1 disconnected") || lost.str("termination_reason") != "error" {
+		t.Fatalf("lost execution: %s", lost.raw)
+	}
+	st, _ := c.do(ActionStatus, map[string]any{"execution_id": lost.str("execution_id")})
+	if st.str("status") != StatusFailed {
+		t.Fatalf("status of lost execution: %s", st.raw)
+	}
+	rh.waitWorkers(t, 1)
+	other := "on-a"
+	if lost.str("execution_id") == "on-a" {
+		other = "on-b"
+	}
+	if r, _ := c.do(ActionCancel, map[string]any{"execution_id": other}); r.str("status") != StatusCancelled {
+		t.Fatalf("cancel survivor: %s", r.raw)
+	}
+	if err := rh.relay.Available(); err != nil {
+		t.Fatalf("survivor has no free slot: %v", err)
+	}
+}
