@@ -6,7 +6,8 @@
 //   - stdin is written (when given) and then always closed, so a command
 //     such as "base64 -d > f" terminates and a command given no stdin sees
 //     EOF at once;
-//   - in streaming mode every read of at most ChunkSize (32 KiB) bytes is
+//   - in streaming mode every read of at most ChunkSize bytes (so that a
+//     whole Chunk frame stays within 32 KiB) is
 //     handed to the Sink as it happens; with streaming off, output is
 //     buffered (BufferCap, 8 MiB per stream, truncated beyond) and handed
 //     over only after the child has exited;

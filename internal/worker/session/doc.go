@@ -10,7 +10,9 @@
 //   - N pool goroutines read one bounded queue in arrival order; when the
 //     queue is full the Exec is answered at once with
 //     ExecError{"busy: queue full"}: the receive loop never blocks on
-//     dispatch, so an Abort behind a burst of Execs is always read;
+//     dispatch, so an Abort behind a burst of Execs is always read (its
+//     own replies, busy or cached frames, do share the stream's flow
+//     control with every other Send);
 //   - Abort of a queued exec means it never starts (answered End{-1});
 //     Abort of an unknown req_id is a no-op;
 //   - a completed exec's terminal frame is kept in a bounded LRU keyed by
