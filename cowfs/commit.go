@@ -31,6 +31,12 @@ const (
 	numFailpoints  = fpDone
 )
 
+// Failpoints of staging, numbered apart from the commit protocol's.
+const (
+	fpStageBlob     = 101 // the staged bytes are stored, the log record is not appended
+	fpStageAppended = 102 // the log record is appended and fsynced
+)
+
 var failpointHook func(fp int)
 
 func failpoint(fp int) {

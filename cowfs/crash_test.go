@@ -18,7 +18,8 @@ import (
 // function then commits one transaction, optionally SIGKILLing itself at
 // a numbered failpoint. Exit codes: 0 committed, 3 conflict, 4 other error.
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv("PULSE_COWFS_HELPER") != "commit" {
+	mode := os.Getenv("PULSE_COWFS_HELPER")
+	if mode != "commit" && mode != "stage" {
 		t.Skip("helper process for the crash tests; runs only when re-executed by them")
 	}
 	fp, _ := strconv.Atoi(os.Getenv("PULSE_COWFS_FP"))
@@ -43,6 +44,15 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
+		}
+		if mode == "stage" {
+			for i := 0; i < 10; i++ {
+				if err := tx.Write(fmt.Sprintf("s%02d", i), []byte(fmt.Sprint("staged ", i)), 0); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 4
+				}
+			}
+			return 0
 		}
 		if os.Getenv("PULSE_COWFS_GO") != "" {
 			// Start line for the concurrency test: wait until the file
@@ -70,6 +80,7 @@ func TestHelperProcess(t *testing.T) {
 func helperCmd(ws, id string, extra ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PULSE_COWFS_HELPER=commit", "PULSE_COWFS_WS="+ws, "PULSE_COWFS_TX="+id)
+	// A later PULSE_COWFS_HELPER in extra wins: exec keeps the last one.
 	cmd.Env = append(cmd.Env, extra...)
 	return cmd
 }
@@ -437,5 +448,54 @@ func TestTwoProcessesCommitOverlapping(t *testing.T) {
 	}
 	if open != 1 {
 		t.Fatalf("the loser's transaction was not kept: %+v", infos)
+	}
+}
+
+// TestCrashWhileStaging kills a process in the middle of staging: the
+// transaction survives it, holds exactly the writes that returned (or
+// that one too, if its record reached the log), and commits later.
+func TestCrashWhileStaging(t *testing.T) {
+	for _, tc := range []struct {
+		fp, hit, want int
+	}{
+		{fpStageBlob, 5, 4},     // fifth write's record never appended
+		{fpStageAppended, 5, 5}, // fifth write's record durable, Write did not return
+	} {
+		t.Run(fmt.Sprint("fp", tc.fp), func(t *testing.T) {
+			t.Parallel()
+			ws := newWS(t)
+			f := openFS(t, ws)
+			tx, err := f.Begin("staging crash")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=stage",
+				"PULSE_COWFS_FP="+strconv.Itoa(tc.fp), "PULSE_COWFS_HIT="+strconv.Itoa(tc.hit))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("helper not killed: %v\n%s", err, out)
+			}
+			f2 := openFS(t, ws)
+			infos, err := f2.List()
+			if err != nil || len(infos) != 1 || infos[0].ID != tx.ID() || infos[0].State != StateOpen || infos[0].Changes != tc.want {
+				t.Fatalf("after the crash List = %+v, %v", infos, err)
+			}
+			tx2, err := f2.Tx(tx.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx2.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < tc.want; i++ {
+				if got := readFile(t, ws, fmt.Sprintf("s%02d", i)); got != fmt.Sprint("staged ", i) {
+					t.Fatalf("s%02d = %q", i, got)
+				}
+			}
+			if _, err := os.Lstat(filepath.Join(ws, fmt.Sprintf("s%02d", tc.want))); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("a write that never reached the log was committed: %v", err)
+			}
+		})
 	}
 }

@@ -71,7 +71,9 @@
 // A change is {"path","kind","mode","blob","size","target","implicit",
 // "before":{"type","ino","dev","size","mtime_ns","mode","sha256","target"}};
 // the last set record of a path wins, and its before snapshot is always
-// the one taken when the path was first staged.
+// the one taken when the path was first staged. A staging call writes its
+// blob (temp, fsync, rename, fsync of blobs/) before its record, so a
+// crash between the two leaves only an unreferenced blob.
 //
 // The WAL is {"t":"header","v":1,"tx","desc","created","undoes","n"},
 // then n records {"t":"op","i","change","prev"} sorted by path, then

@@ -282,10 +282,12 @@ func (t *Tx) stageOp(fn func() ([]stageRec, int64, error)) error {
 	if err := t.fs.addStaged(delta); err != nil {
 		return err
 	}
+	failpoint(fpStageBlob)
 	if err := t.appendRecs(recs); err != nil {
 		t.fs.addStaged(-delta)
 		return err
 	}
+	failpoint(fpStageAppended)
 	return nil
 }
 
