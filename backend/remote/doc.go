@@ -1,0 +1,51 @@
+// Package remote is the backend that runs commands on a pulse-server over
+// its authenticated WebSocket protocol (internal/server/PROTOCOL.md, the
+// protocol of the Python server it replaces, plus additive fields).
+//
+// Build it with New (WithURL, WithToken, WithTLSFiles, WithLogger) or
+// FromEnv, which reads PULSE_REMOTE_URL, PULSE_REMOTE_TOKEN and
+// PULSE_TLS_CERT/KEY/CA. A wss:// URL verifies the server against the CA
+// bundle (or the system roots) and presents the client certificate; TLS
+// files with a ws:// URL are refused rather than ignored.
+//
+// What it promises:
+//
+//   - Capabilities are the server's: Probe fetches them with the additive
+//     "capabilities" action and caches them. Before a successful Probe
+//     every network and secret mode reads Unsupported, so a caller that
+//     checks enforcement fails closed. Exec refuses with
+//     backend.ErrUnsupported a mode the server cannot enforce, before
+//     anything is sent.
+//   - Exec packs the workspace as a tar.gz (regular files and directories;
+//     .pulse/ excluded; symlinks and special files left out and logged,
+//     since the server refuses them), checks the server's size limits
+//     before sending (ErrTooLarge), uploads it, submits the command with
+//     "encoding": "base64" so output is byte-exact, writes each stream
+//     event to Request.Stdout or Request.Stderr as it arrives, maps the
+//     result, and downloads what the command wrote as Result.Overlay. The
+//     local workspace is only read.
+//   - A dropped connection is not a failed command. Exec reconnects with
+//     backoff (50ms doubling to 2s, within WithReconnectWindow) and
+//     attaches with after_seq set to the last event it delivered; events
+//     are numbered, and any already delivered is dropped, so every byte of
+//     output reaches the writers exactly once. Only the server saying
+//     UNKNOWN (it restarted while the command ran) or NOT_FOUND ends the
+//     execution, with ErrExecutionLost.
+//   - Cancelling ctx, going over Limits.OutputBytes, or Close sends
+//     "cancel" and waits (WithCancelWait) for the server's result, so the
+//     Result says how the command really ended.
+//   - Errors say what went wrong: ErrUnreachable (DNS, refused, lost and
+//     not regained), ErrUnauthorized (401), ErrTLS, ErrVersion (not a
+//     pulse-server, or one without the capabilities action), ErrCapacity;
+//     each also wraps backend.ErrUnavailable.
+//
+// Stdin: the protocol has no stdin action. Exec reads Request.Stdin whole
+// (at most WithMaxStdinBytes), uploads it as a file beside the workspace
+// and has the command take it as fd 0 and remove it before running; the
+// file never appears in the overlay. A stdin that does not end before the
+// command starts cannot be sent.
+//
+// Limits: the timeout travels with the command; the output cap is applied
+// here; memory, CPU, pids and file-size limits have no protocol field and
+// are reported Unsupported.
+package remote

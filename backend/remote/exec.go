@@ -1,0 +1,694 @@
+package remote
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Bounds the server applies to a submission, checked here first so that
+// a request it would refuse is refused as ErrInvalidRequest.
+const (
+	maxTimeout    = 24 * time.Hour
+	maxEnvEntries = 1024
+	maxCommandLen = 1 << 20
+)
+
+var (
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	idChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+)
+
+// errNotFound is the server saying it has no such execution.
+var errNotFound = errors.New("execution not found on the server")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("remote: %s: %w", fmt.Sprintf(format, args...), backend.ErrInvalidRequest)
+}
+
+// checkRequest validates req and returns its working directory, clean and
+// relative to the workspace.
+func checkRequest(req *backend.Request) (string, error) {
+	if (len(req.Args) == 0) == (req.Shell == "") {
+		return "", invalid("exactly one of Args and Shell must be set")
+	}
+	if len(req.Args) > 0 && req.Args[0] == "" {
+		return "", invalid("empty program name")
+	}
+	n := len(req.Shell)
+	for _, a := range req.Args {
+		n += len(a) + 4
+		if strings.ContainsRune(a, 0) {
+			return "", invalid("argument holds a NUL byte")
+		}
+	}
+	if strings.ContainsRune(req.Shell, 0) || strings.TrimSpace(req.Shell) == "" && len(req.Args) == 0 {
+		return "", invalid("shell script is empty or holds a NUL byte")
+	}
+	if n > maxCommandLen-4096 {
+		return "", invalid("command longer than %d bytes", maxCommandLen-4096)
+	}
+	if !filepath.IsAbs(req.Workspace) {
+		return "", invalid("workspace %q is not an absolute path", req.Workspace)
+	}
+	if fi, err := os.Stat(req.Workspace); err != nil || !fi.IsDir() {
+		return "", invalid("workspace %q is not a directory", req.Workspace)
+	}
+	dir := req.Dir
+	if strings.ContainsAny(dir, "\x00\\") || path.IsAbs(dir) {
+		return "", invalid("Dir %q must be a relative slash-separated path", dir)
+	}
+	dir = path.Clean("./" + dir)
+	if dir == ".." || strings.HasPrefix(dir, "../") {
+		return "", invalid("Dir %q leaves the workspace", req.Dir)
+	}
+	if pathguard.IsReserved(dir) {
+		return "", invalid("Dir %q is reserved", req.Dir)
+	}
+	if len(req.Env) > maxEnvEntries {
+		return "", invalid("more than %d environment variables", maxEnvEntries)
+	}
+	for k, v := range req.Env {
+		if !envName.MatchString(k) || strings.ContainsRune(v, 0) {
+			return "", invalid("environment variable %q is malformed", k)
+		}
+	}
+	if req.Limits.Timeout < 0 || req.Limits.Timeout > maxTimeout {
+		return "", invalid("timeout %v not in (0, %v]", req.Limits.Timeout, maxTimeout)
+	}
+	return dir, nil
+}
+
+// wireID makes the server-side execution id: the caller's id, reduced to
+// the characters the protocol allows, and a random suffix, so that a
+// retried or repeated ExecutionID never collides with an earlier one.
+func wireID(execID string) string {
+	base := strings.Trim(idChars.ReplaceAllString(execID, "-"), ".-_")
+	if len(base) > 80 {
+		base = base[:80]
+	}
+	var r [8]byte
+	rand.Read(r[:])
+	if base == "" {
+		return "x-" + hex.EncodeToString(r[:])
+	}
+	return base + "-" + hex.EncodeToString(r[:])
+}
+
+// onceCloser closes req.Stdin exactly once.
+type onceCloser struct {
+	r    io.Reader
+	once sync.Once
+}
+
+func (c *onceCloser) close() {
+	c.once.Do(func() {
+		if cl, ok := c.r.(io.Closer); ok {
+			cl.Close()
+		}
+	})
+}
+
+// capWriter caps what reaches one of the caller's writers.
+type capWriter struct {
+	w         io.Writer
+	limit     int64
+	n         int64
+	truncated bool
+	failed    error
+}
+
+// write delivers p within the cap and reports whether the cap was hit.
+func (c *capWriter) write(p []byte) bool {
+	over := false
+	if room := c.limit - c.n; int64(len(p)) > room {
+		p = p[:max(room, 0)]
+		c.truncated, over = true, true
+	}
+	c.n += int64(len(p))
+	if len(p) > 0 && c.w != nil && c.failed == nil {
+		if _, err := c.w.Write(p); err != nil {
+			// A writer that fails gets no more; the command is not
+			// stopped for it, as a local pipe would not stop it either.
+			c.failed = err
+		}
+	}
+	return over
+}
+
+// run is one execution in flight.
+type run struct {
+	b        *Backend
+	req      *backend.Request
+	id       string
+	l        *link
+	out, err capWriter
+	lastSeq  int64
+	events   int
+	numbered bool
+	res      *resultPayload
+
+	cancelWanted bool
+	cancelSent   bool
+	capHit       bool
+}
+
+// Exec implements backend.Backend. The workspace (and stdin, whole) is
+// uploaded, the command submitted, its output streamed to the writers as
+// it arrives, and its writes downloaded as the overlay. A dropped
+// connection is re-established and the execution reattached from the last
+// event seen, so output arrives exactly once. Errors: ErrInvalidRequest,
+// ErrUnsupported (a policy mode the server cannot enforce; a workspace or
+// stdin over a limit, with ErrTooLarge), ErrUnavailable (with
+// ErrUnreachable, ErrUnauthorized, ErrTLS, ErrVersion or ErrCapacity),
+// ErrClosed; and, once the command has started, ErrExecutionLost when the
+// server lost it and ErrOverlay when its writes could not be fetched.
+func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	stdin := &onceCloser{r: req.Stdin}
+	defer stdin.close()
+	if !b.begin() {
+		return nil, fmt.Errorf("remote: %w", backend.ErrClosed)
+	}
+	defer b.wg.Done()
+	if req == nil {
+		return nil, invalid("nil request")
+	}
+	dir, err := checkRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	netPol, secPol := req.Network, req.Secrets
+	if netPol.Mode == "" {
+		netPol = policy.DenyAllNetwork()
+	}
+	if secPol.Mode == "" {
+		secPol = secrets.DenyAllSecrets()
+	}
+
+	// Nothing has started until submit is acknowledged: the caller's
+	// context and Close both abort these steps.
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	unhook := context.AfterFunc(b.ctx, stop)
+	defer unhook()
+
+	l, err := b.dial(octx)
+	if err != nil {
+		return nil, err
+	}
+	x := &run{b: b, req: req, id: wireID(req.ExecutionID), l: l}
+	defer func() { x.l.close() }()
+	b.mu.Lock()
+	caps := b.caps
+	b.mu.Unlock()
+	if caps == nil {
+		c, err := b.fetchCapabilities(octx, l)
+		if err != nil {
+			return nil, err
+		}
+		caps = &c
+	}
+	if caps.NetworkLevel(netPol.Mode) == secrets.Unsupported {
+		return nil, fmt.Errorf("remote: the server cannot enforce network mode %q: %w", netPol.Mode, backend.ErrUnsupported)
+	}
+	if caps.SecretLevel(secPol.Mode) == secrets.Unsupported {
+		return nil, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
+	}
+
+	var extra []extraFile
+	stdinName := ""
+	if req.Stdin != nil {
+		data, err := io.ReadAll(io.LimitReader(req.Stdin, b.o.maxStdin+1))
+		stdin.close()
+		if err != nil {
+			return nil, invalid("reading stdin: %v", err)
+		}
+		if int64(len(data)) > b.o.maxStdin {
+			return nil, fmt.Errorf("remote: stdin is longer than %d bytes; the protocol sends it whole before the command starts: %w: %w",
+				b.o.maxStdin, ErrTooLarge, backend.ErrUnsupported)
+		}
+		if len(data) > 0 {
+			stdinName = ".pulse-stdin-" + x.id
+			extra = append(extra, extraFile{name: stdinName, data: data})
+		}
+	}
+	pk, err := pack(req.Workspace, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers})
+	if err != nil {
+		return nil, err
+	}
+	if len(pk.skipped) > 0 {
+		b.log.Warn("workspace entries the server does not accept were left out", "count", len(pk.skipped), "first", pk.skipped[0])
+	}
+	if pk.members > 0 {
+		if err := x.upload(octx, pk.data); err != nil {
+			return nil, err
+		}
+	}
+	payload := map[string]any{
+		"execution_id": x.id,
+		"command":      command(req, dir, stdinName),
+		"cwd":          dir,
+		"encoding":     "base64",
+		"network":      netPol,
+		"secrets":      secPol,
+	}
+	if req.ExecutionID != "" && len(req.ExecutionID) <= 256 {
+		payload["correlation_id"] = req.ExecutionID
+	}
+	if len(req.Env) > 0 {
+		payload["env"] = req.Env
+	}
+	if req.Limits.Timeout > 0 {
+		payload["timeout_s"] = req.Limits.Timeout.Seconds()
+	}
+	lim := req.Limits.WithDefaults()
+	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
+	x.err = capWriter{w: req.Stderr, limit: lim.OutputBytes}
+	if err := x.submit(octx, payload); err != nil {
+		return nil, err
+	}
+	b.log.Debug("remote execution started", "execution_id", x.id)
+	if err := x.wait(ctx); err != nil {
+		return nil, err
+	}
+	res, err := x.result()
+	if err != nil {
+		return nil, err
+	}
+	ov := &backend.Overlay{}
+	if x.res.Artifact {
+		if ov, err = x.download(); err != nil {
+			return nil, err
+		}
+	}
+	res.Overlay = withoutPath(ov, stdinName)
+	return res, nil
+}
+
+// command is the submitted command. With stdin, the command first takes
+// its input from the uploaded stdin file and removes it, so that what it
+// sees is its input on fd 0 and the workspace as it was.
+func command(req *backend.Request, dir, stdinName string) any {
+	if stdinName == "" {
+		if req.Shell != "" {
+			return req.Shell
+		}
+		return req.Args
+	}
+	rel := stdinName
+	if dir != "." {
+		rel = strings.Repeat("../", strings.Count(dir, "/")+1) + stdinName
+	}
+	if req.Shell != "" {
+		// One line, so the script's own line numbers stay as written.
+		return "exec 0<'" + rel + "' && rm -f -- '" + rel + "' || exit 126; " + req.Shell
+	}
+	return append([]string{"sh", "-c", `exec 0<"$0" && rm -f -- "$0" || exit 126; exec "$@"`, rel}, req.Args...)
+}
+
+// withoutPath drops the stdin file from an overlay.
+func withoutPath(ov *backend.Overlay, name string) *backend.Overlay {
+	if name == "" || ov == nil {
+		return ov
+	}
+	out := &backend.Overlay{}
+	for _, f := range ov.Files {
+		if f.Path != name {
+			out.Files = append(out.Files, f)
+		}
+	}
+	for _, d := range ov.Deleted {
+		if d != name {
+			out.Deleted = append(out.Deleted, d)
+		}
+	}
+	return out
+}
+
+// upload sends the workspace. A connection lost on the way is replaced
+// and the upload sent again under a new id, since the server refuses a
+// second upload to an id whose first may have landed; the orphan is
+// removed by the server's reconcile.
+func (x *run) upload(ctx context.Context, data []byte) error {
+	b64 := base64.StdEncoding.EncodeToString(data)
+	deadline := time.Now().Add(x.b.o.reconnect)
+	for n := 0; ; n++ {
+		r, err := x.l.call(ctx, actionUpload, map[string]any{"execution_id": x.id, "data": b64}, nil)
+		if err == nil {
+			if r.isErr || r.Status != statusUploaded {
+				return fmt.Errorf("remote: the server refused the workspace upload (%s %s): it is over the server's limits or holds an entry it does not accept: %w",
+					r.Code, r.Message, backend.ErrUnsupported)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("remote: upload: %w", ctx.Err())
+		}
+		x.b.log.Info("connection lost during upload, retrying", "execution_id", x.id, "err", err)
+		x.l.close()
+		if err := x.redial(ctx, n, deadline, err); err != nil {
+			return err
+		}
+		x.id = wireID(x.req.ExecutionID)
+	}
+}
+
+// redial replaces the connection, waiting backoff(n) first.
+func (x *run) redial(ctx context.Context, n int, deadline time.Time, cause error) error {
+	for ; ; n++ {
+		wait := backoff(n)
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("remote: connection to %s lost and not re-established within %v: %v: %w: %w",
+				x.b.u.Redacted(), x.b.o.reconnect, cause, ErrUnreachable, backend.ErrUnavailable)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("remote: %w", ctx.Err())
+		}
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		l, err := x.b.dial(dctx)
+		cancel()
+		if err == nil {
+			x.l = l
+			return nil
+		}
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrTLS) {
+			return err
+		}
+		cause = err
+	}
+}
+
+// submit starts the execution. If the connection drops before the server
+// acknowledges, attach tells whether the submission landed: if it did,
+// the execution carries on; if not, it is submitted again.
+func (x *run) submit(ctx context.Context, payload map[string]any) error {
+	for {
+		r, err := x.l.call(ctx, actionSubmit, payload, x.onFrame)
+		if err == nil {
+			return x.submitted(r)
+		}
+		if errors.Is(err, ErrProtocol) {
+			return err
+		}
+		x.b.log.Info("connection lost during submit, checking whether it landed", "execution_id", x.id, "err", err)
+		// The command may be running now: from here on, only the
+		// server's word ends it.
+		if err := x.reconnect(time.Now().Add(x.b.o.reconnect)); err != nil {
+			if errors.Is(err, errNotFound) {
+				if ctx.Err() != nil {
+					return fmt.Errorf("remote: submit: %w", ctx.Err())
+				}
+				continue
+			}
+			return err
+		}
+		return nil
+	}
+}
+
+// submitted maps the server's answer to a submission.
+func (x *run) submitted(r *reply) error {
+	if !r.isErr && r.Status == statusStarting {
+		return nil
+	}
+	switch {
+	case r.Code == codeCapacity || r.Message == msgCapacity:
+		return fmt.Errorf("remote: %s: %w: %w", r.Message, ErrCapacity, backend.ErrUnavailable)
+	case r.Code == codeUnsupported:
+		return fmt.Errorf("remote: %s: %w", r.Message, backend.ErrUnsupported)
+	case r.Code == codeInvalid || r.Code == "":
+		return fmt.Errorf("remote: the server refused the submission as invalid (%s): %w", r.Message, backend.ErrInvalidRequest)
+	}
+	return fmt.Errorf("remote: submit answered %s %q %q: %w", r.Status, r.Code, r.Message, ErrProtocol)
+}
+
+// onFrame handles a frame that is not the reply awaited: output events
+// and the result.
+func (x *run) onFrame(f *frame) error {
+	switch {
+	case f.stream != nil:
+		s := f.stream
+		if s.ExecutionID != x.id {
+			return nil
+		}
+		if s.Seq > 0 {
+			x.numbered = true
+			if s.Seq <= x.lastSeq {
+				return nil // already delivered before a reconnect
+			}
+			if s.Seq != x.lastSeq+1 {
+				x.b.log.Error("output events missing", "execution_id", x.id, "after", x.lastSeq, "got", s.Seq)
+			}
+			x.lastSeq = s.Seq
+		}
+		x.events++
+		w := &x.out
+		if s.Stream == "stderr" {
+			w = &x.err
+		}
+		if w.write(s.bytes) && !x.capHit {
+			x.capHit = true
+			x.wantCancel()
+		}
+	case f.result != nil:
+		if f.result.ExecutionID == x.id || f.result.ExecutionID == "" {
+			x.res = f.result
+		}
+	}
+	return nil
+}
+
+// wantCancel asks the server to end the command, now if the connection is
+// up, else as soon as it is back.
+func (x *run) wantCancel() {
+	x.cancelWanted = true
+	if x.cancelSent {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := x.l.send(ctx, actionCancel, map[string]any{"execution_id": x.id}); err == nil {
+		x.cancelSent = true
+	}
+}
+
+// wait reads output until the result arrives, reconnecting as needed. The
+// caller's context and Close cancel the command; the server's result then
+// says how it ended. If the server does not confirm within the cancel
+// wait, wait gives up with a synthetic result.
+func (x *run) wait(ctx context.Context) error {
+	done, closing := ctx.Done(), x.b.ctx.Done()
+	var grace <-chan time.Time
+	var graceEnd time.Time
+	startGrace := func() {
+		if grace == nil {
+			graceEnd = time.Now().Add(x.b.o.cancelWait)
+			grace = time.After(x.b.o.cancelWait)
+		}
+	}
+	for x.res == nil {
+		if x.capHit {
+			startGrace()
+		}
+		select {
+		case data, ok := <-x.l.frames:
+			if !ok {
+				x.b.log.Info("connection lost, reattaching", "execution_id", x.id, "last_seq", x.lastSeq, "err", x.l.closedErr())
+				if x.events > 0 && !x.numbered {
+					return fmt.Errorf("remote: connection lost and the server does not number its output events, so it cannot be resumed exactly: %w: %w", ErrVersion, backend.ErrUnavailable)
+				}
+				deadline := time.Now().Add(x.b.o.reconnect)
+				if grace != nil && graceEnd.Before(deadline) {
+					deadline = graceEnd
+				}
+				if err := x.reconnect(deadline); err != nil {
+					if errors.Is(err, errNotFound) {
+						return fmt.Errorf("remote: the server has no record of execution %s (its store was reset or the record expired): %w", x.id, ErrExecutionLost)
+					}
+					if grace != nil && errors.Is(err, ErrUnreachable) {
+						x.giveUp()
+						return nil
+					}
+					return err
+				}
+				continue
+			}
+			f, err := parseFrame(data)
+			if err != nil {
+				x.wantCancel()
+				return fmt.Errorf("remote: %w: %w", ErrProtocol, err)
+			}
+			x.onFrame(f)
+		case <-done:
+			done = nil
+			x.wantCancel()
+			startGrace()
+		case <-closing:
+			closing = nil
+			x.wantCancel()
+			startGrace()
+		case <-grace:
+			x.giveUp()
+		}
+	}
+	return nil
+}
+
+// giveUp ends a cancelled execution whose end the server did not confirm.
+func (x *run) giveUp() {
+	x.b.log.Error("the server did not confirm the cancellation; the command may still be running there", "execution_id", x.id)
+	reason := backend.Cancelled
+	if x.capHit {
+		reason = backend.OutputLimit
+	}
+	x.res = &resultPayload{ExecutionID: x.id, ExitCode: -1, TerminationReason: string(reason), Error: statusCancelled}
+}
+
+// reconnect replaces a lost connection and reattaches from the last event
+// seen, until deadline. It returns errNotFound when the server does not
+// know the execution, and an ErrExecutionLost error when the server lost
+// it in a restart.
+func (x *run) reconnect(deadline time.Time) error {
+	x.l.close()
+	var cause error = errors.New("connection closed")
+	for n := 0; ; n++ {
+		if err := x.redial(context.Background(), n, deadline, cause); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		r, err := x.l.call(ctx, actionAttach, map[string]any{"execution_id": x.id, "after_seq": x.lastSeq}, x.onFrame)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				return err
+			}
+			cause = err
+			x.l.close()
+			continue
+		}
+		switch {
+		case r.isErr && (r.Code == codeAttached || r.Message == msgAttached):
+			// The server has not yet noticed that the old connection
+			// died; it lets go of it shortly.
+			cause = errors.New(r.Message)
+			x.l.close()
+			continue
+		case r.isErr && (r.Code == codeNotFound || r.Message == msgNotFound):
+			return errNotFound
+		case r.isErr:
+			return fmt.Errorf("remote: attach answered %q %q: %w", r.Code, r.Message, ErrProtocol)
+		case r.Status == statusUnknown:
+			return fmt.Errorf("remote: the server restarted while execution %s ran and does not know how it ended (status UNKNOWN): %w", x.id, ErrExecutionLost)
+		case r.Status == statusNotFound:
+			return errNotFound
+		case r.Status == statusRunning:
+			// Ending as attach looked: ask again.
+			x.l.close()
+			continue
+		}
+		x.b.log.Info("reattached", "execution_id", x.id, "status", r.Status, "last_seq", x.lastSeq)
+		if x.cancelWanted {
+			x.cancelSent = false
+			x.wantCancel()
+		}
+		return nil
+	}
+}
+
+// result maps the server's result to a backend.Result.
+func (x *run) result() (*backend.Result, error) {
+	p := x.res
+	if p.TerminationReason == "error" {
+		msg := p.Stderr
+		if d, err := base64.StdEncoding.DecodeString(msg); err == nil && p.Encoding == "base64" {
+			msg = string(d)
+		}
+		class := backend.ErrUnavailable
+		switch {
+		case strings.Contains(msg, backend.ErrInvalidRequest.Error()):
+			class = backend.ErrInvalidRequest
+		case strings.Contains(msg, backend.ErrUnsupported.Error()):
+			class = backend.ErrUnsupported
+		}
+		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, class)
+	}
+	res := &backend.Result{
+		ExitCode:    p.ExitCode,
+		Termination: backend.TerminationReason(p.TerminationReason),
+		TimedOut:    p.TimedOut,
+		Truncated:   p.Truncated || x.out.truncated || x.err.truncated,
+		Duration:    time.Duration(p.DurationMS) * time.Millisecond,
+		Metrics: backend.Metrics{
+			MaxRSSBytes: p.Metrics.MaxRSSBytes,
+			UserCPU:     time.Duration(p.Metrics.UserCPUMS) * time.Millisecond,
+			SystemCPU:   time.Duration(p.Metrics.SystemCPUMS) * time.Millisecond,
+		},
+	}
+	if p.PID != nil {
+		res.PID = *p.PID
+	}
+	cancelled := p.Error == statusCancelled || res.Termination == backend.Cancelled
+	switch {
+	case x.capHit && cancelled:
+		res.Termination, res.ExitCode, res.Truncated = backend.OutputLimit, -1, true
+	case cancelled:
+		res.Termination = backend.Cancelled
+		if res.ExitCode >= 0 && p.TerminationReason != string(backend.Exited) {
+			res.ExitCode = -1
+		}
+	case res.Termination == "":
+		res.Termination = backend.Exited
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	return res, nil
+}
+
+// download fetches the overlay, reconnecting when the connection drops
+// (the download is idempotent).
+func (x *run) download() (*backend.Overlay, error) {
+	deadline := time.Now().Add(x.b.o.reconnect)
+	for n := 0; ; n++ {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		r, err := x.l.call(ctx, actionDownload, map[string]any{"execution_id": x.id}, nil)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				return nil, fmt.Errorf("remote: download: %w: %w", ErrOverlay, err)
+			}
+			x.l.close()
+			if err := x.redial(context.Background(), n, deadline, err); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrOverlay, err)
+			}
+			continue
+		}
+		switch {
+		case !r.isErr && r.Status == statusNoArtifact:
+			return &backend.Overlay{}, nil
+		case !r.isErr && r.Status == statusDownloaded:
+			data, err := base64.StdEncoding.DecodeString(r.Data)
+			if err != nil {
+				return nil, fmt.Errorf("remote: overlay is not base64: %w", ErrOverlay)
+			}
+			return unpackOverlay(data, overlayLimits{bytes: x.b.o.maxOverlay, members: 1_000_000})
+		}
+		return nil, fmt.Errorf("remote: download answered %q %q %q: %w", r.Status, r.Code, r.Message, ErrOverlay)
+	}
+}

@@ -1,0 +1,293 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+const testToken = "remote-backend-test-token"
+
+// testServer is a real pulse-server (internal/server) serving on a real
+// 127.0.0.1 socket, running commands with the host backend as its local
+// executor. The host backend cannot deny the network, so the server's
+// default policy is allow-all, as pulse-server runs with --unsafe-host.
+type testServer struct {
+	t      *testing.T
+	dir    string
+	addr   string
+	url    string
+	srv    *server.Server
+	st     *store.Store
+	hs     *http.Server
+	ln     net.Listener
+	closed bool
+}
+
+func hostExecutor(t testing.TB) server.Executor {
+	t.Helper()
+	b, err := host.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Probe(context.Background()); err != nil {
+		t.Skipf("host backend unavailable: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return server.NewLocal(b, 0, nil)
+}
+
+func serverOptions(dir string, extra ...server.Option) []server.Option {
+	return append([]server.Option{
+		server.WithTokens(testToken),
+		server.WithWorkspaceRoot(filepath.Join(dir, "workspaces")),
+		server.WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.DenyAllSecrets()),
+		server.WithMaxConcurrent(32),
+	}, extra...)
+}
+
+// startServer starts a server in a fresh directory on a free port.
+func startServer(t testing.TB, extra ...server.Option) *testServer {
+	t.Helper()
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{dir: dir}
+	ts.start(t, ln, extra...)
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func (ts *testServer) start(t testing.TB, ln net.Listener, extra ...server.Option) {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(ts.dir, "db.sqlite3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(context.Background(), hostExecutor(t), st, serverOptions(ts.dir, extra...)...)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	ts.srv, ts.st, ts.ln = srv, st, ln
+	ts.addr = ln.Addr().String()
+	ts.url = "ws://" + ts.addr + "/"
+	ts.hs = &http.Server{Handler: srv.Handler()}
+	ts.closed = false
+	go ts.hs.Serve(ln)
+}
+
+// stop shuts the server down in order, as pulse-server does on SIGTERM.
+func (ts *testServer) stop() {
+	if ts.closed {
+		return
+	}
+	ts.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts.srv.Shutdown(ctx)
+	ts.hs.Close()
+	ts.st.Close()
+}
+
+// crash drops every connection and the store at once, the way a killed
+// process would, without letting running executions record their end.
+// The executions' goroutines are left to die with the old server.
+func (ts *testServer) crash() *server.Server {
+	ts.closed = true
+	ts.hs.Close()
+	ts.st.Close()
+	return ts.srv
+}
+
+// newBackend builds a probed client of url.
+func newBackend(t testing.TB, url string, opts ...Option) *Backend {
+	t.Helper()
+	b, err := New(append([]Option{WithURL(url), WithToken(testToken), WithLogger(testLogger(t))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Probe(ctx); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	return b
+}
+
+// testLogger shows the client's log with -v when PULSE_TEST_LOG is set.
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("PULSE_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tlogWriter struct{ t testing.TB }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// buffer is a goroutine-safe writer that can wake a waiter when some
+// text has arrived.
+type buffer struct {
+	mu     sync.Mutex
+	b      []byte
+	writes int
+	waitOn string
+	hit    chan struct{}
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	b.writes++
+	if b.hit != nil && strings.Contains(string(b.b), b.waitOn) {
+		close(b.hit)
+		b.hit = nil
+	}
+	return len(p), nil
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
+}
+
+// when returns a channel closed once s has been written.
+func (b *buffer) when(s string) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := make(chan struct{})
+	if strings.Contains(string(b.b), s) {
+		close(ch)
+		return ch
+	}
+	b.waitOn, b.hit = s, ch
+	return ch
+}
+
+// cutProxy forwards TCP connections to target and can cut them: each
+// accepted connection is closed, both ways, once cutAfter bytes have gone
+// from the server to the client (for the first cuts connections).
+type cutProxy struct {
+	ln       net.Listener
+	target   string
+	cutAfter int64
+	mu       sync.Mutex
+	cuts     int // connections still to cut
+	cutDone  int
+	conns    []net.Conn
+}
+
+func newCutProxy(t testing.TB, target string, cutAfter int64, cuts int) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, cutAfter: cutAfter, cuts: cuts}
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) url() string { return "ws://" + p.ln.Addr().String() + "/" }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.handle(c)
+	}
+}
+
+func (p *cutProxy) handle(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	cut := p.cuts > 0
+	if cut {
+		p.cuts--
+	}
+	p.conns = append(p.conns, c, s)
+	p.mu.Unlock()
+	go func() {
+		io.Copy(s, c)
+		s.Close()
+	}()
+	var w io.Writer = c
+	if cut {
+		w = &cutWriter{w: c, left: p.cutAfter}
+	}
+	_, err = io.Copy(w, s)
+	if errors.Is(err, errCut) {
+		p.mu.Lock()
+		p.cutDone++
+		p.mu.Unlock()
+	}
+	c.Close()
+	s.Close()
+}
+
+// cutCount is how many connections were cut mid-stream.
+func (p *cutProxy) cutCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cutDone
+}
+
+func (p *cutProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+var errCut = errors.New("cut by the test proxy")
+
+// cutWriter passes through left bytes, then fails: the copy stops in
+// the middle of whatever frame was being sent.
+type cutWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		n, _ := c.w.Write(p[:c.left])
+		c.left = 0
+		return n, errCut
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}

@@ -1,0 +1,324 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// Error classes of the remote backend; test with errors.Is. Those that
+// mean "cannot run commands" also wrap backend.ErrUnavailable.
+var (
+	// ErrUnauthorized: the server refused the token (HTTP 401).
+	ErrUnauthorized = errors.New("remote server refused the token")
+	// ErrUnreachable: no server answered at the URL (DNS, refused
+	// connection, timeout), or the connection was lost and could not be
+	// re-established within the reconnect window.
+	ErrUnreachable = errors.New("remote server unreachable")
+	// ErrTLS: the TLS handshake failed (unknown CA, bad certificate).
+	ErrTLS = errors.New("remote TLS handshake failed")
+	// ErrVersion: something answered, but not a pulse-server this client
+	// can work with (not a WebSocket endpoint, or no capabilities action).
+	ErrVersion = errors.New("remote server speaks another protocol version")
+	// ErrCapacity: the server is running as many executions as it may.
+	ErrCapacity = errors.New("remote server at capacity")
+	// ErrExecutionLost: the server no longer knows how a started execution
+	// ended: it restarted while the command ran (UNKNOWN) or has no record
+	// of it (NOT_FOUND). The command may or may not have run to its end.
+	ErrExecutionLost = errors.New("remote execution lost")
+	// ErrTooLarge: the workspace or stdin is over a limit; nothing was
+	// sent. Wrapped together with backend.ErrUnsupported.
+	ErrTooLarge = errors.New("too large to send to the remote server")
+	// ErrOverlay: the command ran but what it wrote could not be fetched
+	// or was malformed; no Result is returned, because one without its
+	// writes would silently drop them.
+	ErrOverlay = errors.New("remote overlay not retrieved")
+	// ErrProtocol: the server sent something this client cannot accept.
+	ErrProtocol = errors.New("remote protocol violation")
+)
+
+// Backend runs commands on a pulse-server over its WebSocket protocol.
+// Each Exec uses its own connection, which it re-establishes (and
+// reattaches with the last event it saw) when it drops.
+type Backend struct {
+	o      options
+	u      *url.URL
+	client *http.Client
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled by Close: every Exec ends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	caps     *backend.Capabilities
+	executor string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New builds a remote backend. It checks the configuration only; Probe
+// contacts the server.
+func New(opts ...Option) (*Backend, error) {
+	o := options{}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.maxCompressed, DefaultMaxCompressed)
+	def(&o.maxUnpacked, DefaultMaxUnpacked)
+	def(&o.maxStdin, DefaultMaxStdin)
+	def(&o.maxOverlay, DefaultMaxOverlay)
+	if o.maxMembers <= 0 {
+		o.maxMembers = DefaultMaxMembers
+	}
+	if o.reconnect <= 0 {
+		o.reconnect = DefaultReconnect
+	}
+	if o.cancelWait <= 0 {
+		o.cancelWait = DefaultCancelWait
+	}
+	if o.keepalive == 0 {
+		o.keepalive = DefaultKeepalive
+	}
+	if o.dialTimeout <= 0 {
+		o.dialTimeout = DefaultDialTimeout
+	}
+	u, err := checkURL(o.url)
+	if err != nil {
+		return nil, err
+	}
+	if o.token == "" {
+		return nil, fmt.Errorf("no bearer token (set %s): %w", EnvToken, ErrConfig)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// WebSocket upgrades need HTTP/1.1.
+	tr.ForceAttemptHTTP2 = false
+	tr.Proxy = nil
+	tlsFiles := o.certFile != "" || o.keyFile != "" || o.caFile != ""
+	if u.Scheme == "wss" {
+		cfg, err := o.tlsConfig(u.Hostname())
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = cfg
+	} else if tlsFiles {
+		// Fail closed: certificates were given, so encryption was meant.
+		return nil, fmt.Errorf("TLS files are set but %s is ws://; use wss://: %w", u.Redacted(), ErrConfig)
+	} else if !loopback(u.Hostname()) {
+		o.log.Warn("the bearer token is sent unencrypted: use wss:// for a server on another machine", "url", u.Redacted())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Backend{
+		o: o, u: u, client: &http.Client{Transport: tr}, log: o.log,
+		ctx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "remote" }
+
+// URL returns the server URL, for messages.
+func (b *Backend) URL() string { return b.u.Redacted() }
+
+// Probe connects, authenticates and fetches the server's capabilities,
+// which Capabilities then reports. Its error wraps backend.ErrUnavailable
+// and one of ErrUnreachable, ErrUnauthorized, ErrTLS or ErrVersion.
+func (b *Backend) Probe(ctx context.Context) error {
+	if b.isClosed() {
+		return fmt.Errorf("remote: %w", backend.ErrClosed)
+	}
+	l, err := b.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	_, err = b.fetchCapabilities(ctx, l)
+	return err
+}
+
+// fetchCapabilities asks the server over l and caches the answer.
+func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capabilities, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.o.dialTimeout)
+	defer cancel()
+	r, err := l.call(ctx, actionCapabilities, map[string]any{}, nil)
+	if err != nil {
+		return backend.Capabilities{}, b.unreachable("capabilities", err)
+	}
+	if r.Code == codeUnknown || r.Message == msgUnknown {
+		return backend.Capabilities{}, fmt.Errorf("remote: %s does not answer the capabilities action (a server older than this client): upgrade pulse-server: %w: %w",
+			b.u.Redacted(), ErrVersion, backend.ErrUnavailable)
+	}
+	if r.Status != statusCapabilities || r.Capabilities == nil {
+		return backend.Capabilities{}, fmt.Errorf("remote: capabilities answered %q %q: %w: %w", r.Status, r.Message, ErrVersion, backend.ErrUnavailable)
+	}
+	caps := remoteCaps(*r.Capabilities, r.Executor)
+	b.mu.Lock()
+	b.caps, b.executor = &caps, r.Executor
+	b.mu.Unlock()
+	return caps, nil
+}
+
+// remoteCaps turns what the server's executor enforces into what this
+// backend enforces: the same network and secret levels, writes always
+// captured (the server returns an overlay whatever its executor), and only
+// the limits the protocol can carry.
+func remoteCaps(server backend.Capabilities, executor string) backend.Capabilities {
+	c := backend.Capabilities{
+		Isolation:      backend.IsolationRemote,
+		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
+		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
+		CapturesWrites: true,
+		Limits: map[string]secrets.EnforcementLevel{
+			"timeout": server.Limits["timeout"],
+			// Enforced by this client: what reaches the writers is capped,
+			// and the command is cancelled once it goes over.
+			"output_bytes": secrets.Strong,
+			// The protocol has no field for these.
+			"memory_bytes":    secrets.Unsupported,
+			"cpus":            secrets.Unsupported,
+			"pids":            secrets.Unsupported,
+			"file_size_bytes": secrets.Unsupported,
+		},
+	}
+	if c.Limits["timeout"] == "" {
+		c.Limits["timeout"] = secrets.BestEffort
+	}
+	for m, l := range server.Network {
+		c.Network[m] = known(l)
+	}
+	for m, l := range server.Secrets {
+		c.Secrets[m] = known(l)
+	}
+	c.Notes = append(c.Notes, fmt.Sprintf("commands run on the server by executor %q, isolation %q", executor, server.Isolation))
+	if server.Isolation == backend.IsolationHostUnsafe {
+		c.Notes = append(c.Notes, "UNSAFE: the server runs commands directly on its host")
+	}
+	c.Notes = append(c.Notes, "stdin is sent whole with the command (no interactive input)")
+	for _, n := range server.Notes {
+		c.Notes = append(c.Notes, "server: "+n)
+	}
+	return c
+}
+
+// known maps a level this client does not know to Unsupported, so that a
+// newer server's vocabulary never reads as enforcement.
+func known(l secrets.EnforcementLevel) secrets.EnforcementLevel {
+	switch l {
+	case secrets.Strong, secrets.BestEffort:
+		return l
+	}
+	return secrets.Unsupported
+}
+
+// Capabilities implements backend.Backend: what the server reported at
+// the last successful Probe, or, before one, every mode Unsupported so
+// that a caller checking enforcement refuses to run.
+func (b *Backend) Capabilities() backend.Capabilities {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.caps != nil {
+		return *b.caps
+	}
+	return backend.Capabilities{
+		Isolation:      backend.IsolationRemote,
+		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
+		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
+		CapturesWrites: true,
+		Notes:          []string{"not probed yet: nothing is known to be enforced"},
+	}
+}
+
+// Reconcile asks the server to remove the workspaces of this token's
+// executions that ended or were never submitted; the server spares live
+// executions and fresh uploads.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	if b.isClosed() {
+		return fmt.Errorf("remote: %w", backend.ErrClosed)
+	}
+	l, err := b.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	r, err := l.call(ctx, actionReconcile, map[string]any{}, nil)
+	if err != nil {
+		return b.unreachable("reconcile", err)
+	}
+	if r.Status != statusReconciled {
+		return fmt.Errorf("remote: reconcile answered %q %q: %w", r.Status, r.Message, ErrProtocol)
+	}
+	b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)
+	return nil
+}
+
+// Close cancels every running execution, waits for the server to confirm
+// their end (at most the cancel wait), and refuses later calls. It is
+// idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	b.client.CloseIdleConnections()
+	return nil
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// begin registers an Exec so that Close waits for it.
+func (b *Backend) begin() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	return true
+}
+
+// unreachable wraps a transport error met after the connection was up.
+func (b *Backend) unreachable(what string, err error) error {
+	if errors.Is(err, backend.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("remote: %s at %s: connection lost: %v: %w: %w", what, b.u.Redacted(), err, ErrUnreachable, backend.ErrUnavailable)
+}
+
+// backoff returns the pause before reconnect attempt n (0-based): 50ms
+// doubling to 2s.
+func backoff(n int) time.Duration {
+	d := 50 * time.Millisecond
+	for i := 0; i < n && d < 2*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 2*time.Second)
+}
