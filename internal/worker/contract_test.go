@@ -335,10 +335,20 @@ func TestWrongTokenIsRejected(t *testing.T) {
 	cfg.RelayAddr = relay.Addr()
 	cfg.Token = "wrong"
 	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	if err := worker.Run(ctx, cfg); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, cfg) }()
+	// Wait for two refusals: the worker keeps retrying, and is refused.
+	deadline := time.Now().Add(waitLimit)
+	for relay.Rejected() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if n := relay.Rejected(); n < 2 {
+		t.Errorf("relay saw %d refused attaches, want the worker to retry", n)
 	}
 	if n := relay.Attaches(); n != 0 {
 		t.Errorf("relay accepted %d attaches with a wrong token", n)

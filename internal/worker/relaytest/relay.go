@@ -42,6 +42,7 @@ type Relay struct {
 
 	mu      sync.Mutex
 	attachN int
+	reject  int
 }
 
 // Start serves a relay on 127.0.0.1:0 that accepts workers presenting
@@ -65,6 +66,13 @@ func (r *Relay) Attaches() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.attachN
+}
+
+// Rejected counts the Attach calls refused for a bad or missing token.
+func (r *Relay) Rejected() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reject
 }
 
 // Close stops the relay and ends every connection.
@@ -129,6 +137,9 @@ func (r *Relay) authorize(ctx context.Context) error {
 			return nil
 		}
 	}
+	r.mu.Lock()
+	r.reject++
+	r.mu.Unlock()
 	return status.Error(codes.Unauthenticated, "bad or missing bearer token")
 }
 

@@ -57,6 +57,9 @@ func TestRejectsBadTokens(t *testing.T) {
 	if n := r.Attaches(); n != 0 {
 		t.Errorf("%d attaches accepted", n)
 	}
+	if n := r.Rejected(); n != 5 {
+		t.Errorf("%d attaches rejected, want 5", n)
+	}
 }
 
 func TestRequiresHelloFirst(t *testing.T) {
