@@ -168,3 +168,41 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("Record with a cancelled context: %v", err)
 	}
 }
+
+func TestRecordRefusesOversizedEvent(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	err = l.Record(context.Background(), Event{Action: "shell", Detail: strings.Repeat("x", MaxLineLen)})
+	if !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("err = %v, want ErrEventTooLarge", err)
+	}
+	if err := l.Record(context.Background(), Event{Action: "shell"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Verify(path); err != nil || rep.LastSeq != 1 {
+		t.Fatalf("after refusal: %+v %v", rep, err)
+	}
+}
+
+func TestOpenRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	victim := dir + "/victim"
+	os.WriteFile(victim, []byte("keep me\n"), 0o600)
+	if err := os.Symlink(victim, dir+"/audit.jsonl"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Open(dir + "/audit.jsonl"); err == nil {
+		l.Close()
+		t.Fatal("Open followed a symlink")
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "keep me\n" {
+		t.Fatalf("symlink target changed: %q", data)
+	}
+}

@@ -21,8 +21,14 @@ import (
 	"github.com/pulse-agent/pulse/secrets"
 )
 
-// ErrClosed: Record was called after Close.
-var ErrClosed = errors.New("audit logger closed")
+// Errors from Record; test with errors.Is.
+var (
+	// ErrClosed: Record was called after Close.
+	ErrClosed = errors.New("audit logger closed")
+	// ErrEventTooLarge: the event's line would exceed MaxLineLen, which
+	// Verify would not read back. Nothing was written.
+	ErrEventTooLarge = errors.New("audit event too large")
+)
 
 // Durability says when appended events are forced to stable storage.
 type Durability struct {
@@ -157,7 +163,9 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
-	lockf, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	// O_NOFOLLOW: the log often lives inside a workspace that commands
+	// can write to; a planted symlink must not redirect it.
+	lockf, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: open lock file: %w", err)
 	}
@@ -177,9 +185,14 @@ func Open(path string, opts ...Option) (*Logger, error) {
 func (l *Logger) Path() string { return l.path }
 
 func (l *Logger) reopen() error {
-	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	_, statErr := os.Lstat(l.path)
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("audit: open log: %w", err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file is only durable once its directory entry is.
+		syncDir(filepath.Dir(l.path))
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -267,6 +280,9 @@ func (l *Logger) Record(ctx context.Context, e Event) error {
 	canon, err := e.canonical()
 	if err != nil {
 		return fmt.Errorf("audit: encode event: %w", err)
+	}
+	if len(canon)+len(hashKey)+hashLen+3 > MaxLineLen {
+		return fmt.Errorf("audit: %w: %d bytes, at most %d", ErrEventTooLarge, len(canon), MaxLineLen)
 	}
 	sum := chainHash(prev, canon)
 	line := make([]byte, 0, len(canon)+len(hashKey)+hashLen+3)
@@ -463,13 +479,19 @@ func (l *Logger) rotate(seq uint64) error {
 		return fmt.Errorf("audit: fsync before rotation: %w", err)
 	}
 	name := rotatedName(l.path, seq)
+	// Never rename over history: a file already there means the chain or
+	// the directory is not what this logger thinks it is.
+	if _, err := os.Lstat(name); err == nil {
+		return fmt.Errorf("audit: rotate: %s already exists", name)
+	}
 	if err := os.Rename(l.path, name); err != nil {
 		return fmt.Errorf("audit: rotate: %w", err)
 	}
+	// reopen creates the new file and syncs the directory, which makes
+	// the rename durable too.
 	if err := l.reopen(); err != nil {
 		return err
 	}
-	syncDir(filepath.Dir(l.path))
 	l.o.log.Info("audit log rotated", "path", l.path, "to", name)
 	return nil
 }
@@ -526,6 +548,21 @@ func rotatedFiles(path string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Sync forces what was recorded so far to stable storage, whatever the
+// durability option.
+func (l *Logger) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("audit: fsync: %w", err)
+	}
+	l.dirty = false
+	return nil
 }
 
 // Close syncs (unless NoSync) and closes the log. It is idempotent.
