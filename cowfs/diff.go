@@ -253,8 +253,152 @@ func unifiedRange(start, stop int) string {
 	return strconv.Itoa(begin) + "," + strconv.Itoa(n)
 }
 
-// groupedOpCodes returns difflib's grouped opcodes of a against b.
+// groupedOpCodes returns the opcodes of a against b in hunks with ctx
+// lines of context, as difflib's GetGroupedOpCodes does.
 func groupedOpCodes(a, b []string, ctx int) [][]difflib.OpCode {
-	m := difflib.NewMatcher(a, b)
-	return m.GetGroupedOpCodes(ctx)
+	return groupOpCodes(opCodes(a, b), ctx)
+}
+
+// opCodes diffs a against b. difflib's matcher alone is slow on large
+// files and, on files of few distinct lines, its auto-junk heuristic
+// degrades the result to a near-total rewrite. So, as patience diff
+// does, the common prefix and suffix are set aside, lines that occur
+// exactly once in each side are matched (longest increasing run of their
+// positions) as anchors, and difflib's matcher only runs on the small
+// regions between anchors.
+func opCodes(a, b []string) []difflib.OpCode {
+	var out []difflib.OpCode
+	emit := func(tag byte, i1, i2, j1, j2 int) {
+		if i1 == i2 && j1 == j2 {
+			return
+		}
+		if n := len(out); n > 0 && out[n-1].Tag == tag && out[n-1].I2 == i1 && out[n-1].J2 == j1 {
+			out[n-1].I2, out[n-1].J2 = i2, j2
+			return
+		}
+		out = append(out, difflib.OpCode{Tag: tag, I1: i1, I2: i2, J1: j1, J2: j2})
+	}
+	region := func(i1, i2, j1, j2 int) {
+		switch {
+		case i1 == i2 && j1 == j2:
+		case i1 == i2:
+			emit('i', i1, i2, j1, j2)
+		case j1 == j2:
+			emit('d', i1, i2, j1, j2)
+		default:
+			m := difflib.NewMatcher(a[i1:i2], b[j1:j2])
+			for _, op := range m.GetOpCodes() {
+				emit(op.Tag, op.I1+i1, op.I2+i1, op.J1+j1, op.J2+j1)
+			}
+		}
+	}
+	p := 0
+	for p < len(a) && p < len(b) && a[p] == b[p] {
+		p++
+	}
+	s := 0
+	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
+		s++
+	}
+	emit('e', 0, p, 0, p)
+	ai, bj := p, p
+	for _, an := range uniqueAnchors(a[p:len(a)-s], b[p:len(b)-s]) {
+		i, j := an[0]+p, an[1]+p
+		region(ai, i, bj, j)
+		emit('e', i, i+1, j, j+1)
+		ai, bj = i+1, j+1
+	}
+	region(ai, len(a)-s, bj, len(b)-s)
+	emit('e', len(a)-s, len(a), len(b)-s, len(b))
+	return out
+}
+
+// uniqueAnchors returns pairs (i, j) with a[i] == b[j], each line unique
+// in a and in b, forming the longest chain increasing in both i and j.
+func uniqueAnchors(a, b []string) [][2]int {
+	type seen struct{ na, nb, i, j int }
+	m := make(map[string]*seen, len(a))
+	for i, l := range a {
+		e := m[l]
+		if e == nil {
+			e = &seen{}
+			m[l] = e
+		}
+		e.na++
+		e.i = i
+	}
+	for j, l := range b {
+		if e := m[l]; e != nil {
+			e.nb++
+			e.j = j
+		}
+	}
+	var pairs [][2]int // in increasing i
+	for i, l := range a {
+		if e := m[l]; e.na == 1 && e.nb == 1 {
+			pairs = append(pairs, [2]int{i, e.j})
+		}
+	}
+	// Longest increasing subsequence of j, by patience sorting.
+	tails := []int{} // index into pairs of the smallest tail of each length
+	prev := make([]int, len(pairs))
+	for k, pr := range pairs {
+		lo, hi := 0, len(tails)
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if pairs[tails[mid]][1] < pr[1] {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		if lo > 0 {
+			prev[k] = tails[lo-1]
+		} else {
+			prev[k] = -1
+		}
+		if lo == len(tails) {
+			tails = append(tails, k)
+		} else {
+			tails[lo] = k
+		}
+	}
+	if len(tails) == 0 {
+		return nil
+	}
+	out := make([][2]int, len(tails))
+	for k, n := tails[len(tails)-1], len(tails)-1; n >= 0; k, n = prev[k], n-1 {
+		out[n] = pairs[k]
+	}
+	return out
+}
+
+// groupOpCodes splits opcodes into hunks with n lines of context, as
+// difflib's GetGroupedOpCodes does.
+func groupOpCodes(codes []difflib.OpCode, n int) [][]difflib.OpCode {
+	if len(codes) == 0 {
+		return nil
+	}
+	codes = append([]difflib.OpCode(nil), codes...)
+	if c := codes[0]; c.Tag == 'e' {
+		codes[0] = difflib.OpCode{Tag: 'e', I1: max(c.I1, c.I2-n), I2: c.I2, J1: max(c.J1, c.J2-n), J2: c.J2}
+	}
+	if c := codes[len(codes)-1]; c.Tag == 'e' {
+		codes[len(codes)-1] = difflib.OpCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)}
+	}
+	var groups [][]difflib.OpCode
+	var group []difflib.OpCode
+	for _, c := range codes {
+		if c.Tag == 'e' && c.I2-c.I1 > 2*n {
+			group = append(group, difflib.OpCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)})
+			groups = append(groups, group)
+			group = nil
+			c.I1, c.J1 = max(c.I1, c.I2-n), max(c.J1, c.J2-n)
+		}
+		group = append(group, c)
+	}
+	if len(group) > 0 && !(len(group) == 1 && group[0].Tag == 'e') {
+		groups = append(groups, group)
+	}
+	return groups
 }

@@ -180,3 +180,56 @@ func TestDiffFormat(t *testing.T) {
 		t.Error("diff mentions .pulse")
 	}
 }
+
+// TestOpCodesRebuild checks the anchored diff on random inputs: replaying
+// its opcodes on a must give b, equal ranges must really be equal, and
+// the hunks must keep every change.
+func TestOpCodesRebuild(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for round := 0; round < 300; round++ {
+		a := strings.SplitAfter(genText(r, r.Intn(400), r.Intn(2) == 0), "\n")
+		b := strings.SplitAfter(mutate(r, strings.Join(a, ""), r.Intn(30)), "\n")
+		if len(a) > 0 && a[len(a)-1] == "" {
+			a = a[:len(a)-1]
+		}
+		if len(b) > 0 && b[len(b)-1] == "" {
+			b = b[:len(b)-1]
+		}
+		var got []string
+		i, j := 0, 0
+		for _, op := range opCodes(a, b) {
+			if op.I1 != i || op.J1 != j {
+				t.Fatalf("round %d: opcodes not contiguous at %+v", round, op)
+			}
+			if op.Tag == 'e' {
+				for k := 0; k < op.I2-op.I1; k++ {
+					if a[op.I1+k] != b[op.J1+k] {
+						t.Fatalf("round %d: equal op %+v over different lines", round, op)
+					}
+				}
+			}
+			got = append(got, b[op.J1:op.J2]...)
+			i, j = op.I2, op.J2
+		}
+		if i != len(a) || j != len(b) || strings.Join(got, "") != strings.Join(b, "") {
+			t.Fatalf("round %d: opcodes do not rebuild b", round)
+		}
+		changed := 0
+		for _, g := range groupedOpCodes(a, b, 3) {
+			for _, op := range g {
+				if op.Tag != 'e' {
+					changed += op.I2 - op.I1 + op.J2 - op.J1
+				}
+			}
+		}
+		all := 0
+		for _, op := range opCodes(a, b) {
+			if op.Tag != 'e' {
+				all += op.I2 - op.I1 + op.J2 - op.J1
+			}
+		}
+		if changed != all {
+			t.Fatalf("round %d: hunks hold %d changed lines of %d", round, changed, all)
+		}
+	}
+}
