@@ -20,7 +20,8 @@ type matcher struct {
 	outPat  []int32    // that pattern's index
 	minLen  int
 	maxLen  int
-	skip    []uint8 // nil when minLen < skipBlock
+	skip    []uint8 // nil when minLen < 3
+	block   int     // bytes hashed by the skip filter: 4, or 3 when minLen is 3
 }
 
 const (
@@ -29,6 +30,12 @@ const (
 )
 
 func skipHash(x uint32) uint32 { return (x * 0x9E3779B1) >> (32 - skipBits) }
+
+// load3 reads the 3-byte block at t[i:i+3] as skipHash wants it.
+func load3(t []byte, i int) uint32 {
+	_ = t[i+2]
+	return uint32(t[i]) | uint32(t[i+1])<<8 | uint32(t[i+2])<<16
+}
 
 // newMatcher builds a matcher for patterns, which must be non-empty and
 // distinct. An empty pattern list gives a matcher that never matches.
@@ -129,9 +136,16 @@ func newMatcher(patterns [][]byte) *matcher {
 		}
 	}
 
-	if m.minLen >= skipBlock {
+	// With 3-byte patterns (the detector triggers) the filter can only
+	// step one byte at a time, but a hash probe per byte is still several
+	// times cheaper than a DFA step, whose next state depends on the last.
+	m.block = skipBlock
+	if m.minLen == 3 {
+		m.block = 3
+	}
+	if m.minLen >= 3 {
 		m.skip = make([]uint8, 1<<skipBits)
-		def := m.minLen - skipBlock + 1
+		def := m.minLen - m.block + 1
 		if def > 255 {
 			def = 255
 		}
@@ -142,8 +156,13 @@ func newMatcher(patterns [][]byte) *matcher {
 		// block is hashed. A block that ends q bytes into some pattern
 		// means that pattern may start minLen-q bytes earlier.
 		for _, p := range patterns {
-			for q := skipBlock; q <= m.minLen; q++ {
-				h := skipHash(binary.LittleEndian.Uint32(p[q-skipBlock : q]))
+			for q := m.block; q <= m.minLen; q++ {
+				var h uint32
+				if m.block == 3 {
+					h = skipHash(load3(p, q-3))
+				} else {
+					h = skipHash(binary.LittleEndian.Uint32(p[q-4 : q]))
+				}
 				if sh := m.minLen - q; sh < int(m.skip[h]) {
 					m.skip[h] = uint8(sh)
 				}
@@ -165,12 +184,18 @@ func (m *matcher) next(t []byte, from int) (start, end, pat int) {
 	for {
 		if m.skip != nil {
 			p := i
-			for p+m.minLen <= n {
-				sh := m.skip[skipHash(binary.LittleEndian.Uint32(t[p+m.minLen-skipBlock:]))]
-				if sh == 0 {
-					break
+			if m.block == 3 {
+				for p+3 <= n && m.skip[skipHash(load3(t, p))] != 0 {
+					p++
 				}
-				p += int(sh)
+			} else {
+				for p+m.minLen <= n {
+					sh := m.skip[skipHash(binary.LittleEndian.Uint32(t[p+m.minLen-4:]))]
+					if sh == 0 {
+						break
+					}
+					p += int(sh)
+				}
 			}
 			if p+m.minLen > n {
 				return -1, -1, -1

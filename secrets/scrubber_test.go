@@ -338,3 +338,45 @@ func TestWriterErrorIsSticky(t *testing.T) {
 		t.Fatal("Close did not report the earlier error")
 	}
 }
+
+// TestMatcherAgainstNaive drives the automaton directly with patterns of
+// every length from 1 byte, so each filter mode (none, 3-byte, 4-byte
+// blocks) and the plain DFA are checked against the specification.
+func TestMatcherAgainstNaive(t *testing.T) {
+	r := rand.New(rand.NewSource(9))
+	for iter := 0; iter < 2000; iter++ {
+		minLen := 1 + r.Intn(6)
+		seen := map[string]bool{}
+		var pats [][]byte
+		var strs []string
+		for k := 1 + r.Intn(8); k > 0; k-- {
+			p := randString(r, "abc", minLen+r.Intn(5))
+			if !seen[p] {
+				seen[p] = true
+				pats = append(pats, []byte(p))
+				strs = append(strs, p)
+			}
+		}
+		m := newMatcher(pats)
+		text := randString(r, "abcd", r.Intn(120))
+		var b strings.Builder
+		pos := 0
+		for {
+			s, e, p := m.next([]byte(text), pos)
+			if s < 0 {
+				break
+			}
+			if text[s:e] != strs[p] {
+				t.Fatalf("match %d..%d %q reported as pattern %q", s, e, text[s:e], strs[p])
+			}
+			b.WriteString(text[pos:s])
+			b.WriteString("<" + text[s:e] + ">")
+			pos = e
+		}
+		b.WriteString(text[pos:])
+		want := naiveRedact(text, strs, func(p string) string { return "<" + p + ">" })
+		if b.String() != want {
+			t.Fatalf("patterns %q text %q:\n got %q\nwant %q", strs, text, b.String(), want)
+		}
+	}
+}
