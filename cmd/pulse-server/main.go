@@ -1,0 +1,404 @@
+// Command pulse-server runs commands for remote Pulse clients over an
+// authenticated WebSocket protocol (internal/server/PROTOCOL.md), with an
+// embedded executor (Docker, Linux namespaces, or — only when asked — the
+// bare host) or as a relay that pulse-workers attach to over gRPC.
+//
+// Configuration comes from the environment variables of the Python server
+// it replaces (PULSE_REMOTE_TOKEN, PULSE_REMOTE_HOST, PULSE_REMOTE_PORT,
+// PULSE_REMOTE_WORKSPACE_ROOT, PULSE_REMOTE_DB, PULSE_REMOTE_MAX_CONCURRENCY,
+// PULSE_REMOTE_RETENTION_HOURS, PULSE_TLS_CERT/KEY/CA) and flags of the same
+// meaning. SIGINT and SIGTERM drain it: no new submissions, running ones
+// get a grace period, then are cancelled and recorded.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	// The namespace backend re-executes this binary as its sandbox init.
+	namespace.Init()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil)
+	stop()
+	os.Exit(code)
+}
+
+type config struct {
+	host, port           string
+	workspaceRoot, db    string
+	maxConcurrency       int
+	retentionHours       int
+	development          bool
+	executor             string
+	backendName          string
+	unsafeHost           bool
+	workerListen         string
+	workerTokens         string
+	drain                time.Duration
+	logLevel             string
+	tlsCert, tlsKey, tca string
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+func envInt(getenv func(string) string, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q is not an integer", name, v)
+	}
+	return n, nil
+}
+
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// run is main without the process: onListen, when set, learns the bound
+// addresses (tests listen on port 0).
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, onListen func(api, workers string)) int {
+	fs := flag.NewFlagSet("pulse-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	maxConc, err := envInt(getenv, "PULSE_REMOTE_MAX_CONCURRENCY", server.DefaultMaxConcurrent)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
+		return exitUsage
+	}
+	retention, err := envInt(getenv, "PULSE_REMOTE_RETENTION_HOURS", 24)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
+		return exitUsage
+	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.StringVar(&c.host, "host", envOr(getenv, "PULSE_REMOTE_HOST", "127.0.0.1"), "bind host (PULSE_REMOTE_HOST)")
+	fs.StringVar(&c.port, "port", envOr(getenv, "PULSE_REMOTE_PORT", "8080"), "bind port (PULSE_REMOTE_PORT)")
+	fs.StringVar(&c.workspaceRoot, "workspace-root", envOr(getenv, "PULSE_REMOTE_WORKSPACE_ROOT", ".pulse/remote-workspaces"), "tenant workspace root (PULSE_REMOTE_WORKSPACE_ROOT)")
+	fs.StringVar(&c.db, "database", envOr(getenv, "PULSE_REMOTE_DB", ".pulse/remote-executions.sqlite3"), "durable execution database (PULSE_REMOTE_DB)")
+	fs.IntVar(&c.maxConcurrency, "max-concurrency", maxConc, "maximum active executions, 1-128 (PULSE_REMOTE_MAX_CONCURRENCY)")
+	fs.IntVar(&c.retentionHours, "retention-hours", retention, "retention of terminal execution records, 1-8760 hours (PULSE_REMOTE_RETENTION_HOURS)")
+	fs.BoolVar(&c.development, "development", false, "allow short development tokens and relative paths; loopback only")
+	fs.StringVar(&c.executor, "executor", envOr(getenv, "PULSE_SERVER_EXECUTOR", "local"), "local (embedded backend) or relay (pulse-workers over gRPC)")
+	fs.StringVar(&c.backendName, "backend", envOr(getenv, "PULSE_SERVER_BACKEND", "auto"), "local backend: auto, docker, namespace or host")
+	fs.BoolVar(&c.unsafeHost, "unsafe-host", false, "allow the host backend: commands run unisolated on this machine")
+	fs.StringVar(&c.workerListen, "worker-listen", getenv("PULSE_WORKER_LISTEN"), "gRPC address pulse-workers attach to (relay executor)")
+	fs.StringVar(&c.workerTokens, "worker-token", "", "worker bearer tokens, comma-separated (default PULSE_WORKER_TOKEN)")
+	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long running executions may finish at shutdown")
+	fs.StringVar(&c.logLevel, "log-level", envOr(getenv, "PULSE_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "pulse-server %s\n", version)
+		return exitOK
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pulse-server: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if c.workerTokens == "" {
+		c.workerTokens = getenv("PULSE_WORKER_TOKEN")
+	}
+	c.tlsCert, c.tlsKey, c.tca = getenv("PULSE_TLS_CERT"), getenv("PULSE_TLS_KEY"), getenv("PULSE_TLS_CA")
+	if msg := c.check(); msg != "" {
+		fmt.Fprintf(stderr, "pulse-server: %s\n", msg)
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "pulse-server: --log-level: %v\n", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(ctx, &c, getenv, log, onListen); err != nil {
+		log.Error("pulse-server failed", "err", err)
+		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// check applies the Python server's start-up rules; it returns a usage
+// message, or "".
+func (c *config) check() string {
+	if c.development && !isLoopback(c.host) {
+		return "--development is restricted to a loopback host"
+	}
+	if !c.development && (!filepath.IsAbs(c.workspaceRoot) || !filepath.IsAbs(c.db)) {
+		return "production remote paths must be absolute; set PULSE_REMOTE_WORKSPACE_ROOT and PULSE_REMOTE_DB"
+	}
+	fileOK := func(v string) bool {
+		info, err := os.Stat(v)
+		return v != "" && filepath.IsAbs(v) && err == nil && info.Mode().IsRegular()
+	}
+	tlsVars := [][2]string{{"PULSE_TLS_CERT", c.tlsCert}, {"PULSE_TLS_KEY", c.tlsKey}, {"PULSE_TLS_CA", c.tca}}
+	for _, v := range tlsVars {
+		// Off loopback, mutual TLS is mandatory, as it was for the Python
+		// server; on loopback TLS is optional but must be whole.
+		required := !isLoopback(c.host) || (v[0] != "PULSE_TLS_CA" && (c.tlsCert != "" || c.tlsKey != "")) || v[1] != ""
+		if required && !fileOK(v[1]) {
+			return v[0] + " must reference an existing absolute file for a non-loopback server"
+		}
+	}
+	if c.maxConcurrency < 1 || c.maxConcurrency > server.MaxConcurrentLimit {
+		return "--max-concurrency must be between 1 and 128"
+	}
+	if c.retentionHours < 1 || c.retentionHours > 8760 {
+		return "--retention-hours must be between 1 and 8760"
+	}
+	switch c.executor {
+	case "local":
+		if c.workerListen != "" {
+			return "--worker-listen needs --executor relay"
+		}
+	case "relay":
+		if c.workerListen == "" {
+			return "--executor relay needs --worker-listen (PULSE_WORKER_LISTEN)"
+		}
+		if len(server.ParseTokens(c.workerTokens)) == 0 {
+			return "--executor relay needs worker tokens (PULSE_WORKER_TOKEN)"
+		}
+		if host, _, err := net.SplitHostPort(c.workerListen); err != nil {
+			return "--worker-listen: " + err.Error()
+		} else if !isLoopback(host) && (c.tlsCert == "" || c.tlsKey == "") {
+			return "a non-loopback --worker-listen needs PULSE_TLS_CERT and PULSE_TLS_KEY"
+		}
+	default:
+		return "--executor must be local or relay"
+	}
+	switch c.backendName {
+	case "auto", "docker", "namespace":
+	case "host":
+		if !c.unsafeHost {
+			return "--backend host needs --unsafe-host: commands would run unisolated on this machine"
+		}
+	default:
+		return "--backend must be auto, docker, namespace or host"
+	}
+	return ""
+}
+
+// tlsConfig builds the listener TLS: server certificate, and client
+// certificates required and verified against the CA when one is given.
+func (c *config) tlsConfig() (*tls.Config, error) {
+	if c.tlsCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.tca != "" {
+		pem, err := os.ReadFile(c.tca)
+		if err != nil {
+			return nil, fmt.Errorf("read TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TLS CA %s holds no certificate", c.tca)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// localBackend picks the embedded backend as the facade does: Docker,
+// then namespaces, then the host only when explicitly allowed.
+func localBackend(ctx context.Context, c *config, log *slog.Logger) (backend.Backend, error) {
+	type cand struct {
+		name string
+		make func() (backend.Backend, error)
+	}
+	all := []cand{
+		{"docker", func() (backend.Backend, error) { return docker.New(docker.WithLogger(log)) }},
+		{"namespace", func() (backend.Backend, error) { return namespace.New(namespace.WithLogger(log)) }},
+		{"host", func() (backend.Backend, error) { return host.New(host.WithLogger(log)) }},
+	}
+	var why []string
+	for _, cd := range all {
+		if c.backendName != "auto" && c.backendName != cd.name {
+			continue
+		}
+		if cd.name == "host" && !c.unsafeHost {
+			why = append(why, "host: not allowed without --unsafe-host")
+			continue
+		}
+		b, err := cd.make()
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = b.Probe(pctx)
+			cancel()
+			if err == nil {
+				return b, nil
+			}
+			b.Close()
+		}
+		why = append(why, cd.name+": "+err.Error())
+	}
+	return nil, fmt.Errorf("no local backend available:\n  %s", strings.Join(why, "\n  "))
+}
+
+func serve(ctx context.Context, c *config, getenv func(string) string, log *slog.Logger, onListen func(api, workers string)) error {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, c.db)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var exec server.Executor
+	var relay *server.Relay
+	opts := []server.Option{
+		server.WithTokens(server.ParseTokens(getenv("PULSE_REMOTE_TOKEN"))...),
+		server.WithProduction(!c.development),
+		server.WithMaxConcurrent(c.maxConcurrency),
+		server.WithWorkspaceRoot(c.workspaceRoot),
+		server.WithRetention(time.Duration(c.retentionHours) * time.Hour),
+		server.WithLogger(log),
+	}
+	switch c.executor {
+	case "relay":
+		relay, err = server.NewRelay(server.ParseTokens(c.workerTokens), server.WithRelayLogger(log))
+		if err != nil {
+			return err
+		}
+		exec = relay
+		opts = append(opts, server.WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.DenyAllSecrets()))
+	default:
+		b, err := localBackend(ctx, c, log)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if b.Name() == host.Name {
+			log.Warn("UNSAFE_HOST: commands run unisolated on this machine, with its network")
+			// The host cannot deny the network; the operator chose that.
+			opts = append(opts, server.WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.DenyAllSecrets()))
+		}
+		exec = server.NewLocal(b, 0, log)
+	}
+	srv, err := server.New(ctx, exec, st, opts...)
+	if err != nil {
+		return err
+	}
+
+	lis, err := net.Listen("tcp", net.JoinHostPort(c.host, c.port))
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	scheme := "ws"
+	if tlsCfg != nil {
+		hs.TLSConfig = tlsCfg
+		lis = tls.NewListener(lis, tlsCfg)
+		scheme = "wss"
+	} else {
+		log.Warn("starting in insecure loopback mode without TLS")
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(lis) }()
+
+	var gs *grpc.Server
+	workerAddr := ""
+	if relay != nil {
+		wl, err := net.Listen("tcp", c.workerListen)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		gopts := []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+		if tlsCfg != nil {
+			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		gs = grpc.NewServer(gopts...)
+		relay.Register(gs)
+		workerAddr = wl.Addr().String()
+		go func() { errc <- gs.Serve(wl) }()
+		log.Info("worker relay listening", "addr", workerAddr)
+	}
+	log.Info("pulse-server listening", "url", fmt.Sprintf("%s://%s", scheme, lis.Addr()), "executor", exec.Name(), "version", version)
+	if onListen != nil {
+		onListen(lis.Addr().String(), workerAddr)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case serveErr = <-errc:
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), c.drain)
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		log.Warn("drain timed out; running executions were cancelled", "err", err)
+	}
+	sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	hs.Shutdown(sctx)
+	if gs != nil {
+		gs.Stop()
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestUsageErrors(t *testing.T) {
+	abs := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"relative paths in production", nil, nil, "must be absolute"},
+		{"development off loopback", []string{"--development", "--host", "0.0.0.0"}, nil, "loopback"},
+		{"non-loopback without mTLS", []string{"--host", "0.0.0.0", "--workspace-root", abs, "--database", abs + "/db"}, nil, "PULSE_TLS_CERT"},
+		{"concurrency", []string{"--development", "--max-concurrency", "129"}, nil, "between 1 and 128"},
+		{"concurrency env", []string{"--development"}, map[string]string{"PULSE_REMOTE_MAX_CONCURRENCY": "x"}, "not an integer"},
+		{"retention", []string{"--development", "--retention-hours", "0"}, nil, "between 1 and 8760"},
+		{"host without opt-in", []string{"--development", "--backend", "host"}, nil, "--unsafe-host"},
+		{"relay without listener", []string{"--development", "--executor", "relay"}, nil, "--worker-listen"},
+		{"relay without tokens", []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0"}, nil, "worker tokens"},
+		{"listener without relay", []string{"--development", "--worker-listen", "127.0.0.1:0"}, nil, "--executor relay"},
+		{"stray argument", []string{"--development", "extra"}, nil, "unexpected"},
+	}
+	for _, tc := range cases {
+		var stderr bytes.Buffer
+		code := run(context.Background(), tc.args, env(tc.env), &bytes.Buffer{}, &stderr, nil)
+		if code != exitUsage || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: code %d, stderr %q; want usage error with %q", tc.name, code, stderr.String(), tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, env(nil), &out, &bytes.Buffer{}, nil); code != exitOK || !strings.HasPrefix(out.String(), "pulse-server ") {
+		t.Errorf("--version: %d %q", code, out.String())
+	}
+}
+
+type started struct {
+	api, workers string
+	code         chan int
+	cancel       context.CancelFunc
+}
+
+func start(t *testing.T, args []string, vars map[string]string) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &started{code: make(chan int, 1), cancel: cancel}
+	ready := make(chan struct{})
+	var once sync.Once
+	var stderr lockedBuffer
+	go func() {
+		s.code <- run(ctx, args, env(vars), &bytes.Buffer{}, &stderr, func(api, workers string) {
+			s.api, s.workers = api, workers
+			once.Do(func() { close(ready) })
+		})
+	}()
+	select {
+	case <-ready:
+	case code := <-s.code:
+		t.Fatalf("server exited %d: %s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.code:
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	return s
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// roundTrip submits echo over the WebSocket API and returns the result's
+// stdout.
+func roundTrip(t *testing.T, url, token string, client *http.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	defer c.CloseNow()
+	msg, _ := json.Marshal(map[string]any{"action": "submit", "payload": map[string]any{
+		"execution_id": "cli-1", "command": "echo from-main", "request_id": "q1"}})
+	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Type    string         `json:"type"`
+			Payload map[string]any `json:"payload"`
+		}
+		json.Unmarshal(data, &f)
+		if f.Type == "error" {
+			t.Fatalf("error: %s", data)
+		}
+		if f.Type == "result" {
+			s, _ := f.Payload["stdout"].(string)
+			return s
+		}
+	}
+}
+
+func TestServesWithUnsafeHost(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, []string{"--development", "--backend", "host", "--unsafe-host", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"})
+	resp, err := http.Get("http://" + s.api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("readyz = %d", resp.StatusCode)
+	}
+	if out := roundTrip(t, "ws://"+s.api, "dev-token", nil); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	s.cancel()
+	if code := <-s.code; code != exitOK {
+		t.Fatalf("exit code %d after SIGTERM-equivalent", code)
+	}
+	s.code <- exitOK // for the cleanup
+}
+
+func TestProductionRefusesWeakToken(t *testing.T) {
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--backend", "host", "--unsafe-host", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db")},
+		env(map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"}), &bytes.Buffer{}, &stderr, nil)
+	if code != exitFailure || !strings.Contains(stderr.String(), "insecure token") {
+		t.Fatalf("code %d, stderr %s", code, stderr.String())
+	}
+}
+
+// pki writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all signed by the CA.
+func pki(t *testing.T, dir string) (caFile, certFile, keyFile string, client tls.Certificate, pool *x509.CertPool) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pulse test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
+		k := newKey()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "pulse"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, k
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srvDER, srvKey := issue(2, x509.ExtKeyUsageServerAuth)
+	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	cliDER, cliKey := issue(3, x509.ExtKeyUsageClientAuth)
+	pool = x509.NewCertPool()
+	pool.AddCert(caCert)
+	client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER),
+		write("server.key", "EC PRIVATE KEY", srvKeyDER), client, pool
+}
+
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key, clientCert, pool := pki(t, dir)
+	s := start(t, []string{"--development", "--backend", "host", "--unsafe-host", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_TLS_CERT": cert, "PULSE_TLS_KEY": key, "PULSE_TLS_CA": ca})
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}}}
+	if out := roundTrip(t, "wss://"+s.api, "dev-token", withCert); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	without := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, _, err := websocket.Dial(ctx, "wss://"+s.api, &websocket.DialOptions{HTTPClient: without,
+		HTTPHeader: http.Header{"Authorization": {"Bearer dev-token"}}}); err == nil {
+		c.CloseNow()
+		t.Fatal("a client without a certificate was accepted")
+	}
+	if resp, err := http.Get("http://" + s.api + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plaintext accepted on a TLS listener")
+		}
+	}
+}
+
+func TestRelayModeListensForWorkers(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_WORKER_TOKEN": "worker-token"})
+	if s.workers == "" {
+		t.Fatal("no worker listener")
+	}
+	conn, err := net.DialTimeout("tcp", s.workers, 5*time.Second)
+	if err != nil {
+		t.Fatalf("worker listener: %v", err)
+	}
+	conn.Close()
+	resp, err := http.Get("http://" + s.api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(b.String(), "pulse_server_workers 0") {
+		t.Fatalf("metrics:\n%s", b.String())
+	}
+}
