@@ -35,8 +35,36 @@ type testServer struct {
 	srv    *server.Server
 	st     *store.Store
 	hs     *http.Server
-	ln     net.Listener
+	ln     *trackingListener
 	closed bool
+}
+
+// trackingListener remembers the connections it accepted, so that a
+// simulated crash can drop them: http.Server.Close leaves hijacked
+// (WebSocket) connections open.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *trackingListener) dropAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.conns = nil
 }
 
 func hostExecutor(t testing.TB) server.Executor {
@@ -86,12 +114,12 @@ func (ts *testServer) start(t testing.TB, ln net.Listener, extra ...server.Optio
 		st.Close()
 		t.Fatal(err)
 	}
-	ts.srv, ts.st, ts.ln = srv, st, ln
+	ts.srv, ts.st, ts.ln = srv, st, &trackingListener{Listener: ln}
 	ts.addr = ln.Addr().String()
 	ts.url = "ws://" + ts.addr + "/"
 	ts.hs = &http.Server{Handler: srv.Handler()}
 	ts.closed = false
-	go ts.hs.Serve(ln)
+	go ts.hs.Serve(ts.ln)
 }
 
 // stop shuts the server down in order, as pulse-server does on SIGTERM.
@@ -104,6 +132,7 @@ func (ts *testServer) stop() {
 	defer cancel()
 	ts.srv.Shutdown(ctx)
 	ts.hs.Close()
+	ts.ln.dropAll()
 	ts.st.Close()
 }
 
@@ -113,6 +142,7 @@ func (ts *testServer) stop() {
 func (ts *testServer) crash() *server.Server {
 	ts.closed = true
 	ts.hs.Close()
+	ts.ln.dropAll()
 	ts.st.Close()
 	return ts.srv
 }
@@ -196,19 +226,20 @@ type cutProxy struct {
 	ln       net.Listener
 	target   string
 	cutAfter int64
+	upstream bool // cut the client-to-server direction instead
 	mu       sync.Mutex
 	cuts     int // connections still to cut
 	cutDone  int
 	conns    []net.Conn
 }
 
-func newCutProxy(t testing.TB, target string, cutAfter int64, cuts int) *cutProxy {
+func newCutProxy(t testing.TB, target string, cutAfter int64) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, cutAfter: cutAfter, cuts: cuts}
+	p := &cutProxy{ln: ln, target: target, cutAfter: cutAfter}
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
@@ -239,22 +270,35 @@ func (p *cutProxy) handle(c net.Conn) {
 	}
 	p.conns = append(p.conns, c, s)
 	p.mu.Unlock()
+	up, down := io.Writer(s), io.Writer(c)
+	if cut && p.upstream {
+		up = &cutWriter{w: s, left: p.cutAfter}
+	} else if cut {
+		down = &cutWriter{w: c, left: p.cutAfter}
+	}
 	go func() {
-		io.Copy(s, c)
+		p.copy(up, c)
+		c.Close()
 		s.Close()
 	}()
-	var w io.Writer = c
-	if cut {
-		w = &cutWriter{w: c, left: p.cutAfter}
-	}
-	_, err = io.Copy(w, s)
-	if errors.Is(err, errCut) {
+	p.copy(down, s)
+	c.Close()
+	s.Close()
+}
+
+func (p *cutProxy) copy(w io.Writer, r io.Reader) {
+	if _, err := io.Copy(w, r); errors.Is(err, errCut) {
 		p.mu.Lock()
 		p.cutDone++
 		p.mu.Unlock()
 	}
-	c.Close()
-	s.Close()
+}
+
+// setCuts arms the proxy to cut the next n connections.
+func (p *cutProxy) setCuts(n int) {
+	p.mu.Lock()
+	p.cuts = n
+	p.mu.Unlock()
 }
 
 // cutCount is how many connections were cut mid-stream.
@@ -291,3 +335,8 @@ func (c *cutWriter) Write(p []byte) (int, error) {
 	c.left -= int64(len(p))
 	return c.w.Write(p)
 }
+
+var (
+	allowAll    = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+	denySecrets = secrets.DenyAllSecrets()
+)
