@@ -65,12 +65,17 @@ func (t *Tx) Diff() (string, error) {
 	return b.String(), nil
 }
 
+// oldSide reads the workspace entry at rel for the diff (no hashing: the
+// diff shows what is there, the commit checks it).
 func (f *FS) oldSide(rel string) (side, error) {
-	s, err := f.ws.snap(rel, nil)
-	if err != nil {
-		return side{}, err
+	fi, err := f.ws.root.Lstat(rel)
+	if isNotExist(err) {
+		return side{}, nil
 	}
-	switch s.Type {
+	if err != nil {
+		return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+	}
+	switch s := statSnap(fi); s.Type {
 	case typeFile:
 		data, err := f.ws.root.ReadFile(rel)
 		if err != nil {
@@ -78,7 +83,11 @@ func (f *FS) oldSide(rel string) (side, error) {
 		}
 		return side{typ: typeFile, mode: s.Mode, data: data}, nil
 	case typeSymlink:
-		return side{typ: typeSymlink, data: []byte(s.Target)}, nil
+		t, err := f.ws.root.Readlink(rel)
+		if err != nil {
+			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+		}
+		return side{typ: typeSymlink, data: []byte(t)}, nil
 	}
 	return side{}, nil
 }
@@ -285,6 +294,10 @@ func opCodes(a, b []string) []difflib.OpCode {
 			emit('i', i1, i2, j1, j2)
 		case j1 == j2:
 			emit('d', i1, i2, j1, j2)
+		case (i2-i1)*(j2-j1) <= 64 && disjoint(a[i1:i2], b[j1:j2]):
+			// The usual region between anchors: a line or two replaced.
+			// Nothing to match, so skip building a matcher.
+			emit('r', i1, i2, j1, j2)
 		default:
 			m := difflib.NewMatcher(a[i1:i2], b[j1:j2])
 			for _, op := range m.GetOpCodes() {
@@ -311,6 +324,17 @@ func opCodes(a, b []string) []difflib.OpCode {
 	region(ai, len(a)-s, bj, len(b)-s)
 	emit('e', len(a)-s, len(a), len(b)-s, len(b))
 	return out
+}
+
+func disjoint(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // uniqueAnchors returns pairs (i, j) with a[i] == b[j], each line unique
