@@ -16,6 +16,7 @@
 //   - Verify reports the first modified, deleted, inserted, reordered or
 //     torn line by file, line and seq, and never panics on bad input.
 //     Removing whole lines from the end cannot be seen from the file alone:
-//     keep Report.LastSeq/LastHash somewhere else to check against.
+//     keep Report.LastSeq/LastHash somewhere else and pass them back with
+//     ExpectAnchor.
 //   - Files are created with mode 0600.
 package audit

@@ -60,8 +60,16 @@ func (e *VerifyError) Unwrap() error { return e.Err }
 // and each hash is SHA-256 of the previous hash and the line's bytes before
 // its hash member. It returns the Report and, when the chain is broken, a
 // *VerifyError naming the file, line and seq. It never panics on bad input.
-func Verify(path string) (Report, error) {
+//
+// A hash chain cannot show lines removed from its end. ExpectAnchor checks
+// against a seq and hash kept from an earlier Verify, somewhere the writer
+// of the log cannot reach.
+func Verify(path string, opts ...VerifyOption) (Report, error) {
 	var rep Report
+	var vo verifyOptions
+	for _, o := range opts {
+		o(&vo)
+	}
 	files, err := rotatedFiles(path)
 	if err != nil {
 		return rep, err
@@ -72,13 +80,45 @@ func Verify(path string) (Report, error) {
 		return rep, fmt.Errorf("audit: %w", err)
 	}
 	rep.Files = files
-	v := verifier{rep: &rep, prev: GenesisHash}
+	v := verifier{rep: &rep, prev: GenesisHash, vo: vo}
 	for _, f := range files {
 		if err := v.file(f); err != nil {
 			return rep, err
 		}
 	}
-	return rep, nil
+	return rep, v.checkAnchor(files[len(files)-1])
+}
+
+// VerifyOption adds a check to Verify.
+type VerifyOption func(*verifyOptions)
+
+type verifyOptions struct {
+	anchorSeq  uint64
+	anchorHash string
+}
+
+// ExpectAnchor makes Verify fail unless the log holds event seq with
+// exactly this hash: a log cut back before seq, or rewritten from an
+// earlier point on, no longer does.
+func ExpectAnchor(seq uint64, hash string) VerifyOption {
+	return func(o *verifyOptions) { o.anchorSeq, o.anchorHash = seq, hash }
+}
+
+func (v *verifier) checkAnchor(lastFile string) error {
+	if v.vo.anchorSeq == 0 {
+		return nil
+	}
+	if v.rep.LastSeq < v.vo.anchorSeq {
+		v.rep.BadSeq = v.rep.LastSeq + 1
+		return &VerifyError{File: lastFile, Line: v.lines, Seq: v.rep.LastSeq + 1, Err: ErrTampered,
+			Msg: fmt.Sprintf("log ends at seq %d but seq %d was recorded before: events were removed from the end", v.rep.LastSeq, v.vo.anchorSeq)}
+	}
+	if v.anchorSeen != v.vo.anchorHash {
+		v.rep.BadSeq = v.vo.anchorSeq
+		return &VerifyError{File: v.anchorFile, Line: v.anchorLine, Seq: v.vo.anchorSeq, Err: ErrTampered,
+			Msg: fmt.Sprintf("seq %d has hash %s, the anchor says %s: the log was rewritten", v.vo.anchorSeq, v.anchorSeen, v.vo.anchorHash)}
+	}
+	return nil
 }
 
 // VerifyReader checks one stream as a whole log (seq from 1). name is used
@@ -90,9 +130,14 @@ func VerifyReader(r io.Reader, name string) (Report, error) {
 }
 
 type verifier struct {
-	rep  *Report
-	prev string
-	seq  uint64
+	rep        *Report
+	prev       string
+	seq        uint64
+	vo         verifyOptions
+	anchorSeen string // hash of seq vo.anchorSeq, once read
+	anchorFile string // where it was read
+	anchorLine int
+	lines      int // lines read in the current file
 }
 
 func (v *verifier) file(path string) error {
@@ -155,6 +200,10 @@ func (v *verifier) stream(r io.Reader, name string) error {
 		v.rep.Events++
 		v.rep.LastSeq, v.rep.LastHash = e.Seq, e.Hash
 		v.seq, v.prev = e.Seq, e.Hash
+		v.lines = lineNo
+		if e.Seq == v.vo.anchorSeq {
+			v.anchorSeen, v.anchorFile, v.anchorLine = e.Hash, name, lineNo
+		}
 	}
 }
 

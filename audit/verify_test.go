@@ -273,3 +273,37 @@ func TestTwoProcessesAppend(t *testing.T) {
 		t.Fatalf("events per process: %v", sessions)
 	}
 }
+
+func TestVerifyAnchorCatchesTailTruncation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	writeEvents(t, path, 6)
+	rep, err := Verify(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor := ExpectAnchor(rep.LastSeq, rep.LastHash)
+	if _, err := Verify(path, anchor); err != nil {
+		t.Fatalf("intact log fails its own anchor: %v", err)
+	}
+	writeEvents(t, path, 2) // growing past the anchor is fine
+	if _, err := Verify(path, anchor); err != nil {
+		t.Fatalf("grown log fails the anchor: %v", err)
+	}
+	// Cut the last four lines: the chain alone still verifies...
+	lines := readLines(t, path)
+	writeLines(t, path, lines[:4])
+	if _, err := Verify(path); err != nil {
+		t.Fatalf("truncated chain: %v", err)
+	}
+	// ...but not against the anchor.
+	rep, err = Verify(path, anchor)
+	if !errors.Is(err, ErrTampered) || rep.BadSeq != 5 || !strings.Contains(err.Error(), "removed from the end") {
+		t.Fatalf("err %v, report %+v", err, rep)
+	}
+	// A rewritten log with a fresh chain of the same length fails too.
+	os.Remove(path)
+	writeEvents(t, path, 6)
+	if _, err := Verify(path, anchor); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "rewritten") {
+		t.Fatalf("rewritten log: %v", err)
+	}
+}

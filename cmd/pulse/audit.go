@@ -19,12 +19,12 @@ import (
 func init() {
 	register(command{
 		name:    "audit",
-		summary: "check or read the audit log (audit verify FILE | audit tail FILE [-f] [-n N])",
+		summary: "check or read the audit log (audit verify FILE [-anchor SEQ:HASH] | audit tail FILE [-f] [-n N])",
 		run:     runAudit,
 	})
 }
 
-const auditUsage = "usage: pulse audit verify FILE | pulse audit tail FILE [-f] [-n N]"
+const auditUsage = "usage: pulse audit verify FILE [-anchor SEQ:HASH] | pulse audit tail FILE [-f] [-n N]"
 
 // tailPoll is how often `audit tail -f` looks for new lines.
 var tailPoll = 250 * time.Millisecond
@@ -43,7 +43,10 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	fset := flag.NewFlagSet("audit "+sub, flag.ContinueOnError)
 	fset.SetOutput(env.stderr)
-	follow, lines := new(bool), new(int)
+	follow, lines, anchor := new(bool), new(int), new(string)
+	if sub == "verify" {
+		fset.StringVar(anchor, "anchor", "", "SEQ:HASH printed by an earlier verify; fail if the log no longer holds that event (catches lines cut from the end)")
+	}
 	if sub == "tail" {
 		fset.BoolVar(follow, "f", false, "keep reading as events are appended (across rotation)")
 		fset.IntVar(lines, "n", 10, "show the last N events first (0: none, -1: all)")
@@ -66,13 +69,23 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	if sub == "verify" {
-		return auditVerify(env, pos[0])
+		var opts []audit.VerifyOption
+		if *anchor != "" {
+			seqStr, hash, ok := strings.Cut(*anchor, ":")
+			seq, err := strconv.ParseUint(seqStr, 10, 64)
+			if !ok || err != nil || seq == 0 || len(hash) != 64 {
+				fmt.Fprintf(env.stderr, "pulse audit verify: -anchor wants SEQ:HASH (a 64-digit hex hash), got %q\n", *anchor)
+				return exitUsage
+			}
+			opts = append(opts, audit.ExpectAnchor(seq, hash))
+		}
+		return auditVerify(env, pos[0], opts...)
 	}
 	return auditTail(ctx, env, pos[0], *lines, *follow)
 }
 
-func auditVerify(env *cliEnv, path string) int {
-	rep, err := audit.Verify(path)
+func auditVerify(env *cliEnv, path string, opts ...audit.VerifyOption) int {
+	rep, err := audit.Verify(path, opts...)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
 		if rep.BadSeq > 0 {
@@ -80,8 +93,8 @@ func auditVerify(env *cliEnv, path string) int {
 		}
 		return exitFailure
 	}
-	fmt.Fprintf(env.stdout, "%s: intact: %d events, seq %d..%d, %d file(s), last hash %s\n",
-		path, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files), rep.LastHash)
+	fmt.Fprintf(env.stdout, "%s: intact: %d events, seq %d..%d, %d file(s)\nanchor: %d:%s\n",
+		path, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files), rep.LastSeq, rep.LastHash)
 	return exitOK
 }
 

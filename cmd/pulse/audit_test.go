@@ -145,3 +145,27 @@ func TestAuditTailFollowsAcrossRotation(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
 }
+
+func TestAuditVerifyAnchor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	writeAuditLog(t, path, 4)
+	_, stdout, _ := runCLI(t, "audit", "verify", path)
+	i := strings.Index(stdout, "anchor: ")
+	if i < 0 {
+		t.Fatalf("no anchor printed: %q", stdout)
+	}
+	anchor := strings.TrimSpace(stdout[i+len("anchor: "):])
+	if code, _, stderr := runCLI(t, "audit", "verify", path, "-anchor", anchor); code != exitOK {
+		t.Fatalf("own anchor: code %d %s", code, stderr)
+	}
+	data, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(string(data), "\n")
+	os.WriteFile(path, []byte(strings.Join(lines[:2], "")), 0o600)
+	code, _, stderr := runCLI(t, "audit", "verify", path, "-anchor", anchor)
+	if code != exitFailure || !strings.Contains(stderr, "first bad seq: 3") {
+		t.Fatalf("truncated log: code %d stderr %q", code, stderr)
+	}
+	if code, _, _ := runCLI(t, "audit", "verify", path, "-anchor", "nonsense"); code != exitUsage {
+		t.Fatalf("bad anchor: exit %d", code)
+	}
+}
