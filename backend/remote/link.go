@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -92,8 +93,10 @@ func (b *Backend) classify(ctx context.Context, err error, resp *http.Response) 
 		return wrap(ErrTLS, "%s presented a certificate that does not verify: %v", where, certErr.Err)
 	case errors.As(err, &recErr):
 		return wrap(ErrTLS, "%s does not speak TLS: use ws:// or check the port", where)
-	case errors.As(err, &alert):
-		return wrap(ErrTLS, "%s refused the TLS handshake (%v): check %s and %s", where, alert, EnvTLSCert, EnvTLSKey)
+	case errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:"):
+		// Over TCP, an alert from the server (certificate required, bad
+		// certificate) is only recognisable by its text.
+		return wrap(ErrTLS, "%s refused the TLS handshake (%v): check %s and %s", where, err, EnvTLSCert, EnvTLSKey)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return wrap(ErrUnreachable, "nothing listens at %s (connection refused): is pulse-server running?", where)
 	case ctx.Err() != nil:
