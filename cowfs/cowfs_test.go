@@ -153,3 +153,26 @@ func TestStageCommitByteExact(t *testing.T) {
 		t.Fatal("keep.txt touched")
 	}
 }
+
+func TestSetuidIsDropped(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("suid")
+	if err := tx.Write("prog", []byte("#!/bin/sh\n"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Mkdir("shared", 0o775|os.ModeSetgid|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(ws, "prog"))
+	if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("prog mode %v, %v", fi.Mode(), err)
+	}
+	fi, err = os.Stat(filepath.Join(ws, "shared"))
+	if err != nil || fi.Mode()&os.ModeSetuid != 0 || fi.Mode()&os.ModeSetgid == 0 {
+		t.Fatalf("shared mode %v, %v", fi.Mode(), err)
+	}
+}

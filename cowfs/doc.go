@@ -33,6 +33,25 @@
 //     a conflict. All workspace access goes through an os.Root, so even a
 //     hostile symlink cannot lead outside the workspace.
 //
+// What it does not keep: a replaced file gets the committing process's
+// owner and group, and loses extended attributes and ACLs; a file with
+// other hard links is replaced, not rewritten in place, so the other
+// names keep the old bytes. Setuid and setgid bits are never staged on
+// files (a sandboxed command must not plant a setuid program that a
+// privileged commit would install). Symlinks whose target is absolute or
+// leaves the workspace are refused when staged.
+//
+// # Diff
+//
+// Tx.Diff prints a git-style unified diff that GNU patch -p1 and git
+// apply accept, made with go-difflib's SequenceMatcher. On large files
+// the matcher alone is slow (its cost grows with the product of the
+// region sizes when lines repeat) and its auto-junk heuristic can turn
+// small edits into rewrites, so the common prefix and suffix are set
+// aside first and lines unique to both sides are matched as anchors
+// (the longest increasing run of their positions, as patience diff
+// does); the matcher only sees the short regions between anchors.
+//
 // # On-disk format
 //
 // Everything lives under <workspace>/.pulse/cow:

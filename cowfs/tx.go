@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -382,7 +383,8 @@ func (t *Tx) countCheck(extra int) error {
 	return nil
 }
 
-// Write stages rel to hold exactly data with mode's permission bits. A
+// Write stages rel to hold exactly data with mode's permission bits
+// (rwx for user, group, other; setuid, setgid and sticky are dropped). A
 // zero mode keeps the mode of the file it replaces (0644 for a new file).
 // Missing parent directories are staged too. The bytes are on disk, and
 // survive a crash of this process, when Write returns.
@@ -418,6 +420,10 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 				m = before.Mode
 			}
 		}
+		// A sandboxed command must not plant a setuid or setgid program
+		// that a privileged commit would install; new content does not
+		// inherit those bits either (the kernel clears them on write too).
+		m &= 0o777
 		var delta int64 = int64(len(data))
 		if c != nil {
 			delta -= c.Size
@@ -448,7 +454,8 @@ func (t *Tx) putBlob(sha string, data []byte) error {
 }
 
 // Mkdir stages a directory at rel with mode's permission bits (0755 when
-// zero). On an existing directory it stages a mode change.
+// zero; setuid is dropped, setgid and sticky kept). On an existing
+// directory it stages a mode change.
 func (t *Tx) Mkdir(p string, mode os.FileMode) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
@@ -474,6 +481,7 @@ func (t *Tx) Mkdir(p string, mode os.FileMode) error {
 		if mode == 0 {
 			m = 0o755
 		}
+		m &^= syscall.S_ISUID // setgid and sticky are common and harmless on directories
 		var delta int64
 		if c != nil {
 			delta = -c.Size
