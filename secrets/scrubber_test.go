@@ -380,3 +380,28 @@ func TestMatcherAgainstNaive(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterConcurrentCloseIsSafe: a late Write racing Close either lands
+// before it or gets ErrClosed; the race detector checks the rest.
+func TestWriterConcurrentCloseIsSafe(t *testing.T) {
+	s := NewScrubber([]string{"secret-value"})
+	var out bytes.Buffer
+	w := s.NewWriter(&out)
+	done := make(chan error)
+	go func() {
+		var err error
+		for i := 0; i < 1000 && err == nil; i++ {
+			_, err = w.Write([]byte("chunk secret-value "))
+		}
+		done <- err
+	}()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("late Write: %v", err)
+	}
+	if strings.Contains(out.String(), "secret-value") {
+		t.Fatal("secret leaked")
+	}
+}

@@ -1,6 +1,9 @@
 package secrets
 
-import "io"
+import (
+	"io"
+	"sync"
+)
 
 // stage is one pass of redaction: a finder of leftmost-longest matches whose
 // decision for a match starting at s depends only on t[s:s+window].
@@ -37,7 +40,9 @@ func (d detectorStage) window() int                                { return d.d.
 //
 // Write reports len(p) once p is accepted; an error from w is returned and
 // is sticky. Close flushes and is idempotent; it does not close w. Write
-// after Close returns ErrClosed. The writer is not safe for concurrent use.
+// after Close returns ErrClosed. Write and Close may be called from
+// different goroutines (a straggling output copier and the code that ends
+// the command); they are serialised.
 func (s *Scrubber) NewWriter(w io.Writer) io.WriteCloser {
 	if s == nil || s.lit.maxLen == 0 && s.det == nil {
 		return &passWriter{w: w}
@@ -55,6 +60,7 @@ func (s *Scrubber) NewWriter(w io.Writer) io.WriteCloser {
 }
 
 type stageWriter struct {
+	mu     sync.Mutex
 	st     stage
 	w      io.Writer
 	chain  *stageWriter // closed after this one has flushed into it
@@ -65,6 +71,8 @@ type stageWriter struct {
 }
 
 func (x *stageWriter) Write(p []byte) (int, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if x.closed {
 		return 0, ErrClosed
 	}
@@ -107,6 +115,8 @@ func (x *stageWriter) Write(p []byte) (int, error) {
 
 // Close writes what was held back and closes the chained stage.
 func (x *stageWriter) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if x.closed {
 		return nil
 	}
@@ -183,15 +193,23 @@ func (x *stageWriter) scan(t []byte, final bool) (int, error) {
 }
 
 type passWriter struct {
+	mu     sync.Mutex
 	w      io.Writer
 	closed bool
 }
 
 func (p *passWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
 		return 0, ErrClosed
 	}
 	return p.w.Write(b)
 }
 
-func (p *passWriter) Close() error { p.closed = true; return nil }
+func (p *passWriter) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
