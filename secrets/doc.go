@@ -19,6 +19,12 @@
 //   - A Scrubber is immutable and safe for concurrent use; a nil *Scrubber
 //     redacts nothing.
 //
+// Limits, by design: a secret is matched byte for byte, so it is not found
+// when it is printed in pieces (one character per line), in base64 wrapped
+// across lines, with lower-case percent-escapes (%2f) or otherwise
+// transformed. Detectors and literal secrets run in two passes, literal
+// first, so that a configured secret keeps its name.
+//
 // The package also holds the vocabulary the backends use to say how well
 // they keep secrets from a command: Mode, SecretPolicy and
 // EnforcementLevel.

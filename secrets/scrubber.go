@@ -126,8 +126,10 @@ func NewScrubber(values []string, opts ...Option) *Scrubber {
 // WithEncodedForms(false), its encoded forms) with "[REDACTED]", and every
 // named secret with "[REDACTED:name]". Overlapping matches are resolved
 // leftmost-longest: the match that starts first wins, and of those the
-// longest. Empty values are ignored; a value shorter than MinSecretLen is an
-// error wrapping ErrTooShort that says how many there are. A value given
+// longest. A value with white space around it is also redacted without
+// it. Empty values are ignored; a value shorter than MinSecretLen (not
+// counting surrounding white space) is an error wrapping ErrTooShort that
+// says how many there are. A value given
 // both plainly and by name is redacted with its name (the first name given
 // wins).
 func New(values []string, opts ...Option) (*Scrubber, error) {
@@ -144,12 +146,15 @@ func New(values []string, opts ...Option) (*Scrubber, error) {
 	}
 	short := 0
 	for _, s := range all {
-		if s.Value != "" && len(s.Value) < MinSecretLen {
+		// A value read from a file often ends in a newline that the
+		// program printing it drops, so the trimmed value is redacted
+		// too, and it is what must be long enough.
+		if s.Value != "" && len(strings.TrimSpace(s.Value)) < MinSecretLen {
 			short++
 		}
 	}
 	if short > 0 {
-		return nil, fmt.Errorf("secrets: %w: %d value(s) shorter than %d bytes", ErrTooShort, short, MinSecretLen)
+		return nil, fmt.Errorf("secrets: %w: %d value(s) shorter than %d bytes (ignoring surrounding white space)", ErrTooShort, short, MinSecretLen)
 	}
 
 	// One pattern per distinct byte string; a form shared by two secrets
@@ -157,7 +162,6 @@ func New(values []string, opts ...Option) (*Scrubber, error) {
 	index := map[string]int{}
 	var pats [][]byte
 	var reps [][]byte
-	seen := map[string]bool{}
 	add := func(form string, rep []byte) {
 		if len(form) < MinSecretLen {
 			return
@@ -169,6 +173,12 @@ func New(values []string, opts ...Option) (*Scrubber, error) {
 		pats = append(pats, []byte(form))
 		reps = append(reps, rep)
 	}
+	type base struct {
+		value string
+		rep   []byte
+	}
+	var bases []base
+	seen := map[string]bool{}
 	sc := &Scrubber{}
 	for _, s := range all {
 		if s.Value == "" {
@@ -182,16 +192,18 @@ func New(values []string, opts ...Option) (*Scrubber, error) {
 		if s.Name != "" {
 			rep = []byte("[REDACTED:" + s.Name + "]")
 		}
-		add(s.Value, rep)
+		bases = append(bases, base{s.Value, rep})
+		if t := strings.TrimSpace(s.Value); t != s.Value {
+			bases = append(bases, base{t, rep})
+		}
+	}
+	for _, b := range bases {
+		add(b.value, b.rep)
 	}
 	if o.encodings {
-		for _, s := range all {
-			if s.Value == "" {
-				continue
-			}
-			rep := reps[index[s.Value]]
-			for _, f := range encodedForms(s.Value) {
-				add(f, rep)
+		for _, b := range bases {
+			for _, f := range encodedForms(b.value) {
+				add(f, b.rep)
 			}
 		}
 	}

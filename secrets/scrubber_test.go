@@ -405,3 +405,16 @@ func TestWriterConcurrentCloseIsSafe(t *testing.T) {
 		t.Fatal("secret leaked")
 	}
 }
+
+func TestTrailingNewlineValue(t *testing.T) {
+	s := NewScrubber(nil, WithNamed("TOKEN_FILE", "tok-abcdef\n"))
+	if got := s.Redact(`echo "tok-abcdef" done`); got != `echo "[REDACTED:TOKEN_FILE]" done` {
+		t.Fatalf("trimmed value not redacted: %q", got)
+	}
+	if got := s.Redact("tok-abcdef\nnext"); got != "[REDACTED:TOKEN_FILE]next" {
+		t.Fatalf("full value not preferred: %q", got)
+	}
+	if _, err := New([]string{"abc\n"}); !errors.Is(err, ErrTooShort) {
+		t.Fatalf("3 bytes plus a newline accepted: %v", err)
+	}
+}
