@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -349,6 +350,9 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if (len(req.Args) == 0) == (req.Shell == "") {
 		return c, fmt.Errorf("%w: exactly one of Args and Shell must be set", backend.ErrInvalidRequest)
 	}
+	if len(req.Args) > 0 && req.Args[0] == "" {
+		return c, fmt.Errorf("%w: empty program name", backend.ErrInvalidRequest)
+	}
 	for _, a := range req.Args {
 		if strings.IndexByte(a, 0) >= 0 {
 			return c, fmt.Errorf("%w: argument contains NUL", backend.ErrInvalidRequest)
@@ -525,7 +529,10 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"pulse-namespace-init"}
-	cmd.Env = []string{initEnv + "=" + initVersion}
+	// The init's own environment; the command's is cfg.Env. A race-built
+	// binary would otherwise sleep a second at every exit, and one
+	// processor keeps the init's threads (which count as pids) few.
+	cmd.Env = []string{initEnv + "=" + initVersion, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
 	cmd.ExtraFiles = []*os.File{cfgR, stW}
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
 	if cfg.NewNet {
@@ -614,42 +621,54 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 
 	_, werr := cfgW.Write(cfgJSON)
 	cfgW.Close()
-	status, _ := io.ReadAll(io.LimitReader(stR, 64<<10))
+	status := readStatus(stR, func(line string) {
+		if pid, ok := strings.CutPrefix(line, "started "); ok && cg != nil && pid != "0" {
+			if err := cg.tightenPids(lim.Pids, cmd.Process.Pid); err != nil {
+				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
+			}
+		}
+	})
 	waitErr := cmd.Wait()
 	close(done)
 	dur := time.Since(start)
 
-	if len(status) > 0 {
-		// The init failed before exec'ing the command: nothing was started.
-		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, strings.TrimSpace(string(status)))
+	st := parseStatus(status)
+	if st.err != "" && !st.started {
+		// The init failed before starting the command: nothing was started.
+		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
 	}
 	ps := cmd.ProcessState
 	if ps == nil {
 		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
 	}
-	if werr != nil && ps.Exited() && !ps.Success() && reason.Load() == nil {
-		return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, werr)
+	why, killed := reason.Load().(backend.TerminationReason)
+	if !st.started && !killed {
+		if werr != nil {
+			return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, werr)
+		}
+		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, ps)
 	}
 
 	res = &backend.Result{
 		Duration:  dur,
-		PID:       1,
+		PID:       st.pid,
 		Truncated: out.truncated(),
 	}
-	ws := ps.Sys().(syscall.WaitStatus)
 	switch {
-	case ws.Exited():
-		res.ExitCode = ws.ExitStatus()
+	case st.exited && st.status.Exited():
+		res.ExitCode = st.status.ExitStatus()
 		res.Termination = backend.Exited
 	default:
+		// Killed by a signal, or the init was killed before it could say
+		// how the command ended (timeout, cancel, output cap, OOM).
 		res.ExitCode = -1
 		res.Termination = backend.Signaled
-	}
-	if why, ok := reason.Load().(backend.TerminationReason); ok && !ws.Exited() {
-		res.Termination = why
-	}
-	if cg != nil && cg.oomKilled() && !ws.Exited() {
-		res.Termination = backend.OOM
+		if killed {
+			res.Termination = why
+		}
+		if cg != nil && cg.oomKilled() {
+			res.Termination = backend.OOM
+		}
 	}
 	res.TimedOut = res.Termination == backend.Timeout
 	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
@@ -687,4 +706,50 @@ func checkDirExists(ws, dir string) error {
 		return fmt.Errorf("%w: dir %q is not a directory of the workspace", backend.ErrInvalidRequest, dir)
 	}
 	return nil
+}
+
+// initStatus is what the init reported on the status pipe.
+type initStatus struct {
+	err     string
+	started bool
+	pid     int
+	exited  bool
+	status  syscall.WaitStatus
+}
+
+func parseStatus(b []byte) initStatus {
+	var st initStatus
+	for _, line := range strings.Split(string(b), "\n") {
+		verb, arg, _ := strings.Cut(line, " ")
+		switch verb {
+		case "error":
+			st.err = arg
+		case "started":
+			if n, err := strconv.Atoi(arg); err == nil {
+				st.started, st.pid = true, n
+			}
+		case "exit":
+			if n, err := strconv.ParseUint(arg, 10, 32); err == nil {
+				st.exited, st.status = true, syscall.WaitStatus(n)
+			}
+		}
+	}
+	return st
+}
+
+// readStatus reads the init's status lines until it exits, calling each
+// line as it arrives (the pids limit is tightened on "started").
+func readStatus(r io.Reader, each func(line string)) []byte {
+	var all []byte
+	br := bufio.NewReader(io.LimitReader(r, 64<<10))
+	for {
+		line, err := br.ReadString('\n')
+		all = append(all, line...)
+		if l := strings.TrimSuffix(line, "\n"); l != "" {
+			each(l)
+		}
+		if err != nil {
+			return all
+		}
+	}
 }

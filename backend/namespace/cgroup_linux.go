@@ -87,6 +87,24 @@ type runCgroup struct {
 	dirs   []string // distinct directories made, to add the pid to and remove
 	memory string
 	v2mem  bool
+	pids   string
+}
+
+// initPidsSlack bounds how many tasks the init may hold before the backend
+// has counted its threads: the pids limit is the command's, not the init's.
+const initPidsSlack = 32
+
+// tightenPids sets the pids limit to the command's own allowance plus the
+// init's threads, counted once the init has started the command.
+func (c *runCgroup) tightenPids(limit int64, initPid int) error {
+	if c.pids == "" || limit <= 0 {
+		return nil
+	}
+	ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(initPid), "task"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.pids, "pids.max"), []byte(strconv.FormatInt(limit+int64(len(ents)), 10)), 0)
 }
 
 // newCgroup makes the cgroups a run's limits need; nil when it needs none.
@@ -102,7 +120,9 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 		}
 	}
 	if lim.Pids > 0 && b.cg.pids {
-		writes = append(writes, write{"pids", "pids.max", strconv.FormatInt(lim.Pids, 10)})
+		// The init's threads count too; until tightenPids knows how many
+		// there are, allow a bounded slack.
+		writes = append(writes, write{"pids", "pids.max", strconv.FormatInt(lim.Pids+initPidsSlack, 10)})
 	}
 	if lim.CPUs > 0 && b.cg.cpu {
 		const period = 100000
@@ -130,8 +150,11 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 			made[dir] = w.ctrl
 			cg.dirs = append(cg.dirs, dir)
 		}
-		if w.ctrl == "memory" {
+		switch w.ctrl {
+		case "memory":
 			cg.memory, cg.v2mem = dir, d.v2
+		case "pids":
+			cg.pids = dir
 		}
 		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.value), 0); err != nil && w.file != "memory.swap.max" {
 			cg.remove()

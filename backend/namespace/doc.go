@@ -34,16 +34,22 @@
 //
 //	func TestMain(m *testing.M) { namespace.Init(); os.Exit(m.Run()) }
 //
-// Init never returns in a sandbox init: it sets the sandbox up and replaces
-// itself with the command (`bash -c`, `sh -c` where bash is missing, or the
-// request's argv). A backend whose program did not call Init is unavailable
-// (Probe and Exec say so) rather than re-running the program's main.
+// Init never returns in a sandbox init: it sets the sandbox up, starts the
+// command (`bash -c`, `sh -c` where bash is missing, or the request's argv)
+// as its child with every restriction applied, reaps orphans, and reports
+// the command's wait status to the backend over a pipe. A backend whose
+// program did not call Init is unavailable (Probe and Exec say so) rather
+// than re-running the program's main.
 //
 // # Lifetime
 //
-// The command is pid 1 of its pid namespace: when it exits, or when Exec
-// kills it on timeout, cancellation or output cap, the kernel kills every
-// process left in the namespace, so nothing outlives Exec. The init gets
+// The init is pid 1 of the sandbox's pid namespace and exits as soon as the
+// command does; when it exits, or when Exec kills it on timeout,
+// cancellation or output cap, the kernel kills every process left in the
+// namespace, so nothing outlives Exec. The command is not pid 1, so it
+// keeps ordinary signal semantics ("kill -TERM $$" ends it). Result.PID is
+// its pid inside the namespace. Result.Metrics include the init's own small
+// footprint. The init gets
 // SIGKILL if the process that started it dies. All mounts live in the
 // sandbox's own mount namespace and vanish with it; the only state on the
 // host is a run directory (upper and work directories of the overlay) under

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -275,7 +276,7 @@ func TestConcurrentExecs(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if res.ExitCode != 0 || out.String() != "1\n" || len(res.Overlay.Files) != 1 {
+			if res.ExitCode != 0 || out.String() != fmt.Sprintf("%d\n", res.PID) || len(res.Overlay.Files) != 1 {
 				t.Errorf("exit %d out %q overlay %+v", res.ExitCode, out.String(), res.Overlay)
 			}
 		}()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -18,33 +19,42 @@ import (
 // Init turns this process into a sandbox init when the backend started it,
 // and returns at once otherwise. Call it first thing in main (and in
 // TestMain for test binaries that use this backend). In a sandbox init it
-// never returns: it sets the sandbox up and execs the command, or reports
-// why it could not to the backend and exits.
+// never returns: it sets the sandbox up, runs the command as its child,
+// reports how the command ended to the backend and exits.
 func Init() {
 	initCalled.Store(true)
 	v, ok := os.LookupEnv(initEnv)
 	if !ok {
 		return
 	}
-	// Capabilities, no_new_privs, landlock and seccomp are per thread;
-	// they must be set on the thread that calls execve.
+	// Capabilities, no_new_privs, landlock and seccomp are per thread:
+	// they are set on this thread, which then forks the command.
 	runtime.LockOSThread()
-	err := initSandbox(v)
 	status := os.NewFile(statusFd, "status")
+	err := initSandbox(v, status)
 	if status != nil {
-		fmt.Fprintf(status, "%v", err)
+		fmt.Fprintf(status, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 	}
-	os.Exit(126)
+	syscall.Exit(126)
 }
 
-// errNotFound is the init's "command not found", reported like a shell's
-// (exit 127 and a message on stderr) since the command was requested but
-// cannot exist in the sandbox.
-var errNotFound = errors.New("command not found")
+// The status protocol, one line each, init to backend:
+//
+//	error <message>   setup failed; nothing was started
+//	started <pid>     the command runs, as pid <pid> of the namespace
+//	exit <status>     the command ended; <status> is its raw wait status
+//
+// The init stays pid 1 of the namespace rather than exec'ing the command:
+// a pid 1 ignores the signals it has no handler for, so a command that
+// signals itself ("kill -TERM $$") would survive; and orphans need a
+// reaper. When the init exits, the kernel kills what is left.
 
-func initSandbox(version string) error {
+func initSandbox(version string, status *os.File) error {
 	if version != initVersion {
 		return fmt.Errorf("init protocol %q, want %q (parent and child binaries differ)", version, initVersion)
+	}
+	if status == nil {
+		return errors.New("no status pipe")
 	}
 	unix.CloseOnExec(statusFd)
 	unix.CloseOnExec(configFd)
@@ -76,23 +86,59 @@ func initSandbox(version string) error {
 		return err
 	}
 	path, argv, err := resolveCommand(&cfg)
-	if errors.Is(err, errNotFound) {
-		fmt.Fprintf(os.Stderr, "%s: command not found\n", cfg.Args[0])
-		os.Exit(127)
-	}
-	if err != nil {
+	notFound := errors.Is(err, errNotFound)
+	if err != nil && !notFound {
 		return err
+	}
+	// Signals the command sends to pid 1 reach the init only if it
+	// handles them: handle all and drop them (the channel is never read),
+	// so the command cannot end the init early. Handled signals are reset
+	// to their defaults in the forked command.
+	signal.Notify(make(chan os.Signal, 1))
+	// Not dumpable: the command, with the same uid, cannot open the init's
+	// /proc files (mem, environ, fds) while the init keeps capabilities on
+	// its other threads.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl dumpable: %w", err)
 	}
 	if err := restrictSelf(&cfg); err != nil {
 		return err
 	}
-	err = syscall.Exec(path, argv, cfg.Env)
-	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
-		// Like a shell: the command exists but cannot be run.
-		fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
-		os.Exit(126)
+	if notFound {
+		// Like a shell: the command was asked for but cannot exist here.
+		fmt.Fprintf(os.Stderr, "%s: command not found\n", cfg.Args[0])
+		fmt.Fprintf(status, "started 0\nexit %d\n", 127<<8)
+		syscall.Exit(0)
 	}
-	return fmt.Errorf("exec %s: %w", path, err)
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+	})
+	if err != nil {
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
+			fmt.Fprintf(status, "started 0\nexit %d\n", 126<<8)
+			syscall.Exit(0)
+		}
+		return fmt.Errorf("starting %s: %w", path, err)
+	}
+	fmt.Fprintf(status, "started %d\n", pid)
+	for {
+		var ws syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(status, "error waiting for the command: %v\n", err)
+			syscall.Exit(126)
+		}
+		if wpid == pid {
+			fmt.Fprintf(status, "exit %d\n", uint32(ws))
+			syscall.Exit(0)
+		}
+		// An orphan reparented to us: reaped, nothing more.
+	}
 }
 
 func resolveCommand(cfg *childConfig) (string, []string, error) {
@@ -406,3 +452,8 @@ func setRlimits(cfg *childConfig) error {
 	}
 	return set(unix.RLIMIT_DATA, cfg.Data, "data")
 }
+
+// errNotFound is the init's "command not found", reported like a shell's
+// (exit 127 and a message on stderr) since the command was requested but
+// cannot exist in the sandbox.
+var errNotFound = errors.New("command not found")

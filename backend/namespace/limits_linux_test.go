@@ -51,7 +51,7 @@ func TestPidsLimit(t *testing.T) {
 	// Each `sleep &` is a process; with 8 allowed, forks start failing.
 	// bash retries a failed fork with back-off, so the timeout ends it.
 	res, out, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(),
-		Shell: `for i in $(seq 20); do sleep 5 & done 2>/dev/null; n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n`,
+		Shell:  `for i in $(seq 20); do sleep 5 & done 2>/dev/null; n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n`,
 		Limits: policy.ResourceLimits{Pids: 8, Timeout: 1500 * time.Millisecond}})
 	if strings.Contains(out, "procs=") {
 		n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "procs=")))
