@@ -589,6 +589,9 @@ func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 	}
 	failpoint(fpAfterWritten)
 	if w.Undoes != "" {
+		if err := f.rebaseAfter(w, afters); err != nil {
+			return err
+		}
 		if _, err := f.state.Lstat("done/" + w.Undoes); err == nil {
 			if err := f.removeState("done/" + w.Undoes); err != nil {
 				return err
@@ -622,6 +625,82 @@ func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 	}
 	failpoint(fpDone)
 	return f.prune()
+}
+
+// rebaseAfter keeps the undo journal checkable after an Undo. The entry
+// before the undone one recorded the identity (inode, mtime) of what it
+// wrote; the undo restored the same bytes under new inodes, so without
+// this the next Undo would see them as replaced. Where the undo's result
+// holds the same content as that entry's after-image, the after-image
+// takes the undo's identity. Rerunning it after a crash is harmless.
+func (f *FS) rebaseAfter(w *walFile, afters []snapshot) error {
+	entries, err := f.doneEntries()
+	if err != nil {
+		return err
+	}
+	prev := ""
+	for _, e := range entries {
+		if e < w.Undoes {
+			prev = e
+		}
+	}
+	if prev == "" {
+		return nil
+	}
+	wb, err := f.state.ReadFile("done/" + prev + "/wal")
+	if err != nil {
+		return err
+	}
+	pw, err := decodeWAL(wb)
+	if err != nil {
+		return nil // a damaged entry is refused by Undo anyway
+	}
+	ab, err := f.state.ReadFile("done/" + prev + "/after")
+	if err != nil {
+		return nil
+	}
+	pa, err := decodeAfter(ab, len(pw.Ops))
+	if err != nil {
+		return nil
+	}
+	at := make(map[string]int, len(pw.Ops))
+	for i := range pw.Ops {
+		at[pw.Ops[i].Path] = i
+	}
+	changed := false
+	for i := range w.Ops {
+		j, ok := at[w.Ops[i].Path]
+		if ok && sameContent(pa[j], afters[i]) && pa[j] != afters[i] {
+			pa[j] = afters[i]
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	var buf []byte
+	for _, a := range pa {
+		p, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf, p)
+	}
+	return f.replaceFileSync("done/"+prev+"/after", buf)
+}
+
+// sameContent compares what a reader sees, not identity.
+func sameContent(a, b snapshot) bool {
+	if a.Type != b.Type || a.Mode != b.Mode {
+		return false
+	}
+	switch a.Type {
+	case typeFile:
+		return a.Size == b.Size && a.SHA == b.SHA
+	case typeSymlink:
+		return a.Target == b.Target
+	}
+	return true
 }
 
 func (f *FS) prune() error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,5 +175,76 @@ func TestSetuidIsDropped(t *testing.T) {
 	fi, err = os.Stat(filepath.Join(ws, "shared"))
 	if err != nil || fi.Mode()&os.ModeSetuid != 0 || fi.Mode()&os.ModeSetgid == 0 {
 		t.Fatalf("shared mode %v, %v", fi.Mode(), err)
+	}
+}
+
+func TestUndoDepthAndOrder(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws, WithUndoDepth(2))
+	for i := 1; i <= 3; i++ {
+		tx, _ := f.Begin(fmt.Sprint("v", i))
+		if err := tx.Write("a", []byte(fmt.Sprint(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, _ := f.List()
+	if len(infos) != 2 || infos[0].Description != "v2" || infos[1].Description != "v3" {
+		t.Fatalf("journal = %+v, want v2 and v3", infos)
+	}
+	for _, want := range []string{"2", "1"} {
+		if _, err := f.Undo(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, ws, "a"); got != want {
+			t.Fatalf("after undo a = %q, want %q", got, want)
+		}
+	}
+	if _, err := f.Undo(context.Background()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("undo beyond depth: %v", err)
+	}
+}
+
+func TestStateDirMustBeReal(t *testing.T) {
+	ws := newWS(t)
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(ws, ".pulse")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ws); err == nil {
+		t.Fatal("Open accepted a .pulse symlink")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("state written through the symlink: %v", entries)
+	}
+}
+
+func TestDiscardKeepsWorkspace(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "a", "a", 0o644)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("discard me")
+	if err := tx.Write("a", []byte("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "a") != "a" {
+		t.Fatal("discard touched the workspace")
+	}
+	if _, err := f.Tx(tx.ID()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("discarded tx still found: %v", err)
+	}
+	if err := tx.Write("a", []byte("c"), 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after discard: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(ws, StateDir, "trash")); len(entries) != 0 {
+		t.Fatalf("trash not emptied: %v", entries)
 	}
 }

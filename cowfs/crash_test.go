@@ -19,7 +19,7 @@ import (
 // a numbered failpoint. Exit codes: 0 committed, 3 conflict, 4 other error.
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv("PULSE_COWFS_HELPER")
-	if mode != "commit" && mode != "stage" {
+	if mode != "commit" && mode != "stage" && mode != "undo" {
 		t.Skip("helper process for the crash tests; runs only when re-executed by them")
 	}
 	fp, _ := strconv.Atoi(os.Getenv("PULSE_COWFS_FP"))
@@ -40,6 +40,13 @@ func TestHelperProcess(t *testing.T) {
 			return 4
 		}
 		defer f.Close()
+		if mode == "undo" {
+			if _, err := f.Undo(context.Background()); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 4
+			}
+			return 0
+		}
 		tx, err := f.Tx(os.Getenv("PULSE_COWFS_TX"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -495,6 +502,50 @@ func TestCrashWhileStaging(t *testing.T) {
 			}
 			if _, err := os.Lstat(filepath.Join(ws, fmt.Sprintf("s%02d", tc.want))); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a write that never reached the log was committed: %v", err)
+			}
+		})
+	}
+}
+
+// TestCrashDuringUndo kills a process in the middle of an Undo: recovery
+// must finish it (every file back to its old bytes) and drop the undone
+// entry from the journal, so the next Undo does not revert it twice.
+func TestCrashDuringUndo(t *testing.T) {
+	for _, pt := range [][2]int{{fpWALSynced, 1}, {fpApplyRenamed, 10}, {fpAfterWritten, 1}} {
+		t.Run(fmt.Sprintf("fp%d-hit%d", pt[0], pt[1]), func(t *testing.T) {
+			t.Parallel()
+			fx := newCrashFixture(t)
+			f := openFS(t, fx.ws)
+			tx, err := f.Tx(fx.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			cmd := helperCmd(fx.ws, "", "PULSE_COWFS_HELPER=undo",
+				"PULSE_COWFS_FP="+strconv.Itoa(pt[0]), "PULSE_COWFS_HIT="+strconv.Itoa(pt[1]))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("helper not killed: %v\n%s", err, out)
+			}
+			fx.checkEach(t)
+			f2 := openFS(t, fx.ws)
+			if err := f2.RecoveryErr(); err != nil {
+				t.Fatal(err)
+			}
+			for p := range fx.old {
+				if !same(fx.read(t, p), fx.old[p]) {
+					t.Fatalf("%s not restored by the recovered undo", p)
+				}
+			}
+			if infos, err := f2.List(); err != nil || len(infos) != 0 {
+				t.Fatalf("List after recovered undo = %+v, %v", infos, err)
+			}
+			if _, err := f2.Undo(context.Background()); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("second undo: %v", err)
 			}
 		})
 	}

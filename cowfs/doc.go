@@ -130,7 +130,10 @@
 // Undo builds a transaction whose changes restore the before state of the
 // last done entry (from prev/ and the WAL), whose before snapshots are
 // that entry's after-images, and commits it with the same protocol; on
-// success the done entry is dropped instead of a new one being added.
+// success the done entry is dropped instead of a new one being added,
+// and the after-images of the entry before it take the identity of the
+// restored files wherever their content matches (the restored bytes have
+// new inodes), so that entry can be undone next.
 //
 // # Limits
 //
