@@ -93,14 +93,23 @@ func TestHashRuleAsDocumented(t *testing.T) {
 	}
 }
 
-func TestRecordRefusesToChainOntoGarbage(t *testing.T) {
+func TestOpenRefusesToChainOntoGarbage(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
 	os.WriteFile(path, []byte("this is not an audit log\n"), 0o600)
-	l, err := Open(path)
+	if l, err := Open(path); !errors.Is(err, ErrMalformed) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("Open on a non-log: %v, want ErrMalformed", err)
+	}
+	// The same when the garbage appears after Open.
+	path2 := t.TempDir() + "/audit.jsonl"
+	l, err := Open(path2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	os.WriteFile(path2, []byte("garbage\n"), 0o600)
 	if err := l.Record(context.Background(), Event{Action: "x"}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("Record onto a non-log: %v, want ErrMalformed", err)
 	}

@@ -152,7 +152,8 @@ type Logger struct {
 type fileID struct{ dev, ino uint64 }
 
 // Open opens (creating with mode 0600 if needed) the log at path for
-// appending. The directory must exist.
+// appending. The directory must exist. It fails with an error wrapping
+// ErrMalformed when the file's last line is not an audit event.
 func Open(path string, opts ...Option) (*Logger, error) {
 	o := options{durability: SyncEvery(100 * time.Millisecond)}
 	for _, opt := range opts {
@@ -171,6 +172,21 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	}
 	l := &Logger{path: path, o: o, lockf: lockf}
 	if err := l.reopen(); err != nil {
+		lockf.Close()
+		return nil, err
+	}
+	// Read the chain head now, so that a file that is not a log (or a
+	// rotated file that is not) is reported by Open rather than by the
+	// first Record, and a torn tail is repaired before anyone relies on it.
+	if err := flock(lockf, true); err != nil {
+		l.f.Close()
+		lockf.Close()
+		return nil, fmt.Errorf("audit: lock: %w", err)
+	}
+	_, err = l.current()
+	flock(lockf, false)
+	if err != nil {
+		l.f.Close()
 		lockf.Close()
 		return nil, err
 	}
