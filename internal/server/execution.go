@@ -319,7 +319,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		"exit_code", p.ExitCode, "termination", p.TerminationReason)
 
 	e.mu.Lock()
-	e.result = frame(TypeResult, json.RawMessage(body))
+	e.result = rawFrame(TypeResult, body)
 	e.finished = true
 	for c := range e.subs {
 		c.out.push(e.result)

@@ -319,7 +319,7 @@ func (c *conn) attach(ctx context.Context, m *Message) error {
 	}
 	c.out.push(responseFrame(m.RequestID, rec.Status, map[string]any{"execution_id": id}))
 	if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
-		c.out.push(frame(TypeResult, rec.Result))
+		c.out.push(rawFrame(TypeResult, rec.Result))
 	}
 	return nil
 }

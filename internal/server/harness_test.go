@@ -31,7 +31,7 @@ const (
 )
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *Server
 	st     *store.Store
 	http   *httptest.Server
@@ -43,7 +43,7 @@ type harness struct {
 // hostExecutor is the embedded executor over the real host backend; the
 // host backend cannot deny the network, so tests run with allow-all as
 // pulse-server does under --unsafe-host.
-func hostExecutor(t *testing.T) Executor {
+func hostExecutor(t testing.TB) Executor {
 	t.Helper()
 	b, err := host.New()
 	if err != nil {
@@ -60,7 +60,7 @@ func hostPolicies() Option {
 	return WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.DenyAllSecrets())
 }
 
-func startServer(t *testing.T, dir string, exec Executor, opts ...Option) *harness {
+func startServer(t testing.TB, dir string, exec Executor, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{t: t, root: filepath.Join(dir, "workspaces"), dbPath: filepath.Join(dir, "db.sqlite3")}
 	st, err := store.Open(context.Background(), h.dbPath)
@@ -94,7 +94,7 @@ func (h *harness) stop() {
 }
 
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	ws   *websocket.Conn
 	next atomic.Int64
 }
@@ -239,7 +239,7 @@ type file struct {
 	name, data string
 }
 
-func targz(t *testing.T, files ...file) string {
+func targz(t testing.TB, files ...file) string {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)

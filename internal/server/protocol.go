@@ -314,6 +314,18 @@ func frame(typ string, payload any) []byte {
 	return b
 }
 
+// rawFrame wraps a payload that is already JSON without re-encoding it:
+// a result can hold megabytes of output, and encoding/json would validate
+// and copy it again.
+func rawFrame(typ string, payload []byte) []byte {
+	b := make([]byte, 0, len(payload)+len(typ)+24)
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","payload":`...)
+	b = append(b, payload...)
+	return append(b, '}')
+}
+
 // rid renders a request id: null when absent or invalid.
 func rid(id string) any {
 	if id == "" {
