@@ -367,7 +367,11 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 		gopts := []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 		if tlsCfg != nil {
-			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+			// Workers authenticate with their bearer token, not a client
+			// certificate: the worker listener is TLS without mTLS.
+			wcfg := tlsCfg.Clone()
+			wcfg.ClientAuth, wcfg.ClientCAs = tls.NoClientCert, nil
+			gopts = append(gopts, grpc.Creds(credentials.NewTLS(wcfg)))
 		}
 		gs = grpc.NewServer(gopts...)
 		relay.Register(gs)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -277,5 +278,47 @@ func TestRelayModeListensForWorkers(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(b.String(), "pulse_server_workers 0") {
 		t.Fatalf("metrics:\n%s", b.String())
+	}
+}
+
+// A real pulse-worker attaches over TLS (verifying the server against the
+// CA, presenting no client certificate) while clients need mutual TLS.
+func TestRelayOverTLSWithRealWorker(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key, clientCert, pool := pki(t, dir)
+	s := start(t, []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_WORKER_TOKEN": "worker-token",
+			"PULSE_TLS_CERT": cert, "PULSE_TLS_KEY": key, "PULSE_TLS_CA": ca})
+	bin := filepath.Join(t.TempDir(), "pulse-worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput(); err != nil {
+		t.Fatalf("build pulse-worker: %v\n%s", err, out)
+	}
+	w := exec.Command(bin)
+	w.Env = append(os.Environ(), "RELAY_ADDR="+s.workers, "SANDBOX_TOKEN=worker-token", "RELAY_TLS=1",
+		"SANDBOX_ID=tls-worker", "SSL_CERT_FILE="+ca)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Process.Kill(); w.Wait() }()
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}}}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := withCert.Get("https://" + s.api + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(b.String(), "pulse_server_workers 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker did not attach:\n%s", b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out := roundTrip(t, "wss://"+s.api, "dev-token", withCert); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
 	}
 }
