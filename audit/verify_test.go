@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -305,5 +306,61 @@ func TestVerifyAnchorCatchesTailTruncation(t *testing.T) {
 	writeEvents(t, path, 6)
 	if _, err := Verify(path, anchor); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "rewritten") {
 		t.Fatalf("rewritten log: %v", err)
+	}
+}
+
+// TestVerifyDetectsRandomMutations applies random edits to a valid log:
+// any changed byte, any line removed (except from the end, which needs an
+// anchor), swapped or duplicated must fail verification, at or before the
+// first line touched.
+func TestVerifyDetectsRandomMutations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	writeEvents(t, path, 20)
+	orig := readLines(t, path)
+	r := rand.New(rand.NewSource(11))
+	for iter := 0; iter < 400; iter++ {
+		lines := make([][]byte, len(orig))
+		for i := range orig {
+			lines[i] = append([]byte(nil), orig[i]...)
+		}
+		var first int // 0-based index of the first line touched
+		switch op := r.Intn(4); op {
+		case 0: // change one byte (never the newline, which would split lines)
+			first = r.Intn(len(lines))
+			l := lines[first]
+			k := r.Intn(len(l) - 1)
+			l[k] ^= byte(1 + r.Intn(255))
+			if l[k] == '\n' {
+				l[k] = 'x'
+			}
+		case 1: // remove a line that is not the last
+			first = r.Intn(len(lines) - 1)
+			lines = append(lines[:first], lines[first+1:]...)
+		case 2: // swap two lines
+			i, j := r.Intn(len(lines)), r.Intn(len(lines))
+			if i == j {
+				continue
+			}
+			lines[i], lines[j] = lines[j], lines[i]
+			first = min(i, j)
+		case 3: // duplicate a line somewhere
+			i, j := r.Intn(len(lines)), r.Intn(len(lines)+1)
+			dup := append([]byte(nil), lines[i]...)
+			lines = append(lines[:j], append([][]byte{dup}, lines[j:]...)...)
+			first = j
+			if i == j || i == j-1 {
+				// Next to its original, the copy reads as the original
+				// and the line after it is the one out of place.
+				first = j + 1
+			}
+		}
+		writeLines(t, path, lines)
+		rep, err := Verify(path)
+		if err == nil {
+			t.Fatalf("iteration %d: mutation of line %d not detected", iter, first+1)
+		}
+		if rep.BadSeq == 0 || rep.BadSeq > uint64(first+1) {
+			t.Fatalf("iteration %d: first touched line %d, bad seq reported %d (%v)", iter, first+1, rep.BadSeq, err)
+		}
 	}
 }
