@@ -19,6 +19,10 @@
 //   - A Scrubber is immutable and safe for concurrent use; a nil *Scrubber
 //     redacts nothing.
 //
+// Cost: the automaton is a dense table, about 90 KiB per secret of 16 to
+// 48 bytes with its encoded forms (7 MiB and some 40 ms to build for 100
+// such secrets); scanning text where no secret occurs runs above 1 GB/s.
+//
 // Limits, by design: a secret is matched byte for byte, so it is not found
 // when it is printed in pieces (one character per line), in base64 wrapped
 // across lines, with lower-case percent-escapes (%2f) or otherwise

@@ -71,67 +71,67 @@ func newMatcher(patterns [][]byte) *matcher {
 	}
 	m.stride = n
 
-	// Trie.
-	type node struct {
-		next  map[uint8]int32
-		depth int32
-		pat   int32 // pattern ending exactly here, -1 if none
+	// Trie, built straight into the DFA table: -1 marks a missing child
+	// until the breadth-first pass below fills it in.
+	m.delta = make([]int32, n, n*64)
+	for c := range m.delta {
+		m.delta[c] = -1
 	}
-	nodes := []node{{next: map[uint8]int32{}, pat: -1}}
+	depth := []int32{0}
+	pat := []int32{-1}
 	m.minLen, m.maxLen = len(patterns[0]), 0
 	for pi, p := range patterns {
-		if len(p) < m.minLen {
-			m.minLen = len(p)
-		}
-		if len(p) > m.maxLen {
-			m.maxLen = len(p)
-		}
+		m.minLen = min(m.minLen, len(p))
+		m.maxLen = max(m.maxLen, len(p))
 		cur := int32(0)
 		for _, b := range p {
-			c := m.classes[b]
-			nx, ok := nodes[cur].next[c]
-			if !ok {
-				nx = int32(len(nodes))
-				nodes = append(nodes, node{next: map[uint8]int32{}, depth: nodes[cur].depth + 1, pat: -1})
-				nodes[cur].next[c] = nx
+			c := int(m.classes[b])
+			nx := m.delta[int(cur)*n+c]
+			if nx < 0 {
+				nx = int32(len(depth))
+				depth = append(depth, depth[cur]+1)
+				pat = append(pat, -1)
+				for k := 0; k < n; k++ {
+					m.delta = append(m.delta, -1)
+				}
+				m.delta[int(cur)*n+c] = nx
 			}
 			cur = nx
 		}
-		nodes[cur].pat = int32(pi)
+		pat[cur] = int32(pi)
 	}
 
-	// Failure links by breadth-first search, filling the DFA as we go.
-	ns := len(nodes)
-	m.delta = make([]int32, ns*n)
+	// Failure links by breadth-first search, completing the DFA: a
+	// missing child of s goes where the failure state's child goes.
+	ns := len(depth)
 	m.outLen = make([]int32, ns)
 	m.outPat = make([]int32, ns)
 	fail := make([]int32, ns)
 	queue := make([]int32, 0, ns)
 	for c := 0; c < n; c++ {
-		if nx, ok := nodes[0].next[uint8(c)]; ok {
-			m.delta[c] = nx
+		if nx := m.delta[c]; nx > 0 {
 			fail[nx] = 0
 			queue = append(queue, nx)
+		} else {
+			m.delta[c] = 0
 		}
 	}
 	for qi := 0; qi < len(queue); qi++ {
 		s := queue[qi]
 		// Longest output: the state's own pattern is longer than any
 		// pattern reachable through its failure link.
-		if nodes[s].pat >= 0 {
-			m.outLen[s] = nodes[s].depth
-			m.outPat[s] = nodes[s].pat
+		if pat[s] >= 0 {
+			m.outLen[s], m.outPat[s] = depth[s], pat[s]
 		} else {
-			m.outLen[s] = m.outLen[fail[s]]
-			m.outPat[s] = m.outPat[fail[s]]
+			m.outLen[s], m.outPat[s] = m.outLen[fail[s]], m.outPat[fail[s]]
 		}
+		row, frow := int(s)*n, int(fail[s])*n
 		for c := 0; c < n; c++ {
-			if nx, ok := nodes[s].next[uint8(c)]; ok {
-				m.delta[int(s)*n+c] = nx
-				fail[nx] = m.delta[int(fail[s])*n+c]
+			if nx := m.delta[row+c]; nx >= 0 {
+				fail[nx] = m.delta[frow+c]
 				queue = append(queue, nx)
 			} else {
-				m.delta[int(s)*n+c] = m.delta[int(fail[s])*n+c]
+				m.delta[row+c] = m.delta[frow+c]
 			}
 		}
 	}
