@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -243,8 +244,19 @@ func TestInvalidPaths(t *testing.T) {
 		t.Fatalf("absolute path inside the workspace: %v", err)
 	}
 	writeFile(t, ws, "file", "x", 0o644)
-	if err := tx.Write("file/child", []byte("x"), 0); !errors.Is(err, ErrInvalidPath) {
+	// Writing under a file stages the file's replacement by a directory,
+	// which is what a command's overlay holding file/child means.
+	if err := tx.Write("file/child", []byte("x"), 0); err != nil {
 		t.Errorf("write under a file: %v", err)
+	}
+	var sawFile bool
+	for _, c := range tx.Changes() {
+		if c.Path == "file" && c.Kind == KindMkdir && !c.New {
+			sawFile = true
+		}
+	}
+	if !sawFile {
+		t.Errorf("file not staged for replacement: %+v", tx.Changes())
 	}
 	if err := tx.Delete("missing"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("delete of a missing path: %v", err)
@@ -373,21 +385,40 @@ func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
 	if err := tx.Delete("link/x.txt"); !errors.Is(err, ErrInvalidPath) {
 		t.Fatalf("Delete through a symlinked dir: %v", err)
 	}
-	if err := tx.Write("link/y.txt", []byte("y"), 0); !errors.Is(err, ErrInvalidPath) {
-		t.Fatalf("Write through a symlinked dir: %v", err)
-	}
-	// Deleting the link itself removes the link, not its target.
-	if err := tx.Delete("link"); err != nil {
+	// Writing beneath the link replaces the link by a directory; the
+	// path is literal, so link/x.txt is new even though real/x.txt exists.
+	if err := tx.Write("link/x.txt", []byte("mine\n"), 0); err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]Change{}
+	for _, c := range tx.Changes() {
+		got[c.Path] = c
+	}
+	if c := got["link"]; c.Kind != KindMkdir || c.New {
+		t.Fatalf("link change = %+v", c)
+	}
+	if c := got["link/x.txt"]; !c.New {
+		t.Fatalf("link/x.txt change = %+v, want new", c)
+	}
+	d, err := tx.Diff()
+	if err != nil || !strings.Contains(d, "deleted file mode 120000") || strings.Contains(d, "-x\n") {
+		t.Fatalf("diff shows the link's target or hides the link's removal:\n%s", d)
+	}
+	before := snapshotTree(t, ws)
 	if _, err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if readFile(t, ws, "real/x.txt") != "x\n" {
-		t.Fatal("target of the link was touched")
+	if readFile(t, ws, "real/x.txt") != "x\n" || readFile(t, ws, "link/x.txt") != "mine\n" {
+		t.Fatal("wrong result")
 	}
-	if _, err := os.Lstat(filepath.Join(ws, "link")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("link still there: %v", err)
+	if fi, err := os.Lstat(filepath.Join(ws, "link")); err != nil || !fi.IsDir() {
+		t.Fatalf("link is not a directory now: %v %v", fi, err)
+	}
+	if _, err := f.Undo(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshotTree(t, ws); !equalTrees(before, after) {
+		t.Fatalf("undo did not restore the link:\nwant %v\ngot  %v", before, after)
 	}
 }
 
@@ -408,8 +439,10 @@ func TestDeleteThroughLaterSymlinkIsConflict(t *testing.T) {
 	}
 	_, err := tx.Commit(context.Background())
 	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Path != "d" || ce.Reason != ReasonReplaced {
-		t.Fatalf("commit = %v, want a conflict on d", err)
+	// The staged path no longer exists as a literal path: its parent is
+	// a symlink now.
+	if !errors.As(err, &ce) || ce.Path != "d/x.txt" || ce.Reason != ReasonDeleted {
+		t.Fatalf("commit = %v, want d/x.txt deleted", err)
 	}
 	if readFile(t, ws, "e/x.txt") != "x\n" {
 		t.Fatal("deleted through the symlink")

@@ -248,3 +248,45 @@ func TestDiscardKeepsWorkspace(t *testing.T) {
 		t.Fatalf("trash not emptied: %v", entries)
 	}
 }
+
+// TestOverlayShapes stages what a command's overlay can hold, in any
+// order, without Delete calls first: a file over a directory tree, a
+// directory over a file, a symlink over a file.
+func TestOverlayShapes(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "tree/a", "a", 0o644)
+	writeFile(t, ws, "tree/sub/b", "b", 0o644)
+	writeFile(t, ws, "plain", "p", 0o644)
+	writeFile(t, ws, "lnk", "l", 0o644)
+	before := snapshotTree(t, ws)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("overlay")
+	for _, err := range []error{
+		tx.Write("tree", []byte("now a file"), 0),
+		tx.Write("plain/inside", []byte("i"), 0),
+		tx.Mkdir("plain", 0o750),
+		tx.Symlink("tree", "lnk"),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "tree") != "now a file" || readFile(t, ws, "plain/inside") != "i" {
+		t.Fatal("wrong content")
+	}
+	if fi, _ := os.Lstat(filepath.Join(ws, "plain")); fi == nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("plain = %v", fi)
+	}
+	if l, _ := os.Readlink(filepath.Join(ws, "lnk")); l != "tree" {
+		t.Fatalf("lnk -> %q", l)
+	}
+	if _, err := f.Undo(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshotTree(t, ws); !equalTrees(before, after) {
+		t.Fatalf("undo did not restore:\nwant %v\ngot  %v", before, after)
+	}
+}

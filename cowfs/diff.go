@@ -68,7 +68,7 @@ func (t *Tx) Diff() (string, error) {
 // oldSide reads the workspace entry at rel for the diff (no hashing: the
 // diff shows what is there, the commit checks it).
 func (f *FS) oldSide(rel string) (side, error) {
-	fi, err := f.ws.root.Lstat(rel)
+	fi, err := f.ws.lstat(rel)
 	if isNotExist(err) {
 		return side{}, nil
 	}

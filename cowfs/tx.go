@@ -265,9 +265,10 @@ func (t *Tx) appendRecs(recs []stageRec) error {
 }
 
 // stageOp runs fn under the workspace lock on an up-to-date, open
-// transaction. fn returns the records to append and the change in staged
-// bytes, which is checked against the limit before anything is written.
-func (t *Tx) stageOp(fn func() ([]stageRec, int64, error)) error {
+// transaction. fn returns the records to append; their effect on the
+// staged bytes and the change count is checked against the limits before
+// anything is written.
+func (t *Tx) stageOp(fn func() ([]stageRec, error)) error {
 	unlock, err := t.fs.lock(context.Background())
 	if err != nil {
 		return err
@@ -276,9 +277,13 @@ func (t *Tx) stageOp(fn func() ([]stageRec, int64, error)) error {
 	if err := t.refreshLocked(true); err != nil {
 		return err
 	}
-	recs, delta, err := fn()
+	recs, err := fn()
 	if err != nil || len(recs) == 0 {
 		return err
+	}
+	delta, count := t.effect(recs)
+	if count > t.fs.opts.maxChanges {
+		return &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
 	}
 	if err := t.fs.addStaged(delta); err != nil {
 		return err
@@ -290,6 +295,44 @@ func (t *Tx) stageOp(fn func() ([]stageRec, int64, error)) error {
 	}
 	failpoint(fpStageAppended)
 	return nil
+}
+
+// effect returns how recs would change the staged bytes, and how many
+// changes the transaction would hold after them.
+func (t *Tx) effect(recs []stageRec) (delta int64, count int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	size := map[string]int64{}
+	present := map[string]bool{}
+	get := func(p string) (int64, bool) {
+		if v, ok := size[p]; ok {
+			return v, present[p]
+		}
+		if c := t.changes[p]; c != nil {
+			return c.Size, true
+		}
+		return 0, false
+	}
+	count = len(t.changes)
+	for _, r := range recs {
+		switch r.Op {
+		case "set":
+			old, ok := get(r.Change.Path)
+			delta += r.Change.Size - old
+			if !ok {
+				count++
+			}
+			size[r.Change.Path], present[r.Change.Path] = r.Change.Size, true
+		case "unstage":
+			old, ok := get(r.Path)
+			delta -= old
+			if ok {
+				count--
+			}
+			size[r.Path], present[r.Path] = 0, false
+		}
+	}
+	return delta, count
 }
 
 // cur returns the staged change of rel, or nil.
@@ -308,40 +351,26 @@ func (t *Tx) before(rel string) (snapshot, error) {
 	return t.fs.ws.snap(rel, nil)
 }
 
-// stagedBelow reports whether a change is staged strictly beneath rel.
-func (t *Tx) stagedBelow(rel string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for p, c := range t.changes {
-		if strings.HasPrefix(p, rel+"/") && c.Kind != KindDelete {
-			return true
-		}
-	}
-	return false
-}
-
 // parents returns the records that make every ancestor of rel a
 // directory after commit: an implicit mkdir for a missing one, a mkdir
-// for one staged for deletion. An ancestor that is (or is staged as) a
-// file or symlink is refused.
+// replacing one that is (or is staged as) a file, symlink or deletion.
+// That is what a command's overlay means when it holds rel: whatever was
+// on the way was replaced by directories. Nothing is written through a
+// symlink: the link itself is replaced.
 func (t *Tx) parents(rel string) ([]stageRec, error) {
 	var recs []stageRec
 	for _, a := range ancestors(rel) {
 		if c := t.cur(a); c != nil {
-			switch c.Kind {
-			case KindMkdir:
+			if c.Kind == KindMkdir {
 				continue
-			case KindDelete:
-				m := c.Before.Mode
-				if c.Before.Type != typeDir {
-					m = 0o755
-				}
-				nc := &change{Path: a, Kind: KindMkdir, Mode: m, Before: c.Before}
-				recs = append(recs, stageRec{Op: "set", Change: nc})
-				continue
-			default:
-				return nil, fmt.Errorf("%w: %q: parent %q is staged as a %s", ErrInvalidPath, rel, a, c.Kind)
 			}
+			m := uint32(0o755)
+			if c.Before.Type == typeDir {
+				m = c.Before.Mode
+			}
+			nc := &change{Path: a, Kind: KindMkdir, Mode: m, Before: c.Before}
+			recs = append(recs, stageRec{Op: "set", Change: nc})
+			continue
 		}
 		s, err := t.fs.ws.snap(a, nil)
 		if err != nil {
@@ -352,42 +381,45 @@ func (t *Tx) parents(rel string) ([]stageRec, error) {
 		case typeAbsent:
 			nc := &change{Path: a, Kind: KindMkdir, Mode: 0o755, Implicit: true, Before: s}
 			recs = append(recs, stageRec{Op: "set", Change: nc})
+		case typeFile, typeSymlink:
+			nc := &change{Path: a, Kind: KindMkdir, Mode: 0o755, Before: s}
+			recs = append(recs, stageRec{Op: "set", Change: nc})
 		default:
-			return nil, fmt.Errorf("%w: %q: parent %q is a %s, not a directory (delete it first)", ErrInvalidPath, rel, a, s.Type)
+			return nil, fmt.Errorf("%w: %q: parent %q is a special file", ErrInvalidPath, rel, a)
 		}
 	}
 	return recs, nil
 }
 
-// checkReplace refuses to stage a non-directory at rel over a directory
-// that is not staged for deletion, and over special files.
-func (t *Tx) checkReplace(rel string, before snapshot, c *change) error {
-	switch {
-	case before.Type == typeOther:
-		return fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
-	case t.stagedBelow(rel):
-		return fmt.Errorf("%w: %q has staged entries beneath it", ErrInvalidPath, rel)
-	case before.Type == typeDir && (c == nil || c.Kind == KindMkdir):
-		return fmt.Errorf("%w: %q is a directory (delete it first)", ErrInvalidPath, rel)
+// replaceRecs returns what staging a non-directory at rel needs besides
+// its own record: its parents, and, when a directory is there (in the
+// workspace or staged), the removal of everything beneath it.
+func (t *Tx) replaceRecs(rel string, before snapshot) ([]stageRec, error) {
+	if before.Type == typeOther {
+		return nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
 	}
-	return nil
-}
-
-func (t *Tx) countCheck(extra int) error {
-	t.mu.Lock()
-	n := len(t.changes)
-	t.mu.Unlock()
-	if n+extra > t.fs.opts.maxChanges {
-		return &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
+	recs, err := t.parents(rel)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if c := t.cur(rel); before.Type == typeDir || c != nil && c.Kind == KindMkdir {
+		below, err := t.removalRecs(rel, false)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, below...)
+	}
+	return recs, nil
 }
 
 // Write stages rel to hold exactly data with mode's permission bits
 // (rwx for user, group, other; setuid, setgid and sticky are dropped). A
 // zero mode keeps the mode of the file it replaces (0644 for a new file).
-// Missing parent directories are staged too. The bytes are on disk, and
-// survive a crash of this process, when Write returns.
+// Missing parent directories are staged too; a file or symlink where a
+// parent directory must be, and a directory at rel, are staged for
+// replacement (with everything beneath, each entry checked at commit).
+// The bytes are on disk, and survive a crash of this process, when Write
+// returns.
 func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
@@ -397,21 +429,14 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 		return &LimitError{Name: LimitFileBytes, Value: t.fs.opts.maxFileBytes}
 	}
 	sha := sha256Hex(data)
-	return t.stageOp(func() ([]stageRec, int64, error) {
-		c := t.cur(rel)
+	return t.stageOp(func() ([]stageRec, error) {
 		before, err := t.before(rel)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		if err := t.checkReplace(rel, before, c); err != nil {
-			return nil, 0, err
-		}
-		recs, err := t.parents(rel)
+		recs, err := t.replaceRecs(rel, before)
 		if err != nil {
-			return nil, 0, err
-		}
-		if err := t.countCheck(len(recs) + 1); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		m := unixMode(mode)
 		if mode == 0 {
@@ -424,15 +449,15 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 		// that a privileged commit would install; new content does not
 		// inherit those bits either (the kernel clears them on write too).
 		m &= 0o777
-		var delta int64 = int64(len(data))
-		if c != nil {
-			delta -= c.Size
+		nc := &change{Path: rel, Kind: KindWrite, Mode: m, Blob: sha, Size: int64(len(data)), Before: before}
+		recs = append(recs, stageRec{Op: "set", Change: nc})
+		if _, count := t.effect(recs); count > t.fs.opts.maxChanges {
+			return nil, &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
 		}
 		if err := t.putBlob(sha, data); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		nc := &change{Path: rel, Kind: KindWrite, Mode: m, Blob: sha, Size: int64(len(data)), Before: before}
-		return append(recs, stageRec{Op: "set", Change: nc}), delta, nil
+		return recs, nil
 	})
 }
 
@@ -455,45 +480,39 @@ func (t *Tx) putBlob(sha string, data []byte) error {
 
 // Mkdir stages a directory at rel with mode's permission bits (0755 when
 // zero; setuid is dropped, setgid and sticky kept). On an existing
-// directory it stages a mode change.
+// directory it stages a mode change; a file or symlink at rel is staged
+// for replacement.
 func (t *Tx) Mkdir(p string, mode os.FileMode) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, int64, error) {
-		c := t.cur(rel)
+	return t.stageOp(func() ([]stageRec, error) {
 		before, err := t.before(rel)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		if before.Type == typeOther || (before.Type == typeFile || before.Type == typeSymlink) && c == nil {
-			return nil, 0, fmt.Errorf("%w: %q is a %s (delete it first)", ErrInvalidPath, rel, before.Type)
+		if before.Type == typeOther {
+			return nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
 		}
 		recs, err := t.parents(rel)
 		if err != nil {
-			return nil, 0, err
-		}
-		if err := t.countCheck(len(recs) + 1); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		m := unixMode(mode)
 		if mode == 0 {
 			m = 0o755
 		}
 		m &^= syscall.S_ISUID // setgid and sticky are common and harmless on directories
-		var delta int64
-		if c != nil {
-			delta = -c.Size
-		}
 		nc := &change{Path: rel, Kind: KindMkdir, Mode: m, Before: before}
-		return append(recs, stageRec{Op: "set", Change: nc}), delta, nil
+		return append(recs, stageRec{Op: "set", Change: nc}), nil
 	})
 }
 
 // Symlink stages a symlink at rel pointing to target. Targets that are
 // absolute, climb out of the workspace or point into .pulse are refused,
 // so a committed link never leads a later reader outside the workspace.
+// Parents and an entry at rel are handled as by Write.
 func (t *Tx) Symlink(target, p string) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
@@ -502,91 +521,90 @@ func (t *Tx) Symlink(target, p string) error {
 	if err := checkLinkTarget(rel, target); err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, int64, error) {
-		c := t.cur(rel)
+	return t.stageOp(func() ([]stageRec, error) {
 		before, err := t.before(rel)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		if err := t.checkReplace(rel, before, c); err != nil {
-			return nil, 0, err
-		}
-		recs, err := t.parents(rel)
+		recs, err := t.replaceRecs(rel, before)
 		if err != nil {
-			return nil, 0, err
-		}
-		if err := t.countCheck(len(recs) + 1); err != nil {
-			return nil, 0, err
-		}
-		var delta int64
-		if c != nil {
-			delta = -c.Size
+			return nil, err
 		}
 		nc := &change{Path: rel, Kind: KindSymlink, Target: target, Before: before}
-		return append(recs, stageRec{Op: "set", Change: nc}), delta, nil
+		return append(recs, stageRec{Op: "set", Change: nc}), nil
 	})
 }
 
 // Delete stages the removal of rel. A directory is removed with
 // everything beneath it, each entry snapshotted so that commit notices
 // any of them changing. Deleting a path the transaction created unstages
-// it. A path that neither exists nor is staged is ErrNotFound.
+// it. A path that neither exists nor is staged is ErrNotFound; a path
+// reached through a symlinked directory is refused (removing it would
+// remove what the link points at).
 func (t *Tx) Delete(p string) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, int64, error) {
+	return t.stageOp(func() ([]stageRec, error) {
 		if err := t.realAncestors(rel); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		paths := map[string]bool{}
-		if err := t.walk(rel, paths); err != nil {
-			return nil, 0, err
+		recs, err := t.removalRecs(rel, true)
+		if err != nil {
+			return nil, err
 		}
-		t.mu.Lock()
-		for q := range t.changes {
-			if q == rel || strings.HasPrefix(q, rel+"/") {
-				paths[q] = true
-			}
+		if len(recs) == 0 {
+			return nil, fmt.Errorf("%w: %q does not exist", ErrNotFound, rel)
 		}
-		t.mu.Unlock()
-		if len(paths) == 0 {
-			return nil, 0, fmt.Errorf("%w: %q does not exist", ErrNotFound, rel)
-		}
-		if err := t.countCheck(len(paths)); err != nil {
-			return nil, 0, err
-		}
-		sorted := make([]string, 0, len(paths))
-		for q := range paths {
-			sorted = append(sorted, q)
-		}
-		sort.Strings(sorted)
-		var recs []stageRec
-		var delta int64
-		for _, q := range sorted {
-			c := t.cur(q)
-			if c != nil {
-				delta -= c.Size
-			}
-			before, err := t.before(q)
-			if err != nil {
-				return nil, 0, err
-			}
-			if before.Type == typeAbsent {
-				if c != nil {
-					recs = append(recs, stageRec{Op: "unstage", Path: q})
-				}
-				continue
-			}
-			recs = append(recs, stageRec{Op: "set", Change: &change{Path: q, Kind: KindDelete, Before: before}})
-		}
-		return recs, delta, nil
+		return recs, nil
 	})
 }
 
-// realAncestors refuses a path reached through a symlinked directory:
-// removing it would remove whatever the link points at.
+// removalRecs returns the records removing everything at and (self
+// false: only) beneath rel, in the workspace and staged: a deletion for
+// what exists, an unstage for what the transaction created.
+func (t *Tx) removalRecs(rel string, self bool) ([]stageRec, error) {
+	paths := map[string]bool{}
+	if err := t.walk(rel, paths); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	for q := range t.changes {
+		if q == rel || strings.HasPrefix(q, rel+"/") {
+			paths[q] = true
+		}
+	}
+	t.mu.Unlock()
+	if !self {
+		delete(paths, rel)
+	}
+	if len(paths) > t.fs.opts.maxChanges {
+		return nil, &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
+	}
+	sorted := make([]string, 0, len(paths))
+	for q := range paths {
+		sorted = append(sorted, q)
+	}
+	sort.Strings(sorted)
+	var recs []stageRec
+	for _, q := range sorted {
+		before, err := t.before(q)
+		if err != nil {
+			return nil, err
+		}
+		if before.Type == typeAbsent {
+			if t.cur(q) != nil {
+				recs = append(recs, stageRec{Op: "unstage", Path: q})
+			}
+			continue
+		}
+		recs = append(recs, stageRec{Op: "set", Change: &change{Path: q, Kind: KindDelete, Before: before}})
+	}
+	return recs, nil
+}
+
+// realAncestors refuses a path reached through a symlinked directory.
 func (t *Tx) realAncestors(rel string) error {
 	for _, a := range ancestors(rel) {
 		if c := t.cur(a); c != nil && c.Kind == KindMkdir {
@@ -609,7 +627,7 @@ func (t *Tx) realAncestors(rel string) error {
 // walk adds rel and, for a directory, every entry beneath it in the
 // workspace. Symlinks are not followed.
 func (t *Tx) walk(rel string, out map[string]bool) error {
-	fi, err := t.fs.ws.root.Lstat(rel)
+	fi, err := t.fs.ws.lstat(rel)
 	if isNotExist(err) {
 		return nil
 	}

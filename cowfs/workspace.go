@@ -240,12 +240,29 @@ func isNotExist(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
 }
 
+// lstat is Lstat of the literal path rel: if any ancestor is not a real
+// directory (a symlink, a file), rel does not exist as far as cowfs is
+// concerned, so a snapshot, a walk or a removal never reaches through a
+// symlinked directory to what it points at.
+func (w *workspace) lstat(rel string) (fs.FileInfo, error) {
+	for _, a := range ancestors(rel) {
+		fi, err := w.root.Lstat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			return nil, &fs.PathError{Op: "lstat", Path: rel, Err: syscall.ENOTDIR}
+		}
+	}
+	return w.root.Lstat(rel)
+}
+
 // snap records the entry at rel without following a final symlink. For a
 // regular file it reads the whole content to hash it and, when copy is not
 // nil, copies it there in the same pass (copy is rewound on a retry).
 func (w *workspace) snap(rel string, copy *os.File) (snapshot, error) {
 	for attempt := 0; ; attempt++ {
-		fi, err := w.root.Lstat(rel)
+		fi, err := w.lstat(rel)
 		if isNotExist(err) {
 			return snapshot{}, nil
 		}
