@@ -57,6 +57,7 @@ type execution struct {
 	maxOutput int64
 	persisted int    // events[:persisted] are in the store
 	result    []byte // the result frame once finished
+	status    string // the final status once finished
 	finished  bool
 	wake      chan struct{}
 }
@@ -206,6 +207,11 @@ func (s *Server) persist(e *execution) {
 		return
 	}
 	e.mu.Lock()
+	// The frame is kept for replay; the raw copy is only needed until
+	// stored.
+	for _, ev := range batch {
+		ev.data = nil
+	}
 	e.persisted += len(batch)
 	e.mu.Unlock()
 }
@@ -294,9 +300,14 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 			}
 		}
 	}
-	if errors.Is(cause, errCancelled) {
+	if ctx.Err() != nil && !p.TimedOut {
+		// Cancelled by a client, or by the server shutting down: either
+		// way the command did not reach its own end.
 		status = store.StatusFailed
-		p.Error = StatusCancelled
+		p.Error = "SHUTDOWN"
+		if errors.Is(cause, errCancelled) {
+			p.Error = StatusCancelled
+		}
 		if p.TerminationReason == "" || p.TerminationReason == string(backend.Exited) {
 			p.TerminationReason = string(backend.Cancelled)
 		}
@@ -320,6 +331,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 
 	e.mu.Lock()
 	e.result = rawFrame(TypeResult, body)
+	e.status = status
 	e.finished = true
 	for c := range e.subs {
 		c.out.push(e.result)

@@ -111,9 +111,10 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		return nil
 	}
 
-	s.uploadMu.Lock()
+	lk := s.idLock(req.ExecutionID)
+	lk.Lock()
 	e, err := c.register(ctx, req)
-	s.uploadMu.Unlock()
+	lk.Unlock()
 	if err != nil {
 		release()
 		if errors.Is(err, store.ErrExists) {
@@ -283,7 +284,7 @@ func (c *conn) attach(ctx context.Context, m *Message) error {
 	if e := c.s.lookup(id, c.tenant); e != nil {
 		ok := e.attach(c, after, func() []byte {
 			if e.finished {
-				return responseFrame(m.RequestID, finalStatus(e.result), map[string]any{"execution_id": id})
+				return responseFrame(m.RequestID, e.status, map[string]any{"execution_id": id})
 			}
 			return responseFrame(m.RequestID, StatusAttached, map[string]any{"execution_id": id})
 		})
@@ -324,17 +325,6 @@ func (c *conn) attach(ctx context.Context, m *Message) error {
 	return nil
 }
 
-// finalStatus reads the status an in-memory result frame stands for.
-func finalStatus(result []byte) string {
-	var f struct {
-		Payload resultPayload `json:"payload"`
-	}
-	if json.Unmarshal(result, &f) == nil && f.Payload.Error == "" && f.Payload.TerminationReason != "error" {
-		return StatusCompleted
-	}
-	return StatusFailed
-}
-
 func (c *conn) upload(ctx context.Context, m *Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
@@ -353,8 +343,9 @@ func (c *conn) upload(ctx context.Context, m *Message) error {
 	s := c.s
 	// An upload may only create the workspace of an execution that was
 	// not submitted yet; the lock orders it against submit's check.
-	s.uploadMu.Lock()
-	defer s.uploadMu.Unlock()
+	lk := s.idLock(id)
+	lk.Lock()
+	defer lk.Unlock()
 	taken, err := s.store.Exists(ctx, id)
 	if err != nil {
 		return err
@@ -405,8 +396,6 @@ func (c *conn) download(ctx context.Context, m *Message) error {
 // grace period. A fresh upload waiting for its submit is kept.
 func (c *conn) reconcile(ctx context.Context, m *Message) error {
 	s := c.s
-	s.uploadMu.Lock()
-	defer s.uploadMu.Unlock()
 	entries, err := os.ReadDir(s.tenantDir(c.tenant))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -414,24 +403,42 @@ func (c *conn) reconcile(ctx context.Context, m *Message) error {
 	orphans := 0
 	for _, ent := range entries {
 		id := ent.Name()
-		if !ent.IsDir() || !ValidID(id) || s.lookup(id, c.tenant) != nil {
+		if !ent.IsDir() || !ValidID(id) {
 			continue
 		}
-		rec, err := s.store.Get(ctx, id, c.tenant)
-		switch {
-		case err == nil && rec.Status == store.StatusRunning:
-			continue
-		case errors.Is(err, store.ErrNotFound):
-			info, ierr := ent.Info()
-			if ierr != nil || s.o.now().Sub(info.ModTime()) < s.o.uploadGrace {
-				continue
-			}
-		case err != nil:
+		removed, err := c.reconcileOne(ctx, ent)
+		if err != nil {
 			return err
 		}
-		s.removeWorkspace(c.tenant, id)
-		orphans++
+		if removed {
+			orphans++
+		}
 	}
 	c.out.push(responseFrame(m.RequestID, StatusReconciled, map[string]any{"orphans_cleaned": orphans}))
 	return nil
+}
+
+// reconcileOne removes the workspace ent when no execution needs it.
+func (c *conn) reconcileOne(ctx context.Context, ent fs.DirEntry) (bool, error) {
+	s, id := c.s, ent.Name()
+	lk := s.idLock(id)
+	lk.Lock()
+	defer lk.Unlock()
+	if s.lookup(id, c.tenant) != nil {
+		return false, nil
+	}
+	rec, err := s.store.Get(ctx, id, c.tenant)
+	switch {
+	case err == nil && rec.Status == store.StatusRunning:
+		return false, nil
+	case errors.Is(err, store.ErrNotFound):
+		info, ierr := ent.Info()
+		if ierr != nil || s.o.now().Sub(info.ModTime()) < s.o.uploadGrace {
+			return false, nil
+		}
+	case err != nil:
+		return false, err
+	}
+	s.removeWorkspace(c.tenant, id)
+	return true, nil
 }

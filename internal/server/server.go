@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"os"
@@ -166,12 +167,16 @@ type Server struct {
 	ready    atomic.Bool
 	draining atomic.Bool
 
-	mu       sync.Mutex
-	active   map[string]*execution // running, by execution id
-	slots    int                   // executions holding a concurrency slot
-	conns    map[*conn]struct{}
-	wg       sync.WaitGroup // executions and background loops
-	uploadMu sync.Mutex     // serialises upload-vs-submit decisions per server
+	mu     sync.Mutex
+	active map[string]*execution // running, by execution id
+	slots  int                   // executions holding a concurrency slot
+	conns  map[*conn]struct{}
+	closed bool           // Shutdown closed the connections; refuse new ones
+	wg     sync.WaitGroup // executions and background loops
+	// idLocks order upload, submit and reconcile decisions on one
+	// execution id, striped so that a large upload does not hold up
+	// submissions of other ids.
+	idLocks [64]sync.Mutex
 }
 
 // New builds a server over exec and st. It marks executions a previous
@@ -318,6 +323,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()
+	s.closed = true
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -327,6 +333,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.shutdown()
 	}
 	return err
+}
+
+func (s *Server) idLock(id string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return &s.idLocks[h.Sum32()%uint32(len(s.idLocks))]
 }
 
 // tenantDir is where a tenant's workspaces live.

@@ -570,3 +570,42 @@ func TestNewValidatesConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown lets a quick execution finish, cancels one that outlives the
+// drain period, records both and delivers their results before closing.
+func TestShutdownDrainsThenCancels(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("quick", "sleep 0.2; echo done", nil)
+	c.submit("stuck", "echo up; sleep 30", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want the drain deadline", err)
+	}
+	results := map[string]msg{}
+	for len(results) < 2 {
+		m, err := c.tryRecv(10 * time.Second)
+		if err != nil {
+			t.Fatalf("connection ended before both results: %v (have %v)", err, results)
+		}
+		if m.Type == TypeResult {
+			results[m.str("execution_id")] = m
+		}
+	}
+	if r := results["quick"]; r.str("stdout") != "done\n" || r.str("error") != "" {
+		t.Fatalf("quick: %s", r.raw)
+	}
+	if r := results["stuck"]; r.str("error") != "SHUTDOWN" || r.str("termination_reason") != "cancelled" {
+		t.Fatalf("stuck: %s", r.raw)
+	}
+	for id, want := range map[string]string{"quick": store.StatusCompleted, "stuck": store.StatusFailed} {
+		rec, err := h.st.Get(context.Background(), id, TenantOf(tokenA))
+		if err != nil || rec.Status != want {
+			t.Fatalf("%s: %+v, %v; want %s", id, rec, err, want)
+		}
+	}
+	if _, err := c.tryRecv(5 * time.Second); err == nil {
+		t.Fatal("connection still open after shutdown")
+	}
+}
