@@ -531,7 +531,7 @@ func (x *run) wait(ctx context.Context) error {
 				}
 				continue
 			}
-			f, err := parseFrame(data)
+			f, err := decodeFrame(data)
 			if err != nil {
 				x.wantCancel()
 				return fmt.Errorf("remote: %w: %w", ErrProtocol, err)

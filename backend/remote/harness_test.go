@@ -340,3 +340,7 @@ var (
 	allowAll    = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
 	denySecrets = secrets.DenyAllSecrets()
 )
+
+func policyLimits(output int64) policy.ResourceLimits {
+	return policy.ResourceLimits{OutputBytes: output, Timeout: 5 * time.Minute}
+}

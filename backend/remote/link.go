@@ -183,7 +183,7 @@ func (l *link) call(ctx context.Context, action string, payload map[string]any, 
 			if !ok {
 				return nil, l.closedErr()
 			}
-			f, err := parseFrame(data)
+			f, err := decodeFrame(data)
 			if err != nil {
 				return nil, fmt.Errorf("remote: %w: %w", ErrProtocol, err)
 			}
