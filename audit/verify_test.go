@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func readLines(t *testing.T, path string) [][]byte {
@@ -217,6 +218,10 @@ func TestHelperAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Start together, so that the appends really interleave.
+	for _, err := os.Stat(path + ".go"); err != nil; _, err = os.Stat(path + ".go") {
+		time.Sleep(time.Millisecond)
+	}
 	for i := 0; i < n; i++ {
 		if err := l.Record(context.Background(), Event{Action: "shell", Target: fmt.Sprint("cmd ", i), Decision: "allow"}); err != nil {
 			t.Fatal(err)
@@ -246,6 +251,9 @@ func TestTwoProcessesAppend(t *testing.T) {
 			}
 		})
 	}
+	if err := os.WriteFile(path+".go", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range cmds {
 		if err := c.Wait(); err != nil {
 			t.Fatalf("helper: %v", err)
@@ -260,6 +268,7 @@ func TestTwoProcessesAppend(t *testing.T) {
 	}
 	// Both processes really interleaved into one chain.
 	sessions := map[string]int{}
+	switches, last := 0, ""
 	for _, f := range rep.Files {
 		data, _ := os.ReadFile(f)
 		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
@@ -268,11 +277,19 @@ func TestTwoProcessesAppend(t *testing.T) {
 				t.Fatal(err)
 			}
 			sessions[e.SessionID]++
+			if e.SessionID != last {
+				switches++
+				last = e.SessionID
+			}
 		}
 	}
 	if sessions["agent"] != perProc || sessions["review"] != perProc {
 		t.Fatalf("events per process: %v", sessions)
 	}
+	if switches < 3 {
+		t.Fatalf("the two processes did not interleave (%d runs)", switches)
+	}
+	t.Logf("%d runs of one process's events in one chain of %d", switches, rep.Events)
 }
 
 func TestVerifyAnchorCatchesTailTruncation(t *testing.T) {
