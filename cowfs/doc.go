@@ -28,10 +28,14 @@
 //   - Undo reverts the last committed transaction with the same
 //     protocol, refusing with ErrConflict if any of its paths changed
 //     since.
-//   - Commit never writes through a symlink: targets are replaced by
-//     rename, and an ancestor directory that is (or became) a symlink is
-//     a conflict. All workspace access goes through an os.Root, so even a
-//     hostile symlink cannot lead outside the workspace.
+//   - Paths are literal. An entry beneath a symlink or a file does not
+//     exist for cowfs, so nothing is ever read, removed or written
+//     through a symlinked directory: targets are replaced by rename, an
+//     ancestor that became a symlink is a conflict, and staging beneath a
+//     symlink or file stages its replacement by a directory (which is what
+//     a command's overlay holding that path means). All workspace access
+//     goes through an os.Root, so even a hostile symlink cannot lead
+//     outside the workspace.
 //
 // What it does not keep: a replaced file gets the committing process's
 // owner and group, and loses extended attributes and ACLs; a file with
