@@ -418,3 +418,16 @@ func TestTrailingNewlineValue(t *testing.T) {
 		t.Fatalf("3 bytes plus a newline accepted: %v", err)
 	}
 }
+
+func TestScrubberConcurrentUse(t *testing.T) {
+	s := NewScrubber([]string{"shared-secret"}, WithDetectors(AllDetectors()...))
+	done := make(chan string)
+	for g := 0; g < 8; g++ {
+		go func() { done <- s.Redact("a shared-secret b AKIAIOSFODNN7EXAMPLE") }()
+	}
+	for g := 0; g < 8; g++ {
+		if got := <-done; got != "a [REDACTED] b [REDACTED:aws-access-key-id]" {
+			t.Fatalf("got %q", got)
+		}
+	}
+}
