@@ -20,7 +20,7 @@ type matcher struct {
 	outPat  []int32    // that pattern's index
 	minLen  int
 	maxLen  int
-	skip    []uint8 // nil when minLen < 3
+	skip    *[1 << skipBits]uint8 // nil when minLen < 3; an array so the probe needs no bounds check
 	block   int     // bytes hashed by the skip filter: 4, or 3 when minLen is 3
 }
 
@@ -144,7 +144,7 @@ func newMatcher(patterns [][]byte) *matcher {
 		m.block = 3
 	}
 	if m.minLen >= 3 {
-		m.skip = make([]uint8, 1<<skipBits)
+		m.skip = new([1 << skipBits]uint8)
 		def := m.minLen - m.block + 1
 		if def > 255 {
 			def = 255
@@ -189,12 +189,17 @@ func (m *matcher) next(t []byte, from int) (start, end, pat int) {
 					p++
 				}
 			} else {
-				for p+m.minLen <= n {
-					sh := m.skip[skipHash(binary.LittleEndian.Uint32(t[p+m.minLen-4:]))]
+				skip, last := m.skip, n-m.minLen
+				// t[q:q+4] is the window's last block; q+4 <= n while
+				// p <= last.
+				q := p + m.minLen - 4
+				for p <= last {
+					sh := skip[skipHash(binary.LittleEndian.Uint32(t[q:q+4]))]
 					if sh == 0 {
 						break
 					}
 					p += int(sh)
+					q += int(sh)
 				}
 			}
 			if p+m.minLen > n {
