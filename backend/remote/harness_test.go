@@ -117,7 +117,7 @@ func (ts *testServer) start(t testing.TB, ln net.Listener, extra ...server.Optio
 	ts.srv, ts.st, ts.ln = srv, st, &trackingListener{Listener: ln}
 	ts.addr = ln.Addr().String()
 	ts.url = "ws://" + ts.addr + "/"
-	ts.hs = &http.Server{Handler: srv.Handler()}
+	ts.hs = newHTTPServer(srv)
 	ts.closed = false
 	go ts.hs.Serve(ts.ln)
 }
@@ -343,4 +343,8 @@ var (
 
 func policyLimits(output int64) policy.ResourceLimits {
 	return policy.ResourceLimits{OutputBytes: output, Timeout: 5 * time.Minute}
+}
+
+func newHTTPServer(srv *server.Server) *http.Server {
+	return &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 }

@@ -1,0 +1,155 @@
+package remote
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/backendtest"
+	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/store"
+)
+
+const workerToken = "remote-backend-worker-token"
+
+var (
+	workerOnce sync.Once
+	workerBin  string
+	workerErr  error
+)
+
+// buildWorker builds the real pulse-worker command once per test binary.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	workerOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			workerErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "pulse-worker-bin")
+		if err != nil {
+			workerErr = err
+			return
+		}
+		workerBin = filepath.Join(dir, "pulse-worker")
+		if out, err := exec.Command(goBin, "build", "-o", workerBin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput(); err != nil {
+			workerErr = err
+			workerBin = string(out)
+		}
+	})
+	if workerErr != nil {
+		t.Skipf("cannot build pulse-worker: %v\n%s", workerErr, workerBin)
+	}
+	return workerBin
+}
+
+// startRelayServer runs pulse-server with the relay executor on
+// 127.0.0.1 and one real pulse-worker process attached to it over gRPC.
+func startRelayServer(t *testing.T) string {
+	t.Helper()
+	bin := buildWorker(t)
+	relay, err := server.NewRelay([]string{workerToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	relay.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+
+	dir := t.TempDir()
+	st, err := store.Open(context.Background(), filepath.Join(dir, "db.sqlite3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(context.Background(), relay, st, serverOptions(dir)...)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{dir: dir, srv: srv, st: st, ln: &trackingListener{Listener: ln}, addr: ln.Addr().String()}
+	ts.url = "ws://" + ts.addr + "/"
+	ts.hs = newHTTPServer(srv)
+	go ts.hs.Serve(ts.ln)
+	t.Cleanup(ts.stop)
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "RELAY_ADDR="+lis.Addr().String(), "SANDBOX_ID=remote-test-worker",
+		"SANDBOX_TOKEN="+workerToken, "RELAY_TLS=0", "WORKER_MAX_CONCURRENT=8")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if live, _, _ := relay.Workers(); live == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pulse-worker did not attach within 30s")
+		}
+	}
+	return ts.url
+}
+
+// TestConformanceRelay runs the suite against pulse-server relaying to a
+// real pulse-worker process.
+func TestConformanceRelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a pulse-worker process; skipped with -short")
+	}
+	url := startRelayServer(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		return newBackend(t, url)
+	},
+		backendtest.WithTimeScale(3),
+		backendtest.Skip("StreamingOutput", stdinReason),
+		backendtest.Skip("StdinNotRead", stdinReason),
+		backendtest.Skip("ReconcileSparesLive", stdinReason),
+	)
+}
+
+// TestRelayCutMidStream: reattach works the same when the command runs on
+// a worker.
+func TestRelayCutMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a pulse-worker process; skipped with -short")
+	}
+	url := startRelayServer(t)
+	p := newCutProxy(t, strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/"), 100_000)
+	b := newBackend(t, p.url())
+	p.setCuts(2)
+	var out buffer
+	res, err := execShell(t, b, t.TempDir(), "seq 1 100000; sleep 0.3; seq 100001 150000", &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.cutCount() < 2 {
+		t.Fatalf("the proxy cut %d connections, want 2", p.cutCount())
+	}
+	if res.ExitCode != 0 || out.String() != seqOutput(1, 150000) {
+		t.Errorf("exit %d, stdout %d bytes; want %d", res.ExitCode, len(out.String()), len(seqOutput(1, 150000)))
+	}
+}
