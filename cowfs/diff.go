@@ -340,29 +340,34 @@ func disjoint(a, b []string) bool {
 // uniqueAnchors returns pairs (i, j) with a[i] == b[j], each line unique
 // in a and in b, forming the longest chain increasing in both i and j.
 func uniqueAnchors(a, b []string) [][2]int {
-	type seen struct{ na, nb, i, j int }
-	m := make(map[string]*seen, len(a))
+	// One map lookup per line and no allocation per distinct line: this
+	// runs over every line of both files.
+	type seen struct{ na, nb, i, j int32 }
+	idx := make(map[string]int32, len(a))
+	counts := make([]seen, 0, len(a))
 	for i, l := range a {
-		e := m[l]
-		if e == nil {
-			e = &seen{}
-			m[l] = e
+		k, ok := idx[l]
+		if !ok {
+			k = int32(len(counts))
+			idx[l] = k
+			counts = append(counts, seen{})
 		}
-		e.na++
-		e.i = i
+		counts[k].na++
+		counts[k].i = int32(i)
 	}
 	for j, l := range b {
-		if e := m[l]; e != nil {
-			e.nb++
-			e.j = j
+		if k, ok := idx[l]; ok {
+			counts[k].nb++
+			counts[k].j = int32(j)
 		}
 	}
 	var pairs [][2]int // in increasing i
-	for i, l := range a {
-		if e := m[l]; e.na == 1 && e.nb == 1 {
-			pairs = append(pairs, [2]int{i, e.j})
+	for _, c := range counts {
+		if c.na == 1 && c.nb == 1 {
+			pairs = append(pairs, [2]int{int(c.i), int(c.j)})
 		}
 	}
+	sort.Slice(pairs, func(x, y int) bool { return pairs[x][0] < pairs[y][0] })
 	// Longest increasing subsequence of j, by patience sorting.
 	tails := []int{} // index into pairs of the smallest tail of each length
 	prev := make([]int, len(pairs))
