@@ -291,7 +291,11 @@ func TestRelayOverTLSWithRealWorker(t *testing.T) {
 		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_WORKER_TOKEN": "worker-token",
 			"PULSE_TLS_CERT": cert, "PULSE_TLS_KEY": key, "PULSE_TLS_CA": ca})
 	bin := filepath.Join(t.TempDir(), "pulse-worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput(); err != nil {
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, "github.com/pulse-agent/pulse/cmd/pulse-worker")...).CombinedOutput(); err != nil {
 		t.Fatalf("build pulse-worker: %v\n%s", err, out)
 	}
 	w := exec.Command(bin)

@@ -40,7 +40,11 @@ func buildWorker(t *testing.T) string {
 			return
 		}
 		workerBin = filepath.Join(dir, "pulse-worker")
-		out, err := exec.Command(goBin, "build", "-o", workerBin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput()
+		args := []string{"build", "-o", workerBin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command(goBin, append(args, "github.com/pulse-agent/pulse/cmd/pulse-worker")...).CombinedOutput()
 		if err != nil {
 			workerBinErr = err
 			workerBin = string(out)

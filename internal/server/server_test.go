@@ -358,6 +358,7 @@ func TestReconcileKeepsPendingUploads(t *testing.T) {
 	if res, _ := c.untilResult("fresh", nil); res.str("stdout") != "fresh" {
 		t.Fatalf("pending upload lost: %s", res.raw)
 	}
+	c.do(ActionCancel, map[string]any{"execution_id": "running"})
 }
 
 func TestInvalidMessagesAreAnswered(t *testing.T) {
