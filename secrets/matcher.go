@@ -21,7 +21,7 @@ type matcher struct {
 	minLen  int
 	maxLen  int
 	skip    *[1 << skipBits]uint8 // nil when minLen < 3; an array so the probe needs no bounds check
-	block   int     // bytes hashed by the skip filter: 4, or 3 when minLen is 3
+	block   int                   // bytes hashed by the skip filter: 4, or 3 when minLen is 3
 }
 
 const (
