@@ -102,7 +102,7 @@ func validName(s string) bool {
 }
 
 // Scrubber replaces secrets in text. It is immutable and safe for
-// concurrent use. A nil *Scrubber redacts nothing.
+// concurrent use. A nil (or zero) Scrubber redacts nothing.
 type Scrubber struct {
 	lit      *matcher
 	reps     [][]byte // replacement per literal pattern
@@ -129,9 +129,8 @@ func NewScrubber(values []string, opts ...Option) *Scrubber {
 // longest. A value with white space around it is also redacted without
 // it. Empty values are ignored; a value shorter than MinSecretLen (not
 // counting surrounding white space) is an error wrapping ErrTooShort that
-// says how many there are. A value given
-// both plainly and by name is redacted with its name (the first name given
-// wins).
+// says how many there are. A value given both plainly and by name is
+// redacted with its name (the first name given wins).
 func New(values []string, opts ...Option) (*Scrubber, error) {
 	o := options{encodings: true}
 	for _, opt := range opts {
@@ -252,7 +251,7 @@ func encodedForms(v string) []string {
 // Longest is the length of the longest byte string the Scrubber matches
 // literally (a value or one of its encoded forms).
 func (s *Scrubber) Longest() int {
-	if s == nil {
+	if s.none() {
 		return 0
 	}
 	return s.longest
@@ -262,7 +261,7 @@ func (s *Scrubber) Longest() int {
 // can tell whether they start a secret: Longest()-1, plus the longest
 // credential shape minus one when detectors are on.
 func (s *Scrubber) HoldBack() int {
-	if s == nil {
+	if s.none() {
 		return 0
 	}
 	h := 0
@@ -277,7 +276,7 @@ func (s *Scrubber) HoldBack() int {
 
 // Len is the number of distinct secret values.
 func (s *Scrubber) Len() int {
-	if s == nil {
+	if s.none() {
 		return 0
 	}
 	return s.count
@@ -285,7 +284,7 @@ func (s *Scrubber) Len() int {
 
 // Redact returns s with every secret replaced.
 func (s *Scrubber) Redact(text string) string {
-	if s == nil {
+	if s.none() {
 		return text
 	}
 	out, changed := s.redact([]byte(text))
@@ -298,7 +297,7 @@ func (s *Scrubber) Redact(text string) string {
 // RedactBytes returns b with every secret replaced. It returns b itself
 // when there is nothing to replace, and a new slice otherwise.
 func (s *Scrubber) RedactBytes(b []byte) []byte {
-	if s == nil {
+	if s.none() {
 		return b
 	}
 	out, _ := s.redact(b)
@@ -318,7 +317,7 @@ func (s *Scrubber) redact(b []byte) ([]byte, bool) {
 // Contains reports whether text holds any secret (or, with detectors on,
 // any credential shape). Use it to refuse content that embeds one.
 func (s *Scrubber) Contains(text string) bool {
-	if s == nil {
+	if s.none() {
 		return false
 	}
 	return s.ContainsBytes([]byte(text))
@@ -326,7 +325,7 @@ func (s *Scrubber) Contains(text string) bool {
 
 // ContainsBytes is Contains for a byte slice.
 func (s *Scrubber) ContainsBytes(b []byte) bool {
-	if s == nil {
+	if s.none() {
 		return false
 	}
 	if st, _, _ := s.lit.next(b, 0); st >= 0 {
@@ -357,3 +356,6 @@ func replaceAll(m *matcher, reps [][]byte, b []byte) ([]byte, bool) {
 	out.Write(b[prev:])
 	return out.Bytes(), true
 }
+
+// none reports a nil or zero Scrubber, which redacts nothing.
+func (s *Scrubber) none() bool { return s == nil || s.lit == nil }

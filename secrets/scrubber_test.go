@@ -210,16 +210,17 @@ func TestInvalidName(t *testing.T) {
 }
 
 func TestNilScrubberRedactsNothing(t *testing.T) {
-	var s *Scrubber
-	if s.Redact("abc") != "abc" || s.Contains("abc") {
-		t.Fatal("nil scrubber changed text")
-	}
-	var out bytes.Buffer
-	w := s.NewWriter(&out)
-	w.Write([]byte("hello"))
-	w.Close()
-	if out.String() != "hello" {
-		t.Fatalf("got %q", out.String())
+	for _, s := range []*Scrubber{nil, {}, NewScrubber(nil)} {
+		if s.Redact("abc") != "abc" || s.Contains("abc") || string(s.RedactBytes([]byte("abc"))) != "abc" || s.HoldBack() != 0 {
+			t.Fatal("empty scrubber changed text")
+		}
+		var out bytes.Buffer
+		w := s.NewWriter(&out)
+		w.Write([]byte("hello"))
+		w.Close()
+		if out.String() != "hello" {
+			t.Fatalf("got %q", out.String())
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ func (d detectorStage) window() int                                { return d.d.
 // different goroutines (a straggling output copier and the code that ends
 // the command); they are serialised.
 func (s *Scrubber) NewWriter(w io.Writer) io.WriteCloser {
-	if s == nil || s.lit.maxLen == 0 && s.det == nil {
+	if s.none() || s.lit.maxLen == 0 && s.det == nil {
 		return &passWriter{w: w}
 	}
 	var next io.Writer = w
