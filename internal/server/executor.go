@@ -60,10 +60,18 @@ func NewLocal(b backend.Backend, maxOverlay int64, log *slog.Logger) *Local {
 // Name implements Executor.
 func (l *Local) Name() string { return "local:" + l.b.Name() }
 
-// Capabilities implements Executor. A backend that writes in place still
-// returns an overlay through this executor, computed by comparing the
-// workspace before and after.
-func (l *Local) Capabilities() backend.Capabilities { return l.b.Capabilities() }
+// Capabilities implements Executor: the backend's, except that writes are
+// always captured. A backend that writes in place changes only the
+// server's copy of the workspace, and this executor returns what changed
+// as an overlay, so for a client the writes never land directly.
+func (l *Local) Capabilities() backend.Capabilities {
+	c := l.b.Capabilities()
+	if !c.CapturesWrites {
+		c.CapturesWrites = true
+		c.Notes = append(append([]string(nil), c.Notes...), "writes land in the server's copy of the workspace and come back as an overlay")
+	}
+	return c
+}
 
 // Available implements Executor: the server's own limit is the only one.
 func (l *Local) Available() error { return nil }

@@ -406,7 +406,7 @@ func TestInvalidMessagesAreAnswered(t *testing.T) {
 	}
 	r, _ := c.do(ActionCapabilities, nil)
 	caps, _ := r.Payload["capabilities"].(map[string]any)
-	if r.str("status") != StatusCapabilities || r.str("executor") != "local:host" || caps["isolation"] != "host_unsafe" {
+	if r.str("status") != StatusCapabilities || r.str("executor") != "local:host" || caps["isolation"] != "host_unsafe" || caps["captures_writes"] != true {
 		t.Fatalf("capabilities: %s", r.raw)
 	}
 }

@@ -60,3 +60,34 @@ func TestDiffTarAgreesWithDiff(t *testing.T) {
 		t.Fatalf("DiffTar of an escaping name: %v", err)
 	}
 }
+
+// FuzzDiffTar feeds arbitrary archives, as a worker could send back, to
+// DiffTar: it must not panic, and every overlay path it returns must be
+// clean, relative and outside .pulse/.
+func FuzzDiffTar(f *testing.F) {
+	f.Add(build(f, reg("a", "x"), reg("d/b", "y")))
+	f.Add(build(f, reg("../x", "x")))
+	f.Add([]byte{0x1f, 0x8b})
+	ws := f.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "a"), []byte("x"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	snap, err := Take(ws)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ov, err := snap.DiffTar(bytes.NewReader(data), Limits{MaxUnpacked: 1 << 20, MaxMembers: 64})
+		if err != nil {
+			return
+		}
+		for _, file := range ov.Files {
+			if c, err := CleanName(file.Path); err != nil || c != file.Path || c == "." {
+				t.Fatalf("overlay path %q not clean: %v", file.Path, err)
+			}
+		}
+		if _, err := Pack(ov); err != nil {
+			t.Fatalf("overlay from DiffTar does not pack: %v", err)
+		}
+	})
+}
