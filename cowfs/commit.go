@@ -196,7 +196,7 @@ func (t *Tx) Commit(ctx context.Context) ([]string, error) {
 	defer unlock()
 	paths, err := t.commitLocked(ctx)
 	if err == nil {
-		t.fs.addStaged(-t.bytes)
+		t.fs.account(t.id, 0, false)
 	}
 	return paths, err
 }
@@ -765,7 +765,6 @@ func (f *FS) recover(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	var staged int64
 	for _, id := range ids {
 		dir := "tx/" + id
 		if st, reason := f.txState(id); st == StateQuarantined {
@@ -775,10 +774,6 @@ func (f *FS) recover(ctx context.Context) error {
 			// A commit that died before its WAL was in place never began.
 			f.state.Remove(dir + "/wal.tmp")
 			f.state.RemoveAll(dir + "/prev")
-			t := &Tx{fs: f, id: id, changes: map[string]*change{}}
-			if err := t.load(); err == nil {
-				staged += t.bytes
-			}
 			continue
 		}
 		if err := f.rollForward(dir, id); err != nil {
@@ -788,8 +783,10 @@ func (f *FS) recover(ctx context.Context) error {
 	if err := f.prune(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := f.recount(); err != nil {
+		return err
+	}
 	f.mu.Lock()
-	f.staged = staged
 	f.recoveryErr = errors.Join(errs...)
 	f.mu.Unlock()
 	return nil
@@ -911,7 +908,9 @@ func (f *FS) Undo(ctx context.Context) (*TxInfo, error) {
 	if err := f.createTx(t, recs, blobs); err != nil {
 		return nil, err
 	}
-	if _, err := t.commitLocked(ctx); err != nil {
+	_, err = t.commitLocked(ctx)
+	f.account(t.id, 0, false)
+	if err != nil {
 		if st, _ := f.txState(t.id); st == StateOpen {
 			f.removeState(t.dir())
 		}

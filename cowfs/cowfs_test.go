@@ -290,3 +290,29 @@ func TestOverlayShapes(t *testing.T) {
 		t.Fatalf("undo did not restore:\nwant %v\ngot  %v", before, after)
 	}
 }
+
+func TestStagedBytesSeenAcrossFS(t *testing.T) {
+	ws := newWS(t)
+	a := openFS(t, ws, WithMaxStagedBytes(150))
+	b := openFS(t, ws, WithMaxStagedBytes(150))
+	txb, _ := b.Begin("other process")
+	if err := txb.Write("x", make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	// a learns of txb's bytes as soon as it reads that transaction.
+	if _, err := a.Tx(txb.ID()); err != nil {
+		t.Fatal(err)
+	}
+	txa, _ := a.Begin("this process")
+	var le *LimitError
+	if err := txa.Write("y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+		t.Fatalf("write over the shared total: %v", err)
+	}
+	if _, err := txb.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// b committed txb; a still counts it until a refusal makes it recount.
+	if err := txa.Write("y", make([]byte, 60), 0); err != nil {
+		t.Fatalf("a counts bytes committed by another FS: %v", err)
+	}
+}

@@ -142,7 +142,10 @@
 // # Limits
 //
 // Per-file size, total bytes staged by the open transactions of the
-// workspace (counted at Open from the stage logs, then kept up to date
-// incrementally, never by rescanning), open transactions, and changes per
-// transaction; exceeding one returns a *LimitError wrapping ErrLimit.
+// workspace, open transactions, and changes per transaction; exceeding
+// one returns a *LimitError wrapping ErrLimit. The staged total is
+// counted at Open from the stage logs (never from the blobs), then kept
+// up to date incrementally from the records this FS appends or reads; it
+// is recounted from the stage logs only before refusing a write, since
+// another process may have committed or discarded meanwhile.
 package cowfs

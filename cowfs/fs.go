@@ -159,7 +159,8 @@ type FS struct {
 
 	mu          sync.Mutex
 	closed      bool
-	staged      int64 // bytes staged by open transactions, as this FS knows them
+	staged      int64            // bytes staged by open transactions, as this FS knows them
+	counted     map[string]int64 // per transaction, the bytes included in staged
 	recoveryErr error
 }
 
@@ -185,7 +186,7 @@ func Open(workspace string, opts ...Option) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FS{ws: ws, opts: o, log: o.logger}
+	f := &FS{ws: ws, opts: o, log: o.logger, counted: map[string]int64{}}
 	if err := f.openState(); err != nil {
 		ws.root.Close()
 		return nil, err
@@ -327,16 +328,49 @@ func validID(id string) bool {
 	return true
 }
 
-func (f *FS) addStaged(delta int64) error {
+// account records that transaction id now holds bytes staged bytes and
+// updates the workspace total by the difference, refusing (when check is
+// set) to grow it past the limit. The total is kept incrementally, from
+// the stage records this FS writes or reads, never by rescanning.
+func (f *FS) account(id string, bytes int64, check bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if delta > 0 && f.staged+delta > f.opts.maxStagedBytes {
+	delta := bytes - f.counted[id]
+	if check && delta > 0 && f.staged+delta > f.opts.maxStagedBytes {
 		return &LimitError{Name: LimitStagedBytes, Value: f.opts.maxStagedBytes}
 	}
 	f.staged += delta
-	if f.staged < 0 {
-		f.staged = 0
+	if bytes == 0 {
+		delete(f.counted, id)
+	} else {
+		f.counted[id] = bytes
 	}
+	return nil
+}
+
+// recount rebuilds the staged-bytes total from the stage logs of the open
+// transactions. The caller holds the lock.
+func (f *FS) recount() error {
+	ids, err := f.txIDs()
+	if err != nil {
+		return err
+	}
+	var staged int64
+	counted := map[string]int64{}
+	for _, id := range ids {
+		if st, _ := f.txState(id); st != StateOpen {
+			continue
+		}
+		t := &Tx{fs: f, id: id, changes: map[string]*change{}}
+		if err := t.load(); err != nil || t.bytes == 0 {
+			continue
+		}
+		staged += t.bytes
+		counted[id] = t.bytes
+	}
+	f.mu.Lock()
+	f.staged, f.counted = staged, counted
+	f.mu.Unlock()
 	return nil
 }
 

@@ -226,6 +226,8 @@ func (t *Tx) refreshLocked(open bool) error {
 	}
 	t.offset += int64(good)
 	t.loaded = true
+	// Records another process appended count toward the total too.
+	t.fs.account(t.id, t.bytes, false)
 	return nil
 }
 
@@ -285,12 +287,23 @@ func (t *Tx) stageOp(fn func() ([]stageRec, error)) error {
 	if count > t.fs.opts.maxChanges {
 		return &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
 	}
-	if err := t.fs.addStaged(delta); err != nil {
-		return err
+	t.mu.Lock()
+	old := t.bytes
+	t.mu.Unlock()
+	if err := t.fs.account(t.id, old+delta, true); err != nil {
+		// Another process may have committed or discarded what this FS
+		// still counts: recount from the stage logs before refusing.
+		// Only a refusal pays for a rescan.
+		if rerr := t.fs.recount(); rerr != nil {
+			return err
+		}
+		if err := t.fs.account(t.id, old+delta, true); err != nil {
+			return err
+		}
 	}
 	failpoint(fpStageBlob)
 	if err := t.appendRecs(recs); err != nil {
-		t.fs.addStaged(-delta)
+		t.fs.account(t.id, old, false)
 		return err
 	}
 	failpoint(fpStageAppended)
@@ -691,7 +704,7 @@ func (t *Tx) Discard() error {
 	if err := t.fs.removeState(t.dir()); err != nil {
 		return err
 	}
-	t.fs.addStaged(-t.bytes)
+	t.fs.account(t.id, 0, false)
 	return nil
 }
 
