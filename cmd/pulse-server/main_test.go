@@ -23,6 +23,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/backend/namespace"
 )
 
 func env(m map[string]string) func(string) string {
@@ -323,6 +326,56 @@ func TestRelayOverTLSWithRealWorker(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if out := roundTrip(t, "wss://"+s.api, "dev-token", withCert); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// The namespace backend re-executes this test binary as its sandbox
+	// init, as it does pulse-server itself.
+	namespace.Init()
+	os.Exit(m.Run())
+}
+
+// With an isolating backend the server runs under its defaults: network
+// denied, writes captured.
+func TestServesWithNamespaceBackend(t *testing.T) {
+	b, err := namespace.New()
+	if err == nil {
+		err = b.Probe(context.Background())
+		b.Close()
+	}
+	if err != nil {
+		t.Skipf("namespace backend unavailable here: %v", err)
+	}
+	dir := t.TempDir()
+	s := start(t, []string{"--development", "--backend", "namespace", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"})
+	if out := roundTrip(t, "ws://"+s.api, "dev-token", nil); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
+	}
+}
+
+func TestServesWithDockerBackend(t *testing.T) {
+	b, err := docker.New()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = b.Probe(ctx)
+		cancel()
+		b.Close()
+	}
+	if err != nil {
+		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but docker is unavailable: %v", err)
+		}
+		t.Skipf("needs docker: %v", err)
+	}
+	dir := t.TempDir()
+	s := start(t, []string{"--development", "--backend", "docker", "--port", "0",
+		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
+		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"})
+	if out := roundTrip(t, "ws://"+s.api, "dev-token", nil); out != "from-main\n" {
 		t.Fatalf("stdout %q", out)
 	}
 }
