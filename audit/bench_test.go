@@ -17,52 +17,77 @@ func benchEvent() Event {
 		Detail: "Executed command via namespace backend"}
 }
 
-// plainAppend is the reference: the same events as JSON lines through an
+// plainAppender is the reference: the same events as JSON lines through an
 // encoding/json Encoder on an O_APPEND file, with the same fsync policy but
-// no lock, chain or scrubbing. It returns the time per event.
-func plainAppend(b *testing.B, dir string, d Durability, n int) time.Duration {
+// no lock, chain or scrubbing.
+type plainAppender struct {
+	f        *os.File
+	enc      *json.Encoder
+	d        Durability
+	lastSync time.Time
+}
+
+func newPlainAppender(b *testing.B, dir string, d Durability) *plainAppender {
 	f, err := os.OpenFile(filepath.Join(dir, "plain.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	enc := json.NewEncoder(f)
-	e := benchEvent()
-	start := time.Now()
-	lastSync := start
-	for i := 0; i < n; i++ {
-		e.Time = time.Now()
-		e.Seq = uint64(i)
-		if err := enc.Encode(&e); err != nil {
-			b.Fatal(err)
+	b.Cleanup(func() { f.Close() })
+	return &plainAppender{f: f, enc: json.NewEncoder(f), d: d, lastSync: time.Now()}
+}
+
+func (p *plainAppender) append(e Event) error {
+	e.Time = time.Now()
+	if err := p.enc.Encode(&e); err != nil {
+		return err
+	}
+	switch p.d.mode {
+	case modeEvent:
+		return p.f.Sync()
+	case modeInterval:
+		if time.Since(p.lastSync) >= p.d.interval {
+			p.lastSync = time.Now()
+			return p.f.Sync()
 		}
-		switch d.mode {
-		case modeEvent:
-			f.Sync()
-		case modeInterval:
-			if time.Since(lastSync) >= d.interval {
-				f.Sync()
-				lastSync = time.Now()
+	}
+	return nil
+}
+
+// bestBatch times batches of n calls of f, alternating with the reference
+// so both see the same machine, and returns the fastest batch of each.
+func bestBatch(n int, ref, ours func() error) (time.Duration, time.Duration, error) {
+	bestRef, bestOurs := time.Duration(1<<63-1), time.Duration(1<<63-1)
+	for round := 0; round < 5; round++ {
+		for k, f := range []func() error{ref, ours} {
+			start := time.Now()
+			for i := 0; i < n; i++ {
+				if err := f(); err != nil {
+					return 0, 0, err
+				}
+			}
+			if d := time.Since(start); k == 0 {
+				bestRef = min(bestRef, d)
+			} else {
+				bestOurs = min(bestOurs, d)
 			}
 		}
 	}
-	return time.Since(start) / time.Duration(n)
+	return bestRef, bestOurs, nil
 }
 
 func BenchmarkRecord(b *testing.B) {
 	sc := secrets.NewScrubber([]string{"not-in-these-events-1", "not-in-these-events-2"})
 	for _, c := range []struct {
-		name string
-		d    Durability
-		ref  int
+		name  string
+		d     Durability
+		batch int
 	}{
-		{"none", NoSync, 20000},
-		{"every-100ms", SyncEvery(100 * time.Millisecond), 20000},
-		{"each-event", SyncEachEvent, 200},
+		{"none", NoSync, 2000},
+		{"every-100ms", SyncEvery(100 * time.Millisecond), 2000},
+		{"each-event", SyncEachEvent, 20},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			dir := b.TempDir()
-			ref := plainAppend(b, dir, c.d, c.ref)
 			l, err := Open(filepath.Join(dir, "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
 			if err != nil {
 				b.Fatal(err)
@@ -77,9 +102,13 @@ func BenchmarkRecord(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			per := b.Elapsed() / time.Duration(b.N)
-			b.ReportMetric(float64(time.Second)/float64(per), "events/s")
-			b.ReportMetric(float64(ref)/float64(per), "x-vs-json-append")
+			ref := newPlainAppender(b, dir, c.d)
+			refT, oursT, err := bestBatch(c.batch, func() error { return ref.append(e) }, func() error { return l.Record(ctx, e) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(c.batch)/oursT.Seconds(), "best-events/s")
+			b.ReportMetric(float64(refT)/float64(oursT), "x-vs-json-append")
 		})
 	}
 }
