@@ -6,17 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +39,9 @@ type Backend struct {
 
 	mu      sync.Mutex
 	closed  bool
-	running map[*exec.Cmd]func(backend.TerminationReason)
+	running map[*initProc]func(backend.TerminationReason)
+	warm    map[bool]*initProc // by "has its own net namespace"
+	filling map[bool]bool
 	wg      sync.WaitGroup
 
 	probeMu  sync.Mutex
@@ -63,7 +62,8 @@ func New(opts ...Option) (*Backend, error) {
 	if o.stateDir == "" {
 		o.stateDir = defaultStateDir()
 	}
-	b := &Backend{o: o, running: map[*exec.Cmd]func(backend.TerminationReason){}}
+	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
+		warm: map[bool]*initProc{}, filling: map[bool]bool{}}
 	b.landlock = landlockABI()
 	b.cg = detectCgroups()
 	return b, nil
@@ -256,7 +256,15 @@ func (b *Backend) Close() error {
 	for _, kill := range b.running {
 		kill(backend.Cancelled)
 	}
+	var warm []*initProc
+	for k, p := range b.warm {
+		warm = append(warm, p)
+		delete(b.warm, k)
+	}
 	b.mu.Unlock()
+	for _, p := range warm {
+		p.discard()
+	}
 	b.wg.Wait()
 	return nil
 }
@@ -310,7 +318,10 @@ func (b *Backend) newRun() (*run, error) {
 // command is dead and its overlay read, so the caller need not wait for
 // the unlink of a tree the command may have filled. The run stays locked
 // until it is gone, so Reconcile leaves it alone; Close waits for it.
+// The caller must hold a count on b.wg (a tracked execution) so that this
+// Add cannot race with Close's Wait.
 func (b *Backend) removeRun(r *run) {
+	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		if err := r.remove(); err != nil {
@@ -452,242 +463,6 @@ var userName = sync.OnceValue(func() string {
 	}
 	return "pulse"
 })
-
-func (b *Backend) track(c *exec.Cmd, kill func(backend.TerminationReason)) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	b.running[c] = kill
-	b.wg.Add(1)
-	return true
-}
-
-func (b *Backend) untrack(c *exec.Cmd) {
-	b.mu.Lock()
-	delete(b.running, c)
-	b.mu.Unlock()
-	b.wg.Done()
-}
-
-func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.Result, err error) {
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, backend.ErrClosed
-	}
-	cfg, err := b.prepare(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		// Exec's contract: Stdin is closed whatever happens.
-		if c, ok := req.Stdin.(io.Closer); ok {
-			c.Close()
-		}
-	}()
-	lim := req.Limits.WithDefaults()
-
-	r, err := b.newRun()
-	if err != nil {
-		return nil, fmt.Errorf("%w: namespace: run directory: %v", backend.ErrUnavailable, err)
-	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		r.remove()
-		return nil, backend.ErrClosed
-	}
-	b.wg.Add(1) // for removeRun, which may outlive this call
-	b.mu.Unlock()
-	defer b.removeRun(r)
-	cfg.Root = filepath.Join(r.dir, "root")
-	cfg.Upper = filepath.Join(r.dir, "upper")
-	cfg.Work = filepath.Join(r.dir, "work")
-	if !overlayPathOK(cfg.Upper) {
-		return nil, fmt.Errorf("%w: namespace: state dir %q cannot hold overlay directories", backend.ErrUnavailable, b.o.stateDir)
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
-	}
-	defer cfgR.Close()
-	defer cfgW.Close()
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
-	}
-	defer stR.Close()
-	defer stW.Close()
-
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"pulse-namespace-init"}
-	// The init's own environment; the command's is cfg.Env. A race-built
-	// binary would otherwise sleep a second at every exit, and one
-	// processor keeps the init's threads (which count as pids) few.
-	cmd.Env = []string{initEnv + "=" + initVersion, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
-	cmd.ExtraFiles = []*os.File{cfgR, stW}
-	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
-	if cfg.NewNet {
-		flags |= unix.CLONE_NEWNET
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 flags,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		GidMappingsEnableSetgroups: false,
-		Pdeathsig:                  syscall.SIGKILL,
-	}
-
-	var (
-		reason atomic.Value // backend.TerminationReason, set by whoever kills first
-		procMu sync.Mutex
-		proc   *os.Process // set once started; cmd.Process is not safe to share
-	)
-	kill := func(why backend.TerminationReason) {
-		reason.CompareAndSwap(nil, why)
-		procMu.Lock()
-		defer procMu.Unlock()
-		if proc != nil {
-			// SIGKILL to pid 1 of the namespace: the kernel kills the rest.
-			_ = proc.Kill()
-		}
-	}
-	out := newOutputs(req.Stdout, req.Stderr, lim.OutputBytes, func() { kill(backend.OutputLimit) })
-	cmd.Stdout = out.stdout
-	cmd.Stderr = out.stderr
-	if req.Stdin != nil {
-		cmd.Stdin = req.Stdin
-	}
-	// Everything in the namespace dies with pid 1, so the pipes close at
-	// once; the delay only bounds a Stdin reader that never returns.
-	cmd.WaitDelay = 2 * time.Second
-
-	if !b.track(cmd, kill) {
-		return nil, backend.ErrClosed
-	}
-	defer b.untrack(cmd)
-
-	cg, cgErr := b.newCgroup(r, lim)
-	if cgErr != nil {
-		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
-	}
-	if cg != nil {
-		defer cg.remove()
-	}
-
-	start := time.Now()
-	// Pdeathsig fires when the forking *thread* exits, and Go may end an
-	// idle thread that a locked goroutine leaves behind; keeping this
-	// goroutine on its thread until Wait returns rules that out.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%w: namespace: start sandbox init: %v", backend.ErrUnavailable, err)
-	}
-	cfgR.Close()
-	stW.Close()
-	if cg != nil {
-		if err := cg.add(cmd.Process.Pid); err != nil {
-			b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
-		}
-	}
-	procMu.Lock()
-	proc = cmd.Process
-	procMu.Unlock()
-	if reason.Load() != nil {
-		_ = proc.Kill() // Close or the output cap came first
-	}
-
-	done := make(chan struct{})
-	timer := time.NewTimer(lim.Timeout)
-	go func() {
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-			kill(backend.Timeout)
-		case <-ctx.Done():
-			kill(backend.Cancelled)
-		}
-	}()
-
-	_, werr := cfgW.Write(cfgJSON)
-	cfgW.Close()
-	status := readStatus(stR, func(line string) {
-		if pid, ok := strings.CutPrefix(line, "started "); ok && cg != nil && pid != "0" {
-			if err := cg.tightenPids(lim.Pids, cmd.Process.Pid); err != nil {
-				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
-			}
-		}
-	})
-	waitErr := cmd.Wait()
-	close(done)
-	dur := time.Since(start)
-
-	st := parseStatus(status)
-	if st.err != "" && !st.started {
-		// The init failed before starting the command: nothing was started.
-		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
-	}
-	ps := cmd.ProcessState
-	if ps == nil {
-		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
-	}
-	why, killed := reason.Load().(backend.TerminationReason)
-	if !st.started && !killed {
-		if werr != nil {
-			return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, werr)
-		}
-		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, ps)
-	}
-
-	res = &backend.Result{
-		Duration:  dur,
-		PID:       st.pid,
-		Truncated: out.truncated(),
-	}
-	switch {
-	case st.exited && st.status.Exited():
-		res.ExitCode = st.status.ExitStatus()
-		res.Termination = backend.Exited
-	default:
-		// Killed by a signal, or the init was killed before it could say
-		// how the command ended (timeout, cancel, output cap, OOM).
-		res.ExitCode = -1
-		res.Termination = backend.Signaled
-		if killed {
-			res.Termination = why
-		}
-		if cg != nil && cg.oomKilled() {
-			res.Termination = backend.OOM
-		}
-	}
-	res.TimedOut = res.Termination == backend.Timeout
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
-		res.Metrics = backend.Metrics{
-			MaxRSSBytes: ru.Maxrss * 1024,
-			UserCPU:     time.Duration(ru.Utime.Nano()),
-			SystemCPU:   time.Duration(ru.Stime.Nano()),
-		}
-	}
-	ov, err := readOverlay(cfg.Upper, cfg.Workspace)
-	if err != nil {
-		// The command ran; its writes could not be read back. Report it
-		// loudly rather than returning a silently empty overlay.
-		b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
-		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
-	}
-	res.Overlay = ov
-	return res, nil
-}
 
 // checkDirExists refuses a working directory that is not a directory of
 // the workspace, resolving it the way the sandbox will: inside the

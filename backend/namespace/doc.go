@@ -41,16 +41,25 @@
 // program did not call Init is unavailable (Probe and Exec say so) rather
 // than re-running the program's main.
 //
+// # Start-up
+//
+// Most of an Exec's cost is starting the init: exec of this binary and the
+// Go runtime's start. After each Exec the backend starts, in the
+// background, the init the next Exec of the same network mode will use:
+// namespaces made, stdio pipes ready, waiting for its config. Close ends
+// it. WithoutPrestart turns this off.
+//
 // # Lifetime
 //
 // The init is pid 1 of the sandbox's pid namespace and exits as soon as the
 // command does; when it exits, or when Exec kills it on timeout,
 // cancellation or output cap, the kernel kills every process left in the
-// namespace, so nothing outlives Exec. The command is not pid 1, so it
+// namespace, so nothing outlives Exec. The init also ends when the
+// backend's process does: the backend holds the init's config pipe open,
+// and the init exits on its EOF. The command is not pid 1, so it
 // keeps ordinary signal semantics ("kill -TERM $$" ends it). Result.PID is
 // its pid inside the namespace. Result.Metrics include the init's own small
-// footprint. The init gets
-// SIGKILL if the process that started it dies. All mounts live in the
+// footprint. All mounts live in the
 // sandbox's own mount namespace and vanish with it; the only state on the
 // host is a run directory (upper and work directories of the overlay) under
 // a per-user state directory, locked by its owner while it runs. Reconcile

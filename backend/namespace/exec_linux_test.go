@@ -204,7 +204,8 @@ func TestClosedBackend(t *testing.T) {
 func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	gate := t.TempDir()
-	b := newBackend(t, WithStateDir(state), WithReadWriteBind(gate))
+	// No init started ahead: its run directory would be a second live one.
+	b := newBackend(t, WithStateDir(state), WithReadWriteBind(gate), WithoutPrestart())
 	// A run of a crashed process: no one holds its lock.
 	dead := filepath.Join(state, "999999-dead")
 	writeFile(t, filepath.Join(dead, "upper/file"), "x")

@@ -64,10 +64,17 @@ func initSandbox(version string, status *os.File) error {
 	}
 	var cfg childConfig
 	err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&cfg)
-	f.Close()
 	if err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	// The backend holds the config pipe open until it has what it needs
+	// from us. EOF means the backend's process is gone: end the sandbox
+	// (the kernel kills the rest of the namespace with us).
+	go func() {
+		var b [1]byte
+		f.Read(b[:])
+		syscall.Exit(126)
+	}()
 	if err := setupMounts(&cfg); err != nil {
 		return err
 	}

@@ -1,0 +1,400 @@
+package namespace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// initProc is a started sandbox init, waiting for its config. Everything
+// that does not depend on the request (namespaces, the run directory, the
+// stdio pipes) exists before the request does, so that one init per
+// network mode can be started ahead of time: the Go runtime's start-up is
+// most of the cost of an Exec.
+type initProc struct {
+	cmd    *exec.Cmd
+	run    *run
+	newNet bool
+
+	cfgW    *os.File // config to the init; kept open while it runs, as a parent-death signal
+	stR     *os.File // status lines from the init
+	stdinW  *os.File
+	stdoutR *os.File
+	stderrR *os.File
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// startInit starts an init in fresh namespaces; it blocks reading its
+// config until exec sends one.
+func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
+	r, err := b.newRun()
+	if err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	p = &initProc{run: r, newNet: newNet}
+	var childEnds []*os.File
+	defer func() {
+		closeAll(childEnds...)
+		if err != nil {
+			closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+			r.remove()
+		}
+	}()
+	pipe := func() (rd, wr *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		rd, wr, err = os.Pipe()
+		return rd, wr
+	}
+	cfgR, cfgW := pipe()
+	stR, stW := pipe()
+	stdinR, stdinW := pipe()
+	stdoutR, stdoutW := pipe()
+	stderrR, stderrW := pipe()
+	p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR = cfgW, stR, stdinW, stdoutR, stderrR
+	childEnds = []*os.File{cfgR, stW, stdinR, stdoutW, stderrW}
+	if err != nil {
+		return nil, err
+	}
+
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"pulse-namespace-init"}
+	// The init's own environment; the command's is built from the
+	// request. A race-built binary would otherwise sleep a second at every
+	// exit, and one processor keeps the init's threads (which count as
+	// pids) few.
+	cmd.Env = []string{initEnv + "=" + initVersion, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{cfgR, stW}
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
+	if newNet {
+		flags |= unix.CLONE_NEWNET
+	}
+	// No Pdeathsig: it fires when the forking *thread* ends, which Go
+	// does not promise not to do. The init watches its config pipe
+	// instead and exits when this process is gone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 flags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+	}
+	if err = cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	p.cmd = cmd
+	return p, nil
+}
+
+// discard ends an init that will not run a command and removes its run.
+func (p *initProc) discard() {
+	p.cfgW.Close() // the init sees EOF and exits
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	closeAll(p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	p.run.remove()
+}
+
+// takeWarm returns the init started ahead for this network mode, if any.
+func (b *Backend) takeWarm(newNet bool) *initProc {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.warm[newNet]
+	delete(b.warm, newNet)
+	return p
+}
+
+// refill starts, in the background, the init the next Exec of this
+// network mode will use.
+func (b *Backend) refill(newNet bool) {
+	if b.o.noPrestart {
+		return
+	}
+	b.mu.Lock()
+	if b.closed || b.warm[newNet] != nil || b.filling[newNet] {
+		b.mu.Unlock()
+		return
+	}
+	b.filling[newNet] = true
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		p, err := b.startInit(newNet)
+		b.mu.Lock()
+		b.filling[newNet] = false
+		if err == nil && !b.closed && b.warm[newNet] == nil {
+			b.warm[newNet] = p
+			p = nil
+		}
+		b.mu.Unlock()
+		if err != nil {
+			b.o.logger.Warn("namespace: starting an init ahead", slog.Any("err", err))
+		}
+		if p != nil {
+			p.discard()
+		}
+	}()
+}
+
+func (b *Backend) track(p *initProc, kill func(backend.TerminationReason)) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.running[p] = kill
+	b.wg.Add(1)
+	return true
+}
+
+func (b *Backend) untrack(p *initProc) {
+	b.mu.Lock()
+	delete(b.running, p)
+	b.mu.Unlock()
+	b.wg.Done()
+}
+
+// copyWait bounds how long output copying may go on after the init is
+// gone. Every process of the namespace dies with it, so the pipes reach
+// EOF at once unless a descriptor was smuggled out of the sandbox.
+const copyWait = 2 * time.Second
+
+func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.Result, err error) {
+	start := time.Now()
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, backend.ErrClosed
+	}
+	cfg, err := b.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Exec's contract: Stdin is closed whatever happens.
+		if c, ok := req.Stdin.(io.Closer); ok {
+			c.Close()
+		}
+	}()
+	lim := req.Limits.WithDefaults()
+
+	p := b.takeWarm(cfg.NewNet)
+	if p == nil {
+		if p, err = b.startInit(cfg.NewNet); err != nil {
+			return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
+		}
+	}
+	// The next Exec's init starts once this one is done, off the critical
+	// path of this command.
+	defer b.refill(cfg.NewNet)
+
+	var (
+		reason atomic.Value // backend.TerminationReason, set by whoever kills first
+		procMu sync.Mutex
+		cur    = p
+	)
+	kill := func(why backend.TerminationReason) {
+		reason.CompareAndSwap(nil, why)
+		procMu.Lock()
+		defer procMu.Unlock()
+		// SIGKILL to pid 1 of the namespace: the kernel kills the rest.
+		_ = cur.cmd.Process.Kill()
+	}
+	if !b.track(p, kill) {
+		p.discard()
+		return nil, backend.ErrClosed
+	}
+	defer b.untrack(p)
+
+	cg, cgErr := b.newCgroup(p.run, lim)
+	if cgErr != nil {
+		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
+	}
+	if cg != nil {
+		defer cg.remove()
+	}
+
+	// Send the config; an init started ahead may have died meanwhile
+	// (EPIPE): replace it once with a fresh one.
+	send := func(p *initProc) error {
+		cfg.Root = filepath.Join(p.run.dir, "root")
+		cfg.Upper = filepath.Join(p.run.dir, "upper")
+		cfg.Work = filepath.Join(p.run.dir, "work")
+		if !overlayPathOK(cfg.Upper) {
+			return fmt.Errorf("state dir %q cannot hold overlay directories", b.o.stateDir)
+		}
+		if cg != nil {
+			if err := cg.add(p.cmd.Process.Pid); err != nil {
+				b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
+			}
+		}
+		data, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = p.cfgW.Write(data)
+		return err
+	}
+	if err := send(p); err != nil {
+		fresh, ferr := b.startInit(cfg.NewNet)
+		if ferr != nil {
+			p.discard()
+			return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, ferr)
+		}
+		procMu.Lock()
+		old := p
+		p, cur = fresh, fresh
+		procMu.Unlock()
+		old.discard()
+		if err := send(p); err != nil {
+			p.discard()
+			return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, err)
+		}
+	}
+	defer func() {
+		closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+		b.removeRun(p.run)
+	}()
+
+	done := make(chan struct{})
+	go func() {
+		timer := time.NewTimer(lim.Timeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			kill(backend.Timeout)
+		case <-ctx.Done():
+			kill(backend.Cancelled)
+		}
+	}()
+	if reason.Load() != nil {
+		kill(backend.Cancelled) // Close came while the init was being set up
+	}
+
+	out := newOutputs(req.Stdout, req.Stderr, lim.OutputBytes, func() { kill(backend.OutputLimit) })
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); io.Copy(out.stdout, p.stdoutR) }()
+	go func() { defer copies.Done(); io.Copy(out.stderr, p.stderrR) }()
+	stdinW := p.stdinW
+	if req.Stdin == nil {
+		stdinW.Close()
+	} else {
+		// Abandoned, not waited for, if the reader never returns: the
+		// contract allows it, and the deferred Close of req.Stdin and of
+		// the pipe end it where they can.
+		go func() { io.Copy(stdinW, req.Stdin); stdinW.Close() }()
+	}
+
+	status := readStatus(p.stR, func(line string) {
+		if pid, ok := strings.CutPrefix(line, "started "); ok && cg != nil && pid != "0" {
+			if err := cg.tightenPids(lim.Pids, p.cmd.Process.Pid); err != nil {
+				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
+			}
+		}
+	})
+	waitErr := p.cmd.Wait()
+	close(done)
+	copied := make(chan struct{})
+	go func() { copies.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(copyWait):
+		p.stdoutR.Close()
+		p.stderrR.Close()
+		<-copied
+	}
+	dur := time.Since(start)
+
+	st := parseStatus(status)
+	if st.err != "" && !st.started {
+		// The init failed before starting the command: nothing was started.
+		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
+	}
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
+	}
+	why, killed := reason.Load().(backend.TerminationReason)
+	if !st.started && !killed {
+		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, ps)
+	}
+
+	res = &backend.Result{
+		Duration:  dur,
+		PID:       st.pid,
+		Truncated: out.truncated(),
+	}
+	switch {
+	case st.exited && st.status.Exited():
+		res.ExitCode = st.status.ExitStatus()
+		res.Termination = backend.Exited
+	default:
+		// Killed by a signal, or the init was killed before it could say
+		// how the command ended (timeout, cancel, output cap, OOM).
+		res.ExitCode = -1
+		res.Termination = backend.Signaled
+		if killed {
+			res.Termination = why
+		}
+		if cg != nil && cg.oomKilled() {
+			res.Termination = backend.OOM
+		}
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: ru.Maxrss * 1024,
+			UserCPU:     time.Duration(ru.Utime.Nano()),
+			SystemCPU:   time.Duration(ru.Stime.Nano()),
+		}
+	}
+	ov, err := readOverlay(cfg.Upper, cfg.Workspace)
+	if err != nil {
+		// The command ran; its writes could not be read back. Report it
+		// loudly rather than returning a silently empty overlay.
+		b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
+		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
+	}
+	res.Overlay = ov
+	return res, nil
+}
+
+// waitWarm waits until no init is being started ahead; benchmarks use it
+// so that the references they time do not share the CPU with it.
+func (b *Backend) waitWarm() {
+	for {
+		b.mu.Lock()
+		busy := b.filling[true] || b.filling[false]
+		b.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
