@@ -23,9 +23,9 @@ type Executor interface {
 	Name() string
 	// Capabilities is what the executor enforces; it does not block.
 	Capabilities() backend.Capabilities
-	// Available returns nil when one more execution could start now, or
-	// an error wrapping ErrNoCapacity.
-	Available() error
+	// Available returns nil when one more execution needing the programs
+	// in requires could start now, or an error wrapping ErrNoCapacity.
+	Available(requires []string) error
 	// Exec runs req with the contract of backend.Backend.Exec: a Result
 	// whenever a process started, and Result.Overlay holding what it
 	// wrote to req.Workspace (whether the executor captures writes or
@@ -74,7 +74,24 @@ func (l *Local) Capabilities() backend.Capabilities {
 }
 
 // Available implements Executor: the server's own limit is the only one.
-func (l *Local) Available() error { return nil }
+// Requirements name programs of a worker image; the local backend's image
+// is the operator's choice, so they are not checked here.
+func (l *Local) Available(requires []string) error { return nil }
+
+type requiresKey struct{}
+
+// withRequires passes a submission's required programs to Exec.
+func withRequires(ctx context.Context, requires []string) context.Context {
+	if len(requires) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, requiresKey{}, requires)
+}
+
+func requiresFrom(ctx context.Context) []string {
+	r, _ := ctx.Value(requiresKey{}).([]string)
+	return r
+}
 
 // Exec implements Executor.
 func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {

@@ -88,7 +88,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		s.m.rejected("invalid")
 		return err
 	}
-	if err := s.exec.Available(); err != nil {
+	if err := s.exec.Available(req.Requires); err != nil {
 		release()
 		s.m.rejected("capacity")
 		s.log.Warn("executor has no capacity, rejecting execution", "tenant", c.tenant, "err", err)
@@ -148,7 +148,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 	go s.persistLoop(e)
 	go func() {
 		defer e.cancel(nil)
-		s.run(e.ctx, e, breq)
+		s.run(withRequires(e.ctx, req.Requires), e, breq)
 	}()
 	return nil
 }

@@ -87,6 +87,7 @@ const (
 	maxCommandLen  = 1 << 20
 	maxEnvEntries  = 1024
 	maxCorrelation = 256
+	maxRequires    = 32
 )
 
 var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -166,6 +167,9 @@ type SubmitRequest struct {
 	// default applies then.
 	Network *policy.NetworkPolicy
 	Secrets *secrets.SecretPolicy
+	// Requires names programs the command needs; the relay runs it only
+	// on a worker whose Hello listed them all.
+	Requires []string
 	// command is the command as submitted, echoed in the result.
 	command json.RawMessage
 }
@@ -244,6 +248,16 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 		}
 		if r.Encoding == "text" {
 			r.Encoding = ""
+		}
+	}
+	if v, ok := p["requires"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.Requires); err != nil || len(r.Requires) > maxRequires {
+			return nil, invalid("requires must be a list of at most %d program names", maxRequires)
+		}
+		for _, name := range r.Requires {
+			if !ValidID(name) {
+				return nil, invalid("requires entry %q is not a program name", name)
+			}
 		}
 	}
 	if v, ok := p["network"]; ok && string(v) != "null" {

@@ -50,8 +50,8 @@ func TestParseSubmit(t *testing.T) {
 		r.Cwd != "src/x" || r.Encoding != "base64" || r.Network == nil || r.Network.Mode != "allow-all" {
 		t.Fatalf("%+v", r)
 	}
-	r, err = parse(`{"execution_id":"e","command":["echo","a b"],"encoding":"text","cwd":null}`)
-	if err != nil || len(r.Args) != 2 || r.Encoding != "" || r.Cwd != "" {
+	r, err = parse(`{"execution_id":"e","command":["echo","a b"],"encoding":"text","cwd":null,"requires":["git","python3"]}`)
+	if err != nil || len(r.Args) != 2 || r.Encoding != "" || r.Cwd != "" || len(r.Requires) != 2 {
 		t.Fatalf("%+v, %v", r, err)
 	}
 	for _, bad := range []string{
@@ -75,6 +75,8 @@ func TestParseSubmit(t *testing.T) {
 		`{"execution_id":"e","command":"x","network":{"mode":"deny-all","extra":1}}`,
 		`{"execution_id":"e","command":"x","secrets":{"mode":"some"}}`,
 		`{"execution_id":"e","command":"x","correlation_id":7}`,
+		`{"execution_id":"e","command":"x","requires":"git"}`,
+		`{"execution_id":"e","command":"x","requires":["a b"]}`,
 	} {
 		if _, err := parse(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", bad, err)

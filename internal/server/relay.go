@@ -344,16 +344,35 @@ func (r *Relay) Capabilities() backend.Capabilities {
 }
 
 // Available implements Executor.
-func (r *Relay) Available() error {
-	if r.pick(false) == nil {
+func (r *Relay) Available(requires []string) error {
+	if r.pick(false, requires) == nil {
+		if len(requires) > 0 {
+			return fmt.Errorf("no attached worker with %v has a free slot: %w", requires, ErrNoCapacity)
+		}
 		return fmt.Errorf("no attached worker has a free slot: %w", ErrNoCapacity)
 	}
 	return nil
 }
 
-// pick returns the least-loaded live worker with a free slot, reserving
-// the slot when reserve is set.
-func (r *Relay) pick(reserve bool) *worker {
+func (w *worker) has(requires []string) bool {
+	for _, need := range requires {
+		found := false
+		for _, c := range w.caps {
+			if c == need {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// pick returns the least-loaded live worker with a free slot and every
+// required program, reserving the slot when reserve is set.
+func (r *Relay) pick(reserve bool, requires []string) *worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := make([]*worker, 0, len(r.workers))
@@ -366,7 +385,7 @@ func (r *Relay) pick(reserve bool) *worker {
 	bestLoad := math.Inf(1)
 	for _, w := range ws {
 		w.mu.Lock()
-		free := w.lost == nil && w.busy < w.capacity
+		free := w.lost == nil && w.busy < w.capacity && w.has(requires)
 		load := float64(w.busy) / float64(w.capacity)
 		w.mu.Unlock()
 		if free && load < bestLoad {
@@ -441,7 +460,7 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if err != nil {
 		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
-	w := r.pick(true)
+	w := r.pick(true, requiresFrom(ctx))
 	if w == nil {
 		return nil, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
 	}

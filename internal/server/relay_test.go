@@ -130,6 +130,15 @@ func TestRelayWithRealWorker(t *testing.T) {
 		t.Fatalf("capabilities: %s", r.raw)
 	}
 
+	// Only a worker whose Hello listed every required program qualifies.
+	if r := c.submit("needs-x", "true", map[string]any{"requires": []string{"bash", "no-such-program"}}); r.Type != TypeError || r.str("code") != codeCapacity {
+		t.Fatalf("submit with unmet requirement: %s", r.raw)
+	}
+	c.submit("needs-bash", "echo ok", map[string]any{"requires": []string{"bash"}})
+	if res, _ := c.untilResult("needs-bash", nil); res.str("stdout") != "ok\n" {
+		t.Fatalf("submit with met requirement: %s", res.raw)
+	}
+
 	up, _ := c.do(ActionUpload, map[string]any{"execution_id": "rel-1",
 		"data": targz(t, file{"in.txt", "shipped to the worker\n"}, file{"gone.txt", "x"}, file{"sub/k", "k"})})
 	if up.str("status") != StatusUploaded {
@@ -242,7 +251,7 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 	if r, _ := c.do(ActionCancel, map[string]any{"execution_id": other}); r.str("status") != StatusCancelled {
 		t.Fatalf("cancel survivor: %s", r.raw)
 	}
-	if err := rh.relay.Available(); err != nil {
+	if err := rh.relay.Available(nil); err != nil {
 		t.Fatalf("survivor has no free slot: %v", err)
 	}
 }
