@@ -251,3 +251,34 @@ func TestEveryStringFieldIsScrubbed(t *testing.T) {
 		t.Fatalf("%d fields redacted, want %d:\n%s", got, n-2, data)
 	}
 }
+
+func TestRecordGivesUpOnLockWhenContextEnds(t *testing.T) {
+	path := t.TempDir() + "/audit.jsonl"
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Another open file description holding the lock stands in for a
+	// stopped process that holds it.
+	holder, err := os.OpenFile(path+".lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if err := flock(holder, true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Record(ctx, Event{Action: "x"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Record while locked: %v, want DeadlineExceeded", err)
+	}
+	flock(holder, false)
+	if err := l.Record(context.Background(), Event{Action: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Verify(path); err != nil || rep.LastSeq != 1 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}

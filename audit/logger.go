@@ -261,8 +261,9 @@ func (l *Logger) syncLoop(every time.Duration) {
 // Record appends e to the log. It fills in Time (when zero), Seq, PrevHash
 // and Hash, sets SessionID when the logger has one and e has none, and
 // redacts every string field with the logger's scrubber. It returns once
-// the line is written (and, with SyncEachEvent, synced). ctx is checked
-// before the lock is taken; waiting for the lock is not interruptible.
+// the line is written (and, with SyncEachEvent, synced). When ctx ends
+// while another process holds the log's lock, Record returns ctx's error
+// and writes nothing.
 func (l *Logger) Record(ctx context.Context, e Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -272,7 +273,7 @@ func (l *Logger) Record(ctx context.Context, e Event) error {
 	if l.closed {
 		return ErrClosed
 	}
-	if err := flock(l.lockf, true); err != nil {
+	if err := flockCtx(ctx, l.lockf); err != nil {
 		return fmt.Errorf("audit: lock: %w", err)
 	}
 	defer flock(l.lockf, false)

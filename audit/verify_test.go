@@ -182,6 +182,14 @@ func TestConcurrentLoggersInOneProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
+		// Half the loggers wait for the lock in the kernel, half poll
+		// (a context that can end): both ways must keep one chain.
+		ctx := context.Background()
+		if g%2 == 1 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+		}
 		go func() {
 			defer wg.Done()
 			l, err := Open(path, WithDurability(NoSync), WithMaxSize(8<<10))
@@ -191,7 +199,7 @@ func TestConcurrentLoggersInOneProcess(t *testing.T) {
 			}
 			defer l.Close()
 			for i := 0; i < 200; i++ {
-				if err := l.Record(context.Background(), Event{Action: "a", Target: strconv.Itoa(i)}); err != nil {
+				if err := l.Record(ctx, Event{Action: "a", Target: strconv.Itoa(i)}); err != nil {
 					t.Error(err)
 					return
 				}
