@@ -624,7 +624,12 @@ func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 		return err
 	}
 	failpoint(fpDone)
-	return f.prune()
+	// The commit is complete; a journal that cannot be trimmed now is
+	// trimmed by the next commit or Open.
+	if err := f.prune(); err != nil {
+		f.log.Warn("cowfs: undo journal not trimmed", "err", err)
+	}
+	return nil
 }
 
 // rebaseAfter keeps the undo journal checkable after an Undo. The entry
