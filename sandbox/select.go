@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/backend/remote"
 )
 
 // probeTimeout bounds each backend's Probe during selection, so that an
@@ -36,7 +36,9 @@ func candidates() []candidate {
 				}
 				return ""
 			},
-			make: newRemote,
+			make: func(o *options) (backend.Backend, error) {
+				return remote.FromEnv(o.getenv, remote.WithLogger(o.logger))
+			},
 		},
 		{
 			name: "docker",
@@ -119,8 +121,3 @@ func (e *UnavailableError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrUnavailable) hold.
 func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
-
-var errNoRemote = errors.New("the remote backend is not built into this version")
-
-// newRemote is replaced when the remote backend is linked in.
-var newRemote = func(o *options) (backend.Backend, error) { return nil, errNoRemote }
