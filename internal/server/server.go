@@ -383,9 +383,47 @@ func (s *Server) cleanupOnce(ctx context.Context) {
 		s.removeWorkspace(r.Tenant, r.ExecutionID)
 		os.Remove(s.overlayFile(r.Tenant, r.ExecutionID))
 	}
-	if len(refs) > 0 {
-		s.log.Info("retention cleanup", "removed", len(refs))
+	abandoned := s.removeAbandonedUploads(ctx)
+	if len(refs) > 0 || abandoned > 0 {
+		s.log.Info("retention cleanup", "removed", len(refs), "abandoned_uploads", abandoned)
 	}
+}
+
+// removeAbandonedUploads deletes workspaces uploaded for executions that
+// were never submitted, once they are older than the retention, so that a
+// client that never reconciles cannot fill the disk.
+func (s *Server) removeAbandonedUploads(ctx context.Context) int {
+	tenants, err := os.ReadDir(s.o.workspaceRoot)
+	if err != nil {
+		return 0
+	}
+	cutoff := s.o.now().Add(-s.o.retention)
+	n := 0
+	for _, t := range tenants {
+		if !t.IsDir() {
+			continue
+		}
+		entries, err := os.ReadDir(s.tenantDir(t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, ent := range entries {
+			id := ent.Name()
+			info, err := ent.Info()
+			if !ent.IsDir() || !ValidID(id) || err != nil || !info.ModTime().Before(cutoff) {
+				continue
+			}
+			lk := s.idLock(id)
+			lk.Lock()
+			taken, err := s.store.Exists(ctx, id)
+			if err == nil && !taken && s.lookup(id, t.Name()) == nil {
+				s.removeWorkspace(t.Name(), id)
+				n++
+			}
+			lk.Unlock()
+		}
+	}
+	return n
 }
 
 func (s *Server) removeWorkspace(tenant, id string) {

@@ -524,6 +524,23 @@ func TestRetentionCleanup(t *testing.T) {
 	if _, err := os.Stat(h.srv.overlayFile(TenantOf(tokenA), "old")); err != nil {
 		t.Fatalf("overlay not saved: %v", err)
 	}
+	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "abandoned", "data": targz(t, file{"f", "x"})}); r.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", r.raw)
+	}
+	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "fresh-upload", "data": targz(t, file{"f", "x"})}); r.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", r.raw)
+	}
+	past := time.Now().Add(-h.srv.o.retention - time.Hour)
+	os.Chtimes(filepath.Join(h.root, TenantOf(tokenA), "abandoned"), past, past)
+	h.srv.cleanupOnce(context.Background())
+	if _, err := os.Stat(filepath.Join(h.root, TenantOf(tokenA), "abandoned")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("abandoned upload kept: %v", err)
+	}
+	for _, id := range []string{"fresh-upload", "old"} {
+		if _, err := os.Stat(filepath.Join(h.root, TenantOf(tokenA), id)); err != nil {
+			t.Fatalf("%s removed before its time: %v", id, err)
+		}
+	}
 	h.srv.o.now = func() time.Time { return time.Now().Add(h.srv.o.retention + time.Minute) }
 	h.srv.cleanupOnce(context.Background())
 	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
