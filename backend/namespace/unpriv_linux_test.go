@@ -85,10 +85,19 @@ func TestUnprivilegedUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	env := []string{helperEnv + "=unpriv", "TMPDIR=" + state, "HOME=/nonexistent", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
+	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	cmd := exec.Command(bin, ws)
-	cmd.Env = []string{helperEnv + "=unpriv", "TMPDIR=" + state, "HOME=/nonexistent", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	cmd.Env, cmd.SysProcAttr = env, attr
 	out, err := cmd.CombinedOutput()
+	for i := 0; i < 100 && errors.Is(err, syscall.ETXTBSY); i++ {
+		// A process forked elsewhere in this test binary (a prestarted
+		// init) can hold the fd we wrote the copy with until it execs.
+		time.Sleep(10 * time.Millisecond)
+		cmd = exec.Command(bin, ws)
+		cmd.Env, cmd.SysProcAttr = env, attr
+		out, err = cmd.CombinedOutput()
+	}
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
