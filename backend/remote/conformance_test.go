@@ -13,6 +13,8 @@ const stdinReason = "pulse-server's protocol carries stdin only whole, before th
 	"a stdin that ends only after the command has printed (or never ends) cannot be sent"
 
 func TestConformance(t *testing.T) {
+	// Mostly waiting on timeouts and processes: run beside the rest.
+	t.Parallel()
 	ts := startServer(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackend(t, ts.url)

@@ -257,8 +257,13 @@ func TestSymlinksLeftOut(t *testing.T) {
 	if err := os.Symlink("real.txt", filepath.Join(ws, "link.txt")); err != nil {
 		t.Skipf("symlinks unavailable: %v", err)
 	}
+	// The workspace itself is reached through a symlink.
+	alias := filepath.Join(t.TempDir(), "alias")
+	if err := os.Symlink(ws, alias); err != nil {
+		t.Fatal(err)
+	}
 	var out buffer
-	res, err := b.Exec(context.Background(), &backend.Request{Workspace: ws, Shell: "cat real.txt; if test -e link.txt; then echo link; fi", Network: allowAll, Stdout: &out})
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: alias, Shell: "cat real.txt; if test -e link.txt; then echo link; fi", Network: allowAll, Stdout: &out})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Exec: %v %+v", err, res)
 	}

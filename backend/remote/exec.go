@@ -248,7 +248,13 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 			extra = append(extra, extraFile{name: stdinName, data: data})
 		}
 	}
-	pk, err := pack(req.Workspace, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers})
+	// A workspace reached through a symlink is packed from its target;
+	// the walk would otherwise see one symlink and nothing under it.
+	root, err := filepath.EvalSymlinks(req.Workspace)
+	if err != nil {
+		return nil, invalid("workspace: %v", err)
+	}
+	pk, err := pack(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers})
 	if err != nil {
 		return nil, err
 	}

@@ -104,6 +104,8 @@ func (p *serverProcess) kill() {
 // restarted on the same database, and the client reports the execution as
 // lost, not hung and not invented.
 func TestRealServerProcess(t *testing.T) {
+	// Mostly waiting on timeouts and processes: run beside the rest.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the pulse-server binary; skipped with -short")
 	}

@@ -117,6 +117,8 @@ func startRelayServer(t *testing.T) string {
 // TestConformanceRelay runs the suite against pulse-server relaying to a
 // real pulse-worker process.
 func TestConformanceRelay(t *testing.T) {
+	// Mostly waiting on timeouts and processes: run beside the rest.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs a pulse-worker process; skipped with -short")
 	}
