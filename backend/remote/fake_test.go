@@ -1,0 +1,116 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// fakeServer speaks the protocol from a script, for behaviour the real
+// pulse-server cannot be made to show: an older server without the
+// capabilities action or seq numbers, and a server that never confirms a
+// cancellation. Everything else is tested against the real server.
+func fakeServer(t *testing.T, answer func(ctx context.Context, ws *websocket.Conn, action string, payload map[string]any)) string {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		for {
+			_, data, err := ws.Read(r.Context())
+			if err != nil {
+				return
+			}
+			var m struct {
+				Action  string         `json:"action"`
+				Payload map[string]any `json:"payload"`
+			}
+			json.Unmarshal(data, &m)
+			answer(r.Context(), ws, m.Action, m.Payload)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/"
+}
+
+func send(ctx context.Context, ws *websocket.Conn, typ string, payload map[string]any) {
+	b, _ := json.Marshal(map[string]any{"type": typ, "payload": payload})
+	ws.Write(ctx, websocket.MessageText, b)
+}
+
+var hostCaps = map[string]any{"isolation": "host_unsafe", "network": map[string]string{"allow-all": "strong"},
+	"secrets": map[string]string{"deny-all": "best-effort"}}
+
+// TestOlderServer: a server without the capabilities action (the Python
+// server) is a version error, not "unreachable".
+func TestOlderServer(t *testing.T) {
+	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		send(ctx, ws, typeError, map[string]any{"message": msgUnknown, "request_id": p["request_id"]})
+	})
+	b := mustNew(t, WithURL(url), WithToken("t"))
+	err := probe(b)
+	if !errors.Is(err, ErrVersion) || !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "upgrade pulse-server") {
+		t.Fatalf("Probe: %v; want ErrVersion saying to upgrade", err)
+	}
+	if c := b.Capabilities(); len(c.Network) != 0 {
+		t.Errorf("capabilities claimed after a failed Probe: %+v", c)
+	}
+}
+
+// TestUnconfirmedCancel: a server that never confirms a cancellation does
+// not hang Exec beyond the cancel wait; the Result says cancelled.
+func TestUnconfirmedCancel(t *testing.T) {
+	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		switch action {
+		case actionCapabilities:
+			send(ctx, ws, typeResponse, map[string]any{"status": statusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
+		case actionSubmit:
+			send(ctx, ws, typeResponse, map[string]any{"status": statusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
+			send(ctx, ws, typeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "c3RhcnRlZAo=", "seq": 1, "encoding": "base64"})
+		}
+		// cancel: no answer, no result.
+	})
+	b := newBackend(t, url, WithCancelWait(300*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	var out buffer
+	go func() {
+		<-out.when("started")
+		cancel()
+	}()
+	res, err := b.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Shell: "sleep 100", Network: allowAll, Stdout: &out})
+	if err != nil || res.Termination != backend.Cancelled || res.ExitCode != -1 {
+		t.Fatalf("Exec: %+v, %v; want a cancelled result", res, err)
+	}
+}
+
+// TestUnnumberedEventsCannotResume: events without seq (an older server)
+// cannot be resumed exactly after a drop, and the client says so rather
+// than risk repeating output.
+func TestUnnumberedEventsCannotResume(t *testing.T) {
+	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		switch action {
+		case actionCapabilities:
+			send(ctx, ws, typeResponse, map[string]any{"status": statusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
+		case actionSubmit:
+			send(ctx, ws, typeResponse, map[string]any{"status": statusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
+			send(ctx, ws, typeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "partial\n"})
+			ws.CloseNow()
+		}
+	})
+	b := newBackend(t, url)
+	var out buffer
+	_, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "x", Network: allowAll, Stdout: &out})
+	if !errors.Is(err, ErrVersion) || out.String() != "partial\n" {
+		t.Fatalf("Exec: %v, stdout %q; want ErrVersion after the partial output", err, out.String())
+	}
+}
