@@ -30,10 +30,13 @@ const (
 	DefaultMaxMembers          = 10_000
 	DefaultMaxStdin      int64 = 16 << 20
 	DefaultMaxOverlay    int64 = 512 << 20
-	DefaultReconnect           = 30 * time.Second
-	DefaultCancelWait          = 15 * time.Second
-	DefaultKeepalive           = 15 * time.Second
-	DefaultDialTimeout         = 10 * time.Second
+	// DefaultReconnect outlasts the server's detection of a dead
+	// connection (a 20s ping answered within 20s): until then it refuses
+	// a reattach as "already attached".
+	DefaultReconnect   = 60 * time.Second
+	DefaultCancelWait  = 15 * time.Second
+	DefaultKeepalive   = 15 * time.Second
+	DefaultDialTimeout = 10 * time.Second
 )
 
 var (
