@@ -37,6 +37,9 @@ const (
 	relayWorkerPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	maxWorkerErrorMessage  = 512
 	relayCollectMaxMembers = artifact.DefaultMaxMembers
+	// defaultStdinPiece keeps every Exec frame well under gRPC's default
+	// 4 MiB message limit.
+	defaultStdinPiece = 2 << 20
 )
 
 type relayOptions struct {
@@ -44,6 +47,7 @@ type relayOptions struct {
 	helloTimeout time.Duration
 	liveness     time.Duration
 	limits       artifact.Limits
+	stdinPiece   int
 }
 
 // RelayOption configures NewRelay.
@@ -89,7 +93,7 @@ var _ Executor = (*Relay)(nil)
 
 // NewRelay returns a relay that accepts workers presenting one of tokens.
 func NewRelay(tokens []string, opts ...RelayOption) (*Relay, error) {
-	o := relayOptions{helloTimeout: DefaultHelloTimeout, liveness: DefaultWorkerLiveness}
+	o := relayOptions{helloTimeout: DefaultHelloTimeout, liveness: DefaultWorkerLiveness, stdinPiece: defaultStdinPiece}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -467,34 +471,52 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	defer w.release()
 	log := r.o.log.With("execution_id", req.ExecutionID, "sandbox_id", w.id)
 
-	// 1. Unpack. Its own context: setup is quick and must not be half
-	// done when the client cancels.
+	// 1. Unpack, in its own context: setup is quick and must not be left
+	// half done when the client cancels. The archive goes in pieces of at
+	// most stdinPiece bytes, because a gRPC peer refuses messages over
+	// 4 MiB by default, and is unpacked once whole.
+	sctx := context.WithoutCancel(ctx)
 	var dirOut bytes.Buffer
-	setup := &sandboxv1.Exec{
-		Command:  `set -e; d=$(mktemp -d "${TMPDIR:-/tmp}/pulse-exec.XXXXXXXX"); base64 -d | tar -xzpf - --no-same-owner -C "$d"; printf '%s' "$d"`,
-		Stdin:    []byte(base64.StdEncoding.EncodeToString(packed)),
-		TimeoutS: 120, Streaming: true,
-	}
-	end, _ := r.call(context.WithoutCancel(ctx), w, setup, func(s sandboxv1.Stream, b []byte) {
+	end, _ := r.call(sctx, w, &sandboxv1.Exec{
+		Command:  `d=$(mktemp -d "${TMPDIR:-/tmp}/pulse-exec.XXXXXXXX") && printf '%s' "$d"`,
+		TimeoutS: 60, Streaming: true,
+	}, func(s sandboxv1.Stream, b []byte) {
 		if s == sandboxv1.Stream_STDOUT {
 			dirOut.Write(b)
 		}
 	})
-	if err := endErr("unpack workspace", end); err != nil {
+	if err := endErr("create workspace", end); err != nil {
 		return nil, err
 	}
 	dir := strings.TrimSpace(dirOut.String())
 	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "'\n\x00") {
 		return nil, fmt.Errorf("worker %s returned workspace %q: %w", w.id, dir, ErrWorkerLost)
 	}
+	b64File := shQuote(dir + ".b64")
 	defer func() {
 		// 4. Remove the directory, whatever happened.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.liveness)
 		defer cancel()
-		if e, _ := r.call(cctx, w, &sandboxv1.Exec{Command: "rm -rf " + shQuote(dir), TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
+		if e, _ := r.call(cctx, w, &sandboxv1.Exec{Command: "rm -rf " + shQuote(dir) + " " + b64File, TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
 			log.Warn("worker workspace not removed", "dir", dir, "err", endErr("cleanup", e))
 		}
 	}()
+	encoded := []byte(base64.StdEncoding.EncodeToString(packed))
+	for len(encoded) > 0 {
+		n := min(len(encoded), r.o.stdinPiece)
+		end, _ = r.call(sctx, w, &sandboxv1.Exec{Command: "cat >> " + b64File, Stdin: encoded[:n], TimeoutS: 120, Streaming: true}, nil)
+		if err := endErr("send workspace", end); err != nil {
+			return nil, err
+		}
+		encoded = encoded[n:]
+	}
+	end, _ = r.call(sctx, w, &sandboxv1.Exec{
+		Command:  "base64 -d < " + b64File + " | tar -xzpf - --no-same-owner -C " + shQuote(dir) + " && rm -f " + b64File,
+		TimeoutS: 300, Streaming: true,
+	}, nil)
+	if err := endErr("unpack workspace", end); err != nil {
+		return nil, err
+	}
 
 	// 2. Run.
 	limits := req.Limits.WithDefaults()

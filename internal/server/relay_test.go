@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -191,6 +194,22 @@ func TestRelayWithRealWorker(t *testing.T) {
 	}
 	if res, _ := c.untilResult("rel-cancel", other); res.str("termination_reason") != "cancelled" || res.str("error") != StatusCancelled {
 		t.Fatalf("cancelled result: %s", res.raw)
+	}
+
+	// A workspace sent in several pieces reaches the worker intact. The
+	// piece size is lowered so that a small workspace takes many pieces;
+	// by default one piece is 2 MiB, under gRPC's 4 MiB message limit.
+	rh.relay.o.stdinPiece = 4096
+	defer func() { rh.relay.o.stdinPiece = defaultStdinPiece }()
+	big := make([]byte, 64<<10)
+	rand.Read(big)
+	sum := sha256.Sum256(big)
+	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "rel-big", "data": targz(t, file{"big.bin", string(big)})}); r.str("status") != StatusUploaded {
+		t.Fatalf("upload big: %s", r.raw)
+	}
+	c.submit("rel-big", "sha256sum big.bin", nil)
+	if res, _ := c.untilResult("rel-big", nil); !strings.HasPrefix(res.str("stdout"), hex.EncodeToString(sum[:])) {
+		t.Fatalf("big workspace: %s", res.raw)
 	}
 
 	c.submit("rel-timeout", "sleep 30", map[string]any{"timeout_s": 1})
