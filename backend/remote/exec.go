@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/pathguard"
@@ -180,15 +181,15 @@ type run struct {
 // ErrClosed; and, once the command has started, ErrExecutionLost when the
 // server lost it and ErrOverlay when its writes could not be fetched.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if req == nil {
+		return nil, invalid("nil request")
+	}
 	stdin := &onceCloser{r: req.Stdin}
 	defer stdin.close()
 	if !b.begin() {
 		return nil, fmt.Errorf("remote: %w", backend.ErrClosed)
 	}
 	defer b.wg.Done()
-	if req == nil {
-		return nil, invalid("nil request")
-	}
 	dir, err := checkRequest(req)
 	if err != nil {
 		return nil, err
@@ -274,7 +275,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		"network":      netPol,
 		"secrets":      secPol,
 	}
-	if req.ExecutionID != "" && len(req.ExecutionID) <= 256 {
+	if req.ExecutionID != "" && len(req.ExecutionID) <= 256 && utf8.ValidString(req.ExecutionID) {
 		payload["correlation_id"] = req.ExecutionID
 	}
 	if len(req.Env) > 0 {
@@ -607,6 +608,7 @@ func (x *run) reconnect(deadline time.Time) error {
 			return errNotFound
 		case r.Status == statusRunning:
 			// Ending as attach looked: ask again.
+			cause = errors.New("the server reports the execution running but does not stream it")
 			x.l.close()
 			continue
 		}
