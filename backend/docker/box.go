@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -25,23 +24,6 @@ type box struct {
 	ready chan struct{} // closed when id or err is set
 	id    string
 	err   error
-
-	mu    sync.Mutex
-	clean []string // out directories read by the host, removed by the next command
-}
-
-func (bx *box) takeClean() []string {
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	c := bx.clean
-	bx.clean = nil
-	return c
-}
-
-func (bx *box) addClean(id string) {
-	bx.mu.Lock()
-	bx.clean = append(bx.clean, id)
-	bx.mu.Unlock()
 }
 
 // box returns the warm container for key, creating it the first time.
@@ -110,7 +92,12 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,
-		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=" + b.o.tmpfsSize},
+		Tmpfs: map[string]string{
+			"/tmp": "rw,nosuid,nodev,size=" + b.o.tmpfsSize,
+			// The commands' working copies: tmpfs, because creating and
+			// copying files on the engine's disk costs milliseconds each.
+			"/work": fmt.Sprintf("rw,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0755", b.o.scratchSize, sandboxUID, sandboxGID),
+		},
 		Init:           &yes,
 		Resources:      res,
 	}
@@ -142,9 +129,8 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 // basePath is PATH for commands in the container.
 const basePath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
-// writeWorkspaceTar writes the workspace as base/... plus the empty run/
-// and out/ directories, all owned by the sandbox user, so the engine
-// creates them with that owner. .pulse/ is left out; so are sockets,
+// writeWorkspaceTar writes the workspace as seed/..., owned by the
+// sandbox user, so the engine creates it with that owner. .pulse/ is left out; so are sockets,
 // devices and fifos, which cannot be meaningfully copied.
 func writeWorkspaceTar(w io.Writer, ws string) error {
 	root, err := os.OpenRoot(ws)
@@ -156,11 +142,6 @@ func writeWorkspaceTar(w io.Writer, ws string) error {
 	now := time.Now()
 	hdr := func(name string, typ byte, mode int64) *tar.Header {
 		return &tar.Header{Name: name, Typeflag: typ, Mode: mode, Uid: sandboxUID, Gid: sandboxGID, ModTime: now, Format: tar.FormatPAX}
-	}
-	for _, d := range []string{"run/", "out/"} {
-		if err := tw.WriteHeader(hdr(d, tar.TypeDir, 0o755)); err != nil {
-			return err
-		}
 	}
 	err = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -174,9 +155,9 @@ func writeWorkspaceTar(w io.Writer, ws string) error {
 		if rel == ".pulse" || strings.HasPrefix(rel, ".pulse/") {
 			return filepath.SkipDir
 		}
-		name := "base"
+		name := "seed"
 		if rel != "." {
-			name = "base/" + rel
+			name = "seed/" + rel
 		}
 		info, err := d.Info()
 		if err != nil {

@@ -38,7 +38,7 @@ var hardenedNotes = []string{
 	"one warm container per sandbox and workspace, reused by every command",
 	"network: none for deny-all (loopback only), bridge for allow-all; allowlist unsupported",
 	"all capabilities dropped; no-new-privileges; engine default seccomp profile",
-	"read-only root filesystem; tmpfs /tmp; workspace copied into a volume, host workspace never mounted",
+	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container",
 	"timeouts and cancellation kill the command's process group inside the container",
@@ -50,8 +50,9 @@ type options struct {
 	cli       *client.Client
 	logger    *slog.Logger
 	session   string
-	limits    policy.ResourceLimits
-	tmpfsSize string
+	limits      policy.ResourceLimits
+	tmpfsSize   string
+	scratchSize string
 }
 
 // Option configures a Backend.
@@ -116,6 +117,20 @@ func WithContainerLimits(l policy.ResourceLimits) Option {
 	}
 }
 
+// WithScratchSize sets the size of the tmpfs holding the container's
+// workspace and the commands' working copies (default "2g"; engine tmpfs
+// size syntax). It needs room for the workspace once plus once per
+// concurrent command, and counts against the container's memory limit.
+func WithScratchSize(size string) Option {
+	return func(o *options) error {
+		if size == "" || strings.ContainsAny(size, ", ") {
+			return fmt.Errorf("docker: bad scratch size %q", size)
+		}
+		o.scratchSize = size
+		return nil
+	}
+}
+
 // Backend runs commands in Docker containers, one warm container per
 // workspace and network mode.
 type Backend struct {
@@ -160,6 +175,9 @@ func New(opts ...Option) (*Backend, error) {
 	}
 	if o.tmpfsSize == "" {
 		o.tmpfsSize = "512m"
+	}
+	if o.scratchSize == "" {
+		o.scratchSize = "2g"
 	}
 	b := &Backend{o: o, log: o.logger, boxes: map[boxKey]*box{}, closeCh: make(chan struct{})}
 	b.id = randomID()

@@ -1,7 +1,7 @@
 package docker
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -178,25 +178,32 @@ func TestDockerReconcileRemovesLeftovers(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDockerHelperProcess$", "-test.v")
 	cmd.Env = append(os.Environ(), helperEnv+"="+ws)
-	var out bytes.Buffer
-	cmd.Stdout = &out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	var sandbox string
-	for time.Now().Before(deadline) && sandbox == "" {
-		time.Sleep(20 * time.Millisecond)
-		for _, l := range strings.Split(out.String(), "\n") {
-			if s, ok := strings.CutPrefix(l, "sandbox "); ok {
-				sandbox = s
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if s, ok := strings.CutPrefix(sc.Text(), "sandbox "); ok {
+				found <- s
 			}
 		}
+		close(found)
+	}()
+	var sandbox string
+	select {
+	case sandbox = <-found:
+	case <-time.After(60 * time.Second):
 	}
 	if sandbox == "" {
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("helper did not report its sandbox: %q", out.String())
+		t.Fatal("helper did not report its sandbox")
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

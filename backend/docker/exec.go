@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -28,13 +29,16 @@ var wrapperScript string
 // killScript kills the process group the wrapper recorded for one
 // command. The group may not exist yet (the kill raced the start), so it
 // waits for the pgid file, or for the wrapper to finish, a bounded time.
-const killScript = `O=/pulse/out/$1; i=0
+const killScript = `O=/work/out/$1; i=0
 while [ $i -lt 1000 ]; do
 	pg=$(cat "$O/pgid" 2>/dev/null)
 	if [ -n "$pg" ]; then kill -9 -- "-$pg" 2>/dev/null; exit 0; fi
 	[ -e "$O/status" ] && exit 0
 	usleep 5000; i=$((i+1))
 done`
+
+// killGrace is how long Exec waits for a killed command's exec to end.
+const killGrace = 30 * time.Second
 
 // maxOverlayBytes bounds what one command's overlay may hold in memory
 // when FileSizeBytes does not bound it more tightly.
@@ -173,8 +177,8 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 	if limits.FileSizeBytes > 0 {
 		fsize = (limits.FileSizeBytes + 511) / 512
 	}
-	clean := bx.takeClean()
-	cmd := append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec", id, dir, kind, strconv.FormatInt(fsize, 10), strings.Join(clean, " ")}, args...)
+	nonce := randomID()
+	cmd := append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec", id, dir, kind, strconv.FormatInt(fsize, 10), nonce}, args...)
 
 	// The engine calls run on a context of their own: a cancelled ctx
 	// must still let us kill the command and read back its overlay.
@@ -191,12 +195,10 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 		Cmd:          cmd,
 	})
 	if err != nil {
-		requeue(bx, clean)
 		return nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
 	}
 	hj, err := b.cli.ContainerExecAttach(bg, ec.ID, container.ExecAttachOptions{})
 	if err != nil {
-		requeue(bx, clean)
 		return nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
 	}
 	defer hj.Close()
@@ -205,6 +207,7 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 		reasonMu sync.Mutex
 		reason   backend.TerminationReason
 		killOnce sync.Once
+		killed   = make(chan struct{})
 	)
 	kill := func(r backend.TerminationReason) {
 		reasonMu.Lock()
@@ -212,10 +215,14 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 			reason = r
 		}
 		reasonMu.Unlock()
-		killOnce.Do(func() { go b.killGroup(bx.id, id) })
+		killOnce.Do(func() {
+			close(killed)
+			go b.killGroup(bx.id, id)
+		})
 	}
 
 	stdout := &capWriter{w: req.Stdout, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
+	split := &trailerSplitter{marker: []byte("\x1ePULSE-END-" + nonce + "\x1e"), w: stdout, limit: maxOverlayBytes + 1<<20}
 	stderr := &capWriter{w: req.Stderr, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
 
 	if req.Stdin != nil {
@@ -226,12 +233,16 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 	}
 	streamDone := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		_, err := stdcopy.StdCopy(split, stderr, hj.Reader)
+		split.flush()
 		streamDone <- err
 	}()
 
 	timer := time.NewTimer(limits.Timeout)
 	defer timer.Stop()
+	closeCh := b.closeCh
+	done := ctx.Done()
+	var grace <-chan time.Time
 	var streamErr error
 wait:
 	for {
@@ -240,12 +251,21 @@ wait:
 			break wait
 		case <-timer.C:
 			kill(backend.Timeout)
-		case <-ctx.Done():
+		case <-done:
 			kill(backend.Cancelled)
-			ctx = context.Background() // fire once
-		case <-b.closeCh:
+			done = nil
+		case <-closeCh:
 			kill(backend.Cancelled)
-			b.closeCh = nil
+			closeCh = nil
+		case <-killed:
+			killed = nil
+			// If the kill exec cannot reach the group (the engine is
+			// stuck), stop waiting rather than hang the caller forever.
+			grace = time.After(killGrace)
+		case <-grace:
+			b.log.Error("command did not end after its process group was killed; abandoning its exec", "exec", ec.ID)
+			hj.Close()
+			grace = nil
 		}
 	}
 	dur := time.Since(start)
@@ -267,14 +287,15 @@ wait:
 	res := &backend.Result{ExitCode: insp.ExitCode, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
 
-	rc, _, err := b.cli.CopyFromContainer(bg, bx.id, "/pulse/out/"+id)
 	var oc *outcome
-	if err == nil {
-		lim := int64(maxOverlayBytes)
-		oc, err = parseOutTar(rc, lim)
-		rc.Close()
+	switch {
+	case !split.found:
+		err = errors.New("the exec wrapper ended without reporting (was the container removed?)")
+	case split.overflow:
+		err = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
+	default:
+		oc, err = parseOutTar(bytes.NewReader(split.trailer.Bytes()), maxOverlayBytes)
 	}
-	bx.addClean(id)
 	if err != nil {
 		// The command ran; what it wrote cannot be read back. Say so on
 		// its stderr rather than return a partial overlay.
@@ -310,12 +331,6 @@ wait:
 	return res, nil
 }
 
-func requeue(bx *box, clean []string) {
-	for _, c := range clean {
-		bx.addClean(c)
-	}
-}
-
 func stderrOrDiscard(req *backend.Request) io.Writer {
 	if req.Stderr != nil {
 		return req.Stderr
@@ -337,6 +352,73 @@ func (b *Backend) killGroup(containerID, id string) {
 	}
 	if err != nil {
 		b.log.Warn("killing a command's process group failed", "container", containerID, "exec", id, "err", err)
+	}
+}
+
+// trailerSplitter passes the command's stdout through to w until marker,
+// and keeps what follows it, the wrapper's report, in trailer. Only a
+// tail of the output that could be the start of the marker is held back,
+// so output streams undelayed in practice (the marker begins with a
+// control byte).
+type trailerSplitter struct {
+	marker   []byte
+	w        io.Writer
+	limit    int
+	hold     []byte
+	found    bool
+	overflow bool
+	trailer  bytes.Buffer
+}
+
+func (s *trailerSplitter) Write(p []byte) (int, error) {
+	n := len(p)
+	if s.found {
+		s.keep(p)
+		return n, nil
+	}
+	data := p
+	if len(s.hold) > 0 {
+		data = append(s.hold, p...)
+		s.hold = nil
+	}
+	if i := bytes.Index(data, s.marker); i >= 0 {
+		s.found = true
+		if i > 0 {
+			_, _ = s.w.Write(data[:i])
+		}
+		s.keep(data[i+len(s.marker):])
+		return n, nil
+	}
+	// Hold back the longest tail that is a prefix of the marker.
+	h := 0
+	for k := min(len(s.marker)-1, len(data)); k > 0; k-- {
+		if bytes.Equal(data[len(data)-k:], s.marker[:k]) {
+			h = k
+			break
+		}
+	}
+	if len(data)-h > 0 {
+		_, _ = s.w.Write(data[:len(data)-h])
+	}
+	if h > 0 {
+		s.hold = append([]byte(nil), data[len(data)-h:]...)
+	}
+	return n, nil
+}
+
+func (s *trailerSplitter) keep(p []byte) {
+	if s.trailer.Len()+len(p) > s.limit {
+		s.overflow = true
+		return
+	}
+	s.trailer.Write(p)
+}
+
+// flush passes on a held-back tail when the stream ended without marker.
+func (s *trailerSplitter) flush() {
+	if !s.found && len(s.hold) > 0 {
+		_, _ = s.w.Write(s.hold)
+		s.hold = nil
 	}
 }
 

@@ -58,7 +58,7 @@ func seconds(s string) time.Duration {
 	return time.Duration(v * float64(time.Second))
 }
 
-// parseOutTar reads the tar the engine returns for /pulse/out/ID: the
+// parseOutTar reads the tar the wrapper writes after its marker: the
 // wrapper's small status files and files.tar, the changed entries. It
 // fails closed on anything it does not expect. maxBytes bounds the sum of
 // file contents (0: no bound).

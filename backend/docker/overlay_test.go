@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"testing"
 	"time"
@@ -155,4 +156,37 @@ func FuzzParseOutTar(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestTrailerSplitter(t *testing.T) {
+	marker := "\x1ePULSE-END-abc\x1e"
+	for _, tc := range []struct {
+		name   string
+		chunks []string
+		out    string
+		tail   string
+		found  bool
+	}{
+		{"one write", []string{"hello\x1eworld" + marker + "TAR"}, "hello\x1eworld", "TAR", true},
+		{"marker split", []string{"out\x1ePUL", "SE-END-a", "bc\x1eT", "AR"}, "out", "TAR", true},
+		{"near miss", []string{"a\x1ePULSE-END-abd\x1e", "b"}, "a\x1ePULSE-END-abd\x1eb", "", false},
+		{"held tail flushed", []string{"x\x1ePULSE"}, "x\x1ePULSE", "", false},
+	} {
+		var out bytes.Buffer
+		s := &trailerSplitter{marker: []byte(marker), w: &out, limit: 100}
+		for _, c := range tc.chunks {
+			if n, err := s.Write([]byte(c)); n != len(c) || err != nil {
+				t.Fatalf("%s: Write = %d, %v", tc.name, n, err)
+			}
+		}
+		s.flush()
+		if out.String() != tc.out || s.trailer.String() != tc.tail || s.found != tc.found {
+			t.Errorf("%s: out %q trailer %q found %v; want %q %q %v", tc.name, out.String(), s.trailer.String(), s.found, tc.out, tc.tail, tc.found)
+		}
+	}
+	s := &trailerSplitter{marker: []byte(marker), w: io.Discard, limit: 4}
+	s.Write([]byte(marker + "12345"))
+	if !s.overflow {
+		t.Error("a trailer over the limit was not flagged")
+	}
 }

@@ -1,0 +1,135 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// Each benchmark measures the docker CLI doing the same work in the same
+// run and reports ours/CLI as x-vs-<reference>; below 1 is faster.
+
+func dockerCLI(b *testing.B) string {
+	b.Helper()
+	p, err := exec.LookPath("docker")
+	if err != nil {
+		b.Skip("needs the docker CLI as the benchmark reference")
+	}
+	return p
+}
+
+func timeCLI(b *testing.B, n int, args ...string) time.Duration {
+	b.Helper()
+	cli := dockerCLI(b)
+	start := time.Now()
+	for range n {
+		if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+			b.Fatalf("docker %v: %v: %s", args, err, out)
+		}
+	}
+	return time.Since(start)
+}
+
+func warmBox(b *testing.B, be *Backend, ws string) string {
+	b.Helper()
+	execShell(b, be, ws, "true")
+	bx, err := be.box(context.Background(), boxKey{workspace: ws, network: policy.NetworkDenyAll})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bx.id
+}
+
+// BenchmarkDockerWarmExec: Execute of `true` in a warm sandbox against
+// `docker exec CONTAINER true` on the same container.
+func BenchmarkDockerWarmExec(b *testing.B) {
+	be := newDocker(b)
+	ws := b.TempDir()
+	writeFiles(b, ws, map[string]string{"go.mod": "module x\n", "main.go": "package main\n"})
+	id := warmBox(b, be, ws)
+	req := func() *backend.Request {
+		return &backend.Request{Workspace: ws, Args: []string{"true"}, Network: policy.DenyAllNetwork()}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		res, err := be.Exec(context.Background(), req())
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("Exec: %v %+v", err, res)
+		}
+	}
+	ours := time.Since(start)
+	b.StopTimer()
+	ref := timeCLI(b, b.N, "exec", id, "true")
+	b.ReportMetric(float64(ours)/float64(ref), "x-vs-docker-exec")
+}
+
+// BenchmarkDockerFirstExec: a new sandbox's first Execute (create, start,
+// copy the workspace in, exec) against `docker run --rm IMAGE true`.
+func BenchmarkDockerFirstExec(b *testing.B) {
+	probe := newDocker(b)
+	ws := b.TempDir()
+	writeFiles(b, ws, map[string]string{"go.mod": "module x\n", "main.go": "package main\n"})
+	var ours time.Duration
+	b.ResetTimer()
+	for range b.N {
+		be, err := New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		res, err := be.Exec(context.Background(), &backend.Request{Workspace: ws, Args: []string{"true"}, Network: policy.DenyAllNetwork()})
+		ours += time.Since(start)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("Exec: %v %+v", err, res)
+		}
+		b.StopTimer()
+		be.Close()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	ref := timeCLI(b, b.N, "run", "--rm", "--network", "none", probe.Image(), "true")
+	b.ReportMetric(float64(ours)/float64(ref), "x-vs-docker-run")
+}
+
+// BenchmarkDockerOverlay1000Files: a command writing 1,000 small files,
+// its overlay read back, against the CLI running the same script with
+// `docker exec` and copying the files out with `docker cp`.
+func BenchmarkDockerOverlay1000Files(b *testing.B) {
+	be := newDocker(b)
+	ws := b.TempDir()
+	id := warmBox(b, be, ws)
+	const script = `mkdir -p out$1 && cd out$1 && i=0; while [ $i -lt 1000 ]; do echo $i > f$i; i=$((i+1)); done`
+	b.ResetTimer()
+	var ours time.Duration
+	for i := range b.N {
+		start := time.Now()
+		res, err := be.Exec(context.Background(), &backend.Request{Workspace: ws, Args: []string{"sh", "-c", script, "sh", fmt.Sprint(i)}, Network: policy.DenyAllNetwork()})
+		ours += time.Since(start)
+		if err != nil || res.ExitCode != 0 || len(res.Overlay.Files) != 1001 {
+			b.Fatalf("Exec: %v %+v", err, res)
+		}
+		// Keep the workspace small, so every round measures the same.
+		b.StopTimer()
+		execShell(b, be, ws, "rm -rf out*")
+		b.StartTimer()
+	}
+	b.StopTimer()
+	cli := dockerCLI(b)
+	start := time.Now()
+	for i := range b.N {
+		if out, err := exec.Command(cli, "exec", id, "sh", "-c", "cd /pulse && mkdir -p ref && cd ref && "+script, "sh", fmt.Sprint(i)).CombinedOutput(); err != nil {
+			b.Fatalf("docker exec: %v %s", err, out)
+		}
+		if out, err := exec.Command(cli, "cp", id+":/pulse/ref/out"+fmt.Sprint(i), b.TempDir()).CombinedOutput(); err != nil {
+			b.Fatalf("docker cp: %v %s", err, out)
+		}
+	}
+	ref := time.Since(start)
+	b.ReportMetric(float64(ours)/float64(ref), "x-vs-docker-exec+cp")
+}
