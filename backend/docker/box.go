@@ -98,8 +98,8 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 			// copying files on the engine's disk costs milliseconds each.
 			"/work": fmt.Sprintf("rw,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0755", b.o.scratchSize, sandboxUID, sandboxGID),
 		},
-		Init:           &yes,
-		Resources:      res,
+		Init:      &yes,
+		Resources: res,
 	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {

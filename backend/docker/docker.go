@@ -45,11 +45,11 @@ var hardenedNotes = []string{
 }
 
 type options struct {
-	image     string
-	host      string
-	cli       *client.Client
-	logger    *slog.Logger
-	session   string
+	image       string
+	host        string
+	cli         *client.Client
+	logger      *slog.Logger
+	session     string
 	limits      policy.ResourceLimits
 	tmpfsSize   string
 	scratchSize string
