@@ -15,6 +15,21 @@ type outputs struct {
 	over           func()
 	mu             sync.Mutex
 	trunc          bool
+	stopped        bool
+}
+
+// stop drops every later write: once Exec has returned, nothing more may
+// reach the caller's writers, even from a copy that was still running.
+func (o *outputs) stop() {
+	o.mu.Lock()
+	o.stopped = true
+	o.mu.Unlock()
+}
+
+func (o *outputs) isStopped() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stopped
 }
 
 func newOutputs(stdout, stderr io.Writer, limit int64, over func()) *outputs {
@@ -60,7 +75,7 @@ func (c *capWriter) Write(p []byte) (int, error) {
 		over = true
 	}
 	c.left -= int64(len(keep))
-	if len(keep) > 0 && c.w != nil {
+	if len(keep) > 0 && c.w != nil && !c.o.isStopped() {
 		if c.mu != nil {
 			c.mu.Lock()
 		}

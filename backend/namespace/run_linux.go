@@ -325,10 +325,16 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	select {
 	case <-copied:
 	case <-time.After(copyWait):
+		// A descriptor outlived the namespace, or the caller's writer is
+		// stuck: stop copying and return; late output is dropped.
 		p.stdoutR.Close()
 		p.stderrR.Close()
-		<-copied
+		select {
+		case <-copied:
+		case <-time.After(copyWait):
+		}
 	}
+	out.stop()
 	dur := time.Since(start)
 
 	st := parseStatus(status)
