@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -227,10 +228,13 @@ type cutProxy struct {
 	target   string
 	cutAfter int64
 	upstream bool // cut the client-to-server direction instead
-	mu       sync.Mutex
-	cuts     int // connections still to cut
-	cutDone  int
-	conns    []net.Conn
+	// afterHeader counts cutAfter from the end of the HTTP upgrade
+	// exchange, so a cut can land on the first WebSocket frame.
+	afterHeader bool
+	mu          sync.Mutex
+	cuts        int // connections still to cut
+	cutDone     int
+	conns       []net.Conn
 }
 
 func newCutProxy(t testing.TB, target string, cutAfter int64) *cutProxy {
@@ -272,9 +276,9 @@ func (p *cutProxy) handle(c net.Conn) {
 	p.mu.Unlock()
 	up, down := io.Writer(s), io.Writer(c)
 	if cut && p.upstream {
-		up = &cutWriter{w: s, left: p.cutAfter}
+		up = &cutWriter{w: s, left: p.cutAfter, header: p.afterHeader}
 	} else if cut {
-		down = &cutWriter{w: c, left: p.cutAfter}
+		down = &cutWriter{w: c, left: p.cutAfter, header: p.afterHeader}
 	}
 	go func() {
 		p.copy(up, c)
@@ -322,11 +326,29 @@ var errCut = errors.New("cut by the test proxy")
 // cutWriter passes through left bytes, then fails: the copy stops in
 // the middle of whatever frame was being sent.
 type cutWriter struct {
-	w    io.Writer
-	left int64
+	w      io.Writer
+	left   int64
+	header bool   // still inside the HTTP header, which does not count
+	tail   []byte // the last bytes seen, to find the header's end
 }
 
 func (c *cutWriter) Write(p []byte) (int, error) {
+	if c.header {
+		buf := append(c.tail, p...)
+		i := bytes.Index(buf, []byte("\r\n\r\n"))
+		if i < 0 {
+			c.tail = append([]byte(nil), buf[max(0, len(buf)-3):]...)
+			return c.w.Write(p)
+		}
+		c.header = false
+		// Bytes of p up to the header's end pass uncounted.
+		n := i + 4 - len(c.tail)
+		if _, err := c.w.Write(p[:n]); err != nil {
+			return 0, err
+		}
+		m, err := c.Write(p[n:])
+		return n + m, err
+	}
 	if int64(len(p)) > c.left {
 		n, _ := c.w.Write(p[:c.left])
 		c.left = 0

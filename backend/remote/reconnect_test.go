@@ -293,3 +293,33 @@ func TestReconcileSparesLive(t *testing.T) {
 		t.Errorf("after.txt missing from the overlay %+v", o.res.Overlay)
 	}
 }
+
+// TestCutAroundSubmit cuts right at the first WebSocket frame: upstream,
+// the submit never reaches the server (attach finds nothing, so it is
+// sent again); downstream, the submit lands but its acknowledgement is
+// lost (attach finds the execution and follows it). Either way the
+// command runs exactly once and its output arrives whole.
+func TestCutAroundSubmit(t *testing.T) {
+	ts := startServer(t)
+	for _, upstream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("upstream=%v", upstream), func(t *testing.T) {
+			p := newCutProxy(t, ts.addr, 5)
+			p.upstream, p.afterHeader = upstream, true
+			b := newBackend(t, p.url())
+			p.setCuts(1)
+			counter := filepath.Join(t.TempDir(), "runs")
+			var out buffer
+			res, err := execShell(t, b, t.TempDir(), fmt.Sprintf("echo run >> %q; seq 1 1000", counter), &out, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.cutCount() != 1 {
+				t.Fatalf("the proxy cut %d connections, want 1", p.cutCount())
+			}
+			runs, _ := os.ReadFile(counter)
+			if res.ExitCode != 0 || string(runs) != "run\n" || out.String() != seqOutput(1, 1000) {
+				t.Errorf("exit %d, ran %q, stdout %d bytes", res.ExitCode, runs, len(out.String()))
+			}
+		})
+	}
+}
