@@ -1,6 +1,9 @@
 package namespace
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,5 +79,57 @@ func TestLandlockConfinesWrites(t *testing.T) {
 		Shell: `echo renamed > /proc/self/comm 2>/dev/null && echo WROTE; echo ok > inws && echo ws-ok`})
 	if res.ExitCode != 0 || strings.Contains(out, "WROTE") || !strings.Contains(out, "ws-ok") {
 		t.Fatalf("exit %d out %q", res.ExitCode, out)
+	}
+}
+
+func TestCPULimitCgroup(t *testing.T) {
+	b := newBackend(t, WithoutPrestart())
+	if !b.cg.cpu {
+		t.Skip("needs a writable cpu cgroup: none here")
+	}
+	done := make(chan *backend.Result, 1)
+	go func() {
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "sleep 2",
+			Limits: policy.ResourceLimits{CPUs: 0.5, Timeout: 30 * time.Second}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	// Read the quota of the running init's cgroup from the host side.
+	var quota string
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		var pid int
+		for p := range b.running {
+			pid = p.cmd.Process.Pid
+		}
+		b.mu.Unlock()
+		if pid == 0 {
+			return false
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+		if err != nil {
+			return false
+		}
+		for _, line := range strings.Split(string(cg), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) == 3 && strings.Contains(","+parts[1]+",", ",cpu,") && strings.Contains(parts[2], "pulse-") {
+				dir := b.cg.dirs["cpu"].base
+				q, err := os.ReadFile(filepath.Join(dir, filepath.Base(parts[2]), "cpu.cfs_quota_us"))
+				if err == nil {
+					quota = strings.TrimSpace(string(q))
+					return true
+				}
+			}
+		}
+		return false
+	})
+	t0 := time.Now()
+	b.Close()
+	res := <-done
+	t.Logf("close took %v, %+v", time.Since(t0), res)
+	if quota != "50000" {
+		t.Fatalf("cpu quota %q, want 50000 (half of a 100ms period)", quota)
 	}
 }
