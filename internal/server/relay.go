@@ -32,11 +32,10 @@ var ErrWorkerLost = errors.New("worker lost")
 
 // Relay defaults.
 const (
-	DefaultHelloTimeout    = 10 * time.Second
-	DefaultWorkerLiveness  = 35 * time.Second // 3.5 default heartbeats
-	relayWorkerPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	maxWorkerErrorMessage  = 512
-	relayCollectMaxMembers = artifact.DefaultMaxMembers
+	DefaultHelloTimeout   = 10 * time.Second
+	DefaultWorkerLiveness = 35 * time.Second // 3.5 default heartbeats
+	relayWorkerPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	maxWorkerErrorMessage = 512
 	// defaultStdinPiece keeps every Exec frame well under gRPC's default
 	// 4 MiB message limit.
 	defaultStdinPiece = 2 << 20

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
 )
@@ -625,5 +627,20 @@ func TestShutdownDrainsThenCancels(t *testing.T) {
 	}
 	if _, err := c.tryRecv(5 * time.Second); err == nil {
 		t.Fatal("connection still open after shutdown")
+	}
+}
+
+func TestOversizedMessageClosesConnection(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t), WithMaxMessageBytes(2048))
+	c := h.dial(tokenA)
+	big := fmt.Sprintf(`{"action":"status","payload":{"execution_id":"x","pad":%q}}`, strings.Repeat("p", 4096))
+	c.sendRaw([]byte(big))
+	_, err := c.tryRecv(10 * time.Second)
+	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("err = %v, want close status 1009", err)
+	}
+	// The server keeps serving others.
+	if r, _ := h.dial(tokenA).do(ActionStatus, map[string]any{"execution_id": "x"}); r.str("status") != StatusNotFound {
+		t.Fatalf("after oversized message: %s", r.raw)
 	}
 }
