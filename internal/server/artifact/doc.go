@@ -14,6 +14,11 @@
 // the reserved ".pulse/" directory are skipped: that directory is Pulse's
 // own state and never part of a command's view.
 //
+// For backends that write in place, Take snapshots a workspace (paths,
+// modes, SHA-256 of contents) and Diff returns what changed since; for a
+// workspace on a pulse-worker, PackDir ships it and DiffTar compares the
+// archive sent back with the snapshot in memory, never extracting it.
+//
 // The overlay archive holds every created or changed entry at its path
 // (regular files byte-exact with their permission bits, directories,
 // symlinks with their targets) and a manifest, ManifestName, listing the
