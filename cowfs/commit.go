@@ -34,7 +34,9 @@ const (
 // Failpoints of staging, numbered apart from the commit protocol's.
 const (
 	fpStageBlob     = 101 // the staged bytes are stored, the log record is not appended
-	fpStageAppended = 102 // the log record is appended and fsynced
+	fpStageAppended = 102 // the log record is appended and fsynced (also ends a batch)
+	fpBatchPacked   = 103 // a batch's pack file is durable, no record appended
+	fpBatchTorn     = 104 // all but the last record of a batch written, not fsynced
 )
 
 var failpointHook func(fp int)
@@ -445,11 +447,11 @@ func (f *FS) apply(dir string, w *walFile, recovering bool) ([]snapshot, error) 
 }
 
 func (f *FS) applyWrite(dir, id string, i int, op *walOp) (snapshot, error) {
-	src, err := f.state.Open(dir + "/blobs/" + op.Blob)
+	src, closer, err := f.openBlob(dir, &op.change)
 	if err != nil {
 		return snapshot{}, err
 	}
-	defer src.Close()
+	defer closer.Close()
 	tmp := tempName(id, i, op.Path)
 	dst, err := f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
@@ -811,9 +813,11 @@ func (f *FS) rollForward(dir, id string) error {
 	}
 	for i := range w.Ops {
 		if w.Ops[i].Kind == KindWrite {
-			if _, err := f.state.Lstat(dir + "/blobs/" + w.Ops[i].Blob); err != nil {
-				return f.quarantine(id, fmt.Sprintf("staged bytes of %q are missing", w.Ops[i].Path))
+			_, closer, err := f.openBlob(dir, &w.Ops[i].change)
+			if err != nil {
+				return f.quarantine(id, fmt.Sprintf("staged bytes of %q are missing: %v", w.Ops[i].Path, err))
 			}
+			closer.Close()
 		}
 	}
 	afters, err := f.apply(dir, w, true)

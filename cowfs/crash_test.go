@@ -19,7 +19,7 @@ import (
 // a numbered failpoint. Exit codes: 0 committed, 3 conflict, 4 other error.
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv("PULSE_COWFS_HELPER")
-	if mode != "commit" && mode != "stage" && mode != "undo" {
+	if mode != "commit" && mode != "stage" && mode != "batch" && mode != "undo" {
 		t.Skip("helper process for the crash tests; runs only when re-executed by them")
 	}
 	fp, _ := strconv.Atoi(os.Getenv("PULSE_COWFS_FP"))
@@ -51,6 +51,17 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
+		}
+		if mode == "batch" {
+			errs, err := tx.Stage(context.Background(), helperBatch())
+			if err == nil {
+				err = errors.Join(errs...)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 4
+			}
+			return 0
 		}
 		if mode == "stage" {
 			for i := 0; i < 10; i++ {

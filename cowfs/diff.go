@@ -52,7 +52,7 @@ func (t *Tx) Diff() (string, error) {
 		var nw side
 		switch c.Kind {
 		case KindWrite:
-			data, err := t.fs.state.ReadFile(t.dir() + "/blobs/" + c.Blob)
+			data, err := t.fs.readBlob(t.dir(), c)
 			if err != nil {
 				return "", fmt.Errorf("cowfs: diff: %q: %w", c.Path, err)
 			}

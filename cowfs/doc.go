@@ -10,6 +10,13 @@
 //     <workspace>/.pulse/cow, survive a crash of the process that staged
 //     them, and any process that opens the same workspace sees, diffs,
 //     commits or discards them.
+//   - Staging many paths costs a fixed number of fsyncs: Tx.Stage takes
+//     a batch of ops (each meaning what the matching Write, Mkdir,
+//     Symlink or Delete call means, refused one by one as those calls
+//     would be, every limit checked before anything is written) and makes
+//     the accepted ones durable together with three fsyncs, however many
+//     there are. When Stage returns, all of them survive a crash; a crash
+//     before leaves none of them in the transaction, never a part.
 //   - Nothing under .pulse is ever staged, diffed or written by a commit.
 //   - Optimistic concurrency: the first stage of a path records its
 //     inode, device, size, mtime, mode and SHA-256; Commit compares all of
@@ -64,6 +71,7 @@
 //	tx/<id>/                   one open (or committing) transaction; id is 16 hex digits
 //	tx/<id>/stage.log          record file: begin, then set/unstage records
 //	tx/<id>/blobs/<sha256>     staged file contents, named by their SHA-256
+//	tx/<id>/blobs/pack-<id2>   the file contents of one Stage batch, one after another
 //	tx/<id>/prev/<n>           bytes of op n's target before the commit (undo)
 //	tx/<id>/wal                the commit's write-ahead log (record file)
 //	tx/<id>/after              after-images of each op (record file)
@@ -90,13 +98,33 @@
 //
 // The stage log holds {"op":"begin","id","desc","created","undoes"}, then
 // {"op":"set","change":{...}} and {"op":"unstage","path"} records, each
-// appended and fsynced before Write, Delete, Mkdir or Symlink returns.
-// A change is {"path","kind","mode","blob","size","target","implicit",
-// "before":{"type","ino","dev","size","mtime_ns","mode","sha256","target"}};
-// the last set record of a path wins, and its before snapshot is always
-// the one taken when the path was first staged. A staging call writes its
-// blob (temp, fsync, rename, fsync of blobs/) before its record, so a
-// crash between the two leaves only an unreferenced blob.
+// appended and fsynced before Write, Delete, Mkdir, Symlink or Stage
+// returns. A change is {"path","kind","mode","blob","pack","off","size",
+// "target","implicit","before":{"type","ino","dev","size","mtime_ns",
+// "mode","sha256","target"}}; the last set record of a path wins, and its
+// before snapshot is always the one taken when the path was first
+// staged. A write's bytes are blobs/<blob>, or, when pack is set, the
+// size bytes at off in blobs/<pack> (named "pack-" and 16 hex digits).
+//
+// When one call appends more than one record (a Stage batch, or a write
+// with the parents it stages), they are headed by {"op":"batch","n"}
+// counting them, and a reader takes the n records that follow all
+// together or not at all: a batch missing records at the end of the log
+// is, like a torn frame, an append that never returned, ignored by
+// readers and cut away by the next writer under the lock. (A long write
+// can stop short at a page boundary when the process is killed, and a
+// power loss before the fsync may keep any prefix of it; the count makes
+// either leave nothing half-visible.)
+//
+// A staging call writes its blob (temp, fsync, rename, fsync of blobs/)
+// before its record, so a crash between the two leaves only an
+// unreferenced blob. A Stage batch checks and plans every op under the
+// lock first, writing nothing; then writes the bytes of the accepted
+// ops, each distinct content once, to a new pack file, fsyncs it and
+// blobs/ [failpoint 103]; then appends the batch record and the records
+// (all but the last [104], the last), fsyncs the log [102]. A crash at
+// 103 or 104 leaves an unreferenced pack and none of the batch; at 102,
+// all of it. Unreferenced blobs and packs go when the transaction does.
 //
 // The WAL is {"t":"header","v":1,"tx","desc","created","undoes","n"},
 // then n records {"t":"op","i","change","prev"} sorted by path, then

@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"encoding/json"
 	"testing"
 )
 
@@ -57,6 +58,54 @@ func FuzzStageRecord(f *testing.F) {
 		}
 		if r.Op == "set" && (!isCleanRel(r.Change.Path) || isReserved(r.Change.Path)) {
 			t.Fatalf("accepted path %q", r.Change.Path)
+		}
+	})
+}
+
+// FuzzStageLog feeds arbitrary bytes to the stage log replay: it must
+// never panic, never claim more than it was given, accept only clean
+// paths, and replaying the accepted prefix must give the same records
+// with nothing left over.
+func FuzzStageLog(f *testing.F) {
+	var seed []byte
+	for _, r := range []stageRec{
+		{Op: "begin", ID: "0123456789abcdef", Desc: "seed", Created: 1},
+		{Op: "set", Change: &change{Path: "a", Kind: KindWrite, Blob: sha256Hex(nil), Before: snapshot{Type: typeAbsent}}},
+		{Op: "batch", N: 2},
+		{Op: "set", Change: &change{Path: "d", Kind: KindMkdir, Mode: 0o755, Implicit: true, Before: snapshot{Type: typeAbsent}}},
+		{Op: "set", Change: &change{Path: "d/f", Kind: KindWrite, Blob: sha256Hex([]byte("x")), Pack: "pack-0123456789abcdef", Off: 3, Size: 1, Before: snapshot{Type: typeAbsent}}},
+		{Op: "unstage", Path: "a"},
+	} {
+		p, err := json.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		seed = appendFrame(seed, p)
+	}
+	f.Add(seed)
+	f.Add(seed[:len(seed)-20])
+	f.Add(seed[:len(seed)/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recs, good, tail, err := replayLog(b, true)
+		if err != nil {
+			return
+		}
+		if good < 0 || good > len(b) || tail != (good < len(b)) {
+			t.Fatalf("good %d of %d, tail %v", good, len(b), tail)
+		}
+		for _, r := range recs {
+			if r.Op == "set" && (!isCleanRel(r.Change.Path) || isReserved(r.Change.Path) ||
+				r.Change.Pack != "" && !validPack(r.Change.Pack)) {
+				t.Fatalf("accepted %+v", r.Change)
+			}
+			if r.Op == "batch" {
+				t.Fatal("a batch record was returned as a change")
+			}
+		}
+		again, good2, tail2, err := replayLog(b[:good], true)
+		if err != nil || good2 != good || tail2 || len(again) != len(recs) {
+			t.Fatalf("replaying the accepted prefix: %d records, good %d, tail %v, %v", len(again), good2, tail2, err)
 		}
 	})
 }

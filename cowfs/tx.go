@@ -45,26 +45,32 @@ type Change struct {
 
 // change is a staged change as the stage log and the WAL record it.
 type change struct {
-	Path     string     `json:"path"`
-	Kind     ChangeKind `json:"kind"`
-	Mode     uint32     `json:"mode,omitempty"`
-	Blob     string     `json:"blob,omitempty"`
-	Size     int64      `json:"size,omitempty"`
-	Target   string     `json:"target,omitempty"`
-	Implicit bool       `json:"implicit,omitempty"`
+	Path string     `json:"path"`
+	Kind ChangeKind `json:"kind"`
+	Mode uint32     `json:"mode,omitempty"`
+	Blob string     `json:"blob,omitempty"`
+	// Pack, when set, names the batch file under blobs/ that holds the
+	// bytes at Off; otherwise they are in blobs/<Blob>.
+	Pack     string `json:"pack,omitempty"`
+	Off      int64  `json:"off,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Target   string `json:"target,omitempty"`
+	Implicit bool   `json:"implicit,omitempty"`
 	// Before is the entry at Path when it was first staged.
 	Before snapshot `json:"before"`
 }
 
 // stageRec is one record of a transaction's stage log.
 type stageRec struct {
-	Op      string  `json:"op"` // begin, set, unstage
+	Op      string  `json:"op"` // begin, batch, set, unstage
 	ID      string  `json:"id,omitempty"`
 	Desc    string  `json:"desc,omitempty"`
 	Created int64   `json:"created,omitempty"`
 	Undoes  string  `json:"undoes,omitempty"`
 	Path    string  `json:"path,omitempty"`
 	Change  *change `json:"change,omitempty"`
+	// N is the number of set and unstage records a batch record heads.
+	N int `json:"n,omitempty"`
 }
 
 // Tx is a copy-on-write transaction: changes staged under .pulse/cow and
@@ -83,6 +89,15 @@ type Tx struct {
 	bytes   int64
 	offset  int64 // end of the stage log as last read
 	loaded  bool
+
+	// pend is the batch Stage is planning: the changes its accepted ops
+	// set (nil: unstaged), which the planning helpers see through cur but
+	// Changes does not until the batch is durable. Only the holder of the
+	// workspace lock touches it; pendBytes and pendCount are the staged
+	// bytes and change count with it.
+	pend      map[string]*change
+	pendBytes int64
+	pendCount int
 }
 
 // ID returns the transaction id (16 hex digits).
@@ -129,6 +144,10 @@ func decodeStageRec(p []byte) (stageRec, error) {
 	}
 	switch r.Op {
 	case "begin":
+	case "batch":
+		if r.N < 1 {
+			return r, fmt.Errorf("%w: batch of %d records", errCorrupt, r.N)
+		}
 	case "set":
 		if r.Change == nil {
 			return r, fmt.Errorf("%w: set record without change", errCorrupt)
@@ -153,21 +172,65 @@ func (t *Tx) load() error {
 	if err != nil {
 		return err
 	}
-	frames, _, err := decodeFrames(b)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+	recs, _, _, err := replayLog(b, true)
+	if err != nil {
 		return err
 	}
-	for i, p := range frames {
-		r, err := decodeStageRec(p)
-		if err != nil {
-			return err
-		}
-		if (i == 0) != (r.Op == "begin") {
-			return fmt.Errorf("%w: stage log does not start with begin", errCorrupt)
-		}
+	for _, r := range recs {
 		t.apply(r)
 	}
 	return nil
+}
+
+// replayLog decodes stage log bytes b, which start at a record boundary
+// (atStart: the start of the log, which must be the begin record). It
+// returns the records of the whole frames and whole batches, and good,
+// the offset just past the last of them. tail is true when b goes on
+// past good with a torn frame or a batch missing records: what an append
+// that never returned left, which the holder of the lock cuts away. Any
+// other damage is an error wrapping errCorrupt.
+func replayLog(b []byte, atStart bool) (recs []stageRec, good int, tail bool, err error) {
+	frames, _, ferr := decodeFrames(b)
+	if ferr != nil {
+		if !errors.Is(ferr, io.ErrUnexpectedEOF) {
+			return nil, 0, false, ferr
+		}
+		tail = true
+	}
+	for i := 0; i < len(frames); {
+		r, err := decodeStageRec(frames[i])
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if first := atStart && i == 0; first != (r.Op == "begin") {
+			return nil, 0, false, fmt.Errorf("%w: stage log does not start with one begin record", errCorrupt)
+		}
+		if r.Op != "batch" {
+			recs = append(recs, r)
+			good += frameHeader + len(frames[i])
+			i++
+			continue
+		}
+		if r.N > len(frames)-i-1 {
+			// The batch's append never finished: none of it counts.
+			return recs, good, true, nil
+		}
+		size := frameHeader + len(frames[i])
+		for _, p := range frames[i+1 : i+1+r.N] {
+			br, err := decodeStageRec(p)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if br.Op != "set" && br.Op != "unstage" {
+				return nil, 0, false, fmt.Errorf("%w: %q record inside a batch", errCorrupt, br.Op)
+			}
+			recs = append(recs, br)
+			size += frameHeader + len(p)
+		}
+		good += size
+		i += 1 + r.N
+	}
+	return recs, good, tail, nil
 }
 
 // refreshLocked brings the in-memory view up to date with the stage log,
@@ -202,11 +265,11 @@ func (t *Tx) refreshLocked(open bool) error {
 	if err != nil {
 		return err
 	}
-	frames, good, err := decodeFrames(b)
+	recs, good, tail, err := replayLog(b, t.offset == 0)
 	if err != nil {
-		if !errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: transaction %s: stage log: %w", ErrRecovery, t.id, err)
-		}
+		return fmt.Errorf("%w: transaction %s: stage log: %w", ErrRecovery, t.id, err)
+	}
+	if tail {
 		if err := f.Truncate(t.offset + int64(good)); err != nil {
 			return err
 		}
@@ -214,14 +277,7 @@ func (t *Tx) refreshLocked(open bool) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for i, p := range frames {
-		r, err := decodeStageRec(p)
-		if err != nil {
-			return fmt.Errorf("%w: transaction %s: stage log: %w", ErrRecovery, t.id, err)
-		}
-		if t.offset == 0 && (i == 0) != (r.Op == "begin") {
-			return fmt.Errorf("%w: transaction %s: stage log does not start with begin", ErrRecovery, t.id)
-		}
+	for _, r := range recs {
 		t.apply(r)
 	}
 	t.offset += int64(good)
@@ -233,26 +289,60 @@ func (t *Tx) refreshLocked(open bool) error {
 
 // appendRecs appends to the stage log and fsyncs it, then applies the
 // records in memory. The caller holds the lock.
+//
+// More than one record is headed by a batch record counting them, so
+// that readers take all of them or none: a write can be cut short
+// (a fatal signal stops a long write at a page boundary) and, before the
+// fsync, a power loss may keep any prefix of it. The frames go out in
+// two writes, the last record alone, which costs no extra fsync and
+// gives the crash tests an instant (fpBatchTorn) where the batch is
+// written but for its last record.
 func (t *Tx) appendRecs(recs []stageRec) error {
 	var buf []byte
+	if len(recs) > 1 {
+		p, err := json.Marshal(stageRec{Op: "batch", N: len(recs)})
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf, p)
+	}
+	split := 0
 	for _, r := range recs {
 		p, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
+		if len(p) > maxRecord {
+			return fmt.Errorf("cowfs: stage: record of %q is %d bytes", r.Path, len(p))
+		}
+		split = len(buf)
 		buf = appendFrame(buf, p)
 	}
 	f, err := t.fs.state.OpenFile(t.dir()+"/stage.log", os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fmt.Errorf("cowfs: stage: %w", err)
 	}
-	if _, err := f.Write(buf); err != nil {
+	fail := func(err error) error {
+		// Take back what was written, so that a call that failed never
+		// shows up later; if this fails too, an unfinished batch or torn
+		// frame is cut by the next reader, and a whole one is what the
+		// caller was told may not have happened.
+		f.Truncate(t.offset)
 		f.Close()
 		return fmt.Errorf("cowfs: stage: %w", err)
 	}
+	if len(recs) > 1 {
+		if _, err := f.Write(buf[:split]); err != nil {
+			return fail(err)
+		}
+		failpoint(fpBatchTorn)
+		buf = buf[split:]
+	}
+	if _, err := f.Write(buf); err != nil {
+		return fail(err)
+	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("cowfs: stage: %w", err)
+		return fail(err)
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -261,7 +351,7 @@ func (t *Tx) appendRecs(recs []stageRec) error {
 	for _, r := range recs {
 		t.apply(r)
 	}
-	t.offset += int64(len(buf))
+	t.offset += int64(len(buf) + split)
 	t.mu.Unlock()
 	return nil
 }
@@ -321,12 +411,15 @@ func (t *Tx) effect(recs []stageRec) (delta int64, count int) {
 		if v, ok := size[p]; ok {
 			return v, present[p]
 		}
-		if c := t.changes[p]; c != nil {
+		if c := t.curLocked(p); c != nil {
 			return c.Size, true
 		}
 		return 0, false
 	}
 	count = len(t.changes)
+	if t.pend != nil {
+		count = t.pendCount
+	}
 	for _, r := range recs {
 		switch r.Op {
 		case "set":
@@ -348,11 +441,43 @@ func (t *Tx) effect(recs []stageRec) (delta int64, count int) {
 	return delta, count
 }
 
-// cur returns the staged change of rel, or nil.
+// cur returns the staged change of rel, or nil, counting the batch
+// being planned.
 func (t *Tx) cur(rel string) *change {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.curLocked(rel)
+}
+
+func (t *Tx) curLocked(rel string) *change {
+	if c, ok := t.pend[rel]; ok {
+		return c
+	}
 	return t.changes[rel]
+}
+
+// addPending records what recs do in the batch being planned.
+func (t *Tx) addPending(recs []stageRec) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range recs {
+		p := r.Path
+		if r.Op == "set" {
+			p = r.Change.Path
+		}
+		if old := t.curLocked(p); old != nil {
+			t.pendBytes -= old.Size
+			t.pendCount--
+		}
+		if r.Op == "set" {
+			c := *r.Change
+			t.pend[p] = &c
+			t.pendBytes += c.Size
+			t.pendCount++
+		} else {
+			t.pend[p] = nil
+		}
+	}
 }
 
 // before returns the snapshot a new change of rel records: the first
@@ -443,27 +568,10 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 	}
 	sha := sha256Hex(data)
 	return t.stageOp(func() ([]stageRec, error) {
-		before, err := t.before(rel)
+		recs, err := t.planWrite(rel, sha, int64(len(data)), mode)
 		if err != nil {
 			return nil, err
 		}
-		recs, err := t.replaceRecs(rel, before)
-		if err != nil {
-			return nil, err
-		}
-		m := unixMode(mode)
-		if mode == 0 {
-			m = 0o644
-			if before.Type == typeFile {
-				m = before.Mode
-			}
-		}
-		// A sandboxed command must not plant a setuid or setgid program
-		// that a privileged commit would install; new content does not
-		// inherit those bits either (the kernel clears them on write too).
-		m &= 0o777
-		nc := &change{Path: rel, Kind: KindWrite, Mode: m, Blob: sha, Size: int64(len(data)), Before: before}
-		recs = append(recs, stageRec{Op: "set", Change: nc})
 		if _, count := t.effect(recs); count > t.fs.opts.maxChanges {
 			return nil, &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
 		}
@@ -472,6 +580,32 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 		}
 		return recs, nil
 	})
+}
+
+// planWrite returns the records staging a write of rel; the last one is
+// the write's own.
+func (t *Tx) planWrite(rel, sha string, size int64, mode os.FileMode) ([]stageRec, error) {
+	before, err := t.before(rel)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := t.replaceRecs(rel, before)
+	if err != nil {
+		return nil, err
+	}
+	m := unixMode(mode)
+	if mode == 0 {
+		m = 0o644
+		if before.Type == typeFile {
+			m = before.Mode
+		}
+	}
+	// A sandboxed command must not plant a setuid or setgid program
+	// that a privileged commit would install; new content does not
+	// inherit those bits either (the kernel clears them on write too).
+	m &= 0o777
+	nc := &change{Path: rel, Kind: KindWrite, Mode: m, Blob: sha, Size: size, Before: before}
+	return append(recs, stageRec{Op: "set", Change: nc}), nil
 }
 
 // putBlob stores data under its SHA-256 in the transaction's blobs.
@@ -500,26 +634,28 @@ func (t *Tx) Mkdir(p string, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) {
-		before, err := t.before(rel)
-		if err != nil {
-			return nil, err
-		}
-		if before.Type == typeOther {
-			return nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
-		}
-		recs, err := t.parents(rel)
-		if err != nil {
-			return nil, err
-		}
-		m := unixMode(mode)
-		if mode == 0 {
-			m = 0o755
-		}
-		m &^= syscall.S_ISUID // setgid and sticky are common and harmless on directories
-		nc := &change{Path: rel, Kind: KindMkdir, Mode: m, Before: before}
-		return append(recs, stageRec{Op: "set", Change: nc}), nil
-	})
+	return t.stageOp(func() ([]stageRec, error) { return t.planMkdir(rel, mode) })
+}
+
+func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
+	before, err := t.before(rel)
+	if err != nil {
+		return nil, err
+	}
+	if before.Type == typeOther {
+		return nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
+	}
+	recs, err := t.parents(rel)
+	if err != nil {
+		return nil, err
+	}
+	m := unixMode(mode)
+	if mode == 0 {
+		m = 0o755
+	}
+	m &^= syscall.S_ISUID // setgid and sticky are common and harmless on directories
+	nc := &change{Path: rel, Kind: KindMkdir, Mode: m, Before: before}
+	return append(recs, stageRec{Op: "set", Change: nc}), nil
 }
 
 // Symlink stages a symlink at rel pointing to target. Targets that are
@@ -534,18 +670,20 @@ func (t *Tx) Symlink(target, p string) error {
 	if err := checkLinkTarget(rel, target); err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) {
-		before, err := t.before(rel)
-		if err != nil {
-			return nil, err
-		}
-		recs, err := t.replaceRecs(rel, before)
-		if err != nil {
-			return nil, err
-		}
-		nc := &change{Path: rel, Kind: KindSymlink, Target: target, Before: before}
-		return append(recs, stageRec{Op: "set", Change: nc}), nil
-	})
+	return t.stageOp(func() ([]stageRec, error) { return t.planSymlink(rel, target) })
+}
+
+func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {
+	before, err := t.before(rel)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := t.replaceRecs(rel, before)
+	if err != nil {
+		return nil, err
+	}
+	nc := &change{Path: rel, Kind: KindSymlink, Target: target, Before: before}
+	return append(recs, stageRec{Op: "set", Change: nc}), nil
 }
 
 // Delete stages the removal of rel. A directory is removed with
@@ -559,19 +697,21 @@ func (t *Tx) Delete(p string) error {
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) {
-		if err := t.realAncestors(rel); err != nil {
-			return nil, err
-		}
-		recs, err := t.removalRecs(rel, true)
-		if err != nil {
-			return nil, err
-		}
-		if len(recs) == 0 {
-			return nil, fmt.Errorf("%w: %q does not exist", ErrNotFound, rel)
-		}
-		return recs, nil
-	})
+	return t.stageOp(func() ([]stageRec, error) { return t.planDelete(rel) })
+}
+
+func (t *Tx) planDelete(rel string) ([]stageRec, error) {
+	if err := t.realAncestors(rel); err != nil {
+		return nil, err
+	}
+	recs, err := t.removalRecs(rel, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: %q does not exist", ErrNotFound, rel)
+	}
+	return recs, nil
 }
 
 // removalRecs returns the records removing everything at and (self
@@ -583,9 +723,11 @@ func (t *Tx) removalRecs(rel string, self bool) ([]stageRec, error) {
 		return nil, err
 	}
 	t.mu.Lock()
-	for q := range t.changes {
-		if q == rel || strings.HasPrefix(q, rel+"/") {
-			paths[q] = true
+	for _, m := range []map[string]*change{t.changes, t.pend} {
+		for q := range m {
+			if q == rel || strings.HasPrefix(q, rel+"/") {
+				paths[q] = true
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -737,8 +879,11 @@ func checkChange(c *change) error {
 	}
 	switch c.Kind {
 	case KindWrite:
-		if !validSHA(c.Blob) || c.Size < 0 {
+		if !validSHA(c.Blob) || c.Size < 0 || c.Off < 0 || c.Off > maxPackBytes || c.Size > maxPackBytes {
 			return fmt.Errorf("%w: %q: bad blob", errCorrupt, c.Path)
+		}
+		if c.Pack != "" && !validPack(c.Pack) {
+			return fmt.Errorf("%w: %q: bad pack %q", errCorrupt, c.Path, c.Pack)
 		}
 	case KindSymlink:
 		// The target policy (checkLinkTarget) is applied when a link is
@@ -750,6 +895,9 @@ func checkChange(c *change) error {
 	case KindMkdir, KindDelete:
 	default:
 		return fmt.Errorf("%w: %q: unknown kind %q", errCorrupt, c.Path, c.Kind)
+	}
+	if c.Kind != KindWrite && (c.Pack != "" || c.Off != 0) {
+		return fmt.Errorf("%w: %q: pack on a %s", errCorrupt, c.Path, c.Kind)
 	}
 	if c.Mode&^0o7777 != 0 {
 		return fmt.Errorf("%w: %q: bad mode %o", errCorrupt, c.Path, c.Mode)

@@ -1,0 +1,287 @@
+package cowfs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Op is one change for Tx.Stage. Kind says which of the other fields
+// count, as for the matching per-call method.
+type Op struct {
+	Kind ChangeKind
+	Path string
+	// Data is the file's bytes (KindWrite). Stage keeps no reference to
+	// it after returning.
+	Data []byte
+	// Mode is the permission bits (KindWrite, KindMkdir), as for Write
+	// and Mkdir.
+	Mode os.FileMode
+	// Target is the link target (KindSymlink).
+	Target string
+}
+
+// WriteOp, MkdirOp, SymlinkOp and DeleteOp build the Op that does what
+// Tx.Write, Mkdir, Symlink and Delete do.
+func WriteOp(path string, data []byte, mode os.FileMode) Op {
+	return Op{Kind: KindWrite, Path: path, Data: data, Mode: mode}
+}
+
+// MkdirOp: see WriteOp.
+func MkdirOp(path string, mode os.FileMode) Op { return Op{Kind: KindMkdir, Path: path, Mode: mode} }
+
+// SymlinkOp: see WriteOp.
+func SymlinkOp(target, path string) Op { return Op{Kind: KindSymlink, Path: path, Target: target} }
+
+// DeleteOp: see WriteOp.
+func DeleteOp(path string) Op { return Op{Kind: KindDelete, Path: path} }
+
+// maxPackBytes bounds offsets and sizes read from records, so that their
+// sum never overflows.
+const maxPackBytes = 1 << 50
+
+const packPrefix = "pack-"
+
+// validPack reports whether name is a pack file name: "pack-" and 16
+// lowercase hex digits. Names reach file paths, so nothing else passes.
+func validPack(name string) bool {
+	id, ok := strings.CutPrefix(name, packPrefix)
+	return ok && validID(id)
+}
+
+// Stage stages ops, in order, as one batch: each op means what the
+// matching Write, Mkdir, Symlink or Delete call means, and sees the
+// transaction as the ops before it leave it. An op that call would
+// refuse (bad path, limit, nothing to delete) stages nothing: its error
+// is errs[i], and the other ops go on. Every limit is checked while the
+// batch is planned, before anything is written.
+//
+// The accepted ops become durable together, at a cost that does not grow
+// with their number: their bytes go to one pack file (one fsync, one
+// fsync of blobs/), then their records to the stage log headed by a
+// batch record (one fsync). When Stage returns without error, all of them
+// survive a crash; a crash before that leaves none of them in the
+// transaction (at most an unreferenced pack file, removed with it).
+//
+// err is for the batch as a whole (ErrClosed, the context, I/O): then
+// nothing was staged and errs is nil.
+func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
+	errs = make([]error, len(ops))
+	rels := make([]string, len(ops))
+	shas := make([]string, len(ops))
+	for i, op := range ops {
+		rels[i], errs[i] = t.checkOp(op)
+		if errs[i] == nil && op.Kind == KindWrite {
+			shas[i] = sha256Hex(op.Data)
+		}
+	}
+	unlock, err := t.fs.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := t.refreshLocked(true); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	old := t.bytes
+	t.pend, t.pendBytes, t.pendCount = map[string]*change{}, t.bytes, len(t.changes)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.pend = nil
+		t.mu.Unlock()
+	}()
+
+	pack := packPrefix + newID()
+	var (
+		all      []stageRec
+		packed   [][]byte
+		packSize int64
+		at       = map[string]int64{} // offset of each SHA-256 in the pack
+		recount  bool
+	)
+	for i, op := range ops {
+		if errs[i] != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		recs, err := t.planOp(op, rels[i], shas[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		delta, count := t.effect(recs)
+		if count > t.fs.opts.maxChanges {
+			errs[i] = &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
+			continue
+		}
+		t.mu.Lock()
+		bytes := t.pendBytes + delta
+		t.mu.Unlock()
+		if !t.fs.fits(t.id, bytes) {
+			// As for a single call, another process may have committed or
+			// discarded what this FS still counts; recount once a batch.
+			if !recount {
+				recount = true
+				if err := t.fs.recount(); err != nil {
+					return nil, err
+				}
+			}
+			if !t.fs.fits(t.id, bytes) {
+				errs[i] = &LimitError{Name: LimitStagedBytes, Value: t.fs.opts.maxStagedBytes}
+				continue
+			}
+		}
+		if op.Kind == KindWrite {
+			off, ok := at[shas[i]]
+			if !ok {
+				off = packSize
+				at[shas[i]] = off
+				packed = append(packed, op.Data)
+				packSize += int64(len(op.Data))
+			}
+			nc := recs[len(recs)-1].Change
+			nc.Pack, nc.Off = pack, off
+		}
+		t.addPending(recs)
+		all = append(all, recs...)
+	}
+	if len(all) == 0 {
+		return errs, nil
+	}
+	t.mu.Lock()
+	bytes := t.pendBytes
+	t.mu.Unlock()
+	if len(packed) > 0 {
+		if err := t.writePack(pack, packed); err != nil {
+			return nil, err
+		}
+	}
+	failpoint(fpBatchPacked)
+	t.fs.account(t.id, bytes, false)
+	if err := t.appendRecs(all); err != nil {
+		t.fs.account(t.id, old, false)
+		return nil, err
+	}
+	failpoint(fpStageAppended)
+	return errs, nil
+}
+
+// checkOp does the checks of an op that need neither the lock nor the
+// transaction's state, and returns its cleaned path.
+func (t *Tx) checkOp(op Op) (string, error) {
+	rel, err := cleanRel(t.fs.ws.dir, op.Path)
+	if err != nil {
+		return "", err
+	}
+	switch op.Kind {
+	case KindWrite:
+		if int64(len(op.Data)) > t.fs.opts.maxFileBytes {
+			return "", &LimitError{Name: LimitFileBytes, Value: t.fs.opts.maxFileBytes}
+		}
+	case KindSymlink:
+		if err := checkLinkTarget(rel, op.Target); err != nil {
+			return "", err
+		}
+	case KindMkdir, KindDelete:
+	default:
+		return "", fmt.Errorf("cowfs: %q: unknown change kind %q", op.Path, op.Kind)
+	}
+	return rel, nil
+}
+
+func (t *Tx) planOp(op Op, rel, sha string) ([]stageRec, error) {
+	switch op.Kind {
+	case KindWrite:
+		return t.planWrite(rel, sha, int64(len(op.Data)), op.Mode)
+	case KindMkdir:
+		return t.planMkdir(rel, op.Mode)
+	case KindSymlink:
+		return t.planSymlink(rel, op.Target)
+	default:
+		return t.planDelete(rel)
+	}
+}
+
+// writePack writes the batch's bytes, one after the other, to
+// blobs/<name>, and makes the file and its name durable.
+func (t *Tx) writePack(name string, data [][]byte) error {
+	p := t.dir() + "/blobs/" + name
+	f, err := t.fs.state.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("cowfs: stage: %w", err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		t.fs.state.Remove(p)
+		return fmt.Errorf("cowfs: stage: %w", err)
+	}
+	for _, d := range data {
+		if _, err := f.Write(d); err != nil {
+			return fail(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		t.fs.state.Remove(p)
+		return fmt.Errorf("cowfs: stage: %w", err)
+	}
+	return t.fs.syncState(t.dir() + "/blobs")
+}
+
+// fits reports whether transaction id may hold bytes staged bytes
+// without the workspace total passing its limit.
+func (f *FS) fits(id string, bytes int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delta := bytes - f.counted[id]
+	return delta <= 0 || f.staged+delta <= f.opts.maxStagedBytes
+}
+
+// openBlob opens the staged bytes of write change c of the transaction
+// whose state directory is dir: blobs/<sha256>, or c's section of a pack.
+func (f *FS) openBlob(dir string, c *change) (io.Reader, io.Closer, error) {
+	if c.Pack == "" {
+		fl, err := f.state.Open(dir + "/blobs/" + c.Blob)
+		if err != nil {
+			return nil, nil, err
+		}
+		return fl, fl, nil
+	}
+	fl, err := f.state.Open(dir + "/blobs/" + c.Pack)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := fl.Stat()
+	if err != nil {
+		fl.Close()
+		return nil, nil, err
+	}
+	if fi.Size() < c.Off+c.Size {
+		fl.Close()
+		return nil, nil, fmt.Errorf("pack %s holds %d bytes, %q needs %d at %d", c.Pack, fi.Size(), c.Path, c.Size, c.Off)
+	}
+	if _, err := fl.Seek(c.Off, io.SeekStart); err != nil {
+		fl.Close()
+		return nil, nil, err
+	}
+	// A LimitedReader over the file keeps io.Copy's copy_file_range path.
+	return io.LimitReader(fl, c.Size), fl, nil
+}
+
+// readBlob returns the staged bytes of write change c.
+func (f *FS) readBlob(dir string, c *change) ([]byte, error) {
+	r, cl, err := f.openBlob(dir, c)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return io.ReadAll(r)
+}
