@@ -24,11 +24,20 @@
 //     event to Request.Stdout or Request.Stderr as it arrives, maps the
 //     result, and downloads what the command wrote as Result.Overlay. The
 //     local workspace is only read.
+//   - Every Exec uses its own connection and a fresh server-side
+//     execution id: Request.ExecutionID reduced to the protocol's
+//     characters plus a random suffix (the caller's id also travels as
+//     correlation_id), so a repeated id never collides with an old one.
 //   - A dropped connection is not a failed command. Exec reconnects with
-//     backoff (50ms doubling to 2s, within WithReconnectWindow) and
+//     backoff (50ms doubling to 2s, within WithReconnectWindow, 60s by
+//     default so that it outlasts the server's own dead-peer detection) and
 //     attaches with after_seq set to the last event it delivered; events
 //     are numbered, and any already delivered is dropped, so every byte of
-//     output reaches the writers exactly once. Only the server saying
+//     output reaches the writers exactly once. A drop before the submit
+//     was acknowledged is settled the same way: attach finds the
+//     execution and follows it, or finds nothing and the submit is sent
+//     again, so the command runs once. Uploads and overlay downloads are
+//     retried on a new connection. Only the server saying
 //     UNKNOWN (it restarted while the command ran) or NOT_FOUND ends the
 //     execution, with ErrExecutionLost.
 //   - Cancelling ctx, going over Limits.OutputBytes, or Close sends
