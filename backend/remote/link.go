@@ -158,7 +158,8 @@ func (l *link) send(ctx context.Context, action string, payload map[string]any) 
 	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	// A large upload on a slow link needs longer than a small request.
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second+time.Duration(len(data)>>18)*time.Second)
 	defer cancel()
 	if err := l.ws.Write(wctx, websocket.MessageText, data); err != nil {
 		return "", err
