@@ -323,3 +323,42 @@ func TestCutAroundSubmit(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWithServerGone: Close while the server is gone still returns,
+// within the cancel wait, with a cancelled result for the running Exec.
+func TestCloseWithServerGone(t *testing.T) {
+	ts := startServer(t)
+	b := newBackend(t, ts.url, WithCancelWait(500*time.Millisecond))
+	var out buffer
+	started := out.when("started")
+	type outcome struct {
+		res *backend.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := execShell(t, b, t.TempDir(), "echo started; sleep 30", &out, nil)
+		done <- outcome{res, err}
+	}()
+	<-started
+	old := ts.crash()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		old.Shutdown(ctx)
+	}()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return with the server gone")
+	}
+	o := <-done
+	if o.err != nil || o.res.Termination != backend.Cancelled || o.res.ExitCode != -1 {
+		t.Errorf("Exec ended by Close: %+v, %v; want a cancelled result", o.res, o.err)
+	}
+}
