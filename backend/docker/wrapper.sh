@@ -16,6 +16,7 @@
 #   /work/run/ID.*   the wrapper's manifests and lists
 #   /work/out/ID/    what goes back to the host: status, pgid, time,
 #                    deleted, warn, log, files-*.tar (the changed entries)
+#   /work/base.manifest  manifest of base (see manifest below)
 #   /work/lock/      held (mkdir is atomic) while base is copied or merged
 # run/ID* and out/ID are removed before the wrapper exits.
 #
@@ -50,19 +51,20 @@ finish() {
 #   <md5>  <name>               for regular files
 manifest() (
 	cd "$1" || exit 1
-	find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + &&
-	find . -path ./.pulse -prune -o -type f -exec md5sum {} +
+	find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +
 )
 
+# base.manifest is manifest(base) whenever the lock is free, so a command
+# gets its "before" for the price of copying one file.
 lock
 if [ ! -d "$P/base" ]; then
-	cp -a /pulse/seed "$P/base.tmp" 2>&8 && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed
+	cp -a /pulse/seed "$P/base.tmp" 2>&8 && manifest "$P/base.tmp" >"$P/base.manifest" 2>&8 &&
+		mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed
 fi
-cp -a "$P/base" "$R" 2>&8
+cp -a "$P/base" "$R" 2>&8 && cp "$P/base.manifest" "$R.before" 2>&8
 cprc=$?
 unlock
 [ $cprc = 0 ] || finish copy 125
-manifest "$R" >"$R.before" 2>&8 || finish manifest 125
 cd "$R/$dir" 2>/dev/null || finish nodir 125
 if [ "$kind" = shell ]; then
 	if [ -x /bin/bash ]; then set -- /bin/bash -c "$1"; else set -- /bin/sh -c "$1"; fi
@@ -119,6 +121,7 @@ if [ -s "$R.changed" ] || [ -s "$R.removed" ]; then
 	lock
 	if [ -s "$R.removed" ]; then (cd "$P/base" && tr '\n' '\0' <"$R.removed" | xargs -0 rm -rf 2>&8); fi
 	for f in "$O"/files-*.tar; do [ -s "$f" ] && tar -x -f "$f" -C "$P/base" 2>&8; done
+	manifest "$P/base" >"$P/base.manifest" 2>&8
 	unlock
 fi
 finish "exit $rc" "$rc"
