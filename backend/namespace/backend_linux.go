@@ -133,7 +133,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 }
 
 // Probe implements backend.Backend: it checks the kernel's features, then
-// runs `true` in a sandbox once and caches success.
+// runs `true` in a sandbox once and caches success. Like any Exec, a
+// successful probe leaves one init waiting for the next Exec (see
+// WithoutPrestart); Close ends it.
 func (b *Backend) Probe(ctx context.Context) error {
 	b.probeMu.Lock()
 	defer b.probeMu.Unlock()
@@ -409,10 +411,9 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		return c, fmt.Errorf("%w: negative limit", backend.ErrInvalidRequest)
 	}
 
-	home := sandboxHome()
+	// HOME is set by exec, to the home the init mounted.
 	env := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": home,
 		"LANG": "C.UTF-8",
 		"TERM": "dumb",
 		"USER": userName(),
@@ -423,18 +424,13 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	c = childConfig{
 		Workspace: ws,
 		Dir:       filepath.Join(ws, filepath.FromSlash(dir)),
-		Home:      home,
 		Args:      req.Args,
 		Shell:     req.Shell,
 		NewNet:    newNet,
 		ReadOnly:  b.o.readOnly,
 		ReadWrite: b.o.readWrite,
-		Hostname:  b.o.hostname,
 		FileSize:  lim.FileSizeBytes,
-		Mask:      etcMasks(),
-	}
-	for k, v := range env {
-		c.Env = append(c.Env, k+"="+v)
+		envMap:    env,
 	}
 	if lim.Pids > 0 && !b.cg.pids {
 		c.NProc = lim.Pids

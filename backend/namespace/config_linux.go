@@ -34,4 +34,7 @@ type childConfig struct {
 	FileSize int64 `json:"file_size,omitempty"`
 	NProc    int64 `json:"nproc,omitempty"`
 	Data     int64 `json:"data,omitempty"`
+
+	// envMap is Env before HOME is known (parent side only).
+	envMap map[string]string
 }

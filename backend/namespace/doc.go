@@ -43,11 +43,13 @@
 //
 // # Start-up
 //
-// Most of an Exec's cost is starting the init: exec of this binary and the
-// Go runtime's start. After each Exec the backend starts, in the
-// background, the init the next Exec of the same network mode will use:
-// namespaces made, stdio pipes ready, waiting for its config. Close ends
-// it. WithoutPrestart turns this off.
+// Most of an Exec's cost is starting the init: exec of this binary, the Go
+// runtime's start, the namespaces and the mounts. After each Exec (and
+// Probe) the backend starts, in the background, the init the next Exec of
+// the same network mode will use: namespaces made, the root, /dev, /proc,
+// /tmp and home mounted, stdio pipes ready. Only the workspace overlay, the
+// extra binds, pivot_root and the restrictions wait for the request. Close
+// ends it. WithoutPrestart turns this off.
 //
 // # Lifetime
 //

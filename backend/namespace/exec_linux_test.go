@@ -319,3 +319,22 @@ func TestProbeNamesMissingInit(t *testing.T) {
 		t.Fatalf("Exec: %v", err)
 	}
 }
+
+// TestPrestartedInitGone: an init started ahead that died while waiting is
+// replaced, and the Exec does not notice.
+func TestPrestartedInitGone(t *testing.T) {
+	b := newBackend(t)
+	b.waitWarm()
+	b.mu.Lock()
+	p := b.warm[true]
+	b.mu.Unlock()
+	if p == nil {
+		t.Fatal("no init was started ahead after Probe")
+	}
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	res, out, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: "echo fine"})
+	if res.ExitCode != 0 || out != "fine\n" {
+		t.Fatalf("exit %d out %q", res.ExitCode, out)
+	}
+}

@@ -62,11 +62,23 @@ func initSandbox(version string, status *os.File) error {
 	if f == nil {
 		return errors.New("no config pipe")
 	}
-	var cfg childConfig
-	err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&cfg)
-	if err != nil {
+	// Two configs arrive on the pipe: first what does not depend on the
+	// request, sent as soon as the init starts (so an init started ahead
+	// does most of its setup before any request exists), then the
+	// request's own.
+	dec := json.NewDecoder(io.LimitReader(f, 4<<20))
+	var static childConfig
+	if err := dec.Decode(&static); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	if err := setupStatic(&static); err != nil {
+		return err
+	}
+	var cfg childConfig
+	if err := dec.Decode(&cfg); err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	cfg.Root, cfg.Home, cfg.NewNet = static.Root, static.Home, static.NewNet
 	// The backend holds the config pipe open until it has what it needs
 	// from us. EOF means the backend's process is gone: end the sandbox
 	// (the kernel kills the rest of the namespace with us).
@@ -75,16 +87,8 @@ func initSandbox(version string, status *os.File) error {
 		f.Read(b[:])
 		syscall.Exit(126)
 	}()
-	if err := setupMounts(&cfg); err != nil {
+	if err := setupRequest(&cfg); err != nil {
 		return err
-	}
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return fmt.Errorf("sethostname: %w", err)
-	}
-	if cfg.NewNet {
-		if err := loopbackUp(); err != nil {
-			return fmt.Errorf("bringing lo up: %w", err)
-		}
 	}
 	if err := os.Chdir(cfg.Dir); err != nil {
 		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
@@ -96,17 +100,6 @@ func initSandbox(version string, status *os.File) error {
 	notFound := errors.Is(err, errNotFound)
 	if err != nil && !notFound {
 		return err
-	}
-	// Signals the command sends to pid 1 reach the init only if it
-	// handles them: handle all and drop them (the channel is never read),
-	// so the command cannot end the init early. Handled signals are reset
-	// to their defaults in the forked command.
-	signal.Notify(make(chan os.Signal, 1))
-	// Not dumpable: the command, with the same uid, cannot open the init's
-	// /proc files (mem, environ, fds) while the init keeps capabilities on
-	// its other threads.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl dumpable: %w", err)
 	}
 	if err := restrictSelf(&cfg); err != nil {
 		return err
@@ -172,7 +165,9 @@ func resolveCommand(cfg *childConfig) (string, []string, error) {
 // systemDirs are bound read-only into every sandbox when the host has them.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 
-func setupMounts(cfg *childConfig) error {
+// setupStatic is the part of the setup that does not depend on the
+// request: everything but the workspace, the extra binds and pivot_root.
+func setupStatic(cfg *childConfig) error {
 	// Nothing done here may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making / private: %w", err)
@@ -227,6 +222,32 @@ func setupMounts(cfg *childConfig) error {
 	if err := bindReadOnly(root+"/proc/sys", root+"/proc/sys"); err != nil {
 		return err
 	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if cfg.NewNet {
+		if err := loopbackUp(); err != nil {
+			return fmt.Errorf("bringing lo up: %w", err)
+		}
+	}
+	// Signals the command sends to pid 1 reach the init only if it
+	// handles them: handle all and drop them (the channel is never read),
+	// so the command cannot end the init early. Handled signals are reset
+	// to their defaults in the forked command.
+	signal.Notify(make(chan os.Signal, 1))
+	// Not dumpable: the command, with the same uid, cannot open the init's
+	// /proc files (mem, environ, fds) while the init keeps capabilities on
+	// its other threads.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl dumpable: %w", err)
+	}
+	return nil
+}
+
+// setupRequest mounts the request's workspace and binds into the root
+// setupStatic prepared, and pivots into it.
+func setupRequest(cfg *childConfig) error {
+	root := cfg.Root
 	if err := mountWorkspace(cfg); err != nil {
 		return err
 	}

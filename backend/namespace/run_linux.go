@@ -29,6 +29,7 @@ type initProc struct {
 	cmd    *exec.Cmd
 	run    *run
 	newNet bool
+	home   string // where the init mounted the command's home
 
 	cfgW    *os.File // config to the init; kept open while it runs, as a parent-death signal
 	stR     *os.File // status lines from the init
@@ -105,7 +106,34 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	p.cmd = cmd
+	p.home = sandboxHome()
+	static, err := json.Marshal(childConfig{
+		Root:     filepath.Join(r.dir, "root"),
+		Home:     p.home,
+		Mask:     etcMasks(),
+		Hostname: b.o.hostname,
+		NewNet:   newNet,
+	})
+	if err == nil {
+		_, err = cfgW.Write(static)
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("sending the init its static config: %w", err)
+	}
 	return p, nil
+}
+
+// setupError kills the init and returns what it said before dying, for
+// an error message.
+func (p *initProc) setupError() string {
+	_ = p.cmd.Process.Kill()
+	b, _ := io.ReadAll(io.LimitReader(p.stR, 64<<10))
+	if st := parseStatus(b); st.err != "" {
+		return st.err
+	}
+	return "the sandbox init exited before it could be configured"
 }
 
 // discard ends an init that will not run a command and removes its run.
@@ -241,6 +269,14 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	// Send the config; an init started ahead may have died meanwhile
 	// (EPIPE): replace it once with a fresh one.
 	send := func(p *initProc) error {
+		cfg.Home = p.home
+		cfg.Env = cfg.Env[:0]
+		for k, v := range cfg.envMap {
+			cfg.Env = append(cfg.Env, k+"="+v)
+		}
+		if _, ok := cfg.envMap["HOME"]; !ok {
+			cfg.Env = append(cfg.Env, "HOME="+p.home)
+		}
 		cfg.Root = filepath.Join(p.run.dir, "root")
 		cfg.Upper = filepath.Join(p.run.dir, "upper")
 		cfg.Work = filepath.Join(p.run.dir, "work")
@@ -260,6 +296,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		return err
 	}
 	if err := send(p); err != nil {
+		b.o.logger.Info("namespace: an init started ahead is gone; starting another", slog.String("why", p.setupError()))
 		fresh, ferr := b.startInit(cfg.NewNet)
 		if ferr != nil {
 			p.discard()
@@ -271,8 +308,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		procMu.Unlock()
 		old.discard()
 		if err := send(p); err != nil {
+			msg := p.setupError()
 			p.discard()
-			return nil, fmt.Errorf("%w: namespace: sending config: %v", backend.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, msg)
 		}
 	}
 	defer func() {
