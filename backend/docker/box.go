@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -24,6 +25,9 @@ type box struct {
 	ready chan struct{} // closed when id or err is set
 	id    string
 	err   error
+
+	mu   sync.Mutex
+	idle []*worker // pooled execs waiting for a command
 }
 
 // box returns the warm container for key, creating it the first time.

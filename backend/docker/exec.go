@@ -165,43 +165,45 @@ func buildEnv(env map[string]string) []string {
 	return out
 }
 
-func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*backend.Result, error) {
-	limits := req.Limits.WithDefaults()
+// maxPooledArgs bounds the request a pooled exec takes (it travels as one
+// line through xargs, which has a size limit); larger ones get their own.
+const maxPooledArgs = 16 << 10
+
+// commandArgs is the wrapper's argument list after the script name: ID
+// DIR FSIZE NONCE, the environment, then the argv to run.
+func commandArgs(req *backend.Request, id, nonce string, limits policy.ResourceLimits) []string {
 	dir, _ := containerDir(req.Dir)
-	id := randomID()
-	kind, args := "args", req.Args
-	if req.Shell != "" {
-		kind, args = "shell", []string{req.Shell}
-	}
 	var fsize int64
 	if limits.FileSizeBytes > 0 {
 		fsize = (limits.FileSizeBytes + 511) / 512
 	}
-	nonce := randomID()
-	cmd := append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec", id, dir, kind, strconv.FormatInt(fsize, 10), nonce}, args...)
+	args := []string{id, dir, strconv.FormatInt(fsize, 10), nonce}
+	args = append(args, buildEnv(req.Env)...)
+	if req.Shell != "" {
+		// bash where the image has it, as the contract says, else sh.
+		return append(args, "/bin/sh", "-c", `if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi; exec /bin/sh -c "$1"`, "sh", req.Shell)
+	}
+	return append(args, req.Args...)
+}
 
-	// The engine calls run on a context of their own: a cancelled ctx
-	// must still let us kill the command and read back its overlay.
-	bg, cancelBG := context.WithCancel(context.Background())
-	defer cancelBG()
-	start := time.Now()
-	ec, err := b.cli.ContainerExecCreate(bg, bx.id, container.ExecOptions{
-		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
-		AttachStdin:  req.Stdin != nil,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          buildEnv(req.Env),
-		WorkingDir:   "/pulse",
-		Cmd:          cmd,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
+func poolable(req *backend.Request, args []string) bool {
+	if req.Stdin != nil {
+		return false
 	}
-	hj, err := b.cli.ContainerExecAttach(bg, ec.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+	n := 0
+	for _, a := range args {
+		if a == "" {
+			return false // xargs may drop empty arguments
+		}
+		n += len(a) + 1
 	}
-	defer hj.Close()
+	return n <= maxPooledArgs
+}
+
+func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*backend.Result, error) {
+	limits := req.Limits.WithDefaults()
+	id, nonce := randomID(), randomID()
+	args := commandArgs(req, id, nonce, limits)
 
 	var (
 		reasonMu sync.Mutex
@@ -220,34 +222,38 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 			go b.killGroup(bx.id, id)
 		})
 	}
-
 	stdout := &capWriter{w: req.Stdout, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
-	split := &trailerSplitter{marker: []byte("\x1ePULSE-END-" + nonce + "\x1e"), w: stdout, limit: maxOverlayBytes + 1<<20}
 	stderr := &capWriter{w: req.Stderr, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
+	j := newJob(nonce, stdout, stderr)
 
-	if req.Stdin != nil {
-		go func() {
-			_, _ = io.Copy(hj.Conn, req.Stdin)
-			_ = hj.CloseWrite()
-		}()
+	start := time.Now()
+	var (
+		w       *worker
+		abandon func()
+		inspect func() (int, bool)
+	)
+	if poolable(req, args) {
+		w = b.startPooled(bx, j, args)
 	}
-	streamDone := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(split, stderr, hj.Reader)
-		split.flush()
-		streamDone <- err
-	}()
+	if w != nil {
+		abandon = func() { w.close() }
+	} else {
+		var err error
+		abandon, inspect, err = b.startFresh(bx, j, req, args)
+		if err != nil {
+			return nil, err
+		}
+	}
 
 	timer := time.NewTimer(limits.Timeout)
 	defer timer.Stop()
 	closeCh := b.closeCh
 	done := ctx.Done()
 	var grace <-chan time.Time
-	var streamErr error
 wait:
 	for {
 		select {
-		case streamErr = <-streamDone:
+		case <-j.done:
 			break wait
 		case <-timer.C:
 			kill(backend.Timeout)
@@ -263,58 +269,54 @@ wait:
 			// stuck), stop waiting rather than hang the caller forever.
 			grace = time.After(killGrace)
 		case <-grace:
-			b.log.Error("command did not end after its process group was killed; abandoning its exec", "exec", ec.ID)
-			hj.Close()
+			b.log.Error("command did not end after its process group was killed; abandoning its exec", "container", bx.id)
+			abandon()
 			grace = nil
 		}
 	}
 	dur := time.Since(start)
-	if streamErr != nil {
-		b.log.Warn("exec output stream ended with an error", "exec", ec.ID, "err", streamErr)
+	if w != nil {
+		bx.putWorker(w)
 	}
 
-	insp, err := b.cli.ContainerExecInspect(bg, ec.ID)
-	for err == nil && insp.Running {
-		// The stream can close a moment before the engine records the
-		// exit; the exit code is needed, so wait for it.
-		time.Sleep(2 * time.Millisecond)
-		insp, err = b.cli.ContainerExecInspect(bg, ec.ID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("docker: inspecting exec (the container may be gone): %v: %w", err, backend.ErrUnavailable)
-	}
-
-	res := &backend.Result{ExitCode: insp.ExitCode, Termination: backend.Exited, Duration: dur}
+	res := &backend.Result{ExitCode: -1, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
-
 	var oc *outcome
+	var err error
 	switch {
-	case !split.found:
+	case !j.out.complete():
 		err = errors.New("the exec wrapper ended without reporting (was the container removed?)")
-	case split.overflow:
+	case j.out.overflow:
 		err = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
 	default:
-		oc, err = parseOutTar(bytes.NewReader(split.trailer.Bytes()), maxOverlayBytes)
+		oc, err = parseOutTar(bytes.NewReader(j.out.report()), maxOverlayBytes)
 	}
 	if err != nil {
 		// The command ran; what it wrote cannot be read back. Say so on
 		// its stderr rather than return a partial overlay.
 		fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: reading the command's changes failed: %v\n", err)
-		res.Overlay = nil
+		if inspect != nil {
+			if code, ok := inspect(); ok {
+				res.ExitCode = code
+			}
+		}
 	} else {
 		res.Overlay = oc.overlay
 		res.PID = oc.pgid
 		res.Metrics = oc.metrics
-		if oc.signal > 0 {
-			res.Termination = backend.Signaled
-			res.ExitCode = -1
-		}
 		switch {
 		case oc.status == "nodir":
 			return nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
 		case strings.HasPrefix(oc.status, "exit "):
+			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
+				res.ExitCode = code
+			}
 		default:
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: the exec wrapper stopped (%s)\n", oc.status)
+		}
+		if oc.signal > 0 {
+			res.Termination = backend.Signaled
+			res.ExitCode = -1
 		}
 		if oc.warn != "" {
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", oc.warn)
@@ -329,6 +331,58 @@ wait:
 		res.TimedOut = r == backend.Timeout
 	}
 	return res, nil
+}
+
+// startFresh runs the wrapper in an exec of its own: for commands with
+// stdin, or too large for a pooled exec.
+func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []string) (abandon func(), inspect func() (int, bool), err error) {
+	ctx := context.Background()
+	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
+		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		AttachStdin:  req.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          []string{"PATH=" + basePath},
+		WorkingDir:   "/pulse",
+		Cmd:          append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec"}, args...),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	if req.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(hj.Conn, req.Stdin)
+			_ = hj.CloseWrite()
+		}()
+	}
+	go func() {
+		_, err := stdcopy.StdCopy(j.out, j.err, hj.Reader)
+		if err != nil {
+			b.log.Warn("exec output stream ended with an error", "exec", ec.ID, "err", err)
+		}
+		j.out.flush()
+		j.err.flush()
+		hj.Close()
+		j.finish()
+	}()
+	inspect = func() (int, bool) {
+		for range 500 {
+			insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
+			if err != nil {
+				return 0, false
+			}
+			if !insp.Running {
+				return insp.ExitCode, true
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return 0, false
+	}
+	return func() { hj.Close() }, inspect, nil
 }
 
 func stderrOrDiscard(req *backend.Request) io.Writer {
@@ -355,19 +409,29 @@ func (b *Backend) killGroup(containerID, id string) {
 	}
 }
 
-// trailerSplitter passes the command's stdout through to w until marker,
-// and keeps what follows it, the wrapper's report, in trailer. Only a
-// tail of the output that could be the start of the marker is held back,
-// so output streams undelayed in practice (the marker begins with a
-// control byte).
+// trailerSplitter passes one stream of the command through to w until
+// marker, and keeps the wrapper's report that follows it. On stdout the
+// report is "SIZE\n" and SIZE bytes; on stderr (wantReport false) there is
+// none. Only a tail of the output that could be the start of the marker
+// is held back, so output streams undelayed in practice (the marker
+// begins with a control byte).
 type trailerSplitter struct {
-	marker   []byte
-	w        io.Writer
-	limit    int
+	marker     []byte
+	w          io.Writer
+	limit      int
+	wantReport bool
+
 	hold     []byte
 	found    bool
 	overflow bool
+	extra    bool // bytes after the report: the stream cannot be reused
 	trailer  bytes.Buffer
+	size     int // report size once the header is read; -1 before
+	hdr      int // length of the "SIZE\n" header
+}
+
+func newSplitter(marker string, w io.Writer, wantReport bool) *trailerSplitter {
+	return &trailerSplitter{marker: []byte(marker), w: w, limit: maxOverlayBytes + 1<<20, wantReport: wantReport, size: -1}
 }
 
 func (s *trailerSplitter) Write(p []byte) (int, error) {
@@ -407,11 +471,52 @@ func (s *trailerSplitter) Write(p []byte) (int, error) {
 }
 
 func (s *trailerSplitter) keep(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	if !s.wantReport || s.complete() {
+		s.extra = true
+		return
+	}
 	if s.trailer.Len()+len(p) > s.limit {
 		s.overflow = true
 		return
 	}
 	s.trailer.Write(p)
+	if s.size < 0 {
+		b := s.trailer.Bytes()
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			v, err := strconv.Atoi(string(b[:i]))
+			if err != nil || v < 0 || v > s.limit {
+				s.overflow = true // a report we cannot read; fail closed
+				return
+			}
+			s.size, s.hdr = v, i+1
+		}
+	}
+	if s.size >= 0 && s.trailer.Len() > s.hdr+s.size {
+		s.extra = true
+	}
+}
+
+// complete reports whether the marker and the whole report were seen.
+func (s *trailerSplitter) complete() bool {
+	if !s.found {
+		return false
+	}
+	if !s.wantReport {
+		return true
+	}
+	return s.overflow || s.size >= 0 && s.trailer.Len() >= s.hdr+s.size
+}
+
+// report is the report's bytes (the tar), without the header.
+func (s *trailerSplitter) report() []byte {
+	b := s.trailer.Bytes()
+	if s.size < 0 || len(b) < s.hdr+s.size {
+		return nil
+	}
+	return b[s.hdr : s.hdr+s.size]
 }
 
 // flush passes on a held-back tail when the stream ended without marker.
@@ -421,6 +526,24 @@ func (s *trailerSplitter) flush() {
 		s.hold = nil
 	}
 }
+
+// job is one command's view of the exec stream it runs on.
+type job struct {
+	out, err *trailerSplitter
+	done     chan struct{}
+	once     sync.Once
+}
+
+func newJob(nonce string, stdout, stderr io.Writer) *job {
+	return &job{
+		out:  newSplitter("\x1ePULSE-END-"+nonce+"\x1e", stdout, true),
+		err:  newSplitter("\x1ePULSE-ERR-"+nonce+"\x1e", stderr, false),
+		done: make(chan struct{}),
+	}
+}
+
+func (j *job) complete() bool { return j.out.complete() && j.err.complete() }
+func (j *job) finish()        { j.once.Do(func() { close(j.done) }) }
 
 // capWriter passes at most limit bytes to w, then drops the rest and calls
 // over once. Writes to a nil w are discarded.

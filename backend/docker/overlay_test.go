@@ -161,32 +161,40 @@ func FuzzParseOutTar(f *testing.F) {
 func TestTrailerSplitter(t *testing.T) {
 	marker := "\x1ePULSE-END-abc\x1e"
 	for _, tc := range []struct {
-		name   string
-		chunks []string
-		out    string
-		tail   string
-		found  bool
+		name     string
+		chunks   []string
+		out      string
+		report   string
+		complete bool
+		extra    bool
 	}{
-		{"one write", []string{"hello\x1eworld" + marker + "TAR"}, "hello\x1eworld", "TAR", true},
-		{"marker split", []string{"out\x1ePUL", "SE-END-a", "bc\x1eT", "AR"}, "out", "TAR", true},
-		{"near miss", []string{"a\x1ePULSE-END-abd\x1e", "b"}, "a\x1ePULSE-END-abd\x1eb", "", false},
-		{"held tail flushed", []string{"x\x1ePULSE"}, "x\x1ePULSE", "", false},
+		{"one write", []string{"hello\x1eworld" + marker + "3\nTAR"}, "hello\x1eworld", "TAR", true, false},
+		{"marker split", []string{"out\x1ePUL", "SE-END-a", "bc\x1e3", "\nT", "AR"}, "out", "TAR", true, false},
+		{"report not yet whole", []string{"o" + marker + "5\nTAR"}, "o", "", false, false},
+		{"bytes after the report", []string{marker + "1\nXY"}, "", "X", true, true},
+		{"near miss", []string{"a\x1ePULSE-END-abd\x1e", "b"}, "a\x1ePULSE-END-abd\x1eb", "", false, false},
+		{"held tail flushed", []string{"x\x1ePULSE"}, "x\x1ePULSE", "", false, false},
 	} {
 		var out bytes.Buffer
-		s := &trailerSplitter{marker: []byte(marker), w: &out, limit: 100}
+		s := newSplitter(marker, &out, true)
 		for _, c := range tc.chunks {
 			if n, err := s.Write([]byte(c)); n != len(c) || err != nil {
 				t.Fatalf("%s: Write = %d, %v", tc.name, n, err)
 			}
 		}
 		s.flush()
-		if out.String() != tc.out || s.trailer.String() != tc.tail || s.found != tc.found {
-			t.Errorf("%s: out %q trailer %q found %v; want %q %q %v", tc.name, out.String(), s.trailer.String(), s.found, tc.out, tc.tail, tc.found)
+		if out.String() != tc.out || string(s.report()) != tc.report || s.complete() != tc.complete || s.extra != tc.extra {
+			t.Errorf("%s: out %q report %q complete %v extra %v; want %q %q %v %v", tc.name, out.String(), s.report(), s.complete(), s.extra, tc.out, tc.report, tc.complete, tc.extra)
 		}
 	}
-	s := &trailerSplitter{marker: []byte(marker), w: io.Discard, limit: 4}
-	s.Write([]byte(marker + "12345"))
+	s := newSplitter(marker, io.Discard, true)
+	s.Write([]byte(marker + "99999999999999999999\n"))
 	if !s.overflow {
-		t.Error("a trailer over the limit was not flagged")
+		t.Error("an unreadable report size was not flagged")
+	}
+	e := newSplitter("\x1eERR\x1e", io.Discard, false)
+	e.Write([]byte("warning\x1eERR\x1e"))
+	if !e.complete() || e.extra {
+		t.Errorf("stderr splitter: complete %v extra %v", e.complete(), e.extra)
 	}
 }

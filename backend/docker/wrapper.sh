@@ -1,11 +1,15 @@
 # Runs one command in its own copy of the sandbox workspace, then writes
-# to stdout, after the command's own output, a marker and a tar of what
-# that command changed, and merges those changes into the baseline.
+# a report of what that command changed after its output, and merges
+# those changes into the baseline.
 #
-# usage: sh -c WRAPPER pulse-exec ID DIR KIND FSIZE NONCE ARG...
-#   KIND is "args" (run ARG... as argv) or "shell" (ARG is a bash script);
+# usage: sh -c WRAPPER pulse-exec ID DIR FSIZE NONCE [NAME=VALUE...] ARG...
 #   FSIZE is the file size limit in 512-byte blocks (0: none);
-#   NONCE makes the marker one the command's output cannot hit by chance.
+#   NAME=VALUE... is the command's whole environment (env -i);
+#   NONCE makes the markers ones the command's output cannot hit by chance.
+# When the command has ended, the wrapper writes \036PULSE-ERR-NONCE\036
+# to stderr, then \036PULSE-END-NONCE\036SIZE\n and a tar of SIZE bytes
+# (out/ID, below) to stdout; so the host can tell the command's output
+# from the report even when one exec runs many commands in turn.
 #
 # Layout. /pulse is a volume (the only place the engine copies into on a
 # read-only root); the workspace arrives there as seed/. /work is a tmpfs,
@@ -25,12 +29,16 @@
 # Why the result goes through stdout: reading it back with the archive API
 # would cost as much again as the exec.
 set -u
-id=$1 dir=$2 kind=$3 fsize=$4 nonce=$5
-shift 5
+id=$1 dir=$2 fsize=$3 nonce=$4
+shift 4
 P=/work
 R=$P/run/$id
 O=$P/out/$id
-mkdir -p "$P/run" "$O" || exit 125
+if ! mkdir -p "$P/run" "$O"; then
+	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
+	printf '\036PULSE-END-%s\036%s\n' "$nonce" 0
+	exit 125
+fi
 exec 8>"$O/log"
 
 lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
@@ -40,9 +48,11 @@ unlock() { rmdir "$P/lock"; }
 finish() {
 	echo "$1" >"$O/status"
 	exec 8>&-
-	printf '\036PULSE-END-%s\036' "$nonce"
-	tar -c -f - -C "$P/out" "$id" 2>/dev/null
-	rm -rf "$R" "$R".* "$O"
+	tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null
+	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
+	printf '\036PULSE-END-%s\036%s\n' "$nonce" "$(stat -c %s "$O.tar")"
+	cat "$O.tar"
+	rm -rf "$R" "$R".* "$O" "$O.tar"
 	exit "$2"
 }
 
@@ -66,14 +76,11 @@ cprc=$?
 unlock
 [ $cprc = 0 ] || finish copy 125
 cd "$R/$dir" 2>/dev/null || finish nodir 125
-if [ "$kind" = shell ]; then
-	if [ -x /bin/bash ]; then set -- /bin/bash -c "$1"; else set -- /bin/sh -c "$1"; fi
-fi
 # setsid makes the command the leader of a new process group whose id it
 # records, so that a kill from a second exec reaches its whole tree. time
 # runs the command as its child and writes down how it ended (the shell
 # alone cannot tell "killed by signal 15" from "exit 143") and its usage.
-setsid /bin/sh -c 'f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
+setsid /bin/sh -c 'f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
 rc=$?
 pg=
 read -r pg <"$O/pgid" 2>/dev/null

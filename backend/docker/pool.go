@@ -1,0 +1,170 @@
+package docker
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// A pooled exec runs loopScript: it reads one request a line (the
+// wrapper's arguments, NUL-separated, base64) and runs the wrapper for
+// each, in turn. A warm command then costs a line written to a stream
+// that is already open, instead of a new exec, whose set-up in the
+// runtime is most of the cost of running `true`. Commands run through
+// xargs, so their stdin is empty; commands with stdin get an exec of
+// their own.
+const loopScript = `W=$1
+while IFS= read -r line; do
+	printf '%s' "$line" | base64 -d | xargs -0 -x sh -c "$W" pulse-exec
+done`
+
+// maxIdleWorkers bounds the pooled execs kept waiting per container.
+const maxIdleWorkers = 8
+
+type worker struct {
+	hj types.HijackedResponse
+
+	mu   sync.Mutex
+	cur  *job
+	dead bool
+}
+
+// writer routes one stream of the worker to its current job.
+type routeWriter struct {
+	w   *worker
+	err bool
+}
+
+func (r routeWriter) Write(p []byte) (int, error) {
+	w := r.w
+	w.mu.Lock()
+	j := w.cur
+	if j == nil {
+		w.dead = true // output while idle: an escaped process; retire it
+		w.mu.Unlock()
+		return len(p), nil
+	}
+	w.mu.Unlock()
+	if r.err {
+		_, _ = j.err.Write(p)
+	} else {
+		_, _ = j.out.Write(p)
+	}
+	if j.complete() {
+		w.mu.Lock()
+		if w.cur == j {
+			w.cur = nil
+		}
+		if j.out.extra || j.err.extra {
+			w.dead = true
+		}
+		w.mu.Unlock()
+		j.finish()
+	}
+	return len(p), nil
+}
+
+func (w *worker) close() {
+	w.mu.Lock()
+	w.dead = true
+	w.mu.Unlock()
+	w.hj.Close()
+}
+
+// startPooled hands the request to an idle pooled exec, starting one if
+// none is idle. It returns nil when that fails, and the caller falls back
+// to an exec of its own.
+func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
+	w := bx.takeWorker()
+	if w == nil {
+		var err error
+		if w, err = b.newWorker(bx); err != nil {
+			b.log.Warn("starting a pooled exec failed", "container", bx.id, "err", err)
+			return nil
+		}
+	}
+	w.mu.Lock()
+	w.cur = j
+	w.mu.Unlock()
+	line := base64.StdEncoding.EncodeToString([]byte(strings.Join(args, "\x00"))) + "\n"
+	if _, err := io.WriteString(w.hj.Conn, line); err != nil {
+		b.log.Warn("writing to a pooled exec failed", "container", bx.id, "err", err)
+		w.close()
+		return nil
+	}
+	return w
+}
+
+func (b *Backend) newWorker(bx *box) (*worker, error) {
+	ctx := context.Background()
+	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
+		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          []string{"PATH=" + basePath},
+		WorkingDir:   "/pulse",
+		Cmd:          []string{"/bin/sh", "-c", loopScript, "pulse-loop", wrapperScript},
+	})
+	if err != nil {
+		return nil, err
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{hj: hj}
+	go func() {
+		_, _ = stdcopy.StdCopy(routeWriter{w: w}, routeWriter{w: w, err: true}, hj.Reader)
+		hj.Close()
+		w.mu.Lock()
+		w.dead = true
+		j := w.cur
+		w.cur = nil
+		w.mu.Unlock()
+		if j != nil {
+			j.out.flush()
+			j.err.flush()
+			j.finish()
+		}
+	}()
+	return w, nil
+}
+
+func (bx *box) takeWorker() *worker {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	for len(bx.idle) > 0 {
+		w := bx.idle[len(bx.idle)-1]
+		bx.idle = bx.idle[:len(bx.idle)-1]
+		w.mu.Lock()
+		dead := w.dead
+		w.mu.Unlock()
+		if !dead {
+			return w
+		}
+		w.hj.Close()
+	}
+	return nil
+}
+
+func (bx *box) putWorker(w *worker) {
+	w.mu.Lock()
+	ok := !w.dead && w.cur == nil
+	w.mu.Unlock()
+	bx.mu.Lock()
+	if ok && len(bx.idle) < maxIdleWorkers {
+		bx.idle = append(bx.idle, w)
+		bx.mu.Unlock()
+		return
+	}
+	bx.mu.Unlock()
+	w.close()
+}
