@@ -338,3 +338,33 @@ func TestPrestartedInitGone(t *testing.T) {
 		t.Fatalf("exit %d out %q", res.ExitCode, out)
 	}
 }
+
+// TestProbeSaysWhy: a state directory overlayfs cannot use makes Probe
+// fail with a reason that names the fix, not a generic error.
+func TestProbeSaysWhy(t *testing.T) {
+	b, err := New(WithStateDir(filepath.Join(t.TempDir(), "a,b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.Probe(context.Background())
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "WithStateDir") {
+		t.Fatalf("Probe: %v", err)
+	}
+}
+
+// TestSetupErrorReported: a sandbox that cannot be built (a bind of a
+// missing path) starts nothing, and the error carries the init's reason.
+func TestSetupErrorReported(t *testing.T) {
+	newBackend(t)
+	missing := filepath.Join(t.TempDir(), "missing")
+	b, err := New(WithStateDir(filepath.Join(t.TempDir(), "state")), WithReadOnlyBind(missing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "true"})
+	if res != nil || !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("got %+v, %v; want ErrUnavailable naming %s", res, err, missing)
+	}
+}

@@ -229,6 +229,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		}
 	}()
 	lim := req.Limits.WithDefaults()
+	if !overlayPathOK(b.o.stateDir) {
+		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
+	}
 
 	p := b.takeWarm(cfg.NewNet)
 	if p == nil {
@@ -280,9 +283,6 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		cfg.Root = filepath.Join(p.run.dir, "root")
 		cfg.Upper = filepath.Join(p.run.dir, "upper")
 		cfg.Work = filepath.Join(p.run.dir, "work")
-		if !overlayPathOK(cfg.Upper) {
-			return fmt.Errorf("state dir %q cannot hold overlay directories", b.o.stateDir)
-		}
 		if cg != nil {
 			if err := cg.add(p.cmd.Process.Pid); err != nil {
 				b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
