@@ -51,7 +51,7 @@ func runHelperIn(t *testing.T, b *Backend, exe, helper string, args ...string) s
 
 func TestEscapeForbiddenSyscalls(t *testing.T) {
 	b, exe := helperBackend(t)
-	for _, h := range []string{"mount", "ptrace", "userns", "bpf", "keyctl", "caps"} {
+	for _, h := range []string{"mount", "ptrace", "userns", "clone3", "bpf", "keyctl", "caps"} {
 		t.Run(h, func(t *testing.T) {
 			out := runHelperIn(t, b, exe, h)
 			if !strings.HasPrefix(out, "refused:") {

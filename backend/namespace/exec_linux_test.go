@@ -368,3 +368,15 @@ func TestSetupErrorReported(t *testing.T) {
 		t.Fatalf("got %+v, %v; want ErrUnavailable naming %s", res, err, missing)
 	}
 }
+
+// TestSpawnWorksUnderSeccomp: refusing clone3 with ENOSYS must leave
+// libc's posix_spawn (behind system() and popen()) working, through its
+// fallback to clone.
+func TestSpawnWorksUnderSeccomp(t *testing.T) {
+	b := newBackend(t)
+	res, out, errs := runCmd(t, b, &backend.Request{Workspace: t.TempDir(),
+		Shell: `awk 'BEGIN { r = system("exit 3"); "echo piped" | getline l; print r, l }'`})
+	if res.ExitCode != 0 || out != "3 piped\n" {
+		t.Fatalf("exit %d out %q err %q", res.ExitCode, out, errs)
+	}
+}
