@@ -5,38 +5,52 @@
 // What it promises:
 //
 //   - One warm container per Backend and workspace (and network mode),
-//     created on first use and reused, so a command costs one exec. It is
-//     labelled (pulse.sandbox, pulse.session, and the owning process) so
-//     that Reconcile removes the leftovers of dead processes and Close
-//     removes its own.
+//     created on first use and reused. It is labelled (pulse.sandbox,
+//     pulse.session, and the owning process's pid and start time) so that
+//     Reconcile removes the leftovers of dead processes on this host and
+//     Close removes its own.
 //   - Hardened by default: network none for deny-all, all capabilities
-//     dropped, no-new-privileges, read-only root filesystem with a tmpfs
-//     /tmp, a non-root user, the engine's default seccomp profile, and the
-//     memory/cpu/pids limits given with WithContainerLimits. Allowlist
-//     networking is refused with backend.ErrUnsupported.
+//     dropped, no-new-privileges, read-only root filesystem with tmpfs
+//     /tmp, a non-root user (uid 1000), the engine's default seccomp
+//     profile, and the memory/cpu/pids limits given with
+//     WithContainerLimits. Allowlist networking is refused with
+//     backend.ErrUnsupported. Capabilities().Notes lists these defaults.
+//   - The command's environment is exactly the minimal base plus
+//     Request.Env (env -i), so secrets are enforced strongly.
 //   - The workspace is copied in (a tar through the API, .pulse/ left
-//     out) into a volume; the host workspace is never mounted, so it is
-//     byte-identical after any command.
-//   - Each command runs in its own copy of the container's workspace
-//     (/pulse/run/ID). When it ends, what it created, changed or deleted,
-//     measured against the copy it started from (entry type, mode, and an
-//     MD5 of contents or link target), comes back as the Result overlay,
-//     byte-exact with modes, and is merged into the container's baseline
-//     (/pulse/base), so later commands see earlier commands' writes.
-//     Concurrent commands each get only their own changes; of two that
-//     change one file, the later merge wins in the baseline.
+//     out) through a volume onto a tmpfs; the host workspace is never
+//     mounted, so it is byte-identical after any command.
+//   - Each command runs in its own copy of the container's workspace.
+//     When it ends, what it created, changed or deleted, measured against
+//     the copy it started from (entry type, mode, and an MD5 of contents
+//     or the link target), comes back as the Result overlay, byte-exact
+//     with modes, and is merged into the container's baseline, so later
+//     commands see earlier commands' writes. Concurrent commands each get
+//     only their own changes; of two that change one file, the later merge
+//     wins in the baseline. Copy per command was chosen over snapshots of
+//     one shared directory because with a shared directory concurrent
+//     commands' writes cannot be told apart.
 //   - Timeouts, cancellation, Close and the output cap kill the command's
 //     whole process group inside the container (it runs under setsid and
-//     a second exec kills the group); output streams while it runs.
+//     a second exec kills the group); output streams while it runs; the
+//     exit status is exact, and a death by signal is reported as Signaled.
+//
+// How a command runs: a small shell wrapper (wrapper.sh) runs it and ends
+// both output streams with a marker naming a per-command nonce, followed
+// on stdout by a tar of what changed. Warm commands without stdin go to a
+// pool of long-lived execs that read one request a line, because setting
+// up an exec in the runtime costs more than the rest of a small command;
+// commands with stdin get an exec of their own.
 //
 // The image is DefaultImage, PULSE_DOCKER_IMAGE or WithImage; BuildImage
 // (`pulse image build`) builds it offline from host files. Any image with
-// a POSIX sh and busybox-like find, stat, md5sum, awk, cp, tar, setsid and
-// usleep works.
+// a POSIX sh and busybox-like find, stat, md5sum, awk, cp, tar, xargs,
+// base64, env, time, setsid and usleep works.
 //
-// Known limits: the per-command copy and hashes cost time in proportion
-// to the workspace size; names containing a newline are not tracked; a
+// Known limits: the per-command copy costs time in proportion to the
+// number of files in the workspace, and the workspace lives in memory
+// (WithScratchSize); names containing a newline are not tracked; a
 // process that leaves its process group (setsid) escapes the kill until
-// Close removes the container; exit statuses above 128 cannot be told
-// from deaths by signal and are reported as exits.
+// Close removes the container; what a command leaves in its report is as
+// trustworthy as the command, so the overlay parser fails closed.
 package docker

@@ -82,17 +82,31 @@ func (w *worker) close() {
 // none is idle. It returns nil when that fails, and the caller falls back
 // to an exec of its own.
 func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
-	w := bx.takeWorker()
-	if w == nil {
-		var err error
-		if w, err = b.newWorker(bx); err != nil {
-			b.log.Warn("starting a pooled exec failed", "container", bx.id, "err", err)
+	var w *worker
+	for attempt := 0; w == nil; attempt++ {
+		if attempt == 3 {
 			return nil
 		}
+		w = bx.takeWorker()
+		if w == nil {
+			var err error
+			if w, err = b.newWorker(bx); err != nil {
+				b.log.Warn("starting a pooled exec failed", "container", bx.id, "err", err)
+				return nil
+			}
+		}
+		// Checked under the lock the reader takes when the stream ends,
+		// so either it sees this job and finishes it, or we see it dead.
+		w.mu.Lock()
+		if w.dead {
+			w.mu.Unlock()
+			w.hj.Close()
+			w = nil
+			continue
+		}
+		w.cur = j
+		w.mu.Unlock()
 	}
-	w.mu.Lock()
-	w.cur = j
-	w.mu.Unlock()
 	line := base64.StdEncoding.EncodeToString([]byte(strings.Join(args, "\x00"))) + "\n"
 	if _, err := io.WriteString(w.hj.Conn, line); err != nil {
 		b.log.Warn("writing to a pooled exec failed", "container", bx.id, "err", err)
