@@ -260,3 +260,32 @@ func TestDockerCloseRemovesContainers(t *testing.T) {
 		t.Fatalf("Exec after Close: %v, want ErrClosed", err)
 	}
 }
+
+func TestDockerLimitsAndNotes(t *testing.T) {
+	b := newDocker(t, WithContainerLimits(policy.ResourceLimits{Pids: 256, MemoryBytes: 512 << 20}))
+	ws := t.TempDir()
+	r := execShell(t, b, ws, `head -c 4096 /dev/zero > small && head -c 100000 /dev/zero > big; echo rc=$?`,
+		func(req *backend.Request) { req.Limits.FileSizeBytes = 8192 })
+	if !strings.Contains(r.stdout, "rc=") || strings.Contains(r.stdout, "rc=0") {
+		t.Errorf("writing past FileSizeBytes succeeded: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	for _, f := range r.res.Overlay.Files {
+		if len(f.Data) > 8192 {
+			t.Errorf("%s has %d bytes, over the 8192 limit", f.Path, len(f.Data))
+		}
+	}
+	r = execShell(t, b, ws, `cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max`)
+	if strings.TrimSpace(r.stdout) != "256" {
+		t.Errorf("pids.max in the container = %q, want 256", r.stdout)
+	}
+	caps := b.Capabilities()
+	if caps.Limits["pids"] != "strong" || caps.Limits["memory_bytes"] != "strong" || caps.Limits["cpus"] != "unsupported" {
+		t.Errorf("limit levels %v", caps.Limits)
+	}
+	notes := strings.Join(caps.Notes, "\n")
+	for _, want := range []string{"capabilities dropped", "no-new-privileges", "read-only root", "never root", "allowlist unsupported"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes do not mention %q:\n%s", want, notes)
+		}
+	}
+}
