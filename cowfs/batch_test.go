@@ -586,3 +586,51 @@ func BenchmarkStage1000Files(b *testing.B) {
 	b.ReportMetric(float64(single)/float64(b.N)/1e6, "single-ms/op")
 	b.ReportMetric(float64(ref)/float64(b.N)/1e6, "ref-ms/op")
 }
+
+// TestStageInterleavesWithOtherWriters: two handles on one workspace
+// (each with its own lock, as two processes have) stage into the same
+// transaction at once, one in batches and one call at a time. Every
+// batch plans against what the other appended before it, so nothing is
+// lost and nothing is counted twice.
+func TestStageInterleavesWithOtherWriters(t *testing.T) {
+	ws := newWS(t)
+	fA, fB := openFS(t, ws), openFS(t, ws)
+	tx, err := fA.Begin("two writers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	txB, err := fB.Tx(tx.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 30; i++ {
+			if err := txB.Write(fmt.Sprintf("single/s%02d", i), []byte("s"), 0); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for k := 0; k < 10; k++ {
+		var ops []Op
+		for i := 0; i < 10; i++ {
+			ops = append(ops, WriteOp(fmt.Sprintf("batch/b%d%d", k, i), []byte("bb"), 0))
+		}
+		if errs, err := tx.Stage(context.Background(), ops); err != nil || errors.Join(errs...) != nil {
+			t.Fatal(err, errs)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f3 := openFS(t, ws)
+	infos, err := f3.List()
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
+	if in := infos[0]; in.Changes != 100+30+2 || in.Bytes != 100*2+30 {
+		t.Fatalf("staged %d changes, %d bytes; want 132, 230", in.Changes, in.Bytes)
+	}
+}

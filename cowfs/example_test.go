@@ -2,6 +2,7 @@ package cowfs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,4 +39,32 @@ func Example() {
 	// +hello, world
 	// [greeting.txt] <nil>
 	// hello, world
+}
+
+// A command's whole overlay is staged as one batch: one refusal does not
+// stop the rest, and the accepted ops are durable together.
+func ExampleTx_Stage() {
+	ws, _ := os.MkdirTemp("", "cowfs-example")
+	defer os.RemoveAll(ws)
+
+	fsys, err := cowfs.Open(ws)
+	if err != nil {
+		panic(err)
+	}
+	defer fsys.Close()
+	tx, _ := fsys.Begin("overlay")
+	errs, err := tx.Stage(context.Background(), []cowfs.Op{
+		cowfs.WriteOp("src/a.txt", []byte("a\n"), 0o644),
+		cowfs.WriteOp("../outside", []byte("no\n"), 0),
+		cowfs.SymlinkOp("a.txt", "src/link"),
+	})
+	fmt.Println(err, errs[0], errors.Is(errs[1], cowfs.ErrInvalidPath), errs[2])
+	for _, c := range tx.Changes() {
+		fmt.Println(c.Kind, c.Path)
+	}
+	// Output:
+	// <nil> <nil> true <nil>
+	// mkdir src
+	// write src/a.txt
+	// symlink src/link
 }
