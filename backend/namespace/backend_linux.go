@@ -387,6 +387,11 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if ws == "/" || !overlayPathOK(ws) {
 		return c, fmt.Errorf("%w: workspace %q cannot be an overlay lower directory", backend.ErrInvalidRequest, ws)
 	}
+	// .pulse is hidden by mounting over it, and a mount cannot cover a
+	// symlink (it would cover the target). Fail closed.
+	if st, err := os.Lstat(filepath.Join(ws, ".pulse")); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return c, fmt.Errorf("%w: workspace .pulse is a symlink, which the sandbox cannot hide", backend.ErrInvalidRequest)
+	}
 	dir, err := cleanDir(req.Dir)
 	if err != nil {
 		return c, err

@@ -92,6 +92,10 @@ func TestInvalidRequests(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(ws, "out")); err != nil {
 		t.Fatal(err)
 	}
+	linkedPulse := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(linkedPulse, ".pulse")); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]*backend.Request{
 		"no command":     {Workspace: ws},
 		"both":           {Workspace: ws, Shell: "true", Args: []string{"true"}},
@@ -105,6 +109,7 @@ func TestInvalidRequests(t *testing.T) {
 		"bad env":        {Workspace: ws, Shell: "true", Env: map[string]string{"A=B": "c"}},
 		"NUL arg":        {Workspace: ws, Args: []string{"echo", "a\x00b"}},
 		"negative limit": {Workspace: ws, Shell: "true", Limits: policy.ResourceLimits{Timeout: -1}},
+		".pulse symlink": {Workspace: linkedPulse, Shell: "true"},
 	}
 	for name, req := range cases {
 		t.Run(name, func(t *testing.T) {

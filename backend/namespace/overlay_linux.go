@@ -40,6 +40,14 @@ func readOverlay(upper, lower string) (*backend.Overlay, error) {
 func walkUpper(ov *backend.Overlay, upper, lower, rel string, lowerDir bool) error {
 	dir := filepath.Join(upper, rel)
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrPermission) {
+		// The command made the directory unreadable (chmod 000). The
+		// upper layer is ours: open it up and read on; the reported mode
+		// was taken before.
+		if os.Chmod(dir, 0o700) == nil {
+			entries, err = os.ReadDir(dir)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -159,6 +167,14 @@ func readNoFollow(p string, size int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %d bytes is over the %d byte limit of one overlay file", p, size, maxOverlayFile)
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrPermission) {
+		// Made unreadable by the command (chmod 000); the caller keeps
+		// the mode it saw, and the upper layer is ours to open up. No
+		// process of the sandbox is left to swap p for a symlink.
+		if os.Chmod(p, 0o600) == nil {
+			f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

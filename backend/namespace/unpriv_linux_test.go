@@ -30,12 +30,16 @@ func unprivHelper(args []string) error {
 		return nil
 	}
 	var out strings.Builder
-	res, err := b.Exec(context.Background(), &backend.Request{Workspace: args[0], Shell: "echo made > f; cat /proc/self/uid_map",
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: args[0], Shell: "echo made > f; chmod 000 f; mkdir d; echo x > d/g; chmod 000 d; cat /proc/self/uid_map",
 		Stdout: &out, Stderr: &out, Limits: policyTimeout(30 * time.Second)})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("EXIT %d FILES %d OUT %s", res.ExitCode, len(res.Overlay.Files), out.String())
+	modes := ""
+	for _, f := range res.Overlay.Files {
+		modes += fmt.Sprintf("%s:%v:%q ", f.Path, f.Mode, f.Data)
+	}
+	fmt.Printf("EXIT %d FILES %d %sOUT %s", res.ExitCode, len(res.Overlay.Files), modes, out.String())
 	return errors.New("done") // runHelper prints "refused: done"; the line above is what counts
 }
 
@@ -106,7 +110,9 @@ func TestUnprivilegedUser(t *testing.T) {
 		t.Skipf("unprivileged user namespaces are not allowed here: %s", s)
 	}
 	// Inside, uid 0 is the unprivileged caller: "0 65534 1".
-	if !strings.Contains(s, "EXIT 0 FILES 1") || !strings.Contains(strings.Join(strings.Fields(s), " "), "0 65534 1") {
+	// Files the command made unreadable (chmod 000) still come back,
+	// with the mode it set.
+	if !strings.Contains(s, `EXIT 0 FILES 3 d:d---------:"" d/g:-rw-r--r--:"x\n" f:----------:"made\n"`) || !strings.Contains(strings.Join(strings.Fields(s), " "), "0 65534 1") {
 		t.Fatalf("unprivileged run: %q", s)
 	}
 }
