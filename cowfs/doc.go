@@ -175,5 +175,9 @@
 // counted at Open from the stage logs (never from the blobs), then kept
 // up to date incrementally from the records this FS appends or reads; it
 // is recounted from the stage logs only before refusing a write, since
-// another process may have committed or discarded meanwhile.
+// another process may have committed or discarded meanwhile (at most
+// once per Stage batch). In a batch every op is checked against the
+// transaction as the ops before it leave it, all before anything is
+// written; an op over a limit is refused alone, its error in Stage's
+// result, and none of its bytes reach the pack.
 package cowfs
