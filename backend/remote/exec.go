@@ -168,6 +168,26 @@ type run struct {
 	cancelWanted bool
 	cancelSent   bool
 	capHit       bool
+	// stop closes when the caller's context is done or the backend is
+	// closed; graceEnd is when a wanted cancellation stops waiting for
+	// the server's confirmation (zero until one is wanted).
+	stop     <-chan struct{}
+	graceEnd time.Time
+}
+
+// startGrace starts the wait for a cancellation to be confirmed.
+func (x *run) startGrace() {
+	if x.graceEnd.IsZero() {
+		x.graceEnd = time.Now().Add(x.b.o.cancelWait)
+	}
+}
+
+// limit shortens deadline to the end of the cancel grace, if one runs.
+func (x *run) limit(deadline time.Time) time.Time {
+	if !x.graceEnd.IsZero() && x.graceEnd.Before(deadline) {
+		return x.graceEnd
+	}
+	return deadline
 }
 
 // Exec implements backend.Backend. The workspace (and stdin, whole) is
@@ -213,7 +233,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if err != nil {
 		return nil, err
 	}
-	x := &run{b: b, req: req, id: wireID(req.ExecutionID), l: l}
+	x := &run{b: b, req: req, id: wireID(req.ExecutionID), l: l, stop: octx.Done()}
 	defer func() { x.l.close() }()
 	b.mu.Lock()
 	caps := b.caps
@@ -291,7 +311,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		return nil, err
 	}
 	b.log.Debug("remote execution started", "execution_id", x.id)
-	if err := x.wait(ctx); err != nil {
+	if err := x.wait(); err != nil {
 		return nil, err
 	}
 	res, err := x.result()
@@ -376,18 +396,27 @@ func (x *run) upload(ctx context.Context, data []byte) error {
 	}
 }
 
-// redial replaces the connection, waiting backoff(n) first.
+// redial replaces the connection, waiting backoff(n) first. A
+// cancellation asked for meanwhile (x.stop) is remembered and shortens
+// the deadline to the cancel grace.
 func (x *run) redial(ctx context.Context, n int, deadline time.Time, cause error) error {
 	for ; ; n++ {
 		wait := backoff(n)
+		deadline = x.limit(deadline)
 		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("remote: connection to %s lost and not re-established within %v: %v: %w: %w",
-				x.b.u.Redacted(), x.b.o.reconnect, cause, ErrUnreachable, backend.ErrUnavailable)
+			return fmt.Errorf("remote: connection to %s lost and not re-established in time: %v: %w: %w",
+				x.b.u.Redacted(), cause, ErrUnreachable, backend.ErrUnavailable)
 		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return fmt.Errorf("remote: %w", ctx.Err())
+		case <-x.stop:
+			x.stop = nil
+			x.cancelWanted = true
+			x.startGrace()
+			n--
+			continue
 		}
 		dctx, cancel := context.WithDeadline(ctx, deadline)
 		l, err := x.b.dial(dctx)
@@ -501,19 +530,15 @@ func (x *run) wantCancel() {
 // caller's context and Close cancel the command; the server's result then
 // says how it ended. If the server does not confirm within the cancel
 // wait, wait gives up with a synthetic result.
-func (x *run) wait(ctx context.Context) error {
-	done, closing := ctx.Done(), x.b.ctx.Done()
+func (x *run) wait() error {
+	stop := x.stop
 	var grace <-chan time.Time
-	var graceEnd time.Time
-	startGrace := func() {
-		if grace == nil {
-			graceEnd = time.Now().Add(x.b.o.cancelWait)
-			grace = time.After(x.b.o.cancelWait)
-		}
-	}
 	for x.res == nil {
 		if x.capHit {
-			startGrace()
+			x.startGrace()
+		}
+		if grace == nil && !x.graceEnd.IsZero() {
+			grace = time.After(time.Until(x.graceEnd))
 		}
 		select {
 		case data, ok := <-x.l.frames:
@@ -522,15 +547,11 @@ func (x *run) wait(ctx context.Context) error {
 				if x.events > 0 && !x.numbered {
 					return fmt.Errorf("remote: connection lost and the server does not number its output events, so it cannot be resumed exactly: %w: %w", ErrVersion, backend.ErrUnavailable)
 				}
-				deadline := time.Now().Add(x.b.o.reconnect)
-				if grace != nil && graceEnd.Before(deadline) {
-					deadline = graceEnd
-				}
-				if err := x.reconnect(deadline); err != nil {
+				if err := x.reconnect(x.limit(time.Now().Add(x.b.o.reconnect))); err != nil {
 					if errors.Is(err, errNotFound) {
 						return fmt.Errorf("remote: the server has no record of execution %s (its store was reset or the record expired): %w", x.id, ErrExecutionLost)
 					}
-					if grace != nil && errors.Is(err, ErrUnreachable) {
+					if !x.graceEnd.IsZero() && errors.Is(err, ErrUnreachable) {
 						x.giveUp()
 						return nil
 					}
@@ -544,14 +565,10 @@ func (x *run) wait(ctx context.Context) error {
 				return fmt.Errorf("remote: %w: %w", ErrProtocol, err)
 			}
 			x.onFrame(f)
-		case <-done:
-			done = nil
+		case <-stop:
+			stop = nil
 			x.wantCancel()
-			startGrace()
-		case <-closing:
-			closing = nil
-			x.wantCancel()
-			startGrace()
+			x.startGrace()
 		case <-grace:
 			x.giveUp()
 		}
