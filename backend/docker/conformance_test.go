@@ -13,6 +13,6 @@ func TestDockerConformance(t *testing.T) {
 		backendtest.AllowEnv("HOSTNAME"),
 		// A command costs an exec round trip or two; kills go through a
 		// second exec.
-		backendtest.WithTimeScale(3),
+		backendtest.WithTimeScale(2),
 	)
 }

@@ -71,6 +71,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
 			return nil, err
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("docker: cancelled while preparing the sandbox container: %w", err)
+		}
 		return nil, fmt.Errorf("docker: preparing the sandbox container: %v: %w", err, backend.ErrUnavailable)
 	}
 	return b.run(ctx, bx, req)
