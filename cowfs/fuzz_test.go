@@ -11,6 +11,7 @@ import (
 func FuzzWAL(f *testing.F) {
 	w := &walFile{ID: "0123456789abcdef", Desc: "seed", Created: 1, Ops: []walOp{
 		{change: change{Path: "a/b.txt", Kind: KindWrite, Mode: 0o644, Blob: sha256Hex([]byte("x")), Size: 1}},
+		{change: change{Path: "a/p.txt", Kind: KindWrite, Mode: 0o644, Blob: sha256Hex([]byte("x")), Pack: "pack-0123456789abcdef", Off: 7, Size: 1}},
 		{change: change{Path: "gone", Kind: KindDelete, Before: snapshot{Type: typeFile, Ino: 3, Size: 2, SHA: sha256Hex([]byte("yy"))}}, Prev: true},
 		{change: change{Path: "l", Kind: KindSymlink, Target: "a/b.txt"}},
 		{change: change{Path: "a", Kind: KindMkdir, Mode: 0o755, Implicit: true}},
