@@ -114,6 +114,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	} else {
 		notes = append(notes, "landlock: not available in this kernel (mount layout still confines writes)")
 	}
+	if !b.o.noPrestart {
+		notes = append(notes, "one idle sandbox init per network mode in use is kept ready for the next command (WithoutPrestart turns it off)")
+	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationNamespace,
 		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
@@ -233,8 +236,11 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 			continue
+		} else if info, ierr := e.Info(); ierr != nil || time.Since(info.ModTime()) < halfRunAge {
+			// No lock file yet: a run being created right now, unless it
+			// is old enough to be one that crashed while being created.
+			continue
 		}
-		// A missing lock file is a run that crashed while being created.
 		b.o.logger.Info("namespace: removing leftover run directory", slog.String("dir", dir))
 		if err := removeAll(dir); err != nil {
 			errs = append(errs, err)
@@ -245,6 +251,11 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// halfRunAge is how old a run directory without a lock file must be for
+// Reconcile to take it for the leftover of a crash rather than a run being
+// created at this moment (which takes microseconds).
+const halfRunAge = time.Minute
 
 // Close implements backend.Backend: it kills running commands and waits
 // for their Exec calls to return.

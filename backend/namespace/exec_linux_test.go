@@ -223,6 +223,15 @@ func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(half, "upper"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	old := time.Now().Add(-2 * halfRunAge)
+	if err := os.Chtimes(half, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// One being created at this moment: no lock file yet, but young.
+	young := filepath.Join(state, "999997-young")
+	if err := os.MkdirAll(young, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	// A live run, in this process: Reconcile must leave it alone.
 	done := make(chan struct{})
 	go func() {
@@ -247,9 +256,10 @@ func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if len(names) != 1 || strings.Contains(names[0], "dead") || strings.Contains(names[0], "half") {
-		t.Fatalf("after Reconcile: %v, want only the live run", names)
+	if len(names) != 2 || strings.Contains(strings.Join(names, " "), "dead") || strings.Contains(strings.Join(names, " "), "half") {
+		t.Fatalf("after Reconcile: %v, want the live run and the young one", names)
 	}
+	os.Remove(young)
 	writeFile(t, filepath.Join(gate, "stop"), "")
 	<-done
 	// The run directory goes in the background once Exec has returned.
