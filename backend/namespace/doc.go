@@ -3,21 +3,26 @@
 //
 // Every Exec gets new user, mount, pid, net (unless the network policy is
 // allow-all), ipc, uts and cgroup namespaces. The command sees a minimal
-// root: read-only binds of /usr, /bin, /sbin, /lib*, /etc (with /etc/shadow
-// and other secrets masked), a fresh /proc, a minimal /dev, tmpfs /tmp and
-// home. The workspace appears read-only at its own path with an overlayfs on
+// root: read-only binds of /usr, /bin, /sbin, /lib*, /etc (with /etc/shadow,
+// known secret stores and anything under /etc the world cannot read
+// masked), a fresh /proc with /proc/sys read-only, a minimal /dev (null,
+// zero, full, random, urandom, tty, pts, shm), tmpfs /tmp and a tmpfs at the
+// caller's home path, so nothing of the caller's home (~/.ssh) is visible. The workspace appears read-only at its own path with an overlayfs on
 // top; whatever the command writes lands in an upper directory that Exec
 // returns as Result.Overlay (byte-exact; whiteouts and opaque directories
 // become deletions). The workspace's .pulse/ directory is hidden behind an
 // empty read-only tmpfs.
 //
-// Before the command starts, its thread gets no_new_privs, an empty
-// capability set (bounding, ambient, inheritable and effective, with the
-// root securebits locked), a seccomp filter that refuses mount, ptrace,
-// kexec, bpf, keyctl, userfaultfd, io_uring, new namespaces and the like,
-// and a landlock ruleset that confines writes to the workspace, /tmp, home
-// and /dev where the kernel has landlock (best effort: Capabilities says
-// whether it is active).
+// The command inherits, from the init thread that forks it, no_new_privs,
+// an empty capability set (bounding, ambient, inheritable and effective,
+// with the root securebits locked), a seccomp filter that refuses mount,
+// ptrace, kexec, bpf, keyctl, userfaultfd, io_uring, new namespaces (clone
+// flags checked; clone3, whose flags a filter cannot read, answers ENOSYS
+// so libc falls back to clone) and every syscall of a foreign ABI, and a
+// landlock ruleset that confines writes to the workspace, /tmp, home and
+// /dev where the kernel has landlock (best effort: Capabilities says
+// whether it is active). Inside, the command runs as uid 0 of its user
+// namespace, which maps to the caller's uid and nothing else.
 //
 // # The one call main needs
 //
