@@ -218,3 +218,34 @@ func TestDockerAllowlistIsRefused(t *testing.T) {
 		t.Fatalf("allowlist capability %q", lvl)
 	}
 }
+
+func TestDockerOverlayOddNames(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"has space.txt": "1", "-dash": "2", "quote'd": "3"})
+	r := execShell(t, b, ws, `set -e
+echo x >> 'has space.txt'; echo y >> ./-dash; rm "quote'd"
+printf u > 'ünï cödé'; ln -s 'has space.txt' 'link -> arrow'; mkdir 'd i r'`)
+	if r.res.ExitCode != 0 {
+		t.Fatalf("exit %d, stderr %q", r.res.ExitCode, r.stderr)
+	}
+	got := map[string]string{}
+	for _, f := range r.res.Overlay.Files {
+		got[f.Path] = f.Mode.String() + " " + string(f.Data)
+	}
+	want := map[string]string{
+		"has space.txt": "-rw-r--r-- 1x\n",
+		"-dash":         "-rw-r--r-- 2y\n",
+		"ünï cödé":      "-rw-r--r-- u",
+		"link -> arrow": "Lrwxrwxrwx has space.txt",
+		"d i r":         "drwxr-xr-x ",
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%q: got %q, want %q", p, got[p], w)
+		}
+	}
+	if len(got) != len(want) || len(r.res.Overlay.Deleted) != 1 || r.res.Overlay.Deleted[0] != "quote'd" {
+		t.Errorf("overlay %v deleted %v", got, r.res.Overlay.Deleted)
+	}
+}

@@ -1,0 +1,34 @@
+package docker
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// scripts/testenv.sh must not fail `make test` for a user who cannot
+// start an engine: it says why and exits 0, and the Docker tests skip.
+func TestTestenvWithoutEngineAsNonRootExitsZero(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: drops to an unprivileged user with setpriv")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux) to run the script as another user")
+	}
+	script, err := filepath.Abs("../../scripts/testenv.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DOCKER_HOST=unix:///nonexistent/docker.sock", "HOME=/tmp"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv.sh as nobody without an engine: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "not root") || !strings.Contains(string(out), "skip") {
+		t.Fatalf("testenv.sh did not say why nothing was prepared:\n%s", out)
+	}
+}
