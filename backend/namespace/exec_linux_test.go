@@ -395,3 +395,14 @@ func TestSpawnWorksUnderSeccomp(t *testing.T) {
 		t.Fatalf("exit %d out %q err %q", res.ExitCode, out, errs)
 	}
 }
+
+func TestOverlayTooLarge(t *testing.T) {
+	b := newBackend(t)
+	defer func(old int64) { maxOverlayTotal = old }(maxOverlayTotal)
+	maxOverlayTotal = 1000
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(),
+		Shell: "head -c 600 /dev/zero > a; head -c 600 /dev/zero > b", Limits: policyTimeout(30 * time.Second)})
+	if !errors.Is(err, ErrOverlayTooLarge) || res == nil || res.ExitCode != 0 || res.Overlay != nil {
+		t.Fatalf("got %+v, %v; want the result, no overlay and ErrOverlayTooLarge", res, err)
+	}
+}

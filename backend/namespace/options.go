@@ -10,6 +10,12 @@ import (
 // Name is the backend's stable identifier.
 const Name = "namespace"
 
+// ErrOverlayTooLarge: the command wrote more than the backend holds in
+// memory as one Result's overlay (4 GiB in all, 1 GiB per file). Exec then
+// returns the Result, which says how the command ended, with a nil Overlay
+// and an error wrapping this.
+var ErrOverlayTooLarge = errors.New("namespace: overlay too large")
+
 // Option configures a Backend.
 type Option func(*options) error
 

@@ -17,19 +17,24 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
+// maxOverlayTotal bounds the bytes of all files of one overlay, since the
+// whole overlay is returned in memory. A variable so tests can lower it.
+var maxOverlayTotal int64 = 4 << 30
+
 // maxOverlayFile bounds one file read back from the upper layer, so that a
 // command cannot make the backend allocate without limit.
-const maxOverlayFile = 1 << 30
+const maxOverlayFile = 1 << 30 // and never more than maxOverlayTotal
 
 // readOverlay turns the overlayfs upper directory into an Overlay. lower is
 // the workspace the command saw. Nothing is followed: symlinks in upper or
 // lower are read as links, and lower is only consulted through directories
 // that are real directories at every level.
 func readOverlay(upper, lower string) (*backend.Overlay, error) {
-	ov := &backend.Overlay{}
-	if err := walkUpper(ov, upper, lower, ".", true); err != nil {
+	w := &overlayWalk{}
+	if err := walkUpper(w, upper, lower, ".", true); err != nil {
 		return nil, err
 	}
+	ov := &w.Overlay
 	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
 	sort.Strings(ov.Deleted)
 	return ov, nil
@@ -37,7 +42,13 @@ func readOverlay(upper, lower string) (*backend.Overlay, error) {
 
 // walkUpper records the entries of upper/rel. lowerDir says whether
 // lower/rel is a real directory (no symlink on the way).
-func walkUpper(ov *backend.Overlay, upper, lower, rel string, lowerDir bool) error {
+// overlayWalk is an Overlay being built, with the bytes read so far.
+type overlayWalk struct {
+	backend.Overlay
+	size int64
+}
+
+func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 	dir := filepath.Join(upper, rel)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrPermission) {
@@ -71,6 +82,9 @@ func walkUpper(ov *backend.Overlay, upper, lower, rel string, lowerDir bool) err
 		mode := st.Mode()
 		switch {
 		case mode.IsRegular():
+			if ov.size += st.Size(); ov.size > maxOverlayTotal {
+				return fmt.Errorf("%w: over %d bytes of written files", ErrOverlayTooLarge, maxOverlayTotal)
+			}
 			data, err := readNoFollow(full, st.Size())
 			if err != nil {
 				return err
@@ -124,7 +138,7 @@ func walkUpper(ov *backend.Overlay, upper, lower, rel string, lowerDir bool) err
 	return nil
 }
 
-func opaqueDeletions(ov *backend.Overlay, upper, lower, rel string) error {
+func opaqueDeletions(ov *overlayWalk, upper, lower, rel string) error {
 	lowerEntries, err := os.ReadDir(filepath.Join(lower, filepath.FromSlash(rel)))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -164,7 +178,7 @@ func isOpaque(dir string) bool {
 
 func readNoFollow(p string, size int64) ([]byte, error) {
 	if size > maxOverlayFile {
-		return nil, fmt.Errorf("%s: %d bytes is over the %d byte limit of one overlay file", p, size, maxOverlayFile)
+		return nil, fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, p, size, maxOverlayFile)
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrPermission) {
@@ -184,7 +198,7 @@ func readNoFollow(p string, size int64) ([]byte, error) {
 		return nil, err
 	}
 	if len(data) > maxOverlayFile {
-		return nil, fmt.Errorf("%s: over the %d byte limit of one overlay file", p, maxOverlayFile)
+		return nil, fmt.Errorf("%w: %s: over the %d byte limit of one overlay file", ErrOverlayTooLarge, p, maxOverlayFile)
 	}
 	if data == nil {
 		data = []byte{}
