@@ -114,3 +114,16 @@ func TestUnnumberedEventsCannotResume(t *testing.T) {
 		t.Fatalf("Exec: %v, stdout %q; want ErrVersion after the partial output", err, out.String())
 	}
 }
+
+// TestNotPulseWebSocket: a WebSocket endpoint that is not a pulse-server
+// (here, an echo) is a version error, not "unreachable".
+func TestNotPulseWebSocket(t *testing.T) {
+	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		b, _ := json.Marshal(map[string]any{"action": action, "payload": p})
+		ws.Write(ctx, websocket.MessageText, b)
+	})
+	err := probe(mustNew(t, WithURL(url), WithToken("t")))
+	if !errors.Is(err, ErrVersion) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Probe of an echo server: %v; want ErrVersion", err)
+	}
+}

@@ -161,6 +161,10 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 	ctx, cancel := context.WithTimeout(ctx, b.o.dialTimeout)
 	defer cancel()
 	r, err := l.call(ctx, actionCapabilities, map[string]any{}, nil)
+	if errors.Is(err, ErrProtocol) {
+		return backend.Capabilities{}, fmt.Errorf("remote: %s answered the capabilities action with something else: is it a pulse-server? %w: %w",
+			b.u.Redacted(), ErrVersion, backend.ErrUnavailable)
+	}
 	if err != nil {
 		return backend.Capabilities{}, b.unreachable("capabilities", err)
 	}
