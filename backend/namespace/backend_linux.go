@@ -208,11 +208,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 }
 
 // Reconcile implements backend.Backend: it removes run directories whose
-// owner no longer holds their lock.
+// owner no longer holds their lock, and cgroups whose owner is gone.
 func (b *Backend) Reconcile(ctx context.Context) error {
 	entries, err := os.ReadDir(b.o.stateDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return b.cg.reconcile()
 	}
 	if err != nil {
 		return fmt.Errorf("namespace: reconcile: %w", err)
@@ -248,6 +248,9 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		if lf != nil {
 			lf.Close()
 		}
+	}
+	if err := b.cg.reconcile(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

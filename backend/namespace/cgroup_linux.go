@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -195,10 +196,46 @@ func (c *runCgroup) oomKilled() bool {
 	return false
 }
 
-// remove deletes the run's cgroups; they are empty once the namespace's
-// pid 1 has been waited for.
+// remove deletes the run's cgroups. They are empty once the namespace's
+// pid 1 has been waited for, but the kernel may still be detaching the
+// dying tasks: retry EBUSY for a moment.
 func (c *runCgroup) remove() {
 	for _, d := range c.dirs {
-		_ = os.Remove(d)
+		for i := 0; i < 50; i++ {
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
+}
+
+// reconcileCgroups removes the cgroups of runs whose owner process is
+// gone. The kernel refuses to remove a cgroup that still holds tasks, so
+// this cannot break a live run even if a pid was reused.
+func (s cgroupSupport) reconcile() error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, d := range s.dirs {
+		if seen[d.base] {
+			continue
+		}
+		seen[d.base] = true
+		matches, _ := filepath.Glob(filepath.Join(d.base, "pulse-*"))
+		for _, m := range matches {
+			owner, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), "pulse-"), "-")
+			pid, err := strconv.Atoi(owner)
+			if !ok || err != nil || pid <= 0 {
+				continue
+			}
+			if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+				continue // the owner is alive (or not ours to ask about)
+			}
+			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.EBUSY) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -2,12 +2,15 @@ package namespace
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -131,5 +134,36 @@ func TestCPULimitCgroup(t *testing.T) {
 	t.Logf("close took %v, %+v", time.Since(t0), res)
 	if quota != "50000" {
 		t.Fatalf("cpu quota %q, want 50000 (half of a 100ms period)", quota)
+	}
+}
+
+func TestReconcileRemovesDeadCgroups(t *testing.T) {
+	b := newBackend(t)
+	d, ok := b.cg.dirs["pids"]
+	if !ok {
+		t.Skip("needs a writable pids cgroup: none here")
+	}
+	const deadPid = 4194303 // above any default pid_max
+	if err := unix.Kill(deadPid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Skipf("pid %d exists here", deadPid)
+	}
+	dead := filepath.Join(d.base, "pulse-"+strconv.Itoa(deadPid)+"-0123456789abcdef")
+	if err := os.Mkdir(dead, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dead) })
+	live := filepath.Join(d.base, "pulse-"+strconv.Itoa(os.Getpid())+"-0123456789abcdef")
+	if err := os.Mkdir(live, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(live) })
+	if err := b.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cgroup of a dead owner left: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("cgroup of a live owner removed: %v", err)
 	}
 }
