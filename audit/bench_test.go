@@ -132,3 +132,53 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRecordBatch measures 1,000 events appended as one RecordBatch
+// against the same 1,000 events appended by 1,000 Record calls, in the
+// same run and on the same log, and reports the ratio.
+func BenchmarkRecordBatch(b *testing.B) {
+	const n = 1000
+	sc := secrets.NewScrubber([]string{"not-in-these-events-1", "not-in-these-events-2"})
+	for _, c := range []struct {
+		name string
+		d    Durability
+	}{
+		{"none", NoSync},
+		{"every-100ms", SyncEvery(100 * time.Millisecond)},
+		{"each-event", SyncEachEvent},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			l, err := Open(filepath.Join(b.TempDir(), "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			evs := make([]Event, n)
+			for i := range evs {
+				evs[i] = benchEvent()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := l.RecordBatch(ctx, evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			singles := func() error {
+				for _, e := range evs {
+					if err := l.Record(ctx, e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			refT, oursT, err := bestBatch(1, singles, func() error { return l.RecordBatch(ctx, evs) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(n)/oursT.Seconds(), "best-events/s")
+			b.ReportMetric(float64(refT)/float64(oursT), "x-vs-record-loop")
+		})
+	}
+}

@@ -265,6 +265,33 @@ func (l *Logger) syncLoop(every time.Duration) {
 // while another process holds the log's lock, Record returns ctx's error
 // and writes nothing.
 func (l *Logger) Record(ctx context.Context, e Event) error {
+	return l.appendEvents(ctx, []Event{e})
+}
+
+// RecordBatch appends events in order as Record would one by one, but
+// under one hold of the lock, with one read of the chain head, one write
+// of all the lines and (with SyncEachEvent) one fsync: the chain runs from
+// event to event inside the batch, and no other writer's line can fall
+// between two of them. The caller's slice is not modified.
+//
+// The batch is all or nothing: an event too large (ErrEventTooLarge), a
+// lock that ctx gives up on, or a failed write leaves the log as it was.
+// A batch goes whole into one file: when it would carry a non-empty file
+// past WithMaxSize, the file is rotated first, so a batch larger than the
+// limit makes a file larger than the limit. The lines are built in memory
+// before the write, so split batches of unbounded size.
+//
+// A crash (or power loss before the fsync) in the middle of the write can
+// leave a prefix of the batch: whole lines, each valid and chained, and
+// perhaps a torn last line. Verify reports the torn line as ErrTornTail and
+// accepts the whole lines before it; the next append cuts the torn line
+// off. A process that died mid-batch therefore leaves the first events of
+// the batch and never a gap or a forged line.
+func (l *Logger) RecordBatch(ctx context.Context, events []Event) error {
+	return l.appendEvents(ctx, events)
+}
+
+func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -272,6 +299,9 @@ func (l *Logger) Record(ctx context.Context, e Event) error {
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrClosed
+	}
+	if len(events) == 0 {
+		return nil
 	}
 	if err := flockCtx(ctx, l.lockf); err != nil {
 		return fmt.Errorf("audit: lock: %w", err)
@@ -283,40 +313,49 @@ func (l *Logger) Record(ctx context.Context, e Event) error {
 		return err
 	}
 	seq, prev := l.lastSeq, l.lastHash
+	first := seq
 
-	if e.Time.IsZero() {
-		e.Time = time.Now()
+	var buf []byte
+	for i, e := range events {
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		e.Time = e.Time.UTC()
+		if e.SessionID == "" {
+			e.SessionID = l.o.sessionID
+		}
+		e.scrub(l.o.scrubber)
+		e.Seq = seq + 1
+		e.PrevHash = prev
+		canon, err := e.canonical()
+		if err != nil {
+			return fmt.Errorf("audit: encode event %d of %d: %w", i+1, len(events), err)
+		}
+		if len(canon)+len(hashKey)+hashLen+3 > MaxLineLen {
+			return fmt.Errorf("audit: %w: event %d of %d: %d bytes, at most %d", ErrEventTooLarge, i+1, len(events), len(canon), MaxLineLen)
+		}
+		if buf == nil {
+			// Guess the batch's size from its first line, within reason.
+			buf = make([]byte, 0, min((len(canon)+len(hashKey)+hashLen+3+32)*len(events), 4<<20))
+		}
+		sum := chainHash(prev, canon)
+		buf = append(buf, canon[:len(canon)-1]...)
+		buf = append(buf, hashKey...)
+		buf = append(buf, sum...)
+		buf = append(buf, '"', '}', '\n')
+		seq, prev = e.Seq, sum
 	}
-	e.Time = e.Time.UTC()
-	if e.SessionID == "" {
-		e.SessionID = l.o.sessionID
-	}
-	e.scrub(l.o.scrubber)
-	e.Seq = seq + 1
-	e.PrevHash = prev
-	canon, err := e.canonical()
-	if err != nil {
-		return fmt.Errorf("audit: encode event: %w", err)
-	}
-	if len(canon)+len(hashKey)+hashLen+3 > MaxLineLen {
-		return fmt.Errorf("audit: %w: %d bytes, at most %d", ErrEventTooLarge, len(canon), MaxLineLen)
-	}
-	sum := chainHash(prev, canon)
-	line := make([]byte, 0, len(canon)+len(hashKey)+hashLen+3)
-	line = append(line, canon[:len(canon)-1]...)
-	line = append(line, hashKey...)
-	line = append(line, sum...)
-	line = append(line, '"', '}', '\n')
 
-	if l.o.maxSize > 0 && size > 0 && size+int64(len(line)) > l.o.maxSize {
-		if err := l.rotate(seq); err != nil {
+	if l.o.maxSize > 0 && size > 0 && size+int64(len(buf)) > l.o.maxSize {
+		if err := l.rotate(first); err != nil {
 			return err
 		}
 		size = 0
 	}
-	if n, err := l.f.Write(line); err != nil {
-		// Take a partial line back out so that the next append does not
-		// glue onto it; if that fails too, the next append repairs it.
+	if n, err := l.f.Write(buf); err != nil {
+		// Take a partial batch back out so that the next append does not
+		// glue onto it; if that fails too, the next append repairs a torn
+		// line but keeps the whole ones (see RecordBatch).
 		if n > 0 {
 			_ = l.f.Truncate(size)
 		}
@@ -332,7 +371,7 @@ func (l *Logger) Record(ctx context.Context, e Event) error {
 	case modeInterval:
 		l.dirty = true
 	}
-	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size+int64(len(line)), e.Seq, sum
+	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size+int64(len(buf)), seq, prev
 	return nil
 }
 
