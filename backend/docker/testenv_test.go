@@ -18,8 +18,21 @@ func TestTestenvWithoutEngineAsNonRootExitsZero(t *testing.T) {
 	if err != nil {
 		t.Skip("needs setpriv (util-linux) to run the script as another user")
 	}
-	script, err := filepath.Abs("../../scripts/testenv.sh")
+	// A copy the unprivileged user can read wherever the checkout is.
+	body, err := os.ReadFile("../../scripts/testenv.sh")
 	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "pulse-testenv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "testenv.sh")
+	if err := os.WriteFile(script, body, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "bash", script)
