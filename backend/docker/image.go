@@ -45,6 +45,11 @@ type ImageSpec struct {
 	// so that Shell scripts run under bash; /bin/bash when empty, "-" to
 	// leave bash out (scripts then run under busybox sh).
 	Bash string
+	// Programs are more host programs (names looked up in PATH, or
+	// absolute paths) copied in at their host path with the shared
+	// libraries ldd names — make, say, so that `make test` runs in the
+	// sandbox without a registry to pull a toolchain image from.
+	Programs []string
 }
 
 // BuildImage builds a minimal sandbox image offline, from host files only,
@@ -166,6 +171,18 @@ func writeRootFS(w io.Writer, spec ImageSpec) error {
 			bash = "/bin/bash"
 		}
 		if err := addDynamic(r, bash, "bin/bash"); err != nil {
+			return err
+		}
+	}
+	for _, p := range spec.Programs {
+		path, err := exec.LookPath(p)
+		if err != nil {
+			return fmt.Errorf("program %q for the image: %w", p, err)
+		}
+		if path, err = filepath.EvalSymlinks(path); err != nil {
+			return fmt.Errorf("program %q for the image: %w", p, err)
+		}
+		if err := addDynamic(r, path, strings.TrimPrefix(path, "/")); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,13 @@ func TestDockerImageBuild(t *testing.T) {
 	}
 	tag := "pulse-image-build-test:" + time.Now().Format("150405.000000")
 	tag = strings.ReplaceAll(tag, ".", "")
-	code, stdout, stderr := runCLI(t, "image", "build", "--tag", tag)
+	args := []string{"image", "build", "--tag", tag}
+	wantMake := ""
+	if _, err := exec.LookPath("make"); err == nil {
+		args = append(args, "--with", "make")
+		wantMake = "GNU Make\n"
+	}
+	code, stdout, stderr := runCLI(t, args...)
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -54,7 +61,7 @@ func TestDockerImageBuild(t *testing.T) {
 		t.Fatalf("stdout %q", stdout)
 	}
 	created, err := cli.ContainerCreate(ctx, &container.Config{Image: tag,
-		Cmd: []string{"/bin/bash", "-c", `id -un; echo "$BASH_VERSION" | cut -c1; ls -ldn /pulse | awk '{print $3}'`}}, nil, nil, nil, "")
+		Cmd: []string{"/bin/bash", "-c", `id -un; echo "$BASH_VERSION" | cut -c1; ls -ldn /pulse | awk '{print $3}'; ! command -v make >/dev/null || make --version | head -n1 | cut -d' ' -f1,2`}}, nil, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +86,8 @@ func TestDockerImageBuild(t *testing.T) {
 	stdcopy.StdCopy(&out, &errb, logs)
 	logs.Close()
 	// The image's user is the non-root sandbox user; bash runs; /pulse
-	// belongs to that user.
-	if out.String() != "pulse\n5\n1000\n" {
+	// belongs to that user; a program asked for with --with runs.
+	if out.String() != "pulse\n5\n1000\n"+wantMake {
 		t.Fatalf("container printed %q (stderr %q)", out.String(), errb.String())
 	}
 }
