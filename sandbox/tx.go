@@ -208,6 +208,10 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 			}
 		}
 	}
+	// One audit event per path, in overlay order, recorded as one batch:
+	// one lock and one write for the lot instead of one per path, and no
+	// other writer's line between them.
+	events := make([]audit.Event, 0, len(outs))
 	for _, o := range outs {
 		reason := o.reason
 		if o.op >= 0 && errs[o.op] != nil {
@@ -215,12 +219,19 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 		}
 		if reason != "" {
 			res.Refused = append(res.Refused, RefusedPath{Path: o.path, Reason: reason})
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "write", Target: o.path, Decision: "deny", Detail: reason})
+			events = append(events, audit.Event{ExecutionID: execID, Action: "write", Target: o.path, Decision: "deny", Detail: reason})
 			continue
 		}
 		res.Staged = append(res.Staged, o.path)
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
+		events = append(events, audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
 			Detail: "transaction " + tx.ID()})
+	}
+	if s.audit != nil && len(events) > 0 {
+		// As record does: the events are written even when ctx has ended,
+		// and a failure is reported, not returned.
+		if err := s.audit.RecordBatch(context.WithoutCancel(ctx), events); err != nil {
+			s.log.Error("audit record failed", "action", "stage-overlay", "events", len(events), "err", err)
+		}
 	}
 	if len(res.Staged) == 0 {
 		return tx.Discard()
