@@ -48,11 +48,13 @@
 //     pulse-server, or one without the capabilities action), ErrCapacity;
 //     each also wraps backend.ErrUnavailable.
 //
-// Stdin: the protocol has no stdin action. Exec reads Request.Stdin whole
-// (at most WithMaxStdinBytes), uploads it as a file beside the workspace
-// and has the command take it as fd 0 and remove it before running; the
-// file never appears in the overlay. A stdin that does not end before the
-// command starts cannot be sent.
+// Stdin: Exec reads Request.Stdin whole (at most WithMaxStdinBytes and
+// the server's max_stdin_bytes) and sends it in the submit's stdin field
+// when the server lists that feature in its capabilities reply. Against a
+// server without it, the input is uploaded as a file beside the workspace
+// that the command takes as fd 0 and removes before running; the file
+// never appears in the overlay. Either way a stdin that does not end
+// before the command starts cannot be sent.
 //
 // Limits: the timeout travels with the command; the output cap is applied
 // here; memory, CPU, pids and file-size limits have no protocol field and

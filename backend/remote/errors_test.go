@@ -216,34 +216,53 @@ type closeRecorder struct {
 func (c *closeRecorder) Close() error { c.closed = true; return nil }
 
 // TestStdinWithArgsAndDir: stdin reaches an argv command run in a
-// subdirectory, and the carrier file shows up nowhere.
+// subdirectory, through the submit's stdin field when the server lists it
+// and as a carrier file against a server that does not; the carrier file
+// shows up nowhere.
 func TestStdinWithArgsAndDir(t *testing.T) {
 	ts := startServer(t)
-	b := newBackend(t, ts.url)
-	ws := t.TempDir()
-	os.MkdirAll(filepath.Join(ws, "sub", "dir"), 0o755)
-	os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("k"), 0o644)
-	var out buffer
-	in := []byte("line one\n\x00\xff binary\n")
-	res, err := b.Exec(context.Background(), &backend.Request{Workspace: ws, Args: []string{"sh", "-c", "cat; ls -a ../.. | grep -c pulse-stdin; cat > copy.bin < /dev/null"},
-		Dir: "sub/dir", Network: allowAll, Stdin: strings.NewReader(string(in)), Stdout: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := string(in) + "0\n"; out.String() != want {
-		t.Errorf("stdout %q, want %q", out.String(), want)
-	}
-	for _, f := range res.Overlay.Files {
-		if strings.Contains(f.Path, "pulse-stdin") {
-			t.Errorf("overlay lists the stdin carrier %q", f.Path)
-		}
-	}
-	if len(res.Overlay.Deleted) != 0 {
-		t.Errorf("overlay deletions %v", res.Overlay.Deleted)
-	}
-	entries, _ := os.ReadDir(ws)
-	if len(entries) != 2 {
-		t.Errorf("the local workspace changed: %d entries", len(entries))
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stdin field", true: "carrier file"}[legacy], func(t *testing.T) {
+			b := newBackend(t, ts.url)
+			if legacy {
+				b.mu.Lock()
+				b.legacy = true
+				b.mu.Unlock()
+				probe(b)
+			}
+			ws := t.TempDir()
+			os.MkdirAll(filepath.Join(ws, "sub", "dir"), 0o755)
+			os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("k"), 0o644)
+			var out buffer
+			in := []byte("line one\n\x00\xff binary\n")
+			res, err := b.Exec(context.Background(), &backend.Request{Workspace: ws,
+				Args: []string{"sh", "-c", "cat; ls -a ../.. | grep -c pulse-stdin; readlink /proc/$$/fd/0; cat > copy.bin < /dev/null"},
+				Dir:  "sub/dir", Network: allowAll, Stdin: strings.NewReader(string(in)), Stdout: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, fd0, _ := strings.Cut(strings.TrimPrefix(out.String(), string(in)+"0\n"), "\n")
+			if !strings.HasPrefix(out.String(), string(in)+"0\n") {
+				t.Errorf("stdout %q, want the input then 0", out.String())
+			}
+			// The stdin field gives the command a pipe; the carrier is a
+			// (removed) file.
+			if isFile := strings.Contains(got, "pulse-stdin"); isFile != legacy {
+				t.Errorf("fd 0 is %q (%q), legacy %v", got, fd0, legacy)
+			}
+			for _, f := range res.Overlay.Files {
+				if strings.Contains(f.Path, "pulse-stdin") {
+					t.Errorf("overlay lists the stdin carrier %q", f.Path)
+				}
+			}
+			if len(res.Overlay.Deleted) != 0 {
+				t.Errorf("overlay deletions %v", res.Overlay.Deleted)
+			}
+			entries, _ := os.ReadDir(ws)
+			if len(entries) != 2 {
+				t.Errorf("the local workspace changed: %d entries", len(entries))
+			}
+		})
 	}
 }
 

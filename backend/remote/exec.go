@@ -245,6 +245,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		}
 		caps = &c
 	}
+	b.mu.Lock()
+	info := b.server
+	b.mu.Unlock()
 	if caps.NetworkLevel(netPol.Mode) == secrets.Unsupported {
 		return nil, fmt.Errorf("remote: the server cannot enforce network mode %q: %w", netPol.Mode, backend.ErrUnsupported)
 	}
@@ -253,18 +256,29 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	}
 
 	var extra []extraFile
+	var stdinData []byte
 	stdinName := ""
 	if req.Stdin != nil {
-		data, err := io.ReadAll(io.LimitReader(req.Stdin, b.o.maxStdin+1))
+		limit := b.o.maxStdin
+		if info.features[featureStdin] && info.maxStdin > 0 {
+			limit = min(limit, info.maxStdin)
+		}
+		data, err := io.ReadAll(io.LimitReader(req.Stdin, limit+1))
 		stdin.close()
 		if err != nil {
 			return nil, invalid("reading stdin: %v", err)
 		}
-		if int64(len(data)) > b.o.maxStdin {
+		if int64(len(data)) > limit {
 			return nil, fmt.Errorf("remote: stdin is longer than %d bytes; the protocol sends it whole before the command starts: %w: %w",
-				b.o.maxStdin, ErrTooLarge, backend.ErrUnsupported)
+				limit, ErrTooLarge, backend.ErrUnsupported)
 		}
-		if len(data) > 0 {
+		switch {
+		case len(data) == 0:
+		case info.features[featureStdin]:
+			stdinData = data
+		default:
+			// A server without the stdin field: the input travels as a
+			// file in the workspace that the command reads and removes.
 			stdinName = ".pulse-stdin-" + x.id
 			extra = append(extra, extraFile{name: stdinName, data: data})
 		}
@@ -300,6 +314,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	}
 	if len(req.Env) > 0 {
 		payload["env"] = req.Env
+	}
+	if stdinData != nil {
+		payload["stdin"] = base64.StdEncoding.EncodeToString(stdinData)
 	}
 	if req.Limits.Timeout > 0 {
 		payload["timeout_s"] = req.Limits.Timeout.Seconds()

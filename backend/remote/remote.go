@@ -63,6 +63,19 @@ type Backend struct {
 	closed   bool
 	caps     *backend.Capabilities
 	executor string
+	// server is what the server's capabilities reply said about the
+	// protocol, cached with caps.
+	server serverInfo
+	// legacy makes the client ignore the server's features, as against
+	// a server that lists none; only tests set it.
+	legacy bool
+}
+
+// serverInfo is the protocol side of a capabilities reply: which additive
+// submit fields the server honours.
+type serverInfo struct {
+	features map[string]bool
+	maxStdin int64
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -175,9 +188,15 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 	if r.Status != statusCapabilities || r.Capabilities == nil {
 		return backend.Capabilities{}, fmt.Errorf("remote: capabilities answered %q %q: %w: %w", r.Status, r.Message, ErrVersion, backend.ErrUnavailable)
 	}
-	caps := remoteCaps(*r.Capabilities, r.Executor)
+	info := serverInfo{features: map[string]bool{}, maxStdin: r.MaxStdinBytes}
 	b.mu.Lock()
-	b.caps, b.executor = &caps, r.Executor
+	if !b.legacy {
+		for _, f := range r.Features {
+			info.features[f] = true
+		}
+	}
+	caps := remoteCaps(*r.Capabilities, r.Executor, info)
+	b.caps, b.executor, b.server = &caps, r.Executor, info
 	b.mu.Unlock()
 	return caps, nil
 }
@@ -186,7 +205,7 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 // backend enforces: the same network and secret levels, writes always
 // captured (the server returns an overlay whatever its executor), and only
 // the limits the protocol can carry.
-func remoteCaps(server backend.Capabilities, executor string) backend.Capabilities {
+func remoteCaps(server backend.Capabilities, executor string, info serverInfo) backend.Capabilities {
 	c := backend.Capabilities{
 		Isolation:      backend.IsolationRemote,
 		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
@@ -217,7 +236,11 @@ func remoteCaps(server backend.Capabilities, executor string) backend.Capabiliti
 	if server.Isolation == backend.IsolationHostUnsafe {
 		c.Notes = append(c.Notes, "UNSAFE: the server runs commands directly on its host")
 	}
-	c.Notes = append(c.Notes, "stdin is sent whole with the command (no interactive input)")
+	if info.features[featureStdin] {
+		c.Notes = append(c.Notes, "stdin is sent whole with the submission (no interactive input)")
+	} else {
+		c.Notes = append(c.Notes, "stdin is sent whole as a file beside the workspace (the server has no stdin field; no interactive input)")
+	}
 	for _, n := range server.Notes {
 		c.Notes = append(c.Notes, "server: "+n)
 	}

@@ -53,6 +53,9 @@ const (
 	msgUnknown  = "Unknown action."
 	msgAttached = "Another client is already attached"
 	msgNotFound = "NOT_FOUND"
+
+	// Features a server lists in its capabilities reply.
+	featureStdin = "stdin"
 )
 
 // errFrame is wrapped by every decoding error of a server frame.
@@ -78,7 +81,11 @@ type reply struct {
 	Executor     string                `json:"executor"`
 	Capabilities *backend.Capabilities `json:"capabilities"`
 	Orphans      int                   `json:"orphans_cleaned"`
-	isErr        bool
+	// Features and MaxStdinBytes (capabilities, additive) name the
+	// additive submit fields the server honours.
+	Features      []string `json:"features"`
+	MaxStdinBytes int64    `json:"max_stdin_bytes"`
+	isErr         bool
 }
 
 func (r *reply) requestID() string {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -46,6 +47,7 @@ func (c *conn) handle(data []byte) {
 	case ActionCapabilities:
 		c.out.push(responseFrame(m.RequestID, StatusCapabilities, map[string]any{
 			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
+			"features": Features, "max_stdin_bytes": MaxStdinBytes,
 		}))
 	default:
 		c.out.push(errorFrame(m.RequestID, msgUnknown, codeUnknown))
@@ -143,6 +145,9 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		Limits:      limits,
 		Network:     net,
 		Secrets:     sec,
+	}
+	if req.Stdin != nil {
+		breq.Stdin = bytes.NewReader(req.Stdin)
 	}
 	s.wg.Add(2)
 	go s.persistLoop(e)

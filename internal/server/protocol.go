@@ -88,6 +88,19 @@ const (
 	maxEnvEntries  = 1024
 	maxCorrelation = 256
 	maxRequires    = 32
+	// MaxStdinBytes bounds a submit's stdin once decoded. Its base64 (a
+	// third larger) stays well under the default 50 MiB message limit.
+	MaxStdinBytes = 16 << 20
+)
+
+// Features are the additive submit fields this server understands,
+// listed in the capabilities reply so that a client uses one only when
+// the server will honour it.
+var Features = []string{FeatureStdin}
+
+// Feature names of the capabilities reply.
+const (
+	FeatureStdin = "stdin"
 )
 
 var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -170,6 +183,9 @@ type SubmitRequest struct {
 	// Requires names programs the command needs; the relay runs it only
 	// on a worker whose Hello listed them all.
 	Requires []string
+	// Stdin is the command's whole standard input; nil when the client
+	// sent none (the command then reads EOF at once, as before).
+	Stdin []byte
 	// command is the command as submitted, echoed in the result.
 	command json.RawMessage
 }
@@ -249,6 +265,23 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 		if r.Encoding == "text" {
 			r.Encoding = ""
 		}
+	}
+	if v, ok := p["stdin"]; ok && string(v) != "null" {
+		var b64 string
+		if err := json.Unmarshal(v, &b64); err != nil {
+			return nil, invalid("stdin is not a base64 string")
+		}
+		if base64.StdEncoding.DecodedLen(len(b64)) > MaxStdinBytes+2 {
+			return nil, invalid("stdin is longer than %d bytes", MaxStdinBytes)
+		}
+		in, err := base64.StdEncoding.Strict().DecodeString(b64)
+		if err != nil {
+			return nil, invalid("stdin is not strict base64")
+		}
+		if len(in) > MaxStdinBytes {
+			return nil, invalid("stdin is longer than %d bytes", MaxStdinBytes)
+		}
+		r.Stdin = in
 	}
 	if v, ok := p["requires"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &r.Requires); err != nil || len(r.Requires) > maxRequires {

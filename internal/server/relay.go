@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"sort"
@@ -496,7 +497,7 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		// 4. Remove the directory, whatever happened.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.liveness)
 		defer cancel()
-		if e, _ := r.call(cctx, w, &sandboxv1.Exec{Command: "rm -rf " + shQuote(dir) + " " + b64File, TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
+		if e, _ := r.call(cctx, w, &sandboxv1.Exec{Command: "rm -rf " + shQuote(dir) + " " + b64File + " " + shQuote(dir+".stdin"), TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
 			log.Warn("worker workspace not removed", "dir", dir, "err", endErr("cleanup", e))
 		}
 	}()
@@ -517,6 +518,29 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		return nil, err
 	}
 
+	// Stdin travels with the run exec when it fits one frame, else as a
+	// file beside the workspace, sent in pieces like the workspace.
+	var stdin []byte
+	stdinFile := ""
+	if req.Stdin != nil {
+		stdin, err = io.ReadAll(io.LimitReader(req.Stdin, MaxStdinBytes+1))
+		if err != nil || len(stdin) > MaxStdinBytes {
+			return nil, fmt.Errorf("stdin unreadable or over %d bytes: %w", MaxStdinBytes, backend.ErrInvalidRequest)
+		}
+	}
+	if len(stdin) > r.o.stdinPiece {
+		stdinFile = dir + ".stdin"
+		for rest := stdin; len(rest) > 0; {
+			n := min(len(rest), r.o.stdinPiece)
+			end, _ = r.call(sctx, w, &sandboxv1.Exec{Command: "cat >> " + shQuote(stdinFile), Stdin: rest[:n], TimeoutS: 120, Streaming: true}, nil)
+			if err := endErr("send stdin", end); err != nil {
+				return nil, err
+			}
+			rest = rest[n:]
+		}
+		stdin = nil
+	}
+
 	// 2. Run.
 	limits := req.Limits.WithDefaults()
 	timeoutS := uint32(0)
@@ -526,7 +550,7 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	capw := &relayOutput{limit: limits.OutputBytes, out: req.Stdout, err: req.Stderr}
 	start := time.Now()
 	end, aborted := r.call(ctx, w, &sandboxv1.Exec{
-		Command: runScript(dir, req), TimeoutS: timeoutS, Streaming: true,
+		Command: runScript(dir, req, stdinFile), TimeoutS: timeoutS, Streaming: true, Stdin: stdin,
 	}, capw.chunk)
 	res := &backend.Result{Duration: time.Since(start), Truncated: capw.truncated}
 	switch {
@@ -628,7 +652,8 @@ func (o *relayOutput) chunk(s sandboxv1.Stream, b []byte) {
 
 // runScript builds the shell command that runs req in dir with an
 // environment built from scratch, as the local backends do.
-func runScript(dir string, req *backend.Request) string {
+// A non-empty stdinFile becomes the command's standard input.
+func runScript(dir string, req *backend.Request, stdinFile string) string {
 	var b strings.Builder
 	b.WriteString("cd " + shQuote(dir+"/"+strings.TrimPrefix(req.Dir, "./")) + " && exec env -i")
 	base := map[string]string{"PATH": relayWorkerPath, "HOME": dir, "LANG": "C.UTF-8", "TERM": "dumb", "USER": "pulse"}
@@ -652,6 +677,9 @@ func runScript(dir string, req *backend.Request) string {
 		for _, a := range req.Args {
 			b.WriteString(" " + shQuote(a))
 		}
+	}
+	if stdinFile != "" {
+		b.WriteString(" < " + shQuote(stdinFile))
 	}
 	return b.String()
 }
