@@ -8,11 +8,16 @@
 //     that lock, so any number of processes appending to one path keep one
 //     valid chain. A torn last line left by a crashed writer is cut off by
 //     the next append.
+//   - RecordBatch appends many events under one hold of the lock with one
+//     write: no other writer's line falls between them, and a refused
+//     batch writes nothing. A crash during the write can leave a prefix of
+//     the batch (whole, chained lines and perhaps a torn one), never a gap.
 //   - hash = hex(SHA-256(prev_hash || the line's bytes up to, not
 //     including, its final ,"hash":... member, then "}")). The hash covers
 //     the bytes as written, so any change to a line shows.
 //   - Rotation (WithMaxSize) renames the file to PATH.<last seq> and the
 //     chain continues in the new file; Verify checks all of them as one.
+//     A batch is never split across files: the file is rotated before it.
 //   - Verify reports the first modified, deleted, inserted, reordered or
 //     torn line by file, line and seq, and never panics on bad input.
 //     Removing whole lines from the end cannot be seen from the file alone:
