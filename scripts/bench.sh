@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/testenv.sh
+# The namespace benchmarks compare against bubblewrap; without it they skip.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "bench: installing bubblewrap from apt (the namespace backend's reference)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null || true
+fi
 go test -run '^$' -bench "${BENCH:-.}" -benchmem -benchtime "${BENCHTIME:-1s}" ./...
 for s in bench/*.sh; do
   [ -e "$s" ] || continue

@@ -58,6 +58,14 @@ if ! command -v docker >/dev/null 2>&1 || ! engine_answers; then
 fi
 
 if ! docker image inspect "$image" >/dev/null 2>&1; then
+	# The image is built around a static busybox from the host; a fresh
+	# Debian machine does not have one.
+	if ! [ -x /bin/busybox ] && [ "$(id -u)" = 0 ]; then
+		say "installing busybox-static from apt (the sandbox image is built around it)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq busybox-static >/dev/null
+	fi
 	say "building the sandbox image $image"
 	go run ./cmd/pulse image build --tag "$image"
 fi
