@@ -309,6 +309,19 @@ func (s *Sandbox) record(ctx context.Context, e audit.Event) error {
 	return nil
 }
 
+// recordBatch writes events as one append (one lock, one write), in order.
+// As with record, they are written even when ctx has ended, and a failure
+// is reported to the operational logger: by then the work they describe
+// is done.
+func (s *Sandbox) recordBatch(ctx context.Context, what string, events []audit.Event) {
+	if s.audit == nil || len(events) == 0 {
+		return
+	}
+	if err := s.audit.RecordBatch(context.WithoutCancel(ctx), events); err != nil {
+		s.log.Error("audit record failed", "action", what, "events", len(events), "err", err)
+	}
+}
+
 func randomID() string {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {

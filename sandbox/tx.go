@@ -111,10 +111,12 @@ func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]st
 		s.record(ctx, ev)
 		return nil, err
 	}
+	events := make([]audit.Event, 0, len(paths))
 	for _, p := range paths {
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "commit", Target: p, Decision: "allow",
+		events = append(events, audit.Event{ExecutionID: execID, Action: "commit", Target: p, Decision: "allow",
 			Detail: "committed transaction " + tx.ID()})
 	}
+	s.recordBatch(ctx, "commit", events)
 	return paths, nil
 }
 
@@ -226,13 +228,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 		events = append(events, audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
 			Detail: "transaction " + tx.ID()})
 	}
-	if s.audit != nil && len(events) > 0 {
-		// As record does: the events are written even when ctx has ended,
-		// and a failure is reported, not returned.
-		if err := s.audit.RecordBatch(context.WithoutCancel(ctx), events); err != nil {
-			s.log.Error("audit record failed", "action", "stage-overlay", "events", len(events), "err", err)
-		}
-	}
+	s.recordBatch(ctx, "stage-overlay", events)
 	if len(res.Staged) == 0 {
 		return tx.Discard()
 	}
