@@ -56,7 +56,10 @@
 // never appears in the overlay. Either way a stdin that does not end
 // before the command starts cannot be sent.
 //
-// Limits: the timeout travels with the command; the output cap is applied
-// here; memory, CPU, pids and file-size limits have no protocol field and
-// are reported Unsupported.
+// Limits: the timeout travels as timeout_s; the output cap is applied
+// here and sent too. Memory, CPU, pids and file-size limits travel in the
+// submit's limits field to a server that lists that feature; the server
+// clamps them to its ceilings and its executor enforces them at the
+// levels Capabilities reports. Against a server without the feature they
+// are not sent and read Unsupported.
 package remote

@@ -315,6 +315,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if len(req.Env) > 0 {
 		payload["env"] = req.Env
 	}
+	if info.features[featureLimits] {
+		if l := wireLimits(req.Limits); len(l) > 0 {
+			payload["limits"] = l
+		}
+	}
 	if stdinData != nil {
 		payload["stdin"] = base64.StdEncoding.EncodeToString(stdinData)
 	}
@@ -343,6 +348,28 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	}
 	res.Overlay = withoutPath(ov, stdinName)
 	return res, nil
+}
+
+// wireLimits is the submit's limits field: the limits set, in the JSON
+// names of policy.ResourceLimits. The timeout travels as timeout_s.
+func wireLimits(l policy.ResourceLimits) map[string]any {
+	m := map[string]any{}
+	if l.MemoryBytes > 0 {
+		m["memory_bytes"] = l.MemoryBytes
+	}
+	if l.CPUs > 0 {
+		m["cpus"] = l.CPUs
+	}
+	if l.Pids > 0 {
+		m["pids"] = l.Pids
+	}
+	if l.FileSizeBytes > 0 {
+		m["file_size_bytes"] = l.FileSizeBytes
+	}
+	if l.OutputBytes > 0 {
+		m["output_bytes"] = l.OutputBytes
+	}
+	return m
 }
 
 // command is the submitted command. With stdin, the command first takes

@@ -38,6 +38,8 @@ type testServer struct {
 	hs     *http.Server
 	ln     *trackingListener
 	closed bool
+	// exec replaces the host executor when set.
+	exec server.Executor
 }
 
 // trackingListener remembers the connections it accepted, so that a
@@ -110,7 +112,11 @@ func (ts *testServer) start(t testing.TB, ln net.Listener, extra ...server.Optio
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(context.Background(), hostExecutor(t), st, serverOptions(ts.dir, extra...)...)
+	ex := ts.exec
+	if ex == nil {
+		ex = hostExecutor(t)
+	}
+	srv, err := server.New(context.Background(), ex, st, serverOptions(ts.dir, extra...)...)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

@@ -203,8 +203,9 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 
 // remoteCaps turns what the server's executor enforces into what this
 // backend enforces: the same network and secret levels, writes always
-// captured (the server returns an overlay whatever its executor), and only
-// the limits the protocol can carry.
+// captured (the server returns an overlay whatever its executor), and the
+// limits the server's executor enforces when the server takes submit
+// limits (none but the timeout otherwise).
 func remoteCaps(server backend.Capabilities, executor string, info serverInfo) backend.Capabilities {
 	c := backend.Capabilities{
 		Isolation:      backend.IsolationRemote,
@@ -216,12 +217,15 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 			// Enforced by this client: what reaches the writers is capped,
 			// and the command is cancelled once it goes over.
 			"output_bytes": secrets.Strong,
-			// The protocol has no field for these.
-			"memory_bytes":    secrets.Unsupported,
-			"cpus":            secrets.Unsupported,
-			"pids":            secrets.Unsupported,
-			"file_size_bytes": secrets.Unsupported,
 		},
+	}
+	for _, k := range []string{"memory_bytes", "cpus", "pids", "file_size_bytes"} {
+		// Sent in submit's limits only to a server that lists the
+		// feature; the server's executor enforces them as it says.
+		c.Limits[k] = secrets.Unsupported
+		if info.features[featureLimits] {
+			c.Limits[k] = known(server.Limits[k])
+		}
 	}
 	if c.Limits["timeout"] == "" {
 		c.Limits["timeout"] = secrets.BestEffort

@@ -55,7 +55,8 @@ const (
 	msgNotFound = "NOT_FOUND"
 
 	// Features a server lists in its capabilities reply.
-	featureStdin = "stdin"
+	featureStdin  = "stdin"
+	featureLimits = "limits"
 )
 
 // errFrame is wrapped by every decoding error of a server frame.

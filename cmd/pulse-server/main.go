@@ -76,6 +76,8 @@ type config struct {
 	drain                time.Duration
 	logLevel             string
 	tlsCert, tlsKey, tca string
+	// ceiling bounds the resource limits a submission may ask for.
+	ceiling policy.ResourceLimits
 }
 
 func isLoopback(host string) bool {
@@ -135,6 +137,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&c.workerListen, "worker-listen", getenv("PULSE_WORKER_LISTEN"), "gRPC address pulse-workers attach to (relay executor)")
 	fs.StringVar(&c.workerTokens, "worker-token", "", "worker bearer tokens, comma-separated (default PULSE_WORKER_TOKEN)")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long running executions may finish at shutdown")
+	fs.Int64Var(&c.ceiling.MemoryBytes, "max-memory-bytes", 0, "largest memory limit of one execution; also applied to those that set none (0: no ceiling)")
+	fs.Float64Var(&c.ceiling.CPUs, "max-cpus", 0, "largest CPU limit of one execution, in cores (0: no ceiling)")
+	fs.Int64Var(&c.ceiling.Pids, "max-pids", 0, "largest process count limit of one execution (0: no ceiling)")
+	fs.Int64Var(&c.ceiling.FileSizeBytes, "max-file-size-bytes", 0, "largest file-size limit of one execution (0: no ceiling)")
 	fs.StringVar(&c.logLevel, "log-level", envOr(getenv, "PULSE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -199,6 +205,9 @@ func (c *config) check() string {
 	}
 	if c.retentionHours < 1 || c.retentionHours > 8760 {
 		return "--retention-hours must be between 1 and 8760"
+	}
+	if l := c.ceiling; l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || !(l.CPUs >= 0) {
+		return "--max-memory-bytes, --max-cpus, --max-pids and --max-file-size-bytes must not be negative"
 	}
 	switch c.executor {
 	case "local":
@@ -313,6 +322,7 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 		server.WithWorkspaceRoot(c.workspaceRoot),
 		server.WithRetention(time.Duration(c.retentionHours) * time.Hour),
 		server.WithLogger(log),
+		server.WithLimitCeiling(c.ceiling),
 	}
 	switch c.executor {
 	case "relay":

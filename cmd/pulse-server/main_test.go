@@ -44,6 +44,7 @@ func TestUsageErrors(t *testing.T) {
 		{"development off loopback", []string{"--development", "--host", "0.0.0.0"}, nil, "loopback"},
 		{"non-loopback without mTLS", []string{"--host", "0.0.0.0", "--workspace-root", abs, "--database", abs + "/db"}, nil, "PULSE_TLS_CERT"},
 		{"concurrency", []string{"--development", "--max-concurrency", "129"}, nil, "between 1 and 128"},
+		{"limit ceiling", []string{"--development", "--max-pids", "-1"}, nil, "must not be negative"},
 		{"concurrency env", []string{"--development"}, map[string]string{"PULSE_REMOTE_MAX_CONCURRENCY": "x"}, "not an integer"},
 		{"retention", []string{"--development", "--retention-hours", "0"}, nil, "between 1 and 8760"},
 		{"host without opt-in", []string{"--development", "--backend", "host"}, nil, "--unsafe-host"},

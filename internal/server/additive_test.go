@@ -2,12 +2,19 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 // stdout joins the stream events of one execution, decoding base64 ones.
@@ -115,5 +122,93 @@ func TestRelayStdin(t *testing.T) {
 	c.submit("rs-none", "cat; echo end", nil)
 	if res, _ := c.untilResult("rs-none", nil); res.str("stdout") != "end\n" {
 		t.Fatalf("no stdin: %s", res.raw)
+	}
+}
+
+// recordingExecutor runs requests with a real executor and keeps the
+// limits each one carried, to show what reached the backend.
+type recordingExecutor struct {
+	Executor
+	mu     sync.Mutex
+	limits map[string]policy.ResourceLimits
+}
+
+func (r *recordingExecutor) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	r.mu.Lock()
+	r.limits[req.ExecutionID] = req.Limits
+	r.mu.Unlock()
+	return r.Executor.Exec(ctx, req)
+}
+
+func (r *recordingExecutor) got(id string) policy.ResourceLimits {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.limits[id]
+}
+
+// Submitted limits are validated, clamped by the server's ceilings and
+// passed to the backend; a submit without them gets the server's
+// defaults, as before the field existed.
+func TestSubmitLimits(t *testing.T) {
+	rec := &recordingExecutor{Executor: hostExecutor(t), limits: map[string]policy.ResourceLimits{}}
+	h := startServer(t, t.TempDir(), rec, WithMaxOutputBytes(1<<20),
+		WithLimitCeiling(policy.ResourceLimits{MemoryBytes: 1 << 30, CPUs: 2, FileSizeBytes: 1 << 20}))
+	c := h.dial(tokenA)
+	caps, _ := c.do(ActionCapabilities, nil)
+	if !hasFeature(caps, FeatureLimits) {
+		t.Fatalf("capabilities do not advertise limits: %s", caps.raw)
+	}
+	if ml, _ := caps.Payload["max_limits"].(map[string]any); ml["memory_bytes"] != float64(1<<30) || ml["output_bytes"] != float64(1<<20) {
+		t.Fatalf("max_limits: %s", caps.raw)
+	}
+
+	ack := c.submit("lim-1", "head -c 100 /dev/zero | tr '\\0' x", map[string]any{"limits": map[string]any{
+		"output_bytes": 10, "memory_bytes": 4 << 30, "cpus": 0.5, "pids": 64,
+	}, "timeout_s": 30})
+	if ack.str("status") != StatusStarting {
+		t.Fatalf("submit: %s", ack.raw)
+	}
+	shown, _ := ack.Payload["limits"].(map[string]any)
+	if shown["memory_bytes"] != float64(1<<30) || shown["output_bytes"] != float64(10) || shown["cpus"] != 0.5 || shown["pids"] != float64(64) {
+		t.Fatalf("ack limits: %s", ack.raw)
+	}
+	res, _ := c.untilResult("lim-1", nil)
+	if res.str("stdout") != "xxxxxxxxxx" || res.Payload["truncated"] != true {
+		t.Fatalf("output cap from limits: %s", res.raw)
+	}
+	want := policy.ResourceLimits{Timeout: 30 * time.Second, MemoryBytes: 1 << 30, CPUs: 0.5, Pids: 64, OutputBytes: 10, FileSizeBytes: 1 << 20}
+	if got := rec.got("lim-1"); got != want {
+		t.Fatalf("backend got %+v, want %+v", got, want)
+	}
+
+	// No limits field: the defaults and ceilings, and no limits in the ack.
+	ack = c.submit("lim-2", "true", nil)
+	if _, ok := ack.Payload["limits"]; ok {
+		t.Fatalf("ack of a submit without limits: %s", ack.raw)
+	}
+	c.untilResult("lim-2", nil)
+	want = policy.ResourceLimits{Timeout: policy.DefaultTimeout, MemoryBytes: 1 << 30, CPUs: 2, OutputBytes: 1 << 20, FileSizeBytes: 1 << 20}
+	if got := rec.got("lim-2"); got != want {
+		t.Fatalf("backend got %+v, want %+v", got, want)
+	}
+
+	// A file-size limit the host backend enforces stops a large write.
+	if rec.Capabilities().Limits["file_size_bytes"] == secrets.Strong {
+		c.submit("lim-3", "head -c 100000 /dev/zero > big; echo rc=$?", map[string]any{"limits": map[string]any{"file_size_bytes": 4096}})
+		if res, _ := c.untilResult("lim-3", nil); res.str("stdout") == "rc=0\n" {
+			t.Fatalf("file size limit not applied: %s", res.raw)
+		}
+	}
+
+	for name, v := range map[string]any{
+		"timeout":  map[string]any{"timeout": 5},
+		"negative": map[string]any{"memory_bytes": -1},
+		"unknown":  map[string]any{"bogus": 1},
+		"cpus":     map[string]any{"cpus": 5000},
+		"string":   "1G",
+	} {
+		if r := c.submit("lim-bad-"+name, "true", map[string]any{"limits": v}); r.Type != TypeError || r.str("code") != codeInvalid {
+			t.Fatalf("%s limits: %s", name, r.raw)
+		}
 	}
 }

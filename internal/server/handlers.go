@@ -14,7 +14,6 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
-	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -47,7 +46,7 @@ func (c *conn) handle(data []byte) {
 	case ActionCapabilities:
 		c.out.push(responseFrame(m.RequestID, StatusCapabilities, map[string]any{
 			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
-			"features": Features, "max_stdin_bytes": MaxStdinBytes,
+			"features": Features, "max_stdin_bytes": MaxStdinBytes, "max_limits": c.s.maxLimits(),
 		}))
 	default:
 		c.out.push(errorFrame(m.RequestID, msgUnknown, codeUnknown))
@@ -127,14 +126,23 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		s.m.rejected("internal")
 		return err
 	}
+	limits := s.effectiveLimits(req.Limits, req.Timeout)
+	// Nothing runs yet, so the cap can be set without the lock.
+	e.maxOutput = limits.OutputBytes
 	s.m.setActive(s.activeSlots())
 	// The submitter is subscribed from the start (register), and the
 	// acknowledgement is queued before the command starts, so it precedes
 	// every stream event.
-	c.out.push(responseFrame(m.RequestID, StatusStarting, map[string]any{"execution_id": req.ExecutionID}))
+	ack := map[string]any{"execution_id": req.ExecutionID}
+	if req.Limits != nil {
+		// Tell a client that asked for limits what it got after clamping.
+		shown := limits
+		shown.Timeout = 0
+		ack["limits"] = shown
+	}
+	c.out.push(responseFrame(m.RequestID, StatusStarting, ack))
 	s.log.Info("execution started", "execution_id", e.id, "tenant", c.tenant, "correlation_id", req.CorrelationID)
 
-	limits := policy.ResourceLimits{Timeout: req.Timeout, OutputBytes: s.o.maxOutput}.WithDefaults()
 	breq := &backend.Request{
 		ExecutionID: req.ExecutionID,
 		Workspace:   e.workspace,

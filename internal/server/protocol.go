@@ -96,12 +96,16 @@ const (
 // Features are the additive submit fields this server understands,
 // listed in the capabilities reply so that a client uses one only when
 // the server will honour it.
-var Features = []string{FeatureStdin}
+var Features = []string{FeatureStdin, FeatureLimits}
 
 // Feature names of the capabilities reply.
 const (
-	FeatureStdin = "stdin"
+	FeatureStdin  = "stdin"
+	FeatureLimits = "limits"
 )
+
+// maxCPUs bounds the cpus limit a submit may ask for.
+const maxCPUs = 1024
 
 var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
@@ -186,6 +190,10 @@ type SubmitRequest struct {
 	// Stdin is the command's whole standard input; nil when the client
 	// sent none (the command then reads EOF at once, as before).
 	Stdin []byte
+	// Limits are the resource limits the client asked for, nil when it
+	// sent none; the server clamps them (Server.effectiveLimits). Timeout
+	// is always zero here: it travels as timeout_s.
+	Limits *policy.ResourceLimits
 	// command is the command as submitted, echoed in the result.
 	command json.RawMessage
 }
@@ -282,6 +290,22 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 			return nil, invalid("stdin is longer than %d bytes", MaxStdinBytes)
 		}
 		r.Stdin = in
+	}
+	if v, ok := p["limits"]; ok && string(v) != "null" {
+		var l policy.ResourceLimits
+		dec := json.NewDecoder(strings.NewReader(string(v)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			return nil, invalid("limits is not an object of resource limits")
+		}
+		if l.Timeout != 0 {
+			return nil, invalid("limits.timeout is not accepted: send timeout_s")
+		}
+		if l.MemoryBytes < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 ||
+			math.IsNaN(l.CPUs) || l.CPUs < 0 || l.CPUs > maxCPUs {
+			return nil, invalid("limits must be non-negative (cpus at most %d)", maxCPUs)
+		}
+		r.Limits = &l
 	}
 	if v, ok := p["requires"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &r.Requires); err != nil || len(r.Requires) > maxRequires {

@@ -547,9 +547,13 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if limits.Timeout > 0 {
 		timeoutS = uint32(max(1, math.Ceil(limits.Timeout.Seconds())))
 	}
-	capw := &relayOutput{limit: limits.OutputBytes, out: req.Stdout, err: req.Stderr}
+	// Output over the cap stops the command, as the local backends do,
+	// rather than letting it run to its timeout unheard.
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	capw := &relayOutput{limit: limits.OutputBytes, out: req.Stdout, err: req.Stderr, over: stopRun}
 	start := time.Now()
-	end, aborted := r.call(ctx, w, &sandboxv1.Exec{
+	end, aborted := r.call(rctx, w, &sandboxv1.Exec{
 		Command: runScript(dir, req, stdinFile), TimeoutS: timeoutS, Streaming: true, Stdin: stdin,
 	}, capw.chunk)
 	res := &backend.Result{Duration: time.Since(start), Truncated: capw.truncated}
@@ -560,6 +564,8 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		res.ExitCode, res.Termination, res.TimedOut = -1, backend.Timeout, true
 	case end.isError:
 		return nil, fmt.Errorf("worker %s: %s: %w", w.id, end.message, backend.ErrUnavailable)
+	case aborted && capw.truncated && ctx.Err() == nil:
+		res.ExitCode, res.Termination = -1, backend.OutputLimit
 	case aborted:
 		res.ExitCode, res.Termination = int(end.exitCode), backend.Cancelled
 	case capw.truncated:
@@ -629,6 +635,7 @@ type relayOutput struct {
 	n         [2]int64
 	out, err  interface{ Write([]byte) (int, error) }
 	truncated bool
+	over      func() // called when a stream goes over the cap
 }
 
 func (o *relayOutput) chunk(s sandboxv1.Stream, b []byte) {
@@ -639,12 +646,17 @@ func (o *relayOutput) chunk(s sandboxv1.Stream, b []byte) {
 	}
 	o.mu.Lock()
 	room := o.limit - o.n[i]
+	hit := false
 	if int64(len(b)) > room {
 		b = b[:max(room, 0)]
+		hit = !o.truncated
 		o.truncated = true
 	}
 	o.n[i] += int64(len(b))
 	o.mu.Unlock()
+	if hit && o.over != nil {
+		o.over()
+	}
 	if w != nil && len(b) > 0 {
 		w.Write(b)
 	}

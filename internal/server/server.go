@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,6 +49,7 @@ type options struct {
 	network         policy.NetworkPolicy
 	secrets         secrets.SecretPolicy
 	maxOutput       int64
+	ceiling         policy.ResourceLimits
 	cleanupInterval time.Duration
 	uploadGrace     time.Duration
 	cancelWait      time.Duration
@@ -129,6 +131,55 @@ func WithDefaultPolicies(n policy.NetworkPolicy, s secrets.SecretPolicy) Option 
 // (default policy.DefaultOutputBytes).
 func WithMaxOutputBytes(n int64) Option {
 	return func(o *options) error { o.maxOutput = n; return nil }
+}
+
+// WithLimitCeiling sets the largest memory, CPU, pids and file-size
+// limits a submission may have: a larger request, or none (which means
+// unlimited), is clamped to it. A zero field sets no ceiling. The output
+// ceiling is WithMaxOutputBytes and the timeout's is 24 hours.
+func WithLimitCeiling(l policy.ResourceLimits) Option {
+	return func(o *options) error {
+		if l.Timeout != 0 || l.OutputBytes != 0 {
+			return fmt.Errorf("limit ceiling: timeout and output have their own bounds: %w", ErrConfig)
+		}
+		if l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || math.IsNaN(l.CPUs) || l.CPUs < 0 {
+			return fmt.Errorf("limit ceiling %+v has a negative field: %w", l, ErrConfig)
+		}
+		o.ceiling = l
+		return nil
+	}
+}
+
+// effectiveLimits clamps what a submission asked for (nil: nothing) by
+// the server's ceilings and fills in the timeout and output cap.
+func (s *Server) effectiveLimits(asked *policy.ResourceLimits, timeout time.Duration) policy.ResourceLimits {
+	var l policy.ResourceLimits
+	if asked != nil {
+		l = *asked
+	}
+	c := s.o.ceiling
+	clampInt := func(v *int64, top int64) {
+		if top > 0 && (*v == 0 || *v > top) {
+			*v = top
+		}
+	}
+	clampInt(&l.MemoryBytes, c.MemoryBytes)
+	clampInt(&l.Pids, c.Pids)
+	clampInt(&l.FileSizeBytes, c.FileSizeBytes)
+	if c.CPUs > 0 && (l.CPUs == 0 || l.CPUs > c.CPUs) {
+		l.CPUs = c.CPUs
+	}
+	clampInt(&l.OutputBytes, s.o.maxOutput)
+	l.Timeout = timeout
+	return l.WithDefaults()
+}
+
+// maxLimits is what the capabilities reply shows of the ceilings: a zero
+// field has none.
+func (s *Server) maxLimits() policy.ResourceLimits {
+	l := s.o.ceiling
+	l.OutputBytes = s.o.maxOutput
+	return l
 }
 
 // WithCleanupInterval sets how often retention cleanup runs.
