@@ -20,9 +20,10 @@
 //     .pulse/ excluded; symlinks and special files left out and logged,
 //     since the server refuses them), checks the server's size limits
 //     before sending (ErrTooLarge), uploads it, submits the command with
-//     "encoding": "base64" so output is byte-exact, writes each stream
-//     event to Request.Stdout or Request.Stderr as it arrives, maps the
-//     result, and downloads what the command wrote as Result.Overlay. The
+//     "encoding": "base64" so output is byte-exact (and, to a server that
+//     lists the feature, "result_output": "omit", so the result does not
+//     repeat the output), writes each stream event to Request.Stdout or
+//     Request.Stderr as it arrives, maps the result, and downloads what the command wrote as Result.Overlay. The
 //     local workspace is only read.
 //   - Every Exec uses its own connection and a fresh server-side
 //     execution id: Request.ExecutionID reduced to the protocol's

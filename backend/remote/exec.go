@@ -315,6 +315,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if len(req.Env) > 0 {
 		payload["env"] = req.Env
 	}
+	if info.features[featureResultOutput] {
+		payload["result_output"] = "omit"
+	}
 	if info.features[featureLimits] {
 		if l := wireLimits(req.Limits); len(l) > 0 {
 			payload["limits"] = l

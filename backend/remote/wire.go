@@ -57,6 +57,9 @@ const (
 	// Features a server lists in its capabilities reply.
 	featureStdin  = "stdin"
 	featureLimits = "limits"
+	// featureResultOutput: submit takes result_output "omit", so the
+	// result does not repeat output already streamed.
+	featureResultOutput = "result_output"
 )
 
 // errFrame is wrapped by every decoding error of a server frame.

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -211,4 +213,87 @@ func TestSubmitLimits(t *testing.T) {
 			t.Fatalf("%s limits: %s", name, r.raw)
 		}
 	}
+}
+
+// result_output "omit" leaves the output out of the result (it came as
+// stream events) and still reports truncation; attach replays the events
+// and the same result. Without the field the result repeats the output.
+func TestResultOutputOmit(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	caps, _ := c.do(ActionCapabilities, nil)
+	if !hasFeature(caps, FeatureResultOutput) {
+		t.Fatalf("capabilities do not advertise result_output: %s", caps.raw)
+	}
+	cmd := "printf 'out'; printf 'err' >&2; head -c 100 /dev/zero | tr '\\0' x"
+	c.submit("om-1", cmd, map[string]any{"result_output": "omit", "limits": map[string]any{"output_bytes": 50}})
+	res, streams := c.untilResult("om-1", nil)
+	if got := string(joinStdout(t, streams)); got != "out"+strings.Repeat("x", 47) {
+		t.Fatalf("streamed stdout %q", got)
+	}
+	if res.str("stdout") != "" || res.str("stderr") != "" || res.Payload["output_omitted"] != true || res.Payload["truncated"] != true {
+		t.Fatalf("omitted result: %s", res.raw)
+	}
+	c2 := h.dial(tokenA)
+	r, replay := c2.do(ActionAttach, map[string]any{"execution_id": "om-1"})
+	if r.str("status") != StatusCompleted {
+		t.Fatalf("attach: %s", r.raw)
+	}
+	res2, more := c2.untilResult("om-1", replay)
+	if len(more) != len(streams) || res2.str("stdout") != "" || res2.Payload["output_omitted"] != true {
+		t.Fatalf("attach replayed %d events (want %d), result %s", len(more), len(streams), res2.raw)
+	}
+
+	for _, mode := range []any{nil, "full"} {
+		extra := map[string]any{}
+		if mode != nil {
+			extra["result_output"] = mode
+		}
+		id := fmt.Sprintf("om-full-%v", mode != nil)
+		c.submit(id, cmd, extra)
+		res, _ := c.untilResult(id, nil)
+		if res.str("stdout") != "out"+strings.Repeat("x", 100) || res.str("stderr") != "err" {
+			t.Fatalf("result_output %v: %s", mode, res.raw)
+		}
+		if _, ok := res.Payload["output_omitted"]; ok {
+			t.Fatalf("result_output %v: output_omitted present: %s", mode, res.raw)
+		}
+	}
+	if r := c.submit("om-bad", "true", map[string]any{"result_output": "none"}); r.Type != TypeError || r.str("code") != codeInvalid {
+		t.Fatalf("bad result_output: %s", r.raw)
+	}
+}
+
+// FuzzStreamFrame: the hand-built stream frame is JSON that decodes to
+// the event it was built from, in either encoding.
+func FuzzStreamFrame(f *testing.F) {
+	f.Add([]byte("plain\n"), int64(1), false)
+	f.Add([]byte("\x00\x1f\"\\\t\r\n\u2028\u2029<>&\xff\xe2\x80"), int64(7), false)
+	f.Add([]byte{0xe2, 0x80, 0xa8, 0xe2}, int64(1<<40), true)
+	f.Fuzz(func(t *testing.T, data []byte, seq int64, b64 bool) {
+		enc := ""
+		want := string(toText(data))
+		if b64 {
+			enc, want = "base64", base64.StdEncoding.EncodeToString(data)
+		}
+		fr := streamFrame("exec-1", "stderr", toTextIf(!b64, data), seq, enc)
+		var env struct {
+			Type    string        `json:"type"`
+			Payload streamPayload `json:"payload"`
+		}
+		if err := json.Unmarshal(fr, &env); err != nil {
+			t.Fatalf("frame %q: %v", fr, err)
+		}
+		p := env.Payload
+		if env.Type != TypeStream || p.ExecutionID != "exec-1" || p.Stream != "stderr" || p.Seq != seq || p.Encoding != enc || p.Data != want {
+			t.Fatalf("frame %q decodes to %+v", fr, env)
+		}
+	})
+}
+
+func toTextIf(cond bool, b []byte) []byte {
+	if cond {
+		return toText(b)
+	}
+	return b
 }

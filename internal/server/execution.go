@@ -47,12 +47,16 @@ type execution struct {
 	persistStopped chan struct{}
 	finishedCh     chan struct{}
 
-	mu        sync.Mutex
-	seq       int64
-	events    []*event
-	subs      map[*conn]struct{}
-	carry     map[string][]byte // held-back partial UTF-8 per stream
-	out       map[string][]byte // whole output per stream, for the result
+	mu     sync.Mutex
+	seq    int64
+	events []*event
+	subs   map[*conn]struct{}
+	carry  map[string][]byte // held-back partial UTF-8 per stream
+	out    map[string][]byte // whole output per stream, for the result
+	// omit: the result carries no output, so out stays empty and only
+	// outN counts bytes against the cap.
+	omit      bool
+	outN      map[string]int64
 	truncated bool
 	maxOutput int64
 	persisted int    // events[:persisted] are in the store
@@ -101,7 +105,7 @@ func (e *execution) publish(stream string, p []byte) {
 }
 
 func (e *execution) keepOutput(stream string, p []byte) {
-	room := e.maxOutput - int64(len(e.out[stream]))
+	room := e.maxOutput - e.outN[stream]
 	if room <= 0 {
 		e.truncated = true
 		return
@@ -110,7 +114,10 @@ func (e *execution) keepOutput(stream string, p []byte) {
 		p = p[:room]
 		e.truncated = true
 	}
-	e.out[stream] = append(e.out[stream], p...)
+	e.outN[stream] += int64(len(p))
+	if !e.omit {
+		e.out[stream] = append(e.out[stream], p...)
+	}
 }
 
 func (e *execution) appendLocked(stream string, data []byte) {
@@ -234,6 +241,7 @@ type resultPayload struct {
 	Error             string          `json:"error,omitempty"`
 	Artifact          bool            `json:"artifact"`
 	LastSeq           int64           `json:"last_seq"`
+	OutputOmitted     bool            `json:"output_omitted,omitempty"`
 }
 
 type resultMetrics struct {
@@ -290,6 +298,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		}
 		e.mu.Lock()
 		p.Stdout, p.Stderr = e.text("stdout"), e.text("stderr")
+		p.OutputOmitted = e.omit
 		p.Truncated = res.Truncated || e.truncated
 		e.mu.Unlock()
 		if !res.Overlay.Empty() {

@@ -175,6 +175,7 @@ func (c *conn) register(ctx context.Context, req *SubmitRequest) (*execution, er
 		workspace: s.workspaceDir(c.tenant, req.ExecutionID),
 		done:      make(chan struct{}), persistStopped: make(chan struct{}), finishedCh: make(chan struct{}),
 		subs: map[*conn]struct{}{c: {}}, carry: map[string][]byte{}, out: map[string][]byte{},
+		omit: req.OmitOutput, outN: map[string]int64{},
 		maxOutput: s.o.maxOutput, wake: make(chan struct{}, 1),
 	}
 	// The execution's context hangs off the server's, not the

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -96,12 +97,14 @@ const (
 // Features are the additive submit fields this server understands,
 // listed in the capabilities reply so that a client uses one only when
 // the server will honour it.
-var Features = []string{FeatureStdin, FeatureLimits}
+var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput}
 
 // Feature names of the capabilities reply.
 const (
 	FeatureStdin  = "stdin"
 	FeatureLimits = "limits"
+	// FeatureResultOutput: submit takes result_output "omit".
+	FeatureResultOutput = "result_output"
 )
 
 // maxCPUs bounds the cpus limit a submit may ask for.
@@ -194,6 +197,9 @@ type SubmitRequest struct {
 	// sent none; the server clamps them (Server.effectiveLimits). Timeout
 	// is always zero here: it travels as timeout_s.
 	Limits *policy.ResourceLimits
+	// OmitOutput leaves stdout and stderr out of the result: the client
+	// takes the output from the stream events alone.
+	OmitOutput bool
 	// command is the command as submitted, echoed in the result.
 	command json.RawMessage
 }
@@ -306,6 +312,13 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 			return nil, invalid("limits must be non-negative (cpus at most %d)", maxCPUs)
 		}
 		r.Limits = &l
+	}
+	if v, ok := p["result_output"]; ok && string(v) != "null" {
+		var mode string
+		if err := json.Unmarshal(v, &mode); err != nil || (mode != "full" && mode != "omit") {
+			return nil, invalid(`result_output must be "full" or "omit"`)
+		}
+		r.OmitOutput = mode == "omit"
 	}
 	if v, ok := p["requires"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &r.Requires); err != nil || len(r.Requires) > maxRequires {
@@ -426,14 +439,87 @@ type streamPayload struct {
 	Encoding    string `json:"encoding,omitempty"`
 }
 
+// streamFrame builds a stream frame by hand: it is the one frame sent
+// per chunk of output, and encoding/json would build the data string and
+// then scan and copy it again. The field order is the one encoding/json
+// gives streamPayload, which clients' fast paths expect.
 func streamFrame(execID, stream string, data []byte, seq int64, encoding string) []byte {
-	p := streamPayload{ExecutionID: execID, Stream: stream, Seq: seq, Encoding: encoding}
+	n := len(execID) + len(stream) + 96
 	if encoding == "base64" {
-		p.Data = base64.StdEncoding.EncodeToString(data)
+		n += base64.StdEncoding.EncodedLen(len(data))
 	} else {
-		p.Data = string(data)
+		n += len(data) + len(data)/8
 	}
-	return frame(TypeStream, p)
+	b := make([]byte, 0, n)
+	b = append(b, `{"type":"stream","payload":{"execution_id":`...)
+	b = appendJSONString(b, execID)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, stream)
+	b = append(b, `,"data":"`...)
+	if encoding == "base64" {
+		b = base64.StdEncoding.AppendEncode(b, data)
+	} else {
+		b = appendJSONText(b, data)
+	}
+	b = append(b, `","seq":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	if encoding != "" {
+		b = append(b, `,"encoding":`...)
+		b = appendJSONString(b, encoding)
+	}
+	return append(b, "}}"...)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = appendJSONText(b, []byte(s))
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONText appends the JSON string escape of valid UTF-8 text,
+// without the quotes. Runs that need no escape are copied whole. U+2028
+// and U+2029 are escaped as encoding/json does, so the frame is also
+// valid JavaScript.
+func appendJSONText(b, s []byte) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0xe2 {
+			i++
+			continue
+		}
+		if c == 0xe2 {
+			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9) {
+				b = append(b, s[start:i]...)
+				b = append(b, `\u202`...)
+				b = append(b, hexDigits[s[i+2]&0xf])
+				i += 3
+				start = i
+				continue
+			}
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	return append(b, s[start:]...)
 }
 
 // toText decodes b as UTF-8, replacing each invalid byte with U+FFFD as
