@@ -11,9 +11,14 @@
 //   - Every read of an execution is scoped by tenant: Get with another
 //     tenant's id answers ErrNotFound, exactly as for an id that never
 //     existed.
-//   - Stream events are keyed by (execution_id, seq) and written in batches;
-//     Events returns them in seq order, so a replay after a restart sees the
-//     same events, once each, that a live client saw.
+//   - Stream events are keyed by (execution_id, seq) and written in batches
+//     to one append-only log file per execution in the directory beside the
+//     database (its path plus "-events"), since output is the bulk of what
+//     is persisted and SQLite would write it twice a page at a time. Events
+//     returns them in seq order, with any an older version wrote into the
+//     stream_events table, so a replay after a restart sees the same
+//     events, once each, that a live client saw. A record cut short by a
+//     crash ends its log.
 //   - MarkRunningUnknown turns every RUNNING record into UNKNOWN. A new
 //     server process cannot know whether an old command finished or what it
 //     changed, so it never replays one; callers reconcile deliberately.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -70,6 +71,8 @@ type Ref struct {
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
+	// eventsDir holds one event log per execution (eventlog.go).
+	eventsDir string
 }
 
 // Option configures Open.
@@ -123,7 +126,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", filepath.Base(abs), err)
 	}
 	db.SetMaxOpenConns(8)
-	s := &Store{db: db, now: o.now}
+	eventsDir := abs + "-events"
+	if err := os.MkdirAll(eventsDir, 0o700); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: create event directory: %w", err)
+	}
+	s := &Store{db: db, now: o.now, eventsDir: eventsDir}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -287,39 +295,37 @@ func (s *Store) CleanupOld(ctx context.Context, cutoff time.Time) ([]Ref, error)
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("store: cleanup: %w", err)
 	}
+	for _, r := range refs {
+		if err := s.removeLog(r.ExecutionID); err != nil {
+			return refs, err
+		}
+	}
 	return refs, nil
 }
 
-// AppendEvents writes events in one transaction. Re-appending an event
-// already stored (same execution and seq) is a no-op, so a retried batch
-// never duplicates output.
+// AppendEvents writes events to their executions' event logs, each
+// execution's batch in one write. Re-appending an event already stored
+// (same execution and seq) is harmless: Events returns it once.
 func (s *Store) AppendEvents(ctx context.Context, events []Event) error {
-	if len(events) == 0 {
-		return nil
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: append events: %w", err)
 	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx,
-		`INSERT OR IGNORE INTO stream_events (execution_id, seq, stream, data) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("store: append events: %w", err)
-	}
-	defer stmt.Close()
-	for _, e := range events {
-		if _, err := stmt.ExecContext(ctx, e.ExecutionID, e.Seq, e.Stream, e.Data); err != nil {
-			return fmt.Errorf("store: append events: %w", err)
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && events[j].ExecutionID == events[i].ExecutionID {
+			j++
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: append events: %w", err)
+		if err := s.appendLog(events[i].ExecutionID, events[i:j]); err != nil {
+			return err
+		}
+		i = j
 	}
 	return nil
 }
 
-// Events returns the events of id with seq > afterSeq, in seq order.
+// Events returns the events of id with seq > afterSeq, in seq order, each
+// once: those an older version wrote into the database, then the event
+// log.
 func (s *Store) Events(ctx context.Context, id string, afterSeq int64) ([]Event, error) {
 	rows, err := s.db.QueryContext(ctx,
 		`SELECT seq, stream, data FROM stream_events WHERE execution_id = ? AND seq > ? ORDER BY seq`,
@@ -339,7 +345,22 @@ func (s *Store) Events(ctx context.Context, id string, afterSeq int64) ([]Event,
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: events %s: %w", id, err)
 	}
-	return out, nil
+	logged, err := s.readLog(id, afterSeq)
+	if err != nil {
+		return nil, err
+	}
+	if len(logged) == 0 {
+		return out, nil
+	}
+	all := append(out, logged...)
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
+	uniq := all[:0]
+	for _, e := range all {
+		if len(uniq) == 0 || e.Seq != uniq[len(uniq)-1].Seq {
+			uniq = append(uniq, e)
+		}
+	}
+	return uniq, nil
 }
 
 // CountByStatus returns how many records each status has, for metrics and
