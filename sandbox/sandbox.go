@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/pulse-agent/pulse/audit"
@@ -102,6 +103,14 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	s.scrubber, err = secrets.New(values, secrets.WithSecrets(named...))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: secrets: %w", err)
+	}
+
+	// The workspace's state directory must be a real directory: a
+	// repository that ships .pulse as a symlink would otherwise have the
+	// audit log and the staged bytes written wherever it points.
+	if fi, err := os.Lstat(filepath.Join(abs, pathguard.ReservedDir)); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("sandbox: %s in the workspace is not a directory (a symlink?); refusing to write state through it",
+			pathguard.ReservedDir)
 	}
 
 	if o.auditLogger != nil {
@@ -199,8 +208,25 @@ func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	if _, err := s.decide(ctx, policy.Read, path, ""); err != nil {
-		return nil, err
+	// The policy sees the path as the caller spelled it (cleaned, relative
+	// to the workspace) and as it resolves through symlinks, and both must
+	// be allowed: neither an absolute spelling nor a link can walk past a
+	// rule.
+	targets := []string{path}
+	if rel, err := s.workspaceRel(path); err == nil {
+		targets[0] = rel
+	}
+	if abs, err := s.guard.Resolve(path); err == nil {
+		if rel, err := filepath.Rel(s.workspace, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			targets = append(targets, filepath.ToSlash(rel))
+		} else {
+			targets = append(targets, abs)
+		}
+	}
+	for _, t := range targets {
+		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
+			return nil, err
+		}
 	}
 	data, err := s.guard.ReadFile(path)
 	if err != nil {

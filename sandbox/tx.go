@@ -54,13 +54,20 @@ func (s *Sandbox) Stage(ctx context.Context, tx *cowfs.Tx, path string, data []b
 		return err
 	}
 	defer s.running.Done()
+	path, err := s.workspaceRel(path)
+	if err != nil {
+		return err
+	}
 	if _, err := s.decide(ctx, policy.Write, path, ""); err != nil {
 		return err
 	}
-	if s.scrubber.ContainsBytes(data) {
+	if err := s.checkSideEffects(ctx, cowfs.WriteOp(path, nil, mode)); err != nil {
+		return err
+	}
+	if s.scrubber.Contains(path) || s.scrubber.ContainsBytes(data) {
 		s.record(ctx, audit.Event{Action: "write", Target: path, Decision: "deny",
 			Detail: "staged content contains a configured secret"})
-		return fmt.Errorf("%w: %s", ErrSecretInContent, path)
+		return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(path))
 	}
 	if err := tx.Write(path, data, mode); err != nil {
 		return err
@@ -75,7 +82,14 @@ func (s *Sandbox) StageDelete(ctx context.Context, tx *cowfs.Tx, path string) er
 		return err
 	}
 	defer s.running.Done()
+	path, err := s.workspaceRel(path)
+	if err != nil {
+		return err
+	}
 	if _, err := s.decide(ctx, policy.Delete, path, ""); err != nil {
+		return err
+	}
+	if err := s.checkSideEffects(ctx, cowfs.DeleteOp(path)); err != nil {
 		return err
 	}
 	if err := tx.Delete(path); err != nil {
@@ -83,6 +97,18 @@ func (s *Sandbox) StageDelete(ctx context.Context, tx *cowfs.Tx, path string) er
 	}
 	s.record(ctx, audit.Event{Action: "delete-staged", Target: path, Decision: "allow", Detail: "transaction " + tx.ID()})
 	return nil
+}
+
+// checkSideEffects refuses (audited) an operation that would remove or
+// replace a path the policy protects.
+func (s *Sandbox) checkSideEffects(ctx context.Context, op cowfs.Op) error {
+	hit := s.sideEffectDenied(op)
+	if hit == "" {
+		return nil
+	}
+	detail := fmt.Sprintf("would also remove or replace %s, which the policy protects", hit)
+	s.record(ctx, audit.Event{Action: string(op.Kind), Target: op.Path, Decision: "deny", Detail: detail})
+	return fmt.Errorf("%w: %s %q %s", ErrPolicyDenied, op.Kind, op.Path, detail)
 }
 
 // Preview returns tx's changes as a git-style unified diff.
@@ -134,13 +160,18 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 }
 
 // stageOverlay turns what a command wrote into a pending transaction.
-// Each path is checked like a Stage call: a path the policy denies, under
-// .pulse/, or containing a secret is left out and listed in res.Refused.
+// Each path is checked like a Stage call — reserved (.pulse/), denied by
+// the policy, refused by the Approver, carrying a secret in its content,
+// its name or its link target, or removing or replacing a path the policy
+// protects — and a refused path is left out and listed in res.Refused.
+// Deletions are staged before files, so that a path the command removed
+// and made again (a file turned into a directory) ends as it made it.
 //
 // With WithAutoCommit the transaction is committed at once unless review
-// is set (the command itself was an Ask) — auto-commit is the caller's
-// standing approval of the Ask the default policy puts on writes, not of
-// a command a person was meant to look at.
+// is set: the command itself, or one of its paths, was an Ask of a rule
+// and no Approver answered it. Auto-commit is the caller's standing
+// approval of the Ask the default policy puts on every write, not of
+// something a rule singled out for a person.
 func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *backend.Overlay, review bool, res *Result) error {
 	tx, err := s.cow.Begin(fmt.Sprintf("exec %s: %s", execID, cmdStr))
 	if err != nil {
@@ -148,7 +179,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 	}
 	// Every path is checked first and the allowed ones are staged in one
 	// batch (a fixed number of fsyncs, not three per path); the outcome
-	// of each path is then reported in overlay order, as if staged alone.
+	// of each path is then reported in order, as if staged alone.
 	type outcome struct {
 		path   string
 		action string // audit action when staged
@@ -159,12 +190,32 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 		outs []outcome
 		ops  []cowfs.Op
 	)
-	refusal := func(a policy.Action, path string) string {
-		if pathguard.IsReserved(path) {
+	check := func(a policy.Action, op cowfs.Op) string {
+		if pathguard.IsReserved(op.Path) {
 			return "reserved path"
 		}
-		if s.o.policy.Evaluate(a, path) == policy.Deny {
+		if s.scrubber.Contains(op.Path) {
+			return "path contains a configured secret"
+		}
+		switch s.o.policy.Evaluate(a, op.Path) {
+		case policy.Allow:
+		case policy.Ask:
+			if s.o.approver != nil {
+				ok, err := s.o.approver(ctx, a, op.Path)
+				if err != nil {
+					return "approval failed: " + err.Error()
+				}
+				if !ok {
+					return "policy asks and the approver refused"
+				}
+			} else if s.askedByRule(a, op.Path) {
+				review = true
+			}
+		default:
 			return fmt.Sprintf("policy denies %s", a)
+		}
+		if hit := s.sideEffectDenied(op); hit != "" {
+			return fmt.Sprintf("would also remove or replace %s, which the policy protects", hit)
 		}
 		return ""
 	}
@@ -176,31 +227,37 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 		}
 		outs = append(outs, o)
 	}
+	for _, p := range ov.Deleted {
+		op := cowfs.DeleteOp(p)
+		add(p, "delete-staged", check(policy.Delete, op), op)
+	}
 	for _, f := range ov.Files {
-		if r := refusal(policy.Write, f.Path); r != "" {
-			add(f.Path, "", r, cowfs.Op{})
-			continue
-		}
+		var op cowfs.Op
 		switch {
 		case f.Mode&fs.ModeDir != 0:
-			add(f.Path, "write-staged", "", cowfs.MkdirOp(f.Path, f.Mode.Perm()))
+			op = cowfs.MkdirOp(f.Path, f.Mode.Perm())
 		case f.Mode&fs.ModeSymlink != 0:
-			add(f.Path, "write-staged", "", cowfs.SymlinkOp(string(f.Data), f.Path))
+			if s.scrubber.ContainsBytes(f.Data) {
+				add(f.Path, "", "link target contains a configured secret", cowfs.Op{})
+				continue
+			}
+			op = cowfs.SymlinkOp(string(f.Data), f.Path)
 		case !f.Mode.IsRegular():
 			add(f.Path, "", "not a regular file, directory or symlink: "+f.Mode.Type().String(), cowfs.Op{})
-		case s.scrubber.ContainsBytes(f.Data):
-			add(f.Path, "", "content contains a configured secret", cowfs.Op{})
+			continue
 		default:
-			add(f.Path, "write-staged", "", cowfs.WriteOp(f.Path, f.Data, f.Mode.Perm()))
+			if s.scrubber.ContainsBytes(f.Data) {
+				add(f.Path, "", "content contains a configured secret", cowfs.Op{})
+				continue
+			}
+			op = cowfs.WriteOp(f.Path, f.Data, f.Mode.Perm())
 		}
-	}
-	for _, p := range ov.Deleted {
-		add(p, "delete-staged", refusal(policy.Delete, p), cowfs.DeleteOp(p))
+		add(f.Path, "write-staged", check(policy.Write, op), op)
 	}
 	var errs []error
 	if len(ops) > 0 {
 		// Staged even when ctx has ended (a cancelled command's writes are
-		// kept for review), as the single calls used to be.
+		// kept for review).
 		var batchErr error
 		if errs, batchErr = tx.Stage(context.WithoutCancel(ctx), ops); batchErr != nil {
 			// Nothing of the batch was staged: each path fails with it.
@@ -209,26 +266,41 @@ func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *b
 				errs[i] = batchErr
 			}
 		}
+		// What the transaction would really do is checked once more: a
+		// path the checks above missed is not a reason to trust the rest.
+		if hit := s.changesDenied(tx); hit != "" {
+			if err := tx.Discard(); err != nil {
+				s.log.Error("discarding a refused transaction", "tx", tx.ID(), "err", err)
+			}
+			tx = nil
+			for i := range errs {
+				errs[i] = fmt.Errorf("the command's writes would change %s, which the policy protects; none were staged", hit)
+			}
+		}
 	}
-	// One audit event per path, in overlay order, recorded as one batch:
-	// one lock and one write for the lot instead of one per path, and no
-	// other writer's line between them.
+	// One audit event per path, in order, recorded as one batch: one lock
+	// and one write for the lot, and no other writer's line between them.
+	// Paths reported to the caller are scrubbed like everything else.
 	events := make([]audit.Event, 0, len(outs))
 	for _, o := range outs {
 		reason := o.reason
 		if o.op >= 0 && errs[o.op] != nil {
 			reason = errs[o.op].Error()
 		}
+		shown := s.scrubber.Redact(o.path)
 		if reason != "" {
-			res.Refused = append(res.Refused, RefusedPath{Path: o.path, Reason: reason})
+			res.Refused = append(res.Refused, RefusedPath{Path: shown, Reason: reason})
 			events = append(events, audit.Event{ExecutionID: execID, Action: "write", Target: o.path, Decision: "deny", Detail: reason})
 			continue
 		}
-		res.Staged = append(res.Staged, o.path)
+		res.Staged = append(res.Staged, shown)
 		events = append(events, audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
 			Detail: "transaction " + tx.ID()})
 	}
 	s.recordBatch(ctx, "stage-overlay", events)
+	if tx == nil {
+		return nil
+	}
 	if len(res.Staged) == 0 {
 		return tx.Discard()
 	}
