@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -25,6 +26,9 @@ const manifestName = ".pulse/overlay.json"
 
 // packLimits bounds a packed workspace.
 type packLimits struct {
+	// symlinks: the server accepts symlinks that stay inside the
+	// workspace, so those are packed; others are still left out.
+	symlinks   bool
 	compressed int64
 	unpacked   int64
 	members    int
@@ -60,8 +64,10 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 
 // pack writes the workspace at dir as a gzip-compressed tar, as the
 // server's upload accepts it: regular files and directories only, with
-// clean relative names, and nothing under .pulse/. Symlinks and special
-// files are left out (the server refuses them) and listed in skipped.
+// clean relative names, and nothing under .pulse/. Special files, and
+// symlinks unless lim.symlinks allows those that stay inside the
+// workspace, are left out (the server refuses them) and listed in
+// skipped.
 // Every limit is checked while packing, so an over-large workspace is
 // refused before a byte is sent.
 func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
@@ -132,6 +138,19 @@ func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
 			}
 			defer f.Close()
 			return add(hdr, io.LimitReader(f, info.Size()))
+		case info.Mode()&fs.ModeSymlink != 0 && lim.symlinks:
+			target, err := os.Readlink(p2)
+			if err != nil {
+				return err
+			}
+			// The server's own rule, so that it never refuses the upload
+			// for a link that could have been left out.
+			if artifact.CheckLinkTarget(rel, target) != nil || artifact.ResolveInside(dir, rel) != nil {
+				p.skipped = append(p.skipped, rel)
+				return nil
+			}
+			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, target, 0o777
+			return add(hdr, nil)
 		default:
 			p.skipped = append(p.skipped, rel)
 			return nil

@@ -16,9 +16,10 @@
 //     checks enforcement fails closed. Exec refuses with
 //     backend.ErrUnsupported a mode the server cannot enforce, before
 //     anything is sent.
-//   - Exec packs the workspace as a tar.gz (regular files and directories;
-//     .pulse/ excluded; symlinks and special files left out and logged,
-//     since the server refuses them), checks the server's size limits
+//   - Exec packs the workspace as a tar.gz (regular files and directories,
+//     and symlinks that stay inside the workspace when the server lists
+//     the symlinks feature; .pulse/ excluded; other symlinks and special
+//     files left out and logged, since the server refuses them), checks the server's size limits
 //     before sending (ErrTooLarge), uploads it, submits the command with
 //     "encoding": "base64" so output is byte-exact (and, to a server that
 //     lists the feature, "result_output": "omit", so the result does not

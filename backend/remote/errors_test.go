@@ -266,28 +266,52 @@ func TestStdinWithArgsAndDir(t *testing.T) {
 	}
 }
 
-// TestSymlinksLeftOut: the server refuses symlinks in uploads, so they
-// are left out rather than failing the command.
-func TestSymlinksLeftOut(t *testing.T) {
+// TestSymlinks: a server that accepts symlinks gets those that stay
+// inside the workspace, and a command sees them; one that leads out is
+// left out. Against a server without the feature every symlink is left
+// out, since it would refuse the whole upload. The workspace itself may
+// be reached through a symlink.
+func TestSymlinks(t *testing.T) {
 	ts := startServer(t)
-	b := newBackend(t, ts.url)
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "real.txt"), []byte("real\n"), 0o644)
+	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
 	if err := os.Symlink("real.txt", filepath.Join(ws, "link.txt")); err != nil {
 		t.Skipf("symlinks unavailable: %v", err)
 	}
-	// The workspace itself is reached through a symlink.
+	os.Symlink("../real.txt", filepath.Join(ws, "sub", "up.txt"))
+	os.Symlink("../../etc/passwd", filepath.Join(ws, "sub", "out"))
+	os.Symlink("/etc/passwd", filepath.Join(ws, "abs"))
 	alias := filepath.Join(t.TempDir(), "alias")
 	if err := os.Symlink(ws, alias); err != nil {
 		t.Fatal(err)
 	}
-	var out buffer
-	res, err := b.Exec(context.Background(), &backend.Request{Workspace: alias, Shell: "cat real.txt; if test -e link.txt; then echo link; fi", Network: allowAll, Stdout: &out})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("Exec: %v %+v", err, res)
-	}
-	if out.String() != "real\n" {
-		t.Errorf("stdout %q", out.String())
+	script := "cat real.txt; for l in link.txt sub/up.txt sub/out abs; do if test -L $l; then echo \"$l -> $(readlink $l): $(cat $l 2>/dev/null | head -c 5)\"; fi; done"
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "symlinks accepted", true: "older server"}[legacy], func(t *testing.T) {
+			b := newBackend(t, ts.url)
+			if legacy {
+				b.mu.Lock()
+				b.legacy = true
+				b.mu.Unlock()
+				probe(b)
+			}
+			var out buffer
+			res, err := b.Exec(context.Background(), &backend.Request{Workspace: alias, Shell: script, Network: allowAll, Stdout: &out})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("Exec: %v %+v", err, res)
+			}
+			want := "real\nlink.txt -> real.txt: real\nsub/up.txt -> ../real.txt: real\n"
+			if legacy {
+				want = "real\n"
+			}
+			if out.String() != want {
+				t.Errorf("stdout %q, want %q", out.String(), want)
+			}
+			if len(res.Overlay.Files) != 0 || len(res.Overlay.Deleted) != 0 {
+				t.Errorf("overlay %+v", res.Overlay)
+			}
+		})
 	}
 }
 

@@ -289,7 +289,8 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if err != nil {
 		return nil, invalid("workspace: %v", err)
 	}
-	pk, err := pack(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers})
+	pk, err := pack(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
+		symlinks: info.features[featureSymlinks]})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,8 @@ const (
 	// featureResultOutput: submit takes result_output "omit", so the
 	// result does not repeat output already streamed.
 	featureResultOutput = "result_output"
+	// featureSymlinks: uploads may hold symlinks that stay inside.
+	featureSymlinks = "symlinks"
 )
 
 // errFrame is wrapped by every decoding error of a server frame.

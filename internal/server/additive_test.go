@@ -1,7 +1,9 @@
 package server
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -296,4 +298,51 @@ func toTextIf(cond bool, b []byte) []byte {
 		return toText(b)
 	}
 	return b
+}
+
+// linkTargz is an upload of a file and the given symlinks (name, target).
+func linkTargz(t *testing.T, links ...[2]string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: "real.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5})
+	tw.Write([]byte("real\n"))
+	for _, l := range links {
+		if err := tw.WriteHeader(&tar.Header{Name: l[0], Typeflag: tar.TypeSymlink, Linkname: l[1], Mode: 0o777}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	zw.Close()
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
+}
+
+// Uploads may hold symlinks that stay inside the workspace; one that
+// leads out fails the whole upload, as every symlink did before.
+func TestUploadSymlinks(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	caps, _ := c.do(ActionCapabilities, nil)
+	if !hasFeature(caps, FeatureSymlinks) {
+		t.Fatalf("capabilities do not advertise symlinks: %s", caps.raw)
+	}
+	up, _ := c.do(ActionUpload, map[string]any{"execution_id": "ln-1", "data": linkTargz(t, [2]string{"link", "real.txt"}, [2]string{"d/up", "../real.txt"})})
+	if up.str("status") != StatusUploaded {
+		t.Fatalf("upload: %s", up.raw)
+	}
+	c.submit("ln-1", "cat link d/up; readlink d/up", nil)
+	if res, _ := c.untilResult("ln-1", nil); res.str("stdout") != "real\nreal\n../real.txt\n" || res.Payload["artifact"] != false {
+		t.Fatalf("result: %s", res.raw)
+	}
+	for i, bad := range [][][2]string{
+		{{"out", "../x"}},
+		{{"abs", "/etc/passwd"}},
+		{{"a/b", ".."}, {"c", "a/b/../x"}},
+	} {
+		id := fmt.Sprintf("ln-bad-%d", i)
+		if r, _ := c.do(ActionUpload, map[string]any{"execution_id": id, "data": linkTargz(t, bad...)}); r.Type != TypeError || r.str("code") != codeUpload {
+			t.Fatalf("upload of %v: %s", bad, r.raw)
+		}
+	}
 }

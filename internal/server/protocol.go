@@ -97,7 +97,7 @@ const (
 // Features are the additive submit fields this server understands,
 // listed in the capabilities reply so that a client uses one only when
 // the server will honour it.
-var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput}
+var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks}
 
 // Feature names of the capabilities reply.
 const (
@@ -105,6 +105,9 @@ const (
 	FeatureLimits = "limits"
 	// FeatureResultOutput: submit takes result_output "omit".
 	FeatureResultOutput = "result_output"
+	// FeatureSymlinks: upload_artifact accepts symlinks that stay inside
+	// the workspace.
+	FeatureSymlinks = "symlinks"
 )
 
 // maxCPUs bounds the cpus limit a submit may ask for.

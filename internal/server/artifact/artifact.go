@@ -126,6 +126,7 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 	tr := tar.NewReader(io.LimitReader(zr, budget))
 	var members int
 	var written int64
+	var links []string
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -143,11 +144,37 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 			return err
 		}
 		switch hdr.Typeflag {
-		case tar.TypeReg, tar.TypeDir:
+		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
 		default:
-			return fmt.Errorf("%q: type %q is not a regular file or directory: %w", hdr.Name, hdr.Typeflag, ErrUnsafe)
+			return fmt.Errorf("%q: type %q is not a regular file, directory or symlink: %w", hdr.Name, hdr.Typeflag, ErrUnsafe)
 		}
 		if name == "." || pathguard.IsReserved(name) {
+			if hdr.Typeflag == tar.TypeSymlink && name == "." {
+				return fmt.Errorf("%q: the root cannot be a symlink: %w", hdr.Name, ErrUnsafe)
+			}
+			continue
+		}
+		if hdr.Typeflag == tar.TypeSymlink {
+			if err := CheckLinkTarget(name, hdr.Linkname); err != nil {
+				return err
+			}
+			if d := path.Dir(name); d != "." {
+				if err := root.MkdirAll(d, 0o755); err != nil {
+					return fmt.Errorf("artifact: %q: %w", name, err)
+				}
+			}
+			// os.Root creates the link only inside dir, and refuses to
+			// follow any link out of it for every later member.
+			if err := root.Symlink(hdr.Linkname, name); err != nil {
+				return fmt.Errorf("artifact: %q: %v: %w", name, err, ErrUnsafe)
+			}
+			links = append(links, name)
+			// Checked now, before a later member can write through it,
+			// and all again at the end, since a later link can change
+			// where an earlier one leads.
+			if err := resolveInside(dir, name); err != nil {
+				return err
+			}
 			continue
 		}
 		if hdr.Typeflag == tar.TypeDir {
@@ -185,6 +212,86 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 		if err := root.Chmod(name, perm); err != nil {
 			return fmt.Errorf("artifact: %q: %w", name, err)
 		}
+	}
+	return checkLinks(dir, links)
+}
+
+// CheckLinkTarget accepts a symlink at name (clean, relative) whose target
+// is relative and, read lexically from the link's directory, stays inside
+// the workspace and outside the reserved .pulse directory.
+func CheckLinkTarget(name, target string) error {
+	if target == "" || strings.ContainsRune(target, 0) || strings.Contains(target, "\\") || len(target) > pathguard.MaxPathLen {
+		return fmt.Errorf("%q -> %q: bad target: %w", name, target, ErrUnsafe)
+	}
+	if strings.HasPrefix(target, "/") || (len(target) >= 2 && target[1] == ':') {
+		return fmt.Errorf("%q -> %q: absolute target: %w", name, target, ErrUnsafe)
+	}
+	resolved := path.Join(path.Dir(name), target)
+	if resolved == ".." || strings.HasPrefix(resolved, "../") {
+		return fmt.Errorf("%q -> %q: target leaves the workspace: %w", name, target, ErrUnsafe)
+	}
+	if resolved != "." && pathguard.IsReserved(resolved) {
+		return fmt.Errorf("%q -> %q: target is reserved: %w", name, target, ErrUnsafe)
+	}
+	return nil
+}
+
+// checkLinks resolves every extracted symlink for real, following any
+// other link on its way, and refuses the archive if one leads out of dir:
+// the lexical check alone would miss "c -> a/b/.." where a/b is itself a
+// link to "..". Resolution goes component by component, so a target
+// that does not exist (a dangling link) is judged too.
+func checkLinks(dir string, links []string) error {
+	for _, name := range links {
+		if err := resolveInside(dir, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxLinkHops bounds link-following, as the kernel's ELOOP does.
+const maxLinkHops = 40
+
+// ResolveInside follows the slash-separated relative name inside dir, link
+// by link, and reports ErrUnsafe when any step climbs above dir or meets
+// an absolute target. A missing component ends nothing: the rest is
+// followed lexically.
+func ResolveInside(dir, name string) error { return resolveInside(dir, name) }
+
+func resolveInside(dir, name string) error {
+	var cur []string
+	rest := strings.Split(name, "/")
+	hops := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return fmt.Errorf("%q resolves outside the workspace: %w", name, ErrUnsafe)
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(path.Join(append(cur, c)...)))
+		info, err := os.Lstat(p)
+		if err != nil || info.Mode()&fs.ModeSymlink == 0 {
+			// Missing or not a link: the name stays where it is.
+			cur = append(cur, c)
+			continue
+		}
+		hops++
+		if hops > maxLinkHops {
+			return fmt.Errorf("%q: too many links: %w", name, ErrUnsafe)
+		}
+		target, err := os.Readlink(p)
+		if err != nil || strings.HasPrefix(target, "/") {
+			return fmt.Errorf("%q leads to an absolute or unreadable link: %w", name, ErrUnsafe)
+		}
+		rest = append(strings.Split(target, "/"), rest...)
 	}
 	return nil
 }

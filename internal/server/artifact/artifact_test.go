@@ -277,13 +277,16 @@ func TestSnapshotDiff(t *testing.T) {
 }
 
 // FuzzExtract feeds arbitrary archives to Extract: it must never panic, and
-// whatever it accepts must hold only regular files and directories inside
-// the workspace.
+// whatever it accepts must hold only regular files, directories and
+// symlinks that resolve inside the workspace.
 func FuzzExtract(f *testing.F) {
 	f.Add(build(f, reg("a/b", "x"), member{hdr: tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}}))
 	f.Add(build(f, reg("../x", "x")))
 	f.Add(build(f, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/"}}))
 	f.Add([]byte{0x1f, 0x8b, 8, 0})
+	f.Add(build(f, member{hdr: tar.Header{Name: "a/b", Typeflag: tar.TypeSymlink, Linkname: ".."}},
+		member{hdr: tar.Header{Name: "c", Typeflag: tar.TypeSymlink, Linkname: "a/b/../x"}}))
+	f.Add(build(f, member{hdr: tar.Header{Name: "d", Typeflag: tar.TypeSymlink, Linkname: "sub"}}, reg("d/f", "x")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parent := t.TempDir()
 		ws := filepath.Join(parent, "ws")
@@ -304,6 +307,14 @@ func FuzzExtract(f *testing.F) {
 				t.Fatal(err)
 			}
 			info, _ := d.Info()
+			if info.Mode()&fs.ModeSymlink != 0 {
+				// A link is accepted only when it resolves inside.
+				rel, _ := filepath.Rel(ws, p)
+				if err := resolveInside(ws, filepath.ToSlash(rel)); err != nil {
+					t.Fatalf("accepted link %s: %v", rel, err)
+				}
+				return nil
+			}
 			if !info.Mode().IsRegular() && !info.IsDir() {
 				t.Fatalf("%s has mode %v", p, info.Mode())
 			}
@@ -316,4 +327,55 @@ func FuzzExtract(f *testing.F) {
 			t.Fatalf("unpacked %d bytes over the limit", total)
 		}
 	})
+}
+
+// Symlinks whose target stays inside the workspace are extracted, even
+// dangling ones and links to directories that later members write
+// through; any that leads out, however indirectly, refuses the archive.
+func TestExtractSymlinks(t *testing.T) {
+	link := func(name, target string) member {
+		return member{hdr: tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target}}
+	}
+	ws := filepath.Join(t.TempDir(), "ws")
+	data := build(t, reg("README", "hi"), link("docs/readme", "../README"), link("self", "."),
+		link("dangling", "not/yet/here"), link("d", "sub"), reg("sub/keep", "k"), reg("d/through", "via link"))
+	if err := Extract(data, ws, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"docs/readme": "../README", "self": ".", "dangling": "not/yet/here", "d": "sub"} {
+		if got, err := os.Readlink(filepath.Join(ws, name)); err != nil || got != want {
+			t.Fatalf("%s -> %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "docs/readme")); err != nil || string(b) != "hi" {
+		t.Fatalf("docs/readme reads %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "sub/through")); err != nil || string(b) != "via link" {
+		t.Fatalf("a file written through a link to a directory: %q, %v", b, err)
+	}
+
+	for name, ms := range map[string][]member{
+		"parent":            {link("l", "..")},
+		"nested parent":     {link("a/l", "../../x")},
+		"absolute":          {link("l", "/etc/passwd")},
+		"drive":             {link("l", "C:/x")},
+		"backslash":         {link("l", `..\x`)},
+		"reserved":          {link("l", ".pulse/state")},
+		"through a link":    {link("a/b", ".."), link("c", "a/b/../outside")},
+		"loop":              {link("x", "y"), link("y", "x")},
+		"empty target":      {link("l", "")},
+		"root is a link":    {link(".", "sub")},
+		"write out through": {link("a/b", ".."), link("c", "a/b/.."), reg("c/evil", "x")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			parent := t.TempDir()
+			ws := filepath.Join(parent, "ws")
+			if err := Extract(build(t, ms...), ws, Limits{}); !errors.Is(err, ErrUnsafe) {
+				t.Fatalf("err = %v, want ErrUnsafe", err)
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Fatalf("refused archive left %d entries", len(entries))
+			}
+		})
+	}
 }

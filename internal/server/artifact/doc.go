@@ -3,9 +3,13 @@
 // and packs what a command changed (an overlay) into the archive that
 // download_artifact returns.
 //
-// Extract fails closed. It accepts only regular files and directories with
-// relative, clean names; it refuses absolute names, any ".." element,
-// symlinks, hard links, devices, FIFOs and anything else, and it bounds the
+// Extract fails closed. It accepts only regular files, directories and
+// symlinks with relative, clean names, a symlink only when its target is
+// relative and stays inside the workspace both lexically (CheckLinkTarget)
+// and when resolved through every other link (ResolveInside, checked as
+// each link is made and again at the end); it refuses absolute names, any
+// ".." element in a name, other symlinks, hard links, devices, FIFOs and
+// anything else, and it bounds the
 // compressed size, the number of members and the bytes actually written
 // (counted while copying, not trusted from headers, so a gzip or tar bomb
 // stops at the limit). Files are created through an os.Root opened on the
