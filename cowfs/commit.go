@@ -155,7 +155,91 @@ func decodeWAL(b []byte) (*walFile, error) {
 		}
 		w.Ops = append(w.Ops, walOp{change: *r.Change, Prev: r.Prev})
 	}
+	if err := checkShape(w.Ops); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
 	return w, nil
+}
+
+// checkShape refuses a set of changes that creates something beneath a
+// path it makes a file, symlink or deletion. Staging never produces one
+// (the parents of a created path are staged as directories), but applied
+// in order it would create the entry through the new symlink, somewhere
+// else than its path says, and a link's ".." would climb from there.
+func checkShape(ops []walOp) error {
+	kind := make(map[string]ChangeKind, len(ops))
+	for i := range ops {
+		kind[ops[i].Path] = ops[i].Kind
+	}
+	for i := range ops {
+		if ops[i].Kind == KindDelete {
+			continue
+		}
+		for _, a := range ancestors(ops[i].Path) {
+			if k, ok := kind[a]; ok && k != KindMkdir {
+				return fmt.Errorf("%w: %q is created beneath a %s of %q", errCorrupt, ops[i].Path, k, a)
+			}
+		}
+	}
+	return nil
+}
+
+// checkLinks applies the symlink target rule (checkLinkTarget) again to
+// every link a commit would write: the stage log and the WAL are files
+// anyone with access to .pulse/cow can edit, so what was checked when a
+// link was staged is not trusted later. The one exception is an undo
+// restoring the link its commit replaced, whatever that link's target:
+// the workspace held it before, and undo must give it back. When the
+// undone entry is gone (a crash after the undo dropped it), such a link
+// is accepted only where it is already in place, so nothing is written.
+func (f *FS) checkLinks(w *walFile, recovering bool) error {
+	var restorable map[string]string
+	for i := range w.Ops {
+		op := &w.Ops[i]
+		if op.Kind != KindSymlink {
+			continue
+		}
+		err := checkLinkTarget(op.Path, op.Target)
+		if err == nil || w.Undoes == "" {
+			if err != nil {
+				return fmt.Errorf("cowfs: %q: %w", op.Path, err)
+			}
+			continue
+		}
+		if restorable == nil {
+			restorable = f.replacedLinks(w.Undoes)
+		}
+		if t, ok := restorable[op.Path]; ok && t == op.Target {
+			continue
+		}
+		if recovering {
+			if cur, serr := f.ws.snap(op.Path, nil); serr == nil && matchesAfter(op, cur) {
+				continue
+			}
+		}
+		return fmt.Errorf("cowfs: %q: %w (and undo of %s did not replace such a link)", op.Path, err, w.Undoes)
+	}
+	return nil
+}
+
+// replacedLinks returns the targets of the symlinks the done entry name
+// replaced or removed, by path; empty if the entry is gone or damaged.
+func (f *FS) replacedLinks(name string) map[string]string {
+	out := map[string]string{}
+	b, err := f.state.ReadFile("done/" + name + "/wal")
+	if err != nil {
+		return out
+	}
+	w, err := decodeWAL(b)
+	if err != nil {
+		return out
+	}
+	for i := range w.Ops {
+		if w.Ops[i].Before.Type == typeSymlink {
+			out[w.Ops[i].Path] = w.Ops[i].Before.Target
+		}
+	}
+	return out
 }
 
 // removesFirst reports whether applying op removes the entry at its path
@@ -215,6 +299,12 @@ func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
 	}
 	t.mu.Unlock()
 	sort.Slice(w.Ops, func(i, j int) bool { return w.Ops[i].Path < w.Ops[j].Path })
+	if err := checkShape(w.Ops); err != nil {
+		return nil, fmt.Errorf("cowfs: commit %s: staged changes: %w", t.id, err)
+	}
+	if err := f.checkLinks(w, false); err != nil {
+		return nil, fmt.Errorf("cowfs: commit %s refused: %w", t.id, err)
+	}
 
 	dir := t.dir()
 	f.state.RemoveAll(dir + "/prev")
@@ -810,6 +900,9 @@ func (f *FS) rollForward(dir, id string) error {
 	}
 	if w.ID != id {
 		return f.quarantine(id, fmt.Sprintf("WAL names transaction %s", w.ID))
+	}
+	if err := f.checkLinks(w, true); err != nil {
+		return f.quarantine(id, err.Error())
 	}
 	for i := range w.Ops {
 		if w.Ops[i].Kind == KindWrite {

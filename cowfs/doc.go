@@ -49,8 +49,30 @@
 // other hard links is replaced, not rewritten in place, so the other
 // names keep the old bytes. Setuid and setgid bits are never staged on
 // files (a sandboxed command must not plant a setuid program that a
-// privileged commit would install). Symlinks whose target is absolute or
-// leaves the workspace are refused when staged.
+// privileged commit would install).
+//
+// # Symlinks
+//
+// A committed link never leads a reader outside the workspace or into
+// .pulse. The kernel resolves ".." against the directory a symlinked
+// component led to, not lexically, so a target is judged by its
+// elements as written: it must be relative; ".." may only come as one
+// leading run, which climbs from the link's own directory and must stay
+// inside the workspace; and no element may be .pulse (in any case). So
+// "l/../../etc/passwd" is refused even though it cleans to etc/passwd:
+// with l a link to the workspace root it is the host's /etc/passwd.
+// The leading run climbs real directories, because Commit and recovery
+// check that every ancestor of what they create is one (and refuse a WAL
+// creating anything beneath a path it makes a file, link or deletion);
+// the rest only descends by name, through entries that are either real
+// or links under the same rule. Only a link the workspace already held
+// (placed there by its owner) can lead further.
+//
+// The rule is applied when a link is staged, again when it is committed
+// (a stage log is a file, edited or not since), and again to a WAL being
+// rolled forward, which is quarantined if it breaks it. The one
+// exception is Undo restoring a link its commit replaced, whatever its
+// target: the workspace held it before.
 //
 // # Diff
 //

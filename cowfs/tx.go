@@ -659,7 +659,8 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 }
 
 // Symlink stages a symlink at rel pointing to target. Targets that are
-// absolute, climb out of the workspace or point into .pulse are refused,
+// absolute, climb out of the workspace, have ".." after a name (it would
+// climb out of whatever that name links to) or name .pulse are refused,
 // so a committed link never leads a later reader outside the workspace.
 // Parents and an entry at rel are handled as by Write.
 func (t *Tx) Symlink(target, p string) error {
@@ -887,8 +888,9 @@ func checkChange(c *change) error {
 		}
 	case KindSymlink:
 		// The target policy (checkLinkTarget) is applied when a link is
-		// staged; undo may restore a pre-existing link of any target, so
-		// the record only has to be well formed.
+		// staged and again at commit and recovery (checkLinks), which
+		// know whether an undo restores a link the workspace held; the
+		// record itself only has to be well formed.
 		if c.Target == "" || strings.IndexByte(c.Target, 0) >= 0 || len(c.Target) > maxPathLen {
 			return fmt.Errorf("%w: %q: bad symlink target", errCorrupt, c.Path)
 		}
