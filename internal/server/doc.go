@@ -22,6 +22,11 @@
 //   - Uploads are extracted fail-closed (see package artifact); what a
 //     command changed is returned by download_artifact as an overlay
 //     archive with a deletions manifest.
+//   - Protocol extensions are additive and listed as features in the
+//     capabilities reply (stdin, limits, result_output on submit;
+//     symlinks in uploads). A client that uses none of them gets the
+//     behaviour of the Python server's protocol, save that an upload
+//     holding symlinks that stay inside the workspace is now accepted.
 //
 // Executors: Local runs commands with a backend.Backend on this machine;
 // Relay hands them to pulse-workers attached over gRPC.
