@@ -1,5 +1,7 @@
 package namespace
 
+import "golang.org/x/sys/unix"
+
 // initEnv marks a process as a sandbox init. Its value is the protocol
 // version, so a binary never mistakes an older parent's config for its own.
 const (
@@ -10,6 +12,10 @@ const (
 	// the command was exec'd.
 	configFd = 3
 	statusFd = 4
+	// traceEnv, set in the init's environment, makes it report the time
+	// of each set-up step on the status pipe ("phase <name> <ns>",
+	// CLOCK_MONOTONIC); the start-up profile test reads them.
+	traceEnv = "PULSE_NAMESPACE_TRACE"
 )
 
 // childConfig is everything the init needs, sent by the parent over the
@@ -30,6 +36,12 @@ type childConfig struct {
 	Mask      []string `json:"mask,omitempty"`
 	ReadWrite []string `json:"read_write,omitempty"`
 	Hostname  string   `json:"hostname"`
+	// LastCap is the highest capability number the kernel knows, read
+	// once by the backend (static config only).
+	LastCap int `json:"last_cap,omitempty"`
+	// Seccomp is the compiled filter program (static config only): the
+	// policy is fixed, so the backend compiles it once for every init.
+	Seccomp []unix.SockFilter `json:"seccomp,omitempty"`
 	// Rlimits; zero means leave the inherited limit.
 	FileSize int64 `json:"file_size,omitempty"`
 	NProc    int64 `json:"nproc,omitempty"`

@@ -31,6 +31,10 @@ func Init() {
 	// they are set on this thread, which then forks the command.
 	runtime.LockOSThread()
 	status := os.NewFile(statusFd, "status")
+	if os.Getenv(traceEnv) == "1" {
+		traceTo = status
+	}
+	phase("init")
 	err := initSandbox(v, status)
 	if status != nil {
 		fmt.Fprintf(status, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
@@ -71,14 +75,18 @@ func initSandbox(version string, status *os.File) error {
 	if err := dec.Decode(&static); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	phase("static-config")
 	if err := setupStatic(&static); err != nil {
 		return err
 	}
+	phase("static-setup")
 	var cfg childConfig
 	if err := dec.Decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
+	phase("request-config")
 	cfg.Root, cfg.Home, cfg.NewNet = static.Root, static.Home, static.NewNet
+	cfg.LastCap, cfg.Seccomp = static.LastCap, static.Seccomp
 	// The backend holds the config pipe open until it has what it needs
 	// from us. EOF means the backend's process is gone: end the sandbox
 	// (the kernel kills the rest of the namespace with us).
@@ -90,6 +98,7 @@ func initSandbox(version string, status *os.File) error {
 	if err := setupRequest(&cfg); err != nil {
 		return err
 	}
+	phase("request-mounts")
 	if err := os.Chdir(cfg.Dir); err != nil {
 		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
 	}
@@ -101,9 +110,12 @@ func initSandbox(version string, status *os.File) error {
 	if err != nil && !notFound {
 		return err
 	}
+	phase("resolve")
+	spareThread()
 	if err := restrictSelf(&cfg); err != nil {
 		return err
 	}
+	phase("restrict")
 	if notFound {
 		// Like a shell: the command was asked for but cannot exist here.
 		fmt.Fprintf(os.Stderr, "%s: command not found\n", cfg.Args[0])
@@ -122,6 +134,7 @@ func initSandbox(version string, status *os.File) error {
 		}
 		return fmt.Errorf("starting %s: %w", path, err)
 	}
+	phase("fork-exec")
 	fmt.Fprintf(status, "started %d\n", pid)
 	for {
 		var ws syscall.WaitStatus
@@ -134,6 +147,7 @@ func initSandbox(version string, status *os.File) error {
 			syscall.Exit(126)
 		}
 		if wpid == pid {
+			phase("command")
 			fmt.Fprintf(status, "exit %d\n", uint32(ws))
 			syscall.Exit(0)
 		}
@@ -199,6 +213,7 @@ func setupStatic(cfg *childConfig) error {
 			return err
 		}
 	}
+	phase("system-binds")
 	for _, m := range cfg.Mask {
 		if err := mask(root + m); err != nil {
 			return err
@@ -210,9 +225,11 @@ func setupStatic(cfg *childConfig) error {
 	if err := mountTmpfs(root+cfg.Home, "mode=0700"); err != nil {
 		return err
 	}
+	phase("masks-tmp-home")
 	if err := setupDev(root); err != nil {
 		return err
 	}
+	phase("dev")
 	if err := os.MkdirAll(root+"/proc", 0o755); err != nil {
 		return err
 	}
@@ -222,6 +239,7 @@ func setupStatic(cfg *childConfig) error {
 	if err := bindReadOnly(root+"/proc/sys", root+"/proc/sys"); err != nil {
 		return err
 	}
+	phase("proc")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
@@ -230,11 +248,21 @@ func setupStatic(cfg *childConfig) error {
 			return fmt.Errorf("bringing lo up: %w", err)
 		}
 	}
+	phase("hostname-lo")
 	// Signals the command sends to pid 1 reach the init only if it
-	// handles them: handle all and drop them (the channel is never read),
-	// so the command cannot end the init early. Handled signals are reset
-	// to their defaults in the forked command.
-	signal.Notify(make(chan os.Signal, 1))
+	// handles them. The Go runtime handles most signals from the start,
+	// and of those, the ones listed in initFatalSignals would end (or
+	// crash) the init: take them over and drop them (the channel is never
+	// read), so the command cannot end the init early. The others either
+	// stay at their default disposition, which the kernel ignores for a
+	// namespace's pid 1, or reach a runtime handler that ignores them.
+	// Enabling a signal costs a round trip to the runtime's signal
+	// thread, so enabling all of them (~60) cost milliseconds per start;
+	// TestInitSurvivesSignals sends every signal to prove the subset
+	// suffices. Handled signals are reset to their defaults in the forked
+	// command.
+	signal.Notify(make(chan os.Signal, 1), initFatalSignals...)
+	phase("signals")
 	// Not dumpable: the command, with the same uid, cannot open the init's
 	// /proc files (mem, environ, fds) while the init keeps capabilities on
 	// its other threads.
@@ -479,6 +507,44 @@ func setRlimits(cfg *childConfig) error {
 		return err
 	}
 	return set(unix.RLIMIT_DATA, cfg.Data, "data")
+}
+
+// spareThread makes the Go runtime start (or keep) one idle thread besides
+// this locked one, before the command starts counting against a pids
+// cgroup that also holds the init: while the init waits for the command,
+// the runtime hands its processor to another thread, and must not need to
+// create one then (a failed thread creation is fatal to the runtime, and
+// the init's death would kill the command). Blocking this locked goroutine
+// on a channel makes the runtime run the sender on another thread, which
+// then stays idle for later reuse.
+func spareThread() {
+	ch := make(chan struct{})
+	go func() { ch <- struct{}{} }()
+	<-ch
+}
+
+// initFatalSignals are the signals whose Go runtime handling ends the
+// process when nobody asked for them: terminate (SIGHUP, SIGINT, SIGTERM)
+// or crash with a trace (SIGQUIT, SIGABRT, SIGSYS, SIGSTKFLT, and the
+// fault signals, which the runtime takes for a fatal fault when a process
+// sends them).
+var initFatalSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT,
+	unix.SIGBUS, unix.SIGFPE, unix.SIGSEGV, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
+}
+
+// traceTo receives phase lines when the backend asked for a start-up
+// trace; nil otherwise.
+var traceTo *os.File
+
+// phase reports that the init finished the step name, with the time.
+func phase(name string) {
+	if traceTo == nil {
+		return
+	}
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	fmt.Fprintf(traceTo, "phase %s %d\n", name, ts.Nano())
 }
 
 // errNotFound is the init's "command not found", reported like a shell's

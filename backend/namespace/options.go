@@ -26,6 +26,9 @@ type options struct {
 	stateDir   string
 	hostname   string
 	noPrestart bool
+	// phaseHook, set by tests only, receives the start-up trace: each
+	// step of the backend and of the init, with its CLOCK_MONOTONIC time.
+	phaseHook func(name string, monoNs int64)
 }
 
 // WithoutPrestart stops the backend from starting, after each Exec, the

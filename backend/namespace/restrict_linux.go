@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -19,10 +20,10 @@ func restrictSelf(cfg *childConfig) error {
 	if err := applyLandlock(cfg); err != nil {
 		return err
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := dropCapabilities(cfg.LastCap); err != nil {
 		return err
 	}
-	if err := seccomp.LoadFilter(seccompFilter()); err != nil {
+	if err := loadSeccomp(cfg.Seccomp); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
 	if err := loadArchFilter(); err != nil {
@@ -43,6 +44,10 @@ const (
 	secbitNoCapAmbientRaiseLockd = 1 << 7
 )
 
+// hostLastCap is lastCap read once: every init of this process gets it in
+// its static config instead of reading /proc itself.
+var hostLastCap = sync.OnceValue(lastCap)
+
 func lastCap() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err == nil {
@@ -53,8 +58,11 @@ func lastCap() int {
 	return 63
 }
 
-func dropCapabilities() error {
-	for c := 0; c <= lastCap(); c++ {
+func dropCapabilities(last int) error {
+	if last <= 0 || last >= 64 {
+		last = lastCap()
+	}
+	for c := 0; c <= last; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
 		}
@@ -122,6 +130,43 @@ func seccompFilter() seccomp.Filter {
 			},
 		},
 	}
+}
+
+// compiledSeccomp is seccompFilter's BPF program, compiled once per
+// process and sent to every init: the policy is a constant, so compiling
+// it in each init would only repeat the same work on the critical path.
+var compiledSeccomp = sync.OnceValues(func() ([]unix.SockFilter, error) {
+	f := seccompFilter()
+	insts, err := f.Policy.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assembling the seccomp policy: %w", err)
+	}
+	prog := make([]unix.SockFilter, 0, len(insts))
+	for _, in := range insts {
+		raw, err := in.Assemble()
+		if err != nil {
+			return nil, fmt.Errorf("assembling the seccomp policy: %w", err)
+		}
+		prog = append(prog, unix.SockFilter{Code: raw.Op, Jt: raw.Jt, Jf: raw.Jf, K: raw.K})
+	}
+	return prog, nil
+})
+
+// loadSeccomp sets no_new_privs and installs prog, as seccomp.LoadFilter
+// does for seccompFilter (NoNewPrivs, no flags). An empty or oversized
+// program is refused: the init never runs a command unfiltered.
+func loadSeccomp(prog []unix.SockFilter) error {
+	if len(prog) == 0 || len(prog) > 4096 {
+		return fmt.Errorf("no usable filter program (%d instructions)", len(prog))
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // loadArchFilter adds what the library's filter cannot say: every syscall

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,9 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	// exit, and one processor keeps the init's threads (which count as
 	// pids) few.
 	cmd.Env = []string{initEnv + "=" + initVersion, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
+	if b.o.phaseHook != nil {
+		cmd.Env = append(cmd.Env, traceEnv+"=1")
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{cfgR, stW}
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
@@ -102,9 +106,15 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
 		GidMappingsEnableSetgroups: false,
 	}
+	prog, err := compiledSeccomp()
+	if err != nil {
+		return nil, err
+	}
+	b.phase("prepare")
 	if err = cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
+	b.phase("clone-exec")
 	p.cmd = cmd
 	p.home = sandboxHome()
 	static, err := json.Marshal(childConfig{
@@ -113,6 +123,8 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 		Mask:     etcMasks(),
 		Hostname: b.o.hostname,
 		NewNet:   newNet,
+		LastCap:  hostLastCap(),
+		Seccomp:  prog,
 	})
 	if err == nil {
 		_, err = cfgW.Write(static)
@@ -350,13 +362,19 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	}
 
 	status := readStatus(p.stR, func(line string) {
+		if rest, ok := strings.CutPrefix(line, "phase "); ok {
+			b.initPhase(rest)
+			return
+		}
 		if pid, ok := strings.CutPrefix(line, "started "); ok && cg != nil && pid != "0" {
 			if err := cg.tightenPids(lim.Pids, p.cmd.Process.Pid); err != nil {
 				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
 			}
 		}
 	})
+	b.phase("status-eof")
 	waitErr := p.cmd.Wait()
+	b.phase("init-reaped")
 	close(done)
 	copied := make(chan struct{})
 	go func() { copies.Wait(); close(copied) }()
@@ -373,6 +391,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		}
 	}
 	out.stop()
+	b.phase("output-copied")
 	dur := time.Since(start)
 
 	st := parseStatus(status)
@@ -426,6 +445,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
 	}
 	res.Overlay = ov
+	b.phase("overlay-read")
 	return res, nil
 }
 
@@ -440,5 +460,26 @@ func (b *Backend) waitWarm() {
 			return
 		}
 		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// phase reports a step of the backend's side to the start-up trace hook.
+func (b *Backend) phase(name string) {
+	if b.o.phaseHook == nil {
+		return
+	}
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	b.o.phaseHook(name, ts.Nano())
+}
+
+// initPhase passes on a "phase <name> <ns>" line of the init.
+func (b *Backend) initPhase(rest string) {
+	if b.o.phaseHook == nil {
+		return
+	}
+	name, ns, _ := strings.Cut(rest, " ")
+	if n, err := strconv.ParseInt(ns, 10, 64); err == nil {
+		b.o.phaseHook("init:"+name, n)
 	}
 }

@@ -1,0 +1,118 @@
+package namespace
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// startupSteps are the steps of a cold Exec in the order they happen: the
+// backend's (plain names) and the init's ("init:" names), each timed when
+// it ends.
+var startupSteps = []string{
+	"prepare", "clone-exec",
+	"init:init", "init:static-config", "init:system-binds", "init:masks-tmp-home", "init:dev",
+	"init:proc", "init:hostname-lo", "init:signals", "init:static-setup", "init:request-config",
+	"init:request-mounts", "init:resolve", "init:restrict", "init:fork-exec", "init:command",
+	"status-eof", "init-reaped", "output-copied", "overlay-read",
+}
+
+// TestStartupPhases is the start-up profile: it traces cold Execs of
+// `true` step by step (the init reports its steps over the status pipe)
+// and logs the mean time of each step (go test -v -run StartupPhases).
+// It asserts that every step is reported, once, in order.
+func TestStartupPhases(t *testing.T) {
+	nb := newBackend(t, WithoutPrestart())
+	ws := t.TempDir()
+	type mark struct {
+		name string
+		ns   int64
+	}
+	var (
+		mu    sync.Mutex
+		marks []mark
+	)
+	nb.o.phaseHook = func(name string, ns int64) {
+		mu.Lock()
+		marks = append(marks, mark{name, ns})
+		mu.Unlock()
+	}
+	const n = 10
+	sum := map[string]time.Duration{}
+	var total time.Duration
+	for i := 0; i < n; i++ {
+		mu.Lock()
+		marks = marks[:0]
+		mu.Unlock()
+		t0 := monoNow()
+		res, _, _ := runCmd(t, nb, &backend.Request{Workspace: ws, Args: []string{"true"}})
+		if res.ExitCode != 0 {
+			t.Fatalf("true: %+v", res)
+		}
+		mu.Lock()
+		got := slices.Clone(marks)
+		mu.Unlock()
+		// Both clocks are CLOCK_MONOTONIC, shared by the init and the
+		// backend, so the marks interleave by time.
+		sort.SliceStable(got, func(a, b int) bool { return got[a].ns < got[b].ns })
+		var names []string
+		for _, m := range got {
+			names = append(names, m.name)
+		}
+		if !slices.Equal(names, startupSteps) {
+			t.Fatalf("steps\n%s\nwant\n%s", strings.Join(names, " "), strings.Join(startupSteps, " "))
+		}
+		prev := t0
+		for _, m := range got {
+			sum[m.name] += time.Duration(m.ns - prev)
+			prev = m.ns
+		}
+		total += time.Duration(prev - t0)
+	}
+	var b strings.Builder
+	for _, s := range startupSteps {
+		d := sum[s] / n
+		b.WriteString(strings.Repeat(" ", 22-len(s)) + s + " " + d.Round(time.Microsecond).String() + "\n")
+	}
+	t.Logf("mean of %d cold Execs of true, %v each; time spent up to the end of each step:\n%s", n, (total / n).Round(time.Microsecond), b.String())
+}
+
+// TestInitSurvivesSignals sends every signal to the sandbox's pid 1 from
+// inside: the init must survive all of them, or the command, which waits
+// after sending them, would be killed with it.
+func TestInitSurvivesSignals(t *testing.T) {
+	nb := newBackend(t)
+	ws := t.TempDir()
+	res, out, errs := runCmd(t, nb, &backend.Request{Workspace: ws, Shell: `
+for s in $(seq 1 64); do kill -$s 1 2>/dev/null; done
+sleep 0.3
+kill -0 1 && echo alive`})
+	if res.Termination != backend.Exited || res.ExitCode != 0 || out != "alive\n" {
+		t.Fatalf("after signalling pid 1: %s %d, stdout %q stderr %q", res.Termination, res.ExitCode, out, errs)
+	}
+}
+
+// TestSeccompProgramRequired: an init given no filter program refuses to
+// go on rather than run the command unfiltered.
+func TestSeccompProgramRequired(t *testing.T) {
+	if err := loadSeccomp(nil); err == nil {
+		t.Fatal("loadSeccomp accepted an empty program")
+	}
+	prog, err := compiledSeccomp()
+	if err != nil || len(prog) < len(deniedSyscalls) {
+		t.Fatalf("compiled filter: %d instructions, %v", len(prog), err)
+	}
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
