@@ -8,12 +8,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/pmezard/go-difflib/difflib"
 )
 
-// side is one side of a file diff: absent (typ ""), a regular file or a
-// symlink (data is its target).
+// side is one side of a file diff: absent (typ ""), a regular file, a
+// symlink (data is its target) or a directory (only its mode matters).
 type side struct {
 	typ  string
 	mode uint32
@@ -24,8 +25,18 @@ type side struct {
 // workspace as it is now: "diff --git" headers, new/deleted file modes,
 // mode changes, "Binary files ... differ" for binary content, and "\ No
 // newline at end of file" markers, so that `patch -p1` (or `git apply`)
-// reproduces the staged text files exactly. Directories are not shown,
-// as in git.
+// reproduces the staged text files exactly.
+//
+// Modes are the real permission bits (100600, 100666, 102755), not git's
+// 100644/100755 (which would hide 0600 becoming 0666): any change of them
+// is shown, alone if the content is the same. GNU patch applies them;
+// git apply accepts them, keeping only the owner-exec bit as git does.
+// A directory has no place in a git diff, so the one change shown for
+// it, its mode, is a line of its own that both tools skip:
+//
+//	directory "path": old mode 040755, new mode 040777
+//
+// New and removed directories are not shown, as in git.
 func (t *Tx) Diff() (string, error) {
 	unlock, err := t.fs.lock(context.Background())
 	if err != nil {
@@ -59,6 +70,11 @@ func (t *Tx) Diff() (string, error) {
 			nw = side{typ: typeFile, mode: c.Mode, data: data}
 		case KindSymlink:
 			nw = side{typ: typeSymlink, data: []byte(c.Target)}
+		case KindMkdir:
+			if c.Implicit {
+				continue // never changes a directory that exists
+			}
+			nw = side{typ: typeDir, mode: c.Mode}
 		}
 		writeFileDiff(&b, c.Path, old, nw)
 	}
@@ -88,23 +104,48 @@ func (f *FS) oldSide(rel string) (side, error) {
 			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
 		}
 		return side{typ: typeSymlink, data: []byte(t)}, nil
+	case typeDir:
+		return side{typ: typeDir, mode: s.Mode}, nil
 	}
 	return side{}, nil
 }
 
+// gitMode spells the type and the real permission bits, setgid and
+// sticky included, in git's octal form.
 func gitMode(s side) string {
-	if s.typ == typeSymlink {
+	switch s.typ {
+	case typeSymlink:
 		return "120000"
+	case typeDir:
+		return fmt.Sprintf("%06o", syscall.S_IFDIR|s.mode&0o7777)
 	}
-	if s.mode&0o100 != 0 {
-		return "100755"
-	}
-	return "100644"
+	return fmt.Sprintf("%06o", syscall.S_IFREG|s.mode&0o7777)
 }
 
 // writeFileDiff writes the git-style diff of one path. A change of type
 // (file to symlink) is shown as a deletion and a creation, as git does.
 func writeFileDiff(w *strings.Builder, p string, old, nw side) {
+	if old.typ == typeDir || nw.typ == typeDir {
+		if old.typ == typeDir && nw.typ == typeDir {
+			if old.mode != nw.mode {
+				// Always quoted, so that no name can read as part of
+				// the line.
+				q := quoteName(p)
+				if !strings.HasPrefix(q, `"`) {
+					q = `"` + q + `"`
+				}
+				w.WriteString("directory " + q + ": old mode " + gitMode(old) + ", new mode " + gitMode(nw) + "\n")
+			}
+			return
+		}
+		// A directory replaced by a file or link shows as its creation,
+		// a file or link replaced by a directory as its deletion.
+		if old.typ == typeDir {
+			old = side{}
+		} else {
+			nw = side{}
+		}
+	}
 	if old.typ != "" && nw.typ != "" && old.typ != nw.typ {
 		writeFileDiff(w, p, old, side{})
 		writeFileDiff(w, p, side{}, nw)

@@ -97,6 +97,8 @@ func TestDiffAppliesWithPatch(t *testing.T) {
 			writeFile(t, ws, "empty-to-text", "", 0o644)
 			writeFile(t, ws, "text-to-empty", "gone\n", 0o644)
 			writeFile(t, ws, "deleted.txt", genText(r, 20, true), 0o644)
+			writeFile(t, ws, "mode-only", "secret\n", 0o600)
+			writeFile(t, ws, "mode-and-text", "a\nb\n", 0o640)
 			f := openFS(t, ws)
 			tx, _ := f.Begin("roundtrip")
 			must := func(err error) {
@@ -117,6 +119,12 @@ func TestDiffAppliesWithPatch(t *testing.T) {
 			must(tx.Write("with space.txt", []byte("spaced\n"), 0))
 			must(tx.Write("caf\u00e9/tab\tname", []byte("odd\n"), 0))
 			must(tx.Write(`quote"back\slash`, []byte("q\n"), 0))
+			// Permission changes, which patch applies from the mode lines,
+			// and a directory's, which it must skip.
+			must(tx.Write("mode-only", []byte("secret\n"), 0o666))
+			must(tx.Write("mode-and-text", []byte("a\nB\n"), 0o600))
+			must(tx.Write("new-private", []byte("p\n"), 0o600))
+			must(tx.Mkdir("src", 0o700))
 			d, err := tx.Diff()
 			must(err)
 
@@ -231,5 +239,105 @@ func TestOpCodesRebuild(t *testing.T) {
 		if changed != all {
 			t.Fatalf("round %d: hunks hold %d changed lines of %d", round, changed, all)
 		}
+	}
+}
+
+// A permission change must show in the diff whatever the bits, even with
+// the content unchanged: a review that sees nothing must commit nothing.
+func TestDiffShowsEveryPermissionChange(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, ".env", "DB_PASSWORD=x\n", 0o600)
+	writeFile(t, ws, "run.sh", "echo\n", 0o750)
+	writeFile(t, ws, "gone", "g\n", 0o640)
+	writeFile(t, ws, "d/keep", "k\n", 0o644)
+	writeFile(t, ws, "shared dir/x", "x\n", 0o644)
+	if err := os.Chmod(filepath.Join(ws, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(ws, "shared dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := openFS(t, ws)
+
+	// Alone, the widening that was invisible: 0600 to 0666, same bytes.
+	tx, _ := f.Begin("chmod")
+	if err := tx.Write(".env", []byte("DB_PASSWORD=x\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	d, err := tx.Diff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "diff --git a/.env b/.env\nold mode 100600\nnew mode 100666\n"; d != want {
+		t.Fatalf("mode-only diff = %q, want %q", d, want)
+	}
+	if err := tx.Discard(); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, _ = f.Begin("modes")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(tx.Write(".env", []byte("DB_PASSWORD=x\n"), 0o666))
+	must(tx.Write("run.sh", []byte("echo\n"), 0o755)) // exec bit kept, group bits changed
+	must(tx.Write("new-key", []byte("k\n"), 0o600))
+	must(tx.Delete("gone"))
+	must(tx.Mkdir("d", 0o777))
+	must(tx.Mkdir("shared dir", 0o775|os.ModeSetgid))
+	must(tx.Mkdir("unchanged", 0o755))
+	d, err = tx.Diff()
+	must(err)
+	for _, want := range []string{
+		"diff --git a/.env b/.env\nold mode 100600\nnew mode 100666\n",
+		"diff --git a/run.sh b/run.sh\nold mode 100750\nnew mode 100755\n",
+		"diff --git a/new-key b/new-key\nnew file mode 100600\n",
+		"diff --git a/gone b/gone\ndeleted file mode 100640\n",
+		"directory \"d\": old mode 040755, new mode 040777\n",
+		"directory \"shared dir\": old mode 040755, new mode 042775\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diff lacks %q\n--- diff:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "unchanged") {
+		t.Errorf("a new directory is shown:\n%s", d)
+	}
+
+	// GNU patch applies the file modes and skips the directory lines.
+	patchBin, err := exec.LookPath("patch")
+	if err != nil {
+		t.Skip("needs GNU patch: not in PATH")
+	}
+	copyDir := t.TempDir()
+	copyTree(t, ws, copyDir)
+	for _, p := range []string{".env", "run.sh", "gone"} {
+		fi, err := os.Stat(filepath.Join(ws, p))
+		must(err)
+		must(os.Chmod(filepath.Join(copyDir, p), fi.Mode().Perm()))
+	}
+	cmd := exec.Command(patchBin, "-p1", "-s", "-f", "--no-backup-if-mismatch")
+	cmd.Dir = copyDir
+	cmd.Stdin = strings.NewReader(d)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("patch: %v\n%s\ndiff:\n%s", err, out, d)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".env", "run.sh", "new-key"} {
+		want, err := os.Stat(filepath.Join(ws, p))
+		must(err)
+		got, err := os.Stat(filepath.Join(copyDir, p))
+		must(err)
+		if got.Mode().Perm() != want.Mode().Perm() {
+			t.Errorf("%s: patched mode %v, committed %v", p, got.Mode().Perm(), want.Mode().Perm())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(copyDir, "gone")); err == nil {
+		t.Error("patch kept the deleted file")
 	}
 }

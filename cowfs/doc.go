@@ -85,6 +85,19 @@
 // (the longest increasing run of their positions, as patience diff
 // does); the matcher only sees the short regions between anchors.
 //
+// Every change of permission bits shows, with the real bits: "old mode
+// 100600" / "new mode 100666", "new file mode 100600", even when the
+// content is the same, so a diff that looks empty commits nothing. GNU
+// patch applies these modes; git apply takes the file and keeps only the
+// owner-exec bit, as git does. A directory whose mode changes gets one
+// line that neither tool reads as part of a patch:
+//
+//	directory "path": old mode 040755, new mode 040777
+//
+// Created and removed directories are not shown, as in git (their files
+// are). A diff holding only directory lines has nothing for patch to
+// apply (GNU patch calls it garbage).
+//
 // # On-disk format
 //
 // Everything lives under <workspace>/.pulse/cow:
