@@ -40,9 +40,17 @@ type Backend struct {
 	mu      sync.Mutex
 	closed  bool
 	running map[*initProc]func(backend.TerminationReason)
-	warm    map[bool]*initProc // by "has its own net namespace"
+	// Inits started ahead, by "has its own net namespace", oldest
+	// first; see pool.
+	warm    map[bool][]*initProc
 	filling map[bool]bool
-	wg      sync.WaitGroup
+	// inflight counts the running Execs of each network mode, and peak
+	// the most seen at once: the pool of that mode is kept that large
+	// (within the configured size), so a caller that runs one command at
+	// a time holds one idle init, and a bursty one as many as its bursts.
+	inflight map[bool]int
+	peak     map[bool]int
+	wg       sync.WaitGroup
 
 	probeMu  sync.Mutex
 	probeOK  bool
@@ -63,7 +71,8 @@ func New(opts ...Option) (*Backend, error) {
 		o.stateDir = defaultStateDir()
 	}
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
-		warm: map[bool]*initProc{}, filling: map[bool]bool{}}
+		warm: map[bool][]*initProc{}, filling: map[bool]bool{},
+		inflight: map[bool]int{}, peak: map[bool]int{}}
 	b.landlock = landlockABI()
 	b.cg = detectCgroups()
 	return b, nil
@@ -115,7 +124,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		notes = append(notes, "landlock: not available in this kernel (mount layout still confines writes)")
 	}
 	if !b.o.noPrestart {
-		notes = append(notes, "one idle sandbox init per network mode in use is kept ready for the next command (WithoutPrestart turns it off)")
+		notes = append(notes, fmt.Sprintf("idle sandbox inits are kept ready per network mode in use, as many as the most commands run at once, up to %d (WithPoolSize, WithoutPrestart)", b.o.poolSize))
 	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationNamespace,
@@ -273,8 +282,8 @@ func (b *Backend) Close() error {
 		kill(backend.Cancelled)
 	}
 	var warm []*initProc
-	for k, p := range b.warm {
-		warm = append(warm, p)
+	for k, ps := range b.warm {
+		warm = append(warm, ps...)
 		delete(b.warm, k)
 	}
 	b.mu.Unlock()

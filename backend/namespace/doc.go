@@ -50,11 +50,25 @@
 //
 // Most of an Exec's cost is starting the init: exec of this binary, the Go
 // runtime's start, the namespaces and the mounts. After each Exec (and
-// Probe) the backend starts, in the background, the init the next Exec of
-// the same network mode will use: namespaces made, the root, /dev, /proc,
-// /tmp and home mounted, stdio pipes ready. Only the workspace overlay, the
-// extra binds, pivot_root and the restrictions wait for the request. Close
-// ends it. WithoutPrestart turns this off.
+// Probe) the backend starts, in the background, the inits the next Execs
+// of the same network mode will use: namespaces made, the root, /dev,
+// /proc, /tmp and home mounted, stdio pipes ready. Only the workspace
+// overlay, the extra binds, pivot_root and the restrictions wait for the
+// request. Each init serves one command and is never reused, so nothing
+// passes from one command to the next.
+//
+// The pool of a network mode holds as many idle inits as the most Execs of
+// that mode seen running at once, up to WithPoolSize (DefaultPoolSize, 16):
+// one for a caller that runs one command at a time, 16 after a burst of 16.
+// One background goroutine per mode starts them one after another. An idle
+// init costs about 0.4 MiB of private memory (1.3 MiB proportional set size
+// with the binary's shared pages), two threads, its namespaces and mounts,
+// and an empty run directory. Close ends them all; WithoutPrestart keeps
+// none.
+//
+// What stays on a cold start's critical path is kept small: the seccomp
+// program is compiled once per process and sent to each init; the init
+// takes over only the signals whose Go runtime handling would end it.
 //
 // # Lifetime
 //

@@ -341,7 +341,10 @@ func TestPrestartedInitGone(t *testing.T) {
 	b := newBackend(t)
 	b.waitWarm()
 	b.mu.Lock()
-	p := b.warm[true]
+	var p *initProc
+	if ps := b.warm[true]; len(ps) > 0 {
+		p = ps[0]
+	}
 	b.mu.Unlock()
 	if p == nil {
 		t.Fatal("no init was started ahead after Probe")

@@ -157,23 +157,48 @@ func (p *initProc) discard() {
 	p.run.remove()
 }
 
-// takeWarm returns the init started ahead for this network mode, if any.
+// takeWarm returns the oldest init started ahead for this network mode,
+// if any, and counts the Exec that will use it as running (done undoes
+// that).
 func (b *Backend) takeWarm(newNet bool) *initProc {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p := b.warm[newNet]
-	delete(b.warm, newNet)
+	b.inflight[newNet]++
+	b.peak[newNet] = max(b.peak[newNet], b.inflight[newNet])
+	ps := b.warm[newNet]
+	if len(ps) == 0 {
+		return nil
+	}
+	p := ps[0]
+	ps[0] = nil
+	b.warm[newNet] = ps[1:]
 	return p
 }
 
-// refill starts, in the background, the init the next Exec of this
-// network mode will use.
+// done ends what takeWarm counted.
+func (b *Backend) done(newNet bool) {
+	b.mu.Lock()
+	b.inflight[newNet]--
+	b.mu.Unlock()
+}
+
+// poolTarget is how many idle inits of a network mode to keep: as many as
+// the most Execs of that mode seen at once, within the pool size. Called
+// with b.mu held.
+func (b *Backend) poolTarget(newNet bool) int {
+	return min(max(b.peak[newNet], 1), b.o.poolSize)
+}
+
+// refill starts, in the background, inits for the next Execs of this
+// network mode until the pool holds poolTarget of them. One goroutine per
+// mode starts them one after another: a burst's refill takes no more than
+// one processor from the commands being run.
 func (b *Backend) refill(newNet bool) {
 	if b.o.noPrestart {
 		return
 	}
 	b.mu.Lock()
-	if b.closed || b.warm[newNet] != nil || b.filling[newNet] {
+	if b.closed || len(b.warm[newNet]) >= b.poolTarget(newNet) || b.filling[newNet] {
 		b.mu.Unlock()
 		return
 	}
@@ -182,19 +207,27 @@ func (b *Backend) refill(newNet bool) {
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		p, err := b.startInit(newNet)
-		b.mu.Lock()
-		b.filling[newNet] = false
-		if err == nil && !b.closed && b.warm[newNet] == nil {
-			b.warm[newNet] = p
-			p = nil
-		}
-		b.mu.Unlock()
-		if err != nil {
-			b.o.logger.Warn("namespace: starting an init ahead", slog.Any("err", err))
-		}
-		if p != nil {
-			p.discard()
+		for {
+			p, err := b.startInit(newNet)
+			b.mu.Lock()
+			if err == nil && !b.closed && len(b.warm[newNet]) < b.poolTarget(newNet) {
+				b.warm[newNet] = append(b.warm[newNet], p)
+				p = nil
+			}
+			more := err == nil && !b.closed && len(b.warm[newNet]) < b.poolTarget(newNet)
+			if !more {
+				b.filling[newNet] = false
+			}
+			b.mu.Unlock()
+			if err != nil {
+				b.o.logger.Warn("namespace: starting an init ahead", slog.Any("err", err))
+			}
+			if p != nil {
+				p.discard()
+			}
+			if !more {
+				return
+			}
 		}
 	}()
 }
@@ -246,6 +279,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	}
 
 	p := b.takeWarm(cfg.NewNet)
+	defer b.done(cfg.NewNet)
 	if p == nil {
 		if p, err = b.startInit(cfg.NewNet); err != nil {
 			return nil, fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
