@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -295,5 +296,38 @@ func TestRemovingADirectoryWithoutRulesIsStaged(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "build")); !os.IsNotExist(err) {
 		t.Fatalf("build still there after an auto-committed rm -rf: %v", err)
+	}
+}
+
+// A link through another staged link looks harmless lexically but leads
+// out of the workspace on disk; nothing that escapes may be committed.
+func TestCommittedLinksStayInsideTheWorkspace(t *testing.T) {
+	parent, _ := filepath.EvalSymlinks(t.TempDir())
+	ws := filepath.Join(parent, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "outside.txt"), []byte("HOST FILE"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := newIsolated(t, ws, WithAutoCommit())
+	deep := "d0/d1/d2/d3/d4/d5/d6/d7/d8/d9/d10/d11"
+	up := strings.Repeat("../", 12)
+	res, err := sb.Execute(context.Background(), Command{Shell: "mkdir -p a/b && ln -s ../.. a/b/l && ln -s a/b/l/../outside.txt esc && " +
+		"mkdir -p " + deep + " && ln -s " + strings.TrimSuffix(up, "/") + " " + deep + "/l && ln -s " + deep + "/l/" + up + "etc/passwd pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"esc", "pw"} {
+		if b, err := os.ReadFile(filepath.Join(ws, name)); err == nil {
+			t.Errorf("committed link %s leads outside the workspace: %.40q", name, b)
+		}
+	}
+	refused := map[string]bool{}
+	for _, r := range res.Refused {
+		refused[r.Path] = true
+	}
+	if !refused["esc"] || !refused["pw"] {
+		t.Errorf("escaping links not reported as refused: %+v", res.Refused)
 	}
 }
