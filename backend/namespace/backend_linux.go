@@ -514,6 +514,10 @@ type initStatus struct {
 	pid     int
 	exited  bool
 	status  syscall.WaitStatus
+	// ended: the init reported its namespace empty, and the resources
+	// its children used.
+	ended   bool
+	endedRU [3]int64 // max RSS KiB, user µs, system µs
 }
 
 func parseStatus(b []byte) initStatus {
@@ -530,6 +534,18 @@ func parseStatus(b []byte) initStatus {
 		case "exit":
 			if n, err := strconv.ParseUint(arg, 10, 32); err == nil {
 				st.exited, st.status = true, syscall.WaitStatus(n)
+			}
+		case "ended":
+			f := strings.Fields(arg)
+			var ru [3]int64
+			ok := len(f) == 3
+			for i := 0; ok && i < 3; i++ {
+				n, err := strconv.ParseInt(f[i], 10, 64)
+				ok = err == nil && n >= 0
+				ru[i] = n
+			}
+			if ok {
+				st.ended, st.endedRU = true, ru
 			}
 		}
 	}

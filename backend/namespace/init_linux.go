@@ -47,6 +47,10 @@ func Init() {
 //	error <message>   setup failed; nothing was started
 //	started <pid>     the command runs, as pid <pid> of the namespace
 //	exit <status>     the command ended; <status> is its raw wait status
+//	ended <maxrss KiB> <user µs> <system µs>
+//	                  no other process is left in the namespace (all were
+//	                  killed and reaped), with the resources they used;
+//	                  the init closes its pipes and exits
 //
 // The init stays pid 1 of the namespace rather than exec'ing the command:
 // a pid 1 ignores the signals it has no handler for, so a command that
@@ -149,10 +153,44 @@ func initSandbox(version string, status *os.File) error {
 		if wpid == pid {
 			phase("command")
 			fmt.Fprintf(status, "exit %d\n", uint32(ws))
-			syscall.Exit(0)
+			endNamespace(status)
 		}
 		// An orphan reparented to us: reaped, nothing more.
 	}
+}
+
+// endNamespace kills and reaps every process left in the namespace, says
+// so on the status pipe with the resources they used, closes the pipes the
+// backend reads and exits. The kernel would kill the rest when the init
+// exits, but only after tearing down the init's namespaces and mounts,
+// which delays the EOFs the backend waits for by a millisecond or more;
+// once the namespace is empty that wait tells the backend nothing.
+func endNamespace(status *os.File) {
+	for {
+		// From pid 1, -1 is every other process of the namespace. A
+		// process forking meanwhile cannot leave a child behind: fork
+		// fails once SIGKILL is pending. Kill again after each reap in
+		// case a child was created just before.
+		_ = unix.Kill(-1, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			break // ECHILD: nothing left but this process
+		}
+	}
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
+		syscall.Exit(0) // no "ended": the backend waits for the exit
+	}
+	fmt.Fprintf(status, "ended %d %d %d\n", ru.Maxrss, ru.Utime.Nano()/1000, ru.Stime.Nano()/1000)
+	_ = unix.Close(0)
+	_ = unix.Close(1)
+	_ = unix.Close(2)
+	status.Close()
+	syscall.Exit(0)
 }
 
 func resolveCommand(cfg *childConfig) (string, []string, error) {

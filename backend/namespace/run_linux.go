@@ -311,9 +311,15 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	if cgErr != nil {
 		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
 	}
-	if cg != nil {
-		defer cg.remove()
-	}
+	// reapLater: the init reported its namespace empty, so Exec returns
+	// without waiting for the kernel to finish its exit; a background
+	// goroutine reaps it, then removes the cgroup and the run.
+	reapLater := false
+	defer func() {
+		if cg != nil && !reapLater {
+			cg.remove()
+		}
+	}()
 
 	// Send the config; an init started ahead may have died meanwhile
 	// (EPIPE): replace it once with a fresh one.
@@ -361,7 +367,23 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	}
 	defer func() {
 		closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
-		b.removeRun(p.run)
+		if !reapLater {
+			b.removeRun(p.run)
+			return
+		}
+		// The caller holds a count on b.wg (a tracked execution), so
+		// this Add cannot race with Close's Wait.
+		b.wg.Add(1)
+		go func(p *initProc) {
+			defer b.wg.Done()
+			_ = p.cmd.Wait()
+			if cg != nil {
+				cg.remove()
+			}
+			if err := p.run.remove(); err != nil {
+				b.o.logger.Warn("namespace: removing run directory", slog.String("dir", p.run.dir), slog.Any("err", err))
+			}
+		}(p)
 	}()
 
 	done := make(chan struct{})
@@ -407,7 +429,15 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		}
 	})
 	b.phase("status-eof")
-	waitErr := p.cmd.Wait()
+	st := parseStatus(status)
+	// Ended means the command exited and every other process of the
+	// namespace is dead and reaped: only the init is left, exiting. It
+	// is reaped in the background (Close waits for it).
+	reapLater = st.ended && st.started && st.exited
+	var waitErr error
+	if !reapLater {
+		waitErr = p.cmd.Wait()
+	}
 	b.phase("init-reaped")
 	close(done)
 	copied := make(chan struct{})
@@ -428,13 +458,12 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 	b.phase("output-copied")
 	dur := time.Since(start)
 
-	st := parseStatus(status)
 	if st.err != "" && !st.started {
 		// The init failed before starting the command: nothing was started.
 		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
 	}
 	ps := p.cmd.ProcessState
-	if ps == nil {
+	if ps == nil && !reapLater {
 		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
 	}
 	why, killed := reason.Load().(backend.TerminationReason)
@@ -464,7 +493,13 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		}
 	}
 	res.TimedOut = res.Termination == backend.Timeout
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+	if reapLater {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: st.endedRU[0] * 1024,
+			UserCPU:     time.Duration(st.endedRU[1]) * time.Microsecond,
+			SystemCPU:   time.Duration(st.endedRU[2]) * time.Microsecond,
+		}
+	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
 		res.Metrics = backend.Metrics{
 			MaxRSSBytes: ru.Maxrss * 1024,
 			UserCPU:     time.Duration(ru.Utime.Nano()),

@@ -1,6 +1,8 @@
 package namespace
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -115,4 +117,41 @@ func monoNow() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// TestExecReturnsWithNamespaceEmpty: the init ends the namespace's other
+// processes before it reports the command's end, so when Exec returns,
+// a background process the command left (detached, its output elsewhere)
+// is already gone, though the init itself may still be exiting.
+func TestExecReturnsWithNamespaceEmpty(t *testing.T) {
+	nb := newBackend(t)
+	res, _, _ := runCmd(t, nb, &backend.Request{Workspace: t.TempDir(),
+		Shell: `setsid sleep 31.4159 >/dev/null 2>&1 < /dev/null & (sleep 31.4159 >/dev/null 2>&1 &) ; exit 3`})
+	if res.Termination != backend.Exited || res.ExitCode != 3 {
+		t.Fatalf("%s %d, want exited 3", res.Termination, res.ExitCode)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cl), "31.4159") {
+			t.Fatalf("process %s (%q) outlived Exec", e.Name(), cl)
+		}
+	}
+}
+
+// TestMetricsCountTheCommand: the resources reported are those of the
+// command and everything it started, reported by the init.
+func TestMetricsCountTheCommand(t *testing.T) {
+	nb := newBackend(t)
+	res, out, _ := runCmd(t, nb, &backend.Request{Workspace: t.TempDir(),
+		Shell: `x=$(head -c 20000000 /dev/zero | tr '\0' a); echo ${#x}`})
+	if res.ExitCode != 0 || out != "20000000\n" {
+		t.Fatalf("exit %d out %q", res.ExitCode, out)
+	}
+	if res.Metrics.MaxRSSBytes < 16<<20 || res.Metrics.UserCPU+res.Metrics.SystemCPU <= 0 {
+		t.Fatalf("metrics %+v, want a max RSS of at least 16 MiB and some CPU time", res.Metrics)
+	}
 }
