@@ -72,19 +72,24 @@
 //
 // # Lifetime
 //
-// The init is pid 1 of the sandbox's pid namespace and exits as soon as the
-// command does; when it exits, or when Exec kills it on timeout,
-// cancellation or output cap, the kernel kills every process left in the
-// namespace, so nothing outlives Exec. The init also ends when the
+// The init is pid 1 of the sandbox's pid namespace. When the command
+// exits, the init kills every other process of the namespace and reaps
+// them, reports that the namespace is empty, closes its pipes and exits;
+// Exec returns then, and the init's own exit (the kernel tearing down its
+// namespaces and mounts) finishes in the background, reaped by the
+// backend (Close waits for it). When Exec kills the init on timeout,
+// cancellation or output cap, or the init dies, the kernel kills every
+// process left in the namespace, and Exec waits for that. Either way no
+// process of the command outlives Exec. The init also ends when the
 // backend's process does: the backend holds the init's config pipe open,
-// and the init exits on its EOF. The command is not pid 1, so it
-// keeps ordinary signal semantics ("kill -TERM $$" ends it). Result.PID is
-// its pid inside the namespace. Result.Metrics include the init's own small
-// footprint. All mounts live in the
-// sandbox's own mount namespace and vanish with it; the only state on the
-// host is a run directory (upper and work directories of the overlay) under
-// a per-user state directory, locked by its owner while it runs. Reconcile
-// removes the run directories whose owner is gone.
+// and the init exits on its EOF. The command is not pid 1, so it keeps
+// ordinary signal semantics ("kill -TERM $$" ends it). Result.PID is its
+// pid inside the namespace. Result.Metrics count the command and every
+// process it started (the init's own, when it was killed). All mounts live
+// in the sandbox's own mount namespace and vanish with it; the only state
+// on the host is a run directory (upper and work directories of the
+// overlay) under a per-user state directory, locked by its owner while it
+// runs. Reconcile removes the run directories whose owner is gone.
 //
 // # Enforcement
 //
