@@ -174,7 +174,15 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 		return nil, err
 	}
 
-	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr)
+	limits := *s.o.limits
+	if cmd.Limits != nil {
+		if err := cmd.Limits.Validate(); err != nil {
+			return fail(fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err))
+		}
+		limits = *cmd.Limits
+	}
+	limits = limits.WithDefaults()
+	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr, limits)
 	if err != nil {
 		return fail(err)
 	}
@@ -196,12 +204,6 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 		}
 		dir = filepath.ToSlash(rel)
 	}
-
-	limits := *s.o.limits
-	if cmd.Limits != nil {
-		limits = *cmd.Limits
-	}
-	limits = limits.WithDefaults()
 
 	env := make(map[string]string, len(cmd.Env))
 	maps.Copy(env, cmd.Env)
@@ -344,7 +346,7 @@ func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolic
 // WithUnsafeHostExecution: the caller has accepted that it enforces
 // nothing, so a network mode it cannot enforce at all is sent as what
 // really happens (allow-all), and each accepted downgrade is audited.
-func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
+func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
 	net, sec := s.effectivePolicies()
 	name := s.backend.Name()
 	netLevel := s.caps.NetworkLevel(net.Mode)
@@ -388,10 +390,63 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string) (
 	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
 		return net, sec, err
 	}
+	if err := s.checkLimits(ctx, execID, cmdStr, limits, accepted); err != nil {
+		return net, sec, err
+	}
 	if accepted && netLevel == secrets.Unsupported {
 		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
 	}
 	return net, sec, nil
+}
+
+// checkLimits refuses a command whose resource limits the backend cannot
+// enforce at all: a memory cap that is silently not applied is a
+// downgrade like any other. The limits every command has (the timeout and
+// the output cap, filled in by default) are refused only when the backend
+// says outright that it cannot enforce them; the others, only set when
+// asked for, must be listed by the backend as enforced. Best-effort
+// enforcement is accepted and audited, and so is anything the unsafe host
+// opt-in accepted.
+func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l policy.ResourceLimits, accepted bool) error {
+	asked := []struct {
+		name   string
+		set    bool
+		always bool
+	}{
+		{"timeout", l.Timeout > 0, true},
+		{"output_bytes", l.OutputBytes > 0, true},
+		{"memory_bytes", l.MemoryBytes > 0, false},
+		{"cpus", l.CPUs > 0, false},
+		{"pids", l.Pids > 0, false},
+		{"file_size_bytes", l.FileSizeBytes > 0, false},
+	}
+	name := s.backend.Name()
+	for _, a := range asked {
+		if !a.set {
+			continue
+		}
+		level, listed := s.caps.Limits[a.name]
+		switch {
+		case level == secrets.Strong:
+			continue
+		case level == secrets.BestEffort || (a.always && !listed):
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
+				Backend: name, EnforcementLevel: string(secrets.BestEffort),
+				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", a.name, name)})
+			continue
+		case accepted:
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
+				Backend: name, EnforcementLevel: string(secrets.Unsupported), Reason: "UNSAFE_HOST",
+				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", a.name, name)})
+			continue
+		}
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(secrets.Unsupported),
+			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", a.name)})
+		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
+			ErrUnsupportedPolicy, name, a.name)
+	}
+	return nil
 }
 
 func firstErr(errs ...error) error {

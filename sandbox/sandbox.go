@@ -36,8 +36,11 @@ type Sandbox struct {
 	backend   backend.Backend
 	ownsBE    bool
 	caps      backend.Capabilities
-	cow       *cowfs.FS
-	log       *slog.Logger
+	// passedOver says why each backend before the chosen one was not
+	// used ("name: reason").
+	passedOver []string
+	cow        *cowfs.FS
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	closed  bool
@@ -143,7 +146,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if o.backend != nil {
 		s.backend = o.backend
 	} else {
-		s.backend, err = selectBackend(ctx, &o)
+		s.backend, s.passedOver, err = selectBackend(ctx, &o)
 		if err != nil {
 			s.record(ctx, audit.Event{Action: "sandbox-init", Target: "none", Decision: "deny",
 				IsolationLevel: "unavailable", Detail: err.Error()})
@@ -158,6 +161,16 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	ev := audit.Event{Action: "sandbox-init", Target: s.backend.Name(), Decision: "allow",
 		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
 		Detail: fmt.Sprintf("backend %s selected", s.backend.Name())}
+	if len(s.passedOver) > 0 {
+		ev.Detail += "; passed over: " + strings.Join(s.passedOver, "; ")
+	}
+	if s.remoteConfigured() && s.backend.Name() != "remote" {
+		// A configured remote is a request to keep commands off this
+		// machine: falling back to a local engine is allowed (as the
+		// Python agent does), but never quietly.
+		s.log.Warn("PULSE_REMOTE_URL is set but the remote backend is unavailable; running locally",
+			"backend", s.backend.Name(), "why", strings.Join(s.passedOver, "; "))
+	}
 	if s.caps.Isolation == backend.IsolationHostUnsafe {
 		ev.Reason = "UNSAFE_HOST"
 		ev.Detail = "WARNING: UNSAFE_HOST: commands run unisolated on the host, in the workspace itself"
@@ -185,6 +198,17 @@ func buildOptions(opts []Option) (options, error) {
 		o.sessionID = randomID()
 	}
 	return o, nil
+}
+
+// PassedOver says, one "name: reason" line each, why the backends tried
+// before the chosen one were not used — for example why a configured
+// remote server was not reached. It is empty when WithBackend was given.
+func (s *Sandbox) PassedOver() []string { return append([]string(nil), s.passedOver...) }
+
+// remoteConfigured reports whether PULSE_REMOTE_URL asked for the remote
+// backend.
+func (s *Sandbox) remoteConfigured() bool {
+	return strings.TrimSpace(s.o.getenv("PULSE_REMOTE_URL")) != ""
 }
 
 // Workspace is the absolute path of the sandbox's workspace.

@@ -43,7 +43,14 @@ func candidates() []candidate {
 		{
 			name: "docker",
 			make: func(o *options) (backend.Backend, error) {
-				return docker.New(docker.WithLogger(o.logger), docker.WithSessionID(o.sessionID))
+				// Docker sets memory, cpu and pids limits on the container,
+				// not per command: the sandbox's limits become the
+				// container's, so that they are enforced, not dropped.
+				opts := []docker.Option{docker.WithLogger(o.logger), docker.WithSessionID(o.sessionID)}
+				if o.limits != nil {
+					opts = append(opts, docker.WithContainerLimits(*o.limits))
+				}
+				return docker.New(opts...)
 			},
 		},
 		{
@@ -68,10 +75,11 @@ func candidates() []candidate {
 	}
 }
 
-// selectBackend returns the first candidate that is available, or an
+// selectBackend returns the first candidate that is available, with one
+// "name: reason" line for each candidate passed over before it, or an
 // error wrapping ErrUnavailable that names every candidate and why it was
 // not used.
-func selectBackend(ctx context.Context, o *options) (backend.Backend, error) {
+func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, error) {
 	var why []string
 	found := false
 	for _, c := range candidates() {
@@ -94,18 +102,18 @@ func selectBackend(ctx context.Context, o *options) (backend.Backend, error) {
 		err = b.Probe(pctx)
 		cancel()
 		if err == nil {
-			return b, nil
+			return b, why, nil
 		}
 		_ = b.Close()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, why, ctx.Err()
 		}
 		why = append(why, c.name+": "+err.Error())
 	}
 	if !found {
-		return nil, fmt.Errorf("sandbox: unknown backend %q", o.backendName)
+		return nil, why, fmt.Errorf("sandbox: unknown backend %q", o.backendName)
 	}
-	return nil, &UnavailableError{Tried: why}
+	return nil, why, &UnavailableError{Tried: why}
 }
 
 // UnavailableError is returned by New when no backend can run commands.

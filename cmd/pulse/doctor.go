@@ -66,6 +66,10 @@ func printDoctor(w io.Writer, report []sandbox.BackendStatus) {
 		case st.Available:
 			mark = "available, not chosen"
 		}
+		if st.Name == "remote" && !st.Available && st.Capabilities.Isolation == "" {
+			fmt.Fprintf(w, "remote: not configured (set PULSE_REMOTE_URL and PULSE_REMOTE_TOKEN to use a pulse-server)\n\n")
+			continue
+		}
 		fmt.Fprintf(w, "%s: %s\n", st.Name, mark)
 		if st.Reason != "" {
 			fmt.Fprintf(w, "  why: %s\n", strings.ReplaceAll(st.Reason, "\n", "\n       "))

@@ -50,6 +50,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	workspace := fs.String("workspace", ".", "workspace directory")
 	var secretEnv stringList
 	fs.Var(&secretEnv, "secret-env", "name of an environment variable holding a secret to scrub (repeatable)")
+	secretMode := fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: pulse exec [flags] -- CMD [ARGS...]")
 		fs.PrintDefaults()
@@ -84,11 +85,26 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if len(secretEnv) > 0 {
 		var list []secrets.Secret
 		for _, name := range secretEnv {
-			if v := env.getenv(name); v != "" {
-				list = append(list, secrets.Secret{Name: name, Value: v})
+			v := env.getenv(name)
+			if v == "" {
+				fmt.Fprintf(env.stderr, "pulse exec: warning: --secret-env %s: the variable is not set; nothing to scrub for it\n", name)
+				continue
 			}
+			list = append(list, secrets.Secret{Name: name, Value: v})
 		}
 		opts = append(opts, sandbox.WithSecrets(list))
+	}
+	if *secretMode != "" {
+		var sp secrets.SecretPolicy
+		switch *secretMode {
+		case string(secrets.DenyAll):
+			sp = secrets.DenyAllSecrets()
+		case string(secrets.AllowAll):
+			sp = secrets.AllowAllSecrets()
+		default:
+			sp = secrets.AllowSecrets(strings.Split(*secretMode, ",")...)
+		}
+		opts = append(opts, sandbox.WithSecretPolicy(sp))
 	}
 
 	sb, err := sandbox.New(ctx, *workspace, opts...)
@@ -100,6 +116,14 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	defer sb.Close()
+	if env.getenv("PULSE_REMOTE_URL") != "" && sb.Backend().Name() != "remote" {
+		for _, why := range sb.PassedOver() {
+			if strings.HasPrefix(why, "remote:") {
+				fmt.Fprintf(env.stderr, "pulse: WARNING: PULSE_REMOTE_URL is set but the remote backend is unavailable (%s); running on the %s backend on this machine\n",
+					strings.TrimSpace(strings.TrimPrefix(why, "remote:")), sb.Backend().Name())
+			}
+		}
+	}
 	if sb.Capabilities().Isolation == backend.IsolationHostUnsafe && !*asJSON {
 		fmt.Fprintln(env.stderr, "pulse: WARNING: UNSAFE_HOST: running unisolated on this machine, writing in the workspace itself")
 	}
@@ -131,7 +155,11 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if *asJSON {
 		writeExecJSON(env.stdout, res, diff)
 	} else {
-		summarize(env.stderr, res, diff)
+		wsFlag := ""
+		if *workspace != "." {
+			wsFlag = " --workspace " + shellQuote(*workspace)
+		}
+		summarize(env.stderr, res, diff, wsFlag)
 	}
 	return execExitCode(res)
 }
@@ -150,7 +178,9 @@ func execExitCode(res *sandbox.Result) int {
 }
 
 // summarize tells a person where the command's writes went.
-func summarize(w io.Writer, res *sandbox.Result, diff string) {
+// wsFlag is the --workspace flag the review commands need ("" for the
+// current directory).
+func summarize(w io.Writer, res *sandbox.Result, diff, wsFlag string) {
 	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, res.ExitCode, res.Termination,
 		res.Duration.Round(time.Millisecond))
 	if res.Truncated {
@@ -180,8 +210,8 @@ func summarize(w io.Writer, res *sandbox.Result, diff string) {
 		}
 		fmt.Fprintf(w, "   pending transaction %s (%d path(s)); the workspace is untouched:\n\n", res.Transaction, len(res.Staged))
 		fmt.Fprint(w, diff)
-		fmt.Fprintf(w, "\n   review: pulse cow diff %s | commit: pulse cow commit %s | drop: pulse cow discard %s\n",
-			res.Transaction, res.Transaction, res.Transaction)
+		fmt.Fprintf(w, "\n   review: pulse cow diff%[2]s %[1]s | commit: pulse cow commit%[2]s %[1]s | drop: pulse cow discard%[2]s %[1]s\n",
+			res.Transaction, wsFlag)
 	default:
 		fmt.Fprintln(w, "   no file changed")
 	}
@@ -230,4 +260,15 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(out)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it, so that a hint
+// can be pasted as printed.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

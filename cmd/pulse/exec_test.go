@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -103,5 +104,36 @@ func TestDoctorListsEveryBackendWithEnforcement(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Fatalf("doctor output lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+func TestExecWarnsWhenTheConfiguredRemoteIsUnreachable(t *testing.T) {
+	var out, errb strings.Builder
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		switch k {
+		case "PULSE_REMOTE_URL":
+			return "ws://127.0.0.1:1"
+		case "PULSE_REMOTE_TOKEN":
+			return "dev"
+		}
+		return ""
+	}}
+	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--unsafe-host", "--", "true"})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "PULSE_REMOTE_URL is set but the remote backend is unavailable") {
+		t.Fatalf("no warning about the unreachable remote:\n%s", errb.String())
+	}
+}
+
+func TestExecReviewHintNamesTheWorkspace(t *testing.T) {
+	ws := t.TempDir()
+	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--", "sh", "-c", "echo x > f")
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		t.Skipf("namespace backend unavailable here: %s", stderr)
+	}
+	if code != 0 || !strings.Contains(stderr, "pulse cow commit --workspace "+ws+" ") {
+		t.Fatalf("exit %d; hint does not name the workspace:\n%s", code, stderr)
 	}
 }

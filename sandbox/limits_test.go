@@ -1,0 +1,110 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// noMemoryBackend enforces network and secrets strongly but lists no
+// memory limit. No real backend here lacks one unless configured so, so a
+// fake shows the facade's side.
+type noMemoryBackend struct {
+	backend.Backend
+	execs int
+}
+
+func (n *noMemoryBackend) Name() string { return "nomem" }
+func (n *noMemoryBackend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: backend.IsolationContainer, CapturesWrites: true,
+		Network: map[policy.NetworkMode]secrets.EnforcementLevel{policy.NetworkDenyAll: secrets.Strong},
+		Secrets: map[secrets.Mode]secrets.EnforcementLevel{secrets.DenyAll: secrets.Strong},
+		Limits:  map[string]secrets.EnforcementLevel{"timeout": secrets.Strong, "output_bytes": secrets.Strong, "pids": secrets.BestEffort}}
+}
+func (n *noMemoryBackend) Reconcile(context.Context) error { return nil }
+func (n *noMemoryBackend) Close() error                    { return nil }
+func (n *noMemoryBackend) Exec(context.Context, *backend.Request) (*backend.Result, error) {
+	n.execs++
+	return &backend.Result{Termination: backend.Exited}, nil
+}
+
+func TestUnenforceableLimitIsRefused(t *testing.T) {
+	be := &noMemoryBackend{}
+	sb, err := New(context.Background(), t.TempDir(), WithBackend(be))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{MemoryBytes: 64 << 20}})
+	if !errors.Is(err, ErrUnsupportedPolicy) || !strings.Contains(err.Error(), "memory_bytes") {
+		t.Fatalf("err = %v, want ErrUnsupportedPolicy naming memory_bytes", err)
+	}
+	if be.execs != 0 {
+		t.Fatal("a command ran with a limit the backend cannot enforce")
+	}
+	// Best-effort enforcement runs, and says so in the audit log.
+	if _, err := sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Pids: 10}}); err != nil {
+		t.Fatalf("best-effort limit refused: %v", err)
+	}
+	if be.execs != 1 {
+		t.Fatalf("execs = %d", be.execs)
+	}
+	evs := verifyAudit(t, sb)
+	if !hasEvent(evs, func(e audit.Event) bool { return e.Action == "limits" && e.Target == "pids" && e.EnforcementLevel == "best-effort" }) {
+		t.Fatal("best-effort limit not audited")
+	}
+	if !hasEvent(evs, func(e audit.Event) bool { return e.Reason == "unsupported_policy" && strings.Contains(e.Detail, "memory_bytes") }) {
+		t.Fatal("refused limit not audited")
+	}
+}
+
+func TestUnsafeHostAcceptsUnenforcedLimitsAudited(t *testing.T) {
+	sb := newHost(t, t.TempDir(), WithLimits(policy.ResourceLimits{MemoryBytes: 256 << 20}))
+	res, err := sb.Execute(context.Background(), Command{Shell: "true"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("res=%+v err=%v", res, err)
+	}
+	evs := verifyAudit(t, sb)
+	if !hasEvent(evs, func(e audit.Event) bool {
+		return e.Action == "limits" && e.Target == "memory_bytes" && e.Reason == "UNSAFE_HOST"
+	}) {
+		t.Fatal("unenforced limit on the unsafe host not audited")
+	}
+}
+
+func TestUnreachableRemoteIsPassedOverAndSaid(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	env := func(k string) string {
+		switch k {
+		case "PULSE_REMOTE_URL":
+			return "ws://" + addr
+		case "PULSE_REMOTE_TOKEN":
+			return "dev"
+		}
+		return ""
+	}
+	sb, err := New(context.Background(), t.TempDir(), withGetenv(env), WithUnsafeHostExecution())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if sb.Backend().Name() == "remote" {
+		t.Fatal("an unreachable remote was chosen")
+	}
+	over := sb.PassedOver()
+	if len(over) == 0 || !strings.HasPrefix(over[0], "remote: ") {
+		t.Fatalf("PassedOver = %q, want the remote's reason first", over)
+	}
+}
