@@ -76,6 +76,7 @@ type config struct {
 	drain                time.Duration
 	logLevel             string
 	tlsCert, tlsKey, tca string
+	clientTokens         string // PULSE_REMOTE_TOKEN
 	// ceiling bounds the resource limits a submission may ask for.
 	ceiling policy.ResourceLimits
 }
@@ -95,7 +96,8 @@ func envInt(getenv func(string) string, name string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%q is not an integer", name, v)
+		// def keeps later checks quiet about a value already reported.
+		return def, fmt.Errorf("%s=%q is not an integer", name, v)
 	}
 	return n, nil
 }
@@ -113,15 +115,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("pulse-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
+	// Every start-up problem is collected and reported at once, so that a
+	// new user fixes them in one round instead of one per attempt.
+	var problems []string
 	maxConc, err := envInt(getenv, "PULSE_REMOTE_MAX_CONCURRENCY", server.DefaultMaxConcurrent)
 	if err != nil {
-		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
-		return exitUsage
+		problems = append(problems, err.Error())
 	}
 	retention, err := envInt(getenv, "PULSE_REMOTE_RETENTION_HOURS", 24)
 	if err != nil {
-		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
-		return exitUsage
+		problems = append(problems, err.Error())
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&c.host, "host", envOr(getenv, "PULSE_REMOTE_HOST", "127.0.0.1"), "bind host (PULSE_REMOTE_HOST)")
@@ -160,13 +163,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		c.workerTokens = getenv("PULSE_WORKER_TOKEN")
 	}
 	c.tlsCert, c.tlsKey, c.tca = getenv("PULSE_TLS_CERT"), getenv("PULSE_TLS_KEY"), getenv("PULSE_TLS_CA")
-	if msg := c.check(); msg != "" {
-		fmt.Fprintf(stderr, "pulse-server: %s\n", msg)
-		return exitUsage
-	}
+	c.clientTokens = getenv("PULSE_REMOTE_TOKEN")
+	problems = append(problems, c.check()...)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "pulse-server: --log-level: %v\n", err)
+		problems = append(problems, fmt.Sprintf("--log-level: %v", err))
+	}
+	if len(problems) > 0 {
+		reportProblems(stderr, problems)
 		return exitUsage
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -178,14 +182,45 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return exitOK
 }
 
-// check applies the Python server's start-up rules; it returns a usage
-// message, or "".
-func (c *config) check() string {
+// localTryHint ends every start-up refusal: the shortest way to see the
+// server run at all.
+const localTryHint = "for a local try: PULSE_REMOTE_TOKEN=dev pulse-server --development"
+
+// reportProblems prints every start-up problem, one a line, then the hint.
+func reportProblems(w io.Writer, problems []string) {
+	fmt.Fprintf(w, "pulse-server: cannot start (%d problem", len(problems))
+	if len(problems) > 1 {
+		fmt.Fprint(w, "s")
+	}
+	fmt.Fprintln(w, "):")
+	for _, p := range problems {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	fmt.Fprintln(w, localTryHint)
+}
+
+// check applies the Python server's start-up rules and returns every
+// problem found, or none.
+func (c *config) check() []string {
+	var problems []string
+	add := func(msg string) { problems = append(problems, msg) }
 	if c.development && !isLoopback(c.host) {
-		return "--development is restricted to a loopback host"
+		add("--development is restricted to a loopback host")
+	}
+	// The token rules are server.New's; checking them here lets them be
+	// reported together with the others instead of after the rest passed.
+	switch tokens := server.ParseTokens(c.clientTokens); {
+	case len(tokens) == 0:
+		add("PULSE_REMOTE_TOKEN is not set: clients need a bearer token (comma-separated for several)")
+	case !c.development:
+		for i, t := range tokens {
+			if err := server.CheckTokenStrength(t); err != nil {
+				add(fmt.Sprintf("PULSE_REMOTE_TOKEN token %d of %d is weak (%v); generate one with: openssl rand -hex 32", i+1, len(tokens), err))
+			}
+		}
 	}
 	if !c.development && (!filepath.IsAbs(c.workspaceRoot) || !filepath.IsAbs(c.db)) {
-		return "production remote paths must be absolute; set PULSE_REMOTE_WORKSPACE_ROOT and PULSE_REMOTE_DB"
+		add("production remote paths must be absolute; set PULSE_REMOTE_WORKSPACE_ROOT and PULSE_REMOTE_DB")
 	}
 	fileOK := func(v string) bool {
 		info, err := os.Stat(v)
@@ -197,48 +232,50 @@ func (c *config) check() string {
 		// server; on loopback TLS is optional but must be whole.
 		required := !isLoopback(c.host) || (v[0] != "PULSE_TLS_CA" && (c.tlsCert != "" || c.tlsKey != "")) || v[1] != ""
 		if required && !fileOK(v[1]) {
-			return v[0] + " must reference an existing absolute file for a non-loopback server"
+			add(v[0] + " must reference an existing absolute file for a non-loopback server")
 		}
 	}
 	if c.maxConcurrency < 1 || c.maxConcurrency > server.MaxConcurrentLimit {
-		return "--max-concurrency must be between 1 and 128"
+		add("--max-concurrency must be between 1 and 128")
 	}
 	if c.retentionHours < 1 || c.retentionHours > 8760 {
-		return "--retention-hours must be between 1 and 8760"
+		add("--retention-hours must be between 1 and 8760")
 	}
 	if l := c.ceiling; l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || !(l.CPUs >= 0) {
-		return "--max-memory-bytes, --max-cpus, --max-pids and --max-file-size-bytes must not be negative"
+		add("--max-memory-bytes, --max-cpus, --max-pids and --max-file-size-bytes must not be negative")
 	}
 	switch c.executor {
 	case "local":
 		if c.workerListen != "" {
-			return "--worker-listen needs --executor relay"
+			add("--worker-listen needs --executor relay")
 		}
 	case "relay":
 		if c.workerListen == "" {
-			return "--executor relay needs --worker-listen (PULSE_WORKER_LISTEN)"
+			add("--executor relay needs --worker-listen (PULSE_WORKER_LISTEN)")
 		}
 		if len(server.ParseTokens(c.workerTokens)) == 0 {
-			return "--executor relay needs worker tokens (PULSE_WORKER_TOKEN)"
+			add("--executor relay needs worker tokens (PULSE_WORKER_TOKEN)")
 		}
-		if host, _, err := net.SplitHostPort(c.workerListen); err != nil {
-			return "--worker-listen: " + err.Error()
-		} else if !isLoopback(host) && (c.tlsCert == "" || c.tlsKey == "") {
-			return "a non-loopback --worker-listen needs PULSE_TLS_CERT and PULSE_TLS_KEY"
+		if c.workerListen != "" {
+			if host, _, err := net.SplitHostPort(c.workerListen); err != nil {
+				add("--worker-listen: " + err.Error())
+			} else if !isLoopback(host) && (c.tlsCert == "" || c.tlsKey == "") {
+				add("a non-loopback --worker-listen needs PULSE_TLS_CERT and PULSE_TLS_KEY")
+			}
 		}
 	default:
-		return "--executor must be local or relay"
+		add("--executor must be local or relay")
 	}
 	switch c.backendName {
 	case "auto", "docker", "namespace":
 	case "host":
 		if !c.unsafeHost {
-			return "--backend host needs --unsafe-host: commands would run unisolated on this machine"
+			add("--backend host needs --unsafe-host: commands would run unisolated on this machine")
 		}
 	default:
-		return "--backend must be auto, docker, namespace or host"
+		add("--backend must be auto, docker, namespace or host")
 	}
-	return ""
+	return problems
 }
 
 // tlsConfig builds the listener TLS: server certificate, and client
@@ -316,7 +353,7 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 	var exec server.Executor
 	var relay *server.Relay
 	opts := []server.Option{
-		server.WithTokens(server.ParseTokens(getenv("PULSE_REMOTE_TOKEN"))...),
+		server.WithTokens(server.ParseTokens(c.clientTokens)...),
 		server.WithProduction(!c.development),
 		server.WithMaxConcurrent(c.maxConcurrency),
 		server.WithWorkspaceRoot(c.workspaceRoot),

@@ -66,6 +66,53 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestStartupProblemsAllAtOnce: a first run with nothing configured must
+// name every problem in one go, then the shortest way to a local try.
+func TestStartupProblemsAllAtOnce(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+		not  []string
+	}{
+		{"nothing set", nil, nil,
+			[]string{"PULSE_REMOTE_TOKEN is not set", "must be absolute"},
+			[]string{"PULSE_TLS_CERT"}}, // TLS is optional on loopback
+		{"weak token off loopback", []string{"--host", "0.0.0.0", "--max-concurrency", "0"},
+			map[string]string{"PULSE_REMOTE_TOKEN": "dev", "PULSE_REMOTE_RETENTION_HOURS": "x"},
+			[]string{"token 1 of 1 is weak", "must be absolute", "PULSE_TLS_CERT", "PULSE_TLS_KEY", "PULSE_TLS_CA",
+				"--max-concurrency", "PULSE_REMOTE_RETENTION_HOURS", "(7 problems)"},
+			[]string{"is not set"}},
+		{"development accepts a short token", []string{"--development", "--backend", "nope"},
+			map[string]string{"PULSE_REMOTE_TOKEN": "dev"},
+			[]string{"--backend must be", "(1 problem)"},
+			[]string{"weak", "absolute", "PULSE_REMOTE_TOKEN is"}},
+	}
+	for _, tc := range cases {
+		var stderr bytes.Buffer
+		code := run(context.Background(), tc.args, env(tc.env), &bytes.Buffer{}, &stderr, nil)
+		out := stderr.String()
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, exitUsage, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, out)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%s: output has %q:\n%s", tc.name, n, out)
+			}
+		}
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		if last := lines[len(lines)-1]; last != "for a local try: PULSE_REMOTE_TOKEN=dev pulse-server --development" {
+			t.Errorf("%s: last line %q, want the local-try hint", tc.name, last)
+		}
+	}
+}
+
 type started struct {
 	api, workers string
 	code         chan int
@@ -181,7 +228,7 @@ func TestProductionRefusesWeakToken(t *testing.T) {
 	code := run(context.Background(), []string{"--backend", "host", "--unsafe-host", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db")},
 		env(map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"}), &bytes.Buffer{}, &stderr, nil)
-	if code != exitFailure || !strings.Contains(stderr.String(), "insecure token") {
+	if code != exitUsage || !strings.Contains(stderr.String(), "insecure token") {
 		t.Fatalf("code %d, stderr %s", code, stderr.String())
 	}
 }
