@@ -6,7 +6,8 @@
 // Configuration comes from the environment (RELAY_ADDR, SANDBOX_ID,
 // SANDBOX_TOKEN, RELAY_TLS, WORKER_MAX_CONCURRENT, SANDBOX_IMAGE,
 // SANDBOX_TRUST); flags of the same meaning override it. SIGINT and SIGTERM
-// stop it: running commands are killed and it exits 0.
+// stop it: running commands are killed and it exits 0. A relay that
+// refuses the token makes it exit 3 at once: retrying cannot help.
 package main
 
 import (
@@ -27,6 +28,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitRefused: the relay refused the token (Unauthenticated or
+	// PermissionDenied). Distinct so a supervisor can stop restarting.
+	exitRefused = 3
 )
 
 func main() {
@@ -68,6 +72,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := worker.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		if errors.Is(err, worker.ErrTokenRefused) {
+			return exitRefused
+		}
 		return exitFailure
 	}
 	return exitOK

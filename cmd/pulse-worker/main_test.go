@@ -165,3 +165,77 @@ func TestUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWrongTokenIsFatal: a refused token is an ERROR and exit 3 at once,
+// never "attached" and never a retry.
+func TestWrongTokenIsFatal(t *testing.T) {
+	relay, err := relaytest.Start("right-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	getenv := func(k string) string {
+		return map[string]string{"RELAY_ADDR": relay.Addr(), "SANDBOX_TOKEN": "wrong-token"}[k]
+	}
+	code := run(ctx, nil, getenv, &stderr)
+	out := stderr.String()
+	if code != exitRefused {
+		t.Fatalf("exit %d, want %d (exitRefused)\n%s", code, exitRefused, out)
+	}
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "relay refused the token") {
+		t.Errorf("no ERROR saying the relay refused the token:\n%s", out)
+	}
+	if strings.Contains(out, "msg=attached") {
+		t.Errorf("logged attached although the relay refused:\n%s", out)
+	}
+	if n := relay.Rejected(); n != 1 {
+		t.Errorf("relay refused %d attaches, want exactly 1 (no retry)", n)
+	}
+}
+
+// TestStartupSaysWhatItUses: with nothing set the worker keeps the
+// design's defaults but says where it dials, as whom, and that the token
+// is the development one.
+func TestStartupSaysWhatItUses(t *testing.T) {
+	relay, err := relaytest.Start("dev-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		// Only RELAY_ADDR: the test cannot own localhost:8443.
+		done <- run(ctx, nil, func(k string) string {
+			if k == "RELAY_ADDR" {
+				return relay.Addr()
+			}
+			return ""
+		}, &stderr)
+	}()
+	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+	defer acancel()
+	if _, err := relay.Accept(actx); err != nil {
+		cancel()
+		<-done
+		t.Fatalf("worker did not attach with the default token: %v\n%s", err, stderr.String())
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d after cancel", code)
+	}
+	out := stderr.String()
+	for _, want := range []string{
+		"level=INFO msg=starting relay=" + relay.Addr() + " sandbox_id=sbx-laptop-1 capacity=4",
+		`level=WARN msg="SANDBOX_TOKEN not set: using the development default token"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -45,6 +45,10 @@ const (
 	EnvTrust         = "SANDBOX_TRUST"
 )
 
+// DefaultToken is the token of the design's defaults, fit only for a
+// development relay; Run warns when it is used.
+const DefaultToken = "dev-token"
+
 // ErrConfig marks an invalid configuration value.
 var ErrConfig = errors.New("worker: invalid configuration")
 
@@ -56,7 +60,7 @@ func Default() Config {
 	return Config{
 		RelayAddr:     "localhost:8443",
 		SandboxID:     "sbx-laptop-1",
-		Token:         "dev-token",
+		Token:         DefaultToken,
 		MaxConcurrent: 4,
 		Trust:         "untrusted",
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -322,37 +325,93 @@ func TestHeartbeatsReachRelay(t *testing.T) {
 	}
 }
 
-func TestWrongTokenIsRejected(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("needs bash on PATH")
-	}
+func TestWrongTokenIsFatal(t *testing.T) {
 	relay, err := relaytest.Start(token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer relay.Close()
+	var logs syncBuffer
 	cfg := worker.Default()
 	cfg.RelayAddr = relay.Addr()
 	cfg.Token = "wrong"
 	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(ctx, cfg) }()
-	// Wait for two refusals: the worker keeps retrying, and is refused.
-	deadline := time.Now().Add(waitLimit)
-	for relay.Rejected() < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	err = worker.Run(ctx, cfg)
+	if !errors.Is(err, worker.ErrTokenRefused) {
+		t.Fatalf("Run = %v, want ErrTokenRefused", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if n := relay.Rejected(); n < 2 {
-		t.Errorf("relay saw %d refused attaches, want the worker to retry", n)
+	if n := relay.Rejected(); n != 1 {
+		t.Errorf("relay saw %d refused attaches, want 1: a refused token is not retried", n)
 	}
 	if n := relay.Attaches(); n != 0 {
 		t.Errorf("relay accepted %d attaches with a wrong token", n)
 	}
+	out := logs.String()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "relay refused the token") {
+		t.Errorf("no ERROR about the refused token:\n%s", out)
+	}
+	if strings.Contains(out, "msg=attached") || strings.Contains(out, "reconnecting") {
+		t.Errorf("refused worker logged attached or a retry:\n%s", out)
+	}
+}
+
+// TestAttachedOnlyOnEvidence: "connected" when the stream opens, "attached"
+// only after the relay's first frame, or after a quiet period without
+// refusal; the protocol has no acceptance frame.
+func TestAttachedOnlyOnEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		quiet    time.Duration
+		exec     bool
+		evidence string
+	}{
+		{"first frame", time.Hour, true, `evidence="first relay frame"`},
+		{"quiet period", time.Millisecond, false, `evidence="no refusal within 1ms"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A cleanup registered before setup's runs after it, once
+			// Run has returned and no longer reads the setting.
+			t.Cleanup(worker.SetAttachQuiet(tc.quiet))
+			var logs syncBuffer
+			f := setup(t, func(c *worker.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+			if tc.exec {
+				// The Hello has arrived and the quiet period is an hour:
+				// nothing may claim the worker attached yet.
+				if out := logs.String(); !strings.Contains(out, "msg=\"connected; waiting") || strings.Contains(out, "msg=attached") {
+					t.Fatalf("before any relay frame, want connected and not attached:\n%s", out)
+				}
+				wantEnd(t, f.run(t, &sandboxv1.Exec{Command: "true"}), 0)
+			}
+			deadline := time.Now().Add(waitLimit)
+			for !strings.Contains(logs.String(), "msg=attached") && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if out := logs.String(); !strings.Contains(out, "msg=attached") || !strings.Contains(out, tc.evidence) {
+				t.Errorf("want attached with %s:\n%s", tc.evidence, out)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer the worker's goroutines may log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // groupMembers lists the live (non-zombie) processes of a process group,

@@ -1,7 +1,9 @@
 // Package worker is the pulse-worker runtime: it dials a relay's
 // SandboxWorker.Attach, serves the stream with a session.Session, and
 // re-dials with exponential backoff (500 ms doubling to 30 s, with jitter)
-// when the stream ends, keeping the session and so its dedup cache.
+// when the stream ends, keeping the session and so its dedup cache. A
+// relay that refuses the token ends Run with ErrTokenRefused: no retry can
+// succeed.
 //
 // The worker holds no credentials other than its relay token, which it
 // keeps out of the commands' environment, and does no orchestration: it

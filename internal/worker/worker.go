@@ -5,21 +5,37 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/internal/worker/runner"
 	"github.com/pulse-agent/pulse/internal/worker/session"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
+
+// ErrTokenRefused: the relay answered Unauthenticated or PermissionDenied.
+// Retrying cannot help, so Run stops with it.
+var ErrTokenRefused = errors.New("worker: relay refused the token")
+
+// attachQuiet is how long a fresh stream must go unrefused before the
+// worker calls itself attached when the relay has sent nothing yet. The
+// protocol has no acceptance frame: a relay refuses the token as its first
+// answer, within one round trip, and otherwise stays silent until it has
+// work. A variable so tests can shorten it.
+var attachQuiet = 2 * time.Second
 
 const (
 	defaultBackoffMin = 500 * time.Millisecond
@@ -45,8 +61,10 @@ const (
 )
 
 // Run connects to the relay and serves it until ctx is done, re-dialling
-// with backoff whenever the stream ends. It returns nil when ctx ends and
-// an error only for a configuration it cannot start with.
+// with backoff whenever the stream ends. It returns nil when ctx ends, an
+// error wrapping ErrTokenRefused when the relay refuses the token (after
+// logging it at ERROR), and otherwise an error only for a configuration it
+// cannot start with.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -57,6 +75,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Capabilities == nil {
 		cfg.Capabilities = DetectCapabilities(nil)
+	}
+	// Said up front because every value may be a silent default: a worker
+	// started with nothing set dials localhost with the development token.
+	log.Info("starting", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "tls", cfg.TLS)
+	if cfg.Token == DefaultToken {
+		log.Warn("SANDBOX_TOKEN not set: using the development default token")
 	}
 	env := cfg.Env
 	if env == nil {
@@ -108,10 +132,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	for {
 		started := time.Now()
-		err := attach(ctx, client, cfg.Token, sess)
+		err := attach(ctx, client, cfg, sess, log)
 		if ctx.Err() != nil {
 			log.Info("stopping", "reason", context.Cause(ctx))
 			return nil
+		}
+		if refused(err) {
+			log.Error("relay refused the token; check SANDBOX_TOKEN against the relay's worker tokens", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "err", err)
+			return fmt.Errorf("%w: %w", ErrTokenRefused, err)
 		}
 		// A connection that stayed up for a while was healthy: the next
 		// failure starts the backoff over.
@@ -131,18 +159,84 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// attach opens one Attach stream and serves it until it ends.
-func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, token string, sess *session.Session) error {
+// refused reports whether err is the relay's answer to a bad token.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
+}
+
+// attach opens one Attach stream and serves it until it ends. It logs
+// "connected" once the stream is open and "attached" only once the relay
+// has sent a frame or let attachQuiet pass without refusing the token.
+func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Config, sess *session.Session, log *slog.Logger) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
+	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+cfg.Token)
 	st, err := client.Attach(sctx)
 	if err != nil {
 		return fmt.Errorf("worker: attach: %w", err)
 	}
-	err = sess.Serve(sctx, st)
+	log.Info("connected; waiting for the relay to accept the token", "relay", cfg.RelayAddr)
+	ws := &watchedStream{SandboxWorker_AttachClient: st, firstFrame: make(chan struct{})}
+	served := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		quiet := time.NewTimer(attachQuiet)
+		defer quiet.Stop()
+		var evidence string
+		select {
+		case <-ws.firstFrame:
+			evidence = "first relay frame"
+		case <-quiet.C:
+			evidence = "no refusal within " + attachQuiet.String()
+		case <-served:
+			return
+		}
+		select {
+		case <-served: // ended meanwhile: "attached" would now be false
+		default:
+			log.Info("attached", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "evidence", evidence)
+		}
+	})
+	err = sess.Serve(sctx, ws)
+	close(served)
+	wg.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
+	}
+	return err
+}
+
+// watchedStream tells attach when the relay's first frame arrives, and
+// turns an io.EOF on the first Send into the relay's status.
+type watchedStream struct {
+	sandboxv1.SandboxWorker_AttachClient
+	firstFrame chan struct{}
+	once       sync.Once
+	sends      atomic.Int64
+}
+
+func (w *watchedStream) Recv() (*sandboxv1.ServerFrame, error) {
+	f, err := w.SandboxWorker_AttachClient.Recv()
+	if err == nil {
+		w.once.Do(func() { close(w.firstFrame) })
+	}
+	return f, err
+}
+
+func (w *watchedStream) Send(f *sandboxv1.WorkerFrame) error {
+	err := w.SandboxWorker_AttachClient.Send(f)
+	// io.EOF means the relay already ended the stream, a refused token
+	// for instance; the status, which says why, comes from Recv. Only the
+	// first Send (Hello) may call Recv here: the session sends it before
+	// it starts receiving, later Sends race with its receive loop.
+	if w.sends.Add(1) == 1 && errors.Is(err, io.EOF) {
+		if _, rerr := w.SandboxWorker_AttachClient.Recv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+			return rerr
+		}
 	}
 	return err
 }

@@ -136,7 +136,10 @@ func (s *Session) Serve(ctx context.Context, st Stream) error {
 	if err := c.snd.send(&sandboxv1.WorkerFrame{Frame: &sandboxv1.WorkerFrame_Hello{Hello: s.Hello()}}); err != nil {
 		return fmt.Errorf("session: send hello: %w", err)
 	}
-	s.log.Info("attached", "sandbox_id", s.cfg.SandboxID, "capacity", s.cfg.Capacity)
+	// Sending Hello says nothing of the relay's answer: a relay that
+	// refuses the token does so on the stream's first receive. The
+	// caller, which sees that answer, says when the worker is attached.
+	s.log.Debug("hello sent", "sandbox_id", s.cfg.SandboxID, "capacity", s.cfg.Capacity)
 
 	var wg sync.WaitGroup
 	wg.Go(c.heartbeat)
@@ -147,7 +150,7 @@ func (s *Session) Serve(ctx context.Context, st Stream) error {
 	cancel(ErrDisconnected)
 	close(c.queue) // only receive enqueues, and it has returned
 	wg.Wait()
-	s.log.Info("detached", "err", err)
+	s.log.Debug("stream ended", "err", err)
 	return err
 }
 
