@@ -541,7 +541,7 @@ func parseStatus(b []byte) initStatus {
 			ok := len(f) == 3
 			for i := 0; ok && i < 3; i++ {
 				n, err := strconv.ParseInt(f[i], 10, 64)
-				ok = err == nil && n >= 0
+				ok = err == nil && n >= 0 && n < 1<<50 // KiB and µs: no product overflows
 				ru[i] = n
 			}
 			if ok {

@@ -155,3 +155,27 @@ func TestMetricsCountTheCommand(t *testing.T) {
 		t.Fatalf("metrics %+v, want a max RSS of at least 16 MiB and some CPU time", res.Metrics)
 	}
 }
+
+// FuzzParseStatus: the status lines come from the sandbox's side of a
+// pipe. Whatever they hold, parsing does not panic, "ended" is believed
+// only with three non-negative numbers, and a well-formed report
+// appended after arbitrary lines is read back exactly.
+func FuzzParseStatus(f *testing.F) {
+	f.Add([]byte("started 7\nexit 768\nended 2048 150 300\n"))
+	f.Add([]byte("phase init 123\nerror bad thing\n"))
+	f.Add([]byte("ended -1 2 3\nended 1 2\nended a b c\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st := parseStatus(data)
+		if st.ended {
+			for _, v := range st.endedRU {
+				if v < 0 {
+					t.Fatalf("ended with a negative value: %v", st.endedRU)
+				}
+			}
+		}
+		st = parseStatus(append(append(data, '\n'), "started 5\nexit 256\nended 10 20 30\n"...))
+		if !st.started || st.pid != 5 || !st.exited || st.status.ExitStatus() != 1 || !st.ended || st.endedRU != [3]int64{10, 20, 30} {
+			t.Fatalf("well-formed report after %q read as %+v", data, st)
+		}
+	})
+}
