@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,4 +179,29 @@ func FuzzParseStatus(f *testing.F) {
 			t.Fatalf("well-formed report after %q read as %+v", data, st)
 		}
 	})
+}
+
+// TestSeccompProgramTravels: the program the init loads is the one the
+// backend compiled, instruction for instruction, and a truncated one is
+// refused.
+func TestSeccompProgramTravels(t *testing.T) {
+	prog, err := compiledSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(childConfig{Seccomp: prog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got childConfig
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Seccomp, bpfProgram(prog)) {
+		t.Fatalf("program changed in transit: %d instructions, want %d", len(got.Seccomp), len(prog))
+	}
+	var bad bpfProgram
+	if err := json.Unmarshal([]byte(`"AAAAAAAAAA=="`), &bad); err == nil {
+		t.Fatal("accepted a program of 7 bytes")
+	}
 }
