@@ -205,3 +205,17 @@ func TestSeccompProgramTravels(t *testing.T) {
 		t.Fatal("accepted a program of 7 bytes")
 	}
 }
+
+// TestCommandSignalsDefault: whatever the init does with signals, the
+// command starts with none ignored, and ends on a signal it sends itself.
+func TestCommandSignalsDefault(t *testing.T) {
+	nb := newBackend(t)
+	_, out, _ := runCmd(t, nb, &backend.Request{Workspace: t.TempDir(), Args: []string{"grep", "SigIgn", "/proc/self/status"}})
+	if strings.TrimSpace(out) != "SigIgn:\t0000000000000000" {
+		t.Fatalf("command's ignored signals: %q, want none", out)
+	}
+	res, _, _ := runCmd(t, nb, &backend.Request{Workspace: t.TempDir(), Shell: "kill -TERM $$; echo survived"})
+	if res.Termination != backend.Signaled {
+		t.Fatalf("kill -TERM $$: %s %d, want signaled", res.Termination, res.ExitCode)
+	}
+}
