@@ -13,10 +13,15 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/lifecycle"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
+
+// writerGrace is how long a caller's output writer may still block after
+// the command's context has ended before it is given up on.
+const writerGrace = 2 * time.Second
 
 // Command is one command to run in the sandbox.
 type Command struct {
@@ -213,16 +218,48 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 		}
 	}
 
+	// A capturing backend's writes need a transaction: its slot is taken
+	// before the command runs, so that a command is refused, not run and
+	// its writes dropped, when too many transactions await review.
+	var tx *cowfs.Tx
+	if s.caps.CapturesWrites {
+		if tx, err = s.cow.Begin(fmt.Sprintf("exec %s: %s", execID, cmdStr)); err != nil {
+			return fail(fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err))
+		}
+		defer func() {
+			// Left open only when it holds staged writes.
+			if tx != nil && len(tx.Changes()) == 0 {
+				_ = tx.Discard()
+			}
+		}()
+	}
+
 	// Everything the command prints passes a streaming scrubber before
-	// the caller sees it; a nil writer collects into the Result.
+	// the caller sees it; a nil writer collects into the Result. A
+	// caller's writer is fed from a queue of its own, so that one that
+	// blocks is given up on a grace period after ctx ends instead of
+	// holding the command, the backend and Close forever.
 	var outBuf, errBuf lockedBuffer
-	stdout, stderr := cmd.Stdout, cmd.Stderr
-	if stdout == nil {
-		stdout = &outBuf
+	var queues []*outWriter
+	stdout, stderr := io.Writer(&outBuf), io.Writer(&errBuf)
+	if cmd.Stdout != nil {
+		q := newOutWriter(cmd.Stdout)
+		queues, stdout = append(queues, q), q
 	}
-	if stderr == nil {
-		stderr = &errBuf
+	if cmd.Stderr != nil {
+		q := newOutWriter(cmd.Stderr)
+		queues, stderr = append(queues, q), q
 	}
+	giveUp := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		time.AfterFunc(writerGrace, func() {
+			for _, q := range queues {
+				q.abandon()
+			}
+			close(giveUp)
+		})
+	})
+	defer stopWatch()
 	outW, errW := s.scrubber.NewWriter(stdout), s.scrubber.NewWriter(stderr)
 
 	req := &backend.Request{
@@ -256,6 +293,11 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 	start := time.Now()
 	br, err := s.backend.Exec(ctx, req)
 	cerr1, cerr2 := outW.Close(), errW.Close()
+	for _, q := range queues {
+		if qerr := q.close(giveUp); qerr != nil && cerr1 == nil {
+			cerr1 = qerr
+		}
+	}
 	if err != nil {
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			IsolationLevel: isolation, Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
@@ -298,7 +340,7 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 				IsolationLevel: isolation, Detail: "deleted directly by the host backend"})
 		}
 	} else if !br.Overlay.Empty() {
-		if err := s.stageOverlay(ctx, execID, cmdStr, br.Overlay, review, res); err != nil {
+		if err := s.stageOverlay(ctx, tx, execID, br.Overlay, review, res); err != nil {
 			step(lifecycle.Failed)
 			return res, err
 		}

@@ -172,11 +172,10 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 // and no Approver answered it. Auto-commit is the caller's standing
 // approval of the Ask the default policy puts on every write, not of
 // something a rule singled out for a person.
-func (s *Sandbox) stageOverlay(ctx context.Context, execID, cmdStr string, ov *backend.Overlay, review bool, res *Result) error {
-	tx, err := s.cow.Begin(fmt.Sprintf("exec %s: %s", execID, cmdStr))
-	if err != nil {
-		return fmt.Errorf("sandbox: stage overlay: %w", err)
-	}
+//
+// tx is the transaction Execute opened before the command ran; whatever
+// stageOverlay leaves unstaged in it is discarded by Execute.
+func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string, ov *backend.Overlay, review bool, res *Result) error {
 	// Every path is checked first and the allowed ones are staged in one
 	// batch (a fixed number of fsyncs, not three per path); the outcome
 	// of each path is then reported in order, as if staged alone.
