@@ -460,6 +460,7 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		FileSize:  lim.FileSizeBytes,
 		envMap:    env,
 	}
+	c.PidsLimited = lim.Pids > 0
 	if lim.Pids > 0 && !b.cg.pids {
 		c.NProc = lim.Pids
 	}

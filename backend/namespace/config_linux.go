@@ -48,6 +48,10 @@ type childConfig struct {
 	// Seccomp is the compiled filter program (static config only): the
 	// policy is fixed, so the backend compiles it once for every init.
 	Seccomp bpfProgram `json:"seccomp,omitempty"`
+	// PidsLimited: the command has a pids limit (cgroup or RLIMIT_NPROC)
+	// that the init's threads count against, so the init starts the
+	// threads its runtime may want before the command starts.
+	PidsLimited bool `json:"pids_limited,omitempty"`
 	// Rlimits; zero means leave the inherited limit.
 	FileSize int64 `json:"file_size,omitempty"`
 	NProc    int64 `json:"nproc,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -106,6 +107,9 @@ func initSandbox(version string, status *os.File) error {
 	phase("request-mounts")
 	if err := os.Chdir(cfg.Dir); err != nil {
 		return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+	}
+	if cfg.PidsLimited {
+		spareThreads(2)
 	}
 	if err := setRlimits(&cfg); err != nil {
 		return err
@@ -555,6 +559,30 @@ func setRlimits(cfg *childConfig) error {
 // the init's death would kill the command). Blocking this locked goroutine
 // on a channel makes the runtime run the sender on another thread, which
 // then stays idle for later reuse.
+// spareThreads makes the runtime start n threads beyond the ones it has,
+// which stay idle for later reuse, and lets every goroutine started so
+// far reach the point where it waits. The runtime cannot be asked for an
+// idle thread directly: n goroutines each lock a thread of their own, then
+// let it go. Done so that the threads the runtime may want while the command runs exist
+// before the pids limit is set to the command's allowance plus the init's
+// threads. Only a command with a pids limit pays for it (about 0.5 ms).
+func spareThreads(n int) {
+	var locked sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		locked.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
+	spareThread()
+}
+
 func spareThread() {
 	ch := make(chan struct{})
 	go func() { ch <- struct{}{} }()
