@@ -703,6 +703,12 @@ func (x *run) result() (*backend.Result, error) {
 		}
 		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, class)
 	}
+	if p.Error == errorOverlayLost {
+		// The command ran, but the server lost what it wrote: a Result
+		// without an overlay would look like a command that wrote nothing.
+		return nil, fmt.Errorf("remote: execution %s ran (exit %d) but the server could not keep what it wrote: %w",
+			x.id, p.ExitCode, ErrOverlay)
+	}
 	res := &backend.Result{
 		ExitCode:    p.ExitCode,
 		Termination: backend.TerminationReason(p.TerminationReason),

@@ -57,6 +57,10 @@ const (
 	// Features a server lists in its capabilities reply.
 	featureStdin  = "stdin"
 	featureLimits = "limits"
+
+	// errorOverlayLost is the result error of a server that ran the
+	// command but could not keep its writes.
+	errorOverlayLost = "OVERLAY_LOST"
 	// featureResultOutput: submit takes result_output "omit", so the
 	// result does not repeat output already streamed.
 	featureResultOutput = "result_output"

@@ -303,7 +303,11 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		e.mu.Unlock()
 		if !res.Overlay.Empty() {
 			if err := s.saveOverlay(e, res.Overlay); err != nil {
+				// The command's writes are gone: a result that looked like
+				// plain success would lose them without a word.
 				s.log.Error("save overlay", "execution_id", e.id, "err", err)
+				status = store.StatusFailed
+				p.Error = ErrorOverlayLost
 			} else {
 				p.Artifact = true
 			}
@@ -313,9 +317,11 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		// Cancelled by a client, or by the server shutting down: either
 		// way the command did not reach its own end.
 		status = store.StatusFailed
-		p.Error = "SHUTDOWN"
-		if errors.Is(cause, errCancelled) {
-			p.Error = StatusCancelled
+		if p.Error == "" { // a lost overlay says more than how it ended
+			p.Error = "SHUTDOWN"
+			if errors.Is(cause, errCancelled) {
+				p.Error = StatusCancelled
+			}
 		}
 		if p.TerminationReason == "" || p.TerminationReason == string(backend.Exited) {
 			p.TerminationReason = string(backend.Cancelled)

@@ -55,6 +55,11 @@ const (
 	StatusCapabilities = "CAPABILITIES"
 )
 
+// ErrorOverlayLost is a result's error when the command ran but the server
+// could not keep what it wrote (an additive value: the Python server had
+// no such case). The result's status is then FAILED.
+const ErrorOverlayLost = "OVERLAY_LOST"
+
 // Error messages of the Python server, kept verbatim because clients match
 // on them.
 const (
