@@ -57,10 +57,14 @@ func TestUnenforceableLimitIsRefused(t *testing.T) {
 		t.Fatalf("execs = %d", be.execs)
 	}
 	evs := verifyAudit(t, sb)
-	if !hasEvent(evs, func(e audit.Event) bool { return e.Action == "limits" && e.Target == "pids" && e.EnforcementLevel == "best-effort" }) {
+	if !hasEvent(evs, func(e audit.Event) bool {
+		return e.Action == "limits" && e.Target == "pids" && e.EnforcementLevel == "best-effort"
+	}) {
 		t.Fatal("best-effort limit not audited")
 	}
-	if !hasEvent(evs, func(e audit.Event) bool { return e.Reason == "unsupported_policy" && strings.Contains(e.Detail, "memory_bytes") }) {
+	if !hasEvent(evs, func(e audit.Event) bool {
+		return e.Reason == "unsupported_policy" && strings.Contains(e.Detail, "memory_bytes")
+	}) {
 		t.Fatal("refused limit not audited")
 	}
 }
