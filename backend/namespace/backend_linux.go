@@ -55,6 +55,8 @@ type Backend struct {
 	probeMu  sync.Mutex
 	probeOK  bool
 	landlock int // landlock ABI version, 0 when absent
+	// path is the default PATH of commands (see sandboxPath).
+	path string
 	cg       cgroupSupport
 }
 
@@ -75,7 +77,41 @@ func New(opts ...Option) (*Backend, error) {
 		inflight: map[bool]int{}, peak: map[bool]int{}}
 	b.landlock = landlockABI()
 	b.cg = detectCgroups()
+	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)
 	return b, nil
+}
+
+// basePath is the PATH every command gets at least.
+const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// sandboxPath is the default PATH of commands: basePath, then the
+// caller's PATH entries that the sandbox shows — under the read-only
+// system directories or an extra read-only bind — so that a toolchain
+// installed in, say, /usr/local/go/bin is found inside as outside. PATH
+// is not a secret, and entries the sandbox does not show (a home
+// directory) are left out rather than pointing at nothing.
+func sandboxPath(hostPath string, readOnly []string) string {
+	seen := map[string]bool{}
+	out := strings.Split(basePath, ":")
+	for _, d := range out {
+		seen[d] = true
+	}
+	visible := func(d string) bool {
+		for _, root := range append([]string{"/usr", "/bin", "/sbin"}, readOnly...) {
+			if d == root || strings.HasPrefix(d, strings.TrimSuffix(root, "/")+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range strings.Split(hostPath, ":") {
+		if d == "" || !filepath.IsAbs(d) || d != filepath.Clean(d) || seen[d] || !visible(d) {
+			continue
+		}
+		seen[d] = true
+		out = append(out, d)
+	}
+	return strings.Join(out, ":")
 }
 
 func defaultStateDir() string {
@@ -441,7 +477,7 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 
 	// HOME is set by exec, to the home the init mounted.
 	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH": b.path,
 		"LANG": "C.UTF-8",
 		"TERM": "dumb",
 		"USER": userName(),
