@@ -57,7 +57,7 @@ type Backend struct {
 	landlock int // landlock ABI version, 0 when absent
 	// path is the default PATH of commands (see sandboxPath).
 	path string
-	cg       cgroupSupport
+	cg   cgroupSupport
 }
 
 var _ backend.Backend = (*Backend)(nil)
