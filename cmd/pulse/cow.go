@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -67,6 +69,20 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 			return exitFailure
 		}
 		ws = wd
+	}
+	// A review command looks; it does not make state where there is
+	// none (cowfs.Open would create .pulse/cow in any directory named).
+	if _, err := os.Stat(filepath.Join(ws, cowfs.StateDir)); errors.Is(err, fs.ErrNotExist) {
+		if sub == "list" {
+			if *asJSON {
+				fmt.Fprintln(env.stdout, "[]")
+			} else {
+				fmt.Fprintf(env.stderr, "pulse cow: no transactions in %s (nothing was staged there yet)\n", ws)
+			}
+			return exitOK
+		}
+		fmt.Fprintf(env.stderr, "pulse cow: %s has no staged transactions (no %s); is --workspace right?\n", ws, cowfs.StateDir)
+		return exitFailure
 	}
 	f, err := cowfs.Open(ws)
 	if err != nil {

@@ -119,3 +119,18 @@ func TestCowUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestCowOnAWorkspaceWithoutStateCreatesNone(t *testing.T) {
+	ws := t.TempDir()
+	code, _, stderr := runCLI(t, "cow", "list", "--workspace", ws)
+	if code != exitOK || !strings.Contains(stderr, "no transactions") {
+		t.Fatalf("list: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "cow", "diff", "--workspace", ws, "0123456789abcdef")
+	if code != exitFailure || !strings.Contains(stderr, "is --workspace right?") {
+		t.Fatalf("diff: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".pulse")); !os.IsNotExist(err) {
+		t.Fatalf("a review command created state: %v", err)
+	}
+}
