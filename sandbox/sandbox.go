@@ -310,6 +310,9 @@ func (s *Sandbox) enter() error {
 func (s *Sandbox) decide(ctx context.Context, a policy.Action, target, execID string) (review bool, err error) {
 	deny := func(detail string) error {
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: string(a), Target: target, Decision: "deny", Detail: detail})
+		if detail == "denied by policy" {
+			return fmt.Errorf("%w: %s %q", ErrPolicyDenied, a, target) // the class says it all
+		}
 		return fmt.Errorf("%w: %s %q: %s", ErrPolicyDenied, a, target, detail)
 	}
 	switch s.o.policy.Evaluate(a, target) {
