@@ -95,7 +95,7 @@ func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, 
 		}
 		b, err := c.make(o)
 		if err != nil {
-			why = append(why, c.name+": "+err.Error())
+			why = append(why, reason(c.name, err))
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -108,12 +108,18 @@ func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, 
 		if ctx.Err() != nil {
 			return nil, why, ctx.Err()
 		}
-		why = append(why, c.name+": "+err.Error())
+		why = append(why, reason(c.name, err))
 	}
 	if !found {
 		return nil, why, fmt.Errorf("sandbox: unknown backend %q", o.backendName)
 	}
 	return nil, why, &UnavailableError{Tried: why}
+}
+
+// reason is one "name: why" line; backends already prefix their errors
+// with their name, which is not repeated.
+func reason(name string, err error) string {
+	return name + ": " + strings.TrimPrefix(err.Error(), name+": ")
 }
 
 // UnavailableError is returned by New when no backend can run commands.
