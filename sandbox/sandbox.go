@@ -36,6 +36,9 @@ type Sandbox struct {
 	backend   backend.Backend
 	ownsBE    bool
 	caps      backend.Capabilities
+	// ruledActions and rulesOnly: see policyDigest.
+	ruledActions map[policy.Action]bool
+	rulesOnly    *policy.Policy
 	// passedOver says why each backend before the chosen one was not
 	// used ("name: reason").
 	passedOver []string
@@ -84,6 +87,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 
 	s := &Sandbox{o: o, workspace: abs, log: o.logger}
+	s.ruledActions, s.rulesOnly = policyDigest(o.policy)
 	defer func() {
 		if err != nil {
 			s.release()

@@ -38,13 +38,21 @@ func (s *Sandbox) workspaceRel(p string) (string, error) {
 // ruled reports whether any rule of the policy concerns action a. Without
 // one, every target gets the action's default decision, and the checks
 // below that look at paths other than the one named can be skipped.
-func (s *Sandbox) ruled(a policy.Action) bool {
-	for _, r := range s.o.policy.Rules {
-		if r.Action == a {
-			return true
-		}
+func (s *Sandbox) ruled(a policy.Action) bool { return s.ruledActions[a] }
+
+// policyDigest precomputes, once per sandbox, what the staging checks ask
+// of the policy for every path: which actions have rules, and the rules
+// alone (every default Allow), to tell a rule's Ask from a default's.
+func policyDigest(p *policy.Policy) (map[policy.Action]bool, *policy.Policy) {
+	ruled := make(map[policy.Action]bool)
+	for _, r := range p.Rules {
+		ruled[r.Action] = true
 	}
-	return false
+	defaults := make(map[policy.Action]policy.Decision, len(policy.Actions()))
+	for _, act := range policy.Actions() {
+		defaults[act] = policy.Allow
+	}
+	return ruled, &policy.Policy{Rules: p.Rules, Defaults: defaults}
 }
 
 // sideEffectDenied says whether staging op would also remove or replace a
@@ -130,10 +138,5 @@ func (s *Sandbox) changesDenied(tx *cowfs.Tx) string {
 // the policy ask about a on target: such a path is one a person wanted to
 // see, so auto-commit does not stand in for them.
 func (s *Sandbox) askedByRule(a policy.Action, target string) bool {
-	defaults := make(map[policy.Action]policy.Decision, len(policy.Actions()))
-	for _, act := range policy.Actions() {
-		defaults[act] = policy.Allow
-	}
-	rulesOnly := policy.Policy{Rules: s.o.policy.Rules, Defaults: defaults}
-	return rulesOnly.Evaluate(a, target) == policy.Ask
+	return s.rulesOnly.Evaluate(a, target) == policy.Ask
 }
