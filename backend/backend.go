@@ -94,6 +94,11 @@ type Capabilities struct {
 	// and its writes come back as Result.Overlay; false when it writes in
 	// place (the host backend).
 	CapturesWrites bool `json:"captures_writes"`
+	// HidesPaths is true when the backend honours Request.Hidden: the
+	// command cannot read the contents of the listed paths. The facade
+	// refuses (ErrUnsupportedPolicy) a command with hidden paths on a
+	// backend that does not.
+	HidesPaths bool `json:"hides_paths,omitempty"`
 	// Limits is the enforcement level of each resource limit, keyed by the
 	// ResourceLimits JSON field name ("timeout", "memory_bytes", ...).
 	Limits map[string]secrets.EnforcementLevel `json:"limits,omitempty"`
@@ -164,6 +169,15 @@ type Request struct {
 	// enforce at all.
 	Network policy.NetworkPolicy
 	Secrets secrets.SecretPolicy
+
+	// Hidden lists workspace paths the policy forbids the command to
+	// read (slash-separated, relative to Workspace, cleaned, never under
+	// .pulse), expanded by the facade from the read-deny rules against
+	// what exists now. A backend with Capabilities.HidesPaths shows each
+	// as absent (or as an empty file or directory) in the command's view
+	// of the workspace, never with its real contents; what the command
+	// writes there itself is captured as usual.
+	Hidden []string
 }
 
 // TerminationReason says why a command ended.
