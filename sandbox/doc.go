@@ -24,7 +24,12 @@
 //     lands in the hash-chained audit log, scrubbed of secrets. A command
 //     whose start cannot be audited does not run.
 //   - Output reaches the caller only through streaming scrubbers: a secret
-//     split across writes is still redacted.
+//     split across writes is still redacted. Every other string handed
+//     back (Result fields, errors, passed-over reasons, transaction
+//     descriptions) is scrubbed too.
+//   - The policy's resource limits are a ceiling: WithLimits and
+//     Command.Limits only tighten them, and asking for more fails with
+//     ErrLimitExceeded before anything runs.
 //   - Writes never land directly: an isolating backend's overlay is staged
 //     byte-exact into a cowfs transaction that stays pending for review
 //     (or is committed at once with WithAutoCommit, where conflicts are

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // Error classes of the facade, tested with errors.Is. Where a lower layer
@@ -24,6 +25,10 @@ var (
 	ErrSecretInContent = errors.New("sandbox: content contains a secret")
 	// ErrClosed: the Sandbox was used after Close.
 	ErrClosed = errors.New("sandbox: closed")
+	// ErrLimitExceeded is policy.ErrLimitExceeded: a command's limits (or
+	// WithLimits) ask for more than the policy allows. The error is a
+	// *policy.LimitError per field, found with errors.As.
+	ErrLimitExceeded = policy.ErrLimitExceeded
 	// ErrInvalidCommand: the Command is malformed (no program, both Args
 	// and Shell, a working directory outside the workspace).
 	ErrInvalidCommand = errors.New("sandbox: invalid command")

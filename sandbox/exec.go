@@ -41,7 +41,11 @@ type Command struct {
 	// Result.Stderr instead.
 	Stdout io.Writer
 	Stderr io.Writer
-	// Limits, when non-nil, replaces the sandbox's limits for this command.
+	// Limits, when non-nil, tightens the sandbox's limits for this
+	// command: each field set is used when it is no larger than the
+	// policy's (or WithLimits'), and a zero field keeps theirs. Asking for
+	// more than they allow fails with ErrLimitExceeded (a
+	// *policy.LimitError naming the field); nothing runs.
 	Limits *policy.ResourceLimits
 	// ExecutionID names the execution in the audit log (default: random).
 	ExecutionID string
@@ -118,7 +122,16 @@ type RefusedPath struct {
 // A command that ran returns a Result and a nil error whatever its exit
 // code; ctx cancellation kills it and returns its Result with Termination
 // Cancelled together with ctx's error.
+//
+// Every string of the Result and of the error is scrubbed of the
+// configured secrets, the command line included.
 func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
+	res, err := s.execute(ctx, cmd)
+	s.scrubResult(res)
+	return res, s.scrubErr(err)
+}
+
+func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -179,12 +192,21 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 		return nil, err
 	}
 
+	// A command's limits tighten the sandbox's, field by field; asking
+	// for more than the policy allows is refused, not quietly capped, so
+	// the caller learns that what it asked for is not what would run.
 	limits := *s.o.limits
 	if cmd.Limits != nil {
 		if err := cmd.Limits.Validate(); err != nil {
 			return fail(fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err))
 		}
-		limits = *cmd.Limits
+		l, err := limits.Tighten(*cmd.Limits)
+		if err != nil {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+				Backend: s.backend.Name(), Reason: "limit_exceeded", Detail: err.Error()})
+			return fail(fmt.Errorf("sandbox: %w", err))
+		}
+		limits = l
 	}
 	limits = limits.WithDefaults()
 	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr, limits)
@@ -223,7 +245,7 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 	// its writes dropped, when too many transactions await review.
 	var tx *cowfs.Tx
 	if s.caps.CapturesWrites {
-		if tx, err = s.cow.Begin(fmt.Sprintf("exec %s: %s", execID, cmdStr)); err != nil {
+		if tx, err = s.cow.Begin(s.scrubber.Redact(fmt.Sprintf("exec %s: %s", execID, cmdStr))); err != nil {
 			return fail(fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err))
 		}
 		defer func() {

@@ -63,7 +63,7 @@ func (g *SafeGit) run(ctx context.Context, args ...string) (*Result, error) {
 	target := strings.Join(args, " ")
 	review, err := g.s.decide(ctx, policy.Git, target, "")
 	if err != nil {
-		return nil, err
+		return nil, g.s.scrubErr(err)
 	}
 	// Hooks would run repository-controlled code with git's privileges;
 	// the sandbox already isolates them, but a git operation asked for by

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -110,5 +111,84 @@ func TestUnreachableRemoteIsPassedOverAndSaid(t *testing.T) {
 	over := sb.PassedOver()
 	if len(over) == 0 || !strings.HasPrefix(over[0], "remote: ") {
 		t.Fatalf("PassedOver = %q, want the remote's reason first", over)
+	}
+}
+
+// limitsBackend records the request, and enforces every limit strongly.
+type limitsBackend struct{ ovBackend }
+
+func (l *limitsBackend) Capabilities() backend.Capabilities {
+	c := l.ovBackend.Capabilities()
+	c.Limits = map[string]secrets.EnforcementLevel{}
+	for _, k := range []string{"timeout", "output_bytes", "memory_bytes", "cpus", "pids", "file_size_bytes"} {
+		c.Limits[k] = secrets.Strong
+	}
+	return c
+}
+
+// A command's limits only tighten the policy's: a shorter timeout keeps
+// the policy's pids and memory, and asking for more is refused before
+// anything runs.
+func TestCommandLimitsOnlyTightenThePolicys(t *testing.T) {
+	pol := policy.Default()
+	pol.Limits = policy.ResourceLimits{Pids: 32, MemoryBytes: 256 << 20, Timeout: 5 * time.Minute}
+	be := &limitsBackend{}
+	sb, err := New(context.Background(), t.TempDir(), WithBackend(be), WithPolicy(pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	if _, err := sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Timeout: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.req.Limits; got.Pids != 32 || got.MemoryBytes != 256<<20 || got.Timeout != time.Minute {
+		t.Fatalf("limits sent = %+v, want pids 32, memory 256MiB, timeout 1m", got)
+	}
+	if _, err := sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Pids: 8}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.req.Limits; got.Pids != 8 || got.MemoryBytes != 256<<20 || got.Timeout != 5*time.Minute {
+		t.Fatalf("limits sent = %+v, want pids 8 with the policy's memory and timeout", got)
+	}
+
+	be.req = nil
+	_, err = sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Pids: 100, Timeout: time.Hour}})
+	var le *policy.LimitError
+	if !errors.Is(err, ErrLimitExceeded) || !errors.As(err, &le) {
+		t.Fatalf("err = %v, want ErrLimitExceeded with a *policy.LimitError", err)
+	}
+	if !strings.Contains(err.Error(), "pids") || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("err = %v, want both fields named", err)
+	}
+	if be.req != nil {
+		t.Fatal("a command asking for more than the policy allows ran")
+	}
+	evs := verifyAudit(t, sb)
+	if !hasEvent(evs, func(e audit.Event) bool { return e.Decision == "deny" && e.Reason == "limit_exceeded" }) {
+		t.Fatal("the refusal was not audited")
+	}
+}
+
+func TestWithLimitsOnlyTightensThePolicys(t *testing.T) {
+	pol := policy.Default()
+	pol.Limits = policy.ResourceLimits{Pids: 32}
+	_, err := New(context.Background(), t.TempDir(), WithBackend(&ovBackend{}), WithPolicy(pol),
+		WithLimits(policy.ResourceLimits{Pids: 64}))
+	if !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("err = %v, want ErrLimitExceeded", err)
+	}
+	be := &limitsBackend{}
+	sb, err := New(context.Background(), t.TempDir(), WithBackend(be), WithPolicy(pol),
+		WithLimits(policy.ResourceLimits{Pids: 16, MemoryBytes: 64 << 20}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := be.req.Limits; got.Pids != 16 || got.MemoryBytes != 64<<20 {
+		t.Fatalf("limits sent = %+v", got)
 	}
 }

@@ -92,8 +92,11 @@ func WithSecrets(list []secrets.Secret) Option {
 	}
 }
 
-// WithLimits sets the resource limits of every command, overriding the
-// policy's.
+// WithLimits tightens the policy's resource limits for every command:
+// each field set is used when it is no larger than the policy's (with
+// defaults filled in, see policy.ResourceLimits); a zero field keeps the
+// policy's. A field above the policy's makes New fail with
+// ErrLimitExceeded.
 func WithLimits(l policy.ResourceLimits) Option {
 	return func(o *options) error {
 		if err := l.Validate(); err != nil {

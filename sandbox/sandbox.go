@@ -66,10 +66,15 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		n := *o.policy.Network
 		o.network = &n
 	}
-	if o.limits == nil {
-		l := o.policy.Limits
-		o.limits = &l
+	// The policy's limits, defaults filled in, are the ceiling of every
+	// command; WithLimits and Command.Limits may only tighten them.
+	ceil := o.policy.Limits.WithDefaults()
+	if o.limits != nil {
+		if ceil, err = ceil.Tighten(*o.limits); err != nil {
+			return nil, fmt.Errorf("sandbox: WithLimits: %w", err)
+		}
 	}
+	o.limits = &ceil
 
 	abs, err := filepath.Abs(workspace)
 	if err != nil {
@@ -151,6 +156,13 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		s.backend = o.backend
 	} else {
 		s.backend, s.passedOver, err = selectBackend(ctx, &o)
+		// A reason may quote configuration (a URL, an engine's answer):
+		// it is scrubbed like everything else the sandbox hands back.
+		s.passedOver = s.scrubAll(s.passedOver)
+		var ue *UnavailableError
+		if errors.As(err, &ue) {
+			ue.Tried = s.scrubAll(ue.Tried)
+		}
 		if err != nil {
 			s.record(ctx, audit.Event{Action: "sandbox-init", Target: "none", Decision: "deny",
 				IsolationLevel: "unavailable", Detail: err.Error()})
@@ -232,6 +244,11 @@ func (s *Sandbox) AuditPath() string { return s.audit.Path() }
 // and size-limited, and configured secrets are redacted from the bytes
 // returned.
 func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	data, err := s.readFile(ctx, path)
+	return data, s.scrubErr(err)
+}
+
+func (s *Sandbox) readFile(ctx context.Context, path string) ([]byte, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}

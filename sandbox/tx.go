@@ -25,7 +25,8 @@ func (s *Sandbox) Begin(description string) (*cowfs.Tx, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	return s.cow.Begin(description)
+	tx, err := s.cow.Begin(s.scrubber.Redact(description))
+	return tx, s.scrubErr(err)
 }
 
 // Transaction reopens a pending transaction by id (for example the one in
@@ -35,7 +36,8 @@ func (s *Sandbox) Transaction(id string) (*cowfs.Tx, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	return s.cow.Tx(id)
+	tx, err := s.cow.Tx(id)
+	return tx, s.scrubErr(err)
 }
 
 // Transactions lists the transactions of the workspace.
@@ -44,12 +46,21 @@ func (s *Sandbox) Transactions() ([]cowfs.TxInfo, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	return s.cow.List()
+	infos, err := s.cow.List()
+	for i := range infos {
+		infos[i].Description = s.scrubber.Redact(infos[i].Description)
+		infos[i].Reason = s.scrubber.Redact(infos[i].Reason)
+	}
+	return infos, s.scrubErr(err)
 }
 
 // Stage writes data to path in tx after the policy allows the write and
 // the content is checked for configured secrets (ErrSecretInContent).
 func (s *Sandbox) Stage(ctx context.Context, tx *cowfs.Tx, path string, data []byte, mode os.FileMode) error {
+	return s.scrubErr(s.stage(ctx, tx, path, data, mode))
+}
+
+func (s *Sandbox) stage(ctx context.Context, tx *cowfs.Tx, path string, data []byte, mode os.FileMode) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -78,6 +89,10 @@ func (s *Sandbox) Stage(ctx context.Context, tx *cowfs.Tx, path string, data []b
 
 // StageDelete stages the deletion of path in tx after the policy allows it.
 func (s *Sandbox) StageDelete(ctx context.Context, tx *cowfs.Tx, path string) error {
+	return s.scrubErr(s.stageDelete(ctx, tx, path))
+}
+
+func (s *Sandbox) stageDelete(ctx context.Context, tx *cowfs.Tx, path string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -111,8 +126,12 @@ func (s *Sandbox) checkSideEffects(ctx context.Context, op cowfs.Op) error {
 	return fmt.Errorf("%w: %s %q %s", ErrPolicyDenied, op.Kind, op.Path, detail)
 }
 
-// Preview returns tx's changes as a git-style unified diff.
-func (s *Sandbox) Preview(tx *cowfs.Tx) (string, error) { return tx.Diff() }
+// Preview returns tx's changes as a git-style unified diff, scrubbed of
+// the configured secrets (the workspace side of a diff may hold one).
+func (s *Sandbox) Preview(tx *cowfs.Tx) (string, error) {
+	d, err := tx.Diff()
+	return s.scrubber.Redact(d), s.scrubErr(err)
+}
 
 // Commit applies tx to the workspace through the crash-safe commit
 // protocol. A file changed by someone else since it was staged fails the
@@ -123,7 +142,8 @@ func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	return s.commit(ctx, tx, "")
+	paths, err := s.commit(ctx, tx, "")
+	return s.scrubAll(paths), s.scrubErr(err)
 }
 
 func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]string, error) {
@@ -153,7 +173,7 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 	}
 	defer s.running.Done()
 	if err := tx.Discard(); err != nil {
-		return err
+		return s.scrubErr(err)
 	}
 	s.record(ctx, audit.Event{Action: "discard", Target: tx.ID(), Decision: "allow", Detail: "discarded transaction"})
 	return nil

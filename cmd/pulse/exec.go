@@ -45,7 +45,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	unsafeHost := fs.Bool("unsafe-host", false, "allow running unisolated on the host when nothing isolates")
 	policyFile := fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
 	autoCommit := fs.Bool("auto-commit", false, "commit the command's writes at once (conflicts are reported, never overwritten)")
-	timeout := fs.Duration("timeout", 0, "command timeout (default 10m)")
+	timeout := fs.Duration("timeout", 0, "command timeout; may only shorten the policy's (default 10m)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout")
 	workspace := fs.String("workspace", ".", "workspace directory")
 	var secretEnv stringList
@@ -149,7 +149,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	diff := ""
 	if res.Transaction != "" {
 		if tx, terr := sb.Transaction(res.Transaction); terr == nil {
-			diff, _ = tx.Diff()
+			diff, _ = sb.Preview(tx)
 		}
 	}
 	if *asJSON {

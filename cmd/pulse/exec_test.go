@@ -137,3 +137,59 @@ func TestExecReviewHintNamesTheWorkspace(t *testing.T) {
 		t.Fatalf("exit %d; hint does not name the workspace:\n%s", code, stderr)
 	}
 }
+
+func TestExecJSONScrubsTheCommandLine(t *testing.T) {
+	const secret = "zq7-plain-configured-value-0042"
+	var out, errb strings.Builder
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "API_KEY" {
+			return secret
+		}
+		return ""
+	}}
+	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host",
+		"--secret-env", "API_KEY", "--json", "--", "echo", "key=" + secret})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Command string `json:"command"`
+		Stdout  string `json:"stdout"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), secret) || !strings.Contains(res.Command, "[REDACTED:API_KEY]") {
+		t.Fatalf("the JSON result leaks the secret or does not say it was redacted:\n%s", out.String())
+	}
+}
+
+// `--timeout` used to replace the policy's limits, dropping its pids cap:
+// 100 processes ran under `pids: 32`.
+func TestExecTimeoutKeepsThePolicysPidsLimit(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nlimits: {pids: 32, timeout: 5m}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Only shell builtins besides sleep, so that the count is of the
+	// processes the loop starts.
+	script := `i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done; echo started $i; kill $(jobs -p) 2>/dev/null`
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "namespace", "--policy", pol,
+		"--timeout", "60s", "--json", "--", "sh", "-c", script)
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		t.Skipf("namespace backend unavailable here: %s", stderr)
+	}
+	if code == exitSandbox {
+		t.Fatalf("refused: %s", stderr)
+	}
+	if strings.Contains(stdout, "started 100") {
+		t.Fatalf("100 processes started under pids: 32 (exit %d):\n%s", code, stdout)
+	}
+
+	// Asking for more than the policy allows is refused and says so.
+	code, _, stderr = runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "namespace", "--policy", pol,
+		"--timeout", "1h", "--", "true")
+	if code != exitSandbox || !strings.Contains(stderr, "timeout") || !strings.Contains(stderr, "at most 5m0s") {
+		t.Fatalf("exit %d, want %d and a message naming the policy's timeout:\n%s", code, exitSandbox, stderr)
+	}
+}
