@@ -2,7 +2,10 @@ package cowfs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"strings"
@@ -284,4 +287,65 @@ func (f *FS) readBlob(dir string, c *change) ([]byte, error) {
 	}
 	defer cl.Close()
 	return io.ReadAll(r)
+}
+
+// checkBlob reads the staged bytes of write change c and checks their
+// size and SHA-256 against the record, so that a truncated, zeroed or
+// flipped blob is found before anything depends on it. The error wraps
+// ErrDamaged and names the path.
+func (f *FS) checkBlob(dir string, c *change) error {
+	r, cl, err := f.openBlob(dir, c)
+	if err != nil {
+		return fmt.Errorf("%w: staged bytes of %q are missing: %v", ErrDamaged, c.Path, err)
+	}
+	defer cl.Close()
+	if c.Pack == "" {
+		if fl, ok := cl.(*os.File); ok {
+			if fi, err := fl.Stat(); err == nil && fi.Size() != c.Size {
+				return fmt.Errorf("%w: staged bytes of %q are %d bytes, the record says %d", ErrDamaged, c.Path, fi.Size(), c.Size)
+			}
+		}
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return fmt.Errorf("%w: staged bytes of %q: %v", ErrDamaged, c.Path, err)
+	}
+	return verifySum(c, n, h)
+}
+
+// verifySum compares n bytes hashed into h with write change c.
+func verifySum(c *change, n int64, h hash.Hash) error {
+	if n != c.Size {
+		return fmt.Errorf("%w: staged bytes of %q are %d bytes, the record says %d", ErrDamaged, c.Path, n, c.Size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != c.Blob {
+		return fmt.Errorf("%w: staged bytes of %q have SHA-256 %.12s…, the record says %.12s…", ErrDamaged, c.Path, got, c.Blob)
+	}
+	return nil
+}
+
+// checkBlobs checks the staged bytes of every write in ops, each
+// distinct piece once.
+func (f *FS) checkBlobs(dir string, ops []walOp) error {
+	type key struct {
+		pack, blob string
+		off, size  int64
+	}
+	seen := map[key]bool{}
+	for i := range ops {
+		c := &ops[i].change
+		if c.Kind != KindWrite {
+			continue
+		}
+		k := key{c.Pack, c.Blob, c.Off, c.Size}
+		if seen[k] {
+			continue
+		}
+		if err := f.checkBlob(dir, c); err != nil {
+			return err
+		}
+		seen[k] = true
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,8 @@ const (
 	fpApplied                 // every change applied and its directory fsynced
 	fpAfterWritten            // after-images written
 	fpDone                    // transaction moved into the undo journal
-	numFailpoints  = fpDone
+	fpApplyMkdir              // a new directory made under its temp name with its mode, not renamed
+	numFailpoints  = fpApplyMkdir
 )
 
 // Failpoints of staging, numbered apart from the commit protocol's.
@@ -264,7 +266,9 @@ func matchesAfter(op *walOp, cur snapshot) bool {
 	case KindSymlink:
 		return cur.Type == typeSymlink && cur.Target == op.Target
 	case KindMkdir:
-		return cur.Type == typeDir && (op.Implicit || cur.Mode == op.Mode)
+		// An implicit directory that existed keeps its mode; one the
+		// commit creates must have the staged mode to count as done.
+		return cur.Type == typeDir && (op.Implicit && op.Before.Type == typeDir || cur.Mode == op.Mode)
 	}
 	return false
 }
@@ -353,6 +357,12 @@ func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
 	}
 	if err := f.checkStructure(w); err != nil {
 		return fail(err)
+	}
+	// The staged bytes must all be there and whole before the commit
+	// point: past it, a missing or damaged blob would leave the commit
+	// half applied.
+	if err := f.checkBlobs(dir, w.Ops); err != nil {
+		return fail(fmt.Errorf("cowfs: commit %s refused: %w", t.id, err))
 	}
 	if err := f.syncState(dir + "/prev"); err != nil {
 		return fail(err)
@@ -514,7 +524,7 @@ func (f *FS) apply(dir string, w *walFile, recovering bool) ([]snapshot, error) 
 		case KindSymlink:
 			after, err = f.applySymlink(w.ID, i, op)
 		case KindMkdir:
-			after, err = f.applyMkdir(op, cur)
+			after, err = f.applyMkdir(w.ID, i, op, cur)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("apply %q: %w", op.Path, err)
@@ -559,7 +569,15 @@ func (f *FS) applyWrite(dir, id string, i int, op *walOp) (snapshot, error) {
 			f.ws.root.Remove(tmp)
 		}
 	}()
-	if _, err := io.Copy(dst, src); err != nil {
+	// The bytes are checked on their way to the temp file, so what the
+	// rename publishes is what was staged, whatever happened to the blob
+	// since the commit point.
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h), src)
+	if err != nil {
+		return snapshot{}, err
+	}
+	if err := verifySum(&op.change, n, h); err != nil {
 		return snapshot{}, err
 	}
 	// fchmod, unlike the open mode, is not masked by the umask.
@@ -600,13 +618,31 @@ func (f *FS) applySymlink(id string, i int, op *walOp) (snapshot, error) {
 	return f.ws.snap(op.Path, nil)
 }
 
-func (f *FS) applyMkdir(op *walOp, cur snapshot) (snapshot, error) {
+// applyMkdir makes op's directory. A new one is made under a temp name,
+// given its mode, and renamed into place, so it never exists with the
+// wrong mode (a crash between mkdir and chmod would otherwise leave it
+// so, looking finished). An existing one only gets its mode, which is
+// idempotent, so recovery finishes one left with the wrong mode.
+func (f *FS) applyMkdir(id string, i int, op *walOp, cur snapshot) (snapshot, error) {
 	if cur.Type != typeDir {
-		if err := f.ws.root.Mkdir(op.Path, 0o700); err != nil {
+		tmp := tempName(id, i, op.Path)
+		f.ws.root.Remove(tmp)
+		if err := f.ws.root.Mkdir(tmp, 0o700); err != nil {
 			return snapshot{}, err
 		}
-		cur.Type = typeDir
-		cur.Mode = 0o700
+		if err := f.ws.root.Chmod(tmp, fileMode(op.Mode)); err != nil {
+			f.ws.root.Remove(tmp)
+			return snapshot{}, err
+		}
+		failpoint(fpApplyMkdir)
+		if err := f.ws.renameNoReplace(tmp, op.Path); err != nil {
+			f.ws.root.Remove(tmp)
+			if errors.Is(err, fs.ErrExist) {
+				return snapshot{}, conflict(op.Path, ReasonCreated)
+			}
+			return snapshot{}, err
+		}
+		return f.ws.snap(op.Path, nil)
 	}
 	if !op.Implicit || op.Before.Type == typeAbsent {
 		if cur.Mode != op.Mode {
@@ -651,7 +687,9 @@ func (f *FS) precheck(w *walFile) error {
 		switch {
 		case matchesAfter(op, cur):
 		case compare(op.Before, cur) == "":
-		case op.Implicit && cur.Type == typeDir:
+		case op.Kind == KindMkdir && cur.Type == typeDir:
+			// Made (or found) but not yet given its mode: the chmod is
+			// idempotent, so this is unfinished, not someone else's change.
 		case cur.Type == typeAbsent && removesFirst(op):
 		default:
 			reason := compare(op.Before, cur)
@@ -905,12 +943,15 @@ func (f *FS) rollForward(dir, id string) error {
 		return f.quarantine(id, err.Error())
 	}
 	for i := range w.Ops {
-		if w.Ops[i].Kind == KindWrite {
-			_, closer, err := f.openBlob(dir, &w.Ops[i].change)
-			if err != nil {
-				return f.quarantine(id, fmt.Sprintf("staged bytes of %q are missing: %v", w.Ops[i].Path, err))
-			}
-			closer.Close()
+		op := &w.Ops[i]
+		if op.Kind != KindWrite {
+			continue
+		}
+		if cur, err := f.ws.snap(op.Path, nil); err == nil && matchesAfter(op, cur) {
+			continue // already written; its blob is not needed
+		}
+		if err := f.checkBlob(dir, &op.change); err != nil {
+			return f.quarantine(id, err.Error())
 		}
 	}
 	afters, err := f.apply(dir, w, true)

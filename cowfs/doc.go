@@ -173,12 +173,19 @@
 //  2. Validate every change against its before snapshot, hashing each
 //     existing file while copying it to prev/<n> (one read for both);
 //     check that ancestors of what is created are real directories and
-//     that removed directories hold nothing else. fsync prev. [failpoint 1]
+//     that removed directories hold nothing else; read every staged blob
+//     and check its size and SHA-256 (a missing, cut, zeroed or flipped
+//     blob refuses the commit with ErrDamaged naming the path, before
+//     anything is written). fsync prev. [failpoint 1]
 //  3. Write wal.tmp, fsync [2], rename to wal [3], fsync tx/<id> [4].
 //     This rename is the commit point.
 //  4. Apply: removals deepest first [5 per removal]; then creations
 //     shallowest first: each file is written to a temp name beside its
-//     target, fchmod'ed, fsynced [6], renamed over the target [7]; then
+//     target, its bytes hashed on the way and checked against the record
+//     (a mismatch removes the temp file: damaged bytes never reach the
+//     target), fchmod'ed, fsynced [6], renamed over the target [7]; each
+//     new directory is made under a temp name, chmod'ed [11] and renamed
+//     into place, so it never exists with another mode; then
 //     every touched directory is fsynced once [8]. (Until the commit is
 //     marked done, recovery redoes everything, so one directory fsync per
 //     directory gives the guarantee of one per file.)
@@ -188,8 +195,12 @@
 //
 // Recovery at Open runs under the same lock. For each tx/<id> with a wal
 // it checks every target is in its before state, its after state, or
-// absent between removal and creation, and every ancestor is a real
-// directory; then it redoes steps 4 to 6, skipping what is already done.
+// absent between removal and creation (a directory it makes may exist
+// with another mode: giving it its mode is idempotent), and every ancestor
+// is a real directory, and it checks the staged bytes of every write not
+// yet done as step 2 does; then it redoes steps 4 to 6, skipping what is
+// already done. Every step is idempotent, so a crash during recovery is
+// recovered the same way.
 // Anything else quarantines the transaction. A tx/<id> with only wal.tmp
 // never reached the commit point: wal.tmp and prev are dropped and the
 // transaction stays open.

@@ -30,6 +30,12 @@ var (
 	// under the reserved .pulse directory, or needs a directory where the
 	// workspace (or the transaction) has a file.
 	ErrInvalidPath = errors.New("cowfs: invalid path")
+	// ErrDamaged: a state file does not hold what its records say: staged
+	// bytes or a saved previous version whose size or SHA-256 is wrong or
+	// that is missing, or a stage log that lost records. The error names
+	// the workspace path concerned; nothing of the damaged file reached
+	// the workspace.
+	ErrDamaged = errors.New("cowfs: damaged state")
 )
 
 // Conflict reasons, as ConflictError.Reason spells them.
