@@ -70,3 +70,23 @@ if ! docker image inspect "$image" >/dev/null 2>&1; then
 	go run ./cmd/pulse image build --tag "$image"
 fi
 say "Docker engine and image $image are ready"
+
+# The `pulse mcp` test drives the server with the official MCP TypeScript
+# SDK, from npm: it needs node, and the SDK installed from the committed
+# package-lock.json. As root, Debian's nodejs and npm are installed when
+# node is missing. Without them the test skips (in CI it fails).
+mcp_client=cmd/pulse/testdata/mcp-client
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		say "installing nodejs and npm from apt (the MCP client test runs on node)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq nodejs npm >/dev/null
+	else
+		say "node is missing and this is not root; the MCP client test will skip"
+	fi
+fi
+if command -v npm >/dev/null 2>&1 && ! [ -d "$mcp_client/node_modules/@modelcontextprotocol/sdk" ]; then
+	say "installing the MCP TypeScript SDK in $mcp_client (npm ci)"
+	(cd "$mcp_client" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,22 +1,23 @@
 // Command pulse runs commands in a sandbox and reviews what they wrote.
 //
 // Each subcommand lives in its own file and registers itself in init, so
-// that the packages it drives stay independent of each other.
+// that the packages it drives stay independent of each other. What every
+// command shares — the usage format, --help, exit codes, the JSON error
+// object of --json — lives in cli.go.
 package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 )
 
-// Exit codes shared by every subcommand.
+// Exit codes shared by every subcommand (see exitCodesHelp).
 const (
 	exitOK       = 0
 	exitFailure  = 1 // the operation failed, or found a conflict or tampering
@@ -28,6 +29,10 @@ const (
 type command struct {
 	name    string
 	summary string
+	// usage is the synopsis, one line per form, each starting "pulse NAME".
+	usage []string
+	// help is the longer description `pulse help NAME` prints.
+	help string
 	// run gets the arguments after the subcommand name and returns the
 	// process exit code.
 	run func(ctx context.Context, env *cliEnv, args []string) int
@@ -39,6 +44,9 @@ type cliEnv struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// prog is how the user started pulse ("pulse", or "go run ./cmd/pulse"),
+	// for the hints that tell them what to run next.
+	prog string
 }
 
 var commands = map[string]command{}
@@ -54,38 +62,31 @@ func main() {
 	// The namespace backend re-runs this binary as the sandbox init; in
 	// that child Init never returns.
 	namespace.Init()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
-	stop()
+	ctx, sig := notifySignals(context.Background())
+	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, prog: progName(os.Args[0])}
+	code := run(ctx, env, os.Args[1:])
+	if n := sig.Load(); n != 0 {
+		// A command ended by a signal exits 128+N, as a shell reports it.
+		code = 128 + int(n)
+	}
 	os.Exit(code)
 }
 
-func run(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(env.stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(env.stderr, "pulse: unknown command %q\n\n", args[0])
-		usage(env.stderr)
-		return exitUsage
-	}
-	return c.run(ctx, env, args[1:])
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: pulse COMMAND [ARGS...]")
-	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
-	}
+// notifySignals returns a context cancelled on the first SIGINT or
+// SIGTERM, and the number of that signal once it came. A second signal
+// exits at once, for a command that does not stop.
+func notifySignals(parent context.Context) (context.Context, *atomic.Int32) {
+	ctx, cancel := context.WithCancel(parent)
+	var got atomic.Int32
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		n := int32(s.(syscall.Signal))
+		got.Store(n)
+		cancel()
+		<-ch
+		os.Exit(128 + int(n))
+	}()
+	return ctx, &got
 }

@@ -1,0 +1,432 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/sandbox"
+)
+
+func init() {
+	register(command{
+		name:    "mcp",
+		summary: "serve the sandbox to an MCP client over stdio (execute, files, diff, commit)",
+		usage:   []string{"pulse mcp [--workspace DIR] [--policy FILE] [--backend B] [flags]"},
+		help: `Speaks the Model Context Protocol on stdin and stdout. Tools: execute, read_file,
+list_files, write_file, diff, commit, discard. Policy, secrets and the audit log
+apply as for 'pulse exec'; a refused action is a tool error that says why.
+A client starts it, for example: {"command": "pulse", "args": ["mcp", "--workspace", "/repo"]}`,
+		run: runMCP,
+	})
+}
+
+const mcpInstructions = `Pulse runs your commands in an isolated sandbox of one workspace.
+Nothing a command writes reaches the workspace directly: its writes become a
+pending transaction (the "transaction" of a result). Use diff to see what is
+pending, commit to apply it to the workspace, discard to drop it. read_file
+and list_files show the committed workspace, not pending writes. The policy
+decides what is allowed; a refusal comes back as a tool error that says why.`
+
+// runMCP implements `pulse mcp`: one sandbox for the life of the server,
+// every tool call going through the sandbox facade, so that policy,
+// secret scrubbing and the audit log apply exactly as for `pulse exec`.
+// The protocol comes from the official Go SDK; stdout carries only
+// protocol messages, and everything for a person goes to stderr.
+func runMCP(ctx context.Context, env *cliEnv, args []string) int {
+	fs := newFlagSet(env, "mcp")
+	sf := addSandboxFlags(fs)
+	if code, done := parseFlags(env, fs, args); done {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	opts, pol, err := sf.options(env.getenv, func(w string) { fmt.Fprintf(env.stderr, "pulse mcp: warning: %s\n", w) })
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
+		return exitUsage
+	}
+	sb, err := sandbox.New(ctx, *sf.workspace, opts...)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return exitSandbox
+		}
+		return exitUsage
+	}
+	defer sb.Close()
+	if sb.Capabilities().Isolation == backend.IsolationHostUnsafe {
+		fmt.Fprintln(env.stderr, "pulse mcp: WARNING: UNSAFE_HOST: commands run unisolated on this machine, writing in the workspace itself")
+	}
+	fmt.Fprintf(env.stderr, "pulse mcp: serving workspace %s on the %s backend over stdio; audit log %s\n",
+		sb.Workspace(), sb.Backend().Name(), sb.AuditPath())
+
+	srv := newMCPServer(sb, pol.Limits)
+	t := &mcp.IOTransport{Reader: io.NopCloser(env.stdin), Writer: nopWriteCloser{env.stdout}}
+	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
+		return exitFailure
+	}
+	// Ended by a signal, main turns this into 128+N.
+	return exitOK
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// mcpTools holds the sandbox the tools act on.
+type mcpTools struct {
+	sb *sandbox.Sandbox
+	// limits are the policy's, which a call's timeout_seconds changes
+	// only in its timeout.
+	limits policy.ResourceLimits
+}
+
+func newMCPServer(sb *sandbox.Sandbox, limits policy.ResourceLimits) *mcp.Server {
+	t := &mcpTools{sb: sb, limits: limits}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "pulse", Title: "Pulse sandbox", Version: buildVersion().Version},
+		&mcp.ServerOptions{Instructions: mcpInstructions})
+	mcp.AddTool(srv, &mcp.Tool{Name: "execute", Description: "Run a shell script (bash -c) in the sandbox. " +
+		"Returns its exit code, its output (scrubbed of secrets) and the id of the pending transaction holding the files it wrote."}, t.execute)
+	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file of the workspace as committed " +
+		"(pending writes are not applied; pending_transactions names those that change it).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.readFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory of the workspace as committed (default: its root).",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.listFiles)
+	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a file, staged as a new pending transaction " +
+		"(the workspace is untouched until it is committed). The policy decides whether the path may be written."}, t.writeFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "diff", Description: "Show pending changes as a unified diff: one transaction by id, or every pending one.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.diff)
+	mcp.AddTool(srv, &mcp.Tool{Name: "commit", Description: "Apply pending changes to the workspace: one transaction by id, or every pending one, oldest first. " +
+		"A file changed by someone else since it was staged stops the commit; nothing is overwritten."}, t.commit)
+	mcp.AddTool(srv, &mcp.Tool{Name: "discard", Description: "Drop pending changes: one transaction by id, or every pending one.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}}, t.discard)
+	return srv
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type executeIn struct {
+	Command        string            `json:"command" jsonschema:"the shell script to run with bash -c"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to the workspace root (default: the root)"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added to the command's minimal environment"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (default: the policy's timeout, else 10 minutes)"`
+}
+
+type refusedOut struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+type executeOut struct {
+	ExitCode    int          `json:"exit_code"`
+	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit or oom"`
+	TimedOut    bool         `json:"timed_out"`
+	Truncated   bool         `json:"truncated" jsonschema:"true when output passed the output cap and was cut"`
+	Stdout      string       `json:"stdout"`
+	Stderr      string       `json:"stderr"`
+	Transaction string       `json:"transaction,omitempty" jsonschema:"id of the pending transaction holding the files the command wrote"`
+	Staged      []string     `json:"staged,omitempty" jsonschema:"paths staged in the transaction"`
+	Refused     []refusedOut `json:"refused,omitempty" jsonschema:"paths the command wrote that were not staged, with why"`
+	InPlace     bool         `json:"in_place,omitempty" jsonschema:"true when the unsafe host backend wrote in the workspace itself"`
+	DurationMS  float64      `json:"duration_ms" jsonschema:"wall-clock duration in milliseconds"`
+	Backend     string       `json:"backend"`
+}
+
+func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in executeIn) (*mcp.CallToolResult, executeOut, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, executeOut{}, errors.New("command is empty")
+	}
+	cmd := sandbox.Command{Shell: in.Command, Dir: in.Cwd, Env: in.Env}
+	if in.TimeoutSeconds != 0 {
+		if in.TimeoutSeconds < 0 || math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds > float64(math.MaxInt64/int64(time.Second)) {
+			return nil, executeOut{}, fmt.Errorf("timeout_seconds must be a positive number of seconds, got %v", in.TimeoutSeconds)
+		}
+		l := t.limits
+		l.Timeout = time.Duration(in.TimeoutSeconds * float64(time.Second))
+		cmd.Limits = &l
+	}
+	res, err := t.sb.Execute(ctx, cmd)
+	if res == nil {
+		if err == nil {
+			err = errors.New("the sandbox returned no result")
+		}
+		return nil, executeOut{}, err
+	}
+	out := executeOut{
+		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
+		Stdout: res.Stdout, Stderr: res.Stderr, Transaction: res.Transaction, Staged: res.Staged, InPlace: res.InPlace,
+		DurationMS: float64(res.Duration.Microseconds()) / 1000, Backend: res.Backend,
+	}
+	for _, r := range res.Refused {
+		out.Refused = append(out.Refused, refusedOut{r.Path, r.Reason})
+	}
+	if err != nil {
+		// The command ran but the call was cancelled: say so, with what
+		// it left behind.
+		return nil, out, fmt.Errorf("%w (transaction %q)", err, res.Transaction)
+	}
+	return nil, out, nil
+}
+
+type pathIn struct {
+	Path string `json:"path" jsonschema:"path relative to the workspace root"`
+}
+
+type readFileOut struct {
+	Path                string   `json:"path"`
+	Content             string   `json:"content"`
+	Encoding            string   `json:"encoding" jsonschema:"utf-8, or base64 for content that is not valid UTF-8"`
+	SizeBytes           int      `json:"size_bytes"`
+	PendingTransactions []string `json:"pending_transactions,omitempty" jsonschema:"pending transactions that change this path; the content shown is without them"`
+}
+
+func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, readFileOut, error) {
+	data, err := t.sb.ReadFile(ctx, in.Path)
+	if err != nil {
+		return nil, readFileOut{}, err
+	}
+	out := readFileOut{Path: in.Path, SizeBytes: len(data), Encoding: "utf-8", Content: string(data)}
+	if !utf8.Valid(data) {
+		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(data)
+	}
+	out.PendingTransactions = t.pendingFor(in.Path)
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out.Content}}}
+	if len(out.PendingTransactions) > 0 {
+		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf(
+			"note: this is the committed file; pending transaction(s) %s change it (see diff)", strings.Join(out.PendingTransactions, ", "))})
+	}
+	return res, out, nil
+}
+
+// pendingFor lists the pending transactions that stage a change to p.
+func (t *mcpTools) pendingFor(p string) []string {
+	rel := filepath.ToSlash(filepath.Clean(p))
+	if filepath.IsAbs(p) {
+		r, err := filepath.Rel(t.sb.Workspace(), p)
+		if err != nil {
+			return nil
+		}
+		rel = filepath.ToSlash(r)
+	}
+	txs, err := t.pending("")
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, tx := range txs {
+		for _, c := range tx.Changes() {
+			if c.Path == rel {
+				ids = append(ids, tx.ID())
+				break
+			}
+		}
+	}
+	return ids
+}
+
+type listIn struct {
+	Path string `json:"path,omitempty" jsonschema:"directory relative to the workspace root (default: the root)"`
+}
+
+type listOut struct {
+	Path    string             `json:"path"`
+	Entries []sandbox.DirEntry `json:"entries"`
+}
+
+func (t *mcpTools) listFiles(ctx context.Context, _ *mcp.CallToolRequest, in listIn) (*mcp.CallToolResult, listOut, error) {
+	ents, err := t.sb.ListDir(ctx, in.Path)
+	if err != nil {
+		return nil, listOut{}, err
+	}
+	p := in.Path
+	if p == "" {
+		p = "."
+	}
+	return nil, listOut{Path: p, Entries: ents}, nil
+}
+
+type writeFileIn struct {
+	Path     string `json:"path" jsonschema:"path relative to the workspace root"`
+	Content  string `json:"content" jsonschema:"the whole new content of the file"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64"`
+}
+
+type writeFileOut struct {
+	Path        string `json:"path"`
+	Transaction string `json:"transaction" jsonschema:"id of the pending transaction holding the write"`
+	SizeBytes   int    `json:"size_bytes"`
+}
+
+func (t *mcpTools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeFileIn) (*mcp.CallToolResult, writeFileOut, error) {
+	data := []byte(in.Content)
+	switch in.Encoding {
+	case "", "utf-8":
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(in.Content)
+		if err != nil {
+			return nil, writeFileOut{}, fmt.Errorf("content is not valid base64: %w", err)
+		}
+		data = b
+	default:
+		return nil, writeFileOut{}, fmt.Errorf("encoding must be utf-8 or base64, got %q", in.Encoding)
+	}
+	tx, err := t.sb.Begin("write_file " + in.Path)
+	if err != nil {
+		return nil, writeFileOut{}, err
+	}
+	if err := t.sb.Stage(ctx, tx, in.Path, data, t.modeOf(in.Path)); err != nil {
+		// Nothing was staged; the empty transaction would only be noise
+		// in the review list.
+		_ = tx.Discard()
+		return nil, writeFileOut{}, err
+	}
+	return nil, writeFileOut{Path: in.Path, Transaction: tx.ID(), SizeBytes: len(data)}, nil
+}
+
+// modeOf keeps the permission bits of the file being replaced (a script
+// stays executable); a new file gets 0644.
+func (t *mcpTools) modeOf(p string) os.FileMode {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(t.sb.Workspace(), p)
+	}
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		return fi.Mode().Perm()
+	}
+	return 0o644
+}
+
+type idIn struct {
+	ID string `json:"id,omitempty" jsonschema:"transaction id (default: every pending transaction)"`
+}
+
+type txDiff struct {
+	ID          string         `json:"id"`
+	Description string         `json:"description"`
+	Changes     []cowfs.Change `json:"changes"`
+	Diff        string         `json:"diff"`
+}
+
+type diffOut struct {
+	Transactions []txDiff `json:"transactions"`
+}
+
+// pending returns the transaction id names, or every pending one, oldest
+// first.
+func (t *mcpTools) pending(id string) ([]*cowfs.Tx, error) {
+	if id != "" {
+		tx, err := t.sb.Transaction(id)
+		if err != nil {
+			return nil, err
+		}
+		return []*cowfs.Tx{tx}, nil
+	}
+	infos, err := t.sb.Transactions()
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
+	var txs []*cowfs.Tx
+	for _, info := range infos {
+		if info.State != cowfs.StateOpen || info.Changes == 0 {
+			continue
+		}
+		tx, err := t.sb.Transaction(info.ID)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, cowfs.ErrNotFound) {
+			continue // committed or discarded by someone else meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		txs = append(txs, tx)
+	}
+	return txs, nil
+}
+
+func (t *mcpTools) diff(_ context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, diffOut, error) {
+	txs, err := t.pending(in.ID)
+	if err != nil {
+		return nil, diffOut{}, err
+	}
+	out := diffOut{Transactions: []txDiff{}}
+	var text strings.Builder
+	for _, tx := range txs {
+		d, err := t.sb.Preview(tx)
+		if err != nil {
+			return nil, diffOut{}, fmt.Errorf("transaction %s: %w", tx.ID(), err)
+		}
+		out.Transactions = append(out.Transactions, txDiff{ID: tx.ID(), Description: tx.Description(), Changes: tx.Changes(), Diff: d})
+		fmt.Fprintf(&text, "# transaction %s: %s\n%s", tx.ID(), tx.Description(), d)
+	}
+	if len(txs) == 0 {
+		text.WriteString("no pending transactions\n")
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.String()}}}, out, nil
+}
+
+type committedTx struct {
+	ID    string   `json:"id"`
+	Paths []string `json:"paths"`
+}
+
+type commitOut struct {
+	Committed []committedTx `json:"committed"`
+}
+
+func (t *mcpTools) commit(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, commitOut, error) {
+	txs, err := t.pending(in.ID)
+	if err != nil {
+		return nil, commitOut{}, err
+	}
+	out := commitOut{Committed: []committedTx{}}
+	for _, tx := range txs {
+		paths, err := t.sb.Commit(ctx, tx)
+		if err != nil {
+			if len(out.Committed) > 0 {
+				return nil, out, fmt.Errorf("transaction %s not committed (%d before it were): %w", tx.ID(), len(out.Committed), err)
+			}
+			return nil, out, fmt.Errorf("transaction %s not committed: %w", tx.ID(), err)
+		}
+		if paths == nil {
+			paths = []string{}
+		}
+		out.Committed = append(out.Committed, committedTx{ID: tx.ID(), Paths: paths})
+	}
+	return nil, out, nil
+}
+
+type discardOut struct {
+	Discarded []string `json:"discarded"`
+}
+
+func (t *mcpTools) discard(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, discardOut, error) {
+	txs, err := t.pending(in.ID)
+	if err != nil {
+		return nil, discardOut{}, err
+	}
+	out := discardOut{Discarded: []string{}}
+	for _, tx := range txs {
+		if err := t.sb.Discard(ctx, tx); err != nil {
+			return nil, out, fmt.Errorf("transaction %s not discarded: %w", tx.ID(), err)
+		}
+		out.Discarded = append(out.Discarded, tx.ID())
+	}
+	return nil, out, nil
+}

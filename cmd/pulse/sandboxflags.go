@@ -1,0 +1,78 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/sandbox"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// sandboxFlags are the flags that choose how a sandbox is opened, shared
+// by the commands that open one, so that `pulse mcp` applies policy,
+// secrets and backend choice exactly as `pulse exec` does.
+type sandboxFlags struct {
+	backend    *string
+	unsafeHost *bool
+	policyFile *string
+	workspace  *string
+	secretEnv  stringList
+	secretMode *string
+}
+
+func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
+	f := &sandboxFlags{}
+	f.backend = fs.String("backend", "auto", "backend: auto, remote, docker, namespace or host")
+	f.unsafeHost = fs.Bool("unsafe-host", false, "allow running unisolated on the host when nothing isolates")
+	f.policyFile = fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
+	f.workspace = fs.String("workspace", ".", "workspace directory")
+	fs.Var(&f.secretEnv, "secret-env", "name of an environment variable holding a secret to scrub (repeatable)")
+	f.secretMode = fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
+	return f
+}
+
+// options turns the flags into sandbox options. It returns the policy in
+// force too, so a caller can keep its limits when it changes one of them.
+// Warnings (a --secret-env variable that is not set) go to warn.
+func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([]sandbox.Option, *policy.Policy, error) {
+	pol := policy.Default()
+	opts := []sandbox.Option{sandbox.WithBackendName(*f.backend)}
+	if *f.unsafeHost {
+		opts = append(opts, sandbox.WithUnsafeHostExecution())
+	}
+	if *f.policyFile != "" {
+		p, err := policy.Load(*f.policyFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		pol = p
+		opts = append(opts, sandbox.WithPolicy(p))
+	}
+	if len(f.secretEnv) > 0 {
+		var list []secrets.Secret
+		for _, name := range f.secretEnv {
+			v := getenv(name)
+			if v == "" {
+				warn(fmt.Sprintf("--secret-env %s: the variable is not set; nothing to scrub for it", name))
+				continue
+			}
+			list = append(list, secrets.Secret{Name: name, Value: v})
+		}
+		opts = append(opts, sandbox.WithSecrets(list))
+	}
+	if *f.secretMode != "" {
+		var sp secrets.SecretPolicy
+		switch *f.secretMode {
+		case string(secrets.DenyAll):
+			sp = secrets.DenyAllSecrets()
+		case string(secrets.AllowAll):
+			sp = secrets.AllowAllSecrets()
+		default:
+			sp = secrets.AllowSecrets(strings.Split(*f.secretMode, ",")...)
+		}
+		opts = append(opts, sandbox.WithSecretPolicy(sp))
+	}
+	return opts, pol, nil
+}
