@@ -26,6 +26,10 @@
 //   - Stdin is fed through a pipe Exec owns: when the command ends, Exec
 //     returns at once even if the caller's reader still blocks; the reader
 //     is closed (if it is an io.Closer) and otherwise abandoned.
+//   - Descriptors this process inherited without close-on-exec (a shell's
+//     `exec 8>>file`) are marked close-on-exec before each start, so the
+//     command has 0, 1 and 2 only; later children of the process do not
+//     inherit them either.
 //   - A ctx that is already done starts nothing and returns its error.
 //   - Limits.FileSizeBytes becomes RLIMIT_FSIZE of the command and all it
 //     starts, in force before its first instruction. Memory, CPU and pid

@@ -12,10 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 )
@@ -119,6 +122,10 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 		}
 	}
 
+	if err := closeInheritedOnExec(); err != nil {
+		closeFiles(stdinR, stdinW, gateR, gateW)
+		return nil, fmt.Errorf("host: %w: %w", backend.ErrUnavailable, err)
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		closeFiles(stdinR, stdinW, gateR, gateW)
@@ -240,6 +247,30 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 	}
 	log.Debug("ended", "pid", pid, "termination", string(res.Termination), "exit_code", res.ExitCode, "duration", duration)
 	return res, nil
+}
+
+// closeInheritedOnExec marks every descriptor above stderr of this
+// process close-on-exec. os/exec passes a child every descriptor that
+// lacks the flag, and the only ones that do are those this process itself
+// inherited so (a shell's `exec 8>>file`, `exec 9</`): through them a
+// command could write or walk what its caller never meant to hand it. Go
+// creates its own descriptors close-on-exec and ExtraFiles are dup'ed
+// into the child, so the process loses nothing it uses; its later
+// children no longer inherit such descriptors either.
+func closeInheritedOnExec() error {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing inherited descriptors: %w", err)
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // killGroup sends SIGKILL to the process group led by pid. ESRCH (the

@@ -137,7 +137,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	notes := []string{
 		"new user, mount, pid, ipc, uts and cgroup namespaces per command; net namespace unless allow-all",
 		"workspace read-only under overlayfs; writes captured",
-		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, new namespaces refused)",
+		"own session, no controlling terminal; descriptors above stderr closed; stdin relayed through a pipe",
+		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, TIOCSTI/TIOCLINUX, new namespaces refused)",
 	}
 	if b.cg.memory {
 		limits["memory_bytes"] = secrets.Strong

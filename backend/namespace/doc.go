@@ -13,10 +13,18 @@
 // become deletions). The workspace's .pulse/ directory is hidden behind an
 // empty read-only tmpfs.
 //
+// The sandbox is a session of its own with no controlling terminal (the
+// init calls setsid, and so does the command): nothing in it can open the
+// caller's terminal through /dev/tty, and the caller's stdin, a terminal
+// or not, reaches the command only through a pipe the backend copies
+// into. Descriptors the caller holds open without close-on-exec are closed
+// before the command starts; it has 0, 1 and 2 and nothing else.
+//
 // The command inherits, from the init thread that forks it, no_new_privs,
 // an empty capability set (bounding, ambient, inheritable and effective,
 // with the root securebits locked), a seccomp filter that refuses mount,
-// ptrace, kexec, bpf, keyctl, userfaultfd, io_uring, new namespaces (clone
+// ptrace, kexec, bpf, keyctl, userfaultfd, io_uring, the terminal-injecting
+// ioctls TIOCSTI and TIOCLINUX, new namespaces (clone
 // flags checked; clone3, whose flags a filter cannot read, answers ENOSYS
 // so libc falls back to clone) and every syscall of a foreign ABI, and a
 // landlock ruleset that confines writes to the workspace, /tmp, home and

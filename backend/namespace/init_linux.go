@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,8 +67,15 @@ func initSandbox(version string, status *os.File) error {
 	if status == nil {
 		return errors.New("no status pipe")
 	}
-	unix.CloseOnExec(statusFd)
-	unix.CloseOnExec(configFd)
+	// Descriptors the caller held open without close-on-exec (a shell's
+	// `exec 8>>file`, `exec 9</`) were inherited through the exec of this
+	// init; none may reach the command, which could write a host file
+	// past the overlay or walk the host's tree from a directory fd (the
+	// CVE-2024-21626 class). Everything above stderr is close-on-exec
+	// from here on, the config and status pipes included.
+	if err := closeFromOnExec(3); err != nil {
+		return err
+	}
 	f := os.NewFile(configFd, "config")
 	if f == nil {
 		return errors.New("no config pipe")
@@ -131,9 +139,12 @@ func initSandbox(version string, status *os.File) error {
 		fmt.Fprintf(status, "started 0\nexit %d\n", 127<<8)
 		syscall.Exit(0)
 	}
+	// The command leads a session of its own as well: no controlling
+	// terminal, and no way to signal the init's process group.
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   cfg.Env,
 		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
@@ -635,6 +646,27 @@ func phase(name string) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	fmt.Fprintf(traceTo, "phase %s %d\n", name, ts.Nano())
+}
+
+// closeFromOnExec marks every descriptor from first up close-on-exec:
+// close_range(2) where the kernel has it (5.11), else one fcntl per entry
+// of /proc/self/fd.
+func closeFromOnExec(first int) error {
+	if err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing inherited descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < first {
+			continue
+		}
+		unix.CloseOnExec(fd)
+	}
+	return nil
 }
 
 // errNotFound is the init's "command not found", reported like a shell's

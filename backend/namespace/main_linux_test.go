@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if h := os.Getenv(helperEnv); h != "" {
 		os.Exit(runHelper(h, os.Args[1:]))
 	}
+	if os.Getenv(outerEnv) != "" {
+		os.Exit(runOuter())
+	}
 	os.Exit(m.Run())
 }
 

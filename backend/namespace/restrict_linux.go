@@ -3,6 +3,7 @@ package namespace
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend/internal/denylist"
 )
 
 // restrictSelf is the last step before execve, on the thread that will
@@ -83,34 +86,12 @@ func dropCapabilities(last int) error {
 	return nil
 }
 
-// deniedSyscalls fail with EPERM. They let a process leave or widen the
-// sandbox (mounts, namespaces, ptrace and reading other processes' memory,
-// kernel keyrings, BPF, modules, kexec, io_uring that bypasses seccomp,
-// userfaultfd and perf that feed kernel exploits, handles that open files by
-// inode outside the mount tree).
-var deniedSyscalls = []string{
-	"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-	"fsconfig", "fsmount", "fspick", "mount_setattr",
-	"unshare", "setns",
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-	"kexec_load", "kexec_file_load", "reboot",
-	"init_module", "finit_module", "delete_module",
-	"bpf", "perf_event_open", "userfaultfd",
-	"keyctl", "add_key", "request_key",
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-	"open_by_handle_at", "name_to_handle_at",
-	"swapon", "swapoff", "acct", "quotactl", "syslog",
-	"iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-	"fanotify_init", "lookup_dcookie", "vhangup", "uselib",
-}
-
-// namespaceCloneFlags may not be passed to clone: each creates a namespace,
-// and a new user namespace would hand the command a fresh set of
-// capabilities in it.
-var namespaceCloneFlags = []uint64{
-	unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWPID, unix.CLONE_NEWNET,
-	unix.CLONE_NEWIPC, unix.CLONE_NEWUTS, unix.CLONE_NEWCGROUP, unix.CLONE_NEWTIME,
-}
+// deniedSyscalls and namespaceCloneFlags are the list every isolating
+// backend shares (see package denylist for why each is there).
+var (
+	deniedSyscalls      = denylist.Syscalls
+	namespaceCloneFlags = denylist.CloneNamespaceFlags
+)
 
 func seccompFilter() seccomp.Filter {
 	var clone []seccomp.NameWithConditions
@@ -171,10 +152,13 @@ func loadSeccomp(prog []unix.SockFilter) error {
 
 // loadArchFilter adds what the library's filter cannot say: every syscall
 // of a foreign ABI (int 0x80 on x86_64) fails, since the deny list above
-// only matches native numbers; and clone3, whose flags live in memory a
+// only matches native numbers; clone3, whose flags live in memory a
 // filter cannot read, fails with ENOSYS so that libc falls back to clone,
-// which the deny list checks. When two filters both return an errno the
-// kernel keeps the most recently installed one's value.
+// which the deny list checks; and ioctl with a terminal-injecting request
+// (denylist.TerminalIoctls) fails with EPERM, compared on the low 32 bits
+// of the request only, which the library cannot express. When two filters
+// both return an errno the kernel keeps the most recently installed one's
+// value.
 func loadArchFilter() error {
 	archID, ok := auditArch()
 	if !ok {
@@ -185,6 +169,14 @@ func loadArchFilter() error {
 		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 		retK = unix.BPF_RET | unix.BPF_K
 	)
+	// struct seccomp_data: nr at 0, arch at 4, args from 16, 8 bytes
+	// each; the low word of args[1] comes first on a little-endian ABI.
+	reqLow := uint32(24)
+	if runtime.GOARCH == "s390x" {
+		reqLow = 28
+	}
+	ioctls := denylist.TerminalIoctls
+	n := uint8(len(ioctls))
 	prog := []unix.SockFilter{
 		{Code: ldW, K: 4},                    // arch
 		{Code: jeq, K: archID, Jt: 1, Jf: 0}, // native: go on
@@ -192,8 +184,17 @@ func loadArchFilter() error {
 		{Code: ldW, K: 0}, // syscall number
 		{Code: jeq, K: unix.SYS_CLONE3, Jt: 0, Jf: 1},
 		{Code: retK, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-		{Code: retK, K: unix.SECCOMP_RET_ALLOW},
+		{Code: jeq, K: unix.SYS_IOCTL, Jt: 0, Jf: n + 1}, // not ioctl: allow
+		{Code: ldW, K: reqLow},
 	}
+	for i, req := range ioctls {
+		// Each match jumps to the EPERM return after the list.
+		prog = append(prog, unix.SockFilter{Code: jeq, K: req, Jt: n - uint8(i), Jf: 0})
+	}
+	prog = append(prog,
+		unix.SockFilter{Code: retK, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: retK, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+	)
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
 	if e != 0 {

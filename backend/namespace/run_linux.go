@@ -100,7 +100,12 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	// No Pdeathsig: it fires when the forking *thread* ends, which Go
 	// does not promise not to do. The init watches its config pipe
 	// instead and exits when this process is gone.
+	// Setsid: the sandbox gets a session of its own, with no controlling
+	// terminal, so that nothing in it can open the caller's terminal
+	// (/dev/tty) and push input into it (TIOCSTI, the CVE-2017-5226
+	// class; bwrap --new-session).
 	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:                     true,
 		Cloneflags:                 flags,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},

@@ -1,0 +1,141 @@
+package namespace
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestTerminalInjectionRefusedBySeccomp: a command that makes a terminal
+// its controlling terminal, where the kernel alone would let it push
+// input, is refused TIOCSTI (also with high bits set in the request).
+func TestTerminalInjectionRefusedBySeccomp(t *testing.T) {
+	b, exe := helperBackend(t)
+	out := runHelperIn(t, b, exe, "tiocsti")
+	if !strings.HasPrefix(out, "refused: operation not permitted") {
+		t.Fatalf("TIOCSTI on the sandbox's own terminal: %q, want refused with EPERM", out)
+	}
+}
+
+// openPty returns the master and slave of a new pseudo-terminal.
+func openPty(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// outerCmd is the test binary started as a caller of the backend (see
+// runOuter) that runs script.
+func outerCmd(t *testing.T, script string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), outerEnv+"=1", outerScriptEnv+"="+script,
+		outerStateEnv+"="+filepath.Join(t.TempDir(), "state"), outerWSEnv+"="+t.TempDir(),
+		"GORACE=atexit_sleep_ms=0")
+	return cmd
+}
+
+// TestTerminalOfCallerUnreachable runs the caller on a terminal of its
+// own, as `pulse exec` runs in an interactive shell, with that terminal as
+// the command's stdin: the command cannot open it (/dev/tty) nor push
+// input into it, and nothing lands in its input queue for the shell that
+// reads it after pulse exits.
+func TestTerminalOfCallerUnreachable(t *testing.T) {
+	newBackend(t) // skips where namespaces are unavailable
+	master, slave := openPty(t)
+	cmd := outerCmd(t, helperEnv+`=ttyinject "$PULSE_TEST_EXE"; true`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var out bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); io.Copy(&out, master) }()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	werr := cmd.Wait()
+	// What the command typed, if anything, waits in the input queue.
+	queued, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reading the master ends with EIO once no one holds the slave.
+	slave.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		master.Close()
+		<-done
+	}
+	if werr != nil {
+		t.Fatalf("caller: %v: %s", werr, out.String())
+	}
+	if queued != 0 {
+		t.Fatalf("the command pushed %d bytes into the caller's terminal: %s", queued, out.String())
+	}
+	if !strings.Contains(out.String(), "refused:") {
+		t.Fatalf("the command reached the caller's terminal: %q", out.String())
+	}
+}
+
+// TestInheritedDescriptorsDoNotReachCommand: a caller started from a
+// shell that did `exec 8>>file; exec 9</dir` holds both without
+// close-on-exec; the command must see neither (no write to the host file
+// past the overlay, no walk of the host's tree through /proc/self/fd/9).
+func TestInheritedDescriptorsDoNotReachCommand(t *testing.T) {
+	newBackend(t)
+	dir := t.TempDir()
+	hostFile := filepath.Join(dir, "hostfile")
+	secretDir := filepath.Join(dir, "secret")
+	writeFile(t, filepath.Join(secretDir, "shadow"), "SECRET-CONTENT\n")
+	writeFile(t, hostFile, "")
+	script := `echo WRITTEN >&8; cat /proc/self/fd/9/shadow; ls /proc/self/fd | tr '\n' ' '`
+	outer := outerCmd(t, script)
+	sh := exec.Command("bash", "-c", `exec 8>>"$1"; exec 9<"$2"; exec "$3"`, "bash", hostFile, secretDir, outer.Path)
+	sh.Env = outer.Env
+	out, err := sh.CombinedOutput()
+	if err != nil {
+		t.Logf("caller: %v", err)
+	}
+	got, _ := os.ReadFile(hostFile)
+	if len(got) != 0 {
+		t.Errorf("the command wrote the host file through an inherited descriptor: %q", got)
+	}
+	if strings.Contains(string(out), "SECRET-CONTENT") {
+		t.Errorf("the command read a host file through an inherited directory descriptor: %q", out)
+	}
+	if !strings.Contains(string(out), "0 1 2 3 ") || strings.Contains(string(out), " 8 ") || strings.Contains(string(out), " 9 ") {
+		t.Errorf("the command's descriptors: %q, want 0 1 2 and the one ls reads with", out)
+	}
+}
