@@ -20,8 +20,20 @@
 //     A batch is never split across files: the file is rotated before it.
 //   - Verify reports the first modified, deleted, inserted, reordered or
 //     torn line by file, line and seq, and never panics on bad input.
-//     Removing whole lines from the end cannot be seen from the file alone:
-//     keep Report.LastSeq/LastHash somewhere else and pass them back with
-//     ExpectAnchor.
+//   - A head record (PATH.head) names the last event appended; it is
+//     rewritten after each append under the lock. Verify reports a log
+//     that ends before it (lines cut from the end, the file emptied or
+//     removed) as ErrTruncated, and a writer that finds such a log records
+//     an audit-head-mismatch event before appending on, so later appends
+//     cannot hide the cut.
+//   - With WithKey the chain is keyed: each hash (and the head record) is
+//     HMAC-SHA256 under a key kept outside the workspace (LoadKey), so
+//     rewriting the log undetectably needs the key. Without a key the
+//     chain is SHA-256, which detects accidents and edits but not a
+//     rewrite by someone who can write the directory. SCHEMA.md has the
+//     threat model; ExpectAnchor covers what neither can see (the log and
+//     its head both rolled back to an earlier copy).
+//   - OCSF and ECS return an event as an OCSF 1.3 or ECS 8.11 object
+//     (mapping in SCHEMA.md).
 //   - Files are created with mode 0600.
 package audit

@@ -37,7 +37,16 @@ type Event struct {
 	Protocol         string `json:"protocol,omitempty"`
 	EnforcementLevel string `json:"enforcement_level,omitempty"`
 	Backend          string `json:"backend,omitempty"`
-	// Chain.
+	// Review events: who decided (the OS user), through which entry
+	// point (sdk, cli, review-page), on which transaction, and the
+	// SHA-256 of the content a write puts (or put) at Target.
+	Actor         string `json:"actor,omitempty"`
+	Via           string `json:"via,omitempty"`
+	TxID          string `json:"tx_id,omitempty"`
+	ContentSHA256 string `json:"sha256,omitempty"`
+	// Chain. KeyID names the key of a keyed chain (hash is then an
+	// HMAC); the Logger sets it.
+	KeyID    string `json:"key_id,omitempty"`
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
 }
@@ -73,6 +82,11 @@ type wireEvent struct {
 	Protocol         string  `json:"protocol,omitempty"`
 	EnforcementLevel string  `json:"enforcement_level,omitempty"`
 	Backend          string  `json:"backend,omitempty"`
+	Actor            string  `json:"actor,omitempty"`
+	Via              string  `json:"via,omitempty"`
+	TxID             string  `json:"tx_id,omitempty"`
+	ContentSHA256    string  `json:"sha256,omitempty"`
+	KeyID            string  `json:"key_id,omitempty"`
 	PrevHash         string  `json:"prev_hash"`
 }
 
@@ -80,7 +94,7 @@ type wireEvent struct {
 func (e *Event) scrub(s *secrets.Scrubber) {
 	for _, p := range []*string{&e.SessionID, &e.ExecutionID, &e.Action, &e.Target, &e.Decision,
 		&e.IsolationLevel, &e.Detail, &e.ContainerID, &e.Reason, &e.Destination, &e.Protocol,
-		&e.EnforcementLevel, &e.Backend} {
+		&e.EnforcementLevel, &e.Backend, &e.Actor, &e.Via, &e.TxID, &e.ContentSHA256} {
 		*p = s.Redact(*p)
 	}
 }
@@ -94,7 +108,8 @@ func (e *Event) canonical() ([]byte, error) {
 		IsolationLevel: e.IsolationLevel, Detail: e.Detail, ExitCode: e.ExitCode,
 		DurationMS: e.DurationMS, ContainerID: e.ContainerID, Reason: e.Reason,
 		Destination: e.Destination, Port: e.Port, Protocol: e.Protocol,
-		EnforcementLevel: e.EnforcementLevel, Backend: e.Backend, PrevHash: e.PrevHash,
+		EnforcementLevel: e.EnforcementLevel, Backend: e.Backend, Actor: e.Actor, Via: e.Via, TxID: e.TxID,
+		ContentSHA256: e.ContentSHA256, KeyID: e.KeyID, PrevHash: e.PrevHash,
 	}
 	return json.Marshal(&w)
 }
@@ -168,6 +183,7 @@ func ParseLine(line []byte) (Event, error) {
 		Action: w.Action, Target: w.Target, Decision: w.Decision, IsolationLevel: w.IsolationLevel,
 		Detail: w.Detail, ExitCode: w.ExitCode, DurationMS: w.DurationMS, ContainerID: w.ContainerID,
 		Reason: w.Reason, Destination: w.Destination, Port: w.Port, Protocol: w.Protocol,
-		EnforcementLevel: w.EnforcementLevel, Backend: w.Backend, PrevHash: *w.PrevHash, Hash: *w.Hash,
+		EnforcementLevel: w.EnforcementLevel, Backend: w.Backend, Actor: w.Actor, Via: w.Via, TxID: w.TxID,
+		ContentSHA256: w.ContentSHA256, KeyID: w.KeyID, PrevHash: *w.PrevHash, Hash: *w.Hash,
 	}, nil
 }

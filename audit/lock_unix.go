@@ -58,3 +58,14 @@ func flockCtx(ctx context.Context, f *os.File) error {
 		delay = min(delay*2, 5*time.Millisecond)
 	}
 }
+
+// flockShared takes a shared advisory lock on f: readers that must not see
+// a record half rewritten, while writers hold it exclusively.
+func flockShared(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}

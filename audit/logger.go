@@ -83,6 +83,7 @@ type options struct {
 	durability Durability
 	maxSize    int64
 	log        *slog.Logger
+	key        *Key
 }
 
 // WithScrubber redacts every string field of every event with s before it
@@ -114,6 +115,15 @@ func WithMaxSize(n int64) Option {
 	}
 }
 
+// WithKey makes the chain keyed: each event carries key_id and its hash is
+// HMAC-SHA256 under k instead of SHA-256, and so is the head record, so
+// that rewriting or cutting the log needs the key. A nil k leaves the
+// chain unkeyed. Events already in the log keep the chain they were
+// written with.
+func WithKey(k *Key) Option {
+	return func(o *options) error { o.key = k; return nil }
+}
+
 // WithLogger sets where the logger reports repairs and sync failures.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
@@ -134,6 +144,7 @@ type Logger struct {
 
 	mu     sync.Mutex
 	lockf  *os.File
+	headf  *os.File // PATH.head, rewritten after each append
 	f      *os.File
 	fid    fileID
 	closed bool
@@ -144,6 +155,9 @@ type Logger struct {
 	cacheSize int64
 	lastSeq   uint64
 	lastHash  string
+	// mismatch, when set, says how the log on disk disagreed with its
+	// head record; the next append records it first (ActionHeadMismatch).
+	mismatch string
 
 	stop chan struct{}
 	done chan struct{}
@@ -170,9 +184,15 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: open lock file: %w", err)
 	}
-	l := &Logger{path: path, o: o, lockf: lockf}
+	headf, err := os.OpenFile(path+HeadSuffix, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		lockf.Close()
+		return nil, fmt.Errorf("audit: open head record: %w", err)
+	}
+	l := &Logger{path: path, o: o, lockf: lockf, headf: headf}
 	if err := l.reopen(); err != nil {
 		lockf.Close()
+		headf.Close()
 		return nil, err
 	}
 	// Read the chain head now, so that a file that is not a log (or a
@@ -181,6 +201,7 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	if err := flock(lockf, true); err != nil {
 		l.f.Close()
 		lockf.Close()
+		headf.Close()
 		return nil, fmt.Errorf("audit: lock: %w", err)
 	}
 	_, err = l.current()
@@ -188,6 +209,7 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	if err != nil {
 		l.f.Close()
 		lockf.Close()
+		headf.Close()
 		return nil, err
 	}
 	if o.durability.mode == modeInterval {
@@ -314,6 +336,12 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 	}
 	seq, prev := l.lastSeq, l.lastHash
 	first := seq
+	if l.mismatch != "" {
+		// Say so in the chain itself before going on from what is left:
+		// the appends that follow must not hide the cut.
+		events = append([]Event{{Action: ActionHeadMismatch, Decision: "deny", Target: filepath.Base(l.path),
+			Reason: "head_mismatch", Detail: l.mismatch}}, events...)
+	}
 
 	var buf []byte
 	for i, e := range events {
@@ -327,6 +355,10 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 		e.scrub(l.o.scrubber)
 		e.Seq = seq + 1
 		e.PrevHash = prev
+		e.KeyID = ""
+		if l.o.key != nil {
+			e.KeyID = l.o.key.id
+		}
 		canon, err := e.canonical()
 		if err != nil {
 			return fmt.Errorf("audit: encode event %d of %d: %w", i+1, len(events), err)
@@ -338,7 +370,7 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 			// Guess the batch's size from its first line, within reason.
 			buf = make([]byte, 0, min((len(canon)+len(hashKey)+hashLen+3+32)*len(events), 4<<20))
 		}
-		sum := chainHash(prev, canon)
+		sum := l.o.key.hashOf(prev, canon)
 		buf = append(buf, canon[:len(canon)-1]...)
 		buf = append(buf, hashKey...)
 		buf = append(buf, sum...)
@@ -372,7 +404,22 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 		l.dirty = true
 	}
 	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size+int64(len(buf)), seq, prev
+	l.mismatch = ""
+	// The head goes after the lines: a crash between the two leaves it
+	// behind the log, which Verify accepts, never ahead of it.
+	if _, err := l.headf.WriteAt(encodeHead(l.o.key, seq, prev), 0); err != nil {
+		l.o.log.Error("audit head record not updated; a cut of the newest events would go unseen", "path", l.path, "err", err)
+	}
 	return nil
+}
+
+// hashOf is the chain hash of a line: SHA-256 without a key, HMAC-SHA256
+// with one.
+func (k *Key) hashOf(prev string, canonical []byte) string {
+	if k == nil {
+		return chainHash(prev, canonical)
+	}
+	return k.mac(prev, canonical)
 }
 
 // chainHash is hex(SHA-256(prev_hash as its 64 hex characters || canonical)).
@@ -401,85 +448,134 @@ func (l *Logger) current() (int64, error) {
 	if l.cacheOK && size == l.cacheSize {
 		return size, nil
 	}
-	size, seq, hash, err := l.readHead(size)
+	size, seq, hash, keyID, err := l.readHead(size)
 	if err != nil {
+		return 0, err
+	}
+	if keyID != "" && (l.o.key == nil || l.o.key.id != keyID) {
+		// Appending unkeyed (or under another key) to a keyed chain would
+		// break it for good; the writer is misconfigured, not the log.
+		have := "none"
+		if l.o.key != nil {
+			have = l.o.key.id
+		}
+		return 0, fmt.Errorf("audit: %s: %w: it is keyed with key %s, this writer has %s", l.path, ErrKeyRequired, keyID, have)
+	}
+	if err := l.checkHead(seq, hash, keyID != ""); err != nil {
 		return 0, err
 	}
 	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size, seq, hash
 	return size, nil
 }
 
+// checkHead compares the chain head found in the log with the head
+// record, and notes a disagreement for the next append to record. Call
+// with the lock.
+func (l *Logger) checkHead(seq uint64, hash string, lastKeyed bool) error {
+	l.mismatch = ""
+	b := make([]byte, headSize+1)
+	n, err := l.headf.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("audit: read head record: %w", err)
+	}
+	if n == 0 {
+		// No head yet: a new log, or one written before head records.
+		// An unkeyed log gets one from its next append. A keyed chain
+		// always had one, so its loss is reported.
+		if seq > 0 && lastKeyed {
+			l.mismatch = fmt.Sprintf("the head record is missing; the log ends at seq %d", seq)
+		}
+		return nil
+	}
+	h, err := decodeHead(b[:n], l.o.key)
+	switch {
+	case errors.Is(err, ErrKeyRequired):
+		return fmt.Errorf("audit: %s: %w", l.path, err)
+	case err != nil:
+		l.mismatch = fmt.Sprintf("the head record is damaged (%v); the log ends at seq %d", err, seq)
+	case h.Seq > seq && seq == 0:
+		l.mismatch = fmt.Sprintf("the log is empty, but its head record says it held seq %d (hash %s): the file was emptied or removed", h.Seq, h.Hash)
+	case h.Seq > seq:
+		l.mismatch = fmt.Sprintf("the log ends at seq %d, but its head record says seq %d (hash %s): events %d..%d were cut from the end", seq, h.Seq, h.Hash, seq+1, h.Seq)
+	case h.Seq == seq && h.Hash != hash:
+		l.mismatch = fmt.Sprintf("seq %d has hash %s, but the head record says %s: the end of the log was rewritten", seq, hash, h.Hash)
+	}
+	// Behind the log is fine: a writer died between the two writes, or
+	// one that keeps no head appended.
+	return nil
+}
+
 // readHead finds the chain head: the last complete line of the live file,
 // or of the newest rotated file when the live one is empty. A torn last
 // line (a writer died mid-append) is cut off, since no live writer can be
 // writing while we hold the lock.
-func (l *Logger) readHead(size int64) (int64, uint64, string, error) {
+func (l *Logger) readHead(size int64) (int64, uint64, string, string, error) {
 	if size > 0 {
 		last, keep, err := lastLine(l.f, size)
 		if err != nil {
-			return 0, 0, "", fmt.Errorf("audit: read log tail: %w", err)
+			return 0, 0, "", "", fmt.Errorf("audit: read log tail: %w", err)
 		}
 		if keep != size {
 			l.o.log.Warn("audit log ended in a torn line; cutting it off", "path", l.path, "bytes", size-keep)
 			if err := l.f.Truncate(keep); err != nil {
-				return 0, 0, "", fmt.Errorf("audit: repair torn tail: %w", err)
+				return 0, 0, "", "", fmt.Errorf("audit: repair torn tail: %w", err)
 			}
 			size = keep
 		}
 		if last != nil {
-			seq, hash, err := headOf(last)
+			seq, hash, keyID, err := headOf(last)
 			if err != nil {
-				return 0, 0, "", fmt.Errorf("audit: %s: last line: %w", l.path, err)
+				return 0, 0, "", "", fmt.Errorf("audit: %s: last line: %w", l.path, err)
 			}
-			return size, seq, hash, nil
+			return size, seq, hash, keyID, nil
 		}
 	}
 	rotated, err := rotatedFiles(l.path)
 	if err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", "", err
 	}
 	for i := len(rotated) - 1; i >= 0; i-- {
-		seq, hash, ok, err := lastOfFile(rotated[i])
+		seq, hash, keyID, ok, err := lastOfFile(rotated[i])
 		if err != nil {
-			return 0, 0, "", err
+			return 0, 0, "", "", err
 		}
 		if ok {
-			return size, seq, hash, nil
+			return size, seq, hash, keyID, nil
 		}
 	}
-	return size, 0, GenesisHash, nil
+	return size, 0, GenesisHash, "", nil
 }
 
-func headOf(line []byte) (uint64, string, error) {
+func headOf(line []byte) (uint64, string, string, error) {
 	e, err := ParseLine(line)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	if _, h, ok := splitLine(line); !ok || h != e.Hash {
-		return 0, "", fmt.Errorf("%w: line does not end with its hash", ErrMalformed)
+		return 0, "", "", fmt.Errorf("%w: line does not end with its hash", ErrMalformed)
 	}
-	return e.Seq, e.Hash, nil
+	return e.Seq, e.Hash, e.KeyID, nil
 }
 
-func lastOfFile(path string) (uint64, string, bool, error) {
+func lastOfFile(path string) (uint64, string, string, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, "", false, fmt.Errorf("audit: %w", err)
+		return 0, "", "", false, fmt.Errorf("audit: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return 0, "", false, fmt.Errorf("audit: %w", err)
+		return 0, "", "", false, fmt.Errorf("audit: %w", err)
 	}
 	last, _, err := lastLine(f, st.Size())
 	if err != nil || last == nil {
-		return 0, "", false, err
+		return 0, "", "", false, err
 	}
-	seq, hash, err := headOf(last)
+	seq, hash, keyID, err := headOf(last)
 	if err != nil {
-		return 0, "", false, fmt.Errorf("audit: %s: last line: %w", path, err)
+		return 0, "", "", false, fmt.Errorf("audit: %s: last line: %w", path, err)
 	}
-	return seq, hash, true, nil
+	return seq, hash, keyID, true, nil
 }
 
 // lastLine returns the last newline-terminated line of f (without the
@@ -638,6 +734,9 @@ func (l *Logger) Close() error {
 		err = cerr
 	}
 	if cerr := l.lockf.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := l.headf.Close(); err == nil {
 		err = cerr
 	}
 	l.mu.Unlock()

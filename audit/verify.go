@@ -3,10 +3,12 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // Verification errors; a *VerifyError wraps one of them.
@@ -37,6 +39,16 @@ type Report struct {
 	// BadSeq is the first sequence number found bad (0 when intact): the
 	// seq the bad line should have had.
 	BadSeq uint64
+	// KeyID is the key of the keyed events ("" when none is keyed);
+	// UnkeyedEvents counts the events before the first keyed one (written
+	// before a key was configured), which only SHA-256 protects.
+	KeyID         string
+	UnkeyedEvents int
+	// Head is true when a head record was found and checked: then a cut
+	// of the log's tail, or its emptying, is reported as ErrTruncated.
+	// HeadSeq is the seq it names.
+	Head    bool
+	HeadSeq uint64
 }
 
 // VerifyError says where the chain first broke.
@@ -61,15 +73,20 @@ func (e *VerifyError) Unwrap() error { return e.Err }
 // its hash member. It returns the Report and, when the chain is broken, a
 // *VerifyError naming the file, line and seq. It never panics on bad input.
 //
-// A hash chain cannot show lines removed from its end. ExpectAnchor checks
-// against a seq and hash kept from an earlier Verify, somewhere the writer
-// of the log cannot reach.
+// A hash chain alone cannot show lines removed from its end; the head
+// record beside the log (PATH.head, see the package documentation) does:
+// a log that ends before the seq it names fails with ErrTruncated. A
+// keyed log (events with key_id) needs its key (VerifyKey), or fails
+// with ErrKeyRequired. ExpectAnchor checks in addition against a seq and
+// hash kept from an earlier Verify, somewhere the writer of the log
+// cannot reach.
 func Verify(path string, opts ...VerifyOption) (Report, error) {
 	var rep Report
 	var vo verifyOptions
 	for _, o := range opts {
 		o(&vo)
 	}
+	h, hasHead, herr := readHeadLocked(path, vo.key)
 	files, err := rotatedFiles(path)
 	if err != nil {
 		return rep, err
@@ -77,16 +94,82 @@ func Verify(path string, opts ...VerifyOption) (Report, error) {
 	if _, err := os.Stat(path); err == nil {
 		files = append(files, path)
 	} else if len(files) == 0 {
+		if hasHead && herr == nil && h.Seq > 0 {
+			rep.Head, rep.HeadSeq, rep.BadSeq = true, h.Seq, 1
+			return rep, &VerifyError{File: path, Seq: 1, Err: ErrTruncated,
+				Msg: fmt.Sprintf("the log is gone, but its head record says it held seq %d", h.Seq)}
+		}
 		return rep, fmt.Errorf("audit: %w", err)
 	}
 	rep.Files = files
 	v := verifier{rep: &rep, prev: GenesisHash, vo: vo}
+	if hasHead && herr == nil {
+		v.headSeq = h.Seq
+	}
 	for _, f := range files {
 		if err := v.file(f); err != nil {
 			return rep, err
 		}
 	}
-	return rep, v.checkAnchor(files[len(files)-1])
+	last := files[len(files)-1]
+	if err := v.checkHead(last, h, hasHead, herr); err != nil {
+		return rep, err
+	}
+	return rep, v.checkAnchor(last)
+}
+
+// readHeadLocked reads the head record under a shared hold of the append
+// lock (when the lock file can be opened), so that it is never read half
+// rewritten. Lines appended after it only make the log longer than the
+// head, which Verify accepts.
+func readHeadLocked(path string, k *Key) (head, bool, error) {
+	if lf, err := os.OpenFile(path+".lock", os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
+		defer lf.Close()
+		if flockShared(lf) == nil {
+			defer flock(lf, false)
+		}
+	}
+	return readHeadFile(path, k)
+}
+
+func (v *verifier) checkHead(lastFile string, h head, ok bool, err error) error {
+	rep := v.rep
+	fail := func(kind error, seq uint64, file string, line int, format string, args ...any) error {
+		rep.BadSeq = seq
+		return &VerifyError{File: file, Line: line, Seq: seq, Err: kind, Msg: fmt.Sprintf(format, args...)}
+	}
+	if !ok {
+		if rep.KeyID != "" {
+			return fail(ErrTampered, rep.LastSeq+1, lastFile+HeadSuffix, 0,
+				"the head record of a keyed log is missing: a cut of its tail could not be seen")
+		}
+		return nil
+	}
+	if errors.Is(err, ErrKeyRequired) {
+		return fail(ErrKeyRequired, rep.LastSeq+1, lastFile+HeadSuffix, 0, "%v", err)
+	}
+	if err != nil {
+		return fail(ErrTampered, rep.LastSeq+1, lastFile+HeadSuffix, 0, "%v", err)
+	}
+	rep.Head, rep.HeadSeq = true, h.Seq
+	if rep.KeyID != "" && h.KeyID == "" && h.Seq >= v.firstKeyed {
+		return fail(ErrTampered, h.Seq, lastFile+HeadSuffix, 0,
+			"the head record is not keyed, but the log is keyed from seq %d: it was rewritten", v.firstKeyed)
+	}
+	if rep.LastSeq < h.Seq {
+		if rep.LastSeq == 0 {
+			return fail(ErrTruncated, 1, lastFile, 0,
+				"the log is empty, but its head record says it held seq %d: the file was emptied", h.Seq)
+		}
+		return fail(ErrTruncated, rep.LastSeq+1, lastFile, v.lines,
+			"the log ends at seq %d, but its head record says seq %d: events %d..%d were cut from the end",
+			rep.LastSeq, h.Seq, rep.LastSeq+1, h.Seq)
+	}
+	if v.headSeen != h.Hash {
+		return fail(ErrTampered, h.Seq, v.headFile, v.headLine,
+			"seq %d has hash %s, its head record says %s: the log was rewritten", h.Seq, v.headSeen, h.Hash)
+	}
+	return nil
 }
 
 // VerifyOption adds a check to Verify.
@@ -95,6 +178,15 @@ type VerifyOption func(*verifyOptions)
 type verifyOptions struct {
 	anchorSeq  uint64
 	anchorHash string
+	key        *Key
+}
+
+// VerifyKey gives Verify the key of a keyed chain. Events without key_id
+// before the first keyed one are accepted (and counted in
+// Report.UnkeyedEvents); an unkeyed event after a keyed one is a
+// downgrade and fails with ErrTampered.
+func VerifyKey(k *Key) VerifyOption {
+	return func(o *verifyOptions) { o.key = k }
 }
 
 // ExpectAnchor makes Verify fail unless the log holds event seq with
@@ -122,11 +214,18 @@ func (v *verifier) checkAnchor(lastFile string) error {
 }
 
 // VerifyReader checks one stream as a whole log (seq from 1). name is used
-// in error messages.
-func VerifyReader(r io.Reader, name string) (Report, error) {
+// in error messages. A stream has no head record, so a cut tail is not
+// seen; ExpectAnchor still applies, and VerifyKey for a keyed log.
+func VerifyReader(r io.Reader, name string, opts ...VerifyOption) (Report, error) {
 	rep := Report{Files: []string{name}}
 	v := verifier{rep: &rep, prev: GenesisHash}
-	return rep, v.stream(r, name)
+	for _, o := range opts {
+		o(&v.vo)
+	}
+	if err := v.stream(r, name); err != nil {
+		return rep, err
+	}
+	return rep, v.checkAnchor(name)
 }
 
 type verifier struct {
@@ -138,6 +237,13 @@ type verifier struct {
 	anchorFile string // where it was read
 	anchorLine int
 	lines      int // lines read in the current file
+	// The head record's seq, and the hash, file and line of that seq.
+	headSeq  uint64
+	headSeen string
+	headFile string
+	headLine int
+	// firstKeyed is the seq of the first keyed event.
+	firstKeyed uint64
 }
 
 func (v *verifier) file(path string) error {
@@ -191,8 +297,32 @@ func (v *verifier) stream(r io.Reader, name string) error {
 		if e.PrevHash != v.prev {
 			return bad(ErrTampered, "prev_hash does not match the hash of seq %d (a line before it was changed, removed or inserted)", v.seq)
 		}
-		if got := chainHash(v.prev, canon); got != e.Hash {
+		var k *Key
+		switch {
+		case e.KeyID != "":
+			if v.vo.key == nil {
+				return bad(ErrKeyRequired, "the event is keyed with key %s and no key was given", e.KeyID)
+			}
+			if e.KeyID != v.vo.key.id {
+				return bad(ErrKeyRequired, "the event is keyed with key %s, the key given is %s", e.KeyID, v.vo.key.id)
+			}
+			k = v.vo.key
+		case v.rep.KeyID != "":
+			return bad(ErrTampered, "an unkeyed event after keyed ones (from seq %d): the chain was rewritten without the key", v.firstKeyed)
+		}
+		if got := k.hashOf(v.prev, canon); !hmac.Equal([]byte(got), []byte(e.Hash)) {
 			return bad(ErrTampered, "hash mismatch: the line was modified")
+		}
+		if e.Action == ActionHeadMismatch {
+			// The logger found the log cut (or its head gone) and said so
+			// before appending on: the break stays visible.
+			return bad(ErrTruncated, "recorded by the next writer: %s", e.Detail)
+		}
+		if k != nil && v.rep.KeyID == "" {
+			v.rep.KeyID, v.firstKeyed = k.id, e.Seq
+		}
+		if k == nil {
+			v.rep.UnkeyedEvents++
 		}
 		if v.rep.Events == 0 {
 			v.rep.FirstSeq = e.Seq
@@ -203,6 +333,9 @@ func (v *verifier) stream(r io.Reader, name string) error {
 		v.lines = lineNo
 		if e.Seq == v.vo.anchorSeq {
 			v.anchorSeen, v.anchorFile, v.anchorLine = e.Hash, name, lineNo
+		}
+		if e.Seq == v.headSeq {
+			v.headSeen, v.headFile, v.headLine = e.Hash, name, lineNo
 		}
 	}
 }

@@ -315,13 +315,17 @@ func TestVerifyAnchorCatchesTailTruncation(t *testing.T) {
 	if _, err := Verify(path, anchor); err != nil {
 		t.Fatalf("grown log fails the anchor: %v", err)
 	}
-	// Cut the last four lines: the chain alone still verifies...
+	// Cut the last four lines: the head record shows it...
 	lines := readLines(t, path)
 	writeLines(t, path, lines[:4])
-	if _, err := Verify(path); err != nil {
-		t.Fatalf("truncated chain: %v", err)
+	if rep, err := Verify(path); !errors.Is(err, ErrTruncated) || rep.BadSeq != 5 {
+		t.Fatalf("truncated chain: %+v %v", rep, err)
 	}
-	// ...but not against the anchor.
+	// ...and so does the anchor, with the head removed as well.
+	os.Remove(path + HeadSuffix)
+	if _, err := Verify(path); err != nil {
+		t.Fatalf("cut chain without its head: %v", err)
+	}
 	rep, err = Verify(path, anchor)
 	if !errors.Is(err, ErrTampered) || rep.BadSeq != 5 || !strings.Contains(err.Error(), "removed from the end") {
 		t.Fatalf("err %v, report %+v", err, rep)

@@ -135,7 +135,12 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox: audit log directory: %w", err)
 		}
-		s.audit, err = audit.Open(path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger))
+		key, err := auditKeyFor(abs, o.getenv)
+		if err != nil {
+			return nil, err
+		}
+		s.audit, err = audit.Open(path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger),
+			audit.WithKey(key))
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}

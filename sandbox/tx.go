@@ -147,23 +147,7 @@ func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 }
 
 func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]string, error) {
-	paths, err := tx.Commit(ctx)
-	if err != nil {
-		ev := audit.Event{ExecutionID: execID, Action: "commit", Target: tx.ID(), Decision: "deny", Detail: err.Error()}
-		var ce *cowfs.ConflictError
-		if errors.As(err, &ce) {
-			ev.Target, ev.Reason = ce.Path, "conflict: "+ce.Reason
-		}
-		s.record(ctx, ev)
-		return nil, err
-	}
-	events := make([]audit.Event, 0, len(paths))
-	for _, p := range paths {
-		events = append(events, audit.Event{ExecutionID: execID, Action: "commit", Target: p, Decision: "allow",
-			Detail: "committed transaction " + tx.ID()})
-	}
-	s.recordBatch(ctx, "commit", events)
-	return paths, nil
+	return s.review().commitTx(ctx, tx, execID)
 }
 
 // Discard drops tx and its staged bytes.
@@ -172,11 +156,7 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 		return err
 	}
 	defer s.running.Done()
-	if err := tx.Discard(); err != nil {
-		return s.scrubErr(err)
-	}
-	s.record(ctx, audit.Event{Action: "discard", Target: tx.ID(), Decision: "allow", Detail: "discarded transaction"})
-	return nil
+	return s.scrubErr(s.review().discardTx(ctx, tx))
 }
 
 // stageOverlay turns what a command wrote into a pending transaction.

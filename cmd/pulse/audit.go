@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -19,12 +21,15 @@ import (
 func init() {
 	register(command{
 		name:    "audit",
-		summary: "check or read the audit log (audit verify FILE [-anchor SEQ:HASH] | audit tail FILE [-f] [-n N])",
+		summary: "check, read or export the audit log (audit verify|tail|export|keygen; audit -h for more)",
 		run:     runAudit,
 	})
 }
 
-const auditUsage = "usage: pulse audit verify FILE [-anchor SEQ:HASH] | pulse audit tail FILE [-f] [-n N]"
+const auditUsage = `usage: pulse audit verify FILE [-anchor SEQ:HASH]
+       pulse audit tail FILE [-f] [-n N]
+       pulse audit export --format ocsf|ecs FILE
+       pulse audit keygen [FILE]   (default: ~/.config/pulse/audit.key)`
 
 // tailPoll is how often `audit tail -f` looks for new lines.
 var tailPoll = 250 * time.Millisecond
@@ -37,13 +42,20 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	sub := args[0]
-	if sub != "verify" && sub != "tail" {
+	if sub == "-h" || sub == "--help" || sub == "help" {
+		fmt.Fprintln(env.stdout, auditUsage)
+		return exitOK
+	}
+	if sub != "verify" && sub != "tail" && sub != "export" && sub != "keygen" {
 		fmt.Fprintf(env.stderr, "pulse audit: unknown subcommand %q\n%s\n", sub, auditUsage)
 		return exitUsage
 	}
 	fset := flag.NewFlagSet("audit "+sub, flag.ContinueOnError)
 	fset.SetOutput(env.stderr)
-	follow, lines, anchor := new(bool), new(int), new(string)
+	follow, lines, anchor, format := new(bool), new(int), new(string), new(string)
+	if sub == "export" {
+		fset.StringVar(format, "format", "", "ocsf or ecs")
+	}
 	if sub == "verify" {
 		fset.StringVar(anchor, "anchor", "", "SEQ:HASH printed by an earlier verify; fail if the log no longer holds that event (catches lines cut from the end)")
 	}
@@ -64,9 +76,15 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		pos = append(pos, fset.Arg(0))
 		rest = fset.Args()[1:]
 	}
+	if sub == "keygen" && len(pos) <= 1 {
+		return auditKeygen(env, pos)
+	}
 	if len(pos) != 1 {
 		fmt.Fprintln(env.stderr, auditUsage)
 		return exitUsage
+	}
+	if sub == "export" {
+		return auditExport(env, pos[0], *format)
 	}
 	if sub == "verify" {
 		var opts []audit.VerifyOption
@@ -85,16 +103,64 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 }
 
 func auditVerify(env *cliEnv, path string, opts ...audit.VerifyOption) int {
+	key, err := audit.LoadKey(env.getenv)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
+		return exitFailure
+	}
+	if key != nil {
+		opts = append(opts, audit.VerifyKey(key))
+	}
 	rep, err := audit.Verify(path, opts...)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
 		if rep.BadSeq > 0 {
 			fmt.Fprintf(env.stderr, "first bad seq: %d (%d events intact before it)\n", rep.BadSeq, rep.Events)
 		}
+		if errors.Is(err, audit.ErrKeyRequired) {
+			fmt.Fprintf(env.stderr, "the key is found in $%s, $%s or %s\n", audit.KeyFileEnv, audit.KeyEnv, audit.DefaultKeyFile(env.getenv))
+		}
 		return exitFailure
 	}
-	fmt.Fprintf(env.stdout, "%s: intact: %d events, seq %d..%d, %d file(s)\nanchor: %d:%s\n",
-		path, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files), rep.LastSeq, rep.LastHash)
+	fmt.Fprintf(env.stdout, "%s: intact: %d events, seq %d..%d, %d file(s)\n", path, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files))
+	switch {
+	case rep.KeyID != "" && rep.UnkeyedEvents > 0:
+		fmt.Fprintf(env.stdout, "keyed with key %s from seq %d (the %d events before it are not keyed)\n", rep.KeyID, rep.FirstSeq+uint64(rep.UnkeyedEvents), rep.UnkeyedEvents)
+	case rep.KeyID != "":
+		fmt.Fprintf(env.stdout, "keyed with key %s\n", rep.KeyID)
+	default:
+		fmt.Fprintln(env.stdout, "not keyed: whoever can write the file could rewrite it undetected (pulse audit keygen makes a key)")
+	}
+	if rep.Head {
+		fmt.Fprintf(env.stdout, "head record: seq %d; a cut tail would show\n", rep.HeadSeq)
+	} else {
+		fmt.Fprintln(env.stdout, "no head record (a log written before head records): lines cut from the end would not show")
+	}
+	fmt.Fprintf(env.stdout, "anchor: %d:%s\n", rep.LastSeq, rep.LastHash)
+	return exitOK
+}
+
+// auditKeygen writes a new chain key where LoadKey finds it.
+func auditKeygen(env *cliEnv, pos []string) int {
+	path := audit.DefaultKeyFile(env.getenv)
+	if len(pos) == 1 {
+		path = pos[0]
+	} else if p := env.getenv(audit.KeyFileEnv); p != "" {
+		path = p
+	}
+	if path == "" {
+		fmt.Fprintln(env.stderr, "pulse audit keygen: no HOME or XDG_CONFIG_HOME; name the key file")
+		return exitUsage
+	}
+	k, err := audit.KeyGen(path)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse audit keygen: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(env.stdout, "wrote audit key %s to %s (mode 0600); keep it outside every workspace\n", k.ID(), path)
+	if len(pos) == 1 && env.getenv(audit.KeyFileEnv) != path && audit.DefaultKeyFile(env.getenv) != path {
+		fmt.Fprintf(env.stdout, "set %s=%s where pulse runs to use it\n", audit.KeyFileEnv, path)
+	}
 	return exitOK
 }
 
@@ -330,3 +396,74 @@ func clean(s string) string {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
+
+// auditExport writes every event of the log (rotated files first) as one
+// OCSF or ECS JSON object a line. The chain is verified first: a broken
+// chain is reported on stderr and the export still runs (exit 1), since
+// a SIEM wants even a damaged log's events.
+func auditExport(env *cliEnv, path, format string) int {
+	var conv func(audit.Event, string) map[string]any
+	switch format {
+	case "ocsf":
+		conv = audit.OCSF
+	case "ecs":
+		conv = audit.ECS
+	default:
+		fmt.Fprintf(env.stderr, "pulse audit export: --format must be ocsf or ecs, got %q\n", format)
+		return exitUsage
+	}
+	code := exitOK
+	key, err := audit.LoadKey(env.getenv)
+	var vopts []audit.VerifyOption
+	if err == nil && key != nil {
+		vopts = append(vopts, audit.VerifyKey(key))
+	}
+	if _, err := audit.Verify(path, vopts...); err != nil {
+		fmt.Fprintf(env.stderr, "pulse audit export: warning: %v\n", err)
+		code = exitFailure
+	}
+	files, err := audit.Files(path)
+	if err != nil || len(files) == 0 {
+		fmt.Fprintf(env.stderr, "pulse audit export: %s: no log files (%v)\n", path, err)
+		return exitFailure
+	}
+	out := bufio.NewWriter(env.stdout)
+	defer out.Flush()
+	enc := json.NewEncoder(out)
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
+			return exitFailure
+		}
+		br := bufio.NewReaderSize(f, 64<<10)
+		for no := 1; ; no++ {
+			line, err := br.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				e, perr := audit.ParseLine(line)
+				if perr != nil {
+					fmt.Fprintf(env.stderr, "pulse audit export: %s:%d: skipped: %v\n", name, no, perr)
+					code = exitFailure
+				} else if err := enc.Encode(conv(e, version())); err != nil {
+					f.Close()
+					fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
+					return exitFailure
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+	return code
+}
+
+// version is the module version of this binary, for the export's
+// product version.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

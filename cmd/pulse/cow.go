@@ -15,17 +15,18 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/sandbox"
 )
 
 func init() {
 	register(command{
 		name:    "cow",
-		summary: "review staged changes (cow list|diff ID|commit ID|discard ID|undo [--json] [--workspace DIR])",
+		summary: "review staged changes (cow list|diff ID|commit ID|discard ID|reject ID PATH...|undo [--json] [--workspace DIR])",
 		run:     runCow,
 	})
 }
 
-const cowUsage = "usage: pulse cow list|diff ID|commit ID|discard ID|undo [--json] [--workspace DIR]"
+const cowUsage = "usage: pulse cow list|diff ID|commit ID|discard ID|reject ID PATH...|undo [--json] [--workspace DIR]"
 
 // runCow implements `pulse cow SUBCOMMAND`. Exit codes: 0 ok, 1 conflict
 // or other failure, 2 usage.
@@ -36,7 +37,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	sub := args[0]
 	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
-	if !wantID[sub] && sub != "list" && sub != "undo" {
+	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" {
 		fmt.Fprintf(env.stderr, "pulse cow: unknown subcommand %q\n%s\n", sub, cowUsage)
 		return exitUsage
 	}
@@ -57,7 +58,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		pos = append(pos, fset.Arg(0))
 		rest = fset.Args()[1:]
 	}
-	if wantID[sub] && len(pos) != 1 || !wantID[sub] && len(pos) != 0 {
+	if sub == "reject" && len(pos) < 2 || wantID[sub] && len(pos) != 1 || !wantID[sub] && sub != "reject" && len(pos) != 0 {
 		fmt.Fprintln(env.stderr, cowUsage)
 		return exitUsage
 	}
@@ -84,55 +85,76 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "pulse cow: %s has no staged transactions (no %s); is --workspace right?\n", ws, cowfs.StateDir)
 		return exitFailure
 	}
-	f, err := cowfs.Open(ws)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
-		return exitFailure
-	}
-	defer f.Close()
-	if rerr := f.RecoveryErr(); rerr != nil {
-		fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
-	}
 	c := cowCLI{env: env, json: *asJSON}
-	switch sub {
-	case "list":
-		return c.list(f)
-	case "undo":
-		info, err := f.Undo(ctx)
+	if sub == "list" || sub == "diff" {
+		// Looking changes nothing and is not audited.
+		f, err := cowfs.Open(ws)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+			return exitFailure
+		}
+		defer f.Close()
+		if rerr := f.RecoveryErr(); rerr != nil {
+			fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+		}
+		if sub == "list" {
+			return c.list(f)
+		}
+		tx, err := f.Tx(pos[0])
 		if err != nil {
 			return c.fail(err)
 		}
-		return c.print(info, fmt.Sprintf("undid %s (%s)\n", info.ID, info.Description))
-	}
-	tx, err := f.Tx(pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	switch sub {
-	case "diff":
 		d, err := tx.Diff()
 		if err != nil {
 			return c.fail(err)
 		}
 		return c.print(map[string]any{"id": tx.ID(), "changes": tx.Changes(), "diff": d}, d)
+	}
+	// Decisions go through the facade's one audited review path.
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env))
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+		return exitFailure
+	}
+	defer r.Close()
+	if rerr := r.FS().RecoveryErr(); rerr != nil {
+		fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+	}
+	switch sub {
+	case "undo":
+		info, err := r.Undo(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(info, fmt.Sprintf("undid %s (%s)\n", info.ID, info.Description))
 	case "commit":
-		paths, err := tx.Commit(ctx)
+		paths, err := r.Commit(ctx, pos[0])
 		if err != nil {
 			return c.fail(err)
 		}
 		if paths == nil {
 			paths = []string{}
 		}
-		return c.print(map[string]any{"id": tx.ID(), "committed": paths},
-			fmt.Sprintf("committed %s: %d change(s)\n%s", tx.ID(), len(paths), lines(paths)))
-	default: // discard
-		if err := tx.Discard(); err != nil {
+		return c.print(map[string]any{"id": pos[0], "committed": paths},
+			fmt.Sprintf("committed %s: %d change(s)\n%s", pos[0], len(paths), lines(paths)))
+	case "reject":
+		gone, err := r.Reject(ctx, pos[0], pos[1:])
+		if err != nil {
 			return c.fail(err)
 		}
-		return c.print(map[string]any{"id": tx.ID(), "discarded": true}, "discarded "+tx.ID()+"\n")
+		return c.print(map[string]any{"id": pos[0], "rejected": gone},
+			fmt.Sprintf("rejected from %s: %d change(s)\n%s", pos[0], len(gone), lines(gone)))
+	default: // discard
+		if err := r.Discard(ctx, pos[0]); err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"id": pos[0], "discarded": true}, "discarded "+pos[0]+"\n")
 	}
 }
 
+// reviewEnv makes the review find the audit key through the command's
+// environment.
+func reviewEnv(env *cliEnv) sandbox.ReviewOption { return sandbox.ReviewGetenv(env.getenv) }
 type cowCLI struct {
 	env  *cliEnv
 	json bool

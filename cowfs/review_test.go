@@ -1,0 +1,89 @@
+package cowfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestUnstageCommitsTheRest(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("old\n"), 0o644)
+	f, err := Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tx, err := f.Begin("mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, data := range map[string]string{"keep.txt": "new\n", "dir/sub/rejected.txt": "no\n", "dir/sub/also.txt": "no\n", "other.txt": "x"} {
+		if err := tx.Write(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := sha256.Sum256([]byte("new\n"))
+	if got := tx.ContentHashes()["keep.txt"]; got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("content hash %s", got)
+	}
+	if _, err := tx.Unstage("missing.txt"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unstage of a path not staged: %v", err)
+	}
+	gone, err := tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dir", "dir/sub", "dir/sub/also.txt", "dir/sub/rejected.txt", "other.txt"}; !reflect.DeepEqual(gone, want) {
+		t.Fatalf("unstaged %q, want %q", gone, want)
+	}
+	// Another process sees the same transaction.
+	f2, err := Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	tx2, err := f2.Tx(tx.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := tx2.Commit(context.Background())
+	if err != nil || !reflect.DeepEqual(paths, []string{"keep.txt"}) {
+		t.Fatalf("commit: %q %v", paths, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "keep.txt")); string(b) != "new\n" {
+		t.Fatalf("keep.txt: %q", b)
+	}
+	for _, p := range []string{"dir", "other.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s landed: %v", p, err)
+		}
+	}
+}
+
+func TestUnstageTakesADeletedAncestorAlong(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "d"), 0o755)
+	os.WriteFile(filepath.Join(ws, "d", "f"), []byte("x"), 0o644)
+	f, err := Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tx, _ := f.Begin("rm")
+	if err := tx.Delete("d"); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := tx.Unstage("d/f")
+	if err != nil || !reflect.DeepEqual(gone, []string{"d", "d/f"}) {
+		t.Fatalf("%q %v", gone, err)
+	}
+	if n := len(tx.Changes()); n != 0 {
+		t.Fatalf("%d changes left", n)
+	}
+}
