@@ -155,6 +155,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 // reviewEnv makes the review find the audit key through the command's
 // environment.
 func reviewEnv(env *cliEnv) sandbox.ReviewOption { return sandbox.ReviewGetenv(env.getenv) }
+
 type cowCLI struct {
 	env  *cliEnv
 	json bool
