@@ -21,5 +21,10 @@
 // bad enums, bad globs, bad hosts and negative limits are errors naming the
 // line or field). NetworkPolicy and ResourceLimits carry their own Validate
 // methods; ResourceLimits.WithDefaults fills in a default timeout and
-// output cap so that no command runs unbounded.
+// output cap so that no command runs unbounded, and ResourceLimits.Tighten
+// lets a command lower, never raise, the policy's limits (ErrLimitExceeded).
+//
+// Whatever a policy says, RunsOnHost names the paths (git hooks and
+// config) whose contents the person's own git runs on the host: the
+// facade never applies them by standing approval.
 package policy

@@ -35,7 +35,9 @@
 //     (or is committed at once with WithAutoCommit, where conflicts are
 //     reported and nothing is overwritten). Staged paths pass the write
 //     and delete policy, and content embedding a configured secret is
-//     refused.
+//     refused. Paths git on the host would run (hooks, config; see
+//     policy.RunsOnHost) are never auto-committed: the transaction is held
+//     with ErrRunsOnHost for a person.
 //   - Many Execute calls may run at once on one Sandbox; Close waits for
 //     them.
 //

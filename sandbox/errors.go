@@ -29,6 +29,11 @@ var (
 	// WithLimits) ask for more than the policy allows. The error is a
 	// *policy.LimitError per field, found with errors.As.
 	ErrLimitExceeded = policy.ErrLimitExceeded
+	// ErrRunsOnHost: auto-commit held a transaction because it changes
+	// what git on the host runs (hooks, config; see policy.RunsOnHost).
+	// It stays pending until a person commits it. It is the class of
+	// Result.CommitErr, never a failure of Execute.
+	ErrRunsOnHost = errors.New("sandbox: the writes change what git runs on the host (hooks, config); a person must review and commit them")
 	// ErrInvalidCommand: the Command is malformed (no program, both Args
 	// and Shell, a working directory outside the workspace).
 	ErrInvalidCommand = errors.New("sandbox: invalid command")

@@ -93,9 +93,13 @@ type Result struct {
 	Refused []RefusedPath
 	// Committed lists the paths written to the workspace by auto-commit.
 	Committed []string
+	// RunsOnHost lists the changes of Transaction that git on the host
+	// reads as instructions — hooks, config, the .git entry itself (see
+	// policy.RunsOnHost). Auto-commit never applies them: a person must.
+	RunsOnHost []string
 	// CommitErr is why auto-commit did not happen (a conflict, wrapping
-	// ErrConflict, or a path the policy wants reviewed); the transaction
-	// then stays pending.
+	// ErrConflict; ErrRunsOnHost; or a path the policy wants reviewed);
+	// the transaction then stays pending.
 	CommitErr error
 	// InPlace is true when the backend wrote to the workspace directly
 	// (the host backend); Changed and Deleted then list what a scan before

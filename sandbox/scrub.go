@@ -49,6 +49,7 @@ func (s *Sandbox) scrubResult(res *Result) {
 	res.Command = r(res.Command)
 	res.Staged = s.scrubAll(res.Staged)
 	res.Committed = s.scrubAll(res.Committed)
+	res.RunsOnHost = s.scrubAll(res.RunsOnHost)
 	res.Changed = s.scrubAll(res.Changed)
 	res.Deleted = s.scrubAll(res.Deleted)
 	for i := range res.Refused {

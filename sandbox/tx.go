@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
+	"strings"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -293,8 +296,12 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 			continue
 		}
 		res.Staged = append(res.Staged, shown)
-		events = append(events, audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
-			Detail: "transaction " + tx.ID()})
+		ev := audit.Event{ExecutionID: execID, Action: o.action, Target: o.path, Decision: "allow",
+			Detail: "transaction " + tx.ID()}
+		if s.runsOnHost(o.path) {
+			ev.Reason = "runs_on_host"
+		}
+		events = append(events, ev)
 	}
 	s.recordBatch(ctx, "stage-overlay", events)
 	if tx == nil {
@@ -304,7 +311,23 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 		return tx.Discard()
 	}
 	res.Transaction = tx.ID()
+	// What git on the host will run is judged on what the commit would
+	// really do, implicit directories aside: a directory made only to
+	// hold a path runs nothing itself, and its contents are checked.
+	for _, c := range tx.Changes() {
+		if !c.Implicit && s.runsOnHost(c.Path) {
+			res.RunsOnHost = append(res.RunsOnHost, s.scrubber.Redact(c.Path))
+		}
+	}
 	if !s.o.autoCommit {
+		return nil
+	}
+	if len(res.RunsOnHost) > 0 {
+		// Auto-commit is a standing approval of ordinary writes; code the
+		// person's own git would run is never approved by standing.
+		res.CommitErr = fmt.Errorf("%w: %s", ErrRunsOnHost, strings.Join(res.RunsOnHost, ", "))
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "commit", Target: tx.ID(), Decision: "deny",
+			Reason: "runs_on_host", Detail: "held for a person: git on the host would run " + strings.Join(res.RunsOnHost, ", ")})
 		return nil
 	}
 	if review {
@@ -316,4 +339,26 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 		res.Transaction = ""
 	}
 	return nil
+}
+
+// runsOnHost reports whether staging p would change what git on the host
+// runs (see policy.RunsOnHost), under its own name or under the name it
+// has when a symlink the workspace already holds is followed: a commit
+// must not reach .git/hooks through a link called anything else.
+func (s *Sandbox) runsOnHost(p string) bool {
+	if policy.RunsOnHost(p) {
+		return true
+	}
+	dir, rest := path.Dir(p), path.Base(p)
+	for dir != "." && dir != "/" {
+		if real, err := filepath.EvalSymlinks(filepath.Join(s.workspace, filepath.FromSlash(dir))); err == nil {
+			rel, err := filepath.Rel(s.workspace, real)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+				return false // outside the workspace: pathguard and cowfs refuse it
+			}
+			return policy.RunsOnHost(path.Join(filepath.ToSlash(rel), rest))
+		}
+		dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest)
+	}
+	return false
 }

