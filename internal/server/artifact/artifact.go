@@ -154,14 +154,28 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 			}
 			continue
 		}
+		// A member is written where its name leads once the links
+		// already extracted are followed ("p -> ." makes "p/.pulse/x"
+		// the reserved .pulse/x): that place, not the name, must be
+		// outside the reserved directory.
+		if err := checkPlace(dir, name); err != nil {
+			return err
+		}
+		if d := path.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("artifact: %q: %w", name, err)
+			}
+		}
+		// Like GNU tar, a member replaces a symlink (or, unless it is a
+		// directory, a file) an earlier member left at its name, instead
+		// of writing through it.
+		existing, err := replaceable(root, name, hdr.Typeflag == tar.TypeDir)
+		if err != nil {
+			return err
+		}
 		if hdr.Typeflag == tar.TypeSymlink {
 			if err := CheckLinkTarget(name, hdr.Linkname); err != nil {
 				return err
-			}
-			if d := path.Dir(name); d != "." {
-				if err := root.MkdirAll(d, 0o755); err != nil {
-					return fmt.Errorf("artifact: %q: %w", name, err)
-				}
 			}
 			// os.Root creates the link only inside dir, and refuses to
 			// follow any link out of it for every later member.
@@ -172,13 +186,16 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 			// Checked now, before a later member can write through it,
 			// and all again at the end, since a later link can change
 			// where an earlier one leads.
-			if err := resolveInside(dir, name); err != nil {
+			if err := checkLink(dir, name); err != nil {
 				return err
 			}
 			continue
 		}
 		if hdr.Typeflag == tar.TypeDir {
-			if err := root.MkdirAll(name, 0o755); err != nil {
+			if existing == fs.ModeDir {
+				continue
+			}
+			if err := root.Mkdir(name, 0o755); err != nil {
 				return fmt.Errorf("artifact: %q: %w", name, err)
 			}
 			continue
@@ -194,7 +211,9 @@ func Extract(data []byte, dir string, lim Limits) (err error) {
 		// Only permission bits, and never set-id: the archive decides what
 		// is executable, not who it runs as.
 		perm := fs.FileMode(hdr.Mode).Perm() | 0o600
-		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+		// O_EXCL: whatever was at name is gone (replaceable), so the
+		// file is new, and a link made meanwhile is never followed.
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if err != nil {
 			return fmt.Errorf("artifact: %q: %w", name, err)
 		}
@@ -243,11 +262,64 @@ func CheckLinkTarget(name, target string) error {
 // that does not exist (a dangling link) is judged too.
 func checkLinks(dir string, links []string) error {
 	for _, name := range links {
-		if err := resolveInside(dir, name); err != nil {
+		if fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(name))); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue // replaced by a later member
+		}
+		if err := checkLink(dir, name); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkLink refuses the link at name when, followed through every link,
+// it leads out of dir or into the reserved directory.
+func checkLink(dir, name string) error {
+	to, err := resolve(dir, name)
+	if err != nil {
+		return err
+	}
+	if pathguard.IsReserved(to) {
+		return fmt.Errorf("%q leads into the reserved %s: %w", name, pathguard.ReservedDir, ErrUnsafe)
+	}
+	return nil
+}
+
+// checkPlace refuses a member whose name, once the links in its parent
+// directories are followed, is in the reserved directory or outside dir.
+func checkPlace(dir, name string) error {
+	parent, err := resolve(dir, path.Dir(name))
+	if err != nil {
+		return err
+	}
+	if at := path.Join(parent, path.Base(name)); pathguard.IsReserved(at) {
+		return fmt.Errorf("%q is %s through a link: %w", name, at, ErrUnsafe)
+	}
+	return nil
+}
+
+// replaceable makes room for a member at name: a symlink or a file an
+// earlier member left there is removed; a directory is kept for a
+// directory member (it returns fs.ModeDir then, else 0) and refuses any
+// other member, which would take the tree beneath it.
+func replaceable(root *os.Root, name string, isDir bool) (fs.FileMode, error) {
+	fi, err := root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("artifact: %q: %w", name, err)
+	}
+	if fi.IsDir() {
+		if isDir {
+			return fs.ModeDir, nil
+		}
+		return 0, fmt.Errorf("%q: a later member would replace a directory: %w", name, ErrUnsafe)
+	}
+	if err := root.Remove(name); err != nil {
+		return 0, fmt.Errorf("artifact: %q: %w", name, err)
+	}
+	return 0, nil
 }
 
 // maxLinkHops bounds link-following, as the kernel's ELOOP does.
@@ -260,6 +332,13 @@ const maxLinkHops = 40
 func ResolveInside(dir, name string) error { return resolveInside(dir, name) }
 
 func resolveInside(dir, name string) error {
+	_, err := resolve(dir, name)
+	return err
+}
+
+// resolve follows name inside dir as ResolveInside does and returns where
+// it leads, clean and relative to dir ("." for dir itself).
+func resolve(dir, name string) (string, error) {
 	var cur []string
 	rest := strings.Split(name, "/")
 	hops := 0
@@ -271,7 +350,7 @@ func resolveInside(dir, name string) error {
 			continue
 		case "..":
 			if len(cur) == 0 {
-				return fmt.Errorf("%q resolves outside the workspace: %w", name, ErrUnsafe)
+				return "", fmt.Errorf("%q resolves outside the workspace: %w", name, ErrUnsafe)
 			}
 			cur = cur[:len(cur)-1]
 			continue
@@ -285,15 +364,18 @@ func resolveInside(dir, name string) error {
 		}
 		hops++
 		if hops > maxLinkHops {
-			return fmt.Errorf("%q: too many links: %w", name, ErrUnsafe)
+			return "", fmt.Errorf("%q: too many links: %w", name, ErrUnsafe)
 		}
 		target, err := os.Readlink(p)
 		if err != nil || strings.HasPrefix(target, "/") {
-			return fmt.Errorf("%q leads to an absolute or unreadable link: %w", name, ErrUnsafe)
+			return "", fmt.Errorf("%q leads to an absolute or unreadable link: %w", name, ErrUnsafe)
 		}
 		rest = append(strings.Split(target, "/"), rest...)
 	}
-	return nil
+	if len(cur) == 0 {
+		return ".", nil
+	}
+	return path.Join(cur...), nil
 }
 
 // Manifest is the deletions list inside an overlay archive.

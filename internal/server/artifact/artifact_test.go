@@ -287,6 +287,11 @@ func FuzzExtract(f *testing.F) {
 	f.Add(build(f, member{hdr: tar.Header{Name: "a/b", Typeflag: tar.TypeSymlink, Linkname: ".."}},
 		member{hdr: tar.Header{Name: "c", Typeflag: tar.TypeSymlink, Linkname: "a/b/../x"}}))
 	f.Add(build(f, member{hdr: tar.Header{Name: "d", Typeflag: tar.TypeSymlink, Linkname: "sub"}}, reg("d/f", "x")))
+	// Into the reserved directory through a link, and a file over a link.
+	f.Add(build(f, member{hdr: tar.Header{Name: "p", Typeflag: tar.TypeSymlink, Linkname: "."}}, reg("p/.pulse/planted", "x")))
+	f.Add(build(f, reg("victim", "v"), member{hdr: tar.Header{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "victim"}}, reg("a", "new")))
+	f.Add(build(f, member{hdr: tar.Header{Name: "p", Typeflag: tar.TypeSymlink, Linkname: "."}},
+		member{hdr: tar.Header{Name: "q", Typeflag: tar.TypeSymlink, Linkname: "p/.pulse"}}, reg("q/x", "x")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parent := t.TempDir()
 		ws := filepath.Join(parent, "ws")
@@ -301,6 +306,14 @@ func FuzzExtract(f *testing.F) {
 		if len(entries) != 1 || entries[0].Name() != "ws" {
 			t.Fatalf("extraction wrote outside the workspace: %v", entries)
 		}
+		if top, _ := os.ReadDir(ws); len(top) > 0 {
+			for _, e := range top {
+				if strings.EqualFold(e.Name(), ".pulse") {
+					t.Fatalf("extraction made the reserved %s", e.Name())
+				}
+			}
+		}
+		checkNoWriteThroughLinks(t, data, ws)
 		var total int64
 		filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -329,6 +342,43 @@ func FuzzExtract(f *testing.F) {
 	})
 }
 
+// checkNoWriteThroughLinks checks a flat archive (no name with a "/", so
+// no member is reached through a link) that was extracted: a name whose
+// last member is a regular file must be a regular file, not a link that
+// member was written through.
+func checkNoWriteThroughLinks(t *testing.T, data []byte, ws string) {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return
+	}
+	tr := tar.NewReader(zr)
+	last := map[string]byte{}
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		name, err := CleanName(hdr.Name)
+		if err != nil || strings.Contains(name, "/") {
+			return
+		}
+		last[name] = hdr.Typeflag
+	}
+	for name, typ := range last {
+		if typ != tar.TypeReg || name == "." || strings.EqualFold(name, ".pulse") {
+			continue
+		}
+		fi, err := os.Lstat(filepath.Join(ws, name))
+		if err != nil {
+			t.Fatalf("%s: last member is a regular file, but: %v", name, err)
+		}
+		if !fi.Mode().IsRegular() {
+			t.Fatalf("%s: last member is a regular file, but it is %v", name, fi.Mode())
+		}
+	}
+}
+
 // Symlinks whose target stays inside the workspace are extracted, even
 // dangling ones and links to directories that later members write
 // through; any that leads out, however indirectly, refuses the archive.
@@ -355,17 +405,22 @@ func TestExtractSymlinks(t *testing.T) {
 	}
 
 	for name, ms := range map[string][]member{
-		"parent":            {link("l", "..")},
-		"nested parent":     {link("a/l", "../../x")},
-		"absolute":          {link("l", "/etc/passwd")},
-		"drive":             {link("l", "C:/x")},
-		"backslash":         {link("l", `..\x`)},
-		"reserved":          {link("l", ".pulse/state")},
-		"through a link":    {link("a/b", ".."), link("c", "a/b/../outside")},
-		"loop":              {link("x", "y"), link("y", "x")},
-		"empty target":      {link("l", "")},
-		"root is a link":    {link(".", "sub")},
-		"write out through": {link("a/b", ".."), link("c", "a/b/.."), reg("c/evil", "x")},
+		"parent":                   {link("l", "..")},
+		"nested parent":            {link("a/l", "../../x")},
+		"absolute":                 {link("l", "/etc/passwd")},
+		"drive":                    {link("l", "C:/x")},
+		"backslash":                {link("l", `..\x`)},
+		"reserved":                 {link("l", ".pulse/state")},
+		"through a link":           {link("a/b", ".."), link("c", "a/b/../outside")},
+		"loop":                     {link("x", "y"), link("y", "x")},
+		"empty target":             {link("l", "")},
+		"root is a link":           {link(".", "sub")},
+		"write out through":        {link("a/b", ".."), link("c", "a/b/.."), reg("c/evil", "x")},
+		"reserved through":         {link("p", "."), reg("p/.pulse/planted", "x")},
+		"reserved dir through":     {link("p", "."), member{hdr: tar.Header{Name: "p/.pulse/", Typeflag: tar.TypeDir, Mode: 0o755}}},
+		"link into reserved":       {link("p", "."), link("q", "p/.pulse")},
+		"later link into reserved": {link("q", "p/.pulse"), link("p", ".")},
+		"file over a directory":    {reg("d/x", "x"), reg("d", "y")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			parent := t.TempDir()
@@ -377,5 +432,37 @@ func TestExtractSymlinks(t *testing.T) {
 				t.Fatalf("refused archive left %d entries", len(entries))
 			}
 		})
+	}
+}
+
+// A member over an earlier member's symlink replaces the link, as GNU tar
+// does, instead of writing through it to the link's target.
+func TestExtractReplacesSymlinksInsteadOfWritingThrough(t *testing.T) {
+	link := func(name, target string) member {
+		return member{hdr: tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target}}
+	}
+	ws := filepath.Join(t.TempDir(), "ws")
+	data := build(t, reg("victim", "v"), link("a", "victim"), reg("a", "new"),
+		link("b", "victim"), link("b", "other"),
+		link("d", "sub"), reg("sub/keep", "k"), member{hdr: tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}}, reg("d/own", "o"))
+	if err := Extract(data, ws, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"victim": "v", "a": "new", "sub/keep": "k", "d/own": "o"} {
+		if b, err := os.ReadFile(filepath.Join(ws, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(ws, "a")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("a is %v, %v; want a regular file in place of the link", fi.Mode(), err)
+	}
+	if got, err := os.Readlink(filepath.Join(ws, "b")); err != nil || got != "other" {
+		t.Errorf("b -> %q, %v; want the later link", got, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(ws, "d")); err != nil || !fi.IsDir() {
+		t.Errorf("d is %v, %v; want the directory member in place of the link", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "sub/own")); err == nil {
+		t.Error("d/own was written through the replaced link")
 	}
 }

@@ -16,7 +16,12 @@
 // new workspace, so no name can reach outside it whatever the archive
 // says. On any refusal the half-built workspace is removed. Entries under
 // the reserved ".pulse/" directory are skipped: that directory is Pulse's
-// own state and never part of a command's view.
+// own state and never part of a command's view. A member that would reach
+// it through a link extracted earlier ("p -> ." then "p/.pulse/x"), and a
+// link that leads into it, refuse the archive: the check is on where a
+// name leads, not on how it is spelled. As with GNU tar, a member replaces
+// a symlink or file an earlier member left at its name instead of writing
+// through it; a non-directory member over a directory refuses the archive.
 //
 // For backends that write in place, Take snapshots a workspace (paths,
 // modes, SHA-256 of contents) and Diff returns what changed since; for a
