@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -62,64 +60,6 @@ func BenchmarkCommit1000Files(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cow)/float64(ref), "x-vs-fsync-writes")
-}
-
-// BenchmarkDiff20kLines diffs a 20,000-line file with 200 scattered
-// changes and compares with GNU diff -u on the same files, in the same run.
-func BenchmarkDiff20kLines(b *testing.B) {
-	diffBin, err := exec.LookPath("diff")
-	if err != nil {
-		b.Skip("needs GNU diff: not in PATH")
-	}
-	r := rand.New(rand.NewSource(2))
-	lines := make([]string, 20000)
-	for i := range lines {
-		switch r.Intn(5) {
-		case 0:
-			lines[i] = "}\n"
-		case 1:
-			lines[i] = "\n"
-		default:
-			lines[i] = fmt.Sprintf("line %d value %d\n", i, r.Intn(1e6))
-		}
-	}
-	old := strings.Join(lines, "")
-	for k := 0; k < 200; k++ {
-		i := r.Intn(len(lines))
-		lines[i] = fmt.Sprintf("changed %d\n", k)
-	}
-	nw := strings.Join(lines, "")
-	ws := b.TempDir()
-	os.WriteFile(filepath.Join(ws, "big.txt"), []byte(old), 0o644)
-	os.WriteFile(filepath.Join(ws, "new.txt"), []byte(nw), 0o644)
-	f, err := Open(ws)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	tx, _ := f.Begin("bench")
-	if err := tx.Write("big.txt", []byte(nw), 0); err != nil {
-		b.Fatal(err)
-	}
-	var cow, ref time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		d, err := tx.Diff()
-		if err != nil || !strings.Contains(d, "+changed 199\n") {
-			b.Fatalf("diff: %v", err)
-		}
-		cow += time.Since(start)
-		b.StopTimer()
-		start = time.Now()
-		cmd := exec.Command(diffBin, "-u", filepath.Join(ws, "big.txt"), filepath.Join(ws, "new.txt"))
-		if out, _ := cmd.Output(); len(out) == 0 {
-			b.Fatal("diff -u printed nothing")
-		}
-		ref += time.Since(start)
-		b.StartTimer()
-	}
-	b.ReportMetric(float64(cow)/float64(ref), "x-vs-diff-u")
 }
 
 // BenchmarkStage50MiB stages one 50 MiB file. The reference is writing

@@ -1,31 +1,80 @@
 package cowfs
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/pmezard/go-difflib/difflib"
 )
+
+// DiffMaxBytes is the largest file Tx.Diff shows line by line; a larger
+// one, on either side, is summarised by its size and SHA-256 (read in a
+// stream, never whole), as a binary file is. DiffMaxLines is the same
+// bound on lines. Together they bound Diff's memory: two files of at
+// most DiffMaxBytes and their per-line index, about 60 bytes a line.
+const (
+	DiffMaxBytes = 8 << 20
+	DiffMaxLines = 1 << 19
+)
+
+// diffMaxOutput bounds the text Diff accumulates: once the diff is past
+// it, every further content change is summarised too.
+var diffMaxOutput = 64 << 20 // a variable for the test of it
 
 // side is one side of a file diff: absent (typ ""), a regular file, a
 // symlink (data is its target) or a directory (only its mode matters).
+// A file's content is in data when held; one too large to hold is known
+// by its size and sha alone.
 type side struct {
 	typ  string
 	mode uint32
-	data []byte
+	data string
+	held bool
+	size int64
+	sha  string // hex SHA-256 of the content, when known
+}
+
+// digest returns the content's SHA-256 in hex.
+func (s *side) digest() string {
+	if s.sha == "" {
+		sum := sha256.Sum256([]byte(s.data))
+		s.sha = hex.EncodeToString(sum[:])
+	}
+	return s.sha
+}
+
+// sidesEqual says whether the two sides hold the same bytes.
+func sidesEqual(a, b *side) bool {
+	if a.held && b.held {
+		return a.data == b.data
+	}
+	return a.size == b.size && a.digest() == b.digest()
 }
 
 // Diff renders the staged changes as a git-style unified diff against the
 // workspace as it is now: "diff --git" headers, new/deleted file modes,
 // mode changes, "Binary files ... differ" for binary content, and "\ No
 // newline at end of file" markers, so that `patch -p1` (or `git apply`)
-// reproduces the staged text files exactly.
+// reproduces the staged text files exactly. The line diff is git's
+// histogram diff, so its hunks are the ones `git diff --histogram` shows.
+//
+// A binary file, and a file larger than DiffMaxBytes (or DiffMaxLines)
+// on either side, is summarised, its content never held in memory whole:
+//
+//	Binary files a/path and b/path differ
+//	old: 1073741824 bytes, sha256 <64 hex digits>
+//	new: 1073741901 bytes, sha256 <64 hex digits>
+//
+// (one of the last two lines for a created or deleted file). Both tools
+// skip the size lines; git apply refuses a binary change without its
+// full index, GNU patch skips it.
 //
 // Modes are the real permission bits (100600, 100666, 102755), not git's
 // 100644/100755 (which would hide 0600 becoming 0666): any change of them
@@ -56,24 +105,27 @@ func (t *Tx) Diff() (string, error) {
 	var b strings.Builder
 	for i := range changes {
 		c := &changes[i]
-		old, err := t.fs.oldSide(c.Path)
+		if c.Kind == KindMkdir && c.Implicit {
+			continue // never changes a directory that exists
+		}
+		limit := int64(DiffMaxBytes)
+		if b.Len() > diffMaxOutput {
+			limit = 0
+		}
+		old, err := t.fs.oldSide(c.Path, limit)
 		if err != nil {
 			return "", err
 		}
 		var nw side
 		switch c.Kind {
 		case KindWrite:
-			data, err := t.fs.readBlob(t.dir(), c)
+			nw, err = t.fs.stagedSide(t.dir(), c, limit)
 			if err != nil {
 				return "", fmt.Errorf("cowfs: diff: %q: %w", c.Path, err)
 			}
-			nw = side{typ: typeFile, mode: c.Mode, data: data}
 		case KindSymlink:
-			nw = side{typ: typeSymlink, data: []byte(c.Target)}
+			nw = side{typ: typeSymlink, data: c.Target, held: true, size: int64(len(c.Target))}
 		case KindMkdir:
-			if c.Implicit {
-				continue // never changes a directory that exists
-			}
 			nw = side{typ: typeDir, mode: c.Mode}
 		}
 		writeFileDiff(&b, c.Path, old, nw)
@@ -81,33 +133,108 @@ func (t *Tx) Diff() (string, error) {
 	return b.String(), nil
 }
 
-// oldSide reads the workspace entry at rel for the diff (no hashing: the
-// diff shows what is there, the commit checks it).
-func (f *FS) oldSide(rel string) (side, error) {
-	fi, err := f.ws.lstat(rel)
-	if isNotExist(err) {
+// stagedSide returns the staged content of write change c, held when it
+// is at most limit bytes long. Held bytes are checked against the staged
+// size and hash: the diff must show what a commit would write.
+func (f *FS) stagedSide(dir string, c *change, limit int64) (side, error) {
+	s := side{typ: typeFile, mode: c.Mode, size: c.Size, sha: c.Blob}
+	if c.Size > limit {
+		return s, nil
+	}
+	r, cl, err := f.openBlob(dir, c)
+	if err != nil {
+		return side{}, err
+	}
+	defer cl.Close()
+	var b strings.Builder
+	b.Grow(int(c.Size))
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(&b, h), io.LimitReader(r, limit+1)); err != nil {
+		return side{}, err
+	}
+	if int64(b.Len()) != c.Size || hex.EncodeToString(h.Sum(nil)) != c.Blob {
+		return side{}, fmt.Errorf("staged bytes do not match their size %d and SHA-256 %s", c.Size, c.Blob)
+	}
+	s.data, s.held = b.String(), true
+	return s, nil
+}
+
+// oldSide reads the workspace entry at rel for the diff: a file's content
+// when it is at most limit bytes long, else its size and SHA-256 from one
+// streamed pass. The diff shows what is there; the commit checks it.
+func (f *FS) oldSide(rel string, limit int64) (side, error) {
+	for attempt := 0; ; attempt++ {
+		fi, err := f.ws.lstat(rel)
+		if isNotExist(err) {
+			return side{}, nil
+		}
+		if err != nil {
+			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+		}
+		switch s := statSnap(fi); s.Type {
+		case typeFile:
+			sd, again, err := f.readOld(rel, s, limit)
+			if again && attempt < 3 {
+				continue // replaced while opened: look again
+			}
+			if err != nil {
+				return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+			}
+			return sd, nil
+		case typeSymlink:
+			t, err := f.ws.root.Readlink(rel)
+			if isNotExist(err) && attempt < 3 {
+				continue
+			}
+			if err != nil {
+				return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+			}
+			return side{typ: typeSymlink, data: t, held: true, size: int64(len(t))}, nil
+		case typeDir:
+			return side{typ: typeDir, mode: s.Mode}, nil
+		}
 		return side{}, nil
 	}
+}
+
+// readOld reads the regular file rel that lstat described as s. again
+// reports that it is no longer a regular file.
+func (f *FS) readOld(rel string, s snapshot, limit int64) (sd side, again bool, err error) {
+	// O_NONBLOCK: a FIFO swapped in after the lstat must not hang the
+	// diff; O_NOFOLLOW: nor may a symlink send it elsewhere.
+	fl, err := f.ws.root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
+		return side{}, isNotExist(err) || errors.Is(err, syscall.ELOOP), err
 	}
-	switch s := statSnap(fi); s.Type {
-	case typeFile:
-		data, err := f.ws.root.ReadFile(rel)
-		if err != nil {
-			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
-		}
-		return side{typ: typeFile, mode: s.Mode, data: data}, nil
-	case typeSymlink:
-		t, err := f.ws.root.Readlink(rel)
-		if err != nil {
-			return side{}, fmt.Errorf("cowfs: diff: %q: %w", rel, err)
-		}
-		return side{typ: typeSymlink, data: []byte(t)}, nil
-	case typeDir:
-		return side{typ: typeDir, mode: s.Mode}, nil
+	defer fl.Close()
+	fi, err := fl.Stat()
+	if err != nil {
+		return side{}, false, err
 	}
-	return side{}, nil
+	if !fi.Mode().IsRegular() {
+		return side{}, true, fmt.Errorf("not a regular file any more")
+	}
+	sd = side{typ: typeFile, mode: statSnap(fi).Mode}
+	h := sha256.New()
+	var b strings.Builder
+	if fi.Size() <= limit {
+		b.Grow(int(fi.Size()))
+		if _, err := io.Copy(io.MultiWriter(&b, h), io.LimitReader(fl, limit+1)); err != nil {
+			return side{}, false, err
+		}
+		if int64(b.Len()) <= limit {
+			sd.data, sd.held, sd.size = b.String(), true, int64(b.Len())
+			return sd, false, nil
+		}
+	}
+	// Too large to hold: hash the rest in a stream.
+	n, err := io.Copy(h, fl)
+	if err != nil {
+		return side{}, false, err
+	}
+	sd.size = int64(b.Len()) + n
+	sd.sha = hex.EncodeToString(h.Sum(nil))
+	return sd, false, nil
 }
 
 // gitMode spells the type and the real permission bits, setgid and
@@ -166,26 +293,40 @@ func writeFileDiff(w *strings.Builder, p string, old, nw side) {
 		to = "/dev/null"
 	default:
 		sameMode := gitMode(old) == gitMode(nw)
-		if sameMode && bytes.Equal(old.data, nw.data) {
+		same := sidesEqual(&old, &nw)
+		if sameMode && same {
 			return
 		}
 		w.WriteString(header)
 		if !sameMode {
 			w.WriteString("old mode " + gitMode(old) + "\nnew mode " + gitMode(nw) + "\n")
 		}
-		if bytes.Equal(old.data, nw.data) {
+		if same {
 			return
 		}
 	}
-	if len(old.data) == 0 && len(nw.data) == 0 {
+	if old.size == 0 && nw.size == 0 {
 		return
 	}
-	if isBinary(old.data) || isBinary(nw.data) {
+	var a, b []string
+	summarise := !old.held && old.typ != "" || !nw.held && nw.typ != "" ||
+		isBinary(old.data) || isBinary(nw.data)
+	if !summarise {
+		a, b = splitLines(old.data), splitLines(nw.data)
+		summarise = len(a) > DiffMaxLines || len(b) > DiffMaxLines
+	}
+	if summarise {
 		w.WriteString("Binary files " + from + " and " + to + " differ\n")
+		if old.typ != "" {
+			w.WriteString("old: " + strconv.FormatInt(old.size, 10) + " bytes, sha256 " + old.digest() + "\n")
+		}
+		if nw.typ != "" {
+			w.WriteString("new: " + strconv.FormatInt(nw.size, 10) + " bytes, sha256 " + nw.digest() + "\n")
+		}
 		return
 	}
 	w.WriteString("--- " + from + "\n+++ " + to + "\n")
-	writeHunks(w, splitLines(old.data), splitLines(nw.data), 3)
+	writeHunks(w, a, b, 3)
 }
 
 // quoteName quotes a name the way git does when it holds a byte that
@@ -229,21 +370,19 @@ func quoteName(name string) string {
 }
 
 // isBinary uses git's rule: a NUL byte in the first 8000 bytes.
-func isBinary(b []byte) bool {
-	if len(b) > 8000 {
-		b = b[:8000]
+func isBinary(s string) bool {
+	if len(s) > 8000 {
+		s = s[:8000]
 	}
-	return bytes.IndexByte(b, 0) >= 0
+	return strings.IndexByte(s, 0) >= 0
 }
 
 // splitLines splits after every newline; the last line may lack one.
-func splitLines(b []byte) []string {
-	if len(b) == 0 {
+func splitLines(s string) []string {
+	if len(s) == 0 {
 		return nil
 	}
-	n := bytes.Count(b, []byte{'\n'})
-	out := make([]string, 0, n+1)
-	s := string(b)
+	out := make([]string, 0, strings.Count(s, "\n")+1)
 	for len(s) > 0 {
 		i := strings.IndexByte(s, '\n')
 		if i < 0 {
@@ -304,163 +443,29 @@ func unifiedRange(start, stop int) string {
 }
 
 // groupedOpCodes returns the opcodes of a against b in hunks with ctx
-// lines of context, as difflib's GetGroupedOpCodes does.
-func groupedOpCodes(a, b []string, ctx int) [][]difflib.OpCode {
-	return groupOpCodes(opCodes(a, b), ctx)
+// lines of context.
+func groupedOpCodes(a, b []string, ctx int) [][]opCode {
+	return groupOpCodes(lineDiff(a, b), ctx)
 }
 
-// opCodes diffs a against b. difflib's matcher alone is slow on large
-// files and, on files of few distinct lines, its auto-junk heuristic
-// degrades the result to a near-total rewrite. So, as patience diff
-// does, the common prefix and suffix are set aside, lines that occur
-// exactly once in each side are matched (longest increasing run of their
-// positions) as anchors, and difflib's matcher only runs on the small
-// regions between anchors.
-func opCodes(a, b []string) []difflib.OpCode {
-	var out []difflib.OpCode
-	emit := func(tag byte, i1, i2, j1, j2 int) {
-		if i1 == i2 && j1 == j2 {
-			return
-		}
-		if n := len(out); n > 0 && out[n-1].Tag == tag && out[n-1].I2 == i1 && out[n-1].J2 == j1 {
-			out[n-1].I2, out[n-1].J2 = i2, j2
-			return
-		}
-		out = append(out, difflib.OpCode{Tag: tag, I1: i1, I2: i2, J1: j1, J2: j2})
-	}
-	region := func(i1, i2, j1, j2 int) {
-		switch {
-		case i1 == i2 && j1 == j2:
-		case i1 == i2:
-			emit('i', i1, i2, j1, j2)
-		case j1 == j2:
-			emit('d', i1, i2, j1, j2)
-		case (i2-i1)*(j2-j1) <= 64 && disjoint(a[i1:i2], b[j1:j2]):
-			// The usual region between anchors: a line or two replaced.
-			// Nothing to match, so skip building a matcher.
-			emit('r', i1, i2, j1, j2)
-		default:
-			m := difflib.NewMatcher(a[i1:i2], b[j1:j2])
-			for _, op := range m.GetOpCodes() {
-				emit(op.Tag, op.I1+i1, op.I2+i1, op.J1+j1, op.J2+j1)
-			}
-		}
-	}
-	p := 0
-	for p < len(a) && p < len(b) && a[p] == b[p] {
-		p++
-	}
-	s := 0
-	for s < len(a)-p && s < len(b)-p && a[len(a)-1-s] == b[len(b)-1-s] {
-		s++
-	}
-	emit('e', 0, p, 0, p)
-	ai, bj := p, p
-	for _, an := range uniqueAnchors(a[p:len(a)-s], b[p:len(b)-s]) {
-		i, j := an[0]+p, an[1]+p
-		region(ai, i, bj, j)
-		emit('e', i, i+1, j, j+1)
-		ai, bj = i+1, j+1
-	}
-	region(ai, len(a)-s, bj, len(b)-s)
-	emit('e', len(a)-s, len(a), len(b)-s, len(b))
-	return out
-}
-
-func disjoint(a, b []string) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// uniqueAnchors returns pairs (i, j) with a[i] == b[j], each line unique
-// in a and in b, forming the longest chain increasing in both i and j.
-func uniqueAnchors(a, b []string) [][2]int {
-	// One map lookup per line and no allocation per distinct line: this
-	// runs over every line of both files.
-	type seen struct{ na, nb, i, j int32 }
-	idx := make(map[string]int32, len(a))
-	counts := make([]seen, 0, len(a))
-	for i, l := range a {
-		k, ok := idx[l]
-		if !ok {
-			k = int32(len(counts))
-			idx[l] = k
-			counts = append(counts, seen{})
-		}
-		counts[k].na++
-		counts[k].i = int32(i)
-	}
-	for j, l := range b {
-		if k, ok := idx[l]; ok {
-			counts[k].nb++
-			counts[k].j = int32(j)
-		}
-	}
-	var pairs [][2]int // in increasing i
-	for _, c := range counts {
-		if c.na == 1 && c.nb == 1 {
-			pairs = append(pairs, [2]int{int(c.i), int(c.j)})
-		}
-	}
-	sort.Slice(pairs, func(x, y int) bool { return pairs[x][0] < pairs[y][0] })
-	// Longest increasing subsequence of j, by patience sorting.
-	tails := []int{} // index into pairs of the smallest tail of each length
-	prev := make([]int, len(pairs))
-	for k, pr := range pairs {
-		lo, hi := 0, len(tails)
-		for lo < hi {
-			mid := (lo + hi) / 2
-			if pairs[tails[mid]][1] < pr[1] {
-				lo = mid + 1
-			} else {
-				hi = mid
-			}
-		}
-		if lo > 0 {
-			prev[k] = tails[lo-1]
-		} else {
-			prev[k] = -1
-		}
-		if lo == len(tails) {
-			tails = append(tails, k)
-		} else {
-			tails[lo] = k
-		}
-	}
-	if len(tails) == 0 {
-		return nil
-	}
-	out := make([][2]int, len(tails))
-	for k, n := tails[len(tails)-1], len(tails)-1; n >= 0; k, n = prev[k], n-1 {
-		out[n] = pairs[k]
-	}
-	return out
-}
-
-// groupOpCodes splits opcodes into hunks with n lines of context, as
-// difflib's GetGroupedOpCodes does.
-func groupOpCodes(codes []difflib.OpCode, n int) [][]difflib.OpCode {
+// groupOpCodes splits opcodes into hunks with n lines of context; changes
+// at most 2n lines apart share a hunk, as in git and difflib.
+func groupOpCodes(codes []opCode, n int) [][]opCode {
 	if len(codes) == 0 {
 		return nil
 	}
-	codes = append([]difflib.OpCode(nil), codes...)
+	codes = append([]opCode(nil), codes...)
 	if c := codes[0]; c.Tag == 'e' {
-		codes[0] = difflib.OpCode{Tag: 'e', I1: max(c.I1, c.I2-n), I2: c.I2, J1: max(c.J1, c.J2-n), J2: c.J2}
+		codes[0] = opCode{Tag: 'e', I1: max(c.I1, c.I2-n), I2: c.I2, J1: max(c.J1, c.J2-n), J2: c.J2}
 	}
 	if c := codes[len(codes)-1]; c.Tag == 'e' {
-		codes[len(codes)-1] = difflib.OpCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)}
+		codes[len(codes)-1] = opCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)}
 	}
-	var groups [][]difflib.OpCode
-	var group []difflib.OpCode
+	var groups [][]opCode
+	var group []opCode
 	for _, c := range codes {
 		if c.Tag == 'e' && c.I2-c.I1 > 2*n {
-			group = append(group, difflib.OpCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)})
+			group = append(group, opCode{Tag: 'e', I1: c.I1, I2: min(c.I2, c.I1+n), J1: c.J1, J2: min(c.J2, c.J1+n)})
 			groups = append(groups, group)
 			group = nil
 			c.I1, c.J1 = max(c.I1, c.I2-n), max(c.J1, c.J2-n)

@@ -205,7 +205,7 @@ func TestOpCodesRebuild(t *testing.T) {
 		}
 		var got []string
 		i, j := 0, 0
-		for _, op := range opCodes(a, b) {
+		for _, op := range lineDiff(a, b) {
 			if op.I1 != i || op.J1 != j {
 				t.Fatalf("round %d: opcodes not contiguous at %+v", round, op)
 			}
@@ -231,7 +231,7 @@ func TestOpCodesRebuild(t *testing.T) {
 			}
 		}
 		all := 0
-		for _, op := range opCodes(a, b) {
+		for _, op := range lineDiff(a, b) {
 			if op.Tag != 'e' {
 				all += op.I2 - op.I1 + op.J2 - op.J1
 			}

@@ -77,13 +77,28 @@
 // # Diff
 //
 // Tx.Diff prints a git-style unified diff that GNU patch -p1 and git
-// apply accept, made with go-difflib's SequenceMatcher. On large files
-// the matcher alone is slow (its cost grows with the product of the
-// region sizes when lines repeat) and its auto-junk heuristic can turn
-// small edits into rewrites, so the common prefix and suffix are set
-// aside first and lines unique to both sides are matched as anchors
-// (the longest increasing run of their positions, as patience diff
-// does); the matcher only sees the short regions between anchors.
+// apply accept. Its line diff is git's histogram diff (linediff.go),
+// with git's fallback to Myers' algorithm where every common line of a
+// region repeats more than 64 times, and git's sliding of change groups:
+// its hunks are the ones `git diff --histogram` shows (the same lines on
+// repetitive and ordinary input, within a percent on random input, as
+// the tests check against git itself), and it is faster than running
+// git on the same two files.
+//
+// Diff's memory is bounded. A file larger than DiffMaxBytes (8 MiB) or
+// DiffMaxLines (524,288 lines) on either side, and a binary file (a NUL
+// in its first 8000 bytes, git's rule), is summarised instead of diffed:
+//
+//	Binary files a/path and b/path differ
+//	old: 1073741824 bytes, sha256 <64 hex digits>
+//	new: 1073741901 bytes, sha256 <64 hex digits>
+//
+// The workspace side is hashed in one streamed pass, the staged side's
+// hash is the one it was staged under, so neither is read whole. Once
+// the diff text passes 64 MiB every further content change is summarised
+// too. A file shown line by line has its staged bytes checked against
+// their size and hash first: the diff shows what a commit would write,
+// or fails naming the path.
 //
 // Every change of permission bits shows, with the real bits: "old mode
 // 100600" / "new mode 100666", "new file mode 100600", even when the
