@@ -121,7 +121,7 @@ func (t *Tx) Diff() (string, error) {
 		case KindWrite:
 			nw, err = t.fs.stagedSide(t.dir(), c, limit)
 			if err != nil {
-				return "", fmt.Errorf("cowfs: diff: %q: %w", c.Path, err)
+				return "", fmt.Errorf("cowfs: diff: %w", err)
 			}
 		case KindSymlink:
 			nw = side{typ: typeSymlink, data: c.Target, held: true, size: int64(len(c.Target))}
@@ -135,7 +135,8 @@ func (t *Tx) Diff() (string, error) {
 
 // stagedSide returns the staged content of write change c, held when it
 // is at most limit bytes long. Held bytes are checked against the staged
-// size and hash: the diff must show what a commit would write.
+// size and hash: the diff must show what a commit would write, and an
+// error wrapping ErrDamaged names the path when it would not.
 func (f *FS) stagedSide(dir string, c *change, limit int64) (side, error) {
 	s := side{typ: typeFile, mode: c.Mode, size: c.Size, sha: c.Blob}
 	if c.Size > limit {
@@ -143,17 +144,17 @@ func (f *FS) stagedSide(dir string, c *change, limit int64) (side, error) {
 	}
 	r, cl, err := f.openBlob(dir, c)
 	if err != nil {
-		return side{}, err
+		return side{}, fmt.Errorf("%w: staged bytes of %q are missing: %v", ErrDamaged, c.Path, err)
 	}
 	defer cl.Close()
 	var b strings.Builder
 	b.Grow(int(c.Size))
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(&b, h), io.LimitReader(r, limit+1)); err != nil {
-		return side{}, err
+		return side{}, fmt.Errorf("%w: staged bytes of %q: %v", ErrDamaged, c.Path, err)
 	}
-	if int64(b.Len()) != c.Size || hex.EncodeToString(h.Sum(nil)) != c.Blob {
-		return side{}, fmt.Errorf("staged bytes do not match their size %d and SHA-256 %s", c.Size, c.Blob)
+	if err := verifySum(c, int64(b.Len()), h); err != nil {
+		return side{}, err
 	}
 	s.data, s.held = b.String(), true
 	return s, nil

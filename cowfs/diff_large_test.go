@@ -3,6 +3,7 @@ package cowfs
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -163,7 +164,7 @@ func TestDiffRefusesDamagedStagedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := tx.Diff()
-	if err == nil || !strings.Contains(err.Error(), "a.txt") {
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), `"a.txt"`) {
 		t.Fatalf("Diff of a damaged blob: %q, %v", d, err)
 	}
 }

@@ -98,7 +98,7 @@
 // the diff text passes 64 MiB every further content change is summarised
 // too. A file shown line by line has its staged bytes checked against
 // their size and hash first: the diff shows what a commit would write,
-// or fails naming the path.
+// or fails with ErrDamaged naming the path.
 //
 // Every change of permission bits shows, with the real bits: "old mode
 // 100600" / "new mode 100666", "new file mode 100600", even when the
