@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 // BackendStatus is one backend as Diagnose found it.
@@ -17,6 +19,79 @@ type BackendStatus struct {
 	// Selectable is true when New would pick it in its turn.
 	Selectable   bool                 `json:"selectable"`
 	Capabilities backend.Capabilities `json:"capabilities"`
+	// Policy is how the backend would treat a command under the policy
+	// of the options (WithPolicy, else the default one); nil when the
+	// backend could not be made.
+	Policy *PolicyFit `json:"policy,omitempty"`
+}
+
+// PolicyFit is what Execute would decide about a command on one backend
+// under a policy: the effective network and secret modes and each limit
+// with the level the backend enforces it at, and, when it would refuse
+// the command, why.
+type PolicyFit struct {
+	Network      policy.NetworkMode       `json:"network"`
+	NetworkLevel secrets.EnforcementLevel `json:"network_level"`
+	Secrets      secrets.Mode             `json:"secrets"`
+	SecretsLevel secrets.EnforcementLevel `json:"secrets_level"`
+	// Limits holds every limit a command would have (the policy's, the
+	// timeout and output cap filled in by default), by name.
+	Limits map[string]LimitFit `json:"limits"`
+	// Refused is the error Execute would return before starting anything
+	// ("" when the command would run).
+	Refused string `json:"refused,omitempty"`
+}
+
+// LimitFit is one resource limit and the level it is enforced at.
+type LimitFit struct {
+	// Value is in Unit: "ms" for the timeout, "bytes", "cpus" or
+	// "processes".
+	Value float64                  `json:"value"`
+	Unit  string                   `json:"unit"`
+	Level secrets.EnforcementLevel `json:"level"`
+}
+
+// fit runs the checks Execute runs before a command starts, against b's
+// capabilities, with nothing audited.
+func fit(ctx context.Context, o *options, b backend.Backend, caps backend.Capabilities) *PolicyFit {
+	o2 := *o
+	if o2.network == nil && o2.policy.Network != nil {
+		n := *o2.policy.Network
+		o2.network = &n
+	}
+	limits := o2.policy.Limits.WithDefaults()
+	if o2.limits != nil {
+		if l, err := limits.Tighten(*o2.limits); err == nil {
+			limits = l
+		}
+	}
+	probe := &Sandbox{o: o2, caps: caps, backend: b}
+	net, sec := probe.effectivePolicies()
+	f := &PolicyFit{Network: net.Mode, NetworkLevel: caps.NetworkLevel(net.Mode),
+		Secrets: sec.Mode, SecretsLevel: caps.SecretLevel(sec.Mode), Limits: map[string]LimitFit{}}
+	if _, _, err := probe.checkEnforcement(ctx, "", "", limits); err != nil {
+		f.Refused = err.Error()
+	}
+	add := func(name string, set bool, value float64, unit string) {
+		if !set {
+			return
+		}
+		level, ok := caps.Limits[name]
+		if !ok {
+			level = secrets.Unsupported
+			if name == "timeout" || name == "output_bytes" {
+				level = secrets.BestEffort // see checkLimits
+			}
+		}
+		f.Limits[name] = LimitFit{Value: value, Unit: unit, Level: level}
+	}
+	add("timeout", limits.Timeout > 0, float64(limits.Timeout.Milliseconds()), "ms")
+	add("output_bytes", limits.OutputBytes > 0, float64(limits.OutputBytes), "bytes")
+	add("memory_bytes", limits.MemoryBytes > 0, float64(limits.MemoryBytes), "bytes")
+	add("cpus", limits.CPUs > 0, limits.CPUs, "cpus")
+	add("pids", limits.Pids > 0, float64(limits.Pids), "processes")
+	add("file_size_bytes", limits.FileSizeBytes > 0, float64(limits.FileSizeBytes), "bytes")
+	return f
 }
 
 // Diagnose probes every backend New could choose, in selection order, and
@@ -61,6 +136,7 @@ func Diagnose(ctx context.Context, opts ...Option) ([]BackendStatus, error) {
 				st.Selectable = true
 			}
 		}
+		st.Policy = fit(ctx, &o, b, st.Capabilities)
 		b.Close()
 		out = append(out, st)
 	}

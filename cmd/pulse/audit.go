@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,15 +20,23 @@ import (
 func init() {
 	register(command{
 		name:    "audit",
-		summary: "check, read or export the audit log (audit verify|tail|export|keygen; audit -h for more)",
-		run:     runAudit,
+		summary: "check the audit log's hash chain, read its events, export them for a SIEM",
+		usage: []string{
+			"pulse audit verify FILE [--anchor SEQ:HASH]",
+			"pulse audit tail FILE [-f] [-n N]",
+			"pulse audit export --format ocsf|ecs FILE",
+			"pulse audit keygen [FILE]",
+		},
+		help: `verify exits 0 when the chain is intact and 1 when it is tampered, malformed or
+unreadable, naming the first bad seq; it prints an anchor to pass to a later
+verify, which then also catches lines cut from the end. tail prints events as
+lines (durations in milliseconds); -f follows the log across rotation. export
+prints the events as OCSF or ECS JSON lines. keygen writes an HMAC key for the
+chain (default file: ~/.config/pulse/audit.key).`,
+		subcommands: []string{"verify", "tail", "export", "keygen"},
+		run:         runAudit,
 	})
 }
-
-const auditUsage = `usage: pulse audit verify FILE [-anchor SEQ:HASH]
-       pulse audit tail FILE [-f] [-n N]
-       pulse audit export --format ocsf|ecs FILE
-       pulse audit keygen [FILE]   (default: ~/.config/pulse/audit.key)`
 
 // tailPoll is how often `audit tail -f` looks for new lines.
 var tailPoll = 250 * time.Millisecond
@@ -38,20 +45,16 @@ var tailPoll = 250 * time.Millisecond
 // tail ended normally), 1 tampered, malformed or unreadable, 2 usage.
 func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(env.stderr, auditUsage)
-		return exitUsage
+		return usageError(env, newFlagSet(env, "audit"), "no subcommand given")
 	}
 	sub := args[0]
-	if sub == "-h" || sub == "--help" || sub == "help" {
-		fmt.Fprintln(env.stdout, auditUsage)
-		return exitOK
+	if isHelp(sub) {
+		return commandHelp(env, "audit")
 	}
 	if sub != "verify" && sub != "tail" && sub != "export" && sub != "keygen" {
-		fmt.Fprintf(env.stderr, "pulse audit: unknown subcommand %q\n%s\n", sub, auditUsage)
-		return exitUsage
+		return usageError(env, newFlagSet(env, "audit"), fmt.Sprintf("unknown subcommand %q", sub))
 	}
-	fset := flag.NewFlagSet("audit "+sub, flag.ContinueOnError)
-	fset.SetOutput(env.stderr)
+	fset := newFlagSet(env, "audit "+sub)
 	follow, lines, anchor, format := new(bool), new(int), new(string), new(string)
 	if sub == "export" {
 		fset.StringVar(format, "format", "", "ocsf or ecs")
@@ -64,24 +67,15 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		fset.IntVar(lines, "n", 10, "show the last N events first (0: none, -1: all)")
 	}
 	// Flags may come before or after FILE.
-	var pos []string
-	rest := args[1:]
-	for {
-		if err := fset.Parse(rest); err != nil {
-			return exitUsage
-		}
-		if fset.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fset.Arg(0))
-		rest = fset.Args()[1:]
+	pos, code, done := parseInterleaved(env, fset, args[1:])
+	if done {
+		return code
 	}
 	if sub == "keygen" && len(pos) <= 1 {
 		return auditKeygen(env, pos)
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(env.stderr, auditUsage)
-		return exitUsage
+		return usageError(env, fset, "wants one FILE")
 	}
 	if sub == "export" {
 		return auditExport(env, pos[0], *format)

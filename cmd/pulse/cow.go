@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,46 +21,56 @@ import (
 func init() {
 	register(command{
 		name:    "cow",
-		summary: "review staged changes (cow list|diff ID|commit ID|discard ID|reject ID PATH...|undo [--json] [--workspace DIR])",
-		run:     runCow,
+		summary: "review staged changes: list, diff, commit, discard or reject parts of a transaction, undo a commit",
+		usage: []string{
+			"pulse cow list [--json] [--workspace DIR]",
+			"pulse cow diff ID [--json] [--workspace DIR]",
+			"pulse cow commit ID [--json] [--workspace DIR]",
+			"pulse cow discard ID [--json] [--workspace DIR]",
+			"pulse cow reject ID PATH... [--json] [--workspace DIR]",
+			"pulse cow undo [--json] [--workspace DIR]",
+		},
+		help: `Exit code 1: a conflict (the file changed since it was staged; nothing is
+overwritten), an unknown id, or no staged state in the workspace.
+--json: list prints an array of {id, description, state, created, committed,
+changes, bytes}; diff {id, changes, diff}; commit {id, committed}; discard
+{id, discarded}; a failure {error, exit_code} and, for a conflict,
+conflict: {path, reason}.`,
+		subcommands: []string{"list", "diff", "commit", "discard", "reject", "undo"},
+		run:         runCow,
 	})
 }
-
-const cowUsage = "usage: pulse cow list|diff ID|commit ID|discard ID|reject ID PATH...|undo [--json] [--workspace DIR]"
 
 // runCow implements `pulse cow SUBCOMMAND`. Exit codes: 0 ok, 1 conflict
 // or other failure, 2 usage.
 func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(env.stderr, cowUsage)
-		return exitUsage
+		return usageError(env, newFlagSet(env, "cow"), "no subcommand given")
 	}
 	sub := args[0]
+	if isHelp(sub) {
+		return commandHelp(env, "cow")
+	}
 	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
 	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" {
-		fmt.Fprintf(env.stderr, "pulse cow: unknown subcommand %q\n%s\n", sub, cowUsage)
-		return exitUsage
+		return usageError(env, newFlagSet(env, "cow"), fmt.Sprintf("unknown subcommand %q", sub))
 	}
-	fset := flag.NewFlagSet("cow "+sub, flag.ContinueOnError)
-	fset.SetOutput(env.stderr)
+	fset := newFlagSet(env, "cow "+sub)
 	asJSON := fset.Bool("json", false, "print JSON")
 	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
 	// Flags may come before or after the id.
-	var pos []string
-	rest := args[1:]
-	for {
-		if err := fset.Parse(rest); err != nil {
-			return exitUsage
-		}
-		if fset.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fset.Arg(0))
-		rest = fset.Args()[1:]
+	pos, code, done := parseInterleaved(env, fset, args[1:])
+	if done {
+		return code
 	}
-	if sub == "reject" && len(pos) < 2 || wantID[sub] && len(pos) != 1 || !wantID[sub] && sub != "reject" && len(pos) != 0 {
-		fmt.Fprintln(env.stderr, cowUsage)
-		return exitUsage
+	if sub == "reject" && len(pos) < 2 {
+		return usageError(env, fset, "wants a transaction ID and the PATHs to reject")
+	}
+	if wantID[sub] && len(pos) != 1 {
+		return usageError(env, fset, "wants one transaction ID")
+	}
+	if !wantID[sub] && sub != "reject" && len(pos) != 0 {
+		return usageError(env, fset, fmt.Sprintf("unexpected argument %q", pos[0]))
 	}
 	ws := *workspace
 	if ws == "" {

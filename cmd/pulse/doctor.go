@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
@@ -18,21 +19,40 @@ func init() {
 	register(command{
 		name:    "doctor",
 		summary: "show each backend, whether it is available here, and what it enforces",
-		run:     runDoctor,
+		usage:   []string{"pulse doctor [--policy FILE] [--unsafe-host] [--json]"},
+		help: `For each backend in the order 'pulse exec --backend auto' tries them: whether it
+is available and why not, its isolation, the level (strong, best-effort,
+unsupported) at which it enforces each network and secret mode and each limit,
+and what it would do with a command under the policy (--policy FILE, else the
+built-in one): the effective modes and limits and whether it would refuse.
+--json prints an array of {name, available, reason, selectable, capabilities,
+policy: {network, network_level, secrets, secrets_level, limits, refused}}.`,
+		run: runDoctor,
 	})
 }
 
 func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
-	fs := flag.NewFlagSet("pulse doctor", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := newFlagSet(env, "doctor")
 	unsafeHost := fs.Bool("unsafe-host", false, "report the host backend as selectable")
+	policyFile := fs.String("policy", "", "show what each backend would do under this policy file (default: the built-in policy)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, done := parseFlags(env, fs, args); done {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	var opts []sandbox.Option
 	if *unsafeHost {
 		opts = append(opts, sandbox.WithUnsafeHostExecution())
+	}
+	if *policyFile != "" {
+		pol, err := policy.Load(*policyFile)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse doctor: %v\n", err)
+			return exitUsage
+		}
+		opts = append(opts, sandbox.WithPolicy(pol))
 	}
 	report, err := sandbox.Diagnose(ctx, opts...)
 	if err != nil {
@@ -45,11 +65,11 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 		_ = enc.Encode(report)
 		return exitOK
 	}
-	printDoctor(env.stdout, report)
+	printDoctor(env.stdout, report, *policyFile)
 	return exitOK
 }
 
-func printDoctor(w io.Writer, report []sandbox.BackendStatus) {
+func printDoctor(w io.Writer, report []sandbox.BackendStatus, policyFile string) {
 	chosen := ""
 	for _, st := range report {
 		if st.Selectable && chosen == "" {
@@ -95,9 +115,42 @@ func printDoctor(w io.Writer, report []sandbox.BackendStatus) {
 		for _, n := range c.Notes {
 			fmt.Fprintf(w, "  - %s\n", n)
 		}
+		printFit(w, st.Policy, policyFile)
 		fmt.Fprintln(w)
 	}
 	if chosen == "" {
 		fmt.Fprintln(w, "No backend would be chosen: `pulse exec` refuses to run. Pass --unsafe-host to run unisolated on this machine.")
+	}
+}
+
+// printFit says what the backend would do with a command under the policy.
+func printFit(w io.Writer, f *sandbox.PolicyFit, policyFile string) {
+	if f == nil {
+		return
+	}
+	which := "the built-in policy"
+	if policyFile != "" {
+		which = policyFile
+	}
+	fmt.Fprintf(w, "  under %s:\n", which)
+	fmt.Fprintf(w, "    network %-10s %s\n", f.Network, f.NetworkLevel)
+	fmt.Fprintf(w, "    secrets %-10s %s\n", f.Secrets, f.SecretsLevel)
+	names := make([]string, 0, len(f.Limits))
+	for n := range f.Limits {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		l := f.Limits[n]
+		v := strconv.FormatFloat(l.Value, 'f', -1, 64)
+		if l.Unit == "ms" {
+			v = (time.Duration(l.Value) * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "    %-18s %-12s %s\n", n, v, l.Level)
+	}
+	if f.Refused != "" {
+		fmt.Fprintf(w, "    a command would be REFUSED: %s\n", f.Refused)
+	} else {
+		fmt.Fprintln(w, "    a command would run")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // exitSandbox is exec's exit code when the sandbox itself failed (no
@@ -29,7 +27,15 @@ func init() {
 	register(command{
 		name:    "exec",
 		summary: "run a command in a sandbox and show what it wrote as a diff",
-		run:     runExec,
+		usage:   []string{"pulse exec [flags] -- CMD [ARGS...]", "pulse exec [flags] 'SCRIPT'"},
+		help: `Runs CMD in a sandbox of the workspace. What it writes is staged as a pending
+transaction, shown as a diff; review it with 'pulse cow'. One argument with shell
+syntax is run as a bash script. Exit code: the command's own, 124 when it timed
+out, 125 when the sandbox could not run it, 128+N when pulse got signal N.
+--json prints {execution_id, command, backend, exit_code, termination_reason,
+duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
+{max_rss_bytes, user_cpu_ms, system_cpu_ms}}.`,
+		run: runExec,
 	})
 }
 
@@ -39,72 +45,37 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func runExec(ctx context.Context, env *cliEnv, args []string) int {
-	fs := flag.NewFlagSet("pulse exec", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	backendName := fs.String("backend", "auto", "backend: auto, remote, docker, namespace or host")
-	unsafeHost := fs.Bool("unsafe-host", false, "allow running unisolated on the host when nothing isolates")
-	policyFile := fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
+	fs := newFlagSet(env, "exec")
+	sf := addSandboxFlags(fs)
 	autoCommit := fs.Bool("auto-commit", false, "commit the command's writes at once (conflicts are reported, never overwritten)")
 	timeout := fs.Duration("timeout", 0, "command timeout; may only shorten the policy's (default 10m)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout")
-	workspace := fs.String("workspace", ".", "workspace directory")
-	var secretEnv stringList
-	fs.Var(&secretEnv, "secret-env", "name of an environment variable holding a secret to scrub (repeatable)")
-	secretMode := fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
-	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: pulse exec [flags] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	var envVars stringList
+	fs.Var(&envVars, "env", "`K=V` added to the command's environment (repeatable)")
+	cwd := fs.String("cwd", "", "working directory of the command, relative to the workspace (default: its root)")
+	if code, done := parseFlags(env, fs, args); done {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
-		fs.Usage()
-		return exitUsage
+		return usageError(env, fs, "no command given")
 	}
-
-	opts := []sandbox.Option{sandbox.WithBackendName(*backendName)}
-	if *unsafeHost {
-		opts = append(opts, sandbox.WithUnsafeHostExecution())
+	cmdEnv := map[string]string{}
+	for _, kv := range envVars {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
+			return usageError(env, fs, fmt.Sprintf("--env wants K=V, got %q", kv))
+		}
+		cmdEnv[k] = v
+	}
+	workspace := sf.workspace
+	opts, err := sf.options(env.getenv, func(w string) { fmt.Fprintf(env.stderr, "pulse exec: warning: %s\n", w) })
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
+		return exitUsage
 	}
 	if *autoCommit {
 		opts = append(opts, sandbox.WithAutoCommit())
-	}
-	if *policyFile != "" {
-		pol, err := policy.Load(*policyFile)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
-			return exitUsage
-		}
-		opts = append(opts, sandbox.WithPolicy(pol))
-	}
-	if len(secretEnv) > 0 {
-		var list []secrets.Secret
-		for _, name := range secretEnv {
-			v := env.getenv(name)
-			if v == "" {
-				fmt.Fprintf(env.stderr, "pulse exec: warning: --secret-env %s: the variable is not set; nothing to scrub for it\n", name)
-				continue
-			}
-			list = append(list, secrets.Secret{Name: name, Value: v})
-		}
-		opts = append(opts, sandbox.WithSecrets(list))
-	}
-	if *secretMode != "" {
-		var sp secrets.SecretPolicy
-		switch *secretMode {
-		case string(secrets.DenyAll):
-			sp = secrets.DenyAllSecrets()
-		case string(secrets.AllowAll):
-			sp = secrets.AllowAllSecrets()
-		default:
-			sp = secrets.AllowSecrets(strings.Split(*secretMode, ",")...)
-		}
-		opts = append(opts, sandbox.WithSecretPolicy(sp))
 	}
 
 	sb, err := sandbox.New(ctx, *workspace, opts...)
@@ -128,10 +99,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "pulse: WARNING: UNSAFE_HOST: running unisolated on this machine, writing in the workspace itself")
 	}
 
-	cmd := sandbox.Command{Args: argv, Stdin: env.stdin}
+	cmd := sandbox.Command{Args: argv, Stdin: env.stdin, Dir: *cwd, Env: cmdEnv}
 	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t;|&<>$`'\"") {
 		// One argument with shell syntax is a script, as with ssh.
-		cmd = sandbox.Command{Shell: argv[0], Stdin: env.stdin}
+		cmd.Args, cmd.Shell = nil, argv[0]
 	}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
@@ -159,7 +130,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		if *workspace != "." {
 			wsFlag = " --workspace " + shellQuote(*workspace)
 		}
-		summarize(env.stderr, res, diff, wsFlag)
+		summarize(env.stderr, res, diff, env.prog+" cow", wsFlag)
 	}
 	return execExitCode(res)
 }
@@ -177,10 +148,11 @@ func execExitCode(res *sandbox.Result) int {
 	return exitKilled
 }
 
-// summarize tells a person where the command's writes went.
-// wsFlag is the --workspace flag the review commands need ("" for the
-// current directory).
-func summarize(w io.Writer, res *sandbox.Result, diff, wsFlag string) {
+// summarize tells a person where the command's writes went. cow is how
+// they run the review command ("pulse cow", or "go run ./cmd/pulse cow"
+// when that is how they ran this one); wsFlag is the --workspace flag it
+// needs ("" for the current directory).
+func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, res.ExitCode, res.Termination,
 		res.Duration.Round(time.Millisecond))
 	if res.Truncated {
@@ -211,12 +183,23 @@ func summarize(w io.Writer, res *sandbox.Result, diff, wsFlag string) {
 		fmt.Fprintf(w, "   pending transaction %s (%d path(s)); the workspace is untouched:\n\n", res.Transaction, len(res.Staged))
 		fmt.Fprint(w, hostRunWarning(res.RunsOnHost))
 		fmt.Fprint(w, diff)
-		fmt.Fprintf(w, "\n   review: pulse cow diff%[2]s %[1]s | commit: pulse cow commit%[2]s %[1]s | drop: pulse cow discard%[2]s %[1]s\n",
-			res.Transaction, wsFlag)
+		fmt.Fprintf(w, "\n   review: %[3]s diff%[2]s %[1]s | commit: %[3]s commit%[2]s %[1]s | drop: %[3]s discard%[2]s %[1]s\n",
+			res.Transaction, wsFlag, cow)
 	default:
 		fmt.Fprintln(w, "   no file changed")
 	}
 }
+
+// execMetrics is backend.Metrics with the CPU times in milliseconds, as
+// pulse-server's protocol reports them, rather than as bare nanoseconds.
+type execMetrics struct {
+	MaxRSSBytes int64   `json:"max_rss_bytes"`
+	UserCPUMS   float64 `json:"user_cpu_ms"`
+	SystemCPUMS float64 `json:"system_cpu_ms"`
+}
+
+// durationMS is d in milliseconds, to the microsecond.
+func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 	type refused struct {
@@ -224,34 +207,36 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Reason string `json:"reason"`
 	}
 	out := struct {
-		ExecutionID string          `json:"execution_id"`
-		Command     string          `json:"command"`
-		Backend     string          `json:"backend"`
-		Isolation   string          `json:"isolation_level"`
-		ExitCode    int             `json:"exit_code"`
-		Termination string          `json:"termination_reason"`
-		TimedOut    bool            `json:"timed_out"`
-		Truncated   bool            `json:"truncated"`
-		DurationMS  float64         `json:"duration_ms"`
-		Stdout      string          `json:"stdout"`
-		Stderr      string          `json:"stderr"`
-		Transaction string          `json:"transaction,omitempty"`
-		Staged      []string        `json:"staged,omitempty"`
-		Refused     []refused       `json:"refused,omitempty"`
-		Committed   []string        `json:"committed,omitempty"`
-		RunsOnHost  []string        `json:"runs_on_host,omitempty"`
-		CommitError string          `json:"commit_error,omitempty"`
-		InPlace     bool            `json:"in_place"`
-		Changed     []string        `json:"changed,omitempty"`
-		Deleted     []string        `json:"deleted,omitempty"`
-		Diff        string          `json:"diff,omitempty"`
-		Metrics     backend.Metrics `json:"metrics"`
+		ExecutionID string      `json:"execution_id"`
+		Command     string      `json:"command"`
+		Backend     string      `json:"backend"`
+		Isolation   string      `json:"isolation_level"`
+		ExitCode    int         `json:"exit_code"`
+		Termination string      `json:"termination_reason"`
+		TimedOut    bool        `json:"timed_out"`
+		Truncated   bool        `json:"truncated"`
+		DurationMS  float64     `json:"duration_ms"`
+		Stdout      string      `json:"stdout"`
+		Stderr      string      `json:"stderr"`
+		Transaction string      `json:"transaction,omitempty"`
+		Staged      []string    `json:"staged,omitempty"`
+		Refused     []refused   `json:"refused,omitempty"`
+		Committed   []string    `json:"committed,omitempty"`
+		RunsOnHost  []string    `json:"runs_on_host,omitempty"`
+		CommitError string      `json:"commit_error,omitempty"`
+		InPlace     bool        `json:"in_place"`
+		Changed     []string    `json:"changed,omitempty"`
+		Deleted     []string    `json:"deleted,omitempty"`
+		Diff        string      `json:"diff,omitempty"`
+		Metrics     execMetrics `json:"metrics"`
 	}{
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
-		DurationMS: float64(res.Duration.Microseconds()) / 1000, Stdout: res.Stdout, Stderr: res.Stderr,
+		DurationMS: durationMS(res.Duration), Stdout: res.Stdout, Stderr: res.Stderr,
 		Transaction: res.Transaction, Staged: res.Staged, Committed: res.Committed, RunsOnHost: res.RunsOnHost, InPlace: res.InPlace,
-		Changed: res.Changed, Deleted: res.Deleted, Diff: diff, Metrics: res.Metrics,
+		Changed: res.Changed, Deleted: res.Deleted, Diff: diff,
+		Metrics: execMetrics{MaxRSSBytes: res.Metrics.MaxRSSBytes,
+			UserCPUMS: durationMS(res.Metrics.UserCPU), SystemCPUMS: durationMS(res.Metrics.SystemCPU)},
 	}
 	for _, r := range res.Refused {
 		out.Refused = append(out.Refused, refused{r.Path, r.Reason})

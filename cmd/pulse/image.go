@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os/exec"
 	"time"
@@ -15,8 +14,13 @@ import (
 func init() {
 	register(command{
 		name:    "image",
-		summary: "build the Docker sandbox image offline (image build [--tag T])",
-		run:     runImage,
+		summary: "build the Docker sandbox image offline, from programs on this host",
+		usage:   []string{"pulse image build [--tag T] [--busybox PATH] [--bash PATH|-] [--with PROG]..."},
+		help: `Builds the image the Docker backend runs commands in, around a static busybox
+and the host's bash (and make, or each --with PROG) with their libraries. It
+needs no registry. Exit code 1 when the engine refuses or a program is missing.`,
+		subcommands: []string{"build"},
+		run:         runImage,
 	})
 }
 
@@ -26,12 +30,17 @@ var defaultImagePrograms = []string{"make"}
 
 // runImage implements `pulse image build [--tag T] [--busybox PATH] [--bash PATH|-] [--with PROG]...`.
 func runImage(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(env.stderr, "usage: pulse image build [--tag T] [--busybox PATH] [--bash PATH|-] [--with PROG]...")
-		return exitUsage
+	if len(args) > 0 && isHelp(args[0]) {
+		return commandHelp(env, "image")
 	}
-	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	if len(args) == 0 || args[0] != "build" {
+		problem := "no subcommand given"
+		if len(args) > 0 {
+			problem = fmt.Sprintf("unknown subcommand %q", args[0])
+		}
+		return usageError(env, newFlagSet(env, "image"), problem)
+	}
+	fs := newFlagSet(env, "image build")
 	def := env.getenv(docker.ImageEnv)
 	if def == "" {
 		def = docker.DefaultImage
@@ -39,10 +48,11 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 	tag := fs.String("tag", def, "image reference to build (default: $"+docker.ImageEnv+" or "+docker.DefaultImage+")")
 	busybox := fs.String("busybox", "/bin/busybox", "static busybox binary to build the image around")
 	bash := fs.String("bash", "/bin/bash", `host bash to copy in with its libraries ("-" for none)`)
+	asJSON := fs.Bool("json", false, "print {tag, id} of the built image as JSON")
 	var with stringList
 	fs.Var(&with, "with", "host program to copy in with its libraries (repeatable; default: make, when the host has it)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+	if code, done := parseFlags(env, fs, args[1:]); done {
+		return code
 	}
 	programs := []string(with)
 	if len(programs) == 0 {
@@ -53,8 +63,7 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintf(env.stderr, "pulse image build: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if h := env.getenv("DOCKER_HOST"); h != "" {
@@ -72,6 +81,10 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse image build: %v\n", err)
 		return exitFailure
+	}
+	if *asJSON {
+		writeJSON(env.stdout, map[string]string{"tag": *tag, "id": id})
+		return exitOK
 	}
 	fmt.Fprintf(env.stdout, "built %s (%s)\n", *tag, id)
 	return exitOK

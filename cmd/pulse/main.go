@@ -33,6 +33,9 @@ type command struct {
 	usage []string
 	// help is the longer description `pulse help NAME` prints.
 	help string
+	// subcommands are the words that may follow NAME (cow list, ...), each
+	// answering --help; nil for a command without any.
+	subcommands []string
 	// run gets the arguments after the subcommand name and returns the
 	// process exit code.
 	run func(ctx context.Context, env *cliEnv, args []string) int

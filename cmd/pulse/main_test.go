@@ -9,8 +9,14 @@ import (
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIAs(t, "pulse", args...)
+}
+
+// runCLIAs runs the command line as if pulse had been started as prog.
+func runCLIAs(t *testing.T, prog string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, prog: prog}
 	code = run(context.Background(), env, args)
 	return code, out.String(), errb.String()
 }

@@ -57,7 +57,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if fs.NArg() != 0 {
 		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
-	opts, pol, err := sf.options(env.getenv, func(w string) { fmt.Fprintf(env.stderr, "pulse mcp: warning: %s\n", w) })
+	opts, err := sf.options(env.getenv, func(w string) { fmt.Fprintf(env.stderr, "pulse mcp: warning: %s\n", w) })
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
 		return exitUsage
@@ -77,7 +77,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fmt.Fprintf(env.stderr, "pulse mcp: serving workspace %s on the %s backend over stdio; audit log %s\n",
 		sb.Workspace(), sb.Backend().Name(), sb.AuditPath())
 
-	srv := newMCPServer(sb, pol.Limits)
+	srv := newMCPServer(sb)
 	t := &mcp.IOTransport{Reader: io.NopCloser(env.stdin), Writer: nopWriteCloser{env.stdout}}
 	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
@@ -94,13 +94,10 @@ func (nopWriteCloser) Close() error { return nil }
 // mcpTools holds the sandbox the tools act on.
 type mcpTools struct {
 	sb *sandbox.Sandbox
-	// limits are the policy's, which a call's timeout_seconds changes
-	// only in its timeout.
-	limits policy.ResourceLimits
 }
 
-func newMCPServer(sb *sandbox.Sandbox, limits policy.ResourceLimits) *mcp.Server {
-	t := &mcpTools{sb: sb, limits: limits}
+func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
+	t := &mcpTools{sb: sb}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "pulse", Title: "Pulse sandbox", Version: buildVersion().Version},
 		&mcp.ServerOptions{Instructions: mcpInstructions})
 	mcp.AddTool(srv, &mcp.Tool{Name: "execute", Description: "Run a shell script (bash -c) in the sandbox. " +
@@ -127,7 +124,7 @@ type executeIn struct {
 	Command        string            `json:"command" jsonschema:"the shell script to run with bash -c"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to the workspace root (default: the root)"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added to the command's minimal environment"`
-	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (default: the policy's timeout, else 10 minutes)"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (default and ceiling: the policy's timeout, else 10 minutes)"`
 }
 
 type refusedOut struct {
@@ -159,9 +156,9 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 		if in.TimeoutSeconds < 0 || math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds > float64(math.MaxInt64/int64(time.Second)) {
 			return nil, executeOut{}, fmt.Errorf("timeout_seconds must be a positive number of seconds, got %v", in.TimeoutSeconds)
 		}
-		l := t.limits
-		l.Timeout = time.Duration(in.TimeoutSeconds * float64(time.Second))
-		cmd.Limits = &l
+		// A zero field keeps the policy's limit; a timeout past the
+		// policy's is refused by the facade.
+		cmd.Limits = &policy.ResourceLimits{Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
 	}
 	res, err := t.sb.Execute(ctx, cmd)
 	if res == nil {

@@ -28,16 +28,14 @@ func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f.unsafeHost = fs.Bool("unsafe-host", false, "allow running unisolated on the host when nothing isolates")
 	f.policyFile = fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
 	f.workspace = fs.String("workspace", ".", "workspace directory")
-	fs.Var(&f.secretEnv, "secret-env", "name of an environment variable holding a secret to scrub (repeatable)")
+	fs.Var(&f.secretEnv, "secret-env", "`NAME` of an environment variable holding a secret to scrub (repeatable)")
 	f.secretMode = fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
 	return f
 }
 
-// options turns the flags into sandbox options. It returns the policy in
-// force too, so a caller can keep its limits when it changes one of them.
-// Warnings (a --secret-env variable that is not set) go to warn.
-func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([]sandbox.Option, *policy.Policy, error) {
-	pol := policy.Default()
+// options turns the flags into sandbox options. Warnings (a --secret-env
+// variable that is not set) go to warn.
+func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([]sandbox.Option, error) {
 	opts := []sandbox.Option{sandbox.WithBackendName(*f.backend)}
 	if *f.unsafeHost {
 		opts = append(opts, sandbox.WithUnsafeHostExecution())
@@ -45,9 +43,8 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 	if *f.policyFile != "" {
 		p, err := policy.Load(*f.policyFile)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		pol = p
 		opts = append(opts, sandbox.WithPolicy(p))
 	}
 	if len(f.secretEnv) > 0 {
@@ -74,5 +71,5 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 		}
 		opts = append(opts, sandbox.WithSecretPolicy(sp))
 	}
-	return opts, pol, nil
+	return opts, nil
 }
