@@ -108,6 +108,10 @@ func readHeadFile(path string, k *Key) (h head, ok bool, err error) {
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return h, false, fmt.Errorf("audit: head record: %w", err)
 	}
+	if n == 0 {
+		// Created by a writer's Open, before its first append.
+		return h, false, nil
+	}
 	if n != headSize {
 		return h, true, errHeadDamaged
 	}

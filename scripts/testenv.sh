@@ -90,3 +90,30 @@ if command -v npm >/dev/null 2>&1 && ! [ -d "$mcp_client/node_modules/@modelcont
 	say "installing the MCP TypeScript SDK in $mcp_client (npm ci)"
 	(cd "$mcp_client" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The `pulse review` browser test drives the page in Debian's chromium with
+# playwright-core from npm (no browser download): it needs chromium, node,
+# and playwright-core installed from the committed package-lock.json. As
+# root, what is missing is installed. Without them the test skips (in CI it
+# fails).
+review_browser=cmd/pulse/testdata/review-browser
+if [ "$(id -u)" = 0 ]; then
+	if ! [ -x /usr/bin/chromium ]; then
+		say "installing chromium from apt (the review page's browser test runs in it)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq chromium >/dev/null
+	fi
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+		say "installing nodejs and npm from apt (the review page's browser test runs on node)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq nodejs npm >/dev/null
+	fi
+elif ! [ -x /usr/bin/chromium ] || ! command -v node >/dev/null 2>&1; then
+	say "chromium or node is missing and this is not root; the review browser test will skip"
+fi
+if command -v npm >/dev/null 2>&1 && ! [ -d "$review_browser/node_modules/playwright-core" ]; then
+	say "installing playwright-core in $review_browser (npm ci)"
+	(cd "$review_browser" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/review"
+	"github.com/pulse-agent/pulse/sandbox"
+)
+
+func init() {
+	register(command{
+		name:    "review",
+		summary: "serve a local page to review, commit and discard staged changes",
+		usage:   []string{"pulse review [--workspace DIR] [--listen 127.0.0.1:PORT]"},
+		help: `Serves the review page of a workspace on a loopback address and prints its
+URL, token included, on standard output. Open it in a browser: it shows the
+pending transactions with their diffs, lets you commit (all files, or the
+ticked ones), discard and undo, and shows the audit timeline. Every decision
+is recorded in the workspace's audit log with your user name and the page's
+session. Stop it with Ctrl-C.`,
+		run: runReview,
+	})
+}
+
+// reviewReady, when set (tests), is told the URL once the page serves.
+var reviewReady func(url string)
+
+func runReview(ctx context.Context, env *cliEnv, args []string) int {
+	fset := flag.NewFlagSet("review", flag.ContinueOnError)
+	fset.SetOutput(env.stderr)
+	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
+	listen := fset.String("listen", "127.0.0.1:0", "loopback address to serve on (port 0: any free one)")
+	if err := fset.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fset.NArg() != 0 {
+		fmt.Fprintln(env.stderr, "usage: pulse review [--workspace DIR] [--listen 127.0.0.1:PORT]")
+		return exitUsage
+	}
+	ws := *workspace
+	if ws == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+			return exitFailure
+		}
+		ws = wd
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		fmt.Fprintf(env.stderr, "pulse review: %s is not a directory\n", ws)
+		return exitFailure
+	}
+	if _, err := os.Stat(filepath.Join(ws, cowfs.StateDir)); errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(env.stderr, "pulse review: note: nothing was staged in %s yet; the page updates when something is\n", ws)
+	}
+	host, _, err := net.SplitHostPort(*listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		fmt.Fprintf(env.stderr, "pulse review: --listen %q: want a loopback IP and port (127.0.0.1:PORT or [::1]:PORT); the page can commit to the workspace and is never served beyond this machine\n", *listen)
+		return exitUsage
+	}
+	key, err := audit.LoadKey(env.getenv)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitFailure
+	}
+	token, err := review.NewToken()
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitInternal
+	}
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaReviewPage), sandbox.ReviewSession(review.SessionID(token)),
+		sandbox.ReviewAuditKey(key))
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitFailure
+	}
+	defer r.Close()
+	srv, err := review.New(review.Config{Review: r, Token: token, AuditKey: key})
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitFailure
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitFailure
+	}
+	url := review.URL(ln, token)
+	fmt.Fprintln(env.stdout, url)
+	fmt.Fprintf(env.stderr, "pulse review: serving %s; open the URL above (it carries the access token). Ctrl-C stops.\n", ws)
+	if reviewReady != nil {
+		reviewReady(url)
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/sandbox"
+)
+
+// requireBrowser returns node, the folder of the browser test with
+// playwright-core installed, and Debian's chromium (scripts/testenv.sh
+// installs all three). Without them the test skips, except in CI, where
+// it fails.
+func requireBrowser(t *testing.T) (node, dir, chromium string) {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "review-browser"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(why string) {
+		if os.Getenv("CI") == "true" || os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("%s; in CI scripts/testenv.sh must install it", why)
+		}
+		t.Skipf("%s (run scripts/testenv.sh as root to install it)", why)
+	}
+	if node, err = exec.LookPath("node"); err != nil {
+		missing("node is not installed")
+	}
+	chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		missing("Debian's chromium is not installed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		missing("playwright-core is not installed in " + dir + " (npm ci)")
+	}
+	return node, dir, chromium
+}
+
+// startReview runs `pulse review` as its own process and returns the URL
+// it printed.
+func startReview(t *testing.T, ctx context.Context, ws string, env ...string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, self, "review", "--workspace", ws)
+	cmd.Env = append(append(os.Environ(), asPulseEnv+"=1"), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("pulse review printed no URL: %v; stderr: %s", err, stderr.String())
+	}
+	url := strings.TrimSpace(line)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.Contains(url, "/?token=") {
+		t.Fatalf("URL %q", url)
+	}
+	return url
+}
+
+// TestReviewPageInChromium: a person opens the page `pulse review`
+// printed, sees the pending change, which updates live when a command
+// stages another, commits the first and discards the second; the file
+// lands and both decisions are in the audit log, from the page.
+func TestReviewPageInChromium(t *testing.T) {
+	node, dir, chromium := requireBrowser(t)
+	ws := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(ws, "README.md"), []byte("# demo\n"), 0o644))
+	first := stageTx(t, ws, "docs/greeting.txt", "hello from the sandbox\n")
+	// What the sandbox logged when the command ran.
+	writeAuditLog(t, filepath.Join(ws, ".pulse", "audit.jsonl"), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := startReview(t, ctx, ws, "HOME="+t.TempDir())
+
+	shot := os.Getenv("PULSE_REVIEW_SCREENSHOT") // for a person to look at
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "review.mjs"), url, "docs/greeting.txt", "hello from the sandbox", "later.txt", shot)
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	steps := map[string]map[string]any{}
+	var second string
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var s map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			t.Logf("node: %s", sc.Text())
+			continue
+		}
+		name, _ := s["step"].(string)
+		steps[name] = s
+		if name == "loaded" {
+			// A command stages a second transaction while the page is open.
+			second = stageTx(t, ws, "later.txt", "staged while the page was open\n")
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("browser script: %v\nsteps: %v\nstderr: %s", err, steps, stderr.String())
+	}
+	for _, s := range []string{"loaded", "live", "committed", "discarded", "timeline"} {
+		if steps[s] == nil {
+			t.Fatalf("step %s missing: %v", s, steps)
+		}
+	}
+	if loc, _ := steps["loaded"]["location"].(string); strings.Contains(loc, "token=") {
+		t.Errorf("the token stayed in the address bar: %s", loc)
+	}
+	if c, _ := steps["loaded"]["chain"].(string); !strings.Contains(c, "verified") {
+		t.Errorf("chain status %q", c)
+	}
+	if errs, _ := steps["timeline"]["errors"].([]any); len(errs) > 0 {
+		t.Errorf("page errors: %v", errs)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "docs", "greeting.txt")); err != nil || string(b) != "hello from the sandbox\n" {
+		t.Fatalf("committed file: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "later.txt")); !os.IsNotExist(err) {
+		t.Fatalf("discarded file landed: %v", err)
+	}
+	var commit, discard *audit.Event
+	for _, e := range auditLines(t, ws) {
+		if e.Via != sandbox.ViaReviewPage || !strings.HasPrefix(e.SessionID, "review-") {
+			continue
+		}
+		switch {
+		case e.Action == "commit" && e.Target == "docs/greeting.txt" && e.TxID == first && e.Decision == "allow":
+			commit = &e
+		case e.Action == "discard" && e.Target == "later.txt" && e.TxID == second && e.Decision == "allow":
+			discard = &e
+		}
+	}
+	if commit == nil || discard == nil {
+		t.Fatalf("decisions not in the audit log: commit %v discard %v\n%v", commit, discard, auditLines(t, ws))
+	}
+}
+
+// TestReviewCommandRefusesWithoutToken runs `pulse review` and asks it
+// without the token.
+func TestReviewCommandRefusesWithoutToken(t *testing.T) {
+	ws := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := startReview(t, ctx, ws, "HOME="+t.TempDir())
+	base := url[:strings.Index(url, "/?token=")]
+	for _, p := range []string{"/", "/app.js", "/api/state"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d", p, resp.StatusCode)
+		}
+	}
+	if code, _, _ := runCLI(t, "review", "--listen", "0.0.0.0:0", "--workspace", ws); code != exitUsage {
+		t.Errorf("--listen on all interfaces: exit %d", code)
+	}
+}

@@ -1,0 +1,193 @@
+"use strict";
+// The review page: renders /api/state, posts decisions, and refreshes on
+// server-sent "change" events. Everything is built with DOM calls and
+// textContent: nothing from the workspace is ever parsed as HTML.
+(function () {
+  const $ = (id) => document.getElementById(id);
+  // User choices per transaction and path survive re-renders.
+  const accepted = new Map();
+  let state = null;
+  let busy = false;
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of kids) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function say(text, error) {
+    const m = $("message");
+    m.textContent = text;
+    m.className = "message" + (error ? " error" : "");
+  }
+
+  function diffBlock(text) {
+    const pre = el("pre", { class: "diff" });
+    for (const line of text.replace(/\n$/, "").split("\n")) {
+      let cls = "";
+      if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff --git") ||
+          line.startsWith("index ") || line.startsWith("new file") || line.startsWith("deleted file") ||
+          line.startsWith("old mode") || line.startsWith("new mode") || line.startsWith("\\")) cls = "meta";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+      else if (line.startsWith("@@")) cls = "hunk";
+      pre.append(el("span", { class: cls, text: line === "" ? " " : line }));
+    }
+    return pre;
+  }
+
+  function size(n) {
+    if (n < 1024) return n + " B";
+    if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+    return (n / (1 << 20)).toFixed(1) + " MiB";
+  }
+
+  function isAccepted(tx, f) {
+    const k = tx.id + "\u0000" + f.path;
+    if (accepted.has(k)) return accepted.get(k);
+    return !f.runs_on_host; // host-run paths need an explicit tick
+  }
+
+  function renderTx(tx) {
+    const files = tx.files.filter((f) => !f.implicit);
+    const card = el("article", { class: "tx", "aria-label": "transaction " + tx.id, "data-tx": tx.id });
+    const commit = el("button", { type: "button", class: "commit", text: "Commit", onclick: () => decide("commit", tx) });
+    const discard = el("button", { type: "button", class: "discard", text: "Discard", onclick: () => decide("discard", tx) });
+    card.append(el("div", { class: "tx-head" },
+      el("h3", { text: "Transaction " + tx.id }),
+      el("span", { class: "meta", text: (tx.description || "") + " · " + new Date(tx.created).toLocaleString() + " · " + files.length + " file(s)" }),
+      el("span", { class: "actions" }, commit, discard)));
+    if (tx.conflict) {
+      card.append(el("div", { class: "conflict", role: "alert",
+        text: "Conflict: " + tx.conflict.path + " was " + tx.conflict.reason + " in the workspace since it was staged; nothing was written. " + tx.conflict.error }));
+    }
+    for (const f of files) {
+      const k = tx.id + "\u0000" + f.path;
+      const box = el("input", { type: "checkbox", "aria-label": "accept " + f.path });
+      box.checked = isAccepted(tx, f);
+      box.addEventListener("change", () => accepted.set(k, box.checked));
+      const head = el("div", { class: "file-head" },
+        el("label", {}, box, el("span", { class: "path", text: f.path })),
+        el("span", { class: "kind", text: f.kind + (f.new ? " (new)" : "") + (f.kind === "write" ? " · " + size(f.size) : "") }));
+      if (f.binary) head.append(el("span", { class: "flag binary", text: "binary" }));
+      if (f.runs_on_host) {
+        head.append(el("span", { class: "flag host", text: "runs on the host" }));
+        head.append(el("span", { class: "why", text: f.runs_on_host }));
+      }
+      const file = el("div", { class: "file" }, head);
+      if (f.binary) {
+        file.append(el("div", { class: "binary-summary",
+          text: "Binary file, " + size(f.size) + (f.sha256 ? ", SHA-256 " + f.sha256 : "") + ": not shown." }));
+      } else if (f.diff) {
+        file.append(diffBlock(f.diff));
+      }
+      card.append(file);
+    }
+    return card;
+  }
+
+  function render() {
+    const st = state;
+    $("workspace").textContent = st.workspace;
+    const chain = $("chain");
+    if (st.chain.status === "broken") {
+      chain.textContent = "audit chain: broken at seq " + st.chain.bad_seq;
+      chain.title = st.chain.message;
+      chain.className = "chain broken";
+    } else if (st.chain.status === "verified") {
+      chain.textContent = "audit chain: verified (" + st.chain.events + " events" + (st.chain.keyed ? ", keyed" : ", not keyed") + ")";
+      chain.title = "";
+      chain.className = "chain verified";
+    } else {
+      chain.textContent = "audit chain: no events yet";
+      chain.className = "chain";
+    }
+    $("undo").disabled = !st.undoable || busy;
+    $("count").textContent = "(" + st.pending.length + ")";
+    const pend = $("pending");
+    pend.replaceChildren(...(st.pending.length ? st.pending.map(renderTx) : [el("p", { class: "empty", text: "Nothing pending: no command has left changes to review." })]));
+    const comb = $("combined");
+    comb.replaceChildren(...st.pending.map((tx) => el("div", {}, el("div", { class: "tx-title", text: "Transaction " + tx.id + " — " + (tx.description || "") }), diffBlock(tx.diff || "(no textual changes)\n"))));
+    const tl = $("timeline");
+    if (!st.timeline.length) {
+      tl.replaceChildren(el("tr", {}, el("td", { colspan: "8", class: "empty", text: "No audit events yet." })));
+      return;
+    }
+    tl.replaceChildren(...st.timeline.map((e) => el("tr", { class: st.chain.status === "broken" && e.seq >= st.chain.bad_seq ? "broken" : "" },
+      el("td", { text: String(e.seq) }),
+      el("td", { text: new Date(e.time).toLocaleString() }),
+      el("td", { text: e.action }),
+      el("td", { class: e.decision || "", text: e.decision || "" }),
+      el("td", { class: "target", text: e.target || "" }),
+      el("td", { text: [e.actor, e.via].filter(Boolean).join(" via ") }),
+      el("td", { class: "target", text: e.tx_id || "" }),
+      el("td", { class: "detail", text: [e.reason, e.detail].filter(Boolean).join(": ") }))));
+  }
+
+  async function refresh() {
+    try {
+      const r = await fetch("/api/state", { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) throw new Error(r.status + " " + (await r.text()));
+      state = await r.json();
+      render();
+    } catch (err) {
+      say("Could not load the review state: " + err.message, true);
+    }
+  }
+
+  async function post(path, body) {
+    const r = await fetch(path, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(data.error || r.status);
+    return data;
+  }
+
+  async function decide(what, tx) {
+    if (busy) return;
+    busy = true;
+    try {
+      if (what === "discard") {
+        await post("/api/discard", { id: tx.id });
+        say("Discarded transaction " + tx.id + ".");
+      } else if (what === "undo") {
+        const d = await post("/api/undo", {});
+        say("Undid transaction " + d.undone + ".");
+      } else {
+        const files = tx.files.filter((f) => !f.implicit);
+        const acc = files.filter((f) => isAccepted(tx, f)).map((f) => f.path);
+        if (acc.length === 0) {
+          say("No file of transaction " + tx.id + " is ticked: tick the files to commit, or Discard it.", true);
+          return;
+        }
+        const body = acc.length === files.length ? { id: tx.id } : { id: tx.id, accept: acc };
+        const d = await post("/api/commit", body);
+        say("Committed transaction " + tx.id + ": " + d.committed.join(", ") + ".");
+      }
+    } catch (err) {
+      say(what[0].toUpperCase() + what.slice(1) + " failed: " + err.message, true);
+    } finally {
+      busy = false;
+      await refresh();
+    }
+  }
+
+  $("undo").addEventListener("click", () => decide("undo", null));
+
+  function listen() {
+    const es = new EventSource("/api/events");
+    es.addEventListener("open", () => { $("live").textContent = "live"; });
+    es.addEventListener("change", () => refresh());
+    es.addEventListener("error", () => { $("live").textContent = "reconnecting…"; });
+  }
+
+  refresh();
+  listen();
+})();
