@@ -32,9 +32,13 @@ const FileVersion = 1
 //	  - {action: read, target: ".env", decision: deny}
 //	network:                  # optional; see NetworkPolicy
 //	  mode: allowlist
-//	  hosts: [proxy.golang.org, "*.github.com"]
-//	  cidrs: [10.0.0.0/8]
+//	  allow: [proxy.golang.org, "*.github.com", "127.0.0.1:8080", "10.0.0.0/8:443"]
+//	  hosts: [example.org]     # the older form: any port unless ports is set
+//	  cidrs: [192.0.2.0/24]
 //	  ports: [443]
+//	secrets:                  # optional
+//	  inject:                 # the command sees a placeholder; the proxy puts
+//	    - {env: GITHUB_TOKEN, hosts: [api.github.com]}  # the value in headers to these hosts
 //	limits:                   # optional; see ResourceLimits
 //	  timeout: 5m             # a Go duration, or a number of seconds
 //	  memory_bytes: 512MiB    # bytes, or a number with K/M/G/KiB/MiB/GiB
@@ -189,7 +193,7 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 }
 
 func decodeFile(n *yaml.Node, p *Policy) error {
-	known := []string{"version", "defaults", "rules", "network", "limits"}
+	known := []string{"version", "defaults", "rules", "network", "limits", "secrets"}
 	return mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
 		case "version":
@@ -230,9 +234,63 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				return err
 			}
 			p.Limits = l
+		case "secrets":
+			in, err := decodeSecrets(v, key)
+			if err != nil {
+				return err
+			}
+			p.Inject = in
 		}
 		return nil
 	})
+}
+
+func decodeSecrets(n *yaml.Node, field string) ([]SecretInjection, error) {
+	var out []SecretInjection
+	err := mapping(n, field, []string{"inject"}, func(key string, v *yaml.Node) error {
+		name := join(field, key)
+		return sequence(v, name, func(i int, e *yaml.Node) error {
+			en := fmt.Sprintf("%s[%d]", name, i)
+			var in SecretInjection
+			got := map[string]bool{}
+			err := mapping(e, en, []string{"env", "hosts"}, func(k string, v *yaml.Node) error {
+				got[k] = true
+				kn := join(en, k)
+				switch k {
+				case "env":
+					s, err := scalarString(v, kn)
+					if err != nil {
+						return err
+					}
+					in.Env = s
+				case "hosts":
+					return sequence(v, kn, func(j int, h *yaml.Node) error {
+						s, err := scalarString(h, fmt.Sprintf("%s[%d]", kn, j))
+						if err != nil {
+							return err
+						}
+						in.Hosts = append(in.Hosts, s)
+						return nil
+					})
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{"env", "hosts"} {
+				if !got[k] {
+					return fieldErr(e, join(en, k), "missing")
+				}
+			}
+			if err := in.Validate(); err != nil {
+				return fieldErr(e, en, "%s", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+			}
+			out = append(out, in)
+			return nil
+		})
+	})
+	return out, err
 }
 
 func actionNames() []string {
@@ -319,7 +377,7 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 		})
 		return out, err
 	}
-	err := mapping(n, field, []string{"mode", "hosts", "cidrs", "ports"}, func(key string, v *yaml.Node) error {
+	err := mapping(n, field, []string{"mode", "allow", "hosts", "cidrs", "ports"}, func(key string, v *yaml.Node) error {
 		name := join(field, key)
 		var err error
 		switch key {
@@ -334,6 +392,8 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 			default:
 				return fieldErr(v, name, "unknown mode %q (want deny-all, allow-all or allowlist)", s)
 			}
+		case "allow":
+			np.Allow, err = strs(v, name, func(s string) error { _, err := ParseAllowEntry(s); return err })
 		case "hosts":
 			np.Hosts, err = strs(v, name, validHost)
 		case "cidrs":

@@ -141,6 +141,10 @@ type Policy struct {
 	// Limits are the resource limits the file asks for; zero fields take
 	// the backend's defaults (see ResourceLimits).
 	Limits ResourceLimits `json:"limits,omitzero" yaml:"limits,omitempty"`
+	// Inject binds secrets to hosts (the file's secrets.inject): the
+	// command sees a placeholder, and the egress proxy puts the real value
+	// into request headers bound for those hosts only.
+	Inject []SecretInjection `json:"inject,omitempty" yaml:"inject,omitempty"`
 }
 
 // Default returns the built-in policy: reads and shell commands allowed,
@@ -228,6 +232,11 @@ func (p *Policy) Validate() error {
 	}
 	if err := p.Limits.Validate(); err != nil {
 		return fmt.Errorf("limits: %w", err)
+	}
+	for i, in := range p.Inject {
+		if err := in.Validate(); err != nil {
+			return fmt.Errorf("secrets.inject[%d]: %w", i, err)
+		}
 	}
 	return nil
 }

@@ -8,14 +8,14 @@ import (
 )
 
 // Validate reports a malformed network policy with an error wrapping
-// ErrInvalid. Hosts, CIDRs and ports are only meaningful in allowlist mode,
-// so they are refused in the other modes rather than silently ignored, and
-// an allowlist must name at least one host or CIDR.
+// ErrInvalid. Allow, Hosts, CIDRs and Ports are only meaningful in
+// allowlist mode, so they are refused in the other modes rather than
+// silently ignored, and an allowlist must name at least one destination.
 func (n NetworkPolicy) Validate() error {
 	switch n.Mode {
 	case NetworkDenyAll, NetworkAllowAll:
-		if len(n.Hosts)+len(n.CIDRs)+len(n.Ports) > 0 {
-			return fmt.Errorf("%w: mode %s takes no hosts, cidrs or ports", ErrInvalid, n.Mode)
+		if len(n.Allow)+len(n.Hosts)+len(n.CIDRs)+len(n.Ports) > 0 {
+			return fmt.Errorf("%w: mode %s takes no allow, hosts, cidrs or ports", ErrInvalid, n.Mode)
 		}
 		return nil
 	case NetworkAllowlist:
@@ -24,77 +24,27 @@ func (n NetworkPolicy) Validate() error {
 	default:
 		return fmt.Errorf("%w: unknown mode %q (want deny-all, allow-all or allowlist)", ErrInvalid, string(n.Mode))
 	}
-	if len(n.Hosts)+len(n.CIDRs) == 0 {
+	if len(n.Allow)+len(n.Hosts)+len(n.CIDRs) == 0 {
 		return fmt.Errorf("%w: allowlist names no hosts or cidrs", ErrInvalid)
-	}
-	for i, h := range n.Hosts {
-		if err := validHost(h); err != nil {
-			return fmt.Errorf("hosts[%d]: %w", i, err)
-		}
-	}
-	for i, c := range n.CIDRs {
-		if _, err := ParseCIDR(c); err != nil {
-			return fmt.Errorf("cidrs[%d]: %w", i, err)
-		}
 	}
 	for i, p := range n.Ports {
 		if p < 1 || p > 65535 {
 			return fmt.Errorf("ports[%d]: %w: port %d out of range 1-65535", i, ErrInvalid, p)
 		}
 	}
-	return nil
+	_, err := n.Entries()
+	return err
 }
 
 // Allows reports whether n lets a command reach host (a DNS name or an IP
-// address) on port. Host names match exactly or by a "*.example.com"
-// wildcard (any deeper name, not example.com itself), case-insensitively;
-// addresses match the CIDRs. A policy that does not validate allows
-// nothing.
+// address) on port, by name alone: see CheckHost, and CheckResolved for
+// the addresses a name resolves to. A policy that does not validate
+// allows nothing.
 func (n NetworkPolicy) Allows(host string, port int) bool {
-	if n.Validate() != nil {
-		return false
-	}
-	switch n.Mode {
-	case NetworkDenyAll:
-		return false
-	case NetworkAllowAll:
+	if n.Mode == NetworkAllowAll && n.Validate() == nil {
 		return true
 	}
-	if len(n.Ports) > 0 {
-		ok := false
-		for _, p := range n.Ports {
-			ok = ok || p == port
-		}
-		if !ok {
-			return false
-		}
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if addr, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		addr = addr.Unmap()
-		for _, c := range n.CIDRs {
-			if p, err := ParseCIDR(c); err == nil && p.Contains(addr) {
-				return true
-			}
-		}
-		for _, h := range n.Hosts {
-			if a, err := netip.ParseAddr(h); err == nil && a.Unmap() == addr {
-				return true
-			}
-		}
-		return false
-	}
-	for _, h := range n.Hosts {
-		h = strings.TrimSuffix(strings.ToLower(h), ".")
-		if suffix, ok := strings.CutPrefix(h, "*"); ok {
-			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
-				return true
-			}
-		} else if h == host {
-			return true
-		}
-	}
-	return false
+	return n.CheckHost(host, port).Allowed
 }
 
 // ParseCIDR parses an address range ("10.0.0.0/8", "fd00::/8") or a single
