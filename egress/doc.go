@@ -1,0 +1,50 @@
+// Package egress is the proxy that enforces a network allowlist for a
+// sandboxed command, and injects secrets bound to hosts.
+//
+// A command in allowlist mode has no route and no resolver: its only way
+// out is this proxy, which Pulse runs outside the sandbox and bridges in
+// (a socket in the sandbox's empty network namespace, see the namespace
+// and docker backends). The command finds it through HTTP_PROXY,
+// HTTPS_PROXY and ALL_PROXY (and their lower-case forms).
+//
+// What the proxy promises, per connection:
+//
+//   - HTTP CONNECT and plain-HTTP forwarding only. A CONNECT target must be
+//     host:port; a plain-HTTP request must carry an absolute http:// URI
+//     whose host and port agree with its one Host header.
+//   - The destination is checked against the policy (policy.NetworkPolicy
+//     CheckHost) before anything else; a name not in the allowlist is
+//     never looked up, so DNS carries nothing out. A listed name is
+//     resolved by the proxy and each address checked (CheckResolved): a
+//     name rebound into loopback, link-local or private ranges is refused
+//     unless those addresses are listed. The proxy dials the address it
+//     checked, never the name again.
+//   - Inside an allowed tunnel, the first bytes are inspected: a TLS
+//     ClientHello must name the CONNECT host (SNI), or, for a CONNECT to an
+//     address, a host the allowlist allows; a CONNECT or an absolute-form
+//     request relayed to a second target is cut.
+//   - A refusal is an HTTP 403 with the header X-Pulse-Egress: denied and
+//     a short body of stable lines: what was blocked, by which rule, how
+//     to allow it, and that retrying will not help. A refusal after the
+//     tunnel is open (SNI, relay) closes the connection.
+//   - One Event per connection (per request for plain HTTP and inside
+//     terminated tunnels): host, port, dialled address, decision, rule or
+//     reason, bytes each way. The facade turns each into an audit
+//     `network` event, scrubbed like every other.
+//
+// Secret injection: an Injection binds a secret to host names. The command's
+// environment holds a random placeholder (NewPlaceholder); the proxy
+// replaces it with the real value in the request headers of requests to
+// the bound hosts, and nowhere else. CONNECTs to bound hosts are TLS-
+// terminated with a per-sandbox CA (NewCA; its key stays in this process,
+// its certificate goes to the command's trust store) and the real server is
+// verified against Config.UpstreamRoots; every other host is tunnelled
+// untouched. A placeholder in a URL, in a plain-HTTP request to an unbound
+// host, or in the clear bytes of a tunnel to an unbound host is refused and
+// audited. What cannot be seen is not checked: the body of a request, and
+// the contents of TLS tunnels to unbound hosts (a placeholder there is
+// worthless: it is not the secret).
+//
+// Names in tests are mapped by Config.Resolver (the documented resolver
+// override), so no test looks anything up off the machine.
+package egress
