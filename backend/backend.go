@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/pulse-agent/pulse/policy"
@@ -170,6 +171,12 @@ type Request struct {
 	Network policy.NetworkPolicy
 	Secrets secrets.SecretPolicy
 
+	// Egress is set together with an allowlist Network policy: the proxy
+	// outside the sandbox that is the command's only way out. A backend
+	// that enforces allowlist bridges it into the sandbox (see Egress);
+	// an allowlist request without it is refused with ErrUnsupported.
+	Egress *Egress
+
 	// Hidden lists workspace paths the policy forbids the command to
 	// read (slash-separated, relative to Workspace, cleaned, never under
 	// .pulse), expanded by the facade from the read-deny rules against
@@ -242,4 +249,35 @@ type File struct {
 	Path string      `json:"path"`
 	Mode fs.FileMode `json:"mode"`
 	Data []byte      `json:"data,omitempty"`
+}
+
+// Egress is a filtering proxy that runs outside the sandbox and listens
+// on a unix socket. A backend bridges it into the sandbox's otherwise
+// empty network, points the proxy variables at the bridge (ProxyEnv) and
+// puts CAFile, when set, where the command's TLS clients look.
+type Egress struct {
+	// Socket is the host path of the proxy's unix socket.
+	Socket string
+	// CAFile is the host path of a PEM bundle the command must trust
+	// (the system roots plus the sandbox's own CA), or "".
+	CAFile string
+}
+
+// ProxyEnv is the environment that points a command at a proxy reachable
+// at proxyURL, and at the CA bundle at caPath ("" for none).
+func ProxyEnv(proxyURL, caPath string) map[string]string {
+	env := map[string]string{}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env[k] = proxyURL
+		env[strings.ToLower(k)] = proxyURL
+	}
+	// Tools that honour NO_PROXY must not skip the proxy for anything:
+	// nothing is reachable without it.
+	env["NO_PROXY"], env["no_proxy"] = "", ""
+	if caPath != "" {
+		for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE", "PIP_CERT"} {
+			env[k] = caPath
+		}
+	}
+	return env
 }

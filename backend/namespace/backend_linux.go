@@ -168,7 +168,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
 			policy.NetworkDenyAll:   secrets.Strong,
 			policy.NetworkAllowAll:  secrets.Strong,
-			policy.NetworkAllowlist: secrets.Unsupported,
+			policy.NetworkAllowlist: secrets.Strong, // through the egress proxy in Request.Egress
 		},
 		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
 			secrets.DenyAll:   secrets.Strong,
@@ -486,7 +486,12 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	for k, v := range req.Env {
 		env[k] = v
 	}
+	eg, err := prepareEgress(req, env)
+	if err != nil {
+		return c, err
+	}
 	c = childConfig{
+		Egress:    eg,
 		Workspace: ws,
 		Dir:       filepath.Join(ws, filepath.FromSlash(dir)),
 		Args:      req.Args,

@@ -56,6 +56,8 @@ type childConfig struct {
 	FileSize int64 `json:"file_size,omitempty"`
 	NProc    int64 `json:"nproc,omitempty"`
 	Data     int64 `json:"data,omitempty"`
+	// Egress is set in allowlist mode (egress_linux.go).
+	Egress *egressConfig `json:"egress,omitempty"`
 
 	// envMap is Env before HOME is known (parent side only).
 	envMap map[string]string

@@ -309,7 +309,7 @@ func TestCapabilities(t *testing.T) {
 	if c.Isolation != backend.IsolationNamespace || !c.CapturesWrites {
 		t.Fatalf("%+v", c)
 	}
-	if c.NetworkLevel(policy.NetworkDenyAll) != "strong" || c.NetworkLevel(policy.NetworkAllowlist) != "unsupported" {
+	if c.NetworkLevel(policy.NetworkDenyAll) != "strong" || c.NetworkLevel(policy.NetworkAllowlist) != "strong" {
 		t.Fatalf("network levels %v", c.Network)
 	}
 	for _, m := range []string{"deny-all", "allowlist", "allow-all"} {

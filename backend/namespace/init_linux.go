@@ -342,6 +342,9 @@ func setupRequest(cfg *childConfig) error {
 			return err
 		}
 	}
+	if err := mountEgress(cfg); err != nil {
+		return err
+	}
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
@@ -357,7 +360,7 @@ func setupRequest(cfg *childConfig) error {
 	if err := setReadOnly("/", false); err != nil {
 		return err
 	}
-	return nil
+	return startForwarder(cfg)
 }
 
 func mountWorkspace(cfg *childConfig) error {

@@ -192,7 +192,9 @@ func TestNetworkDenyAllHidesHostLoopback(t *testing.T) {
 	}
 }
 
-func TestNetworkAllowlistUnsupported(t *testing.T) {
+// An allowlist is enforced through the egress proxy; without one it is
+// refused, never run with the empty network silently standing in.
+func TestNetworkAllowlistWithoutEgressRefused(t *testing.T) {
 	b := newBackend(t)
 	_, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "true",
 		Network: policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Hosts: []string{"example.com"}}})

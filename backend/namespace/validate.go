@@ -68,7 +68,8 @@ func networkNamespace(p policy.NetworkPolicy) (bool, error) {
 	case policy.NetworkAllowAll:
 		return false, nil
 	case policy.NetworkAllowlist:
-		return false, fmt.Errorf("%w: network allowlist needs a filtering proxy, which this backend does not have", backend.ErrUnsupported)
+		// The empty namespace, with the egress proxy bridged in.
+		return true, nil
 	default:
 		return false, fmt.Errorf("%w: unknown network mode %q", backend.ErrInvalidRequest, p.Mode)
 	}

@@ -1,0 +1,123 @@
+package namespace
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// Allowlist mode: the command keeps its empty network namespace (loopback
+// only: no route, no resolver) and reaches the network only through the
+// egress proxy, which runs outside. The proxy's unix socket is bound
+// read-only into the sandbox at egressDir, and the init — which stays in
+// the namespace as pid 1 — listens on 127.0.0.1:egressPort and relays each
+// connection to it, so tools that only speak TCP proxies work.
+const (
+	egressDir    = "/run/pulse-egress"
+	egressSocket = egressDir + "/proxy.sock"
+	egressCA     = egressDir + "/ca.pem"
+	egressPort   = 3128
+)
+
+// egressConfig is the init's part of an allowlist request.
+type egressConfig struct {
+	// Socket and CAFile are host paths, bound into the sandbox.
+	Socket string `json:"socket"`
+	CAFile string `json:"ca_file,omitempty"`
+	Port   int    `json:"port"`
+}
+
+// prepareEgress checks an allowlist request and adds the proxy variables
+// to env. It returns nil for the other modes.
+func prepareEgress(req *backend.Request, env map[string]string) (*egressConfig, error) {
+	if req.Network.Mode != policy.NetworkAllowlist {
+		return nil, nil
+	}
+	e := req.Egress
+	if e == nil || e.Socket == "" {
+		return nil, fmt.Errorf("%w: network allowlist needs the egress proxy (Request.Egress)", backend.ErrUnsupported)
+	}
+	for _, p := range []string{e.Socket, e.CAFile} {
+		if p != "" && !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%w: egress path %q is not absolute", backend.ErrInvalidRequest, p)
+		}
+	}
+	if st, err := os.Stat(e.Socket); err != nil || st.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("%w: egress socket %q is not a socket", backend.ErrInvalidRequest, e.Socket)
+	}
+	ca := ""
+	if e.CAFile != "" {
+		ca = egressCA
+	}
+	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(egressPort), ca) {
+		env[k] = v
+	}
+	return &egressConfig{Socket: e.Socket, CAFile: e.CAFile, Port: egressPort}, nil
+}
+
+// mountEgress binds the proxy's socket and CA bundle into the new root
+// (in the init, before pivot_root).
+func mountEgress(cfg *childConfig) error {
+	e := cfg.Egress
+	if e == nil {
+		return nil
+	}
+	if err := bindReadOnly(e.Socket, cfg.Root+egressSocket); err != nil {
+		return fmt.Errorf("egress socket: %w", err)
+	}
+	if e.CAFile != "" {
+		if err := bindReadOnly(e.CAFile, cfg.Root+egressCA); err != nil {
+			return fmt.Errorf("egress CA: %w", err)
+		}
+	}
+	return nil
+}
+
+// startForwarder listens on 127.0.0.1:Port inside the sandbox's network
+// namespace (in the init, after pivot_root) and relays every connection
+// to the proxy's socket. The listener is close-on-exec: the command does
+// not inherit it.
+func startForwarder(cfg *childConfig) error {
+	e := cfg.Egress
+	if e == nil {
+		return nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(e.Port))
+	if err != nil {
+		return fmt.Errorf("egress forwarder: %w", err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go relay(c)
+		}
+	}()
+	return nil
+}
+
+func relay(c net.Conn) {
+	defer c.Close()
+	u, err := net.Dial("unix", egressSocket)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	done := make(chan struct{})
+	go func() {
+		io.Copy(u, c)
+		u.(*net.UnixConn).CloseWrite()
+		close(done)
+	}()
+	io.Copy(c, u)
+	c.(*net.TCPConn).CloseWrite()
+	<-done
+}
