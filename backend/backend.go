@@ -261,6 +261,9 @@ type Egress struct {
 	// CAFile is the host path of a PEM bundle the command must trust
 	// (the system roots plus the sandbox's own CA), or "".
 	CAFile string
+	// CA is the sandbox's own CA alone, PEM, set with CAFile: for a
+	// backend whose sandbox has roots of its own to add it to.
+	CA []byte
 }
 
 // ProxyEnv is the environment that points a command at a proxy reachable

@@ -86,6 +86,10 @@ type Result struct {
 	// command's writes, pending review ("" when it wrote nothing, or when
 	// the backend writes in place).
 	Transaction string
+	// NetworkRefused lists the host:port destinations the egress proxy
+	// refused (each once; allowlist mode only). Each refusal is in the
+	// audit log with its rule, and the command got an explaining 403.
+	NetworkRefused []string
 	// Staged lists the paths staged in Transaction.
 	Staged []string
 	// Refused lists the paths the command wrote that were not staged, each
@@ -243,6 +247,11 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 			env[sec.Name] = sec.Value
 		}
 	}
+	// A secret bound to hosts is only ever a placeholder in here; the
+	// egress proxy puts the value in (egress.go).
+	for _, in := range s.inject {
+		env[in.Name] = in.Placeholder
+	}
 
 	// A capturing backend's writes need a transaction: its slot is taken
 	// before the command runs, so that a command is refused, not run and
@@ -288,6 +297,12 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	defer stopWatch()
 	outW, errW := s.scrubber.NewWriter(stdout), s.scrubber.NewWriter(stderr)
 
+	eg, err := s.startEgress(ctx, execID, netPol)
+	if err != nil {
+		return fail(err)
+	}
+	defer eg.close()
+
 	req := &backend.Request{
 		ExecutionID: execID,
 		Workspace:   s.workspace,
@@ -301,6 +316,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Limits:      limits,
 		Network:     netPol,
 		Secrets:     secPol,
+		Egress:      eg.backendEgress(),
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
@@ -318,6 +334,8 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	step(lifecycle.Running)
 	start := time.Now()
 	br, err := s.backend.Exec(ctx, req)
+	// Every connection is recorded before the result is.
+	eg.close()
 	cerr1, cerr2 := outW.Close(), errW.Close()
 	for _, q := range queues {
 		if qerr := q.close(giveUp); qerr != nil && cerr1 == nil {
@@ -339,6 +357,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		ExecutionID: execID, Command: cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
 		ExitCode: br.ExitCode, Termination: br.Termination, TimedOut: br.TimedOut, Truncated: br.Truncated,
 		Duration: br.Duration, PID: br.PID, Metrics: br.Metrics, InPlace: inPlace,
+		NetworkRefused: eg.refusedHosts(),
 	}
 	if res.Duration == 0 {
 		res.Duration = time.Since(start)
@@ -396,6 +415,7 @@ func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolic
 			net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
 		}
 	}
+	net = s.withAllowHosts(net, s.o.policy.Allowed(policy.Network))
 	sec := secrets.DenyAllSecrets()
 	if s.o.policy.Allowed(policy.Secrets) {
 		switch {

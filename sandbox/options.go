@@ -37,6 +37,7 @@ type options struct {
 	approver      Approver
 	sessionID     string
 	getenv        func(string) string
+	egress        egressOptions // egress.go
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():

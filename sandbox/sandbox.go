@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -42,8 +43,12 @@ type Sandbox struct {
 	// passedOver says why each backend before the chosen one was not
 	// used ("name: reason").
 	passedOver []string
-	cow        *cowfs.FS
-	log        *slog.Logger
+	// inject are the secrets bound to hosts, and ca the sandbox's own CA
+	// for their TLS (egress.go).
+	inject []egress.Injection
+	ca     *egress.CA
+	cow    *cowfs.FS
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	closed  bool
@@ -103,8 +108,11 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if err := s.setupEgress(); err != nil {
+		return nil, err
+	}
 	values := make([]string, 0, len(o.secrets))
-	var named []secrets.Secret
+	named := injectedSecrets(s.inject)
 	for _, sec := range o.secrets {
 		if sec.Name != "" {
 			named = append(named, sec)

@@ -292,19 +292,25 @@ func TestAutoCommitReportsConflictInsteadOfOverwriting(t *testing.T) {
 	}
 }
 
+// A backend that cannot enforce an allowlist (this one lists only
+// deny-all) is never asked to run a command under one.
 func TestUnenforceableNetworkPolicyIsRefusedBeforeStart(t *testing.T) {
 	ws := t.TempDir()
 	pol := policy.Default()
 	pol.Defaults[policy.Network] = policy.Allow
-	sb := newIsolated(t, ws, WithPolicy(pol),
+	wb := &weakBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(wb), WithPolicy(pol),
 		WithNetworkPolicy(policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Hosts: []string{"example.com"}}))
-	_, err := sb.Execute(context.Background(), Command{Shell: "touch ran"})
-	if !errors.Is(err, ErrUnsupportedPolicy) {
-		t.Fatalf("err = %v, want ErrUnsupportedPolicy", err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	txs, _ := sb.Transactions()
-	if len(txs) != 0 {
-		t.Fatal("a refused command produced writes")
+	defer sb.Close()
+	_, err = sb.Execute(context.Background(), Command{Shell: "touch ran"})
+	if !errors.Is(err, ErrUnsupportedPolicy) || !strings.Contains(err.Error(), "network") {
+		t.Fatalf("err = %v, want ErrUnsupportedPolicy about the network", err)
+	}
+	if wb.execs != 0 {
+		t.Fatal("the backend was asked to run a refused command")
 	}
 	evs := verifyAudit(t, sb)
 	if !hasEvent(evs, func(e audit.Event) bool { return e.Reason == "unsupported_policy" && e.Decision == "deny" }) {

@@ -13,8 +13,14 @@
 //     dropped, no-new-privileges, read-only root filesystem with tmpfs
 //     /tmp, a non-root user (uid 1000), the engine's default seccomp
 //     profile, and the memory/cpu/pids limits given with
-//     WithContainerLimits. Allowlist networking is refused with
-//     backend.ErrUnsupported. Capabilities().Notes lists these defaults.
+//     WithContainerLimits. Capabilities().Notes lists these defaults.
+//   - Network allowlist: the container has network none, and the egress
+//     proxy of Request.Egress is bridged in: this process opens a
+//     listener on 127.0.0.1 inside the container's network namespace and
+//     relays it to the proxy's unix socket (egress.go says why this and
+//     not an internal Docker network). That needs root on the engine's
+//     machine; elsewhere allowlist is unsupported and refused with
+//     backend.ErrUnsupported, as is an allowlist request without Egress.
 //   - The command's environment is exactly the minimal base plus
 //     Request.Env (env -i), so secrets are enforced strongly.
 //   - The workspace is copied in (a tar through the API, .pulse/ left

@@ -36,7 +36,7 @@ const (
 // The hardened defaults, listed in Capabilities().Notes for `pulse doctor`.
 var hardenedNotes = []string{
 	"one warm container per sandbox and workspace, reused by every command",
-	"network: none for deny-all (loopback only), bridge for allow-all; allowlist unsupported",
+	"network: none for deny-all (loopback only), bridge for allow-all; allowlist: none, plus the egress proxy bridged in on 127.0.0.1",
 	"all capabilities dropped; no-new-privileges; engine default seccomp profile",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
@@ -255,12 +255,18 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		limits["pids"] = secrets.Strong
 	}
 	notes := append([]string{"image: " + b.o.image}, hardenedNotes...)
+	allowlist := secrets.Unsupported
+	if egressCapable() {
+		allowlist = secrets.Strong // egress.go
+	} else {
+		notes = append(notes, "network allowlist: unsupported here (bridging the egress proxy into a container needs root)")
+	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationContainer,
 		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
 			policy.NetworkDenyAll:   secrets.Strong,
 			policy.NetworkAllowAll:  secrets.Strong,
-			policy.NetworkAllowlist: secrets.Unsupported,
+			policy.NetworkAllowlist: allowlist,
 		},
 		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
 			secrets.DenyAll:   secrets.Strong,

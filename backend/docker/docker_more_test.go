@@ -283,7 +283,7 @@ func TestDockerLimitsAndNotes(t *testing.T) {
 		t.Errorf("limit levels %v", caps.Limits)
 	}
 	notes := strings.Join(caps.Notes, "\n")
-	for _, want := range []string{"capabilities dropped", "no-new-privileges", "read-only root", "never root", "allowlist unsupported"} {
+	for _, want := range []string{"capabilities dropped", "no-new-privileges", "read-only root", "never root", "allowlist: none, plus the egress proxy"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes do not mention %q:\n%s", want, notes)
 		}

@@ -76,6 +76,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		}
 		return nil, fmt.Errorf("docker: preparing the sandbox container: %v: %w", err, backend.ErrUnavailable)
 	}
+	req, stop, err := b.bridgeEgress(ctx, bx, req) // egress.go
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	return b.run(ctx, bx, req)
 }
 
@@ -111,7 +116,12 @@ func validate(req *backend.Request) error {
 	switch req.Network.Mode {
 	case "", policy.NetworkDenyAll, policy.NetworkAllowAll:
 	case policy.NetworkAllowlist:
-		return fmt.Errorf("docker: network allowlist cannot be enforced without an egress proxy: %w", backend.ErrUnsupported)
+		if req.Egress == nil || req.Egress.Socket == "" {
+			return fmt.Errorf("docker: network allowlist needs the egress proxy (Request.Egress): %w", backend.ErrUnsupported)
+		}
+		if !egressCapable() {
+			return fmt.Errorf("docker: network allowlist needs root to bridge the egress proxy into the container: %w", backend.ErrUnsupported)
+		}
 	default:
 		return fmt.Errorf("docker: unknown network mode %q: %w", req.Network.Mode, backend.ErrInvalidRequest)
 	}

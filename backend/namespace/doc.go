@@ -106,8 +106,11 @@
 // # Enforcement
 //
 // Network deny-all is strong (a new net namespace with only loopback up);
-// allow-all shares the host network; allowlist is unsupported until a
-// filtering proxy exists. Every secret mode is strong: the environment is
+// allow-all shares the host network; allowlist keeps the empty namespace
+// and bridges in the egress proxy of Request.Egress: its unix socket is
+// bound read-only at /run/pulse-egress/proxy.sock and the init relays
+// 127.0.0.1:3128 to it, so the proxy is the command's only way out (an
+// allowlist request without Egress is refused). Every secret mode is strong: the environment is
 // built from scratch and the caller's home is replaced by a tmpfs. Timeout,
 // output caps and file size are enforced by the backend and rlimits; memory,
 // pids and cpu by a cgroup when one is writable (Capabilities.Limits says

@@ -53,6 +53,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	var envVars stringList
 	fs.Var(&envVars, "env", "`K=V` added to the command's environment (repeatable)")
 	cwd := fs.String("cwd", "", "working directory of the command, relative to the workspace (default: its root)")
+	var allowHosts stringList
+	fs.Var(&allowHosts, "allow-host", "let the command reach `HOST[:PORT]` (or *.domain, IP, CIDR[:PORT]; no port means 80 and 443) through the egress proxy, even under a policy that denies the network (repeatable)")
 	if code, done := parseFlags(env, fs, args); done {
 		return code
 	}
@@ -76,6 +78,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if *autoCommit {
 		opts = append(opts, sandbox.WithAutoCommit())
+	}
+	if len(allowHosts) > 0 {
+		opts = append(opts, sandbox.WithAllowHosts(allowHosts...))
 	}
 
 	sb, err := sandbox.New(ctx, *workspace, opts...)
@@ -158,6 +163,10 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 	if res.Truncated {
 		fmt.Fprintln(w, "   output was truncated at the output cap")
 	}
+	if len(res.NetworkRefused) > 0 {
+		fmt.Fprintf(w, "   network refused: %s (not in the allowlist; --allow-host HOST:PORT allows one; each refusal is in the audit log)\n",
+			strings.Join(res.NetworkRefused, ", "))
+	}
 	for _, r := range res.Refused {
 		fmt.Fprintf(w, "   not staged: %s (%s)\n", r.Path, r.Reason)
 	}
@@ -229,6 +238,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Deleted     []string    `json:"deleted,omitempty"`
 		Diff        string      `json:"diff,omitempty"`
 		Metrics     execMetrics `json:"metrics"`
+		NetRefused  []string    `json:"network_refused,omitempty"`
 	}{
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
@@ -237,6 +247,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Changed: res.Changed, Deleted: res.Deleted, Diff: diff,
 		Metrics: execMetrics{MaxRSSBytes: res.Metrics.MaxRSSBytes,
 			UserCPUMS: durationMS(res.Metrics.UserCPU), SystemCPUMS: durationMS(res.Metrics.SystemCPU)},
+		NetRefused: res.NetworkRefused,
 	}
 	for _, r := range res.Refused {
 		out.Refused = append(out.Refused, refused{r.Path, r.Reason})

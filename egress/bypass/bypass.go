@@ -62,6 +62,7 @@ type env struct {
 	proxy    *egress.Proxy
 	sock     string
 	caFile   string
+	caPEM    []byte
 	httpAddr string
 	tlsSrv   *httptest.Server
 	evilAddr string
@@ -171,7 +172,8 @@ func (e *env) start() (func(), error) {
 	if err != nil {
 		return fail(err)
 	}
-	bundle := append(systemRoots(), ca.CertPEM()...)
+	e.caPEM = ca.CertPEM()
+	bundle := append(systemRoots(), e.caPEM...)
 	e.caFile = filepath.Join(e.dir, "ca.pem")
 	if err := os.WriteFile(e.caFile, bundle, 0o644); err != nil {
 		return fail(err)
@@ -242,7 +244,7 @@ func (e *env) run(ctx context.Context, script string) (string, int, error) {
 		Limits:    policy.ResourceLimits{Timeout: 30 * time.Second},
 		Network:   policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{"127.0.0.1:1"}},
 		Secrets:   secrets.SecretPolicy{Mode: secrets.AllowAll},
-		Egress:    &backend.Egress{Socket: e.sock, CAFile: e.caFile},
+		Egress:    &backend.Egress{Socket: e.sock, CAFile: e.caFile, CA: e.caPEM},
 	})
 	if err != nil {
 		return "", -1, err
@@ -360,8 +362,9 @@ var attacks = []attack{
 		if err != nil {
 			return Result{Detail: err.Error()}
 		}
-		r := expect(`px; { printf 'CONNECT allowed.test:{HP} HTTP/1.1\r\n\r\n'; sleep 0.3; printf '`+hello+`'; } >&3; timeout 10 cat <&3 | head -c 200 | tr -c '[:print:]\n' '.'`,
-			[]string{"200 Connection established"}, "HTTP/1.1 400", "pulse-bypass")(ctx, e)
+		r := expect(`px; { printf 'CONNECT allowed.test:{HP} HTTP/1.1\r\n\r\n'; sleep 0.3; printf '`+hello+`'; } >&3; timeout 10 cat <&3 > /tmp/sni.out; `+
+			`head -n1 /tmp/sni.out; grep -q -e 'HTTP/1.1 400' -e pulse-bypass /tmp/sni.out && echo SERVER-ANSWERED; echo done`,
+			[]string{"200 Connection established", "done"}, "SERVER-ANSWERED")(ctx, e)
 		if r.Held && !e.refusedWith("server name") {
 			return Result{Detail: "the proxy did not report refusing the server name"}
 		}

@@ -1,0 +1,156 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// Allowlist mode: the container keeps network=none (loopback only: no
+// route, no resolver, no Docker DNS) and reaches the network only through
+// the egress proxy. This process opens a listener on 127.0.0.1 inside the
+// container's network namespace (setns on one locked thread, then back) —
+// a bridged socket rather than an internal Docker network, because an
+// internal network still reaches every port of the host's bridge address
+// — and relays each connection to the proxy's unix socket. That needs
+// privilege over the container's namespace: root, with the engine on this
+// machine. Without it allowlist is unsupported (Capabilities), and an
+// allowlist Exec fails closed.
+
+// egressCAPath is where the command finds its CA bundle: the image's own
+// roots plus the sandbox CA, written by the command's wrapper into /tmp
+// (the root filesystem is read-only, and a file under /pulse would be
+// taken for a workspace file).
+const egressCAPath = "/tmp/pulse-egress/ca.pem"
+
+// egressCapable reports whether this process can bridge the proxy into a
+// container: only root may enter the engine's network namespaces.
+func egressCapable() bool { return os.Geteuid() == 0 }
+
+// bridgeEgress prepares an allowlist request: a listener in the
+// container's network namespace relaying to the proxy, and a request
+// whose environment points at it. stop closes the bridge.
+func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Request) (_ *backend.Request, stop func(), err error) {
+	if req.Network.Mode != policy.NetworkAllowlist {
+		return req, func() {}, nil
+	}
+	if !egressCapable() {
+		return nil, nil, fmt.Errorf("docker: the egress bridge needs root on the engine's machine: %w", backend.ErrUnsupported)
+	}
+	info, err := b.cli.ContainerInspect(ctx, bx.id)
+	if err != nil || info.State == nil || info.State.Pid <= 0 {
+		return nil, nil, fmt.Errorf("docker: finding the sandbox container's process for the egress bridge: %v: %w", err, backend.ErrUnavailable)
+	}
+	l, err := listenInNetns(info.State.Pid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker: egress bridge: %v: %w", err, backend.ErrUnavailable)
+	}
+	sock := req.Egress.Socket
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go relayEgress(c, sock)
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	r := *req
+	r.Env = make(map[string]string, len(req.Env)+16)
+	for k, v := range req.Env {
+		r.Env[k] = v
+	}
+	ca := ""
+	if len(req.Egress.CA) > 0 {
+		ca = egressCAPath
+		r.Env["PULSE_EGRESS_CA"] = string(req.Egress.CA)
+		// The wrapper writes the bundle, drops the variable and runs
+		// the command as asked.
+		const prep = `umask 022; mkdir -p /tmp/pulse-egress && { cat /etc/ssl/certs/ca-certificates.crt 2>/dev/null; printf '%s\n' "$PULSE_EGRESS_CA"; } > /tmp/pulse-egress/ca.pem.$$ && mv -f /tmp/pulse-egress/ca.pem.$$ ` + egressCAPath + `; unset PULSE_EGRESS_CA; `
+		if r.Shell != "" {
+			r.Args = []string{"/bin/sh", "-c", prep + `if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi; exec /bin/sh -c "$1"`, "sh", r.Shell}
+			r.Shell = ""
+		} else {
+			r.Args = append([]string{"/bin/sh", "-c", prep + `exec "$@"`, "sh"}, r.Args...)
+		}
+	}
+	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(port), ca) {
+		r.Env[k] = v
+	}
+	return &r, func() { l.Close() }, nil
+}
+
+// listenInNetns listens on 127.0.0.1 (a free port) in the network
+// namespace of process pid. The socket is made on a thread that entered
+// that namespace; the thread goes back before it runs anything else, and
+// is thrown away if it cannot.
+func listenInNetns(pid int) (net.Listener, error) {
+	target, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(target)
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer unix.Close(self)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("entering the container's network namespace: %w", err)}
+			return
+		}
+		l, lerr := net.Listen("tcp4", "127.0.0.1:0")
+		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
+			// Still locked: the runtime ends this thread with the
+			// goroutine, so nothing else runs in the container's
+			// namespace by mistake.
+			if l != nil {
+				l.Close()
+			}
+			ch <- result{err: fmt.Errorf("leaving the container's network namespace: %w", err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{l: l, err: lerr}
+	}()
+	r := <-ch
+	return r.l, r.err
+}
+
+func relayEgress(c net.Conn, sock string) {
+	defer c.Close()
+	u, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	done := make(chan struct{})
+	go func() {
+		io.Copy(u, c)
+		u.(*net.UnixConn).CloseWrite()
+		close(done)
+	}()
+	io.Copy(c, u)
+	c.(*net.TCPConn).CloseWrite()
+	<-done
+}

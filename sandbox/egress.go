@@ -1,0 +1,292 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/egress"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// egressOptions are the allowlist and injection options.
+type egressOptions struct {
+	allowHosts []string
+	inject     []policy.SecretInjection
+	injectVals map[string]string
+	resolver   egress.Resolver
+	roots      *x509.CertPool
+}
+
+// WithAllowHosts lets commands reach these allowlist entries (host,
+// *.domain, host:port, IP, CIDR[:port]; see policy.NetworkPolicy) through
+// the egress proxy. It is a grant of its own: the hosts are reachable
+// even when the policy's network action is denied (then only they are);
+// when it is allowed they are added to the configured allowlist, and an
+// allow-all policy stays allow-all.
+func WithAllowHosts(entries ...string) Option {
+	return func(o *options) error {
+		for _, e := range entries {
+			if _, err := policy.ParseAllowEntry(e); err != nil {
+				return fmt.Errorf("sandbox: WithAllowHosts: %w", err)
+			}
+		}
+		o.egress.allowHosts = append(o.egress.allowHosts, entries...)
+		return nil
+	}
+}
+
+// WithInjectedSecret binds a secret to hosts: commands see a placeholder
+// in the environment variable name, and the egress proxy puts value into
+// the headers of requests to hosts (and nowhere else). The value is
+// scrubbed from everything the sandbox hands back. It works whether or
+// not the policy allows the secrets action: the secret never enters the
+// sandbox. A policy file's secrets.inject entries are bound the same way,
+// with the value from WithSecrets or the caller's environment.
+func WithInjectedSecret(name, value string, hosts ...string) Option {
+	return func(o *options) error {
+		in := policy.SecretInjection{Env: name, Hosts: hosts}
+		if err := in.Validate(); err != nil {
+			return fmt.Errorf("sandbox: WithInjectedSecret: %w", err)
+		}
+		if value == "" {
+			return fmt.Errorf("sandbox: WithInjectedSecret: %s has an empty value", name)
+		}
+		if o.egress.injectVals == nil {
+			o.egress.injectVals = map[string]string{}
+		}
+		o.egress.inject = append(o.egress.inject, in)
+		o.egress.injectVals[name] = value
+		return nil
+	}
+}
+
+// WithEgressResolver makes the egress proxy look names up with r instead
+// of the system resolver: the resolver override tests and `pulse doctor
+// network` use to map names to local servers.
+func WithEgressResolver(r egress.Resolver) Option {
+	return func(o *options) error { o.egress.resolver = r; return nil }
+}
+
+// WithEgressRoots verifies the real servers of hosts with injected
+// secrets against roots instead of the system's.
+func WithEgressRoots(roots *x509.CertPool) Option {
+	return func(o *options) error { o.egress.roots = roots; return nil }
+}
+
+// injections resolves the secrets to inject (options, then the policy's
+// secrets.inject with values from WithSecrets or the environment) and
+// returns them with fresh placeholders. A policy entry whose value is
+// nowhere is skipped with a warning: the command then simply lacks it.
+func (s *Sandbox) injections() []egress.Injection {
+	var out []egress.Injection
+	seen := map[string]bool{}
+	add := func(in policy.SecretInjection, value string) {
+		if seen[in.Env] || value == "" {
+			return
+		}
+		seen[in.Env] = true
+		out = append(out, egress.Injection{Name: in.Env, Value: value, Placeholder: egress.NewPlaceholder(in.Env), Hosts: in.Hosts})
+	}
+	for _, in := range s.o.egress.inject {
+		add(in, s.o.egress.injectVals[in.Env])
+	}
+	for _, in := range s.o.policy.Inject {
+		v := ""
+		for _, sec := range s.o.secrets {
+			if sec.Name == in.Env {
+				v = sec.Value
+			}
+		}
+		if v == "" && s.o.getenv != nil {
+			v = s.o.getenv(in.Env)
+		}
+		if v == "" {
+			s.log.Warn("secret to inject is not set; commands get no placeholder for it", "env", in.Env)
+		}
+		add(in, v)
+	}
+	return out
+}
+
+// injectedSecrets are the injected values, for the scrubber.
+func injectedSecrets(ins []egress.Injection) []secrets.Secret {
+	var out []secrets.Secret
+	for _, in := range ins {
+		out = append(out, secrets.Secret{Name: in.Name, Value: in.Value})
+	}
+	return out
+}
+
+// withAllowHosts applies WithAllowHosts to the effective network policy.
+func (s *Sandbox) withAllowHosts(net policy.NetworkPolicy, allowed bool) policy.NetworkPolicy {
+	hosts := s.o.egress.allowHosts
+	if len(hosts) == 0 {
+		return net
+	}
+	switch {
+	case !allowed || net.Mode == policy.NetworkDenyAll || net.Mode == "":
+		return policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: append([]string(nil), hosts...)}
+	case net.Mode == policy.NetworkAllowlist:
+		net.Allow = append(append([]string(nil), net.Allow...), hosts...)
+	}
+	return net
+}
+
+// egressRun is the proxy of one Execute in allowlist mode.
+type egressRun struct {
+	proxy *egress.Proxy
+	dir   string
+	be    *backend.Egress
+	done  chan struct{}
+	once  sync.Once
+
+	mu      sync.Mutex
+	refused []string
+}
+
+// startEgress starts the proxy for one command: on a unix socket in a
+// private temporary directory, with the sandbox's CA bundle beside it
+// when secrets are injected. Every connection becomes an audit `network`
+// event of execID.
+func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.NetworkPolicy) (*egressRun, error) {
+	if np.Mode != policy.NetworkAllowlist {
+		return nil, nil
+	}
+	dir, err := os.MkdirTemp("", "pulse-egress-")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: egress: %w", err)
+	}
+	r := &egressRun{dir: dir, done: make(chan struct{})}
+	cfg := egress.Config{
+		Policy:        np,
+		Inject:        s.inject,
+		CA:            s.ca,
+		UpstreamRoots: s.o.egress.roots,
+		Resolver:      s.o.egress.resolver,
+		Logger:        s.log,
+		OnEvent:       func(ev egress.Event) { s.recordEgress(ctx, execID, ev, r) },
+	}
+	be := &backend.Egress{Socket: filepath.Join(dir, "proxy.sock")}
+	if len(s.inject) > 0 {
+		be.CAFile, be.CA = filepath.Join(dir, "ca.pem"), s.ca.CertPEM()
+		if err := os.WriteFile(be.CAFile, append(systemRoots(), s.ca.CertPEM()...), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("sandbox: egress CA: %w", err)
+		}
+	}
+	if r.proxy, err = egress.New(cfg); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	l, err := net.Listen("unix", be.Socket)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+	}
+	// The sandbox's user (a mapped uid, or the container's) must be able
+	// to connect; the directory is private to this process's user.
+	_ = os.Chmod(dir, 0o711)
+	_ = os.Chmod(be.Socket, 0o666)
+	go func() { r.proxy.Serve(l); close(r.done) }()
+	r.be = be
+	return r, nil
+}
+
+// close stops the proxy (waiting for its connections, so every event is
+// recorded) and removes its directory. Safe on nil.
+func (r *egressRun) close() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		r.proxy.Close()
+		<-r.done
+		os.RemoveAll(r.dir)
+	})
+}
+
+func (r *egressRun) backendEgress() *backend.Egress {
+	if r == nil {
+		return nil
+	}
+	return r.be
+}
+
+// refusedHosts lists the host:port destinations refused, each once.
+func (r *egressRun) refusedHosts() []string {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.refused...)
+}
+
+func (s *Sandbox) recordEgress(ctx context.Context, execID string, ev egress.Event, r *egressRun) {
+	decision, why := "allow", "rule: "+ev.Rule
+	if !ev.Allowed {
+		decision, why = "deny", ev.Reason
+		hp := net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port))
+		r.mu.Lock()
+		dup := false
+		for _, h := range r.refused {
+			dup = dup || h == hp
+		}
+		if !dup && ev.Host != "" {
+			r.refused = append(r.refused, hp)
+		}
+		r.mu.Unlock()
+	} else if ev.Reason != "" {
+		why += "; " + ev.Reason
+	}
+	detail := fmt.Sprintf("%s %s: %s; sent %d bytes, received %d", ev.Method, net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)), why, ev.Sent, ev.Received)
+	if ev.Addr != "" {
+		detail += "; dialled " + ev.Addr
+	}
+	if len(ev.Injected) > 0 {
+		detail += "; injected " + strings.Join(ev.Injected, ", ")
+	}
+	reason := ev.Rule
+	if !ev.Allowed {
+		reason = ev.Reason
+	}
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: ev.Host, Port: ev.Port, Protocol: "tcp",
+		Decision: decision, Reason: reason, Backend: s.backend.Name(), EnforcementLevel: string(secrets.Strong),
+		DurationMS: float64(ev.Duration.Microseconds()) / 1000, Detail: detail})
+}
+
+// systemRoots is the host's CA bundle: the command keeps trusting the
+// real servers of every host it reaches untouched.
+func systemRoots() []byte {
+	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
+		if b, err := os.ReadFile(p); err == nil {
+			return append(b, '\n')
+		}
+	}
+	return nil
+}
+
+// setupEgress resolves the injected secrets and, when there are any,
+// makes the sandbox's CA.
+func (s *Sandbox) setupEgress() error {
+	s.inject = s.injections()
+	if len(s.inject) == 0 {
+		return nil
+	}
+	ca, err := egress.NewCA()
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	s.ca = ca
+	return nil
+}

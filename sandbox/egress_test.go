@@ -1,0 +1,119 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/policy"
+)
+
+type fixedResolver map[string]string
+
+func (f fixedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// End to end on the namespace backend: with the default policy and only
+// WithAllowHosts, a command reaches the listed local server and nothing
+// else; the secret bound to that server's name reaches it as a header
+// while the command only ever holds a placeholder; every connection is in
+// the audit log, and the refused one is in the result.
+func TestEgressAllowlistAndInjectionEndToEnd(t *testing.T) {
+	const token = "tok_e2e_0123456789abcdefghij"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+token {
+			io.WriteString(w, "authorized\n")
+			return
+		}
+		io.WriteString(w, "hello\n")
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	evil, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evil.Close()
+
+	ws := t.TempDir()
+	sb := newIsolated(t, ws,
+		WithAllowHosts("127.0.0.1:"+port, "api.local.test:"+port),
+		WithInjectedSecret("API_TOKEN", token, "api.local.test"),
+		WithEgressResolver(fixedResolver{"api.local.test": "127.0.0.1"}))
+	script := fmt.Sprintf(`echo "token is $API_TOKEN"
+get() { exec 3<>/dev/tcp/127.0.0.1/3128; printf "GET http://$1/ HTTP/1.1\r\nHost: $1\r\nAuthorization: Bearer $API_TOKEN\r\nConnection: close\r\n\r\n" >&3; cat <&3; exec 3<&-; }
+get api.local.test:%s
+exec 3<>/dev/tcp/127.0.0.1/3128; printf "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" >&3; cat <&3; exec 3<&-
+exec 3<>/dev/tcp/127.0.0.1/3128; printf "CONNECT %s HTTP/1.1\r\n\r\n" >&3; cat <&3
+`, port, srv.Listener.Addr(), srv.Listener.Addr(), evil.Addr())
+	res, err := sb.Execute(context.Background(), Command{Shell: script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Stdout + res.Stderr
+	if !strings.Contains(out, "token is pulse-placeholder-API_TOKEN-") {
+		t.Errorf("the command did not hold the placeholder: %q", out)
+	}
+	if !strings.Contains(out, "authorized") || !strings.Contains(out, "hello") {
+		t.Errorf("the allowed requests failed: %q", out)
+	}
+	if !strings.Contains(out, "403 Forbidden") || !strings.Contains(out, "retrying will not help") {
+		t.Errorf("the refused CONNECT was not explained: %q", out)
+	}
+	if want := evil.Addr().String(); !slices.Contains(res.NetworkRefused, want) {
+		t.Errorf("NetworkRefused = %v, want %s", res.NetworkRefused, want)
+	}
+
+	events := verifyAudit(t, sb)
+	var allowed, denied, injected int
+	for _, e := range events {
+		if e.Action != "network" || e.Destination == "*" {
+			continue
+		}
+		switch {
+		case e.Decision == "deny" && e.Port != 0:
+			denied++
+		case e.Decision == "allow" && strings.Contains(e.Detail, "injected API_TOKEN"):
+			injected++
+			allowed++
+		case e.Decision == "allow":
+			allowed++
+		}
+	}
+	if allowed != 2 || denied != 1 || injected != 1 {
+		t.Errorf("network events: %d allowed (%d injected), %d denied; want 2 (1), 1", allowed, injected, denied)
+	}
+	data, err := os.ReadFile(sb.AuditPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), token) {
+		t.Error("the audit log holds the real token")
+	}
+}
+
+// Without WithAllowHosts, and with the policy denying the network, an
+// allowlist in WithNetworkPolicy is not applied: deny-all stays.
+func TestAllowlistNeedsNetworkAllowedOrAllowHosts(t *testing.T) {
+	sb := newIsolated(t, t.TempDir(), WithNetworkPolicy(networkAllowlist("127.0.0.1:1")))
+	np, _ := sb.effectivePolicies()
+	if np.Mode != "deny-all" {
+		t.Errorf("mode %s", np.Mode)
+	}
+}
+
+func networkAllowlist(entries ...string) policy.NetworkPolicy {
+	return policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: entries}
+}
