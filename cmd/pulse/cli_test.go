@@ -84,6 +84,7 @@ func TestJSONFailureIsAnObjectOnStdout(t *testing.T) {
 		"cow":     {"cow", "diff", "--json", "--workspace", empty, "no-such-id"},
 		"audit":   {"audit", "tail", "--json", filepath.Join(empty, "missing.jsonl")},
 		"image":   {"image", "build", "--json", "unexpected"},
+		"review":  {"review", "--json", "--workspace", empty},
 	}
 	for name := range commands {
 		if _, ok := fails[name]; !ok {

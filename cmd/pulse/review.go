@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"net"
@@ -35,16 +34,14 @@ session. Stop it with Ctrl-C.`,
 var reviewReady func(url string)
 
 func runReview(ctx context.Context, env *cliEnv, args []string) int {
-	fset := flag.NewFlagSet("review", flag.ContinueOnError)
-	fset.SetOutput(env.stderr)
+	fset := newFlagSet(env, "review")
 	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
 	listen := fset.String("listen", "127.0.0.1:0", "loopback address to serve on (port 0: any free one)")
-	if err := fset.Parse(args); err != nil {
-		return exitUsage
+	if code, done := parseFlags(env, fset, args); done {
+		return code
 	}
 	if fset.NArg() != 0 {
-		fmt.Fprintln(env.stderr, "usage: pulse review [--workspace DIR] [--listen 127.0.0.1:PORT]")
-		return exitUsage
+		return usageError(env, fset, fmt.Sprintf("unexpected argument %q", fset.Arg(0)))
 	}
 	ws := *workspace
 	if ws == "" {
