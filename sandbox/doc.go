@@ -20,6 +20,11 @@
 //     ErrUnsupportedPolicy unless the backend enforces them strongly. The
 //     only exception is the unsafe host backend the caller opted into;
 //     each accepted downgrade is audited.
+//   - Read denials bind commands: they are expanded against the
+//     workspace into Request.Hidden before each command, and a backend
+//     without Capabilities.HidesPaths gets no such command
+//     (ErrUnsupportedPolicy, audited; the unsafe host opt-in accepts it,
+//     audited). A hidden path is never deleted by a command.
 //   - Every action is checked against the policy (ErrPolicyDenied) and
 //     lands in the hash-chained audit log, scrubbed of secrets. A command
 //     whose start cannot be audited does not run.

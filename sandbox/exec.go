@@ -122,7 +122,9 @@ type RefusedPath struct {
 // Execute runs cmd in the sandbox. The order is fixed: lifecycle STARTING;
 // resolve the effective network and secret policies and refuse (audited)
 // with ErrUnsupportedPolicy unless the backend enforces them strongly;
-// evaluate the shell action (a denial starts no process); RUNNING; run
+// expand the read policy into the paths the command must not read
+// (Request.Hidden) and refuse the same way when the backend cannot hide
+// them; evaluate the shell action (a denial starts no process); RUNNING; run
 // with output through streaming scrubbers; audit the result; stage what
 // the command wrote into a copy-on-write transaction (committed at once
 // only with WithAutoCommit); FINALIZED.
@@ -218,6 +220,10 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	}
 	limits = limits.WithDefaults()
 	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr, limits)
+	if err != nil {
+		return fail(err)
+	}
+	hidden, err := s.checkHidden(ctx, execID, cmdStr)
 	if err != nil {
 		return fail(err)
 	}
@@ -317,6 +323,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Network:     netPol,
 		Secrets:     secPol,
 		Egress:      eg.backendEgress(),
+		Hidden:      hidden,
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
@@ -384,8 +391,8 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 			s.record(ctx, audit.Event{ExecutionID: execID, Action: "delete-in-place", Target: p, Decision: "allow",
 				IsolationLevel: isolation, Detail: "deleted directly by the host backend"})
 		}
-	} else if !br.Overlay.Empty() {
-		if err := s.stageOverlay(ctx, tx, execID, br.Overlay, review, res); err != nil {
+	} else if ov := s.dropHiddenDeletions(ctx, execID, br.Overlay, hidden, res); !ov.Empty() {
+		if err := s.stageOverlay(ctx, tx, execID, ov, review, res); err != nil {
 			step(lifecycle.Failed)
 			return res, err
 		}

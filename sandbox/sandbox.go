@@ -40,6 +40,8 @@ type Sandbox struct {
 	// ruledActions and rulesOnly: see policyDigest.
 	ruledActions map[policy.Action]bool
 	rulesOnly    *policy.Policy
+	// readScope: where the read policy can deny (see readDigest).
+	readScope readScope
 	// passedOver says why each backend before the chosen one was not
 	// used ("name: reason").
 	passedOver []string
@@ -98,6 +100,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 
 	s := &Sandbox{o: o, workspace: abs, log: o.logger}
 	s.ruledActions, s.rulesOnly = policyDigest(o.policy)
+	s.readScope = readDigest(o.policy)
 	defer func() {
 		if err != nil {
 			s.release()

@@ -1,0 +1,234 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// readScope is what of the workspace the read policy can deny, worked out
+// once per sandbox from its rules: nothing (the common case, no walk at
+// all), a few subtrees (a rule "secrets/*" can only match under secrets/),
+// or the whole tree (a rule "*.pem", or a read default that is not allow).
+type readScope struct {
+	all   bool
+	roots []string
+}
+
+// readDigest finds the readScope of p. A rule can deny (or ask, which a
+// command cannot answer) only below the literal directory its glob starts
+// with, since "*" and the other wildcards are the only way a pattern
+// matches more than its own spelling.
+func readDigest(p *policy.Policy) readScope {
+	if d, ok := p.Defaults[policy.Read]; !ok || d != policy.Allow {
+		return readScope{all: true}
+	}
+	var sc readScope
+	for _, r := range p.Rules {
+		if r.Action != policy.Read || r.Decision == policy.Allow {
+			continue
+		}
+		t := strings.TrimPrefix(path.Clean(strings.ReplaceAll(r.Target, "\\", "/")), "./")
+		if i := strings.IndexAny(r.Target, "*?[\\"); i >= 0 {
+			lit := r.Target[:i]
+			j := strings.LastIndexByte(lit, '/')
+			if j < 0 {
+				return readScope{all: true}
+			}
+			t = strings.TrimPrefix(path.Clean(lit[:j]), "./")
+		}
+		if t == "." || t == "" || t == "/" || strings.HasPrefix(t, "../") || t == ".." {
+			return readScope{all: true}
+		}
+		sc.roots = append(sc.roots, strings.TrimPrefix(t, "/"))
+	}
+	return sc
+}
+
+// hiddenPaths expands the read policy against the workspace as it is now:
+// every path a command must not read (its read decision is not allow),
+// cleaned, sorted, never under .pulse. A directory is listed alone when it
+// and everything beneath it are hidden; otherwise its hidden entries are
+// listed one by one, so that an allowed file in it stays visible. A
+// directory that cannot be read fails the expansion: what it holds cannot
+// be known to be readable.
+func (s *Sandbox) hiddenPaths() ([]string, error) {
+	sc := s.readScope
+	if !sc.all && len(sc.roots) == 0 {
+		return nil, nil
+	}
+	var out []string
+	h := hider{ws: s.workspace, pol: s.o.policy, out: &out}
+	if sc.all {
+		if _, err := h.walk(".", true); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, r := range sc.roots {
+			fi, err := os.Lstat(filepath.Join(s.workspace, filepath.FromSlash(r)))
+			if errors.Is(err, os.ErrPermission) {
+				// Nothing can be known about what is there.
+				return nil, fmt.Errorf("sandbox: read policy: %s: %w", r, err)
+			}
+			if err != nil {
+				continue // missing, or beneath a file: nothing to hide
+			}
+			if _, err := h.walk(r, fi.IsDir()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return compact(out), nil
+}
+
+type hider struct {
+	ws  string
+	pol *policy.Policy
+	out *[]string
+}
+
+// walk adds what is hidden at and beneath rel, and reports whether all of
+// it is. Links are not followed: a link is hidden or not by its own name,
+// and what it points to by its own.
+func (h hider) walk(rel string, isDir bool) (bool, error) {
+	if pathguard.IsReserved(rel) {
+		return true, nil // never shown to a command anyway
+	}
+	self := rel != "." && h.pol.Evaluate(policy.Read, rel) != policy.Allow
+	if !isDir {
+		if self {
+			*h.out = append(*h.out, rel)
+		}
+		return self, nil
+	}
+	ents, err := os.ReadDir(filepath.Join(h.ws, filepath.FromSlash(rel)))
+	if err != nil {
+		return false, fmt.Errorf("sandbox: read policy: cannot list %s to hide what it denies: %w", rel, err)
+	}
+	start := len(*h.out)
+	all := self
+	for _, e := range ents {
+		child := e.Name()
+		if rel != "." {
+			child = rel + "/" + e.Name()
+		}
+		hid, err := h.walk(child, e.IsDir())
+		if err != nil {
+			return false, err
+		}
+		all = all && hid
+	}
+	if all {
+		*h.out = append((*h.out)[:start], rel)
+	}
+	return all, nil
+}
+
+// compact sorts paths and drops duplicates and paths beneath another.
+func compact(paths []string) []string {
+	sort.Strings(paths)
+	out := paths[:0]
+	for _, p := range paths {
+		if n := len(out); n > 0 && (out[n-1] == p || strings.HasPrefix(p, out[n-1]+"/")) {
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// underHidden reports whether p is one of hidden (sorted, compact) or
+// beneath one.
+func underHidden(hidden []string, p string) bool {
+	i := sort.SearchStrings(hidden, p)
+	if i < len(hidden) && hidden[i] == p {
+		return true
+	}
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if j := sort.SearchStrings(hidden, d); j < len(hidden) && hidden[j] == d {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHidden expands the read policy for a command and refuses it
+// (audited, ErrUnsupportedPolicy) when paths must be hidden and the
+// backend cannot hide them — the command would read what the policy
+// denies. The unsafe host opt-in accepts that, audited, like its other
+// downgrades. It returns the paths to put in Request.Hidden.
+func (s *Sandbox) checkHidden(ctx context.Context, execID, cmdStr string) ([]string, error) {
+	hidden, err := s.hiddenPaths()
+	name := s.backend.Name()
+	if err != nil {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			Backend: name, Reason: "unsupported_policy", Detail: err.Error()})
+		return nil, fmt.Errorf("%w: %w", ErrUnsupportedPolicy, err)
+	}
+	if len(hidden) == 0 {
+		return nil, nil
+	}
+	shown := hidden
+	if len(shown) > 20 {
+		shown = shown[:20]
+	}
+	list := strings.Join(shown, ", ")
+	if len(hidden) > len(shown) {
+		list += fmt.Sprintf(", ... (%d in all)", len(hidden))
+	}
+	if s.caps.HidesPaths {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "read", Target: cmdStr, Decision: "deny", Backend: name,
+			EnforcementLevel: "strong", Detail: "hidden from the command by the read policy: " + list})
+		return hidden, nil
+	}
+	if s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "read", Target: cmdStr, Decision: "allow", Backend: name,
+			EnforcementLevel: "unsupported", Reason: "UNSAFE_HOST",
+			Detail: "the read policy denies " + list + " but backend " + name + " cannot hide paths; accepted by unsafe host opt-in"})
+		return nil, nil
+	}
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+		IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: "unsupported",
+		Reason: "unsupported_policy", Detail: "backend cannot hide what the read policy denies: " + list})
+	return nil, fmt.Errorf("%w: the read policy denies %s, and backend %q cannot hide paths from a command; refused to prevent a silent downgrade",
+		ErrUnsupportedPolicy, list, name)
+}
+
+// dropHiddenDeletions keeps a command from deleting what it could not
+// see: a hidden path reported deleted (a backend's whiteout, or rm on an
+// empty stand-in) is refused, not staged, so the real file is never lost
+// to a command that was not allowed to read it.
+func (s *Sandbox) dropHiddenDeletions(ctx context.Context, execID string, ov *backend.Overlay, hidden []string, res *Result) *backend.Overlay {
+	if len(hidden) == 0 || ov == nil || len(ov.Deleted) == 0 {
+		return ov
+	}
+	kept := make([]string, 0, len(ov.Deleted))
+	var events []audit.Event
+	const why = "hidden from the command by the read policy; a deletion of what it could not see is not staged"
+	for _, p := range ov.Deleted {
+		if underHidden(hidden, p) {
+			res.Refused = append(res.Refused, RefusedPath{Path: p, Reason: why})
+			events = append(events, audit.Event{ExecutionID: execID, Action: "delete", Target: p, Decision: "deny", Detail: why})
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if len(events) == 0 {
+		return ov
+	}
+	s.recordBatch(ctx, "hidden-deletions", events)
+	return &backend.Overlay{Files: ov.Files, Deleted: kept}
+}

@@ -1,0 +1,210 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// hidingBackend is ovBackend with Capabilities.HidesPaths: it records
+// what it was asked to hide.
+type hidingBackend struct{ ovBackend }
+
+func (h *hidingBackend) Capabilities() backend.Capabilities {
+	c := h.ovBackend.Capabilities()
+	c.HidesPaths = true
+	return c
+}
+
+const hiddenSecret = "s3cr3t-value-in-dotenv-7781"
+
+// readDenyPolicy is the README's example and its globs.
+func readDenyPolicy() *policy.Policy {
+	p := policy.Default()
+	p.Rules = []policy.Rule{
+		{Action: policy.Read, Target: ".env.example", Decision: policy.Allow},
+		{Action: policy.Read, Target: ".env*", Decision: policy.Deny},
+		{Action: policy.Read, Target: "secrets/*", Decision: policy.Deny},
+		{Action: policy.Read, Target: "*.pem", Decision: policy.Deny},
+	}
+	return p
+}
+
+func secretWorkspace(t *testing.T) string {
+	t.Helper()
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	for rel, data := range map[string]string{
+		".env": "TOKEN=" + hiddenSecret + "\n", ".env.local": "x", ".env.example": "TOKEN=\n",
+		"secrets/a": "a", "secrets/sub/b": "b", "key.pem": "k", "deep/dir/x.pem": "x",
+		"public.txt": "hello\n", "deep/dir/y.txt": "y",
+	} {
+		writeFile(t, ws, rel, data)
+	}
+	return ws
+}
+
+func TestReadDenyRulesExpandIntoHiddenPaths(t *testing.T) {
+	ws := secretWorkspace(t)
+	be := &hidingBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(readDenyPolicy()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"cat", ".env"}}); err != nil {
+		t.Fatal(err)
+	}
+	// secrets/sub and everything in it are denied, so it is hidden whole;
+	// secrets itself is not (the glob needs something after the slash).
+	want := []string{".env", ".env.local", "deep/dir/x.pem", "key.pem", "secrets/a", "secrets/sub"}
+	if !slices.Equal(be.req.Hidden, want) {
+		t.Fatalf("Hidden = %q, want %q", be.req.Hidden, want)
+	}
+
+	// What exists now is what is hidden: a new secret file is hidden on
+	// the next command.
+	writeFile(t, ws, "new.pem", "n")
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(be.req.Hidden, "new.pem") {
+		t.Fatalf("Hidden = %q, want new.pem too", be.req.Hidden)
+	}
+}
+
+func TestNoReadRulesHideNothing(t *testing.T) {
+	be := &hidingBackend{}
+	sb, err := New(context.Background(), secretWorkspace(t), WithBackend(be))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if be.req.Hidden != nil {
+		t.Fatalf("Hidden = %q under the default policy", be.req.Hidden)
+	}
+}
+
+func TestReadDenyDefaultHidesEverythingButTheAllowed(t *testing.T) {
+	ws := secretWorkspace(t)
+	p := policy.Default()
+	p.Defaults[policy.Read] = policy.Deny
+	p.Rules = []policy.Rule{{Action: policy.Read, Target: "deep/dir/y.txt", Decision: policy.Allow}}
+	be := &hidingBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".env", ".env.example", ".env.local", "deep/dir/x.pem", "key.pem", "public.txt", "secrets"}
+	if !slices.Equal(be.req.Hidden, want) {
+		t.Fatalf("Hidden = %q, want %q", be.req.Hidden, want)
+	}
+}
+
+// A backend that cannot hide paths would let `cat .env` print the
+// secret: the command is refused, audited, and never starts.
+func TestReadDenyOnABackendThatCannotHideIsRefused(t *testing.T) {
+	ws := secretWorkspace(t)
+	be := &ovBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(readDenyPolicy()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Execute(context.Background(), Command{Args: []string{"cat", ".env"}})
+	if !errors.Is(err, ErrUnsupportedPolicy) || !strings.Contains(err.Error(), ".env") {
+		t.Fatalf("err = %v, want ErrUnsupportedPolicy naming .env", err)
+	}
+	if be.req != nil {
+		t.Fatal("the command ran on a backend that cannot hide what the policy denies")
+	}
+	evs := verifyAudit(t, sb)
+	if !hasEvent(evs, func(e audit.Event) bool {
+		return e.Decision == "deny" && e.Reason == "unsupported_policy" && strings.Contains(e.Detail, "cannot hide")
+	}) {
+		t.Fatal("the refusal is not audited")
+	}
+}
+
+// The unsafe host cannot hide anything; its opt-in accepts that, audited.
+func TestUnsafeHostAcceptsReadDenyAudited(t *testing.T) {
+	ws := secretWorkspace(t)
+	sb := newHost(t, ws, WithPolicy(readDenyPolicy()))
+	if _, err := sb.Execute(context.Background(), Command{Shell: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := verifyAudit(t, sb)
+	if !hasEvent(evs, func(e audit.Event) bool { return e.Action == "read" && e.Reason == "UNSAFE_HOST" }) {
+		t.Fatal("the accepted downgrade is not audited")
+	}
+}
+
+// A command cannot delete what it was not allowed to see.
+func TestHiddenPathsAreNotDeleted(t *testing.T) {
+	ws := secretWorkspace(t)
+	be := &hidingBackend{ovBackend{ov: &backend.Overlay{Deleted: []string{".env", "secrets/sub/b", "public.txt"}}}}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(readDenyPolicy()), WithAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	res, err := sb.Execute(context.Background(), Command{Shell: "rm -rf .env secrets public.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".env", "secrets/sub/b"} {
+		if _, err := os.Stat(filepath.Join(ws, p)); err != nil {
+			t.Errorf("%s, hidden from the command, was deleted: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, "public.txt")); err == nil {
+		t.Errorf("public.txt, which the command could see, was not deleted (committed %v)", res.Committed)
+	}
+	if len(res.Refused) != 2 {
+		t.Fatalf("Refused = %+v, want the two hidden paths", res.Refused)
+	}
+}
+
+// `cat .env` on the isolating backends never prints what the read policy
+// denies: the backend hides it, or — where it cannot — the command is
+// refused.
+func TestIsolatedCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		open func(*testing.T, string, ...Option) *Sandbox
+	}{{"namespace", newIsolated}, {"docker", newDockerSandbox}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := secretWorkspace(t)
+			sb := tc.open(t, ws, WithPolicy(readDenyPolicy()))
+			res, err := sb.Execute(context.Background(), Command{Shell: "cat .env secrets/a key.pem; cat public.txt"})
+			if !sb.Capabilities().HidesPaths {
+				if !errors.Is(err, ErrUnsupportedPolicy) {
+					t.Fatalf("backend cannot hide paths, yet err = %v (res %+v)", err, res)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(res.Stdout, hiddenSecret) || strings.Contains(res.Stdout, "TOKEN") {
+				t.Fatalf("the command read .env: %q", res.Stdout)
+			}
+			if !strings.Contains(res.Stdout, "hello") {
+				t.Fatalf("an allowed file was not readable: %q %q", res.Stdout, res.Stderr)
+			}
+		})
+	}
+}
