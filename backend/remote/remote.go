@@ -153,6 +153,14 @@ func (b *Backend) Name() string { return "remote" }
 // URL returns the server URL, for messages.
 func (b *Backend) URL() string { return b.u.Redacted() }
 
+// Executor names what runs commands on the server ("local:docker",
+// "relay", ...) as its last Probe reported it; "" before one.
+func (b *Backend) Executor() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.executor
+}
+
 // Probe connects, authenticates and fetches the server's capabilities,
 // which Capabilities then reports. Its error wraps backend.ErrUnavailable
 // and one of ErrUnreachable, ErrUnauthorized, ErrTLS or ErrVersion.

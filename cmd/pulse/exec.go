@@ -119,6 +119,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	res, err := sb.Execute(ctx, cmd)
 	if err != nil && res == nil {
 		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
+		if hint := refusalHint(sb, err); hint != "" {
+			fmt.Fprintf(env.stderr, "pulse exec: %s\n", hint)
+		}
 		return exitSandbox
 	}
 

@@ -165,6 +165,9 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 		if err == nil {
 			err = errors.New("the sandbox returned no result")
 		}
+		if hint := refusalHint(t.sb, err); hint != "" {
+			err = fmt.Errorf("%w; %s", err, hint)
+		}
 		return nil, executeOut{}, err
 	}
 	out := executeOut{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -72,4 +73,21 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 		opts = append(opts, sandbox.WithSecretPolicy(sp))
 	}
 	return opts, nil
+}
+
+// fleetHint is what to do when a pulse-server relaying to pulse-workers
+// refuses the policy.
+const fleetHint = "the server relays commands to pulse-workers, which cannot restrict a command's network or environment; " +
+	"to run on the fleet, allow network and secrets explicitly: --policy examples/fleet-policy.yaml --secrets allow-all"
+
+// refusalHint says how to get past a refusal of sb's policy, when there
+// is something to say ("" otherwise).
+func refusalHint(sb *sandbox.Sandbox, err error) string {
+	if !errors.Is(err, sandbox.ErrUnsupportedPolicy) {
+		return ""
+	}
+	if r, ok := sb.Backend().(interface{ Executor() string }); ok && r.Executor() == "relay" {
+		return fleetHint
+	}
+	return ""
 }

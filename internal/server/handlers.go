@@ -107,8 +107,12 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 	if caps.NetworkLevel(net.Mode) == secrets.Unsupported || caps.SecretLevel(sec.Mode) == secrets.Unsupported {
 		release()
 		s.m.rejected("unsupported")
-		c.out.push(errorFrame(m.RequestID, fmt.Sprintf("executor %s cannot enforce network %q with secrets %q",
-			s.exec.Name(), net.Mode, sec.Mode), codeUnsupported))
+		msg := fmt.Sprintf("executor %s cannot enforce network %q with secrets %q", s.exec.Name(), net.Mode, sec.Mode)
+		if s.exec.Name() == "relay" {
+			msg += "; pulse-workers cannot restrict a command's network, so the fleet needs network allow-all: allow network " +
+				"and secrets in the policy (pulse exec --policy examples/fleet-policy.yaml --secrets allow-all)"
+		}
+		c.out.push(errorFrame(m.RequestID, msg, codeUnsupported))
 		return nil
 	}
 
