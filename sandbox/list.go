@@ -36,6 +36,15 @@ type DirEntry struct {
 // It lists the committed workspace: the writes of pending transactions
 // are not in it.
 func (s *Sandbox) ListDir(ctx context.Context, dir string) ([]DirEntry, error) {
+	ents, err := s.listDir(ctx, dir)
+	for i := range ents {
+		ents[i].Name = s.scrubber.Redact(ents[i].Name)
+		ents[i].Path = s.scrubber.Redact(ents[i].Path)
+	}
+	return ents, s.scrubErr(err)
+}
+
+func (s *Sandbox) listDir(ctx context.Context, dir string) ([]DirEntry, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}

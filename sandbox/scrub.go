@@ -50,6 +50,7 @@ func (s *Sandbox) scrubResult(res *Result) {
 	res.Staged = s.scrubAll(res.Staged)
 	res.Committed = s.scrubAll(res.Committed)
 	res.RunsOnHost = s.scrubAll(res.RunsOnHost)
+	res.NetworkRefused = s.scrubAll(res.NetworkRefused)
 	res.Changed = s.scrubAll(res.Changed)
 	res.Deleted = s.scrubAll(res.Deleted)
 	for i := range res.Refused {

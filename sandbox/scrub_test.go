@@ -134,3 +134,18 @@ func TestPassedOverReasonsAreScrubbed(t *testing.T) {
 		t.Errorf("error = %v, want the remote's reason with the secret redacted", err)
 	}
 }
+
+func TestListDirIsScrubbed(t *testing.T) {
+	sb := secretSandbox(t, &ovBackend{})
+	writeFile(t, sb.Workspace(), "key-"+scrubSecret+".txt", "x")
+	ents, err := sb.ListDir(context.Background(), ".")
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("ListDir = %v, %v", ents, err)
+	}
+	if strings.Contains(ents[0].Name, scrubSecret) || strings.Contains(ents[0].Path, scrubSecret) {
+		t.Errorf("entry leaks the secret: %+v", ents[0])
+	}
+	if _, err := sb.ListDir(context.Background(), "no-"+scrubSecret); err == nil || strings.Contains(err.Error(), scrubSecret) {
+		t.Errorf("err = %v, want a scrubbed error", err)
+	}
+}
