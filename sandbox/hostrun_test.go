@@ -13,6 +13,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // newDockerSandbox opens a sandbox on the Docker backend, or skips when no
@@ -92,18 +93,31 @@ func TestAutoCommitNeverAppliesWhatGitRunsOnTheHost(t *testing.T) {
 		t.Fatalf("through a symlink: CommitErr = %v, RunsOnHost = %v", res2.CommitErr, res2.RunsOnHost)
 	}
 
-	// A person's explicit commit applies it.
+	// Code committing through the SDK (an agent's harness, the MCP
+	// commit tool) is not a person: refused without an Approver.
 	tx, err := sb.Transaction(res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Commit(ctx, tx); err != nil {
-		t.Fatal(err)
+	if _, err := sb.Commit(ctx, tx); !errors.Is(err, ErrRunsOnHost) {
+		t.Fatalf("SDK Commit of a hook: err = %v, want ErrRunsOnHost", err)
 	}
-	if got := readFile(t, ws, ".git/hooks/pre-commit"); got != "#!/bin/sh\ntouch /tmp/pwned\n" {
-		t.Fatalf("after an explicit commit the hook is %q", got)
+	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/pre-commit")); err == nil {
+		t.Fatal("the SDK committed a hook without a person")
 	}
 	evs := verifyAudit(t, sb)
+	// A person's review (pulse cow commit, pulse review) applies it.
+	r, err := OpenReview(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Commit(ctx, res.Transaction); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if got := readFile(t, ws, ".git/hooks/pre-commit"); got != "#!/bin/sh\ntouch /tmp/pwned\n" {
+		t.Fatalf("after a person's commit the hook is %q", got)
+	}
 	if !hasEvent(evs, func(e audit.Event) bool {
 		return e.Action == "commit" && e.Decision == "deny" && e.Reason == "runs_on_host"
 	}) {
@@ -191,5 +205,41 @@ func TestDockerPlantedGitConfigIsHeld(t *testing.T) {
 	}
 	if got := readFile(t, ws, ".git/config"); got != "[core]\n\tbare = false\n" {
 		t.Fatalf(".git/config changed without a person: %q", got)
+	}
+}
+
+// An Approver — a person's hook — may let the SDK commit such a path.
+func TestSDKCommitOfAHookAsksTheApprover(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	be := &ovBackend{ov: &backend.Overlay{Files: []backend.File{{Path: ".git/hooks/post-merge", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}}}
+	var asked []string
+	answer := true // staging asks too (the default policy asks about writes)
+	sb, err := New(context.Background(), ws, WithBackend(be), WithApprover(func(_ context.Context, a policy.Action, target string) (bool, error) {
+		asked = append(asked, string(a)+" "+target)
+		return answer, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := context.Background()
+	res, err := sb.Execute(ctx, Command{Args: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sb.Transaction(res.Transaction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, answer = nil, false
+	if _, err := sb.Commit(ctx, tx); !errors.Is(err, ErrRunsOnHost) || !slices.Equal(asked, []string{"write .git/hooks/post-merge"}) {
+		t.Fatalf("refused approval: err = %v, asked %q", err, asked)
+	}
+	answer = true
+	if _, err := sb.Commit(ctx, tx); err != nil {
+		t.Fatalf("approved: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/post-merge")); err != nil {
+		t.Fatalf("the approved hook was not committed: %v", err)
 	}
 }

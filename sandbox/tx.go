@@ -140,11 +140,21 @@ func (s *Sandbox) Preview(tx *cowfs.Tx) (string, error) {
 // protocol. A file changed by someone else since it was staged fails the
 // commit with an error wrapping ErrConflict; nothing is overwritten and
 // the transaction stays pending.
+//
+// A transaction that changes what git runs on the host (hooks, config;
+// see policy.RunsOnHost) is committed only when the Approver (a person's
+// hook) approves each such path; without one Commit refuses it with
+// ErrRunsOnHost. Code — an agent's harness, an MCP tool call — is not a
+// person: such a transaction is for `pulse cow commit` or `pulse review`
+// (Review), after someone has read it.
 func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
+	if err := s.approveHostRun(ctx, tx); err != nil {
+		return nil, s.scrubErr(err)
+	}
 	paths, err := s.commit(ctx, tx, "")
 	return s.scrubAll(paths), s.scrubErr(err)
 }
@@ -361,4 +371,37 @@ func (s *Sandbox) runsOnHost(p string) bool {
 		dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest)
 	}
 	return false
+}
+
+// approveHostRun refuses, audited, to commit tx through the SDK when it
+// changes what git runs on the host and no Approver approves each such
+// path.
+func (s *Sandbox) approveHostRun(ctx context.Context, tx *cowfs.Tx) error {
+	var paths []string
+	for _, c := range tx.Changes() {
+		if !c.Implicit && s.runsOnHost(c.Path) {
+			paths = append(paths, c.Path)
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	deny := func(why string) error {
+		s.record(ctx, audit.Event{Action: "commit", Target: tx.ID(), Decision: "deny", Reason: "runs_on_host",
+			Detail: why + ": " + strings.Join(paths, ", ")})
+		return fmt.Errorf("%w: %s: %s; a person commits it with: pulse cow commit %s", ErrRunsOnHost, why, strings.Join(paths, ", "), tx.ID())
+	}
+	if s.o.approver == nil {
+		return deny("no approver to ask")
+	}
+	for _, p := range paths {
+		ok, err := s.o.approver(ctx, policy.Write, p)
+		if err != nil {
+			return deny("approval failed: " + err.Error())
+		}
+		if !ok {
+			return deny("the approver refused " + p)
+		}
+	}
+	return nil
 }
