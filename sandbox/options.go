@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/remote"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -38,6 +39,7 @@ type options struct {
 	sessionID     string
 	getenv        func(string) string
 	egress        egressOptions // egress.go
+	remoteOpts    []remote.Option
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():
@@ -205,4 +207,15 @@ func WithSessionID(id string) Option {
 // withGetenv replaces os.Getenv for backend selection (tests).
 func withGetenv(f func(string) string) Option {
 	return func(o *options) error { o.getenv = f; return nil }
+}
+
+// WithRemoteOptions passes options to the remote backend when selection
+// builds it from PULSE_REMOTE_URL (for example remote.WithWorkspaceLimits,
+// to upload a larger workspace to a server that accepts one). They do not
+// apply to a backend given with WithBackend.
+func WithRemoteOptions(opts ...remote.Option) Option {
+	return func(o *options) error {
+		o.remoteOpts = append(o.remoteOpts, opts...)
+		return nil
+	}
 }

@@ -37,7 +37,7 @@ func candidates() []candidate {
 				return ""
 			},
 			make: func(o *options) (backend.Backend, error) {
-				return remote.FromEnv(o.getenv, remote.WithLogger(o.logger))
+				return remote.FromEnv(o.getenv, append([]remote.Option{remote.WithLogger(o.logger)}, o.remoteOpts...)...)
 			},
 		},
 		{

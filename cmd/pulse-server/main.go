@@ -39,6 +39,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -79,6 +80,10 @@ type config struct {
 	clientTokens         string // PULSE_REMOTE_TOKEN
 	// ceiling bounds the resource limits a submission may ask for.
 	ceiling policy.ResourceLimits
+	// uploads bound one uploaded workspace; maxOutput caps each of stdout
+	// and stderr of one execution.
+	uploads   artifact.Limits
+	maxOutput int64
 }
 
 func isLoopback(host string) bool {
@@ -126,6 +131,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
+	maxUpload, err := envInt(getenv, "PULSE_REMOTE_MAX_UPLOAD_BYTES", int(artifact.DefaultMaxCompressed))
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	maxUnpacked, err := envInt(getenv, "PULSE_REMOTE_MAX_UNPACKED_BYTES", int(artifact.DefaultMaxUnpacked))
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	maxOutput, err := envInt(getenv, "PULSE_REMOTE_MAX_OUTPUT_BYTES", int(policy.DefaultOutputBytes))
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&c.host, "host", envOr(getenv, "PULSE_REMOTE_HOST", "127.0.0.1"), "bind host (PULSE_REMOTE_HOST)")
 	fs.StringVar(&c.port, "port", envOr(getenv, "PULSE_REMOTE_PORT", "8080"), "bind port (PULSE_REMOTE_PORT)")
@@ -144,6 +161,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&c.ceiling.CPUs, "max-cpus", 0, "largest CPU limit of one execution, in cores (0: no ceiling)")
 	fs.Int64Var(&c.ceiling.Pids, "max-pids", 0, "largest process count limit of one execution (0: no ceiling)")
 	fs.Int64Var(&c.ceiling.FileSizeBytes, "max-file-size-bytes", 0, "largest file-size limit of one execution (0: no ceiling)")
+	fs.Int64Var(&c.uploads.MaxCompressed, "max-upload-bytes", int64(maxUpload), "largest uploaded workspace archive, compressed (PULSE_REMOTE_MAX_UPLOAD_BYTES)")
+	fs.Int64Var(&c.uploads.MaxUnpacked, "max-unpacked-bytes", int64(maxUnpacked), "largest uploaded workspace, unpacked (PULSE_REMOTE_MAX_UNPACKED_BYTES)")
+	fs.Int64Var(&c.maxOutput, "max-output-bytes", int64(maxOutput), "output cap of each of stdout and stderr of one execution (PULSE_REMOTE_MAX_OUTPUT_BYTES)")
 	fs.StringVar(&c.logLevel, "log-level", envOr(getenv, "PULSE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -240,6 +260,12 @@ func (c *config) check() []string {
 	}
 	if c.retentionHours < 1 || c.retentionHours > 8760 {
 		add("--retention-hours must be between 1 and 8760")
+	}
+	if c.uploads.MaxCompressed < 1<<10 || c.uploads.MaxUnpacked < c.uploads.MaxCompressed {
+		add("--max-upload-bytes must be at least 1024 and --max-unpacked-bytes at least as large")
+	}
+	if c.maxOutput < 1<<10 {
+		add("--max-output-bytes must be at least 1024")
 	}
 	if l := c.ceiling; l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || !(l.CPUs >= 0) {
 		add("--max-memory-bytes, --max-cpus, --max-pids and --max-file-size-bytes must not be negative")
@@ -360,6 +386,13 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 		server.WithRetention(time.Duration(c.retentionHours) * time.Hour),
 		server.WithLogger(log),
 		server.WithLimitCeiling(c.ceiling),
+		server.WithArtifactLimits(c.uploads),
+		server.WithMaxOutputBytes(c.maxOutput),
+	}
+	// An upload travels base64-encoded in one frame: the frame limit
+	// grows with the upload limit.
+	if frame := c.uploads.MaxCompressed/3*4 + 1<<20; frame > server.DefaultMaxMessageBytes {
+		opts = append(opts, server.WithMaxMessageBytes(frame))
 	}
 	switch c.executor {
 	case "relay":

@@ -52,6 +52,10 @@ func TestUsageErrors(t *testing.T) {
 		{"relay without tokens", []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0"}, nil, "worker tokens"},
 		{"listener without relay", []string{"--development", "--worker-listen", "127.0.0.1:0"}, nil, "--executor relay"},
 		{"stray argument", []string{"--development", "extra"}, nil, "unexpected"},
+		{"upload limit", []string{"--development", "--max-upload-bytes", "10"}, nil, "--max-upload-bytes must be at least 1024"},
+		{"unpacked below upload", []string{"--development", "--max-upload-bytes", "4096", "--max-unpacked-bytes", "2048"}, nil, "--max-unpacked-bytes at least"},
+		{"output cap", []string{"--development", "--max-output-bytes", "0"}, nil, "--max-output-bytes must be at least 1024"},
+		{"upload env", []string{"--development"}, map[string]string{"PULSE_REMOTE_MAX_UPLOAD_BYTES": "lots"}, "not an integer"},
 	}
 	for _, tc := range cases {
 		var stderr bytes.Buffer

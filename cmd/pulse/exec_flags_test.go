@@ -39,3 +39,22 @@ func TestExecEnvAndCwd(t *testing.T) {
 		t.Errorf("--cwd outside the workspace: exit %d, want %d", code, exitSandbox)
 	}
 }
+
+func TestExecMaxOutputBytesCapsTheOutput(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--json",
+		"--max-output-bytes", "2048", "--", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x")
+	if code == exitSandbox {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Stdout    string `json:"stdout"`
+		Truncated bool   `json:"truncated"`
+	}
+	must(t, json.Unmarshal([]byte(stdout), &res))
+	if !res.Truncated || len(res.Stdout) > 2048 || len(res.Stdout) == 0 {
+		t.Errorf("truncated=%v, %d bytes of stdout; want truncated at 2048", res.Truncated, len(res.Stdout))
+	}
+	if code, _, _ := runCLI(t, "exec", "--workspace", t.TempDir(), "--max-upload-bytes", "-1", "--", "true"); code != exitUsage {
+		t.Errorf("negative --max-upload-bytes: exit %d, want %d", code, exitUsage)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pulse-agent/pulse/backend/remote"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 	"github.com/pulse-agent/pulse/secrets"
@@ -21,6 +22,8 @@ type sandboxFlags struct {
 	workspace  *string
 	secretEnv  stringList
 	secretMode *string
+	maxUpload  *int64
+	maxOutput  *int64
 }
 
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
@@ -31,6 +34,8 @@ func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f.workspace = fs.String("workspace", ".", "workspace directory")
 	fs.Var(&f.secretEnv, "secret-env", "`NAME` of an environment variable holding a secret to scrub (repeatable)")
 	f.secretMode = fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
+	f.maxUpload = fs.Int64("max-upload-bytes", 0, "remote backend: largest workspace archive to upload, compressed (default 32 MiB, as the server's default; the server's --max-upload-bytes must allow it too)")
+	f.maxOutput = fs.Int64("max-output-bytes", 0, "cap on each of stdout and stderr of a command; may only lower the policy's (default 16 MiB)")
 	return f
 }
 
@@ -38,6 +43,15 @@ func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 // variable that is not set) go to warn.
 func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([]sandbox.Option, error) {
 	opts := []sandbox.Option{sandbox.WithBackendName(*f.backend)}
+	if *f.maxUpload < 0 || *f.maxOutput < 0 {
+		return nil, errors.New("--max-upload-bytes and --max-output-bytes must not be negative")
+	}
+	if *f.maxUpload > 0 {
+		opts = append(opts, sandbox.WithRemoteOptions(remote.WithWorkspaceLimits(*f.maxUpload, 0, 0)))
+	}
+	if *f.maxOutput > 0 {
+		opts = append(opts, sandbox.WithLimits(policy.ResourceLimits{OutputBytes: *f.maxOutput}))
+	}
 	if *f.unsafeHost {
 		opts = append(opts, sandbox.WithUnsafeHostExecution())
 	}
