@@ -287,3 +287,28 @@ func TestLoadKey(t *testing.T) {
 		t.Fatal("String shows the key")
 	}
 }
+
+// FuzzDecodeHead: a head record is read from a directory others may
+// write; decoding never panics, and only a record whose sum matches is
+// accepted.
+func FuzzDecodeHead(f *testing.F) {
+	k, _ := NewKey(bytes.Repeat([]byte{1}, 32), "fuzz")
+	f.Add(encodeHead(nil, 3, GenesisHash))
+	f.Add(encodeHead(k, 9, GenesisHash))
+	f.Add([]byte(`{"v":1,"seq":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, key := range []*Key{nil, k} {
+			h, err := decodeHead(b, key)
+			if err != nil {
+				continue
+			}
+			var want *Key
+			if h.KeyID != "" {
+				want = key
+			}
+			if h.Sum != headSum(want, h.Seq, h.Hash) {
+				t.Fatalf("accepted a head whose sum does not match: %q", b)
+			}
+		}
+	})
+}

@@ -22,6 +22,8 @@ const (
 	ViaSDK        = "sdk"
 	ViaCLI        = "cli"
 	ViaReviewPage = "review-page"
+	// ViaAutoCommit marks a commit WithAutoCommit made on its own.
+	ViaAutoCommit = "auto-commit"
 )
 
 // Review is the one path every review action takes, wherever it comes

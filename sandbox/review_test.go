@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/cowfs"
 )
 
@@ -189,5 +190,26 @@ func TestReviewKeyedAndKeyInsideWorkspaceRefused(t *testing.T) {
 	env[audit.KeyFileEnv] = inside
 	if _, err := OpenReview(context.Background(), ws, ReviewGetenv(getenv)); err == nil {
 		t.Fatal("a key inside the workspace was accepted")
+	}
+}
+
+// An auto-commit goes through the same review path, marked as such.
+func TestAutoCommitIsAuditedAsAutoCommit(t *testing.T) {
+	ws := t.TempDir()
+	// ovBackend stands in for a capturing backend: it returns the overlay
+	// a command would have written.
+	be := &ovBackend{ov: &backend.Overlay{Files: []backend.File{{Path: "out.txt", Mode: 0o644, Data: []byte("out\n")}}}}
+	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackend(be), WithAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	res, err := sb.Execute(context.Background(), Command{Args: []string{"x"}})
+	if err != nil || res.CommitErr != nil || len(res.Committed) != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	c := reviewEvents(t, ws)["commit"]
+	if len(c) != 1 || c[0].Via != ViaAutoCommit || c[0].ExecutionID == "" || c[0].ContentSHA256 != sha("out\n") || c[0].TxID == "" {
+		t.Fatalf("%+v", c)
 	}
 }

@@ -160,7 +160,11 @@ func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 }
 
 func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]string, error) {
-	return s.review().commitTx(ctx, tx, execID)
+	r := s.review()
+	if execID != "" {
+		r.via = ViaAutoCommit // WithAutoCommit, not a person's decision
+	}
+	return r.commitTx(ctx, tx, execID)
 }
 
 // Discard drops tx and its staged bytes.

@@ -66,7 +66,7 @@
       el("span", { class: "actions" }, commit, discard)));
     if (tx.conflict) {
       card.append(el("div", { class: "conflict", role: "alert",
-        text: "Conflict: " + tx.conflict.path + " was " + tx.conflict.reason + " in the workspace since it was staged; nothing was written. " + tx.conflict.error }));
+        text: "Conflict: " + tx.conflict.path + " was " + tx.conflict.reason + " in the workspace since it was staged, so the commit was refused and nothing was written. The diff below is against the workspace as it is now: discard, or stage again." }));
     }
     for (const f of files) {
       const k = tx.id + "\u0000" + f.path;
