@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
 
@@ -440,15 +442,19 @@ func diffPath(h string) string {
 
 // RunsOnHost says why a path, once committed, runs code on the host the
 // next time git (or a shell tool) is used there — or "" when it does not.
+// The git paths are policy.RunsOnHost's, which the facade refuses to
+// commit without a person; the rest are flagged for the reader only.
 func RunsOnHost(p string) string {
-	switch {
-	case strings.HasPrefix(p, ".git/hooks/"):
-		return "git hook: runs on the next git command on the host"
-	case p == ".git/config", p == ".git/info/attributes", p == ".gitattributes", p == ".gitmodules":
-		return "git configuration: can name programs (core.fsmonitor, core.hooksPath, filters, aliases) that git runs on the host"
-	case p == ".git/hooks", p == ".git/info":
-		return "holds git hooks or attributes"
-	case p == ".envrc":
+	if policy.RunsOnHost(p) {
+		if strings.Contains(strings.ToLower(p), "hooks") {
+			return "git hook: runs on the next git command on the host"
+		}
+		return "git directory or configuration: git on the host reads it as instructions (core.fsmonitor, core.hooksPath, filters, aliases, another gitdir)"
+	}
+	switch path.Base(p) {
+	case ".gitattributes", ".gitmodules":
+		return "names filters and submodules that git on the host may run"
+	case ".envrc":
 		return "direnv runs it on entering the directory"
 	}
 	return ""

@@ -337,7 +337,7 @@ func TestSplitDiffAndHostPaths(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 	for p, host := range map[string]bool{".git/hooks/pre-commit": true, ".git/config": true, ".gitattributes": true,
-		".git/objects/ab/cd": false, "src/.git/config.go": false, "README.md": false} {
+		".git/objects/ab/cd": false, "src/.git/config.go": false, "README.md": false, ".git": true, "sub/.git/hooks/x": true} {
 		if (RunsOnHost(p) != "") != host {
 			t.Errorf("RunsOnHost(%q) = %q", p, RunsOnHost(p))
 		}
