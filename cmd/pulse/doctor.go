@@ -19,19 +19,29 @@ func init() {
 	register(command{
 		name:    "doctor",
 		summary: "show each backend, whether it is available here, and what it enforces",
-		usage:   []string{"pulse doctor [--policy FILE] [--unsafe-host] [--json]"},
+		usage:   []string{"pulse doctor [--policy FILE] [--unsafe-host] [--json]", "pulse doctor network [--backend NAME] [--json]"},
 		help: `For each backend in the order 'pulse exec --backend auto' tries them: whether it
 is available and why not, its isolation, the level (strong, best-effort,
 unsupported) at which it enforces each network and secret mode and each limit,
 and what it would do with a command under the policy (--policy FILE, else the
 built-in one): the effective modes and limits and whether it would refuse.
 --json prints an array of {name, available, reason, selectable, capabilities,
-policy: {network, network_level, secrets, secrets_level, limits, refused}}.`,
+policy: {network, network_level, secrets, secrets_level, limits, refused}}.
+
+'pulse doctor network' runs the egress bypass suite on the namespace and
+Docker backends: allowed requests through the proxy, and every known way
+around the network allowlist (relayed CONNECT, SNI and Host header
+mismatches, direct TCP, UDP and DNS, IPv6, rebinding, the secret's
+placeholder); it prints what held and exits 1 if anything got through.
+Every server it uses is on 127.0.0.1.`,
 		run: runDoctor,
 	})
 }
 
 func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) > 0 && args[0] == "network" {
+		return runDoctorNetwork(ctx, env, args[1:]) // doctor_network.go
+	}
 	fs := newFlagSet(env, "doctor")
 	unsafeHost := fs.Bool("unsafe-host", false, "report the host backend as selectable")
 	policyFile := fs.String("policy", "", "show what each backend would do under this policy file (default: the built-in policy)")

@@ -32,9 +32,12 @@ func init() {
 transaction, shown as a diff; review it with 'pulse cow'. One argument with shell
 syntax is run as a bash script. Exit code: the command's own, 124 when it timed
 out, 125 when the sandbox could not run it, 128+N when pulse got signal N.
+--allow-host HOST[:PORT] lets the command reach that host through the egress
+proxy (the only way out: no route, no resolver); the hosts it was refused are
+listed after it.
 --json prints {execution_id, command, backend, exit_code, termination_reason,
 duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
-{max_rss_bytes, user_cpu_ms, system_cpu_ms}}.`,
+{max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused}.`,
 		run: runExec,
 	})
 }

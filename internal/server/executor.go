@@ -103,7 +103,12 @@ func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		}
 		snap = s
 	}
+	req, stopEgress, err := withEgress(req, l.log) // egress.go
+	if err != nil {
+		return nil, err
+	}
 	res, err := l.b.Exec(ctx, req)
+	stopEgress()
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// With --allow-host and nothing else, a command reaches the listed local
+// server through the proxy and nothing else; the refused host is named
+// after the command.
+func TestExecAllowHost(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "from-the-local-server") }))
+	defer srv.Close()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	script := `get() { exec 3<>/dev/tcp/127.0.0.1/3128; printf "GET http://$1/ HTTP/1.1\r\nHost: $1\r\nConnection: close\r\n\r\n" >&3; cat <&3; }; get ` +
+		srv.Listener.Addr().String() + `; get ` + other.Addr().String()
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "namespace",
+		"--allow-host", srv.Listener.Addr().String(), "--", "bash", "-c", script)
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		t.Skipf("namespace backend unavailable here: %s", stderr)
+	}
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "from-the-local-server") || !strings.Contains(stdout, "403 Forbidden") {
+		t.Errorf("stdout %q", stdout)
+	}
+	if !strings.Contains(stderr, "network refused: "+other.Addr().String()) {
+		t.Errorf("no summary of the refused host:\n%s", stderr)
+	}
+	if code, _, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--allow-host", "bad host", "--", "true"); code != exitUsage {
+		t.Errorf("a malformed --allow-host: exit %d: %s", code, stderr)
+	}
+}
+
+func TestDoctorNetworkOnNamespace(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "doctor", "network", "--backend", "namespace", "--json")
+	var report []struct {
+		Backend string
+		Reason  string
+		Results []struct {
+			Name    string
+			Held    bool
+			Detail  string
+			Skipped string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil || len(report) != 1 {
+		t.Fatalf("exit %d, report %q (%v): %s", code, stdout, err, stderr)
+	}
+	if report[0].Reason != "" {
+		t.Skipf("namespace not tried: %s", report[0].Reason)
+	}
+	if code != 0 || len(report[0].Results) < 15 {
+		t.Fatalf("exit %d, %d results: %s", code, len(report[0].Results), stdout)
+	}
+	for _, r := range report[0].Results {
+		if !r.Held {
+			t.Errorf("%s: %s", r.Name, r.Detail)
+		}
+	}
+}
