@@ -3,8 +3,9 @@ package policy
 import "time"
 
 // ResourceLimits bounds what one command may consume. A zero field means
-// "the backend's default" for Timeout and OutputBytes (see DefaultLimits)
-// and "no limit" for the others.
+// "the default" for Timeout and OutputBytes (see WithDefaults), and for
+// Pids and MemoryBytes on the isolating backends (see
+// WithIsolationDefaults); "no limit" for the others.
 type ResourceLimits struct {
 	// Timeout is the wall-clock limit of one command.
 	Timeout time.Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
@@ -26,6 +27,34 @@ const (
 	DefaultTimeout     = 10 * time.Minute
 	DefaultOutputBytes = 16 << 20
 )
+
+// Defaults the isolating backends (namespace, Docker) apply where Pids or
+// MemoryBytes is zero, so that a command no policy bounds still cannot
+// take the host down: a fork bomb stops at DefaultPids tasks instead of
+// the host's pid space, a runaway allocation at DefaultMemoryBytes. They
+// leave room for real builds (a parallel `go test ./...` or `make -j`
+// runs a few hundred tasks; most compilers and linkers stay well below a
+// GiB); a policy raises them with limits.pids and limits.memory_bytes.
+// The host backend enforces neither (see its Capabilities).
+const (
+	DefaultPids        = 1024
+	DefaultMemoryBytes = 1 << 30
+)
+
+// WithIsolationDefaults returns l with a zero Pids and MemoryBytes replaced
+// by DefaultPids and DefaultMemoryBytes. The isolating backends call it on
+// what they are asked to enforce; the facade does not, so that a backend
+// that cannot enforce these limits is not refused for limits nobody asked
+// for.
+func (l ResourceLimits) WithIsolationDefaults() ResourceLimits {
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	return l
+}
 
 // WithDefaults returns l with a zero Timeout and OutputBytes replaced by
 // DefaultTimeout and DefaultOutputBytes, so that no command runs unbounded.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -79,29 +80,42 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 	}
 	yes := true
 	cfg := &container.Config{
-		Image:      b.o.image,
-		User:       fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
-		Cmd:        []string{"/bin/sleep", "2147483647"},
-		Env:        []string{"PATH=" + basePath},
-		WorkingDir: "/pulse",
-		Labels:     b.labels,
-		// An anonymous volume: the only writable place besides /tmp,
-		// removed with the container, and a valid CopyToContainer target
-		// although the root filesystem is read-only.
-		Volumes:         map[string]struct{}{"/pulse": {}},
+		Image:           b.o.image,
+		User:            fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		Cmd:             []string{"/bin/sleep", "2147483647"},
+		Env:             []string{"PATH=" + basePath},
+		WorkingDir:      "/pulse",
+		Labels:          b.labels,
 		NetworkDisabled: key.network != policy.NetworkAllowAll,
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    netMode,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + seccompJSON()},
 		ReadonlyRootfs: true,
+		// exec: the engine mounts a tmpfs noexec unless told otherwise,
+		// and noexec is no boundary here (any interpreter reads a script),
+		// only a broken ./script.sh.
 		Tmpfs: map[string]string{
-			"/tmp": "rw,nosuid,nodev,size=" + b.o.tmpfsSize,
+			"/tmp": "rw,exec,nosuid,nodev,size=" + b.o.tmpfsSize,
 			// The commands' working copies: tmpfs, because creating and
 			// copying files on the engine's disk costs milliseconds each.
-			"/work": fmt.Sprintf("rw,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0755", b.o.scratchSize, sandboxUID, sandboxGID),
+			"/work": fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0755", b.o.scratchSize, sandboxUID, sandboxGID),
 		},
+		// An anonymous volume where the workspace is copied in: a valid
+		// CopyToContainer target although the root filesystem is
+		// read-only, removed with the container. It is a tmpfs of the
+		// scratch size rather than a directory on the engine's disk, where
+		// a command could write without bound.
+		Mounts: []mount.Mount{{
+			Type:   mount.TypeVolume,
+			Target: "/pulse",
+			VolumeOptions: &mount.VolumeOptions{DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
+				"type":   "tmpfs",
+				"device": "tmpfs",
+				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
+			}}},
+		}},
 		Init:      &yes,
 		Resources: res,
 	}

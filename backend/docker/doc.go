@@ -11,9 +11,14 @@
 //     Close removes its own.
 //   - Hardened by default: network none for deny-all, all capabilities
 //     dropped, no-new-privileges, read-only root filesystem with tmpfs
-//     /tmp, a non-root user (uid 1000), the engine's default seccomp
-//     profile, and the memory/cpu/pids limits given with
-//     WithContainerLimits. Capabilities().Notes lists these defaults.
+//     /tmp, a non-root user (uid 1000), a seccomp profile made of the
+//     namespace backend's deny list (ptrace, process_vm_readv/writev,
+//     io_uring, bpf, keyctl, mount, new namespaces, the TIOCSTI and
+//     TIOCLINUX ioctls; see seccomp.go) in place of the engine's default,
+//     and the memory/cpu/pids limits given with WithContainerLimits, or
+//     else policy.DefaultPids and policy.DefaultMemoryBytes, so that no
+//     container can exhaust the host. Capabilities().Notes lists these
+//     defaults.
 //   - Network allowlist: the container has network none, and the egress
 //     proxy of Request.Egress is bridged in: this process opens a
 //     listener on 127.0.0.1 inside the container's network namespace and
@@ -21,6 +26,14 @@
 //     not an internal Docker network). That needs root on the engine's
 //     machine; elsewhere allowlist is unsupported and refused with
 //     backend.ErrUnsupported, as is an allowlist request without Egress.
+//   - Scripts run from the workspace and /tmp (both tmpfs mounted with
+//     exec: noexec stops ./script.sh but no interpreter). Every place the
+//     container can write is bounded: /tmp (512m), the working copies and
+//     the copy-in volume (WithScratchSize each), the latter a tmpfs volume
+//     rather than a directory on the engine's disk.
+//   - The command has stdin, stdout and stderr and no other descriptor;
+//     the caller's stdin, a terminal or not, reaches it only as a stream
+//     the backend copies into the exec.
 //   - The command's environment is exactly the minimal base plus
 //     Request.Env (env -i), so secrets are enforced strongly.
 //   - The workspace is copied in (a tar through the API, .pulse/ left

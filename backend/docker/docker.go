@@ -37,10 +37,12 @@ const (
 var hardenedNotes = []string{
 	"one warm container per sandbox and workspace, reused by every command",
 	"network: none for deny-all (loopback only), bridge for allow-all; allowlist: none, plus the egress proxy bridged in on 127.0.0.1",
-	"all capabilities dropped; no-new-privileges; engine default seccomp profile",
+	"all capabilities dropped; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
-	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container",
+	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",
+	"seccomp: the namespace backend's deny list (ptrace, process_vm_*, io_uring, bpf, keyctl, mount, new namespaces, TIOCSTI/TIOCLINUX) replaces the engine's default profile",
+	"/tmp and the working copies are tmpfs with exec allowed; the copy-in volume is a tmpfs of the scratch size",
 	"timeouts and cancellation kill the command's process group inside the container",
 }
 
@@ -179,6 +181,9 @@ func New(opts ...Option) (*Backend, error) {
 	if o.scratchSize == "" {
 		o.scratchSize = "2g"
 	}
+	// A container nobody set limits for still may not exhaust the host's
+	// pids or memory (policy.WithIsolationDefaults).
+	o.limits = o.limits.WithIsolationDefaults()
 	b := &Backend{o: o, log: o.logger, boxes: map[boxKey]*box{}, closeCh: make(chan struct{})}
 	b.id = randomID()
 	if o.cli != nil {

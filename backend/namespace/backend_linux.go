@@ -502,7 +502,13 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		FileSize:  lim.FileSizeBytes,
 		envMap:    env,
 	}
-	c.PidsLimited = lim.Pids > 0
+	// Only limits the request asked for fall back to rlimits where no
+	// cgroup can enforce them: RLIMIT_NPROC counts every process of the
+	// caller's uid and RLIMIT_DATA address space, so a default set that
+	// way would fail a busy user's commands without bounding the right
+	// thing. The defaults (policy.WithIsolationDefaults) need a cgroup.
+	def := lim.WithIsolationDefaults()
+	c.PidsLimited = lim.Pids > 0 || def.Pids > 0 && b.cg.pids
 	if lim.Pids > 0 && !b.cg.pids {
 		c.NProc = lim.Pids
 	}

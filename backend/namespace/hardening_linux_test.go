@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
 )
 
 // TestTerminalInjectionRefusedBySeccomp: a command that makes a terminal
@@ -137,5 +139,32 @@ func TestInheritedDescriptorsDoNotReachCommand(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "0 1 2 3 ") || strings.Contains(string(out), " 8 ") || strings.Contains(string(out), " 9 ") {
 		t.Errorf("the command's descriptors: %q, want 0 1 2 and the one ls reads with", out)
+	}
+}
+
+// TestDefaultLimitsBoundForkBombAndMemory: with no limits asked for, a
+// command can neither start 1,200 processes (a fork bomb would take the
+// host's pid space) nor hold 1 GiB, wherever a cgroup can enforce it (on
+// this machine's v1 controllers as on a pure v2 host).
+func TestDefaultLimitsBoundForkBombAndMemory(t *testing.T) {
+	b, exe := helperBackend(t)
+	caps := b.Capabilities()
+	if caps.Limits["pids"] != "strong" || caps.Limits["memory_bytes"] != "strong" {
+		t.Skipf("no writable pids and memory cgroups here: %v", caps.Limits)
+	}
+	res, out, errs := runCmd(t, b, &backend.Request{
+		Workspace: t.TempDir(),
+		Shell:     `n=0; while [ $n -lt 1200 ]; do sleep 30 & [ $? = 0 ] || break; n=$((n+1)); done 2>/dev/null; echo started=$n`,
+	})
+	if strings.Contains(out, "started=1200") {
+		t.Errorf("1,200 processes started under the default limits: %q %q (%s)", out, errs, res.Termination)
+	}
+	res, out, errs = runCmd(t, b, &backend.Request{
+		Workspace: t.TempDir(),
+		Shell:     strconv.Quote(exe) + " 1100; true",
+		Env:       map[string]string{helperEnv: "alloc", "GORACE": "atexit_sleep_ms=0"},
+	})
+	if strings.Contains(out, "ESCAPED") {
+		t.Errorf("1.1 GiB held under the default limits: %q %q (%s)", out, errs, res.Termination)
 	}
 }

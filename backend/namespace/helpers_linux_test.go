@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -111,6 +112,18 @@ var helpers = map[string]func(args []string) error{
 			return err
 		}
 		return tryInject(fd)
+	},
+	// alloc holds args[0] MiB, every page touched; nil when it could.
+	"alloc": func(args []string) error {
+		n, err := strconv.Atoi(args[0])
+		if err != nil {
+			return err
+		}
+		b := make([]byte, n<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		return nil
 	},
 	"caps": func([]string) error {
 		var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}

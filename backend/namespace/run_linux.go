@@ -278,7 +278,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 			c.Close()
 		}
 	}()
-	lim := req.Limits.WithDefaults()
+	lim := req.Limits.WithDefaults().WithIsolationDefaults()
 	if !overlayPathOK(b.o.stateDir) {
 		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
 	}
