@@ -86,6 +86,7 @@ var cases = []testCase{
 	{"UnsupportedNetwork", testUnsupportedNetwork},
 	{"Concurrent", testConcurrent},
 	{"Writes", testWrites},
+	{"HiddenPaths", testHiddenPaths},
 	{"ReconcileSparesLive", testReconcileSparesLive},
 	{"Close", testClose},
 }

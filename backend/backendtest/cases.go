@@ -734,3 +734,71 @@ func testClose(t *testing.T, s *suite) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// testHiddenPaths: on a backend that honours Request.Hidden, the command
+// cannot read a hidden file or list a hidden directory, sees the rest,
+// and hiding reports no deletion; what it then writes at a hidden path is
+// captured as any write.
+func testHiddenPaths(t *testing.T, s *suite) {
+	e := s.setup(t)
+	if !e.caps.HidesPaths {
+		t.Skip("the backend does not honour Request.Hidden (Capabilities.HidesPaths is false); the facade refuses hidden paths on it")
+	}
+	e.writeFile(".env", []byte("TOKEN=hidden-secret-1\n"))
+	e.writeFile("secrets/a.pem", []byte("hidden-secret-2\n"))
+	e.writeFile("conf/key.pem", []byte("hidden-secret-3\n"))
+	e.writeFile("conf/app.yaml", []byte("visible-conf\n"))
+	e.writeFile("keep.txt", []byte("visible-keep\n"))
+	before := treeDigest(t, e.ws)
+	var out, errOut recorder
+	res := e.exec(context.Background(), &backend.Request{
+		Shell:  `cat .env secrets/a.pem conf/key.pem 2>/dev/null; ls secrets 2>/dev/null; cat keep.txt conf/app.yaml; grep -r hidden-secret . 2>/dev/null; true`,
+		Hidden: []string{".env", "conf/key.pem", "secrets"},
+		Stdout: &out, Stderr: &errOut,
+	})
+	if strings.Contains(out.String(), "hidden-secret") || strings.Contains(out.String(), "a.pem") {
+		t.Errorf("the command read a hidden path: %q", out.String())
+	}
+	if !strings.Contains(out.String(), "visible-keep") || !strings.Contains(out.String(), "visible-conf") {
+		t.Errorf("the command lost sight of what is not hidden: %q (stderr %q)", out.String(), errOut.String())
+	}
+	if e.captures() && !res.Overlay.Empty() {
+		t.Errorf("hiding was reported as a change: files %v, deleted %v", overlayPaths(res.Overlay), res.Overlay.Deleted)
+	}
+	if after := treeDigest(t, e.ws); !equalMaps(before, after) {
+		t.Errorf("the real workspace changed:\nbefore %v\nafter  %v", before, after)
+	}
+
+	res = e.exec(context.Background(), &backend.Request{
+		Shell:  `echo TOKEN=new > .env && mkdir -p secrets && echo mine > secrets/b.pem`,
+		Hidden: []string{".env", "conf/key.pem", "secrets"},
+		Stderr: &errOut,
+	})
+	if res.ExitCode != 0 {
+		t.Fatalf("writing at hidden paths: exit %d, stderr %q", res.ExitCode, errOut.String())
+	}
+	if !e.captures() {
+		return
+	}
+	got := map[string]string{}
+	for _, f := range res.Overlay.Files {
+		got[f.Path] = string(f.Data)
+	}
+	if got[".env"] != "TOKEN=new\n" || got["secrets/b.pem"] != "mine\n" {
+		t.Errorf("writes at hidden paths not captured: %v", got)
+	}
+	for _, d := range res.Overlay.Deleted {
+		t.Errorf("a write at a hidden path reported %s deleted", d)
+	}
+}
+
+func overlayPaths(o *backend.Overlay) []string {
+	if o == nil {
+		return nil
+	}
+	var ps []string
+	for _, f := range o.Files {
+		ps = append(ps, f.Path)
+	}
+	return ps
+}

@@ -77,6 +77,11 @@
 //     not, paths are clean and relative, and the real workspace is left
 //     untouched. For backends that write in place, the same script's
 //     effects are checked in the workspace itself and Overlay is nil.
+//   - HiddenPaths (backends with Capabilities.HidesPaths; skipped for
+//     the others): a hidden file and a hidden directory cannot be read or
+//     listed, the rest of the workspace can, hiding is reported as no
+//     change, and what the command then writes at a hidden path is
+//     captured without deleting anything.
 //   - ReconcileSparesLive: Reconcile succeeds on a fresh backend and, run
 //     while an execution is live, leaves it alone: the command finishes,
 //     its output and its writes intact.

@@ -134,7 +134,14 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 		return fail(fmt.Errorf("docker: starting container: %v: %w", err, backend.ErrUnavailable))
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeWorkspaceTar(pw, key.workspace)) }()
+	var hidden map[string]bool
+	if key.hidden != "" {
+		hidden = map[string]bool{}
+		for _, h := range strings.Split(key.hidden, "\x00") {
+			hidden[h] = true
+		}
+	}
+	go func() { pw.CloseWithError(writeWorkspaceTar(pw, key.workspace, hidden)) }()
 	err = b.cli.CopyToContainer(ctx, id, "/pulse", pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(errors.New("copy ended"))
 	if err != nil {
@@ -148,9 +155,11 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 const basePath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 // writeWorkspaceTar writes the workspace as seed/..., owned by the
-// sandbox user, so the engine creates it with that owner. .pulse/ is left out; so are sockets,
-// devices and fifos, which cannot be meaningfully copied.
-func writeWorkspaceTar(w io.Writer, ws string) error {
+// sandbox user, so the engine creates it with that owner. .pulse/ is left
+// out, and so is every hidden path (a hidden directory with all below
+// it): what is never copied in cannot be read in the container. So are
+// sockets, devices and fifos, which cannot be meaningfully copied.
+func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool) error {
 	root, err := os.OpenRoot(ws)
 	if err != nil {
 		return err
@@ -170,8 +179,11 @@ func writeWorkspaceTar(w io.Writer, ws string) error {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if rel == ".pulse" || strings.HasPrefix(rel, ".pulse/") {
-			return filepath.SkipDir
+		if rel == ".pulse" || strings.HasPrefix(rel, ".pulse/") || hidden[rel] {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		name := "seed"
 		if rel != "." {

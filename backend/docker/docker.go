@@ -155,6 +155,10 @@ var _ backend.Backend = (*Backend)(nil)
 type boxKey struct {
 	workspace string
 	network   policy.NetworkMode
+	// hidden is the request's sorted Hidden paths, NUL-joined: a
+	// container holds only what its commands may read, and its baseline
+	// is visible to all of them, so each hidden set gets its own.
+	hidden string
 }
 
 // New returns a Docker backend. It does not contact the engine: Probe
@@ -279,6 +283,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 			secrets.Allowlist: secrets.Strong,
 		},
 		CapturesWrites: true,
+		HidesPaths:     true,
 		Limits:         limits,
 		Notes:          notes,
 	}

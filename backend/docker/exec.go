@@ -66,7 +66,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		mode = policy.NetworkDenyAll // fail closed: unset means no network
 	}
 	ws := filepath.Clean(req.Workspace)
-	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode})
+	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden)})
 	if err != nil {
 		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
 			return nil, err
@@ -125,11 +125,27 @@ func validate(req *backend.Request) error {
 	default:
 		return fmt.Errorf("docker: unknown network mode %q: %w", req.Network.Mode, backend.ErrInvalidRequest)
 	}
+	for _, h := range req.Hidden {
+		if h == "" || h != path.Clean(h) || path.IsAbs(h) || h == "." || h == ".." || strings.HasPrefix(h, "../") ||
+			h == ".pulse" || strings.HasPrefix(h, ".pulse/") || strings.ContainsAny(h, "\x00\\") {
+			return fmt.Errorf("docker: hidden path %q is not a clean workspace path outside .pulse: %w", h, backend.ErrInvalidRequest)
+		}
+	}
 	l := req.Limits
 	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
 		return fmt.Errorf("docker: negative limit: %w", backend.ErrInvalidRequest)
 	}
 	return nil
+}
+
+// hiddenKey is the boxKey form of a request's hidden paths.
+func hiddenKey(hidden []string) string {
+	if len(hidden) == 0 {
+		return ""
+	}
+	h := append([]string(nil), hidden...)
+	sort.Strings(h)
+	return strings.Join(h, "\x00")
 }
 
 // containerDir checks that dir stays inside the workspace and returns it

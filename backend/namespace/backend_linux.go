@@ -176,6 +176,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 			secrets.AllowAll:  secrets.Strong,
 		},
 		CapturesWrites: true,
+		HidesPaths:     true,
 		Limits:         limits,
 		Notes:          notes,
 	}
@@ -471,6 +472,10 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	default:
 		return c, fmt.Errorf("%w: unknown secret mode %q", backend.ErrInvalidRequest, req.Secrets.Mode)
 	}
+	hidden, err := checkHidden(ws, req.Hidden)
+	if err != nil {
+		return c, err
+	}
 	lim := req.Limits
 	if lim.Timeout < 0 || lim.OutputBytes < 0 || lim.MemoryBytes < 0 || lim.Pids < 0 || lim.CPUs < 0 || lim.FileSizeBytes < 0 {
 		return c, fmt.Errorf("%w: negative limit", backend.ErrInvalidRequest)
@@ -501,6 +506,7 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		ReadWrite: b.o.readWrite,
 		FileSize:  lim.FileSizeBytes,
 		envMap:    env,
+		hidden:    hidden,
 	}
 	// Only limits the request asked for fall back to rlimits where no
 	// cgroup can enforce them: RLIMIT_NPROC counts every process of the

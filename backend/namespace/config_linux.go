@@ -61,6 +61,9 @@ type childConfig struct {
 
 	// envMap is Env before HOME is known (parent side only).
 	envMap map[string]string
+	// hidden are the request's hidden paths that exist (parent side
+	// only): whiteouts in the upper layer before the overlay is mounted.
+	hidden hiddenSet
 }
 
 // bpfProgram travels as base64 of packed 8-byte instructions rather than

@@ -29,8 +29,8 @@ const maxOverlayFile = 1 << 30 // and never more than maxOverlayTotal
 // the workspace the command saw. Nothing is followed: symlinks in upper or
 // lower are read as links, and lower is only consulted through directories
 // that are real directories at every level.
-func readOverlay(upper, lower string) (*backend.Overlay, error) {
-	w := &overlayWalk{}
+func readOverlay(upper, lower string, hidden hiddenSet) (*backend.Overlay, error) {
+	w := &overlayWalk{hidden: hidden}
 	if err := walkUpper(w, upper, lower, ".", true); err != nil {
 		return nil, err
 	}
@@ -45,7 +45,8 @@ func readOverlay(upper, lower string) (*backend.Overlay, error) {
 // overlayWalk is an Overlay being built, with the bytes read so far.
 type overlayWalk struct {
 	backend.Overlay
-	size int64
+	size   int64
+	hidden hiddenSet // paths the command was shown as absent
 }
 
 func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
@@ -108,7 +109,9 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 			ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeSymlink, Data: []byte(t)})
 		case mode&fs.ModeCharDevice != 0 && mode&fs.ModeDevice != 0:
 			if isWhiteout(st) {
-				if lst != nil {
+				// A whiteout at a hidden path is the backend's, or the
+				// command's removal of what it never saw: not a deletion.
+				if lst != nil && !ov.hidden.covers(p) {
 					ov.Deleted = append(ov.Deleted, p)
 				}
 			}
@@ -121,7 +124,7 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 					ov.Deleted = append(ov.Deleted, p)
 				}
 				ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | mode.Perm()})
-			} else if isOpaque(full) {
+			} else if isOpaque(full) && !ov.hidden.covers(p) {
 				// The directory was removed and made again: every lower
 				// entry not in upper is gone.
 				if err := opaqueDeletions(ov, upper, lower, p); err != nil {

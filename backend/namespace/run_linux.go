@@ -340,6 +340,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		cfg.Root = filepath.Join(p.run.dir, "root")
 		cfg.Upper = filepath.Join(p.run.dir, "upper")
 		cfg.Work = filepath.Join(p.run.dir, "work")
+		if err := writeWhiteouts(cfg.Upper, cfg.Workspace, cfg.hidden); err != nil {
+			return err
+		}
 		if cg != nil {
 			if err := cg.add(p.cmd.Process.Pid); err != nil {
 				b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
@@ -511,7 +514,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 			SystemCPU:   time.Duration(ru.Stime.Nano()),
 		}
 	}
-	ov, err := readOverlay(cfg.Upper, cfg.Workspace)
+	ov, err := readOverlay(cfg.Upper, cfg.Workspace, cfg.hidden)
 	if err != nil {
 		// The command ran; its writes could not be read back. Report it
 		// loudly rather than returning a silently empty overlay.

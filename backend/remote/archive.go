@@ -32,6 +32,9 @@ type packLimits struct {
 	compressed int64
 	unpacked   int64
 	members    int
+	// hidden are workspace paths left out, with all below them
+	// (Request.Hidden): what is never uploaded cannot be read remotely.
+	hidden map[string]bool
 }
 
 // extraFile is a file added to the archive that is not in the workspace.
@@ -115,7 +118,7 @@ func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
 			return nil
 		}
 		rel = filepath.ToSlash(rel)
-		if pathguard.IsReserved(rel) {
+		if pathguard.IsReserved(rel) || lim.hidden[rel] {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

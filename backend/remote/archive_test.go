@@ -155,3 +155,34 @@ func TestOverlayRefusesUnsafe(t *testing.T) {
 		t.Errorf("set-uid member: %v, %+v", err, ov)
 	}
 }
+
+// TestPackLeavesHiddenPathsOut: a hidden file, and a hidden directory
+// with everything below it, are not in the upload; the rest is.
+func TestPackLeavesHiddenPathsOut(t *testing.T) {
+	ws := t.TempDir()
+	for p, data := range map[string]string{".env": "secret", "secrets/a.pem": "secret", "conf/key.pem": "secret", "conf/app.yaml": "ok", "keep": "ok"} {
+		full := filepath.Join(ws, filepath.FromSlash(p))
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		os.WriteFile(full, []byte(data), 0o644)
+	}
+	lim := testPackLimits
+	lim.hidden = map[string]bool{".env": true, "secrets": true, "conf/key.pem": true}
+	pk, err := pack(ws, nil, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "ws")
+	if err := artifact.Extract(pk.data, dst, artifact.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".env", "secrets", "conf/key.pem"} {
+		if _, err := os.Lstat(filepath.Join(dst, filepath.FromSlash(p))); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("hidden %s was uploaded: %v", p, err)
+		}
+	}
+	for _, p := range []string{"keep", "conf/app.yaml"} {
+		if _, err := os.Lstat(filepath.Join(dst, filepath.FromSlash(p))); err != nil {
+			t.Errorf("%s was left out: %v", p, err)
+		}
+	}
+}

@@ -289,8 +289,15 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if err != nil {
 		return nil, invalid("workspace: %v", err)
 	}
+	var hidden map[string]bool
+	for _, h := range req.Hidden {
+		if hidden == nil {
+			hidden = map[string]bool{}
+		}
+		hidden[h] = true
+	}
 	pk, err := pack(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
-		symlinks: info.features[featureSymlinks]})
+		symlinks: info.features[featureSymlinks], hidden: hidden})
 	if err != nil {
 		return nil, err
 	}

@@ -220,6 +220,9 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
 		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
 		CapturesWrites: true,
+		// Hidden paths are left out of the upload: the server never has
+		// them to show.
+		HidesPaths: true,
 		Limits: map[string]secrets.EnforcementLevel{
 			"timeout": server.Limits["timeout"],
 			// Enforced by this client: what reaches the writers is capped,
