@@ -305,7 +305,14 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		b.log.Warn("workspace entries the server does not accept were left out", "count", len(pk.skipped), "first", pk.skipped[0])
 	}
 	if pk.members > 0 {
-		if err := x.upload(octx, pk.data); err != nil {
+		if p := b.o.progress; p != nil && len(pk.data) >= progressUploadBytes {
+			p(fmt.Sprintf("uploading the workspace (%d entries, %.1f MiB compressed)", pk.members, float64(len(pk.data))/(1<<20)))
+		}
+		err := x.upload(octx, pk.data)
+		if p := b.o.progress; p != nil && len(pk.data) >= progressUploadBytes {
+			p("")
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -422,6 +429,10 @@ func withoutPath(ov *backend.Overlay, name string) *backend.Overlay {
 	}
 	return out
 }
+
+// progressUploadBytes is the size from which an upload is reported to
+// WithProgress: smaller ones take too little time to be worth a line.
+const progressUploadBytes = 1 << 20
 
 // upload sends the workspace. A connection lost on the way is replaced
 // and the upload sent again under a new id, since the server refuses a

@@ -63,6 +63,7 @@ type options struct {
 	cancelWait    time.Duration
 	keepalive     time.Duration
 	dialTimeout   time.Duration
+	progress      func(string)
 }
 
 // Option configures New.
@@ -229,4 +230,12 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// WithProgress has the backend report slow steps a person may be waiting
+// on — today the upload of a workspace of a MiB or more — as a line for a
+// progress display, and "" when the step is over. It is called from Exec's
+// goroutine and must not block.
+func WithProgress(f func(step string)) Option {
+	return func(o *options) error { o.progress = f; return nil }
 }

@@ -144,7 +144,10 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return c.print(info, fmt.Sprintf("undid %s (%s)\n", info.ID, info.Description))
 	case "commit":
+		prog := newProgress(env)
+		prog.set("committing " + pos[0])
 		paths, err := r.Commit(ctx, pos[0])
+		prog.close()
 		if err != nil {
 			return c.fail(err)
 		}

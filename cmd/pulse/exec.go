@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/remote"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
@@ -82,6 +83,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if *autoCommit {
 		opts = append(opts, sandbox.WithAutoCommit())
 	}
+	// A large upload to a pulse-server shows a progress line on a terminal.
+	prog := newProgress(env)
+	defer prog.close()
+	opts = append(opts, sandbox.WithRemoteOptions(remote.WithProgress(prog.set)))
 	if len(allowHosts) > 0 {
 		opts = append(opts, sandbox.WithAllowHosts(allowHosts...))
 	}

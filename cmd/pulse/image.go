@@ -77,7 +77,10 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	prog := newProgress(env)
+	prog.set("building the image " + *tag)
 	id, err := docker.BuildImage(ctx, cli, docker.ImageSpec{Tag: *tag, Busybox: *busybox, Bash: *bash, Programs: programs})
+	prog.close()
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse image build: %v\n", err)
 		return exitFailure
