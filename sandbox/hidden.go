@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -70,22 +71,37 @@ func (s *Sandbox) hiddenPaths() ([]string, error) {
 	var out []string
 	h := hider{ws: s.workspace, pol: s.o.policy, out: &out}
 	if sc.all {
-		if _, err := h.walk(".", true); err != nil {
+		if _, err := h.walk(".", fs.ModeDir); err != nil {
 			return nil, err
 		}
-	} else {
-		for _, r := range sc.roots {
-			fi, err := os.Lstat(filepath.Join(s.workspace, filepath.FromSlash(r)))
+		return compact(out), nil
+	}
+	for _, r := range sc.roots {
+		// A root reached through a link is the link's business: the
+		// first component that is not a plain directory is what is
+		// walked.
+		at, typ, found := ".", fs.ModeDir, true
+		for _, c := range strings.Split(r, "/") {
+			next := path.Join(at, c)
+			fi, err := os.Lstat(filepath.Join(s.workspace, filepath.FromSlash(next)))
 			if errors.Is(err, os.ErrPermission) {
 				// Nothing can be known about what is there.
-				return nil, fmt.Errorf("sandbox: read policy: %s: %w", r, err)
+				return nil, fmt.Errorf("sandbox: read policy: %s: %w", next, err)
 			}
 			if err != nil {
-				continue // missing, or beneath a file: nothing to hide
+				found = false // missing: nothing to hide
+				break
 			}
-			if _, err := h.walk(r, fi.IsDir()); err != nil {
-				return nil, err
+			at, typ = next, fi.Mode().Type()
+			if !fi.IsDir() {
+				break
 			}
+		}
+		if !found || at == "." {
+			continue
+		}
+		if _, err := h.walk(at, typ); err != nil {
+			return nil, err
 		}
 	}
 	return compact(out), nil
@@ -97,15 +113,31 @@ type hider struct {
 	out *[]string
 }
 
-// walk adds what is hidden at and beneath rel, and reports whether all of
-// it is. Links are not followed: a link is hidden or not by its own name,
-// and what it points to by its own.
-func (h hider) walk(rel string, isDir bool) (bool, error) {
+// Names spelled through a link to a directory are checked this many
+// links deep (deeper spellings are not, so a cycle of links ends), and
+// over at most linkBudget entries per link; a link over budget is hidden,
+// since what it holds could not be checked.
+const (
+	maxLinkDepth = 8
+	linkBudget   = 50_000
+)
+
+// walk adds what is hidden at and beneath rel, of type typ (its Lstat
+// type bits), and reports whether all of it is. A link to a file is
+// hidden or not by its own name (what it points to is hidden by its own).
+// A link to a directory of the workspace is hidden whole when any name
+// spelled through it is denied ("secrets -> real" under a rule
+// "secrets/*"): a backend hides paths, not spellings, and cannot hide
+// beneath a link.
+func (h hider) walk(rel string, typ fs.FileMode) (bool, error) {
 	if pathguard.IsReserved(rel) {
 		return true, nil // never shown to a command anyway
 	}
 	self := rel != "." && h.pol.Evaluate(policy.Read, rel) != policy.Allow
-	if !isDir {
+	if typ&fs.ModeSymlink != 0 && !self {
+		self = h.deniedThroughLink(rel)
+	}
+	if typ&fs.ModeDir == 0 {
 		if self {
 			*h.out = append(*h.out, rel)
 		}
@@ -122,7 +154,7 @@ func (h hider) walk(rel string, isDir bool) (bool, error) {
 		if rel != "." {
 			child = rel + "/" + e.Name()
 		}
-		hid, err := h.walk(child, e.IsDir())
+		hid, err := h.walk(child, e.Type())
 		if err != nil {
 			return false, err
 		}
@@ -132,6 +164,72 @@ func (h hider) walk(rel string, isDir bool) (bool, error) {
 		*h.out = append((*h.out)[:start], rel)
 	}
 	return all, nil
+}
+
+// deniedThroughLink reports whether the link at rel leads to a directory
+// inside the workspace beneath which some name, spelled through the link,
+// is denied while its own name is not — the one way to read through the
+// link what the policy denies, since a backend hides real paths. Links met
+// beneath are followed too, to maxLinkDepth.
+func (h hider) deniedThroughLink(rel string) bool {
+	real, ok := h.dirInside(filepath.Join(h.ws, filepath.FromSlash(rel)))
+	if !ok {
+		return false // dangling, a file, or outside: nothing of the workspace to read through it
+	}
+	budget := linkBudget
+	var denied func(spelled, dir string, links int) bool
+	denied = func(spelled, dir string, links int) bool {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return true // cannot tell: fail closed
+		}
+		for _, e := range ents {
+			if budget--; budget < 0 {
+				return true
+			}
+			child, next, hops := spelled+"/"+e.Name(), filepath.Join(dir, e.Name()), links
+			// Denied as spelled but allowed under its own name, it would
+			// be read through the link; denied under its own name too,
+			// it is hidden there already.
+			if h.pol.Evaluate(policy.Read, child) != policy.Allow {
+				own, err := filepath.Rel(h.ws, next)
+				if err != nil || h.pol.Evaluate(policy.Read, filepath.ToSlash(own)) == policy.Allow {
+					return true
+				}
+			}
+			switch {
+			case e.IsDir():
+			case e.Type()&fs.ModeSymlink != 0 && links < maxLinkDepth:
+				if next, ok = h.dirInside(next); !ok {
+					continue
+				}
+				hops++
+			default:
+				continue
+			}
+			if denied(child, next, hops) {
+				return true
+			}
+		}
+		return false
+	}
+	return denied(rel, real, 1)
+}
+
+// dirInside resolves p and reports whether it is a directory inside the
+// workspace.
+func (h hider) dirInside(p string) (string, bool) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", false
+	}
+	if r, err := filepath.Rel(h.ws, real); err != nil || r == ".." || strings.HasPrefix(r, "../") {
+		return "", false
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return "", false
+	}
+	return real, true
 }
 
 // compact sorts paths and drops duplicates and paths beneath another.

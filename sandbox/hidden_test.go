@@ -208,3 +208,59 @@ func TestIsolatedCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 		})
 	}
 }
+
+// A denied name spelled through a link to a directory hides the link: a
+// backend hides paths, and "secrets/a" would otherwise be read as
+// "real/a".
+func TestALinkToADeniedTreeIsHidden(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	writeFile(t, ws, "real/a", "secret")
+	writeFile(t, ws, "pub/readme", "hi")
+	for link, target := range map[string]string{"secrets": "real", "docs": "pub", "conf": "."} {
+		if err := os.Symlink(target, filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := policy.Default()
+	p.Rules = []policy.Rule{{Action: policy.Read, Target: "secrets/*", Decision: policy.Deny},
+		{Action: policy.Read, Target: "conf/secrets/*", Decision: policy.Deny}}
+	be := &hidingBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"conf", "secrets"}; !slices.Equal(be.req.Hidden, want) {
+		t.Fatalf("Hidden = %q, want %q", be.req.Hidden, want)
+	}
+}
+
+// A link whose denied names are hidden under their own names anyway is
+// left alone, cycles included.
+func TestALinkToHiddenNamesStaysVisible(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	writeFile(t, ws, "key.pem", "k")
+	writeFile(t, ws, "src/main.go", "package main")
+	for link, target := range map[string]string{"loop": ".", "code": "src"} {
+		if err := os.Symlink(target, filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := policy.Default()
+	p.Rules = []policy.Rule{{Action: policy.Read, Target: "*.pem", Decision: policy.Deny}}
+	be := &hidingBackend{}
+	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(context.Background(), Command{Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"key.pem"}; !slices.Equal(be.req.Hidden, want) {
+		t.Fatalf("Hidden = %q, want %q", be.req.Hidden, want)
+	}
+}
