@@ -263,6 +263,12 @@ func underHidden(hidden []string, p string) bool {
 	return false
 }
 
+// holdsHidden reports whether a path of hidden (sorted) is beneath dir.
+func holdsHidden(hidden []string, dir string) bool {
+	i := sort.SearchStrings(hidden, dir+"/")
+	return i < len(hidden) && strings.HasPrefix(hidden[i], dir+"/")
+}
+
 // checkHidden expands the read policy for a command and refuses it
 // (audited, ErrUnsupportedPolicy) when paths must be hidden and the
 // backend cannot hide them — the command would read what the policy
@@ -306,18 +312,20 @@ func (s *Sandbox) checkHidden(ctx context.Context, execID, cmdStr string) ([]str
 }
 
 // dropHiddenDeletions keeps a command from deleting what it could not
-// see: a hidden path reported deleted (a backend's whiteout, or rm on an
-// empty stand-in) is refused, not staged, so the real file is never lost
-// to a command that was not allowed to read it.
+// see: a deletion of a hidden path, of a path beneath one, or of a
+// directory holding one (rm -rf of a directory whose secret the command
+// never saw) is refused, not staged, so the real file is never lost to a
+// command that was not allowed to read it.
 func (s *Sandbox) dropHiddenDeletions(ctx context.Context, execID string, ov *backend.Overlay, hidden []string, res *Result) *backend.Overlay {
 	if len(hidden) == 0 || ov == nil || len(ov.Deleted) == 0 {
 		return ov
 	}
 	kept := make([]string, 0, len(ov.Deleted))
 	var events []audit.Event
-	const why = "hidden from the command by the read policy; a deletion of what it could not see is not staged"
+	const why = "is or holds a path hidden from the command by the read policy; a deletion of what it could not see is not staged"
 	for _, p := range ov.Deleted {
-		if underHidden(hidden, p) {
+		// Removing a directory removes the hidden paths in it too.
+		if underHidden(hidden, p) || holdsHidden(hidden, p) {
 			res.Refused = append(res.Refused, RefusedPath{Path: p, Reason: why})
 			events = append(events, audit.Event{ExecutionID: execID, Action: "delete", Target: p, Decision: "deny", Detail: why})
 			continue

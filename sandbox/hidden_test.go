@@ -155,7 +155,7 @@ func TestUnsafeHostAcceptsReadDenyAudited(t *testing.T) {
 // A command cannot delete what it was not allowed to see.
 func TestHiddenPathsAreNotDeleted(t *testing.T) {
 	ws := secretWorkspace(t)
-	be := &hidingBackend{ovBackend{ov: &backend.Overlay{Deleted: []string{".env", "secrets/sub/b", "public.txt"}}}}
+	be := &hidingBackend{ovBackend{ov: &backend.Overlay{Deleted: []string{".env", "secrets/sub/b", "secrets", "public.txt"}}}}
 	sb, err := New(context.Background(), ws, WithBackend(be), WithPolicy(readDenyPolicy()), WithAutoCommit())
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestHiddenPathsAreNotDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{".env", "secrets/sub/b"} {
+	for _, p := range []string{".env", "secrets/sub/b", "secrets/a"} {
 		if _, err := os.Stat(filepath.Join(ws, p)); err != nil {
 			t.Errorf("%s, hidden from the command, was deleted: %v", p, err)
 		}
@@ -173,14 +173,14 @@ func TestHiddenPathsAreNotDeleted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "public.txt")); err == nil {
 		t.Errorf("public.txt, which the command could see, was not deleted (committed %v)", res.Committed)
 	}
-	if len(res.Refused) != 2 {
-		t.Fatalf("Refused = %+v, want the two hidden paths", res.Refused)
+	if len(res.Refused) != 3 {
+		t.Fatalf("Refused = %+v, want the two hidden paths and the directory holding them", res.Refused)
 	}
 }
 
-// `cat .env` on the isolating backends never prints what the read policy
-// denies: the backend hides it, or — where it cannot — the command is
-// refused.
+// `cat .env` on the isolating backends does not print what the read
+// policy denies, a command cannot delete it, and what it writes at a
+// hidden path is staged as usual.
 func TestIsolatedCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -188,22 +188,28 @@ func TestIsolatedCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 	}{{"namespace", newIsolated}, {"docker", newDockerSandbox}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := secretWorkspace(t)
-			sb := tc.open(t, ws, WithPolicy(readDenyPolicy()))
-			res, err := sb.Execute(context.Background(), Command{Shell: "cat .env secrets/a key.pem; cat public.txt"})
+			sb := tc.open(t, ws, WithPolicy(readDenyPolicy()), WithAutoCommit())
 			if !sb.Capabilities().HidesPaths {
-				if !errors.Is(err, ErrUnsupportedPolicy) {
-					t.Fatalf("backend cannot hide paths, yet err = %v (res %+v)", err, res)
-				}
-				return
+				t.Fatalf("%s does not hide paths", tc.name)
 			}
+			res, err := sb.Execute(context.Background(), Command{Shell: "cat .env secrets/a key.pem deep/dir/x.pem 2>&1; cat public.txt .env.example; " +
+				"rm -rf .env secrets deep; echo mine > key.pem"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(res.Stdout, hiddenSecret) || strings.Contains(res.Stdout, "TOKEN") {
+			if strings.Contains(res.Stdout, hiddenSecret) || strings.Contains(res.Stdout, "TOKEN="+hiddenSecret) {
 				t.Fatalf("the command read .env: %q", res.Stdout)
 			}
-			if !strings.Contains(res.Stdout, "hello") {
+			if !strings.Contains(res.Stdout, "hello") || !strings.Contains(res.Stdout, "TOKEN=\n") {
 				t.Fatalf("an allowed file was not readable: %q %q", res.Stdout, res.Stderr)
+			}
+			for _, p := range []string{".env", "secrets/a", "secrets/sub/b", "deep/dir/x.pem"} {
+				if _, err := os.Stat(filepath.Join(ws, p)); err != nil {
+					t.Errorf("%s, hidden from the command, was deleted: %v", p, err)
+				}
+			}
+			if got := readFile(t, ws, "key.pem"); got != "mine\n" {
+				t.Errorf("key.pem = %q: the command's own write to a hidden path was not applied (refused %v, err %v)", got, res.Refused, res.CommitErr)
 			}
 		})
 	}

@@ -193,3 +193,24 @@ func TestExecTimeoutKeepsThePolicysPidsLimit(t *testing.T) {
 		t.Fatalf("exit %d, want %d and a message naming the policy's timeout:\n%s", code, exitSandbox, stderr)
 	}
 }
+
+// The README's own example: a read-deny rule keeps `cat .env` from
+// printing it.
+func TestExecCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
+	ws := t.TempDir()
+	const secret = "cli-dotenv-secret-3390"
+	if err := os.WriteFile(filepath.Join(ws, ".env"), []byte("TOKEN="+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nrules:\n  - {action: read, target: \".env\", decision: deny}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--policy", pol, "--json", "--", "sh", "-c", "cat .env; echo done")
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		t.Skipf("namespace backend unavailable here: %s", stderr)
+	}
+	if code != 0 || strings.Contains(stdout, secret) || !strings.Contains(stdout, "done") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
