@@ -2,13 +2,9 @@ package cowfs
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -19,18 +15,22 @@ import (
 // passes them. failpointHook is nil outside tests; the crash tests set it
 // in a re-executed test binary to SIGKILL the process at one of them.
 const (
-	fpValidated    = iota + 1 // conflicts checked, previous bytes saved
-	fpWALTemp                 // wal.tmp written and fsynced
-	fpWALRenamed              // wal in place (the commit point), directory not yet fsynced
-	fpWALSynced               // wal durable
-	fpApplyRemoved            // one removal done (hit once per removal)
-	fpApplyTemp               // one temp file written and fsynced (hit once per write)
-	fpApplyRenamed            // one temp file renamed over its target (hit once per write)
-	fpApplied                 // every change applied and its directory fsynced
-	fpAfterWritten            // after-images written
-	fpDone                    // transaction moved into the undo journal
-	fpApplyMkdir              // a new directory made under its temp name with its mode, not renamed
-	numFailpoints  = fpApplyMkdir
+	fpValidated      = iota + 1 // conflicts checked, previous bytes saved
+	fpWALTemp                   // wal.tmp written and fsynced
+	fpWALRenamed                // wal in place (the commit point), directory not yet fsynced
+	fpWALSynced                 // wal durable
+	fpApplyRemoved              // one entry moved aside and checked (hit once per removal)
+	fpApplyTemp                 // one temp file written (hit once per write)
+	fpApplyRenamed              // one file or symlink published (hit once per write or symlink)
+	fpApplied                   // every change applied and durable
+	fpAfterWritten              // after-images written
+	fpDone                      // transaction moved into the undo journal
+	fpApplyMkdir                // a new directory made under its temp name with its mode, not renamed
+	fpApplySynced               // every new file written and durable, none published
+	fpApplyExchanged            // one file exchanged with its target, the displaced one not yet checked
+	fpCleaned                   // the entries moved aside removed, after-images not written
+	fpApplyChecked              // one target checked once more, right before it is exchanged
+	numFailpoints    = fpApplyChecked
 )
 
 // Failpoints of staging, numbered apart from the commit protocol's.
@@ -319,29 +319,17 @@ func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
 		f.state.RemoveAll(dir + "/prev")
 		return nil, err
 	}
+	f.state.Remove(dir + "/failed")
 	for i := range w.Ops {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
 		op := &w.Ops[i]
-		var prev *os.File
-		if op.Before.Type == typeFile {
-			p, err := f.state.OpenFile(dir+"/prev/"+strconv.Itoa(i), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-			if err != nil {
-				return fail(fmt.Errorf("cowfs: commit: %w", err))
-			}
-			prev = p
-		}
-		cur, err := f.ws.snap(op.Path, prev)
-		if prev != nil {
-			if err == nil {
-				err = prev.Sync()
-			}
-			if cerr := prev.Close(); err == nil {
-				err = cerr
-			}
-			op.Prev = true
-		}
+		// The before bytes are kept (for undo and rollback) when the
+		// file is replaced, as a link to the replaced inode: nothing is
+		// copied here, only hashed.
+		op.Prev = op.Before.Type == typeFile
+		cur, err := f.ws.snap(op.Path, nil)
 		if err != nil {
 			return fail(fmt.Errorf("cowfs: commit: %q: %w", op.Path, err))
 		}
@@ -364,6 +352,9 @@ func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
 	if err := f.checkBlobs(dir, w.Ops); err != nil {
 		return fail(fmt.Errorf("cowfs: commit %s refused: %w", t.id, err))
 	}
+	if err := f.checkSpace(w); err != nil {
+		return fail(fmt.Errorf("cowfs: commit %s refused: %w", t.id, err))
+	}
 	if err := f.syncState(dir + "/prev"); err != nil {
 		return fail(err)
 	}
@@ -381,18 +372,36 @@ func (t *Tx) commitLocked(ctx context.Context) ([]string, error) {
 		return fail(fmt.Errorf("cowfs: commit: %w", err))
 	}
 	failpoint(fpWALRenamed)
-	// From here on the commit happens: an error leaves the WAL for the
-	// next Open to roll forward.
-	if err := f.syncState(dir); err != nil {
+	// From here on the commit happens. If applying fails (a full disk,
+	// damaged bytes, a change racing in), everything is rolled back and
+	// the transaction is pending again; if even that fails, the WAL stays
+	// for the next Open to roll forward.
+	interrupted := func(err error) ([]string, error) {
 		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+	}
+	if err := f.syncState(dir); err != nil {
+		return interrupted(err)
 	}
 	failpoint(fpWALSynced)
-	afters, err := f.apply(dir, w, false)
+	a := f.newApplier(dir, w, false)
+	afters, err := a.apply()
 	if err != nil {
-		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+		if rerr := f.abandon(a, err); rerr != nil {
+			return interrupted(errors.Join(err, rerr))
+		}
+		return nil, fmt.Errorf("cowfs: commit %s rolled back, the transaction is pending: %w", t.id, err)
+	}
+	if err := a.cleanup(); err != nil {
+		return interrupted(err)
 	}
 	if err := f.finish(dir, w, afters); err != nil {
-		return nil, fmt.Errorf("cowfs: commit %s interrupted (Open rolls it forward): %w", t.id, err)
+		var ae *afterError
+		if errors.As(err, &ae) {
+			if rerr := f.abandon(a, err); rerr == nil {
+				return nil, fmt.Errorf("cowfs: commit %s rolled back, the transaction is pending: %w", t.id, err)
+			}
+		}
+		return interrupted(err)
 	}
 	paths := make([]string, len(w.Ops))
 	for i := range w.Ops {
@@ -450,254 +459,12 @@ func (f *FS) checkStructure(w *walFile) error {
 	return nil
 }
 
-func tempName(id string, i int, target string) string {
-	return path.Join(path.Dir(target), ".pulse-cow-"+id+"-"+strconv.Itoa(i))
-}
+// afterError: the after-images could not be written (a full disk, say);
+// the commit is applied but not marked done, and can be rolled back.
+type afterError struct{ err error }
 
-// apply makes the workspace hold what w says: removals deepest first,
-// then creations shallowest first, then one fsync of every directory
-// touched. Durability of each rename is only needed before the
-// transaction is marked done, and recovery redoes everything until then,
-// so one fsync per directory gives the same guarantee as one per file.
-//
-// When recovering, every op is first checked to be in its before state,
-// its after state, or (if it removes first) absent; anything else is a
-// conflict and nothing is touched.
-func (f *FS) apply(dir string, w *walFile, recovering bool) ([]snapshot, error) {
-	afters := make([]snapshot, len(w.Ops))
-	if recovering {
-		if err := f.precheck(w); err != nil {
-			return nil, err
-		}
-	}
-	dirty := map[string]bool{}
-	var removes, creates []int
-	for i := range w.Ops {
-		if removesFirst(&w.Ops[i]) {
-			removes = append(removes, i)
-		}
-		if w.Ops[i].Kind != KindDelete {
-			creates = append(creates, i)
-		}
-	}
-	sort.SliceStable(removes, func(a, b int) bool {
-		return depth(w.Ops[removes[a]].Path) > depth(w.Ops[removes[b]].Path)
-	})
-	sort.SliceStable(creates, func(a, b int) bool {
-		return depth(w.Ops[creates[a]].Path) < depth(w.Ops[creates[b]].Path)
-	})
-	for _, i := range removes {
-		op := &w.Ops[i]
-		if recovering {
-			cur, err := f.ws.snap(op.Path, nil)
-			if err != nil {
-				return nil, err
-			}
-			if cur.Type == typeAbsent || op.Kind != KindDelete && matchesAfter(op, cur) {
-				continue
-			}
-		}
-		if err := f.ws.root.Remove(op.Path); err != nil && !isNotExist(err) {
-			return nil, fmt.Errorf("remove %q: %w", op.Path, err)
-		}
-		dirty[path.Dir(op.Path)] = true
-		failpoint(fpApplyRemoved)
-	}
-	for _, i := range creates {
-		op := &w.Ops[i]
-		var cur snapshot
-		if recovering || op.Kind == KindMkdir {
-			var err error
-			if cur, err = f.ws.snap(op.Path, nil); err != nil {
-				return nil, err
-			}
-		}
-		if recovering && matchesAfter(op, cur) {
-			afters[i] = cur
-			continue
-		}
-		var after snapshot
-		var err error
-		switch op.Kind {
-		case KindWrite:
-			after, err = f.applyWrite(dir, w.ID, i, op)
-		case KindSymlink:
-			after, err = f.applySymlink(w.ID, i, op)
-		case KindMkdir:
-			after, err = f.applyMkdir(w.ID, i, op, cur)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("apply %q: %w", op.Path, err)
-		}
-		afters[i] = after
-		dirty[path.Dir(op.Path)] = true
-	}
-	dirs := make([]string, 0, len(dirty))
-	for d := range dirty {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		if err := f.ws.syncDir(d); err != nil && !isNotExist(err) {
-			return nil, fmt.Errorf("sync %q: %w", d, err)
-		}
-	}
-	failpoint(fpApplied)
-	return afters, nil
-}
-
-func (f *FS) applyWrite(dir, id string, i int, op *walOp) (snapshot, error) {
-	src, closer, err := f.openBlob(dir, &op.change)
-	if err != nil {
-		return snapshot{}, err
-	}
-	defer closer.Close()
-	tmp := tempName(id, i, op.Path)
-	dst, err := f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		// Left by a crashed attempt: the name is ours alone.
-		f.ws.root.Remove(tmp)
-		dst, err = f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	}
-	if err != nil {
-		return snapshot{}, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			dst.Close()
-			f.ws.root.Remove(tmp)
-		}
-	}()
-	// The bytes are checked on their way to the temp file, so what the
-	// rename publishes is what was staged, whatever happened to the blob
-	// since the commit point.
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(dst, h), src)
-	if err != nil {
-		return snapshot{}, err
-	}
-	if err := verifySum(&op.change, n, h); err != nil {
-		return snapshot{}, err
-	}
-	// fchmod, unlike the open mode, is not masked by the umask.
-	if err := dst.Chmod(fileMode(op.Mode)); err != nil {
-		return snapshot{}, err
-	}
-	if err := dst.Sync(); err != nil {
-		return snapshot{}, err
-	}
-	fi, err := dst.Stat()
-	if err != nil {
-		return snapshot{}, err
-	}
-	if err := dst.Close(); err != nil {
-		return snapshot{}, err
-	}
-	after := statSnap(fi)
-	after.SHA = op.Blob
-	failpoint(fpApplyTemp)
-	if err := f.ws.root.Rename(tmp, op.Path); err != nil {
-		return snapshot{}, err
-	}
-	ok = true
-	failpoint(fpApplyRenamed)
-	return after, nil
-}
-
-func (f *FS) applySymlink(id string, i int, op *walOp) (snapshot, error) {
-	tmp := tempName(id, i, op.Path)
-	f.ws.root.Remove(tmp)
-	if err := f.ws.root.Symlink(op.Target, tmp); err != nil {
-		return snapshot{}, err
-	}
-	if err := f.ws.root.Rename(tmp, op.Path); err != nil {
-		f.ws.root.Remove(tmp)
-		return snapshot{}, err
-	}
-	return f.ws.snap(op.Path, nil)
-}
-
-// applyMkdir makes op's directory. A new one is made under a temp name,
-// given its mode, and renamed into place, so it never exists with the
-// wrong mode (a crash between mkdir and chmod would otherwise leave it
-// so, looking finished). An existing one only gets its mode, which is
-// idempotent, so recovery finishes one left with the wrong mode.
-func (f *FS) applyMkdir(id string, i int, op *walOp, cur snapshot) (snapshot, error) {
-	if cur.Type != typeDir {
-		tmp := tempName(id, i, op.Path)
-		f.ws.root.Remove(tmp)
-		if err := f.ws.root.Mkdir(tmp, 0o700); err != nil {
-			return snapshot{}, err
-		}
-		if err := f.ws.root.Chmod(tmp, fileMode(op.Mode)); err != nil {
-			f.ws.root.Remove(tmp)
-			return snapshot{}, err
-		}
-		failpoint(fpApplyMkdir)
-		if err := f.ws.renameNoReplace(tmp, op.Path); err != nil {
-			f.ws.root.Remove(tmp)
-			if errors.Is(err, fs.ErrExist) {
-				return snapshot{}, conflict(op.Path, ReasonCreated)
-			}
-			return snapshot{}, err
-		}
-		return f.ws.snap(op.Path, nil)
-	}
-	if !op.Implicit || op.Before.Type == typeAbsent {
-		if cur.Mode != op.Mode {
-			if err := f.ws.root.Chmod(op.Path, fileMode(op.Mode)); err != nil {
-				return snapshot{}, err
-			}
-		}
-	}
-	return f.ws.snap(op.Path, nil)
-}
-
-// precheck is the recovery guard: every target must be as the WAL left it
-// before, as it will leave it after, or absent mid-replacement; and no
-// ancestor may have become a symlink or file.
-func (f *FS) precheck(w *walFile) error {
-	at := make(map[string]bool, len(w.Ops))
-	for i := range w.Ops {
-		at[w.Ops[i].Path] = true
-	}
-	checked := map[string]bool{}
-	for i := range w.Ops {
-		op := &w.Ops[i]
-		for _, a := range ancestors(op.Path) {
-			if at[a] || checked[a] {
-				continue
-			}
-			fi, err := f.ws.root.Lstat(a)
-			if err != nil || !fi.IsDir() {
-				if op.Kind == KindDelete && isNotExist(err) {
-					continue
-				}
-				return conflict(a, ReasonReplaced)
-			}
-			checked[a] = true
-		}
-		cur, err := f.ws.snap(op.Path, nil)
-		if err != nil {
-			return fmt.Errorf("%q: %w", op.Path, err)
-		}
-		// Remove a temp file a crash left beside the target.
-		f.ws.root.Remove(tempName(w.ID, i, op.Path))
-		switch {
-		case matchesAfter(op, cur):
-		case compare(op.Before, cur) == "":
-		case op.Kind == KindMkdir && cur.Type == typeDir:
-			// Made (or found) but not yet given its mode: the chmod is
-			// idempotent, so this is unfinished, not someone else's change.
-		case cur.Type == typeAbsent && removesFirst(op):
-		default:
-			reason := compare(op.Before, cur)
-			return conflict(op.Path, reason)
-		}
-	}
-	return nil
-}
+func (e *afterError) Error() string { return "write after-images: " + e.err.Error() }
+func (e *afterError) Unwrap() error { return e.err }
 
 // finish records the after-images and moves the transaction into the
 // undo journal (or, for an undo, drops the entry it reverted), then trims
@@ -715,7 +482,8 @@ func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 		buf = appendFrame(buf, []byte("{}"))
 	}
 	if err := f.replaceFileSync(dir+"/after", buf); err != nil {
-		return err
+		// Nothing is marked done yet: the caller can still roll back.
+		return &afterError{err}
 	}
 	failpoint(fpAfterWritten)
 	if w.Undoes != "" {
@@ -951,18 +719,33 @@ func (f *FS) rollForward(dir, id string) error {
 			continue // already written; its blob is not needed
 		}
 		if err := f.checkBlob(dir, &op.change); err != nil {
+			f.newApplier(dir, w, true).dropTemps()
 			return f.quarantine(id, err.Error())
 		}
 	}
-	afters, err := f.apply(dir, w, true)
+	a := f.newApplier(dir, w, true)
+	afters, err := a.apply()
 	if err != nil {
 		var ce *ConflictError
 		if errors.As(err, &ce) {
+			a.dropTemps()
 			return f.quarantine(id, ce.Error())
 		}
+		// It cannot be finished (a full disk, say): take it back, so the
+		// workspace is whole and the transaction pending again.
+		if rerr := f.abandon(a, err); rerr != nil {
+			return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, errors.Join(err, rerr))
+		}
+		return fmt.Errorf("%w: transaction %s could not be rolled forward; it was rolled back and is pending: %w", ErrRecovery, id, err)
+	}
+	if err := a.cleanup(); err != nil {
 		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
 	}
 	if err := f.finish(dir, w, afters); err != nil {
+		var ae *afterError
+		if errors.As(err, &ae) && f.abandon(a, err) == nil {
+			return fmt.Errorf("%w: transaction %s could not be rolled forward; it was rolled back and is pending: %w", ErrRecovery, id, err)
+		}
 		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
 	}
 	f.log.Info("cowfs: rolled an interrupted commit forward", "tx", id, "changes", len(w.Ops))

@@ -104,7 +104,8 @@ func TestCommitRefusesDamagedStagedBytes(t *testing.T) {
 
 // TestApplyChecksBytesWhileCopying damages a blob after the commit point,
 // between the check before the WAL and the copy: the copy finds it, the
-// damaged bytes never replace the target, and recovery refuses them too.
+// damaged bytes never replace the target, and the commit is rolled back,
+// its transaction pending with the reason.
 func TestApplyChecksBytesWhileCopying(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "victim.txt", "old content\n", 0o644)
@@ -128,13 +129,18 @@ func TestApplyChecksBytesWhileCopying(t *testing.T) {
 	if got := readFile(t, ws, "victim.txt"); got != "old content\n" {
 		t.Fatalf("victim.txt = %q", got)
 	}
+	// Rolled back: the transaction is pending again, with the reason.
+	infos, err := f.List()
+	if err != nil || len(infos) != 1 || infos[0].State != StateOpen || !strings.Contains(infos[0].Reason, "victim.txt") {
+		t.Fatalf("List = %+v, %v", infos, err)
+	}
 	f.Close()
 	f2 := openFS(t, ws)
-	if err := f2.RecoveryErr(); !errors.Is(err, ErrRecovery) || !strings.Contains(err.Error(), "victim.txt") {
+	if err := f2.RecoveryErr(); err != nil {
 		t.Fatalf("RecoveryErr = %v", err)
 	}
 	if got := readFile(t, ws, "victim.txt"); got != "old content\n" {
-		t.Fatalf("after recovery victim.txt = %q", got)
+		t.Fatalf("after reopening victim.txt = %q", got)
 	}
 	if left, _ := filepath.Glob(filepath.Join(ws, ".pulse-cow-*")); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)

@@ -118,7 +118,8 @@ type TxState string
 
 // The transaction states, as List reports them.
 const (
-	// StateOpen: staging; may be committed or discarded.
+	// StateOpen: staging; may be committed or discarded. When its last
+	// commit failed and was rolled back, Reason says why.
 	StateOpen TxState = "open"
 	// StateCommitting: its WAL is written and it is being applied, by a
 	// live process or, after a crash, by the next Open.
@@ -639,6 +640,9 @@ func (f *FS) txState(id string) (TxState, string) {
 	}
 	if _, err := f.state.Lstat("tx/" + id + "/wal"); err == nil {
 		return StateCommitting, ""
+	}
+	if b, err := f.state.ReadFile("tx/" + id + "/failed"); err == nil {
+		return StateOpen, "last commit failed and was rolled back: " + strings.TrimSpace(string(b))
 	}
 	return StateOpen, ""
 }

@@ -835,12 +835,23 @@ func (c *change) public() Change {
 // Discard deletes the transaction and its staged bytes. The workspace is
 // untouched. A quarantined transaction is refused (ErrRecovery): it is
 // kept for a person to inspect and remove by hand.
+//
+// A transaction stuck committing (its WAL is in place but the commit
+// could neither finish nor be rolled back, by the process that began it
+// or by recovery) is rolled back first, from the entries kept beside its
+// targets and its saved copies, so the workspace is whole again; only
+// then is it deleted. Holding the lock means no process is applying it.
 func (t *Tx) Discard() error {
 	unlock, err := t.fs.lock(context.Background())
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if st, _ := t.fs.txState(t.id); st == StateCommitting {
+		if err := t.fs.abortCommit(t.dir()); err != nil {
+			return err
+		}
+	}
 	if err := t.refreshLocked(true); err != nil {
 		return err
 	}
