@@ -193,10 +193,8 @@ func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.Netw
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
 	}
-	// The sandbox's user (a mapped uid, or the container's) must be able
-	// to connect; the directory is private to this process's user.
-	_ = os.Chmod(dir, 0o711)
-	_ = os.Chmod(be.Socket, 0o666)
+	// The directory stays private (0700): the namespace sandbox's user is
+	// this process's uid mapped, and the Docker bridge is this process.
 	go func() { r.proxy.Serve(l); close(r.done) }()
 	r.be = be
 	return r, nil

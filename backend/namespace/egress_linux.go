@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -75,9 +77,27 @@ func mountEgress(cfg *childConfig) error {
 		if err := bindReadOnly(e.CAFile, cfg.Root+egressCA); err != nil {
 			return fmt.Errorf("egress CA: %w", err)
 		}
+		// The bundle holds the system roots too, so it also stands in
+		// for the system trust store, for tools that read only that.
+		for _, p := range systemBundles {
+			if st, err := os.Lstat(cfg.Root + p); err == nil && st.Mode().IsRegular() {
+				// Not bindReadOnly: the file exists, on a read-only
+				// mount, so there is no mount point to create.
+				if err := unix.Mount(e.CAFile, cfg.Root+p, "", unix.MS_BIND, ""); err != nil {
+					return fmt.Errorf("egress CA over %s: %w", p, err)
+				}
+				if err := setReadOnly(cfg.Root+p, false); err != nil {
+					return fmt.Errorf("egress CA over %s: %w", p, err)
+				}
+			}
+		}
 	}
 	return nil
 }
+
+// systemBundles are the system trust stores the CA bundle is bound over
+// (regular files only: a symlink would be followed to the host's file).
+var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // startForwarder listens on 127.0.0.1:Port inside the sandbox's network
 // namespace (in the init, after pivot_root) and relays every connection

@@ -46,8 +46,6 @@ func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, sto
 		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("egress: %w", err)
 	}
-	_ = os.Chmod(dir, 0o711)
-	_ = os.Chmod(sock, 0o666)
 	done := make(chan struct{})
 	go func() { p.Serve(l); close(done) }()
 	r := *req
