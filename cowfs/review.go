@@ -22,22 +22,31 @@ func (t *Tx) ContentHashes() map[string]string {
 	return out
 }
 
+// Unstaged is what Unstage took out of a transaction: Paths, sorted, and
+// the changes themselves, so that Restage can put them back.
+type Unstaged struct {
+	Paths   []string
+	changes []change
+}
+
 // Unstage takes paths out of the transaction (a reviewer rejected them),
 // so that a later Commit applies the rest. A path takes along what is
 // staged beneath it, a staged deletion of one of its ancestors (which
 // could not be applied without it), and directories staged only to hold
-// what is now gone. Each path must be staged (ErrNotFound otherwise). It
-// returns every path taken out, sorted; nothing in the workspace changes.
-func (t *Tx) Unstage(paths ...string) ([]string, error) {
+// what is now gone. Each path must be staged (ErrNotFound otherwise).
+// Nothing in the workspace changes, and the staged bytes stay until the
+// transaction ends, so Restage can undo it.
+func (t *Tx) Unstage(paths ...string) (Unstaged, error) {
 	rels := make([]string, 0, len(paths))
 	for _, p := range paths {
 		rel, err := cleanRel(t.fs.ws.dir, p)
 		if err != nil {
-			return nil, err
+			return Unstaged{}, err
 		}
 		rels = append(rels, rel)
 	}
 	var out []string
+	var saved []change
 	err := t.stageOp(func() ([]stageRec, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -89,6 +98,10 @@ func (t *Tx) Unstage(paths ...string) ([]string, error) {
 			out = append(out, q)
 		}
 		sort.Strings(out)
+		saved = make([]change, 0, len(out))
+		for _, q := range out {
+			saved = append(saved, *t.changes[q])
+		}
 		recs := make([]stageRec, 0, len(out))
 		for _, q := range out {
 			recs = append(recs, stageRec{Op: "unstage", Path: q})
@@ -96,7 +109,27 @@ func (t *Tx) Unstage(paths ...string) ([]string, error) {
 		return recs, nil
 	})
 	if err != nil {
-		return nil, err
+		return Unstaged{}, err
 	}
-	return out, nil
+	return Unstaged{Paths: out, changes: saved}, nil
+}
+
+// Restage puts back what Unstage took out, exactly as it was staged
+// (the snapshot each change was first staged against included, so a
+// commit still notices what changed in the workspace since). A path
+// staged again meanwhile keeps its newer change.
+func (t *Tx) Restage(u Unstaged) error {
+	return t.stageOp(func() ([]stageRec, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		var recs []stageRec
+		for i := range u.changes {
+			c := u.changes[i]
+			if t.changes[c.Path] != nil {
+				continue
+			}
+			recs = append(recs, stageRec{Op: "set", Change: &c})
+		}
+		return recs, nil
+	})
 }

@@ -35,12 +35,23 @@ func TestUnstageCommitsTheRest(t *testing.T) {
 	if _, err := tx.Unstage("missing.txt"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unstage of a path not staged: %v", err)
 	}
-	gone, err := tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt")
+	before := tx.Changes()
+	u, err := tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"dir", "dir/sub", "dir/sub/also.txt", "dir/sub/rejected.txt", "other.txt"}; !reflect.DeepEqual(gone, want) {
-		t.Fatalf("unstaged %q, want %q", gone, want)
+	if want := []string{"dir", "dir/sub", "dir/sub/also.txt", "dir/sub/rejected.txt", "other.txt"}; !reflect.DeepEqual(u.Paths, want) {
+		t.Fatalf("unstaged %q, want %q", u.Paths, want)
+	}
+	// Restage puts them back as they were; unstage again for the commit.
+	if err := tx.Restage(u); err != nil {
+		t.Fatal(err)
+	}
+	if after := tx.Changes(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("restaged %+v, want %+v", after, before)
+	}
+	if u, err = tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt"); err != nil || len(u.Paths) != 5 {
+		t.Fatalf("%+v %v", u, err)
 	}
 	// Another process sees the same transaction.
 	f2, err := Open(ws)
@@ -79,9 +90,9 @@ func TestUnstageTakesADeletedAncestorAlong(t *testing.T) {
 	if err := tx.Delete("d"); err != nil {
 		t.Fatal(err)
 	}
-	gone, err := tx.Unstage("d/f")
-	if err != nil || !reflect.DeepEqual(gone, []string{"d", "d/f"}) {
-		t.Fatalf("%q %v", gone, err)
+	u, err := tx.Unstage("d/f")
+	if err != nil || !reflect.DeepEqual(u.Paths, []string{"d", "d/f"}) {
+		t.Fatalf("%q %v", u.Paths, err)
 	}
 	if n := len(tx.Changes()); n != 0 {
 		t.Fatalf("%d changes left", n)

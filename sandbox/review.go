@@ -245,8 +245,10 @@ func (r *Review) Commit(ctx context.Context, id string) ([]string, error) {
 }
 
 // CommitPaths commits only the paths accepted of transaction id: every
-// other staged change is rejected first (see Reject), then the rest is
-// committed. An empty accept list is refused; use Discard.
+// other staged change is rejected (see Reject) and the rest committed.
+// When the commit is refused (a conflict), the rejected changes are put
+// back, so the transaction is as it was and only the refusal is audited.
+// An empty accept list is refused; use Discard.
 func (r *Review) CommitPaths(ctx context.Context, id string, accept []string) ([]string, error) {
 	if len(accept) == 0 {
 		return nil, fmt.Errorf("sandbox: review: %w: no path accepted; discard the transaction instead", cowfs.ErrNotFound)
@@ -274,12 +276,27 @@ func (r *Review) CommitPaths(ctx context.Context, id string, accept []string) ([
 			return nil, err
 		}
 	}
-	if len(reject) > 0 {
-		if _, err := r.rejectTx(ctx, tx, reject); err != nil {
-			return nil, err
-		}
+	if len(reject) == 0 {
+		return r.commitTx(ctx, tx, "")
 	}
-	return r.commitTx(ctx, tx, "")
+	hashes := tx.ContentHashes()
+	u, err := tx.Unstage(reject...)
+	if err != nil {
+		r.refused(ctx, "reject", id, id, err)
+		return nil, err
+	}
+	paths, err := tx.Commit(ctx)
+	if err != nil {
+		if rerr := tx.Restage(u); rerr != nil {
+			err = fmt.Errorf("%w (and the rejected files could not be put back: %v)", err, rerr)
+		}
+		r.commitRefused(ctx, tx, "", err)
+		return nil, err
+	}
+	evs := r.rejectEvents(tx, u.Paths, hashes)
+	evs = append(evs, r.pathEvents("commit", "", tx, paths, "committed transaction "+tx.ID())...)
+	r.record(ctx, evs)
+	return paths, nil
 }
 
 func (r *Review) tx(ctx context.Context, action, id string) (*cowfs.Tx, error) {
@@ -302,16 +319,20 @@ func (r *Review) refused(ctx context.Context, action, txID, target string, err e
 	r.record(ctx, []audit.Event{e})
 }
 
+func (r *Review) commitRefused(ctx context.Context, tx *cowfs.Tx, execID string, err error) {
+	e := r.event("commit", tx.ID())
+	e.ExecutionID, e.Target, e.Decision, e.Detail = execID, tx.ID(), "deny", err.Error()
+	var ce *cowfs.ConflictError
+	if errors.As(err, &ce) {
+		e.Target, e.Reason = ce.Path, "conflict: "+ce.Reason
+	}
+	r.record(ctx, []audit.Event{e})
+}
+
 func (r *Review) commitTx(ctx context.Context, tx *cowfs.Tx, execID string) ([]string, error) {
 	paths, err := tx.Commit(ctx)
 	if err != nil {
-		e := r.event("commit", tx.ID())
-		e.ExecutionID, e.Target, e.Decision, e.Detail = execID, tx.ID(), "deny", err.Error()
-		var ce *cowfs.ConflictError
-		if errors.As(err, &ce) {
-			e.Target, e.Reason = ce.Path, "conflict: "+ce.Reason
-		}
-		r.record(ctx, []audit.Event{e})
+		r.commitRefused(ctx, tx, execID, err)
 		return nil, err
 	}
 	r.record(ctx, r.pathEvents("commit", execID, tx, paths, "committed transaction "+tx.ID()))
@@ -359,7 +380,7 @@ func (r *Review) Reject(ctx context.Context, id string, paths []string) ([]strin
 
 func (r *Review) rejectTx(ctx context.Context, tx *cowfs.Tx, paths []string) ([]string, error) {
 	hashes := tx.ContentHashes()
-	gone, err := tx.Unstage(paths...)
+	u, err := tx.Unstage(paths...)
 	if err != nil {
 		target := tx.ID()
 		if len(paths) == 1 {
@@ -368,6 +389,11 @@ func (r *Review) rejectTx(ctx context.Context, tx *cowfs.Tx, paths []string) ([]
 		r.refused(ctx, "reject", tx.ID(), target, err)
 		return nil, err
 	}
+	r.record(ctx, r.rejectEvents(tx, u.Paths, hashes))
+	return u.Paths, nil
+}
+
+func (r *Review) rejectEvents(tx *cowfs.Tx, gone []string, hashes map[string]string) []audit.Event {
 	evs := make([]audit.Event, 0, len(gone))
 	for _, p := range gone {
 		e := r.event("reject", tx.ID())
@@ -375,8 +401,7 @@ func (r *Review) rejectTx(ctx context.Context, tx *cowfs.Tx, paths []string) ([]
 		e.Detail = "rejected from transaction " + tx.ID()
 		evs = append(evs, e)
 	}
-	r.record(ctx, evs)
-	return gone, nil
+	return evs
 }
 
 // Undo reverts the last committed transaction (see cowfs.FS.Undo).

@@ -213,3 +213,30 @@ func TestAutoCommitIsAuditedAsAutoCommit(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// A partial commit that is refused leaves the transaction whole.
+func TestRefusedPartialCommitPutsRejectedBack(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644)
+	id := stageFiles(t, ws, map[string]string{"a.txt": "two\n", "b.txt": "b\n"})
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("changed meanwhile\n"), 0o644)
+	r, err := OpenReview(context.Background(), ws, ReviewGetenv(noEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.CommitPaths(context.Background(), id, []string{"a.txt"}); !errors.Is(err, cowfs.ErrConflict) {
+		t.Fatalf("commit: %v", err)
+	}
+	tx, err := r.FS().Tx(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tx.Changes()); n != 2 {
+		t.Fatalf("%d changes left, want both", n)
+	}
+	evs := reviewEvents(t, ws)
+	if len(evs["reject"]) != 0 || len(evs["commit"]) != 1 || evs["commit"][0].Decision != "deny" {
+		t.Fatalf("events %+v", evs)
+	}
+}
