@@ -14,11 +14,22 @@
 //   - The environment is built from scratch: PATH (DefaultPath), HOME and
 //     USER of the account, LANG=C.UTF-8, TERM=dumb, then Request.Env on
 //     top. Nothing of the caller's environment is inherited.
-//   - The command leads its own process group. Timeout, cancellation of
-//     ctx, Close and an exceeded output cap send SIGKILL to the whole
-//     group; so does the command's own exit, so background processes it
-//     left do not outlive Exec. Exec then waits at most the wait delay for
-//     output pipes held by a process that escaped the group (setsid).
+//   - The command leads its own session (so it has no controlling
+//     terminal: the caller's cannot be opened through /dev/tty) and
+//     process group, and starts in a cgroup of
+//     its own where a v2 hierarchy is writable (/sys/fs/cgroup, or
+//     /sys/fs/cgroup/unified beside v1 controllers; no controller needs to
+//     be delegated). Timeout, cancellation of ctx, Close and an exceeded
+//     output cap send SIGKILL to the whole group and then to everything in
+//     the cgroup; so does the command's own exit, so background processes
+//     it left, including those that left the group with setsid, do not
+//     outlive Exec. The cgroup is named after the owning process (pid and
+//     start time): Reconcile kills what is left in those of an owner that
+//     died (a SIGKILLed pulse-server) and removes them. Without a writable
+//     v2 hierarchy only the group is killed: a setsid'd process escapes,
+//     and Exec waits at most the wait delay for output pipes it holds;
+//     Capabilities().Notes says which applies. A command run by root can
+//     move itself out of any cgroup.
 //   - Stdout and stderr are each capped at Limits.OutputBytes; the excess
 //     is dropped, Result.Truncated is set and the command is killed
 //     (Termination output_limit). A nil Stdout or Stderr goes to /dev/null
@@ -36,6 +47,9 @@
 //     limits are not enforced (Capabilities.Limits says Unsupported):
 //     rlimits for them count virtual memory, CPU seconds or every process
 //     of the user, none of which is the limit asked for.
+//   - Not enforced: read-deny rules (Capabilities.HidesPaths is false:
+//     the workspace is the command's), memory, cpu and pids limits, and
+//     any network restriction.
 //   - Network: only allow-all can be honoured; deny-all and allowlist
 //     requests are refused with backend.ErrUnsupported before anything
 //     starts. Secrets: deny-all and allowlist are best effort (the

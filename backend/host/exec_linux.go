@@ -77,7 +77,10 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func()) (*backend.Result, error) {
 	log := b.log.With("execution_id", req.ExecutionID)
 	cmd := &exec.Cmd{Path: p.path, Args: p.argv, Dir: p.dir, Env: p.env}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Setsid: a session of its own leads a process group of its own (the
+	// one killGroup kills) and has no controlling terminal, so the command
+	// cannot open the caller's through /dev/tty and type into it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = b.waitDelay
 
 	ended := make(chan struct{}) // the main process has exited (not yet reaped)
@@ -126,8 +129,42 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 		closeFiles(stdinR, stdinW, gateR, gateW)
 		return nil, fmt.Errorf("host: %w: %w", backend.ErrUnavailable, err)
 	}
+	// The command starts inside a cgroup of its own, so that whatever it
+	// starts, setsid or not, is killed with it (tree_linux.go).
+	var tr *tree
+	if b.treeBase != "" {
+		var err error
+		if tr, err = newTree(b.treeBase); err != nil {
+			log.Warn("no cgroup for the command; only its process group is killed", "error", err)
+			tr = nil
+		} else {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, tr.fd
+		}
+	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if err != nil && tr != nil {
+		// clone3 refused (an old kernel, a filter): start it plainly and
+		// move it in; what it forks before the move is not tracked.
+		log.Warn("starting into the cgroup failed; moving the command in after start", "error", err)
+		sys := *cmd.SysProcAttr
+		sys.UseCgroupFD, sys.CgroupFD = false, 0
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Dir: cmd.Dir, Env: cmd.Env, Stdin: cmd.Stdin, Stdout: cmd.Stdout,
+			Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &sys, WaitDelay: cmd.WaitDelay}
+		if err = cmd.Start(); err == nil {
+			if aerr := tr.add(cmd.Process.Pid); aerr != nil {
+				log.Warn("moving the command into its cgroup", "error", aerr)
+			}
+		}
+	}
+	if tr != nil {
+		defer func() {
+			if err := tr.end(); err != nil {
+				log.Warn("ending the command's cgroup", "error", err)
+			}
+		}()
+	}
+	if err != nil {
 		closeFiles(stdinR, stdinW, gateR, gateW)
 		class := backend.ErrUnavailable
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
@@ -186,9 +223,15 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 		reason = backend.OutputLimit
 	}
 	// Kill the group whatever ended the command: on a normal exit this
-	// takes down background processes it left behind.
+	// takes down background processes it left behind; then the cgroup,
+	// which holds those that left the group too.
 	killGroup(pid)
 	<-ended
+	if tr != nil {
+		if err := killTree(tr.dir); err != nil {
+			log.Warn("killing the command's cgroup", "error", err)
+		}
+	}
 	duration := time.Since(start)
 	if reason != "" {
 		log.Info("killed process group", "pid", pid, "reason", string(reason))

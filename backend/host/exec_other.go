@@ -20,3 +20,8 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	}
 	return nil, fmt.Errorf("%w: host: only Linux is supported", backend.ErrUnavailable)
 }
+
+// treeBase and reconcileTrees: cgroups are Linux's.
+func treeBase() string { return "" }
+
+func reconcileTrees(string) error { return nil }

@@ -1,14 +1,19 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
@@ -88,5 +93,39 @@ func TestInheritedDescriptorsDoNotReachCommand(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "0 1 2 3 ") || strings.Contains(string(out), " 8 ") || strings.Contains(string(out), " 9 ") {
 		t.Errorf("the command's descriptors: %q, want 0 1 2 and the one ls reads with", out)
+	}
+}
+
+// TestCommandCannotOpenCallersTerminal: a caller on a terminal (an
+// interactive `pulse exec --unsafe-host`) runs a command that tries to
+// open that terminal to type into it; it has no controlling terminal.
+func TestCommandCannotOpenCallersTerminal(t *testing.T) {
+	newBackend(t)
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	defer m.Close()
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cmd := outerCmd(t, "true", `if exec 3<>/dev/tty; then echo TTY-OPENED; else echo no-tty; fi 2>/dev/null`)
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s, &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Run(); err != nil {
+		t.Logf("caller: %v", err)
+	}
+	if !strings.Contains(out.String(), "no-tty") {
+		t.Fatalf("the command opened its caller's terminal: %q", out.String())
 	}
 }

@@ -85,6 +85,10 @@ type Backend struct {
 	home      string
 	user      string
 	root      bool
+	// treeBase is where each execution's cgroup is made (tree_linux.go);
+	// "" where no v2 hierarchy is writable, and only the process group
+	// holds a command's processes.
+	treeBase string
 
 	mu      sync.Mutex
 	closed  bool
@@ -115,6 +119,7 @@ func New(opts ...Option) (*Backend, error) {
 		waitDelay: o.waitDelay,
 		closing:   make(chan struct{}),
 		root:      os.Geteuid() == 0,
+		treeBase:  treeBase(),
 	}
 	if b.shell == "" {
 		b.shell, b.shellErr = findShell()
@@ -170,8 +175,13 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		"UNSAFE: commands run as this user on this machine, with its network, its files and its processes in view",
 		"writes land in the workspace directly; changes are found by comparing the tree before and after",
 		"the environment is built from scratch (PATH, HOME, LANG, TERM, USER and the requested variables)",
-		"timeout and cancellation kill the command's process group; a process that leaves the group (setsid) escapes it",
 	}
+	if b.treeBase != "" {
+		notes = append(notes, "every process a command starts is tracked in a cgroup (v2, "+b.treeBase+") and killed when it ends, setsid or not; Reconcile kills what a killed owner left")
+	} else {
+		notes = append(notes, "timeout and cancellation kill the command's process group; no writable cgroup v2 hierarchy here, so a process that leaves the group (setsid) escapes it, and commands of a killed owner keep running")
+	}
+	notes = append(notes, "not enforced: network restriction, memory, cpu and pids limits, read-deny rules (hidden paths), no second view of the workspace")
 	if b.root {
 		// A root process can raise its own hard limit again.
 		fsize = secrets.BestEffort
@@ -204,10 +214,16 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 }
 
-// Reconcile has nothing to do: every process a host execution starts is
-// in the caller's process tree and dies with Exec, and nothing is written
-// outside the workspace.
-func (b *Backend) Reconcile(ctx context.Context) error { return ctx.Err() }
+// Reconcile kills the processes left by executions whose owner process is
+// gone (SIGKILLed before it could end them, as a crashed pulse-server is)
+// and removes their cgroups. It never touches a live owner's executions.
+// Without a cgroup hierarchy there is nothing it can find.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return reconcileTrees(b.treeBase)
+}
 
 // Close ends every running execution (they report Cancelled), waits for
 // them, and makes later Exec calls fail with ErrClosed.

@@ -219,9 +219,10 @@ func TestBackgroundProcessDiesWithCommand(t *testing.T) {
 	waitGone(t, pid)
 }
 
-// TestEscapedProcessBoundedWait shows the limit of process-group kills: a
-// process that calls setsid leaves the group and survives, but Exec still
-// returns once the wait delay is over even though it holds stdout open.
+// TestEscapedProcessBoundedWait: a process that calls setsid leaves the
+// group (and, where no cgroup tracks the command, survives its kill); Exec
+// still returns, at the latest once the wait delay is over, although it
+// holds stdout open.
 func TestEscapedProcessBoundedWait(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("needs setsid(1): ", err)

@@ -140,6 +140,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		"own session, no controlling terminal; descriptors above stderr closed; stdin relayed through a pipe",
 		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, TIOCSTI/TIOCLINUX, new namespaces refused)",
 	}
+	if b.cg.pids && b.cg.memory {
+		notes = append(notes, fmt.Sprintf("without a policy limit: pids %d, memory %d MiB (cgroup)", policy.DefaultPids, policy.DefaultMemoryBytes>>20))
+	}
+	notes = append(notes, "read-denied paths are absent from the command's view (overlay whiteouts)")
 	if b.cg.memory {
 		limits["memory_bytes"] = secrets.Strong
 	} else {

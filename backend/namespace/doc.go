@@ -114,7 +114,16 @@
 // built from scratch and the caller's home is replaced by a tmpfs. Timeout,
 // output caps and file size are enforced by the backend and rlimits; memory,
 // pids and cpu by a cgroup when one is writable (Capabilities.Limits says
-// which).
+// which), v1 controllers (this includes the layout with a v2 mount at
+// /sys/fs/cgroup/unified) as well as v2. Where the request sets no pids or
+// memory limit, policy.DefaultPids and policy.DefaultMemoryBytes apply
+// through the cgroup, so a fork bomb stops there instead of at the host's
+// pid space.
+//
+// Request.Hidden paths are absent from the command's view: whiteouts in
+// the upper layer, written before the overlay is mounted; what the command
+// writes there is captured as any write, and hiding them is no deletion
+// (hide_linux.go).
 //
 // On systems other than Linux the package builds, and New returns a backend
 // whose Probe and Exec report ErrUnavailable.

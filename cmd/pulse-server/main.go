@@ -408,6 +408,12 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 			return err
 		}
 		defer b.Close()
+		// What a previous server left running when it was killed (its
+		// commands, and on the host backend everything they started) is
+		// ended now, not when a client happens to ask for a reconcile.
+		if err := b.Reconcile(ctx); err != nil {
+			log.Warn("reconciling what an earlier run left behind", "error", err)
+		}
 		if b.Name() == host.Name {
 			log.Warn("UNSAFE_HOST: commands run unisolated on this machine, with its network")
 			// The host cannot deny the network; the operator chose that.

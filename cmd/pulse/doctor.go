@@ -105,7 +105,7 @@ func printDoctor(w io.Writer, report []sandbox.BackendStatus, policyFile string)
 			fmt.Fprintf(w, "  why: %s\n", strings.ReplaceAll(st.Reason, "\n", "\n       "))
 		}
 		c := st.Capabilities
-		fmt.Fprintf(w, "  isolation: %s, writes captured: %v\n", c.Isolation, c.CapturesWrites)
+		fmt.Fprintf(w, "  isolation: %s, writes captured: %v, read-denied paths hidden: %v\n", c.Isolation, c.CapturesWrites, c.HidesPaths)
 		fmt.Fprintf(w, "  network:  deny-all %-11s allowlist %-11s allow-all %s\n",
 			c.NetworkLevel(policy.NetworkDenyAll), c.NetworkLevel(policy.NetworkAllowlist), c.NetworkLevel(policy.NetworkAllowAll))
 		fmt.Fprintf(w, "  secrets:  deny-all %-11s allowlist %-11s allow-all %s\n",
