@@ -210,11 +210,36 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		if err := cmd.Limits.Validate(); err != nil {
 			return fail(fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err))
 		}
-		l, err := limits.Tighten(*cmd.Limits)
+		// On an isolating backend the pids and memory defaults are a
+		// ceiling too: a command cannot lift itself above them, only the
+		// policy can. What the command leaves unset stays unset, for the
+		// backend to default.
+		ceil := limits
+		if s.caps.Isolation != backend.IsolationHostUnsafe {
+			ceil = ceil.WithIsolationDefaults()
+		}
+		l, err := ceil.Tighten(*cmd.Limits)
+		if err == nil {
+			if cmd.Limits.Pids == 0 {
+				l.Pids = limits.Pids
+			}
+			if cmd.Limits.MemoryBytes == 0 {
+				l.MemoryBytes = limits.MemoryBytes
+			}
+		}
 		if err != nil {
 			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 				Backend: s.backend.Name(), Reason: "limit_exceeded", Detail: err.Error()})
 			return fail(fmt.Errorf("sandbox: %w", err))
+		}
+		if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs) {
+			// Quietly running under the container's higher limits would
+			// be a downgrade like any other.
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+				Backend: s.backend.Name(), Reason: "unsupported_policy",
+				Detail: "memory, cpu and pids limits apply to the whole container; a command cannot lower them"})
+			return fail(fmt.Errorf("%w: backend %q applies memory, cpu and pids limits to its whole container; a command cannot lower them (set them with WithLimits or the policy instead)",
+				ErrUnsupportedPolicy, s.backend.Name()))
 		}
 		limits = l
 	}

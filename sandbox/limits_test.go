@@ -192,3 +192,47 @@ func TestWithLimitsOnlyTightensThePolicys(t *testing.T) {
 		t.Fatalf("limits sent = %+v", got)
 	}
 }
+
+// A command cannot lift itself above the isolating backends' pids and
+// memory defaults; only the policy raises them.
+func TestCommandLimitsCannotExceedTheIsolationDefaults(t *testing.T) {
+	be := &limitsBackend{}
+	sb, err := New(context.Background(), t.TempDir(), WithBackend(be))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := context.Background()
+	_, err = sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Pids: policy.DefaultPids + 1}})
+	if !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("err = %v, want ErrLimitExceeded", err)
+	}
+	if _, err := sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Timeout: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if be.req.Limits.Pids != 0 || be.req.Limits.MemoryBytes != 0 {
+		t.Fatalf("limits sent = %+v: unset pids and memory are the backend's to default", be.req.Limits)
+	}
+}
+
+// Docker's memory, cpu and pids limits are its container's: a command's
+// own lower value would quietly not apply, so it is refused.
+func TestDockerRefusesPerCommandResourceLimits(t *testing.T) {
+	ws := t.TempDir()
+	probe := newDockerSandbox(t, ws) // skips without Docker
+	probe.Close()
+	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("docker"),
+		WithLimits(policy.ResourceLimits{Pids: 256}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := context.Background()
+	_, err = sb.Execute(ctx, Command{Shell: "true", Limits: &policy.ResourceLimits{Pids: 16}})
+	if !errors.Is(err, ErrUnsupportedPolicy) {
+		t.Fatalf("err = %v, want ErrUnsupportedPolicy", err)
+	}
+	if res, err := sb.Execute(ctx, Command{Shell: "true", Limits: &policy.ResourceLimits{Timeout: time.Minute}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("a per-command timeout on Docker: %+v %v", res, err)
+	}
+}

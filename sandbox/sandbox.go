@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/pathguard"
@@ -42,6 +43,10 @@ type Sandbox struct {
 	rulesOnly    *policy.Policy
 	// readScope: where the read policy can deny (see readDigest).
 	readScope readScope
+	// wholeLimits: the backend applies the sandbox's memory, cpu and
+	// pids limits to all commands at once (a Docker container), so a
+	// command cannot have lower ones of its own.
+	wholeLimits bool
 	// passedOver says why each backend before the chosen one was not
 	// used ("name: reason").
 	passedOver []string
@@ -185,6 +190,11 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 			return nil, err
 		}
 		s.ownsBE = true
+		if _, ok := s.backend.(*docker.Backend); ok {
+			// Its memory, cpu and pids limits are the container's, set
+			// from o.limits when it was made (see candidates).
+			s.wholeLimits = true
+		}
 	}
 	s.caps = s.backend.Capabilities()
 	if err := s.backend.Reconcile(ctx); err != nil {
