@@ -159,7 +159,10 @@ func (c *client) sendRaw(b []byte) {
 
 func (c *client) recv() msg {
 	c.t.Helper()
-	m, err := c.tryRecv(20 * time.Second)
+	// Generous: a frame of many megabytes (the stdin cap tests send one)
+	// takes seconds to decode under the race detector on a loaded machine;
+	// the deadline only decides how long a broken server takes to fail.
+	m, err := c.tryRecv(90 * time.Second)
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}
