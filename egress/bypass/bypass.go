@@ -407,6 +407,12 @@ var attacks = []attack{
 	{"the secret is injected for its bound host (TLS, sandbox CA, curl)", func(ctx context.Context, e *env) Result {
 		return e.withCurl(ctx, `curl -sS --max-time 10 -H "Authorization: Bearer $PULSE_BYPASS_TOKEN" https://example.com:{TP}/`, "pulse-bypass-authorized")
 	}},
+	{"the sandbox CA is trusted without the variables (curl, system trust store)", func(ctx context.Context, e *env) Result {
+		if e.b.Name() == "docker" {
+			return Result{Held: true, Skipped: "the container's root is read-only: the CA is in SSL_CERT_FILE and the other variables only"}
+		}
+		return e.withCurl(ctx, `env -u SSL_CERT_FILE -u CURL_CA_BUNDLE curl -sS --max-time 10 -H "Authorization: Bearer $PULSE_BYPASS_TOKEN" https://example.com:{TP}/`, "pulse-bypass-authorized")
+	}},
 	{"the real secret is nowhere inside the sandbox", func(ctx context.Context, e *env) Result {
 		// The script rebuilds the secret from its base64 in a shell
 		// variable, so that neither its text nor its environment holds it.
