@@ -22,6 +22,11 @@
     return e;
   }
 
+  // Control characters (a logged command may hold escape sequences) are
+  // shown as escapes, never passed on.
+  const clean = (s) => String(s || "").replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
+    (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+
   function say(text, error) {
     const m = $("message");
     m.textContent = text;
@@ -74,7 +79,7 @@
       box.checked = isAccepted(tx, f);
       box.addEventListener("change", () => accepted.set(k, box.checked));
       const head = el("div", { class: "file-head" },
-        el("label", {}, box, el("span", { class: "path", text: f.path })),
+        el("label", {}, box, el("span", { class: "path", text: clean(f.path) })),
         el("span", { class: "kind", text: f.kind + (f.new ? " (new)" : "") + (f.kind === "write" ? " · " + size(f.size) : "") }));
       if (f.binary) head.append(el("span", { class: "flag binary", text: "binary" }));
       if (f.runs_on_host) {
@@ -125,10 +130,10 @@
       el("td", { text: new Date(e.time).toLocaleString() }),
       el("td", { text: e.action }),
       el("td", { class: e.decision || "", text: e.decision || "" }),
-      el("td", { class: "target", text: e.target || "" }),
+      el("td", { class: "target", text: clean(e.target) }),
       el("td", { text: [e.actor, e.via].filter(Boolean).join(" via ") }),
       el("td", { class: "target", text: e.tx_id || "" }),
-      el("td", { class: "detail", text: [e.reason, e.detail].filter(Boolean).join(": ") }))));
+      el("td", { class: "detail", text: clean([e.reason, e.detail].filter(Boolean).join(": ")) }))));
   }
 
   async function refresh() {
