@@ -30,6 +30,9 @@ func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
 	tr := tar.NewReader(io.LimitReader(zr, lim.MaxUnpacked+int64(lim.MaxMembers+2)*3*512))
 	ov := &backend.Overlay{}
 	seen := map[string]bool{}
+	// A later member of a name replaces an earlier one, as GNU tar
+	// extracts it: the overlay holds each path once.
+	at := map[string]int{}
 	var members int
 	var total int64
 	for {
@@ -77,15 +80,31 @@ func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
 			continue
 		}
 		seen[name] = true
-		if old, ok := s.entries[name]; ok && sameEntry(old, e) {
-			continue
-		}
 		f := backend.File{Path: name, Mode: e.mode}
 		if !e.mode.IsDir() {
 			f.Data = data
 		}
+		i, dup := at[name]
+		if old, ok := s.entries[name]; ok && sameEntry(old, e) {
+			if dup { // back to what it was: no change after all
+				ov.Files[i].Path = ""
+			}
+			continue
+		}
+		if dup {
+			ov.Files[i] = f
+			continue
+		}
+		at[name] = len(ov.Files)
 		ov.Files = append(ov.Files, f)
 	}
+	files := ov.Files[:0]
+	for _, f := range ov.Files {
+		if f.Path != "" {
+			files = append(files, f)
+		}
+	}
+	ov.Files = files
 	var gone []string
 	for rel := range s.entries {
 		if !seen[rel] {

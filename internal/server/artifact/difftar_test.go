@@ -1,6 +1,7 @@
 package artifact
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"os"
@@ -68,6 +69,8 @@ func FuzzDiffTar(f *testing.F) {
 	f.Add(build(f, reg("a", "x"), reg("d/b", "y")))
 	f.Add(build(f, reg("../x", "x")))
 	f.Add([]byte{0x1f, 0x8b})
+	f.Add(build(f, member{hdr: tar.Header{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "d"}}, reg("a", "x")))
+	f.Add(build(f, reg("a", "y"), reg("a", "x")))
 	ws := f.TempDir()
 	if err := os.WriteFile(filepath.Join(ws, "a"), []byte("x"), 0o644); err != nil {
 		f.Fatal(err)
@@ -81,13 +84,39 @@ func FuzzDiffTar(f *testing.F) {
 		if err != nil {
 			return
 		}
+		once := map[string]bool{}
 		for _, file := range ov.Files {
 			if c, err := CleanName(file.Path); err != nil || c != file.Path || c == "." {
 				t.Fatalf("overlay path %q not clean: %v", file.Path, err)
 			}
+			if once[file.Path] {
+				t.Fatalf("overlay holds %q twice", file.Path)
+			}
+			once[file.Path] = true
 		}
 		if _, err := Pack(ov); err != nil {
 			t.Fatalf("overlay from DiffTar does not pack: %v", err)
 		}
 	})
+}
+
+// A later member of the same name replaces the earlier one, as GNU tar
+// extracts it, and the overlay holds the path once.
+func TestDiffTarLaterMemberWins(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "a"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Take(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := member{hdr: tar.Header{Name: "b", Typeflag: tar.TypeSymlink, Linkname: "a"}}
+	ov, err := snap.DiffTar(bytes.NewReader(build(t, link, reg("b", "new"), reg("a", "changed"), reg("a", "x"))), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Files) != 1 || ov.Files[0].Path != "b" || !ov.Files[0].Mode.IsRegular() || string(ov.Files[0].Data) != "new" {
+		t.Fatalf("overlay = %+v, want only b as the regular file that came last", ov.Files)
+	}
 }
