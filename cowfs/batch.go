@@ -191,7 +191,7 @@ func (t *Tx) checkOp(op Op) (string, error) {
 		if err := checkLinkTarget(rel, op.Target); err != nil {
 			return "", err
 		}
-	case KindMkdir, KindDelete:
+	case KindMkdir, KindDelete, KindWhiteout:
 	default:
 		return "", fmt.Errorf("cowfs: %q: unknown change kind %q", op.Path, op.Kind)
 	}
@@ -206,6 +206,8 @@ func (t *Tx) planOp(op Op, rel, sha string) ([]stageRec, error) {
 		return t.planMkdir(rel, op.Mode)
 	case KindSymlink:
 		return t.planSymlink(rel, op.Target)
+	case KindWhiteout:
+		return t.planWhiteout(rel)
 	default:
 		return t.planDelete(rel)
 	}

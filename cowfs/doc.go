@@ -51,6 +51,43 @@
 // files (a sandboxed command must not plant a setuid program that a
 // privileged commit would install).
 //
+// # The pending stack
+//
+// A workspace's open transactions form an ordered stack (FS.Stack):
+// ordered by creation time, then id, whichever process began them, read
+// under the lock so that a reader never sees part of a batch. A command
+// runs on the workspace plus every transaction, bottom first; its writes
+// become a new transaction on top. Changes keep their snapshot of the
+// workspace, so commit-time conflict checks are unchanged; a deletion of
+// a path that only a lower transaction holds is a whiteout record
+// (WhiteoutOp): absent in the view, nothing to commit.
+//
+// Stack.View (and Lookup) reduce the stack to one entry per path: the
+// topmost change, with the bottom-most snapshot; a file, symlink or
+// deletion drops what lower transactions staged beneath it. Stack.Layers
+// gives each transaction as a layer (its entries plus the directories on
+// the way) for a backend to lay over the workspace, overlayfs style.
+// Stack.TxDiff shows one transaction against the stack below it;
+// Stack.Diff the whole stack against the workspace.
+//
+// FS.CommitAll checks every path against the workspace, squashes the
+// stack and commits the result as one transaction: all or nothing.
+// FS.Squash replaces the bottom transactions by one with the same
+// effect, placed where the topmost of them was; it writes the new
+// transaction (its begin record lists the ids it squashes) before it
+// removes the originals, and a reader that finds both removes the
+// originals, so a crash in between changes nothing in the view.
+// Committing or discarding one transaction alone is refused with a
+// *StackError (ErrStackDependency) when another pending transaction
+// shares its paths (Stack.CheckCommit, Stack.CheckDiscard): one above it
+// was made on top of it, and one below it would be overtaken. Empty
+// transactions belong to commands still running and are left alone by
+// squash, commit --all and discard --all. There is no bound on open
+// transactions by default (WithMaxOpenTransactions sets one).
+//
+// A transaction that cannot be read is left out of the stack and listed
+// in Stack.Damaged (and logged), never merged.
+//
 // # Symlinks
 //
 // A committed link never leads a reader outside the workspace or into
@@ -152,8 +189,10 @@
 // (the append it belonged to never returned). Any other damage (bad
 // length, bad checksum, bad JSON) is corruption.
 //
-// The stage log holds {"op":"begin","id","desc","created","undoes"}, then
-// {"op":"set","change":{...}} and {"op":"unstage","path"} records, each
+// The stage log holds {"op":"begin","id","desc","created","undoes",
+// "squashes"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}
+// and {"op":"whiteout","path"} records (a set of the path clears a
+// whiteout), each
 // appended and fsynced before Write, Delete, Mkdir, Symlink or Stage
 // returns. A change is {"path","kind","mode","blob","pack","off","size",
 // "target","implicit","before":{"type","ino","dev","size","mtime_ns",

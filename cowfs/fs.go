@@ -24,9 +24,11 @@ import (
 const (
 	DefaultMaxFileBytes   int64 = 50 << 20
 	DefaultMaxStagedBytes int64 = 256 << 20
-	DefaultMaxOpenTx            = 16
-	DefaultMaxChanges           = 100000
-	DefaultUndoDepth            = 16
+	// DefaultMaxOpenTx is 0: no bound on open transactions. A session
+	// stacks one per command; the facade squashes a long stack instead.
+	DefaultMaxOpenTx  = 0
+	DefaultMaxChanges = 100000
+	DefaultUndoDepth  = 16
 )
 
 // StateDir is where cowfs keeps its state, relative to the workspace.
@@ -79,7 +81,7 @@ func WithMaxStagedBytes(n int64) Option {
 }
 
 // WithMaxOpenTransactions bounds how many transactions may be open at once
-// in the workspace.
+// in the workspace (by default there is no bound).
 func WithMaxOpenTransactions(n int) Option {
 	return func(o *options) error {
 		if n <= 0 {
@@ -163,6 +165,8 @@ type FS struct {
 	staged      int64            // bytes staged by open transactions, as this FS knows them
 	counted     map[string]int64 // per transaction, the bytes included in staged
 	recoveryErr error
+
+	stackTxs map[string]*Tx // the pending stack as last read (stack.go), under opMu
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
@@ -387,7 +391,7 @@ func (f *FS) Begin(description string) (*Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(ids) >= f.opts.maxOpenTx {
+	if f.opts.maxOpenTx > 0 && len(ids) >= f.opts.maxOpenTx {
 		return nil, &LimitError{Name: LimitOpenTx, Value: int64(f.opts.maxOpenTx)}
 	}
 	t := &Tx{fs: f, id: newID(), desc: description, created: time.Now().UTC(), changes: map[string]*change{}}
@@ -412,7 +416,7 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		}
 	}
 	var buf []byte
-	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes}
+	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes, Squashes: t.squashes}
 	all := append([]stageRec{begin}, recs...)
 	for _, r := range all {
 		p, err := json.Marshal(r)

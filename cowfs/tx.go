@@ -71,6 +71,9 @@ type stageRec struct {
 	Change  *change `json:"change,omitempty"`
 	// N is the number of set and unstage records a batch record heads.
 	N int `json:"n,omitempty"`
+	// Squashes, on a begin record, lists the transactions this one
+	// replaces (see stack.go).
+	Squashes []string `json:"squashes,omitempty"`
 }
 
 // Tx is a copy-on-write transaction: changes staged under .pulse/cow and
@@ -89,6 +92,9 @@ type Tx struct {
 	bytes   int64
 	offset  int64 // end of the stage log as last read
 	loaded  bool
+	// whiteouts and squashes belong to the pending stack (stack.go).
+	whiteouts map[string]bool
+	squashes  []string
 
 	// pend is the batch Stage is planning: the changes its accepted ops
 	// set (nil: unstaged), which the planning helpers see through cur but
@@ -122,7 +128,11 @@ func (t *Tx) apply(r stageRec) {
 	switch r.Op {
 	case "begin":
 		t.desc, t.created, t.undoes = r.Desc, time.Unix(0, r.Created).UTC(), r.Undoes
+		t.squashes = r.Squashes
+	case "whiteout":
+		t.applyWhiteout(r.Path)
 	case "set":
+		delete(t.whiteouts, r.Change.Path)
 		if old := t.changes[r.Change.Path]; old != nil {
 			t.bytes -= old.Size
 		}
@@ -155,7 +165,7 @@ func decodeStageRec(p []byte) (stageRec, error) {
 		if err := checkChange(r.Change); err != nil {
 			return r, err
 		}
-	case "unstage":
+	case "unstage", "whiteout":
 		if !isCleanRel(r.Path) {
 			return r, fmt.Errorf("%w: bad path %q", errCorrupt, r.Path)
 		}
@@ -221,7 +231,7 @@ func replayLog(b []byte, atStart bool) (recs []stageRec, good int, tail bool, er
 			if err != nil {
 				return nil, 0, false, err
 			}
-			if br.Op != "set" && br.Op != "unstage" {
+			if br.Op != "set" && br.Op != "unstage" && br.Op != "whiteout" {
 				return nil, 0, false, fmt.Errorf("%w: %q record inside a batch", errCorrupt, br.Op)
 			}
 			recs = append(recs, br)

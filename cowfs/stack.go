@@ -1,0 +1,918 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// KindWhiteout is an Op kind for Tx.Stage: delete a path as a command saw
+// it through the pending stack. When the workspace or the transaction
+// holds the path it is an ordinary deletion; otherwise the path came from
+// a transaction lower in the stack, and the transaction records a
+// whiteout: the path (and everything beneath) is absent from the view of
+// every command stacked on it, and nothing is written by a commit.
+const KindWhiteout ChangeKind = "whiteout"
+
+// WhiteoutOp is a deletion of path as seen through the pending stack.
+func WhiteoutOp(path string) Op { return Op{Kind: KindWhiteout, Path: path} }
+
+// ErrStackDependency: a transaction in the middle of the pending stack
+// cannot be committed or discarded alone, because another pending
+// transaction changes the same paths (see StackError).
+var ErrStackDependency = errors.New("cowfs: pending transactions depend on each other")
+
+// StackError names the transactions that stand in the way of committing
+// or discarding one transaction of the stack alone. It wraps
+// ErrStackDependency.
+type StackError struct {
+	Op     string   // "commit" or "discard"
+	ID     string   // the transaction asked for
+	Others []string // the pending transactions sharing its paths
+	Path   string   // one shared path
+}
+
+func (e *StackError) Error() string {
+	hint := "commit them together (pulse cow commit --all) or squash the stack first"
+	if e.Op == "discard" {
+		hint = "discard those first (they were made on top of it), or discard --all"
+	}
+	return fmt.Sprintf("cowfs: cannot %s transaction %s alone: pending transaction(s) %s also change %q; %s",
+		e.Op, e.ID, strings.Join(e.Others, ", "), e.Path, hint)
+}
+
+// Unwrap makes errors.Is(err, ErrStackDependency) true.
+func (e *StackError) Unwrap() error { return ErrStackDependency }
+
+// planWhiteout plans a WhiteoutOp: an ordinary deletion when the
+// workspace or the transaction has the path, else a whiteout record.
+func (t *Tx) planWhiteout(rel string) ([]stageRec, error) {
+	if t.cur(rel) != nil {
+		return t.planDelete(rel)
+	}
+	if _, err := t.fs.ws.lstat(rel); err == nil {
+		return t.planDelete(rel)
+	} else if !isNotExist(err) && !errors.Is(err, ErrInvalidPath) {
+		return nil, err
+	}
+	return []stageRec{{Op: "whiteout", Path: rel}}, nil
+}
+
+func (t *Tx) applyWhiteout(rel string) {
+	if t.whiteouts == nil {
+		t.whiteouts = map[string]bool{}
+	}
+	t.whiteouts[rel] = true
+}
+
+// Whiteouts returns the paths the transaction hides from the stack below
+// it without changing the workspace, sorted.
+func (t *Tx) Whiteouts() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.whiteouts))
+	for p := range t.whiteouts {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Empty reports whether the transaction holds neither changes nor
+// whiteouts.
+func (t *Tx) Empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.changes) == 0 && len(t.whiteouts) == 0
+}
+
+// StackTx is one transaction of the pending stack, as Stack read it.
+type StackTx struct {
+	ID          string
+	Description string
+	Created     time.Time
+	Changes     int
+	Whiteouts   int
+	Bytes       int64
+	// Squashes lists the transactions this one replaced.
+	Squashes []string
+
+	dir       string
+	offset    int64
+	changes   []change // sorted by path
+	whiteouts []string // sorted
+}
+
+// Empty reports whether the transaction holds nothing (a command that is
+// still running has an empty one).
+func (s *StackTx) Empty() bool { return len(s.changes) == 0 && len(s.whiteouts) == 0 }
+
+// DamagedTx is a pending transaction left out of the stack because it
+// cannot be read (or was quarantined by recovery).
+type DamagedTx struct {
+	ID  string
+	Err error
+}
+
+// Stack is the ordered stack of a workspace's pending transactions, read
+// at one instant under the workspace lock, so that it never holds part of
+// a transaction (a batch is read whole or not at all). Transactions are
+// ordered by creation time, then id: whichever process began them. A
+// command runs on the workspace plus every transaction, bottom first.
+type Stack struct {
+	fs      *FS
+	Txs     []*StackTx // bottom first
+	Damaged []DamagedTx
+
+	view *fold // of all of Txs, built on first use
+}
+
+// Stack reads the pending stack. Transactions listed by a squash that
+// replaced them (left behind when a squash was interrupted) are removed
+// first. A transaction that cannot be read, is quarantined, or is being
+// committed is left out: the first two are reported in Damaged and
+// logged as warnings, never merged.
+func (f *FS) Stack(ctx context.Context) (*Stack, error) {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return f.stackLocked()
+}
+
+func (f *FS) stackLocked() (*Stack, error) {
+	ids, err := f.txIDs()
+	if err != nil {
+		return nil, err
+	}
+	if f.stackTxs == nil {
+		f.stackTxs = map[string]*Tx{}
+	}
+	present := map[string]bool{}
+	for _, id := range ids {
+		present[id] = true
+	}
+	for id := range f.stackTxs {
+		if !present[id] {
+			delete(f.stackTxs, id)
+		}
+	}
+	st := &Stack{fs: f}
+	var txs []*Tx
+	for _, id := range ids {
+		state, reason := f.txState(id)
+		switch state {
+		case StateCommitting:
+			continue
+		case StateQuarantined:
+			st.Damaged = append(st.Damaged, DamagedTx{ID: id, Err: fmt.Errorf("%w: transaction %s is quarantined: %s", ErrRecovery, id, reason)})
+			continue
+		}
+		t := f.stackTxs[id]
+		if t == nil {
+			t = &Tx{fs: f, id: id, changes: map[string]*change{}}
+		}
+		if err := t.refreshLocked(false); err != nil {
+			delete(f.stackTxs, id)
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
+				continue
+			}
+			st.Damaged = append(st.Damaged, DamagedTx{ID: id, Err: err})
+			continue
+		}
+		f.stackTxs[id] = t
+		txs = append(txs, t)
+	}
+	// A squash writes its result before it removes what it replaced; a
+	// crash between the two leaves both, and the originals go now.
+	replaced := map[string]bool{}
+	for _, t := range txs {
+		for _, id := range t.squashes {
+			if present[id] && id != t.id {
+				replaced[id] = true
+			}
+		}
+	}
+	if len(replaced) > 0 {
+		kept := txs[:0]
+		for _, t := range txs {
+			if !replaced[t.id] {
+				kept = append(kept, t)
+				continue
+			}
+			if err := f.dropLocked(t.id); err != nil {
+				return nil, err
+			}
+		}
+		txs = kept
+	}
+	for _, d := range st.Damaged {
+		f.log.Warn("cowfs: a pending transaction is left out of the stack", "tx", d.ID, "err", d.Err)
+	}
+	for _, t := range txs {
+		st.Txs = append(st.Txs, t.stackTx())
+	}
+	sort.SliceStable(st.Txs, func(i, j int) bool {
+		a, b := st.Txs[i], st.Txs[j]
+		if !a.Created.Equal(b.Created) {
+			return a.Created.Before(b.Created)
+		}
+		return a.ID < b.ID
+	})
+	return st, nil
+}
+
+// dropLocked removes an open transaction's state; the caller holds the
+// lock.
+func (f *FS) dropLocked(id string) error {
+	if err := f.removeState("tx/" + id); err != nil {
+		return err
+	}
+	f.account(id, 0, false)
+	delete(f.stackTxs, id)
+	return nil
+}
+
+func (t *Tx) stackTx() *StackTx {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &StackTx{ID: t.id, Description: t.desc, Created: t.created, Changes: len(t.changes),
+		Whiteouts: len(t.whiteouts), Bytes: t.bytes, Squashes: t.squashes, dir: t.dir(), offset: t.offset}
+	s.changes = make([]change, 0, len(t.changes))
+	for _, c := range t.changes {
+		s.changes = append(s.changes, *c)
+	}
+	sort.Slice(s.changes, func(i, j int) bool { return s.changes[i].Path < s.changes[j].Path })
+	for p := range t.whiteouts {
+		s.whiteouts = append(s.whiteouts, p)
+	}
+	sort.Strings(s.whiteouts)
+	return s
+}
+
+// fold is the pending stack reduced to one change per path: the topmost
+// change's effect with the bottom-most snapshot of the workspace (what a
+// commit of the whole stack must find there). kids indexes the entries by
+// parent so that replacing a directory drops what was staged beneath it.
+type fold struct {
+	m    map[string]*fentry
+	kids map[string]map[string]bool
+}
+
+type fentry struct {
+	c   change
+	dir string // state dir of the transaction holding the bytes
+	// hide marks a whiteout of a path the workspace did not hold: absent
+	// in the view, nothing to commit.
+	hide bool
+}
+
+func newFold() *fold {
+	return &fold{m: map[string]*fentry{}, kids: map[string]map[string]bool{}}
+}
+
+func (v *fold) set(p string, e *fentry) {
+	v.m[p] = e
+	par := path.Dir(p)
+	k := v.kids[par]
+	if k == nil {
+		k = map[string]bool{}
+		v.kids[par] = k
+	}
+	k[p] = true
+}
+
+func (v *fold) remove(p string) {
+	delete(v.m, p)
+	if k := v.kids[path.Dir(p)]; k != nil {
+		delete(k, p)
+	}
+}
+
+// hideBelow makes everything staged beneath p absent: entries the
+// workspace never had are dropped, the others become deletions.
+func (v *fold) hideBelow(p string) {
+	for q := range v.kids[p] {
+		v.hideBelow(q)
+		e := v.m[q]
+		if e == nil {
+			continue
+		}
+		if e.c.Before.Type == typeAbsent {
+			v.remove(q)
+			continue
+		}
+		e.c = change{Path: q, Kind: KindDelete, Before: e.c.Before}
+		e.hide = false
+	}
+	if k := v.kids[p]; len(k) == 0 {
+		delete(v.kids, p)
+	}
+}
+
+func (v *fold) apply(t *StackTx) {
+	for _, c := range t.changes {
+		prev := v.m[c.Path]
+		if c.Kind == KindMkdir && c.Implicit && prev != nil && prev.c.Kind == KindMkdir {
+			continue // the directory is there already, as staged below
+		}
+		e := &fentry{c: c, dir: t.dir}
+		if prev != nil && !prev.hide {
+			e.c.Before = prev.c.Before
+		}
+		if c.Kind != KindMkdir {
+			v.hideBelow(c.Path)
+		}
+		v.set(c.Path, e)
+	}
+	for _, p := range t.whiteouts {
+		v.hideBelow(p)
+		if prev := v.m[p]; prev != nil && prev.c.Before.Type != typeAbsent {
+			prev.c = change{Path: p, Kind: KindDelete, Before: prev.c.Before}
+			prev.hide = false
+			continue
+		}
+		v.set(p, &fentry{c: change{Path: p, Kind: KindDelete}, hide: true})
+	}
+}
+
+func (s *Stack) fold() *fold {
+	if s.view == nil {
+		s.view = s.foldN(len(s.Txs))
+	}
+	return s.view
+}
+
+// foldN folds the n bottom transactions.
+func (s *Stack) foldN(n int) *fold {
+	v := newFold()
+	for _, t := range s.Txs[:n] {
+		v.apply(t)
+	}
+	return v
+}
+
+// Entry is one path of the pending view: what a command sees there
+// instead of the workspace.
+type Entry struct {
+	Path string
+	// Kind is KindWrite, KindMkdir, KindSymlink or KindDelete (absent,
+	// with everything beneath).
+	Kind   ChangeKind
+	Mode   fs.FileMode // permission bits of a file or directory
+	Size   int64
+	Target string // of a symlink
+
+	fs  *FS
+	dir string
+	c   change
+}
+
+// Open returns the content of a KindWrite entry. It fails once the
+// transaction holding it is committed or discarded.
+func (e *Entry) Open() (io.ReadCloser, error) {
+	if e.Kind != KindWrite {
+		return nil, fmt.Errorf("cowfs: %q is not a file", e.Path)
+	}
+	r, cl, err := e.fs.openBlob(e.dir, &e.c)
+	if err != nil {
+		return nil, err
+	}
+	return readCloser{r, cl}, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func (s *Stack) entry(e *fentry) Entry {
+	out := Entry{Path: e.c.Path, Kind: e.c.Kind, Mode: fs.FileMode(e.c.Mode & 0o777), Size: e.c.Size,
+		Target: e.c.Target, fs: s.fs, dir: e.dir, c: e.c}
+	if e.c.Kind == KindMkdir {
+		out.Mode = fileMode(e.c.Mode)
+	}
+	return out
+}
+
+// View returns the pending view: one entry per path the stack decides,
+// sorted by path. A path not listed (and beneath no listed file, symlink
+// or deletion) is as the workspace has it.
+func (s *Stack) View() []Entry {
+	v := s.fold()
+	out := make([]Entry, 0, len(v.m))
+	for _, e := range v.m {
+		out = append(out, s.entry(e))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Lookup says what the stack shows at p: decided is false when the
+// workspace shows through; otherwise e is the entry, or nil when p is
+// absent (deleted, or beneath a file or a deletion).
+func (s *Stack) Lookup(p string) (e *Entry, decided bool, err error) {
+	rel, err := cleanRel(s.fs.ws.dir, p)
+	if err != nil {
+		return nil, false, err
+	}
+	v := s.fold()
+	for _, a := range ancestors(rel) {
+		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
+			return nil, true, nil
+		}
+	}
+	fe := v.m[rel]
+	if fe == nil {
+		return nil, false, nil
+	}
+	if fe.c.Kind == KindDelete {
+		return nil, true, nil
+	}
+	out := s.entry(fe)
+	return &out, true, nil
+}
+
+// Layer is one transaction of the stack as a layer of the view: its own
+// entries, plus the directories on the way to them (with the mode the
+// view below gives them), so that it can be laid over the ones below as
+// an overlayfs lower directory. ID changes whenever the content does.
+type Layer struct {
+	ID      string
+	TxID    string
+	Entries []Entry // sorted by path; KindDelete entries are whiteouts
+}
+
+// Layers returns the non-empty transactions of the stack as layers,
+// bottom first.
+func (s *Stack) Layers() []Layer {
+	var out []Layer
+	below := newFold()
+	for _, t := range s.Txs {
+		if t.Empty() {
+			continue
+		}
+		l := Layer{ID: fmt.Sprintf("%s-%x", t.ID, t.offset), TxID: t.ID}
+		have := map[string]bool{}
+		add := func(c change) {
+			l.Entries = append(l.Entries, s.entry(&fentry{c: c, dir: t.dir}))
+			have[c.Path] = true
+		}
+		for _, c := range t.changes {
+			add(c)
+		}
+		for _, p := range t.whiteouts {
+			add(change{Path: p, Kind: KindDelete})
+		}
+		var parents []string
+		for _, e := range l.Entries {
+			for _, a := range ancestors(e.Path) {
+				if !have[a] {
+					have[a] = true
+					parents = append(parents, a)
+				}
+			}
+		}
+		for _, a := range parents {
+			mode := uint32(0o755)
+			if fe := below.m[a]; fe != nil && fe.c.Kind == KindMkdir {
+				mode = fe.c.Mode
+			} else if fi, err := s.fs.ws.lstat(a); err == nil && fi.IsDir() {
+				mode = unixMode(fi.Mode())
+			}
+			l.Entries = append(l.Entries, s.entry(&fentry{c: change{Path: a, Kind: KindMkdir, Mode: mode}}))
+		}
+		sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Path < l.Entries[j].Path })
+		out = append(out, l)
+		below.apply(t)
+	}
+	return out
+}
+
+// index returns the position of id in the stack, or -1.
+func (s *Stack) index(id string) int {
+	for i, t := range s.Txs {
+		if t.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// overlap returns a path where a and b depend on each other: a path both
+// change (unless both only make it a directory), or one beneath a path the
+// other deletes or replaces by a non-directory. "" when independent.
+func overlap(a, b *StackTx) string {
+	type mark struct{ dirOnly, cuts bool }
+	am := map[string]mark{}
+	for _, c := range a.changes {
+		am[c.Path] = mark{dirOnly: c.Kind == KindMkdir, cuts: c.Kind != KindMkdir}
+	}
+	for _, p := range a.whiteouts {
+		am[p] = mark{cuts: true}
+	}
+	check := func(p string, dirOnly bool) string {
+		if m, ok := am[p]; ok && !(m.dirOnly && dirOnly) {
+			return p
+		}
+		for _, anc := range ancestors(p) {
+			if m, ok := am[anc]; ok && m.cuts {
+				return p
+			}
+		}
+		return ""
+	}
+	for _, c := range b.changes {
+		if hit := check(c.Path, c.Kind == KindMkdir); hit != "" {
+			return hit
+		}
+	}
+	for _, p := range b.whiteouts {
+		if hit := check(p, false); hit != "" {
+			return hit
+		}
+	}
+	// What b cuts may hold what a changes beneath it.
+	bm := map[string]bool{}
+	for _, c := range b.changes {
+		if c.Kind != KindMkdir {
+			bm[c.Path] = true
+		}
+	}
+	for _, p := range b.whiteouts {
+		bm[p] = true
+	}
+	for p := range am {
+		for _, anc := range ancestors(p) {
+			if bm[anc] {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// dependents returns the transactions in others sharing a path with t,
+// and one such path.
+func dependents(t *StackTx, others []*StackTx) ([]string, string) {
+	var ids []string
+	var hit string
+	for _, o := range others {
+		if o.Empty() {
+			continue
+		}
+		if p := overlap(t, o); p != "" {
+			ids = append(ids, o.ID)
+			if hit == "" {
+				hit = p
+			}
+		}
+	}
+	return ids, hit
+}
+
+// CheckCommit refuses (a *StackError) to commit transaction id alone
+// while another pending transaction changes the same paths: one below it
+// would be overtaken, one above it was made on top of it and would no
+// longer match the workspace. Independent transactions commit alone.
+func (s *Stack) CheckCommit(id string) error {
+	i := s.index(id)
+	if i < 0 {
+		return nil
+	}
+	others := append(append([]*StackTx{}, s.Txs[:i]...), s.Txs[i+1:]...)
+	if ids, p := dependents(s.Txs[i], others); len(ids) > 0 {
+		return &StackError{Op: "commit", ID: id, Others: ids, Path: p}
+	}
+	return nil
+}
+
+// CheckDiscard refuses (a *StackError) to discard transaction id while a
+// transaction above it, made by a command that saw it, changes the same
+// paths.
+func (s *Stack) CheckDiscard(id string) error {
+	i := s.index(id)
+	if i < 0 {
+		return nil
+	}
+	if ids, p := dependents(s.Txs[i], s.Txs[i+1:]); len(ids) > 0 {
+		return &StackError{Op: "discard", ID: id, Others: ids, Path: p}
+	}
+	return nil
+}
+
+// Diff renders the whole stack against the workspace as it is now, in
+// the format of Tx.Diff.
+func (s *Stack) Diff() (string, error) {
+	v := s.fold()
+	paths := make([]string, 0, len(v.m))
+	for p, e := range v.m {
+		if !e.hide {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	var b strings.Builder
+	for _, p := range paths {
+		e := v.m[p]
+		if e.c.Kind == KindMkdir && e.c.Implicit {
+			continue
+		}
+		old, err := s.fs.oldSide(p)
+		if err != nil {
+			return "", err
+		}
+		nw, err := s.side(e)
+		if err != nil {
+			return "", err
+		}
+		writeFileDiff(&b, p, old, nw)
+	}
+	return b.String(), nil
+}
+
+func (s *Stack) side(e *fentry) (side, error) {
+	if e == nil {
+		return side{}, nil
+	}
+	switch e.c.Kind {
+	case KindWrite:
+		data, err := s.fs.readBlob(e.dir, &e.c)
+		if err != nil {
+			return side{}, fmt.Errorf("cowfs: diff: %q: %w", e.c.Path, err)
+		}
+		return side{typ: typeFile, mode: e.c.Mode, data: data}, nil
+	case KindSymlink:
+		return side{typ: typeSymlink, data: []byte(e.c.Target)}, nil
+	case KindMkdir:
+		return side{typ: typeDir, mode: e.c.Mode}, nil
+	}
+	return side{}, nil
+}
+
+// sideIn returns what fold v over the workspace shows at p.
+func (s *Stack) sideIn(v *fold, p string) (side, error) {
+	for _, a := range ancestors(p) {
+		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
+			return side{}, nil
+		}
+	}
+	if fe := v.m[p]; fe != nil {
+		return s.side(fe)
+	}
+	return s.fs.oldSide(p)
+}
+
+// TxDiff renders transaction id relative to the stack below it: what the
+// command that made it changed in what it saw.
+func (s *Stack) TxDiff(id string) (string, error) {
+	i := s.index(id)
+	if i < 0 {
+		return "", fmt.Errorf("%w: transaction %q is not pending", ErrNotFound, id)
+	}
+	below, upto := s.foldN(i), s.foldN(i+1)
+	t := s.Txs[i]
+	seen := map[string]bool{}
+	var paths []string
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	cut := func(p string) {
+		// What the stack below held beneath p is gone too.
+		for q := range below.m {
+			if strings.HasPrefix(q, p+"/") {
+				add(q)
+			}
+		}
+	}
+	for _, c := range t.changes {
+		if c.Kind == KindMkdir && c.Implicit {
+			continue
+		}
+		add(c.Path)
+		if c.Kind != KindMkdir {
+			cut(c.Path)
+		}
+	}
+	for _, p := range t.whiteouts {
+		add(p)
+		cut(p)
+	}
+	sort.Strings(paths)
+	var b strings.Builder
+	for _, p := range paths {
+		old, err := s.sideIn(below, p)
+		if err != nil {
+			return "", err
+		}
+		nw, err := s.sideIn(upto, p)
+		if err != nil {
+			return "", err
+		}
+		if old.typ == nw.typ && old.mode == nw.mode && string(old.data) == string(nw.data) {
+			continue
+		}
+		writeFileDiff(&b, p, old, nw)
+	}
+	return b.String(), nil
+}
+
+// squashRecs turns a fold into the stage records and blobs of one
+// transaction that has the same effect.
+func squashRecs(v *fold) ([]stageRec, map[string]string) {
+	paths := make([]string, 0, len(v.m))
+	for p := range v.m {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var recs []stageRec
+	blobs := map[string]string{}
+	for _, p := range paths {
+		e := v.m[p]
+		switch {
+		case e.hide:
+			recs = append(recs, stageRec{Op: "whiteout", Path: p})
+			continue
+		case e.c.Kind == KindDelete && e.c.Before.Type == typeAbsent:
+			continue
+		}
+		c := e.c
+		if c.Kind == KindWrite {
+			name := c.Blob
+			if c.Pack != "" {
+				name = c.Pack
+			}
+			blobs[name] = e.dir + "/blobs/" + name
+		}
+		recs = append(recs, stageRec{Op: "set", Change: &c})
+	}
+	return recs, blobs
+}
+
+// Squash replaces the bottom transactions of the stack (up to n; all when
+// n <= 0) by one with the same effect on the view and on a commit. The new
+// transaction takes the place of the topmost one it replaces, so the
+// transactions above stay above. Empty transactions (commands still
+// running) are left in place. It returns the new transaction's id and the
+// ones it replaced; nothing happens (and "" is returned) with fewer than
+// two to squash.
+//
+// The squash is durable before the originals go: a crash in between
+// leaves both, and the next Stack removes the originals.
+func (f *FS) Squash(ctx context.Context, n int) (string, []string, error) {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	defer unlock()
+	return f.squashLocked(n)
+}
+
+func (f *FS) squashLocked(n int) (string, []string, error) {
+	st, err := f.stackLocked()
+	if err != nil {
+		return "", nil, err
+	}
+	var pick []*StackTx
+	for _, t := range st.Txs {
+		if n > 0 && len(pick) == n {
+			break
+		}
+		if !t.Empty() {
+			pick = append(pick, t)
+		}
+	}
+	if len(pick) < 2 {
+		if len(pick) == 1 {
+			return pick[0].ID, nil, nil
+		}
+		return "", nil, nil
+	}
+	v := newFold()
+	ids := make([]string, 0, len(pick))
+	for _, t := range pick {
+		v.apply(t)
+		ids = append(ids, t.ID)
+	}
+	recs, blobs := squashRecs(v)
+	top := pick[len(pick)-1]
+	desc := fmt.Sprintf("squash of %d transactions (%s .. %s)", len(pick), pick[0].Description, top.Description)
+	t := &Tx{fs: f, id: newID(), desc: desc, created: top.Created, squashes: ids, changes: map[string]*change{}}
+	if err := f.createTx(t, recs, blobs); err != nil {
+		return "", nil, err
+	}
+	f.account(t.id, t.bytes, false)
+	for _, id := range ids {
+		if err := f.dropLocked(id); err != nil {
+			return t.id, ids, err
+		}
+	}
+	return t.id, ids, nil
+}
+
+// precheckFold compares every path the fold would change with the workspace
+// now, as a commit will: it spares squashing a stack that cannot commit.
+func (f *FS) precheckFold(v *fold) error {
+	for p, e := range v.m {
+		if e.hide || e.c.Kind == KindDelete && e.c.Before.Type == typeAbsent {
+			continue
+		}
+		got, err := f.ws.snap(p, nil)
+		if err != nil {
+			return err
+		}
+		if e.c.Kind == KindMkdir && e.c.Implicit && (got.Type == typeDir || got.Type == typeAbsent) {
+			continue
+		}
+		if r := compare(e.c.Before, got); r != "" {
+			return conflict(p, r)
+		}
+	}
+	return nil
+}
+
+// CommitAll commits the whole pending stack, in order, as one crash-safe
+// commit: it squashes the stack into one transaction and commits that,
+// so the workspace gets exactly what a command would see on top of the
+// stack, all or nothing. Every path is first checked against the
+// workspace (ErrConflict, nothing squashed); if the commit itself then
+// meets a conflict, the squashed transaction stays pending (the
+// per-command transactions are gone, their content is in it). It returns
+// the paths written and the ids of the transactions committed.
+func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.stackLocked()
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	var ids []string
+	for _, t := range st.Txs {
+		if !t.Empty() {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) == 0 {
+		unlock()
+		return nil, nil, nil
+	}
+	if err := f.precheckFold(st.fold()); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	id, _, err := f.squashLocked(0)
+	unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := f.Tx(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	paths, err := t.Commit(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return paths, ids, nil
+}
+
+// DiscardAll discards every non-empty pending transaction and returns
+// their ids. Empty ones belong to commands still running and are left.
+func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
+	st, err := f.Stack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for i := len(st.Txs) - 1; i >= 0; i-- {
+		t := st.Txs[i]
+		if t.Empty() {
+			continue
+		}
+		tx, err := f.Tx(t.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return ids, err
+		}
+		if err := tx.Discard(); err != nil && !errors.Is(err, ErrClosed) {
+			return ids, err
+		}
+		ids = append(ids, t.ID)
+	}
+	return ids, nil
+}

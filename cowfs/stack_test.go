@@ -1,0 +1,288 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// stageCmd stages ops in a new transaction, as the facade does with a
+// command's overlay.
+func stageCmd(t *testing.T, f *FS, desc string, ops ...Op) string {
+	t.Helper()
+	tx, err := f.Begin(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := tx.Stage(context.Background(), ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("%s: op %d (%s %s): %v", desc, i, ops[i].Kind, ops[i].Path, e)
+		}
+	}
+	return tx.ID()
+}
+
+func stack(t *testing.T, f *FS) *Stack {
+	t.Helper()
+	st, err := f.Stack(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// seen is what the stack shows at p: its content, "<absent>", or
+// "<ws>" when the workspace shows through.
+func seen(t *testing.T, st *Stack, p string) string {
+	t.Helper()
+	e, decided, err := st.Lookup(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case !decided:
+		return "<ws>"
+	case e == nil:
+		return "<absent>"
+	case e.Kind == KindMkdir:
+		return "<dir>"
+	case e.Kind == KindSymlink:
+		return "->" + e.Target
+	}
+	r, err := e.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(r)
+	return string(b)
+}
+
+func TestStackViewOrderAndWhiteouts(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "keep.txt", "keep\n", 0o644)
+	writeFile(t, ws, "old/x.txt", "x\n", 0o644)
+	f := openFS(t, ws)
+
+	a := stageCmd(t, f, "one", WriteOp("a.txt", []byte("one\n"), 0o644), WriteOp("d/n.txt", []byte("n\n"), 0o644))
+	stageCmd(t, f, "two", WriteOp("a.txt", []byte("two\n"), 0o644), WhiteoutOp("d/n.txt"), WhiteoutOp("old"))
+	st := stack(t, f)
+	if len(st.Txs) != 2 || st.Txs[0].ID != a {
+		t.Fatalf("stack order: %+v", st.Txs)
+	}
+	for p, want := range map[string]string{
+		"a.txt": "two\n", "d/n.txt": "<absent>", "old": "<absent>", "old/x.txt": "<absent>", "keep.txt": "<ws>", "d": "<dir>",
+	} {
+		if got := seen(t, st, p); got != want {
+			t.Errorf("%s: got %q, want %q", p, got, want)
+		}
+	}
+	// old/ is in the workspace, so WhiteoutOp staged a real deletion; d/n.txt
+	// only existed below, so it is a whiteout.
+	if got := st.Txs[1].whiteouts; len(got) != 1 || got[0] != "d/n.txt" {
+		t.Errorf("whiteouts: %v", got)
+	}
+	d, err := st.TxDiff(st.Txs[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d, "-one\n+two\n") || !strings.Contains(d, "deleted file mode") || !strings.Contains(d, "d/n.txt") {
+		t.Errorf("diff of the second command against the first:\n%s", d)
+	}
+	whole, err := st.Diff()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(whole, "n.txt") || !strings.Contains(whole, "+two\n") || !strings.Contains(whole, "old/x.txt") {
+		t.Errorf("diff of the stack:\n%s", whole)
+	}
+
+	paths, ids, err := f.CommitAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 {
+		t.Errorf("committed %v", ids)
+	}
+	if got := readFile(t, ws, "a.txt"); got != "two\n" {
+		t.Errorf("a.txt = %q", got)
+	}
+	for _, p := range []string{"d/n.txt", "old"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !os.IsNotExist(err) {
+			t.Errorf("%s should not exist after commit --all: %v (paths %v)", p, err, paths)
+		}
+	}
+	if st := stack(t, f); len(st.Txs) != 0 {
+		t.Errorf("stack after commit --all: %+v", st.Txs)
+	}
+}
+
+func TestStackReplaceAcrossSteps(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "f", "file\n", 0o644)
+	f := openFS(t, ws)
+	// A file replaced by a directory, a directory (made below) replaced by
+	// a file, a symlink.
+	stageCmd(t, f, "mkdir", WriteOp("dir/a", []byte("a"), 0o644), WriteOp("dir/sub/b", []byte("b"), 0o600))
+	stageCmd(t, f, "replace", DeleteOp("f"), WriteOp("f/inner", []byte("in"), 0o644), WhiteoutOp("dir"), WriteOp("dir", []byte("now a file"), 0o644))
+	stageCmd(t, f, "link", SymlinkOp("f/inner", "l"))
+	st := stack(t, f)
+	for p, want := range map[string]string{"f/inner": "in", "dir": "now a file", "dir/a": "<absent>", "dir/sub/b": "<absent>", "l": "->f/inner", "f": "<dir>"} {
+		if got := seen(t, st, p); got != want {
+			t.Errorf("%s: got %q, want %q", p, got, want)
+		}
+	}
+	if _, _, err := f.CommitAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "f/inner") != "in" || readFile(t, ws, "dir") != "now a file" {
+		t.Error("commit --all did not apply the surviving stack")
+	}
+	if tgt, err := os.Readlink(filepath.Join(ws, "l")); err != nil || tgt != "f/inner" {
+		t.Errorf("link: %q %v", tgt, err)
+	}
+}
+
+func TestStackDependencies(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	a := stageCmd(t, f, "a", WriteOp("new/a", []byte("a"), 0o644))
+	b := stageCmd(t, f, "b", WriteOp("new/b", []byte("b"), 0o644))
+	c := stageCmd(t, f, "c", WriteOp("new/a", []byte("a2"), 0o644))
+	st := stack(t, f)
+	// b only shares the new directory with a: independent.
+	if err := st.CheckDiscard(b); err != nil {
+		t.Errorf("discard b: %v", err)
+	}
+	var se *StackError
+	if err := st.CheckDiscard(a); !errors.As(err, &se) || !errors.Is(err, ErrStackDependency) || se.Others[0] != c {
+		t.Errorf("discard a under c: %v", err)
+	}
+	if err := st.CheckCommit(c); !errors.Is(err, ErrStackDependency) {
+		t.Errorf("commit c over a: %v", err)
+	}
+	if err := st.CheckCommit(b); err != nil {
+		t.Errorf("commit b: %v", err)
+	}
+	if err := st.CheckDiscard(c); err != nil {
+		t.Errorf("discard the top: %v", err)
+	}
+}
+
+func TestStackSquashKeepsViewAndOrder(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "w", "w\n", 0o644)
+	f := openFS(t, ws)
+	for i := 0; i < 20; i++ {
+		stageCmd(t, f, "step", WriteOp("count", []byte{byte('a' + i)}, 0o644), WriteOp("f"+string(rune('a'+i)), []byte("x"), 0o644))
+	}
+	stageCmd(t, f, "rm", DeleteOp("w"), WhiteoutOp("fa"))
+	top := stageCmd(t, f, "top", WriteOp("count", []byte("top"), 0o644))
+	before := stack(t, f)
+	wantView := map[string]string{}
+	for _, e := range before.View() {
+		wantView[e.Path] = seen(t, before, e.Path)
+	}
+	id, gone, err := f.Squash(context.Background(), 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gone) != 21 {
+		t.Fatalf("squashed %d", len(gone))
+	}
+	after := stack(t, f)
+	if len(after.Txs) != 2 || after.Txs[0].ID != id || after.Txs[1].ID != top {
+		t.Fatalf("after squash: %+v", after.Txs)
+	}
+	for p, want := range wantView {
+		if got := seen(t, after, p); got != want {
+			t.Errorf("%s: %q after squash, %q before", p, got, want)
+		}
+	}
+	if _, _, err := f.CommitAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, ws, "count") != "top" {
+		t.Error("count")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "w")); !os.IsNotExist(err) {
+		t.Error("w survived")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "fa")); !os.IsNotExist(err) {
+		t.Error("fa survived its whiteout")
+	}
+}
+
+// A squash interrupted after writing its result: the originals are
+// removed by the next reader, and the view is the same meanwhile.
+func TestStackInterruptedSquash(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	a := stageCmd(t, f, "a", WriteOp("x", []byte("1"), 0o644))
+	stageCmd(t, f, "b", WriteOp("x", []byte("2"), 0o644))
+	st := stack(t, f)
+	v := newFold()
+	for _, tx := range st.Txs {
+		v.apply(tx)
+	}
+	recs, blobs := squashRecs(v)
+	s := &Tx{fs: f, id: newID(), desc: "squash", created: st.Txs[1].Created, squashes: []string{a, st.Txs[1].ID}, changes: map[string]*change{}}
+	unlock, err := f.lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.createTx(s, recs, blobs)
+	unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2 := openFS(t, ws)
+	st2 := stack(t, f2)
+	if len(st2.Txs) != 1 || st2.Txs[0].ID != s.id || seen(t, st2, "x") != "2" {
+		t.Fatalf("after an interrupted squash: %+v", st2.Txs)
+	}
+}
+
+// A damaged transaction is left out of the view and reported.
+func TestStackDamagedLeftOut(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	stageCmd(t, f, "good", WriteOp("g", []byte("g"), 0o644))
+	bad := stageCmd(t, f, "bad", WriteOp("b", []byte("b"), 0o644))
+	log := filepath.Join(ws, StateDir, "tx", bad, "stage.log")
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0xff // inside the last record: a checksum mismatch
+	if err := os.WriteFile(log, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := stack(t, openFS(t, ws))
+	if len(st.Txs) != 1 || len(st.Damaged) != 1 || st.Damaged[0].ID != bad || !errors.Is(st.Damaged[0].Err, ErrRecovery) {
+		t.Fatalf("txs %+v damaged %+v", st.Txs, st.Damaged)
+	}
+	if seen(t, st, "b") != "<ws>" || seen(t, st, "g") != "g" {
+		t.Error("the damaged transaction leaked into the view")
+	}
+}
+
+// No wall of open transactions by default.
+func TestStackNoOpenWall(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	for i := 0; i < 40; i++ {
+		stageCmd(t, f, "s", WriteOp("x", []byte{byte(i)}, 0o644))
+	}
+	if st := stack(t, f); len(st.Txs) != 40 || len(st.Layers()) != 40 {
+		t.Fatalf("%d txs", len(st.Txs))
+	}
+}
