@@ -100,6 +100,10 @@ type Capabilities struct {
 	// refuses (ErrUnsupportedPolicy) a command with hidden paths on a
 	// backend that does not.
 	HidesPaths bool `json:"hides_paths,omitempty"`
+	// StacksPending is true when the backend honours Request.Pending:
+	// the command sees the pending stack over the workspace, and its
+	// Overlay is relative to that view.
+	StacksPending bool `json:"stacks_pending,omitempty"`
 	// Limits is the enforcement level of each resource limit, keyed by the
 	// ResourceLimits JSON field name ("timeout", "memory_bytes", ...).
 	Limits map[string]secrets.EnforcementLevel `json:"limits,omitempty"`
@@ -185,6 +189,15 @@ type Request struct {
 	// of the workspace, never with its real contents; what the command
 	// writes there itself is captured as usual.
 	Hidden []string
+
+	// Pending is the stack of pending changes the command runs on top
+	// of: the workspace as it is on disk now, then each pending
+	// transaction in order, and nothing else (see Pending). nil runs the
+	// command on the workspace alone. A backend with
+	// Capabilities.StacksPending honours it; the facade refuses a
+	// non-empty stack on a capturing backend that does not. The host
+	// backend writes in place, has no pending stack and ignores it.
+	Pending *Pending
 }
 
 // TerminationReason says why a command ended.

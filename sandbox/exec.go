@@ -284,6 +284,24 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		env[in.Name] = in.Placeholder
 	}
 
+	// A capturing backend runs the command on the pending stack: the
+	// workspace plus every pending transaction, in order.
+	var pend *backend.Pending
+	if s.caps.CapturesWrites {
+		st, err := s.pending(ctx, execID)
+		if err != nil {
+			return fail(err)
+		}
+		pend = toPending(st)
+		if !pend.Empty() && !s.caps.StacksPending {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+				IsolationLevel: isolation, Backend: s.backend.Name(), Reason: "unsupported_policy",
+				Detail: "backend cannot show the command the pending stack"})
+			return fail(fmt.Errorf("%w: backend %q cannot run a command on top of pending transactions; commit or discard them first (pulse cow list)",
+				ErrUnsupportedPolicy, s.backend.Name()))
+		}
+	}
+
 	// A capturing backend's writes need a transaction: its slot is taken
 	// before the command runs, so that a command is refused, not run and
 	// its writes dropped, when too many transactions await review.
@@ -294,7 +312,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		}
 		defer func() {
 			// Left open only when it holds staged writes.
-			if tx != nil && len(tx.Changes()) == 0 {
+			if tx != nil && tx.Empty() {
 				_ = tx.Discard()
 			}
 		}()
@@ -348,7 +366,11 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Network:     netPol,
 		Secrets:     secPol,
 		Egress:      eg.backendEgress(),
+<<<<<<< HEAD
 		Hidden:      hidden,
+=======
+		Pending:     pend,
+>>>>>>> 41fce12 (Sessions: every command runs on the pending stack (namespace), commit/discard --all, squash, diff against the stack below)
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",

@@ -241,6 +241,9 @@ func (r *Review) Commit(ctx context.Context, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.checkStack(ctx, "commit", id); err != nil {
+		return nil, err
+	}
 	return r.commitTx(ctx, tx, "")
 }
 
@@ -343,6 +346,9 @@ func (r *Review) commitTx(ctx context.Context, tx *cowfs.Tx, execID string) ([]s
 func (r *Review) Discard(ctx context.Context, id string) error {
 	tx, err := r.tx(ctx, "discard", id)
 	if err != nil {
+		return err
+	}
+	if err := r.checkStack(ctx, "discard", id); err != nil {
 		return err
 	}
 	return r.discardTx(ctx, tx)

@@ -266,15 +266,23 @@ func (s *Sandbox) Capabilities() backend.Capabilities { return s.caps }
 func (s *Sandbox) AuditPath() string { return s.audit.Path() }
 
 // ReadFile reads a file of the workspace (or of an external read root)
-// after the policy allows the read action on it. The read is TOCTOU-safe
-// and size-limited, and configured secrets are redacted from the bytes
-// returned.
+// after the policy allows the read action on it, as the next command
+// would see it: through the pending stack (ReadCommittedFile reads the
+// workspace alone). The read is TOCTOU-safe and size-limited, and
+// configured secrets are redacted from the bytes returned.
 func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	data, err := s.readFile(ctx, path)
+	data, err := s.readFile(ctx, path, false)
 	return data, s.scrubErr(err)
 }
 
-func (s *Sandbox) readFile(ctx context.Context, path string) ([]byte, error) {
+// ReadCommittedFile reads path as the workspace has it on disk, without
+// the pending stack, under the same checks as ReadFile.
+func (s *Sandbox) ReadCommittedFile(ctx context.Context, path string) ([]byte, error) {
+	data, err := s.readFile(ctx, path, true)
+	return data, s.scrubErr(err)
+}
+
+func (s *Sandbox) readFile(ctx context.Context, path string, committed bool) ([]byte, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -297,6 +305,17 @@ func (s *Sandbox) readFile(ctx context.Context, path string) ([]byte, error) {
 	for _, t := range targets {
 		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
 			return nil, err
+		}
+	}
+	if !committed {
+		// Through the pending stack first: what the next command sees.
+		if data, ok, err := s.readPending(ctx, targets[0]); ok {
+			if err != nil {
+				s.record(ctx, audit.Event{Action: "read", Target: path, Decision: "deny", Detail: err.Error()})
+				return nil, fmt.Errorf("sandbox: read: %w", err)
+			}
+			s.record(ctx, audit.Event{Action: "read", Target: path, Decision: "allow", Detail: "through the pending stack"})
+			return s.scrubber.RedactBytes(data), nil
 		}
 	}
 	data, err := s.guard.ReadFile(path)

@@ -244,7 +244,9 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 		outs = append(outs, o)
 	}
 	for _, p := range ov.Deleted {
-		op := cowfs.DeleteOp(p)
+		// A path only a lower pending transaction held becomes a
+		// whiteout; one the workspace holds, a deletion.
+		op := cowfs.WhiteoutOp(p)
 		add(p, "delete-staged", check(policy.Delete, op), op)
 	}
 	for _, f := range ov.Files {

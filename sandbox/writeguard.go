@@ -87,7 +87,7 @@ func (s *Sandbox) sideEffectDenied(op cowfs.Op) string {
 	if op.Kind == cowfs.KindMkdir && !fi.IsDir() && denied(policy.Delete, op.Path) {
 		return op.Path
 	}
-	replacesTree := fi.IsDir() && (op.Kind == cowfs.KindDelete || op.Kind == cowfs.KindWrite || op.Kind == cowfs.KindSymlink)
+	replacesTree := fi.IsDir() && (op.Kind == cowfs.KindDelete || op.Kind == cowfs.KindWhiteout || op.Kind == cowfs.KindWrite || op.Kind == cowfs.KindSymlink)
 	if !replacesTree || !deleteRuled {
 		return ""
 	}

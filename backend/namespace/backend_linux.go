@@ -181,6 +181,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		},
 		CapturesWrites: true,
 		HidesPaths:     true,
+		StacksPending:  true,
 		Limits:         limits,
 		Notes:          notes,
 	}
@@ -273,7 +274,7 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !e.IsDir() {
+		if !e.IsDir() || e.Name() == layersDir {
 			continue
 		}
 		dir := filepath.Join(b.o.stateDir, e.Name())
@@ -511,6 +512,16 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		FileSize:  lim.FileSizeBytes,
 		envMap:    env,
 		hidden:    hidden,
+	}
+	if !req.Pending.Empty() {
+		if err := backend.CheckPending(req.Pending); err != nil {
+			return c, err
+		}
+		layers, err := b.pendingLayers(req.Pending)
+		if err != nil {
+			return c, err
+		}
+		c.Layers, c.pend = layers, req.Pending
 	}
 	// Only limits the request asked for fall back to rlimits where no
 	// cgroup can enforce them: RLIMIT_NPROC counts every process of the

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/pulse-agent/pulse/backend"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,6 +65,11 @@ type childConfig struct {
 	// hidden are the request's hidden paths that exist (parent side
 	// only): whiteouts in the upper layer before the overlay is mounted.
 	hidden hiddenSet
+	// Layers are the pending layers laid between the workspace and the
+	// upper directory, bottom first (pending_linux.go); pend is the
+	// view they make, for reading the overlay back (parent side only).
+	Layers []string `json:"layers,omitempty"`
+	pend   *backend.Pending
 }
 
 // bpfProgram travels as base64 of packed 8-byte instructions rather than

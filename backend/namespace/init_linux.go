@@ -368,15 +368,21 @@ func mountWorkspace(cfg *childConfig) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("workspace mount point: %w", err)
 	}
-	opts := "lowerdir=" + cfg.Workspace + ",upperdir=" + cfg.Upper + ",workdir=" + cfg.Work
-	// userxattr: in a user namespace overlayfs cannot set trusted.*
-	// xattrs; opaque directories are marked with user.overlay.opaque.
-	err := unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",userxattr")
-	if errors.Is(err, unix.EINVAL) {
-		err = unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
-	}
-	if err != nil {
-		return fmt.Errorf("mounting the workspace overlay: %w", err)
+	if len(cfg.Layers) > 0 {
+		if err := mountStacked(cfg, dst); err != nil {
+			return err
+		}
+	} else {
+		opts := "lowerdir=" + cfg.Workspace + ",upperdir=" + cfg.Upper + ",workdir=" + cfg.Work
+		// userxattr: in a user namespace overlayfs cannot set trusted.*
+		// xattrs; opaque directories are marked with user.overlay.opaque.
+		err := unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts+",userxattr")
+		if errors.Is(err, unix.EINVAL) {
+			err = unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+		}
+		if err != nil {
+			return fmt.Errorf("mounting the workspace overlay: %w", err)
+		}
 	}
 	// .pulse/ holds the transactions and audit log: the command must
 	// neither read nor create it. Creating the mount point writes an

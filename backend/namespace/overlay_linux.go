@@ -30,6 +30,12 @@ const maxOverlayFile = 1 << 30 // and never more than maxOverlayTotal
 // lower are read as links, and lower is only consulted through directories
 // that are real directories at every level.
 func readOverlay(upper, lower string, hidden hiddenSet) (*backend.Overlay, error) {
+	return readOverlayOn(upper, lowerView{dir: lower}, hidden)
+}
+
+// readOverlayOn is readOverlay with the pending view the command saw
+// over the workspace (lowerView).
+func readOverlayOn(upper string, lower lowerView, hidden hiddenSet) (*backend.Overlay, error) {
 	w := &overlayWalk{hidden: hidden}
 	if err := walkUpper(w, upper, lower, ".", true); err != nil {
 		return nil, err
@@ -49,7 +55,7 @@ type overlayWalk struct {
 	hidden hiddenSet // paths the command was shown as absent
 }
 
-func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
+func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lowerDir bool) error {
 	dir := filepath.Join(upper, rel)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrPermission) {
@@ -76,10 +82,7 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 		if err != nil {
 			return err
 		}
-		var lst fs.FileInfo
-		if lowerDir {
-			lst, _ = os.Lstat(filepath.Join(lower, filepath.FromSlash(p)))
-		}
+		lst := lower.lstat(p, lowerDir)
 		mode := st.Mode()
 		switch {
 		case mode.IsRegular():
@@ -91,7 +94,7 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 				return err
 			}
 			if lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode.Perm() && lst.Size() == st.Size() {
-				if same, _ := sameContent(filepath.Join(lower, filepath.FromSlash(p)), data); same {
+				if lower.same(p, data) {
 					continue // copied up (touch, chmod back) but unchanged
 				}
 			}
@@ -102,7 +105,7 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 				return err
 			}
 			if lst != nil && lst.Mode()&fs.ModeSymlink != 0 {
-				if lt, err := os.Readlink(filepath.Join(lower, filepath.FromSlash(p))); err == nil && lt == t {
+				if lt, err := lower.readlink(p); err == nil && lt == t {
 					continue
 				}
 			}
@@ -118,6 +121,12 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 			// Other device nodes cannot be made in the sandbox; ignore.
 		case mode.IsDir():
 			lowerIsDir := lst != nil && lst.IsDir()
+			// wsIsDir: the workspace itself has a real directory there
+			// (the pending view may have made one where it has not).
+			wsIsDir := lowerIsDir
+			if lower.pend != nil {
+				wsIsDir = lower.wsDir(p, lowerDir)
+			}
 			if !lowerIsDir {
 				if lst != nil {
 					// A file or link replaced by a directory.
@@ -127,11 +136,11 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 			} else if isOpaque(full) && !ov.hidden.covers(p) {
 				// The directory was removed and made again: every lower
 				// entry not in upper is gone.
-				if err := opaqueDeletions(ov, upper, lower, p); err != nil {
+				if err := opaqueDeletions(ov, upper, lower, p, wsIsDir); err != nil {
 					return err
 				}
 			}
-			if err := walkUpper(ov, upper, lower, p, lowerIsDir); err != nil {
+			if err := walkUpper(ov, upper, lower, p, wsIsDir); err != nil {
 				return err
 			}
 		default:
@@ -141,16 +150,13 @@ func walkUpper(ov *overlayWalk, upper, lower, rel string, lowerDir bool) error {
 	return nil
 }
 
-func opaqueDeletions(ov *overlayWalk, upper, lower, rel string) error {
-	lowerEntries, err := os.ReadDir(filepath.Join(lower, filepath.FromSlash(rel)))
+func opaqueDeletions(ov *overlayWalk, upper string, lower lowerView, rel string, wsDir bool) error {
+	names, err := lower.list(rel, wsDir)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
 		return fmt.Errorf("listing lower %s: %w", rel, err)
 	}
-	for _, le := range lowerEntries {
-		p := path.Join(rel, le.Name())
+	for _, name := range names {
+		p := path.Join(rel, name)
 		if _, err := os.Lstat(filepath.Join(upper, filepath.FromSlash(p))); errors.Is(err, fs.ErrNotExist) {
 			ov.Deleted = append(ov.Deleted, p)
 		}

@@ -514,7 +514,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 			SystemCPU:   time.Duration(ru.Stime.Nano()),
 		}
 	}
-	ov, err := readOverlay(cfg.Upper, cfg.Workspace, cfg.hidden)
+	ov, err := readOverlayOn(cfg.Upper, lowerView{dir: cfg.Workspace, pend: cfg.pend}, cfg.hidden)
 	if err != nil {
 		// The command ran; its writes could not be read back. Report it
 		// loudly rather than returning a silently empty overlay.

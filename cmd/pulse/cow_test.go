@@ -108,7 +108,10 @@ func TestCowUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"cow"},
 		{"cow", "frobnicate"},
-		{"cow", "diff"},
+		{"cow", "diff", "a", "b"},
+		{"cow", "commit"},
+		{"cow", "commit", "--all", "a"},
+		{"cow", "list", "--all"},
 		{"cow", "list", "extra"},
 		{"cow", "commit", "a", "b"},
 		{"cow", "list", "--no-such-flag"},

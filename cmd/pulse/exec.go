@@ -135,9 +135,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 
 	diff := ""
 	if res.Transaction != "" {
-		if tx, terr := sb.Transaction(res.Transaction); terr == nil {
-			diff, _ = sb.Preview(tx)
-		}
+		// What this command changed in what it saw: relative to the
+		// pending stack below it.
+		diff, _ = sb.PreviewStack(ctx, res.Transaction)
 	}
 	if *asJSON {
 		writeExecJSON(env.stdout, res, diff)

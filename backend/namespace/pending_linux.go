@@ -1,0 +1,330 @@
+package namespace
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// layersDir is where pending layers are built, under the state dir. A
+// layer is immutable once in place (its id changes with its content), so
+// every later command on the same stack reuses it: a command pays only
+// for the layers that are new since the last one.
+const layersDir = "layers"
+
+// layerMaxAge is how long an unused layer is kept.
+const layerMaxAge = 24 * time.Hour
+
+// pendingLayers makes sure a directory exists for every layer of p and
+// returns them, bottom first.
+func (b *Backend) pendingLayers(p *backend.Pending) ([]string, error) {
+	if p == nil || len(p.Layers) == 0 {
+		return nil, nil
+	}
+	root := filepath.Join(b.o.stateDir, layersDir)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("namespace: pending layers: %w", err)
+	}
+	out := make([]string, 0, len(p.Layers))
+	built := false
+	for i := range p.Layers {
+		l := &p.Layers[i]
+		dir := filepath.Join(root, l.ID)
+		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
+			if time.Since(st.ModTime()) > time.Hour {
+				now := time.Now()
+				_ = os.Chtimes(dir, now, now)
+			}
+			out = append(out, dir)
+			continue
+		}
+		if err := buildLayer(root, dir, l); err != nil {
+			return nil, fmt.Errorf("namespace: pending layer %s: %w", l.ID, err)
+		}
+		built = true
+		out = append(out, dir)
+	}
+	if built {
+		pruneLayers(root)
+	}
+	return out, nil
+}
+
+// buildLayer writes l as an overlayfs lower directory: files, directories
+// and symlinks as they are, deletions as whiteouts (character devices
+// 0/0, which unprivileged users may make since Linux 5.8). It is built
+// under a temporary name and renamed into place.
+func buildLayer(root, dir string, l *backend.PendingLayer) error {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(root, ".build-"+l.ID+"-"+hex.EncodeToString(rnd[:]))
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		removeAll(tmp)
+		return err
+	}
+	type dirMode struct {
+		p string
+		m fs.FileMode
+	}
+	var dirs []dirMode
+	for i := range l.Entries {
+		e := &l.Entries[i]
+		full := filepath.Join(tmp, filepath.FromSlash(e.Path))
+		if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+			return fail(err)
+		}
+		switch e.Kind {
+		case backend.PendingDir:
+			if err := os.Mkdir(full, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fail(err)
+			}
+			dirs = append(dirs, dirMode{full, e.Mode})
+		case backend.PendingFile:
+			if err := writeLayerFile(full, e); err != nil {
+				return fail(err)
+			}
+		case backend.PendingSymlink:
+			if err := os.Symlink(e.Target, full); err != nil {
+				return fail(err)
+			}
+		case backend.PendingDeleted:
+			if err := unix.Mknod(full, unix.S_IFCHR|0o600, 0); err != nil {
+				return fail(fmt.Errorf("whiteout %s: %w", e.Path, err))
+			}
+		}
+	}
+	// Modes last and deepest first, so that a read-only directory does
+	// not stop the ones beneath it from being filled.
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i].p) > len(dirs[j].p) })
+	for _, d := range dirs {
+		if err := os.Chmod(d.p, d.m&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		removeAll(tmp)
+		if st, serr := os.Lstat(dir); serr == nil && st.IsDir() {
+			return nil // another command built it meanwhile
+		}
+		return err
+	}
+	return nil
+}
+
+func writeLayerFile(full string, e *backend.PendingEntry) error {
+	r, err := e.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, r)
+	if err == nil && n != e.Size {
+		err = fmt.Errorf("%s: %d bytes, want %d", e.Path, n, e.Size)
+	}
+	if err == nil {
+		err = f.Chmod(e.Mode.Perm())
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// pruneLayers removes layers no command has used for a day, and builds
+// that were abandoned.
+func pruneLayers(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < layerMaxAge {
+			continue
+		}
+		removeAll(filepath.Join(root, e.Name()))
+	}
+}
+
+// mountStacked mounts the workspace overlay with the pending layers
+// between it and the upper directory. The layers go one by one through
+// fsconfig's "lowerdir+" (Linux 6.8), so there is no bound from the one
+// page a mount(2) option string may fill, and no escaping of paths.
+func mountStacked(cfg *childConfig, dst string) error {
+	err := fsmountOverlay(cfg, dst, true)
+	if errors.Is(err, unix.EINVAL) {
+		err = fsmountOverlay(cfg, dst, false)
+	}
+	if err != nil {
+		return fmt.Errorf("mounting the workspace overlay with %d pending layers: %w", len(cfg.Layers), err)
+	}
+	return nil
+}
+
+func fsmountOverlay(cfg *childConfig, dst string, userxattr bool) error {
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen: %w", err)
+	}
+	defer unix.Close(fd)
+	// The first lower directory given is the topmost.
+	for i := len(cfg.Layers) - 1; i >= 0; i-- {
+		if err := unix.FsconfigSetString(fd, "lowerdir+", cfg.Layers[i]); err != nil {
+			return fmt.Errorf("layer %s: %w", cfg.Layers[i], err)
+		}
+	}
+	if err := unix.FsconfigSetString(fd, "lowerdir+", cfg.Workspace); err != nil {
+		return fmt.Errorf("workspace layer: %w", err)
+	}
+	if err := unix.FsconfigSetString(fd, "upperdir", cfg.Upper); err != nil {
+		return err
+	}
+	if err := unix.FsconfigSetString(fd, "workdir", cfg.Work); err != nil {
+		return err
+	}
+	if userxattr {
+		if err := unix.FsconfigSetFlag(fd, "userxattr"); err != nil {
+			return err
+		}
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return err
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("fsmount: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// lowerView is what the command saw beneath its upper directory: the
+// workspace with the pending view over it. The overlay reader asks it
+// instead of the workspace, so that a path the command deleted that only
+// a pending layer held is reported, and a pending file the command left
+// alone is not.
+type lowerView struct {
+	dir  string
+	pend *backend.Pending
+}
+
+// pendingInfo is the fs.FileInfo of a pending entry.
+type pendingInfo struct{ e *backend.PendingEntry }
+
+func (p pendingInfo) Name() string { return path.Base(p.e.Path) }
+func (p pendingInfo) Size() int64  { return p.e.Size }
+func (p pendingInfo) Mode() fs.FileMode {
+	switch p.e.Kind {
+	case backend.PendingDir:
+		return fs.ModeDir | p.e.Mode
+	case backend.PendingSymlink:
+		return fs.ModeSymlink | 0o777
+	}
+	return p.e.Mode
+}
+func (p pendingInfo) ModTime() time.Time { return time.Time{} }
+func (p pendingInfo) IsDir() bool        { return p.e.Kind == backend.PendingDir }
+func (p pendingInfo) Sys() any           { return nil }
+
+// lstat returns the entry the command saw at rel, or nil. wsDir says
+// whether the workspace's rel's parent is a real directory all the way
+// (the walk knows it); workspace paths are only consulted through real
+// directories, never through a symlink.
+func (l lowerView) lstat(rel string, wsDir bool) fs.FileInfo {
+	if e, decided := l.pend.Lookup(rel); decided {
+		if e == nil {
+			return nil
+		}
+		return pendingInfo{e}
+	}
+	if !wsDir {
+		return nil
+	}
+	st, err := os.Lstat(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// wsDir reports whether the workspace has a real directory at rel.
+func (l lowerView) wsDir(rel string, parentDir bool) bool {
+	if !parentDir {
+		return false
+	}
+	st, err := os.Lstat(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	return err == nil && st.IsDir()
+}
+
+func (l lowerView) same(rel string, data []byte) bool {
+	if e, decided := l.pend.Lookup(rel); decided {
+		return e != nil && e.SameContent(data)
+	}
+	same, _ := sameContent(filepath.Join(l.dir, filepath.FromSlash(rel)), data)
+	return same
+}
+
+func (l lowerView) readlink(rel string) (string, error) {
+	if e, decided := l.pend.Lookup(rel); decided {
+		if e == nil || e.Kind != backend.PendingSymlink {
+			return "", fs.ErrNotExist
+		}
+		return e.Target, nil
+	}
+	return os.Readlink(filepath.Join(l.dir, filepath.FromSlash(rel)))
+}
+
+// list returns the names the command saw in directory rel.
+func (l lowerView) list(rel string, wsDir bool) ([]string, error) {
+	seen := map[string]bool{}
+	var names []string
+	if wsDir {
+		entries, err := os.ReadDir(filepath.Join(l.dir, filepath.FromSlash(rel)))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range entries {
+			seen[e.Name()] = true
+			names = append(names, e.Name())
+		}
+	}
+	for _, n := range l.pend.Children(rel) {
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	out := names[:0]
+	for _, n := range names {
+		if l.lstat(path.Join(rel, n), wsDir) != nil {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -1,0 +1,91 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pulse-agent/pulse/audit"
+)
+
+// checkStack refuses, audited, to commit or discard transaction id alone
+// while another pending transaction depends on it (see cowfs.StackError).
+func (r *Review) checkStack(ctx context.Context, action, id string) error {
+	st, err := r.cow.Stack(ctx)
+	if err != nil {
+		return err
+	}
+	check := st.CheckDiscard
+	if action == "commit" {
+		check = st.CheckCommit
+	}
+	if err := check(id); err != nil {
+		r.refused(ctx, action, id, id, err)
+		return err
+	}
+	return nil
+}
+
+// CommitAll applies the whole pending stack, in order, as one crash-safe
+// commit (see cowfs.FS.CommitAll), and returns the paths written and the
+// transactions committed. Each path is audited with the transaction of
+// the squash that carried it.
+func (r *Review) CommitAll(ctx context.Context) (paths, ids []string, err error) {
+	paths, ids, err = r.cow.CommitAll(ctx)
+	if err != nil {
+		r.refused(ctx, "commit", "", "pending stack", err)
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	e := r.event("commit", "")
+	e.Target, e.Decision = "pending stack", "allow"
+	e.Detail = fmt.Sprintf("committed the pending stack of %d transaction(s): %s", len(ids), strings.Join(ids, " "))
+	evs := []audit.Event{e}
+	for _, p := range paths {
+		pe := r.event("commit", "")
+		pe.Target, pe.Decision, pe.Detail = p, "allow", "committed with the pending stack"
+		evs = append(evs, pe)
+	}
+	r.record(ctx, evs)
+	return paths, ids, nil
+}
+
+// DiscardAll drops every pending transaction (but the empty ones of
+// commands still running) and returns their ids.
+func (r *Review) DiscardAll(ctx context.Context) ([]string, error) {
+	ids, err := r.cow.DiscardAll(ctx)
+	evs := make([]audit.Event, 0, len(ids))
+	for _, id := range ids {
+		e := r.event("discard", id)
+		e.Target, e.Decision, e.Detail = id, "allow", "discarded transaction "+id+" (discard --all)"
+		evs = append(evs, e)
+	}
+	r.record(ctx, evs)
+	if err != nil {
+		r.refused(ctx, "discard", "", "pending stack", err)
+	}
+	return ids, err
+}
+
+// Squash replaces the pending stack by one transaction with the same
+// effect (see cowfs.FS.Squash); the per-command audit events stay.
+func (r *Review) Squash(ctx context.Context) (string, []string, error) {
+	id, gone, err := r.cow.Squash(ctx, 0)
+	if err != nil {
+		r.refused(ctx, "squash", "", "pending stack", err)
+		return "", nil, err
+	}
+	if len(gone) > 0 {
+		r.record(ctx, []audit.Event{squashEvent(r.event("squash", id), id, gone)})
+	}
+	return id, gone, nil
+}
+
+func squashEvent(e audit.Event, id string, gone []string) audit.Event {
+	e.Target, e.Decision = id, "allow"
+	e.Detail = fmt.Sprintf("%d pending transactions squashed into %s: %s", len(gone), id, strings.Join(gone, " "))
+	return e
+}
+

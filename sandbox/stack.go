@@ -1,0 +1,244 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// DefaultMaxStack is how many pending transactions a sandbox lets stack up
+// before Execute squashes the older ones into one (WithMaxStack).
+const DefaultMaxStack = 128
+
+// ErrStackDependency is cowfs.ErrStackDependency: a transaction in the
+// middle of the pending stack cannot be committed or discarded alone.
+var ErrStackDependency = cowfs.ErrStackDependency
+
+// WithMaxStack sets how many pending transactions may stack up before
+// Execute squashes all but the newest n/4 into one (the per-command audit
+// events stay; the per-command transactions become one). n < 2 is
+// refused.
+func WithMaxStack(n int) Option {
+	return func(o *options) error {
+		if n < 2 {
+			return fmt.Errorf("sandbox: max stack %d must be at least 2", n)
+		}
+		o.maxStack = n
+		return nil
+	}
+}
+
+// pending reads the pending stack a command runs on: damaged transactions
+// are left out and audited, a stack past the bound is squashed first.
+func (s *Sandbox) pending(ctx context.Context, execID string) (*cowfs.Stack, error) {
+	st, err := s.cow.Stack(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: reading the pending stack: %w", err)
+	}
+	for _, d := range st.Damaged {
+		s.log.Warn("a damaged pending transaction is left out of the command's view", "tx", d.ID, "err", d.Err)
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "stack", Target: d.ID, Decision: "deny",
+			Reason: "damaged", Detail: "pending transaction left out of the view: " + d.Err.Error()})
+	}
+	bound := s.o.maxStack
+	if bound == 0 {
+		bound = DefaultMaxStack
+	}
+	n := 0
+	for _, t := range st.Txs {
+		if !t.Empty() {
+			n++
+		}
+	}
+	if n <= bound {
+		return st, nil
+	}
+	id, gone, err := s.cow.Squash(ctx, n-bound/4)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: squashing the pending stack: %w", err)
+	}
+	s.record(ctx, squashEvent(audit.Event{ExecutionID: execID, Action: "squash"}, id, gone))
+	return s.pending(ctx, execID)
+}
+
+// toPending converts the stack for a backend.
+func toPending(st *cowfs.Stack) *backend.Pending {
+	layers := st.Layers()
+	if len(layers) == 0 {
+		return nil
+	}
+	p := &backend.Pending{Layers: make([]backend.PendingLayer, len(layers))}
+	for i, l := range layers {
+		p.Layers[i] = backend.PendingLayer{ID: l.ID, Entries: toEntries(l.Entries)}
+	}
+	p.View = toEntries(st.View())
+	return p
+}
+
+func toEntries(in []cowfs.Entry) []backend.PendingEntry {
+	out := make([]backend.PendingEntry, len(in))
+	for i := range in {
+		e := &in[i]
+		pe := backend.PendingEntry{Path: e.Path, Mode: e.Mode, Size: e.Size, Target: e.Target}
+		switch e.Kind {
+		case cowfs.KindWrite:
+			pe.Kind, pe.Open = backend.PendingFile, e.Open
+		case cowfs.KindMkdir:
+			pe.Kind = backend.PendingDir
+		case cowfs.KindSymlink:
+			pe.Kind = backend.PendingSymlink
+		default:
+			pe.Kind = backend.PendingDeleted
+		}
+		out[i] = pe
+	}
+	return out
+}
+
+// Stack returns the workspace's pending stack, bottom first.
+func (s *Sandbox) Stack(ctx context.Context) ([]cowfs.StackTx, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+	st, err := s.cow.Stack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cowfs.StackTx, 0, len(st.Txs))
+	for _, t := range st.Txs {
+		out = append(out, *t)
+	}
+	return out, nil
+}
+
+// PreviewStack returns the whole pending stack as one unified diff
+// against the workspace; with an id, that transaction against the stack
+// below it (what its command changed in what it saw).
+func (s *Sandbox) PreviewStack(ctx context.Context, id string) (string, error) {
+	if err := s.enter(); err != nil {
+		return "", err
+	}
+	defer s.running.Done()
+	st, err := s.cow.Stack(ctx)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return st.Diff()
+	}
+	return st.TxDiff(id)
+}
+
+// CommitAll applies the whole pending stack, in order, as one crash-safe
+// commit (see cowfs.FS.CommitAll). Every path is checked against the
+// write and delete policy again first; a denied one refuses the whole
+// commit. It returns the paths written.
+func (s *Sandbox) CommitAll(ctx context.Context) ([]string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+	st, err := s.cow.Stack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range st.View() {
+		if hit := s.entryDenied(e); hit != "" {
+			s.record(ctx, audit.Event{Action: "commit", Target: hit, Decision: "deny", Detail: "commit --all: the policy denies this path"})
+			return nil, fmt.Errorf("%w: the pending stack changes %s", ErrPolicyDenied, s.scrubber.Redact(hit))
+		}
+	}
+	paths, _, err := s.review().CommitAll(ctx)
+	return paths, err
+}
+
+// entryDenied returns e's path when the policy denies what committing it
+// would do.
+func (s *Sandbox) entryDenied(e cowfs.Entry) string {
+	a := policy.Write
+	if e.Kind == cowfs.KindDelete {
+		a = policy.Delete
+	}
+	if s.o.policy.Evaluate(a, e.Path) == policy.Deny {
+		return e.Path
+	}
+	return ""
+}
+
+// DiscardAll drops every pending transaction of the workspace and
+// returns their ids.
+func (s *Sandbox) DiscardAll(ctx context.Context) ([]string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+	return s.review().DiscardAll(ctx)
+}
+
+// Squash replaces the pending stack by one transaction with the same
+// effect; the per-command audit events stay. It returns the new id.
+func (s *Sandbox) Squash(ctx context.Context) (string, error) {
+	if err := s.enter(); err != nil {
+		return "", err
+	}
+	defer s.running.Done()
+	id, _, err := s.review().Squash(ctx)
+	return id, err
+}
+
+// readPending reads rel through the pending stack. ok is false when the
+// workspace shows through (the caller reads it). A pending symlink is
+// followed inside the view, a few links deep.
+func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok bool, err error) {
+	if !s.caps.CapturesWrites {
+		return nil, false, nil
+	}
+	st, err := s.cow.Stack(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for hops := 0; hops < 8; hops++ {
+		e, decided, err := st.Lookup(rel)
+		if err != nil || !decided {
+			if hops > 0 && err == nil {
+				// A pending link to a workspace path: read that.
+				b, rerr := s.guard.ReadFile(rel)
+				return b, true, rerr
+			}
+			return nil, false, nil
+		}
+		if e == nil {
+			return nil, true, fmt.Errorf("%w: %s is deleted in the pending stack", fs.ErrNotExist, rel)
+		}
+		switch e.Kind {
+		case cowfs.KindWrite:
+			r, err := e.Open()
+			if err != nil {
+				return nil, true, err
+			}
+			defer r.Close()
+			b, err := io.ReadAll(r)
+			return b, true, err
+		case cowfs.KindSymlink:
+			rel = path.Join(path.Dir(rel), e.Target)
+			if rel == ".." || strings.HasPrefix(rel, "../") || path.IsAbs(rel) {
+				return nil, true, fmt.Errorf("%w: pending link %s leads outside the workspace", fs.ErrPermission, e.Path)
+			}
+			if _, err := s.decide(ctx, policy.Read, rel, ""); err != nil {
+				return nil, true, err
+			}
+		default:
+			return nil, true, fmt.Errorf("%s is a directory in the pending stack", rel)
+		}
+	}
+	return nil, true, fmt.Errorf("%s: too many levels of pending symlinks", rel)
+}
