@@ -64,6 +64,9 @@ type PendingEntry struct {
 	Mode   fs.FileMode // permission bits (and setgid, sticky on directories)
 	Size   int64
 	Target string
+	// SHA is the hex SHA-256 of a file's content, when known: a backend
+	// that copies may skip a file whose content it already holds.
+	SHA string
 	// Open returns a file's content. It may fail once the transaction
 	// holding it has been committed or discarded; a backend then fails
 	// the command rather than show it something else.

@@ -369,6 +369,7 @@ type Entry struct {
 	Mode   fs.FileMode // permission bits of a file or directory
 	Size   int64
 	Target string // of a symlink
+	SHA    string // hex SHA-256 of a file's content
 
 	fs  *FS
 	dir string
@@ -395,7 +396,7 @@ type readCloser struct {
 
 func (s *Stack) entry(e *fentry) Entry {
 	out := Entry{Path: e.c.Path, Kind: e.c.Kind, Mode: fs.FileMode(e.c.Mode & 0o777), Size: e.c.Size,
-		Target: e.c.Target, fs: s.fs, dir: e.dir, c: e.c}
+		Target: e.c.Target, SHA: e.c.Blob, fs: s.fs, dir: e.dir, c: e.c}
 	if e.c.Kind == KindMkdir {
 		out.Mode = fileMode(e.c.Mode)
 	}

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -153,4 +155,27 @@ func TestSessionSquashesPastTheBound(t *testing.T) {
 	if n == 0 {
 		t.Error("no squash audited")
 	}
+}
+
+func TestSessionDocker(t *testing.T) {
+	db, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := db.Probe(pctx); err != nil {
+		db.Close()
+		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
+		}
+		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(db), WithPolicy(sessionPolicy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	checkSession(t, sb, 30)
 }

@@ -87,7 +87,7 @@ func toEntries(in []cowfs.Entry) []backend.PendingEntry {
 	out := make([]backend.PendingEntry, len(in))
 	for i := range in {
 		e := &in[i]
-		pe := backend.PendingEntry{Path: e.Path, Mode: e.Mode, Size: e.Size, Target: e.Target}
+		pe := backend.PendingEntry{Path: e.Path, Mode: e.Mode, Size: e.Size, Target: e.Target, SHA: e.SHA}
 		switch e.Kind {
 		case cowfs.KindWrite:
 			pe.Kind, pe.Open = backend.PendingFile, e.Open

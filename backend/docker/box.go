@@ -29,6 +29,8 @@ type box struct {
 
 	mu   sync.Mutex
 	idle []*worker // pooled execs waiting for a command
+
+	sync syncState // what the container's base holds (sync.go)
 }
 
 // box returns the warm container for key, creating it the first time.
@@ -44,7 +46,7 @@ func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
 		bx = &box{ready: make(chan struct{})}
 		b.boxes[key] = bx
 		b.mu.Unlock()
-		bx.id, bx.err = b.create(ctx, key)
+		bx.id, bx.err = b.create(ctx, key, bx)
 		if bx.err != nil {
 			b.mu.Lock()
 			if b.boxes[key] == bx {
@@ -64,7 +66,7 @@ func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
 	return bx, bx.err
 }
 
-func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
+func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, error) {
 	netMode := container.NetworkMode("none")
 	if key.network == policy.NetworkAllowAll {
 		netMode = "bridge"
@@ -141,7 +143,8 @@ func (b *Backend) create(ctx context.Context, key boxKey) (string, error) {
 			hidden[h] = true
 		}
 	}
-	go func() { pw.CloseWithError(writeWorkspaceTar(pw, key.workspace, hidden)) }()
+	bx.sync.model = map[string]string{}
+	go func() { pw.CloseWithError(writeWorkspaceTar(pw, key.workspace, hidden, bx.sync.model)) }()
 	err = b.cli.CopyToContainer(ctx, id, "/pulse", pr, container.CopyToContainerOptions{})
 	pr.CloseWithError(errors.New("copy ended"))
 	if err != nil {
@@ -159,7 +162,9 @@ const basePath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 // out, and so is every hidden path (a hidden directory with all below
 // it): what is never copied in cannot be read in the container. So are
 // sockets, devices and fifos, which cannot be meaningfully copied.
-func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool) error {
+// model, when not nil, gets the signature of every entry written
+// (sync.go).
+func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map[string]string) error {
 	root, err := os.OpenRoot(ws)
 	if err != nil {
 		return err
@@ -207,6 +212,9 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool) error {
 		case d.IsDir():
 			h := hdr(name+"/", tar.TypeDir, perm)
 			h.ModTime = info.ModTime()
+			if model != nil && rel != "." {
+				model[rel] = wsSig(info, "")
+			}
 			return tw.WriteHeader(h)
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
@@ -216,6 +224,9 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool) error {
 			h := hdr(name, tar.TypeSymlink, 0o777)
 			h.Linkname = target
 			h.ModTime = info.ModTime()
+			if model != nil {
+				model[rel] = wsSig(info, target)
+			}
 			return tw.WriteHeader(h)
 		case d.Type().IsRegular():
 			f, err := root.Open(rel)
@@ -242,6 +253,9 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool) error {
 			}
 			if n != st.Size() {
 				return fmt.Errorf("%s shrank while being copied", rel)
+			}
+			if model != nil {
+				model[rel] = wsSig(st, "")
 			}
 			return nil
 		default:

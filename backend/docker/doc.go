@@ -43,12 +43,17 @@
 //     When it ends, what it created, changed or deleted, measured against
 //     the copy it started from (entry type, mode, and an MD5 of contents
 //     or the link target), comes back as the Result overlay, byte-exact
-//     with modes, and is merged into the container's baseline, so later
-//     commands see earlier commands' writes. Concurrent commands each get
-//     only their own changes; of two that change one file, the later merge
-//     wins in the baseline. Copy per command was chosen over snapshots of
-//     one shared directory because with a shared directory concurrent
-//     commands' writes cannot be told apart.
+//     with modes, and is merged into the container's baseline. Before
+//     each command the baseline is brought to exactly the workspace as it
+//     is on disk now plus Request.Pending (sync.go): the backend keeps a
+//     model of what the baseline holds and sends only the entries that
+//     differ, so a discarded or refused write, or a host edit, costs that
+//     file's bytes once, never a copy of the workspace. Concurrent
+//     commands each get only their own changes; the paths written by a
+//     command that overlapped another are sent again by the next sync.
+//     Copy per command was chosen over snapshots of one shared directory
+//     because with a shared directory concurrent commands' writes cannot
+//     be told apart.
 //   - Timeouts, cancellation, Close and the output cap kill the command's
 //     whole process group inside the container (it runs under setsid and
 //     a second exec kills the group); output streams while it runs; the

@@ -284,6 +284,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		},
 		CapturesWrites: true,
 		HidesPaths:     true,
+		StacksPending:  true,
 		Limits:         limits,
 		Notes:          notes,
 	}

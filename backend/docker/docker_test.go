@@ -155,13 +155,15 @@ touch keep.txt`)
 		t.Fatalf("host workspace changed:\nbefore %s\nafter  %s", before, after)
 	}
 
-	// The next command sees the first one's writes, and its own overlay
-	// holds only what it changed.
-	r2 := execShell(t, b, ws, `cat change.txt newdir/sub/f; test ! -e gone.txt && echo gone; echo more >> newdir/sub/f`)
-	if r2.stdout != "new\x00bin\nxgone\n" {
+	// The next command sees the workspace plus the pending stack it is
+	// given (none here), and nothing else: the first command's writes,
+	// kept nowhere, are not in its view, and its own overlay holds only
+	// what it changed.
+	r2 := execShell(t, b, ws, `cat change.txt; test -e gone.txt && echo back; test ! -e newdir && echo clean; echo more >> change.txt`)
+	if r2.stdout != "old\nback\nclean\n" {
 		t.Fatalf("second command saw %q", r2.stdout)
 	}
-	if len(r2.res.Overlay.Files) != 1 || r2.res.Overlay.Files[0].Path != "newdir/sub/f" || string(r2.res.Overlay.Files[0].Data) != "xmore\n" || len(r2.res.Overlay.Deleted) != 0 {
+	if len(r2.res.Overlay.Files) != 1 || r2.res.Overlay.Files[0].Path != "change.txt" || string(r2.res.Overlay.Files[0].Data) != "old\nmore\n" || len(r2.res.Overlay.Deleted) != 0 {
 		t.Fatalf("second overlay %+v", r2.res.Overlay)
 	}
 }

@@ -81,7 +81,17 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		return nil, err
 	}
 	defer stop()
-	return b.run(ctx, bx, req)
+	seq, err := b.syncBase(ctx, bx, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.run(ctx, bx, req)
+	var ov *backend.Overlay
+	if res != nil {
+		ov = res.Overlay
+	}
+	b.finishSync(bx, seq, ov)
+	return res, err
 }
 
 func validate(req *backend.Request) error {

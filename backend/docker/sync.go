@@ -1,0 +1,430 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// The container's /work/base is what the next command starts from. Before
+// each command it is brought to exactly the workspace as it is on disk
+// now plus the pending stack (backend.Pending), by sending only what
+// differs from what base holds: the backend keeps, per container, a model
+// of base (one signature per path), filled by the seed copy, by each sync
+// and by each command's overlay (the wrapper merges a command's writes
+// into base). So a discarded or refused write, or a host edit, costs one
+// file's bytes the next time, never a copy of the workspace.
+//
+// A command that ran while another was running in the same container may
+// have merged in either order: the paths it wrote are marked unknown in
+// the model, and the next sync sends them again.
+
+// syncState is the model of one container's base.
+type syncState struct {
+	mu      sync.Mutex // held by a sync from diff to model update
+	model   map[string]string
+	running int
+	seq     uint64
+}
+
+// signature of a workspace entry: what changes when its content may have.
+func wsSig(info fs.FileInfo, target string) string {
+	m := info.Mode()
+	switch {
+	case m.IsDir():
+		return fmt.Sprintf("d|%o", tarMode(m))
+	case m&fs.ModeSymlink != 0:
+		return "l|" + target
+	case m.IsRegular():
+		var ino uint64
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		return fmt.Sprintf("w|%o|%d|%d|%d", tarMode(m), info.Size(), info.ModTime().UnixNano(), ino)
+	}
+	return ""
+}
+
+func contentSig(mode fs.FileMode, sha string) string {
+	return fmt.Sprintf("f|%o|%s", tarMode(mode), sha)
+}
+
+func tarMode(m fs.FileMode) int64 {
+	perm := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		perm |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		perm |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		perm |= 0o1000
+	}
+	return perm
+}
+
+// want is one entry base should hold.
+type want struct {
+	sig  string
+	kind byte // '-' file from the workspace, 'p' pending file, 'd', 'l'
+	mode fs.FileMode
+	ws   string // absolute workspace path of a workspace file
+	pend *backend.PendingEntry
+	tgt  string
+}
+
+// desired computes what base should hold: the workspace now, with the
+// pending view over it, without the hidden paths (and what is beneath
+// them), whichever of the two holds them.
+func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]want, error) {
+	out := map[string]want{}
+	hidden := map[string]bool{}
+	for _, h := range hiddenList {
+		hidden[h] = true
+	}
+	isHidden := func(rel string) bool {
+		for p := rel; p != "."; p = path.Dir(p) {
+			if hidden[p] {
+				return true
+			}
+		}
+		return false
+	}
+	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(ws, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			return nil
+		}
+		if rel == ".pulse" || hidden[rel] {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if _, decided := pend.Lookup(rel); decided {
+			if d.IsDir() {
+				if e, _ := pend.Lookup(rel); e == nil || e.Kind != backend.PendingDir {
+					return filepath.SkipDir
+				}
+			}
+			return nil // the pending entry is added below
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		var w want
+		switch {
+		case d.IsDir():
+			w = want{kind: 'd', mode: info.Mode()}
+		case d.Type()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			w = want{kind: 'l', tgt: t}
+		case d.Type().IsRegular():
+			w = want{kind: '-', mode: info.Mode(), ws: p}
+		default:
+			return nil
+		}
+		w.sig = wsSig(info, w.tgt)
+		out[rel] = w
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("docker: reading workspace: %w", err)
+	}
+	if pend != nil {
+		for i := range pend.View {
+			e := &pend.View[i]
+			if got, decided := pend.Lookup(e.Path); !decided || got == nil || isHidden(e.Path) {
+				continue // deleted, beneath a deletion, or hidden
+			}
+			switch e.Kind {
+			case backend.PendingDir:
+				out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: fmt.Sprintf("d|%o", tarMode(e.Mode))}
+			case backend.PendingSymlink:
+				out[e.Path] = want{kind: 'l', tgt: e.Target, sig: "l|" + e.Target}
+			case backend.PendingFile:
+				sig := "p|" + e.Path + "|" + fmt.Sprint(e.Size)
+				if e.SHA != "" {
+					sig = contentSig(e.Mode, e.SHA)
+				}
+				out[e.Path] = want{kind: 'p', mode: e.Mode, pend: e, sig: sig}
+			}
+		}
+	}
+	return out, nil
+}
+
+// syncScript brings base up to date from a tar on stdin: del (NUL
+// separated paths to remove first) and files/ (entries to create), under
+// the same lock the wrapper takes, then refreshes base.manifest, which
+// the wrapper uses as each command's "before".
+const syncScript = `set -u
+P=/work S=$P/sync-$1
+lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
+mkdir -p "$S" && tar -x -f - -C "$S" || exit 2
+lock
+rc=0
+if [ ! -d "$P/base" ]; then
+	cp -a /pulse/seed "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
+fi
+if [ $rc = 0 ]; then
+	if [ -s "$S/del" ]; then (cd "$P/base" && xargs -0 rm -rf <"$S/del") || rc=4; fi
+	if [ -d "$S/files" ]; then cp -a "$S/files/." "$P/base/" || rc=5; fi
+	(cd "$P/base" && find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$P/base.manifest" || rc=6
+fi
+rmdir "$P/lock"
+rm -rf "$S"
+exit $rc`
+
+// syncBase makes the container's base hold the workspace plus req's
+// pending stack. It returns the sequence number of the command about to
+// run, for finishSync.
+func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (uint64, error) {
+	ss := &bx.sync
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	want, err := desired(filepath.Clean(req.Workspace), req.Pending, req.Hidden)
+	if err != nil {
+		return 0, err
+	}
+	have := ss.model
+	var del []string
+	var put []string
+	for p, w := range want {
+		if h, ok := have[p]; !ok || h != w.sig {
+			put = append(put, p)
+			if ok && (h[0] != 'd' || w.kind != 'd') {
+				del = append(del, p) // a type change, or a non-directory rewritten
+			}
+		}
+	}
+	for p := range have {
+		if _, ok := want[p]; !ok {
+			del = append(del, p)
+		}
+	}
+	if len(put) == 0 && len(del) == 0 {
+		return b.startSeq(ss), nil
+	}
+	sort.Strings(put)
+	sort.Strings(del)
+	// Only the topmost of the paths removed: rm -r takes the rest.
+	del = topmost(del)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	delList := strings.Join(del, "\x00")
+	if err := tw.WriteHeader(&tar.Header{Name: "del", Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(delList)), ModTime: now, Format: tar.FormatPAX}); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(tw, delList); err != nil {
+		return 0, err
+	}
+	for _, p := range put {
+		w := want[p]
+		h := &tar.Header{Name: "files/" + p, Uid: sandboxUID, Gid: sandboxGID, ModTime: now, Format: tar.FormatPAX}
+		var body io.Reader
+		switch w.kind {
+		case 'd':
+			h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", tarMode(w.mode)
+		case 'l':
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, w.tgt, 0o777
+		case '-':
+			data, err := readRegular(w.ws)
+			if err != nil {
+				return 0, fmt.Errorf("docker: reading %s: %w", p, err)
+			}
+			h.Typeflag, h.Mode, h.Size = tar.TypeReg, tarMode(w.mode), int64(len(data))
+			body = bytes.NewReader(data)
+		case 'p':
+			data, err := w.pend.ReadAll()
+			if err != nil {
+				return 0, fmt.Errorf("docker: pending %s: %w", p, err)
+			}
+			h.Typeflag, h.Mode, h.Size = tar.TypeReg, tarMode(w.mode), int64(len(data))
+			body = bytes.NewReader(data)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return 0, err
+		}
+		if body != nil {
+			if _, err := io.Copy(tw, body); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return 0, err
+	}
+	if err := b.execWithStdin(ctx, bx.id, []string{"/bin/sh", "-c", syncScript, "pulse-sync", randomID()}, &buf); err != nil {
+		// What base holds is unknown now: send everything next time.
+		ss.model = map[string]string{}
+		return 0, fmt.Errorf("docker: bringing the container up to date with the workspace and the pending stack: %w", err)
+	}
+	model := make(map[string]string, len(want))
+	for p, w := range want {
+		model[p] = w.sig
+	}
+	ss.model = model
+	return b.startSeq(ss), nil
+}
+
+func (b *Backend) startSeq(ss *syncState) uint64 {
+	ss.running++
+	ss.seq++
+	return ss.seq
+}
+
+// finishSync records what the command's wrapper merged into base.
+func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay) {
+	ss := &bx.sync
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.running--
+	concurrent := ss.seq != seq || ss.running > 0
+	if ov == nil {
+		if concurrent {
+			return
+		}
+		return
+	}
+	if ss.model == nil {
+		ss.model = map[string]string{}
+	}
+	for _, p := range ov.Deleted {
+		removeTree(ss.model, p)
+		if concurrent {
+			ss.model[p] = "?"
+		}
+	}
+	for _, f := range ov.Files {
+		if concurrent {
+			ss.model[f.Path] = "?"
+			continue
+		}
+		switch {
+		case f.Mode&fs.ModeDir != 0:
+			ss.model[f.Path] = fmt.Sprintf("d|%o", tarMode(f.Mode))
+		case f.Mode&fs.ModeSymlink != 0:
+			removeTree(ss.model, f.Path)
+			ss.model[f.Path] = "l|" + string(f.Data)
+		default:
+			removeTree(ss.model, f.Path)
+			sum := sha256.Sum256(f.Data)
+			ss.model[f.Path] = contentSig(f.Mode, hex.EncodeToString(sum[:]))
+		}
+	}
+}
+
+// removeTree drops p and everything beneath it from a model.
+func removeTree(m map[string]string, p string) {
+	delete(m, p)
+	prefix := p + "/"
+	for q := range m {
+		if strings.HasPrefix(q, prefix) {
+			delete(m, q)
+		}
+	}
+}
+
+// topmost keeps, of sorted paths, those beneath no other.
+func topmost(sorted []string) []string {
+	var out []string
+	for _, p := range sorted {
+		if n := len(out); n > 0 && strings.HasPrefix(p, out[n-1]+"/") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func readRegular(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is no longer a regular file", path.Base(p))
+	}
+	return io.ReadAll(f)
+}
+
+// execWithStdin runs cmd in the container as the sandbox user with stdin
+// fed from r, and waits for it; a non-zero exit is an error carrying its
+// output.
+func (b *Backend) execWithStdin(ctx context.Context, id string, cmd []string, r io.Reader) error {
+	ec, err := b.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          []string{"PATH=" + basePath},
+		WorkingDir:   "/pulse",
+		Cmd:          cmd,
+	})
+	if err != nil {
+		return fmt.Errorf("creating exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return fmt.Errorf("starting exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	defer hj.Close()
+	go func() {
+		_, _ = io.Copy(hj.Conn, r)
+		_ = hj.CloseWrite()
+	}()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
+		return fmt.Errorf("exec output: %w", err)
+	}
+	for range 1000 {
+		insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
+		if err != nil {
+			return err
+		}
+		if !insp.Running {
+			if insp.ExitCode != 0 {
+				return fmt.Errorf("exit %d: %s", insp.ExitCode, strings.TrimSpace(out.String()))
+			}
+			return nil
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return fmt.Errorf("exec did not end")
+}
