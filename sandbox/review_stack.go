@@ -88,4 +88,3 @@ func squashEvent(e audit.Event, id string, gone []string) audit.Event {
 	e.Detail = fmt.Sprintf("%d pending transactions squashed into %s: %s", len(gone), id, strings.Join(gone, " "))
 	return e
 }
-

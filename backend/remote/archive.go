@@ -74,6 +74,13 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // Every limit is checked while packing, so an over-large workspace is
 // refused before a byte is sent.
 func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
+	return packView(dir, extra, lim, nil)
+}
+
+// packView is pack of the workspace with the pending view laid over it:
+// what the view decides is packed from it (a pending deletion is left
+// out, with everything beneath it), the rest from the workspace.
+func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pending) (*packed, error) {
 	out := &limitedBuffer{max: lim.compressed}
 	zw, _ := gzip.NewWriterLevel(out, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
@@ -124,6 +131,12 @@ func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
 			}
 			return nil
 		}
+		if e, decided := pend.Lookup(rel); decided {
+			if d.IsDir() && (e == nil || e.Kind != backend.PendingDir) {
+				return filepath.SkipDir
+			}
+			return nil // packed from the view below
+		}
 		info, err := d.Info()
 		if err != nil {
 			return err
@@ -159,6 +172,9 @@ func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
 			return nil
 		}
 	})
+	if err == nil && pend != nil {
+		err = packPending(pend, lim, p, add, mtime)
+	}
 	if err == nil {
 		for _, x := range extra {
 			hdr := &tar.Header{Name: x.name, Typeflag: tar.TypeReg, Size: int64(len(x.data)), Mode: 0o600, ModTime: mtime, Format: tar.FormatPAX}

@@ -296,8 +296,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		}
 		hidden[h] = true
 	}
-	pk, err := pack(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
-		symlinks: info.features[featureSymlinks], hidden: hidden})
+	if err := backend.CheckPending(req.Pending); err != nil {
+		return nil, err
+	}
+	pk, err := packView(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
+		symlinks: info.features[featureSymlinks], hidden: hidden}, req.Pending)
 	if err != nil {
 		return nil, err
 	}

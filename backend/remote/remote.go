@@ -223,6 +223,9 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 		// Hidden paths are left out of the upload: the server never has
 		// them to show.
 		HidesPaths: true,
+		// The upload is the workspace with the pending view laid over
+		// it (pending.go), whatever the server.
+		StacksPending: true,
 		Limits: map[string]secrets.EnforcementLevel{
 			"timeout": server.Limits["timeout"],
 			// Enforced by this client: what reaches the writers is capped,
@@ -286,7 +289,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
 		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
 		CapturesWrites: true,
-		Notes:          []string{"not probed yet: nothing is known to be enforced"},
+		// The upload is the workspace with the pending view laid over
+		// it (pending.go), whatever the server.
+		StacksPending: true,
+		Notes:         []string{"not probed yet: nothing is known to be enforced"},
 	}
 }
 
