@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Pending is the stack of pending (staged, not yet committed) changes a
@@ -34,7 +35,8 @@ type Pending struct {
 	// deletion, is as the workspace has it.
 	View []PendingEntry
 
-	idx *pendingIndex
+	idxOnce sync.Once
+	idx     *pendingIndex
 }
 
 // PendingLayer is one pending transaction. The same ID always means the
@@ -95,9 +97,11 @@ type pendingIndex struct {
 }
 
 func (p *Pending) index() *pendingIndex {
-	if p.idx != nil {
-		return p.idx
-	}
+	p.idxOnce.Do(p.buildIndex)
+	return p.idx
+}
+
+func (p *Pending) buildIndex() {
 	ix := &pendingIndex{byPath: make(map[string]*PendingEntry, len(p.View)), kids: map[string][]string{}}
 	for i := range p.View {
 		e := &p.View[i]
@@ -106,7 +110,6 @@ func (p *Pending) index() *pendingIndex {
 		ix.kids[d] = append(ix.kids[d], path.Base(e.Path))
 	}
 	p.idx = ix
-	return ix
 }
 
 // Lookup says what the view shows at rel. decided is false when the

@@ -167,6 +167,7 @@ type FS struct {
 	recoveryErr error
 
 	stackTxs map[string]*Tx // the pending stack as last read (stack.go), under opMu
+	scache   stackCache     // what was derived from it (stack.go)
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls

@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -130,8 +131,27 @@ type Stack struct {
 	Txs     []*StackTx // bottom first
 	Damaged []DamagedTx
 
-	view *fold // of all of Txs, built on first use
+	key  string // the ids and log lengths of Txs: equal keys, equal stacks
+	view *fold  // of all of Txs, built on first use
 }
+
+// stackCache keeps what was derived from the last stacks read, so that a
+// command on an unchanged stack of hundreds of transactions does not
+// rebuild them: each transaction's entries by id and log length, and the
+// fold and layers of the last stack key. Folds and layers are never
+// changed once built, so sharing them between Stacks is safe.
+type stackCache struct {
+	mu     sync.Mutex
+	txs    map[string]*StackTx
+	key    string
+	view   *fold
+	layers map[string]Layer // by layer id
+	last   []Layer          // the layers of key
+}
+
+// Key identifies the stack's content: two stacks with the same key hold
+// the same transactions with the same changes.
+func (s *Stack) Key() string { return s.key }
 
 // Stack reads the pending stack. Transactions listed by a squash that
 // replaced them (left behind when a squash was interrupted) are removed
@@ -216,9 +236,31 @@ func (f *FS) stackLocked() (*Stack, error) {
 	for _, d := range st.Damaged {
 		f.log.Warn("cowfs: a pending transaction is left out of the stack", "tx", d.ID, "err", d.Err)
 	}
-	for _, t := range txs {
-		st.Txs = append(st.Txs, t.stackTx())
+	c := &f.scache
+	c.mu.Lock()
+	if c.txs == nil {
+		c.txs = map[string]*StackTx{}
 	}
+	seen := map[string]bool{}
+	for _, t := range txs {
+		t.mu.Lock()
+		off := t.offset
+		t.mu.Unlock()
+		seen[t.id] = true
+		if s := c.txs[t.id]; s != nil && s.offset == off {
+			st.Txs = append(st.Txs, s)
+			continue
+		}
+		s := t.stackTx()
+		c.txs[t.id] = s
+		st.Txs = append(st.Txs, s)
+	}
+	for id := range c.txs {
+		if !seen[id] {
+			delete(c.txs, id)
+		}
+	}
+	c.mu.Unlock()
 	sort.SliceStable(st.Txs, func(i, j int) bool {
 		a, b := st.Txs[i], st.Txs[j]
 		if !a.Created.Equal(b.Created) {
@@ -226,6 +268,11 @@ func (f *FS) stackLocked() (*Stack, error) {
 		}
 		return a.ID < b.ID
 	})
+	var kb strings.Builder
+	for _, t := range st.Txs {
+		fmt.Fprintf(&kb, "%s-%x.", t.ID, t.offset)
+	}
+	st.key = kb.String()
 	return st, nil
 }
 
@@ -344,10 +391,23 @@ func (v *fold) apply(t *StackTx) {
 }
 
 func (s *Stack) fold() *fold {
-	if s.view == nil {
-		s.view = s.foldN(len(s.Txs))
+	if s.view != nil {
+		return s.view
 	}
-	return s.view
+	c := &s.fs.scache
+	c.mu.Lock()
+	if c.key == s.key && c.view != nil {
+		s.view = c.view
+		c.mu.Unlock()
+		return s.view
+	}
+	c.mu.Unlock()
+	v := s.foldN(len(s.Txs))
+	c.mu.Lock()
+	c.key, c.view, c.last = s.key, v, nil
+	c.mu.Unlock()
+	s.view = v
+	return v
 }
 
 // foldN folds the n bottom transactions.
@@ -452,15 +512,71 @@ type Layer struct {
 }
 
 // Layers returns the non-empty transactions of the stack as layers,
-// bottom first.
+// bottom first. A layer is built once per content: the directories on
+// the way take the modes the stack below gave them when it was built.
 func (s *Stack) Layers() []Layer {
+	c := &s.fs.scache
+	c.mu.Lock()
+	if c.key == s.key && c.last != nil {
+		out := c.last
+		c.mu.Unlock()
+		return out
+	}
+	c.mu.Unlock()
 	var out []Layer
-	below := newFold()
-	for _, t := range s.Txs {
+	var below *fold // the fold of the first applied transactions
+	applied := 0
+	for i, t := range s.Txs {
 		if t.Empty() {
 			continue
 		}
-		l := Layer{ID: fmt.Sprintf("%s-%x", t.ID, t.offset), TxID: t.ID}
+		id := fmt.Sprintf("%s-%x", t.ID, t.offset)
+		c.mu.Lock()
+		l, ok := c.layers[id]
+		c.mu.Unlock()
+		if ok {
+			out = append(out, l)
+			continue
+		}
+		if below == nil {
+			below = newFold()
+		}
+		for ; applied < i; applied++ {
+			below.apply(s.Txs[applied])
+		}
+		l = s.layer(t, id, below)
+		c.mu.Lock()
+		if c.layers == nil {
+			c.layers = map[string]Layer{}
+		}
+		c.layers[id] = l
+		c.mu.Unlock()
+		out = append(out, l)
+	}
+	c.mu.Lock()
+	if out == nil {
+		out = []Layer{}
+	}
+	if c.key == s.key || c.key == "" {
+		c.key, c.last = s.key, out
+	}
+	keep := map[string]bool{}
+	for _, l := range out {
+		keep[l.ID] = true
+	}
+	for id := range c.layers {
+		if !keep[id] {
+			delete(c.layers, id)
+		}
+	}
+	c.mu.Unlock()
+	return out
+}
+
+// layer builds transaction t's layer over the fold below it.
+func (s *Stack) layer(t *StackTx, id string, below *fold) Layer {
+	{
+		l := Layer{ID: id, TxID: t.ID}
 		have := map[string]bool{}
 		add := func(c change) {
 			l.Entries = append(l.Entries, s.entry(&fentry{c: c, dir: t.dir}))
@@ -491,10 +607,8 @@ func (s *Stack) Layers() []Layer {
 			l.Entries = append(l.Entries, s.entry(&fentry{c: change{Path: a, Kind: KindMkdir, Mode: mode}}))
 		}
 		sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Path < l.Entries[j].Path })
-		out = append(out, l)
-		below.apply(t)
+		return l
 	}
-	return out
 }
 
 // index returns the position of id in the stack, or -1.

@@ -292,7 +292,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		if err != nil {
 			return fail(err)
 		}
-		pend = toPending(st)
+		pend = s.toPendingCached(st)
 		if !pend.Empty() && !s.caps.StacksPending {
 			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 				IsolationLevel: isolation, Backend: s.backend.Name(), Reason: "unsupported_policy",

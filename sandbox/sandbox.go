@@ -52,10 +52,11 @@ type Sandbox struct {
 	passedOver []string
 	// inject are the secrets bound to hosts, and ca the sandbox's own CA
 	// for their TLS (egress.go).
-	inject []egress.Injection
-	ca     *egress.CA
-	cow    *cowfs.FS
-	log    *slog.Logger
+	inject    []egress.Injection
+	ca        *egress.CA
+	cow       *cowfs.FS
+	log       *slog.Logger
+	pendCache pendingCache // stack.go
 
 	mu      sync.Mutex
 	closed  bool

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -67,6 +68,33 @@ func (s *Sandbox) pending(ctx context.Context, execID string) (*cowfs.Stack, err
 	}
 	s.record(ctx, squashEvent(audit.Event{ExecutionID: execID, Action: "squash"}, id, gone))
 	return s.pending(ctx, execID)
+}
+
+// pendingCache keeps the last stack converted for the backend: a command
+// on an unchanged stack reuses it whole (a Pending is never modified once
+// made).
+type pendingCache struct {
+	mu  sync.Mutex
+	key string
+	p   *backend.Pending
+}
+
+// toPendingCached is toPending, reusing the last conversion of the same
+// stack.
+func (s *Sandbox) toPendingCached(st *cowfs.Stack) *backend.Pending {
+	c := &s.pendCache
+	c.mu.Lock()
+	if c.key == st.Key() && c.key != "" {
+		p := c.p
+		c.mu.Unlock()
+		return p
+	}
+	c.mu.Unlock()
+	p := toPending(st)
+	c.mu.Lock()
+	c.key, c.p = st.Key(), p
+	c.mu.Unlock()
+	return p
 }
 
 // toPending converts the stack for a backend.

@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/cowfs"
+)
+
+// BenchmarkExecuteOnStackNamespace runs `true` through the facade on the
+// namespace backend on top of a pending stack of 200 transactions holding
+// 10,000 staged files, against the same command in a workspace with an
+// empty stack, alternating the two so both see the same load. The
+// x-vs-empty-stack metric is the ratio; the goal is at most 1.2. Both
+// sides run one command before the timing starts; the stacked side's
+// first command, which builds the 200 layers, is reported on its own as
+// first-on-stack-ms.
+func BenchmarkExecuteOnStackNamespace(b *testing.B) {
+	ctx := context.Background()
+	open := func(ws string) *Sandbox {
+		nb, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "ns")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := nb.Probe(ctx); err != nil {
+			nb.Close()
+			b.Skipf("namespace backend unavailable: %v", err)
+		}
+		b.Cleanup(func() { nb.Close() })
+		sb, err := New(ctx, ws, withGetenv(noEnv), WithBackend(nb), WithMaxStack(1000))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sb.Close() })
+		return sb
+	}
+	stacked := b.TempDir()
+	f, err := cowfs.Open(stacked)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 200 {
+		tx, err := f.Begin(fmt.Sprintf("step %d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ops := make([]cowfs.Op, 0, 50)
+		for j := range 50 {
+			ops = append(ops, cowfs.WriteOp(fmt.Sprintf("pkg%d/f%d.go", i%20, i*50+j), []byte(fmt.Sprintf("package p // %d\n", j)), 0o644))
+		}
+		if _, err := tx.Stage(ctx, ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.Close()
+	onStack, empty := open(stacked), open(b.TempDir())
+	run := func(sb *Sandbox) time.Duration {
+		t0 := time.Now()
+		res, err := sb.Execute(ctx, Command{Shell: "true"})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("Execute: %v %+v", err, res)
+		}
+		return time.Since(t0)
+	}
+	first := run(onStack)
+	run(empty)
+	if st, err := onStack.Stack(ctx); err != nil || len(st) != 200 {
+		b.Fatalf("stack of %d: %v", len(st), err)
+	}
+	var stack, ref time.Duration
+	for b.Loop() {
+		stack += run(onStack)
+		ref += run(empty)
+	}
+	if ref > 0 {
+		b.ReportMetric(float64(stack)/float64(ref), "x-vs-empty-stack")
+		b.ReportMetric(float64(stack.Nanoseconds())/float64(b.N), "stack-ns/op")
+		b.ReportMetric(float64(first.Milliseconds()), "first-on-stack-ms")
+	}
+}
