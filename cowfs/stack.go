@@ -740,11 +740,12 @@ func (s *Stack) Diff() (string, error) {
 		if e.c.Kind == KindMkdir && e.c.Implicit {
 			continue
 		}
-		old, err := s.fs.oldSide(p)
+		limit := s.limit(&b)
+		old, err := s.fs.oldSide(p, limit)
 		if err != nil {
 			return "", err
 		}
-		nw, err := s.side(e)
+		nw, err := s.side(e, limit)
 		if err != nil {
 			return "", err
 		}
@@ -753,19 +754,28 @@ func (s *Stack) Diff() (string, error) {
 	return b.String(), nil
 }
 
-func (s *Stack) side(e *fentry) (side, error) {
+// limit is how much of a file the diff holds, as Tx.Diff does: files are
+// summarised once the output is large.
+func (s *Stack) limit(b *strings.Builder) int64 {
+	if b.Len() > diffMaxOutput {
+		return 0
+	}
+	return DiffMaxBytes
+}
+
+func (s *Stack) side(e *fentry, limit int64) (side, error) {
 	if e == nil {
 		return side{}, nil
 	}
 	switch e.c.Kind {
 	case KindWrite:
-		data, err := s.fs.readBlob(e.dir, &e.c)
+		nw, err := s.fs.stagedSide(e.dir, &e.c, limit)
 		if err != nil {
-			return side{}, fmt.Errorf("cowfs: diff: %q: %w", e.c.Path, err)
+			return side{}, fmt.Errorf("cowfs: diff: %w", err)
 		}
-		return side{typ: typeFile, mode: e.c.Mode, data: data}, nil
+		return nw, nil
 	case KindSymlink:
-		return side{typ: typeSymlink, data: []byte(e.c.Target)}, nil
+		return side{typ: typeSymlink, data: e.c.Target, held: true, size: int64(len(e.c.Target))}, nil
 	case KindMkdir:
 		return side{typ: typeDir, mode: e.c.Mode}, nil
 	}
@@ -773,16 +783,16 @@ func (s *Stack) side(e *fentry) (side, error) {
 }
 
 // sideIn returns what fold v over the workspace shows at p.
-func (s *Stack) sideIn(v *fold, p string) (side, error) {
+func (s *Stack) sideIn(v *fold, p string, limit int64) (side, error) {
 	for _, a := range ancestors(p) {
 		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
 			return side{}, nil
 		}
 	}
 	if fe := v.m[p]; fe != nil {
-		return s.side(fe)
+		return s.side(fe, limit)
 	}
-	return s.fs.oldSide(p)
+	return s.fs.oldSide(p, limit)
 }
 
 // TxDiff renders transaction id relative to the stack below it: what the
@@ -826,15 +836,16 @@ func (s *Stack) TxDiff(id string) (string, error) {
 	sort.Strings(paths)
 	var b strings.Builder
 	for _, p := range paths {
-		old, err := s.sideIn(below, p)
+		limit := s.limit(&b)
+		old, err := s.sideIn(below, p, limit)
 		if err != nil {
 			return "", err
 		}
-		nw, err := s.sideIn(upto, p)
+		nw, err := s.sideIn(upto, p, limit)
 		if err != nil {
 			return "", err
 		}
-		if old.typ == nw.typ && old.mode == nw.mode && string(old.data) == string(nw.data) {
+		if old.typ == nw.typ && old.mode == nw.mode && (old.typ == typeDir || old.typ == "" || sidesEqual(&old, &nw)) {
 			continue
 		}
 		writeFileDiff(&b, p, old, nw)

@@ -25,7 +25,7 @@ type ovBackend struct {
 
 func (o *ovBackend) Name() string { return "ovfake" }
 func (o *ovBackend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: backend.IsolationContainer, CapturesWrites: true,
+	return backend.Capabilities{Isolation: backend.IsolationContainer, CapturesWrites: true, StacksPending: true,
 		Network: map[policy.NetworkMode]secrets.EnforcementLevel{policy.NetworkDenyAll: secrets.Strong},
 		Secrets: map[secrets.Mode]secrets.EnforcementLevel{secrets.DenyAll: secrets.Strong, secrets.AllowAll: secrets.Strong, secrets.Allowlist: secrets.Strong}}
 }

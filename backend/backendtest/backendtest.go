@@ -87,6 +87,10 @@ var cases = []testCase{
 	{"Concurrent", testConcurrent},
 	{"Writes", testWrites},
 	{"HiddenPaths", testHiddenPaths},
+	{"StackSeesPending", testStackSeesPending},
+	{"StackDiscardHides", testStackDiscardHides},
+	{"StackReplaceAcrossSteps", testStackReplaceAcrossSteps},
+	{"StackLongSession", testStackLongSession},
 	{"ReconcileSparesLive", testReconcileSparesLive},
 	{"Close", testClose},
 }

@@ -82,8 +82,19 @@ func buildLayer(root, dir string, l *backend.PendingLayer) error {
 		m fs.FileMode
 	}
 	var dirs []dirMode
+	// What is beneath a non-directory is hidden by it anyway.
+	cuts := map[string]bool{}
+entries:
 	for i := range l.Entries {
 		e := &l.Entries[i]
+		for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+			if cuts[d] {
+				continue entries
+			}
+		}
+		if e.Kind != backend.PendingDir {
+			cuts[e.Path] = true
+		}
 		full := filepath.Join(tmp, filepath.FromSlash(e.Path))
 		if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
 			return fail(err)

@@ -21,22 +21,30 @@ import (
 func init() {
 	register(command{
 		name:    "cow",
-		summary: "review staged changes: list, diff, commit, discard or reject parts of a transaction, undo a commit",
+		summary: "review staged changes: list, diff, commit, discard or reject parts of a transaction or the whole pending stack, squash, undo a commit",
 		usage: []string{
 			"pulse cow list [--json] [--workspace DIR]",
-			"pulse cow diff ID [--json] [--workspace DIR]",
-			"pulse cow commit ID [--json] [--workspace DIR]",
-			"pulse cow discard ID [--json] [--workspace DIR]",
+			"pulse cow diff [ID] [--json] [--workspace DIR]",
+			"pulse cow commit ID|--all [--json] [--workspace DIR]",
+			"pulse cow discard ID|--all [--json] [--workspace DIR]",
 			"pulse cow reject ID PATH... [--json] [--workspace DIR]",
+			"pulse cow squash [--json] [--workspace DIR]",
 			"pulse cow undo [--json] [--workspace DIR]",
 		},
 		help: `Exit code 1: a conflict (the file changed since it was staged; nothing is
 overwritten), an unknown id, or no staged state in the workspace.
+The pending transactions form a stack, oldest first: each command ran on the
+ones before it. diff without an ID shows the whole stack against the
+workspace; diff ID shows that transaction against the stack below it.
+commit --all applies the stack in order as one commit; discard --all drops it;
+committing or discarding one transaction alone is refused while another
+pending transaction changes the same paths. squash merges the stack into one.
 --json: list prints an array of {id, description, state, created, committed,
-changes, bytes}; diff {id, changes, diff}; commit {id, committed}; discard
-{id, discarded}; a failure {error, exit_code} and, for a conflict,
-conflict: {path, reason}.`,
-		subcommands: []string{"list", "diff", "commit", "discard", "reject", "undo"},
+changes, bytes}; diff {id, changes, diff} (without an ID {stack, diff});
+commit {id, committed} (--all {committed_transactions, committed}); discard
+{id, discarded} (--all {discarded}); squash {id, squashed}; a failure
+{error, exit_code} and, for a conflict, conflict: {path, reason}.`,
+		subcommands: []string{"list", "diff", "commit", "discard", "reject", "squash", "undo"},
 		run:         runCow,
 	})
 }
@@ -52,12 +60,13 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		return commandHelp(env, "cow")
 	}
 	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
-	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" {
+	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" && sub != "squash" {
 		return usageError(env, newFlagSet(env, "cow"), fmt.Sprintf("unknown subcommand %q", sub))
 	}
 	fset := newFlagSet(env, "cow "+sub)
 	asJSON := fset.Bool("json", false, "print JSON")
 	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
+	all := fset.Bool("all", false, "commit or discard the whole pending stack, in order")
 	// Flags may come before or after the id.
 	pos, code, done := parseInterleaved(env, fset, args[1:])
 	if done {
@@ -66,7 +75,13 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	if sub == "reject" && len(pos) < 2 {
 		return usageError(env, fset, "wants a transaction ID and the PATHs to reject")
 	}
-	if wantID[sub] && len(pos) != 1 {
+	if *all && (sub != "commit" && sub != "discard") {
+		return usageError(env, fset, "--all is for commit and discard")
+	}
+	if *all && len(pos) != 0 {
+		return usageError(env, fset, "wants a transaction ID or --all, not both")
+	}
+	if wantID[sub] && !*all && len(pos) != 1 && !(sub == "diff" && len(pos) == 0) {
 		return usageError(env, fset, "wants one transaction ID")
 	}
 	if !wantID[sub] && sub != "reject" && len(pos) != 0 {
@@ -110,6 +125,9 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		if sub == "list" {
 			return c.list(f)
 		}
+		if handled, code := c.stackDiff(ctx, f, pos); handled {
+			return code
+		}
 		tx, err := f.Tx(pos[0])
 		if err != nil {
 			return c.fail(err)
@@ -135,6 +153,28 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	defer r.Close()
 	if rerr := r.FS().RecoveryErr(); rerr != nil {
 		fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+	}
+	switch {
+	case sub == "commit" && *all:
+		paths, ids, err := r.CommitAll(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"committed_transactions": nonNil(ids), "committed": nonNil(paths)},
+			fmt.Sprintf("committed the pending stack (%d transaction(s)): %d change(s)\n%s", len(ids), len(paths), lines(paths)))
+	case sub == "discard" && *all:
+		ids, err := r.DiscardAll(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"discarded": nonNil(ids)}, fmt.Sprintf("discarded %d transaction(s)\n%s", len(ids), lines(ids)))
+	case sub == "squash":
+		id, gone, err := r.Squash(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.print(map[string]any{"id": id, "squashed": nonNil(gone)},
+			fmt.Sprintf("squashed %d transaction(s) into %s\n", len(gone), id))
 	}
 	switch sub {
 	case "undo":
@@ -269,4 +309,65 @@ func hostRunWarning(paths []string) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+// stackDiff shows the whole pending stack (no id) or a pending
+// transaction against the stack below it. handled is false for a
+// transaction not in the stack (a quarantined one), shown on its own.
+func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool, int) {
+	st, err := f.Stack(ctx)
+	if err != nil {
+		return true, c.fail(err)
+	}
+	for _, d := range st.Damaged {
+		fmt.Fprintf(c.env.stderr, "pulse cow: warning: transaction %s is left out of the stack: %v\n", d.ID, d.Err)
+	}
+	if len(pos) == 0 {
+		d, err := st.Diff()
+		if err != nil {
+			return true, c.fail(err)
+		}
+		ids := make([]string, 0, len(st.Txs))
+		var changes []cowfs.Change
+		for _, t := range st.Txs {
+			ids = append(ids, t.ID)
+			if tx, err := f.Tx(t.ID); err == nil {
+				changes = append(changes, tx.Changes()...)
+			}
+		}
+		hostRun := runsOnHost(changes)
+		out := map[string]any{"stack": ids, "diff": d}
+		if len(hostRun) > 0 {
+			out["runs_on_host"] = hostRun
+		}
+		return true, c.print(out, hostRunWarning(hostRun)+d)
+	}
+	for _, t := range st.Txs {
+		if t.ID != pos[0] {
+			continue
+		}
+		tx, err := f.Tx(t.ID)
+		if err != nil {
+			return true, c.fail(err)
+		}
+		d, err := st.TxDiff(t.ID)
+		if err != nil {
+			return true, c.fail(err)
+		}
+		changes := tx.Changes()
+		hostRun := runsOnHost(changes)
+		out := map[string]any{"id": t.ID, "changes": changes, "diff": d, "relative_to": "the pending stack below it"}
+		if len(hostRun) > 0 {
+			out["runs_on_host"] = hostRun
+		}
+		return true, c.print(out, hostRunWarning(hostRun)+d)
+	}
+	return false, 0
 }
