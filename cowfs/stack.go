@@ -198,6 +198,9 @@ func (f *FS) stackLocked() (*Stack, error) {
 		t := f.stackTxs[id]
 		if t == nil {
 			t = &Tx{fs: f, id: id, changes: map[string]*change{}}
+		} else if t.unchangedLocked() {
+			txs = append(txs, t)
+			continue
 		}
 		if err := t.refreshLocked(false); err != nil {
 			delete(f.stackTxs, id)
@@ -274,6 +277,21 @@ func (f *FS) stackLocked() (*Stack, error) {
 	}
 	st.key = kb.String()
 	return st, nil
+}
+
+// unchangedLocked reports, with one stat, that the stage log of a
+// transaction read before has not grown since: a stack of hundreds of
+// transactions is then re-read at that cost each. The caller holds the
+// lock, so no append is half done.
+func (t *Tx) unchangedLocked() bool {
+	t.mu.Lock()
+	loaded, off := t.loaded, t.offset
+	t.mu.Unlock()
+	if !loaded {
+		return false
+	}
+	fi, err := t.fs.state.Lstat(t.dir() + "/stage.log")
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == off
 }
 
 // dropLocked removes an open transaction's state; the caller holds the
@@ -1041,4 +1059,15 @@ func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
 		ids = append(ids, t.ID)
 	}
 	return ids, nil
+}
+
+// Refresh brings the transaction up to date with its stage log, which
+// another process may have appended to.
+func (t *Tx) Refresh() error {
+	unlock, err := t.fs.lock(context.Background())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return t.refreshLocked(false)
 }

@@ -43,6 +43,20 @@
 //     refused. Paths git on the host would run (hooks, config; see
 //     policy.RunsOnHost) are never auto-committed: the transaction is held
 //     with ErrRunsOnHost for a person.
+//   - Commands stack: each runs on the workspace as it is on disk now plus
+//     every pending transaction in order (whichever process staged them),
+//     and nothing else; its writes become the next transaction. ReadFile
+//     reads through the stack (ReadCommittedFile does not); PreviewStack,
+//     CommitAll, DiscardAll and Squash work on the whole stack, and
+//     committing or discarding one transaction alone is refused with
+//     ErrStackDependency while another shares its paths. Past WithMaxStack
+//     pending transactions the older ones are squashed into one (audited;
+//     the per-command events stay). A damaged transaction is left out of
+//     the view and audited. A capturing backend that cannot stack
+//     (Capabilities.StacksPending) is refused a non-empty stack.
+//   - A Tx (BeginTx, OpenTx) stages paths under the same checks as a
+//     command's writes, and every commit checks each change against the
+//     policy again, so a denied path never lands however it was staged.
 //   - Many Execute calls may run at once on one Sandbox; Close waits for
 //     them.
 //

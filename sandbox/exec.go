@@ -366,11 +366,8 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Network:     netPol,
 		Secrets:     secPol,
 		Egress:      eg.backendEgress(),
-<<<<<<< HEAD
 		Hidden:      hidden,
-=======
 		Pending:     pend,
->>>>>>> 41fce12 (Sessions: every command runs on the pending stack (namespace), commit/discard --all, squash, diff against the stack below)
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",

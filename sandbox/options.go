@@ -39,11 +39,8 @@ type options struct {
 	sessionID     string
 	getenv        func(string) string
 	egress        egressOptions // egress.go
-<<<<<<< HEAD
 	remoteOpts    []remote.Option
-=======
-	maxStack      int           // stack.go
->>>>>>> 41fce12 (Sessions: every command runs on the pending stack (namespace), commit/discard --all, squash, diff against the stack below)
+	maxStack      int // stack.go
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():

@@ -179,3 +179,42 @@ func TestSessionDocker(t *testing.T) {
 	t.Cleanup(func() { sb.Close() })
 	checkSession(t, sb, 30)
 }
+
+// A path the policy denies never lands through a transaction, however it
+// got staged: the facade's Tx refuses it when staged, and Commit refuses a
+// transaction holding it (here staged through cowfs directly).
+func TestTxChecksThePolicyAtStageAndAtCommit(t *testing.T) {
+	p, err := policy.Parse([]byte("version: 1\nrules:\n  - {action: write, target: \".github/*\", decision: deny}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	sb := newHost(t, ws, WithPolicy(p))
+	ctx := context.Background()
+	tx, err := sb.BeginTx(ctx, "edit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Write(ctx, ".github/x", []byte("y"), 0o644); !errors.Is(err, ErrPolicyDenied) {
+		t.Fatalf("staging a denied path: %v", err)
+	}
+	if err := tx.Write(ctx, "ok.txt", []byte("fine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sb.Transaction(tx.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Write(".github/x", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); !errors.Is(err, ErrPolicyDenied) {
+		t.Fatalf("committing a transaction holding a denied path: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".github")); !os.IsNotExist(err) {
+		t.Fatalf(".github landed: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "ok.txt")); !os.IsNotExist(err) {
+		t.Fatalf("part of a refused transaction landed: %v", err)
+	}
+}

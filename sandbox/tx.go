@@ -160,9 +160,16 @@ func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 }
 
 func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]string, error) {
+	// Again at commit: the policy and the pending stack (transaction.go).
+	if err := s.recheck(ctx, tx, execID); err != nil {
+		return nil, err
+	}
 	r := s.review()
 	if execID != "" {
 		r.via = ViaAutoCommit // WithAutoCommit, not a person's decision
+	}
+	if err := r.checkStack(ctx, "commit", tx.ID()); err != nil {
+		return nil, err
 	}
 	return r.commitTx(ctx, tx, execID)
 }
@@ -173,6 +180,9 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 		return err
 	}
 	defer s.running.Done()
+	if err := s.review().checkStack(ctx, "discard", tx.ID()); err != nil {
+		return s.scrubErr(err)
+	}
 	return s.scrubErr(s.review().discardTx(ctx, tx))
 }
 

@@ -82,6 +82,18 @@
 //     listed, the rest of the workspace can, hiding is reported as no
 //     change, and what the command then writes at a hidden path is
 //     captured without deleting anything.
+//   - StackSeesPending, StackDiscardHides, StackReplaceAcrossSteps,
+//     StackLongSession (backends with Capabilities.StacksPending): each
+//     command's Overlay becomes the next layer of Request.Pending, as the
+//     facade does it. A command sees exactly the workspace now plus the
+//     layers given: an earlier command's pending files, directories and
+//     symlinks; not a layer taken out (a discard), but a host edit made
+//     between commands, unless a layer covers the path. Its overlay is
+//     relative to that view (a pending-only file it removes is in
+//     Deleted, a pending file it leaves alone is not reported). Modes,
+//     renames, rm -r of a directory and a file replaced by a directory
+//     and back hold across steps; 200 commands in a row keep stacking.
+//     The real workspace is never written.
 //   - ReconcileSparesLive: Reconcile succeeds on a fresh backend and, run
 //     while an execution is live, leaves it alone: the command finishes,
 //     its output and its writes intact.

@@ -13,6 +13,16 @@
 // become deletions). The workspace's .pulse/ directory is hidden behind an
 // empty read-only tmpfs.
 //
+// Request.Pending is laid between the workspace and the upper directory:
+// each pending layer is built once as a directory under the state dir's
+// layers/ (files, directories, symlinks; deletions as whiteouts, the
+// character devices 0/0 unprivileged users may make since Linux 5.8),
+// named by its id and reused by every later command; the overlay is then
+// mounted with fsconfig "lowerdir+" (Linux 6.8), one layer at a time, so
+// a stack of hundreds of layers fits (overlayfs takes up to 500). The
+// overlay is read back against the view the command saw, not the bare
+// workspace. Layers unused for a day are removed.
+//
 // The sandbox is a session of its own with no controlling terminal (the
 // init calls setsid, and so does the command): nothing in it can open the
 // caller's terminal through /dev/tty, and the caller's stdin, a terminal
