@@ -117,7 +117,11 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 			writes = append(writes, write{"memory", "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)},
 				write{"memory", "memory.swap.max", "0"})
 		} else {
-			writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)})
+			// memsw (memory plus swap) exists only where swap accounting
+			// is on; without it the limit alone lets a command swap past
+			// it. Set after the memory limit, which it may not be below.
+			writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)},
+				write{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)})
 		}
 	}
 	if lim.Pids > 0 && b.cg.pids {
@@ -157,7 +161,7 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 		case "pids":
 			cg.pids = dir
 		}
-		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.value), 0); err != nil && w.file != "memory.swap.max" {
+		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.value), 0); err != nil && w.file != "memory.swap.max" && w.file != "memory.memsw.limit_in_bytes" {
 			cg.remove()
 			return nil, fmt.Errorf("%s: %w", w.file, err)
 		}

@@ -340,9 +340,6 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		cfg.Root = filepath.Join(p.run.dir, "root")
 		cfg.Upper = filepath.Join(p.run.dir, "upper")
 		cfg.Work = filepath.Join(p.run.dir, "work")
-		if err := writeWhiteouts(cfg.Upper, cfg.Workspace, cfg.hidden); err != nil {
-			return err
-		}
 		if cg != nil {
 			if err := cg.add(p.cmd.Process.Pid); err != nil {
 				b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
@@ -354,6 +351,12 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		}
 		_, err = p.cfgW.Write(data)
 		return err
+	}
+	// Hidden paths become whiteouts in the upper layer before the init
+	// mounts the overlay; a replacement init below gets its own.
+	if err := writeWhiteouts(filepath.Join(p.run.dir, "upper"), cfg.Workspace, cfg.hidden); err != nil {
+		p.discard()
+		return nil, fmt.Errorf("%w: namespace: hidden paths: %v", backend.ErrUnsupported, err)
 	}
 	if err := send(p); err != nil {
 		b.o.logger.Info("namespace: an init started ahead is gone; starting another", slog.String("why", p.setupError()))
@@ -367,6 +370,10 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 		p, cur = fresh, fresh
 		procMu.Unlock()
 		old.discard()
+		if err := writeWhiteouts(filepath.Join(p.run.dir, "upper"), cfg.Workspace, cfg.hidden); err != nil {
+			p.discard()
+			return nil, fmt.Errorf("%w: namespace: hidden paths: %v", backend.ErrUnsupported, err)
+		}
 		if err := send(p); err != nil {
 			msg := p.setupError()
 			p.discard()
