@@ -21,8 +21,10 @@
 //     checked, never the name again.
 //   - Inside an allowed tunnel, the first bytes are inspected: a TLS
 //     ClientHello must name the CONNECT host (SNI), or, for a CONNECT to an
-//     address, a host the allowlist allows; a CONNECT or an absolute-form
-//     request relayed to a second target is cut.
+//     address, a host the allowlist allows; a plain HTTP request must name
+//     the same host in its Host header (only the tunnel's first request is
+//     read); a CONNECT or an absolute-form request relayed to a second
+//     target is cut.
 //   - A refusal is an HTTP 403 with the header X-Pulse-Egress: denied and
 //     a short body of stable lines: what was blocked, by which rule, how
 //     to allow it, and that retrying will not help. A refusal after the

@@ -346,11 +346,7 @@ func hostHeaders(br *bufio.Reader) ([]string, error) {
 	var head []byte
 	for {
 		b, _ := br.Peek(br.Buffered())
-		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-			head = b[:i]
-			break
-		}
-		if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
+		if i := headEnd(b); i >= 0 {
 			head = b[:i]
 			break
 		}
@@ -369,6 +365,24 @@ func hostHeaders(br *bufio.Reader) ([]string, error) {
 		}
 	}
 	return hosts, nil
+}
+
+// headEnd returns the length of the request head at the start of b (up to
+// the first empty line, "\r\n" or a bare "\n", as net/http reads it), or
+// -1 when b does not hold a whole head yet.
+func headEnd(b []byte) int {
+	for off := 0; off < len(b); {
+		i := bytes.IndexByte(b[off:], '\n')
+		if i < 0 {
+			return -1
+		}
+		line := b[off : off+i]
+		if off > 0 && (len(line) == 0 || len(line) == 1 && line[0] == '\r') {
+			return off
+		}
+		off += i + 1
+	}
+	return -1
 }
 
 // requestTarget is where a plain-HTTP request goes, or why it may not.
@@ -663,9 +677,28 @@ func (p *Proxy) inspectTunnel(br *bufio.Reader, host string, port int) string {
 		if bytes.Equal(m, []byte("CONNECT")) {
 			return "a CONNECT inside a tunnel would reach a second target"
 		}
-		rest = bytes.ToLower(rest)
-		if bytes.HasPrefix(rest, []byte("http://")) || bytes.HasPrefix(rest, []byte("https://")) {
+		lower := bytes.ToLower(rest)
+		if bytes.HasPrefix(lower, []byte("http://")) || bytes.HasPrefix(lower, []byte("https://")) {
 			return "an absolute URI inside a tunnel would relay to another target"
+		}
+		// A plain request in the tunnel must name the tunnel's host, or a
+		// server shared by many names would serve another (fronting).
+		// Only the first request is read; later ones pass unread.
+		if bytes.HasPrefix(rest, []byte("/")) && bytes.Contains(rest, []byte(" HTTP/")) {
+			hosts, err := hostHeaders(br)
+			if err != nil {
+				return "an unreadable HTTP request head"
+			}
+			for _, h := range hosts {
+				hh, hp, err := splitHost(h, port)
+				named := err == nil && hp == port && (sameHost(hh, host) || isIP(host) && p.cfg.Policy.CheckHost(hh, port).Allowed)
+				if !named {
+					return fmt.Sprintf("the Host header %q does not name the tunnel's host %s", h, net.JoinHostPort(host, strconv.Itoa(port)))
+				}
+			}
+			if len(hosts) > 1 {
+				return "more than one Host header"
+			}
 		}
 	}
 	return ""

@@ -323,9 +323,11 @@ func TestTunnelRelaysAreCut(t *testing.T) {
 	w := newWorld(t)
 	evil := fmt.Sprintf("127.0.0.1:%d", w.evilPort)
 	for name, inner := range map[string]string{
-		"CONNECT in CONNECT": "CONNECT " + evil + " HTTP/1.1\r\nHost: " + evil + "\r\n\r\n",
-		"absolute URI":       "GET http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\n\r\n",
-		"placeholder":        "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: " + w.placeholder + "\r\n\r\n",
+		"CONNECT in CONNECT":          "CONNECT " + evil + " HTTP/1.1\r\nHost: " + evil + "\r\n\r\n",
+		"absolute URI":                "GET http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\n\r\n",
+		"placeholder":                 "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + w.placeholder + "\r\n\r\n",
+		"Host header of another name": "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"bare-LF head, second Host":   "GET / HTTP/1.1\nHost: 127.0.0.1\nHost: evil.test\n\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, br, answer := w.connect(fmt.Sprintf("127.0.0.1:%d", w.httpPort))
@@ -349,8 +351,8 @@ func TestTunnelRelaysAreCut(t *testing.T) {
 			denied++
 		}
 	}
-	if denied != 3 {
-		t.Errorf("%d tunnels audited as refused, want 3: %+v", denied, w.events)
+	if denied != 5 {
+		t.Errorf("%d tunnels audited as refused, want 5: %+v", denied, w.events)
 	}
 }
 

@@ -357,6 +357,9 @@ var attacks = []attack{
 	{"relayed CONNECT inside an allowed tunnel goes nowhere", expect(
 		`send 'CONNECT {HTTP} HTTP/1.1\r\n\r\nCONNECT {EVIL} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n'`,
 		[]string{"200 Connection established"}, "pulse-bypass-evil", "pulse-bypass-ok")},
+	{"a plain request in an allowed tunnel naming another host is cut", expect(
+		`send 'CONNECT {HTTP} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n'`,
+		[]string{"200 Connection established"}, "pulse-bypass-ok")},
 	{"TLS SNI differing from the CONNECT host is refused", func(ctx context.Context, e *env) Result {
 		hello, err := clientHello("evil.test")
 		if err != nil {
