@@ -274,6 +274,11 @@ func (c cowCLI) list(f *cowfs.FS) int {
 		if i.Reason != "" {
 			desc += " [" + i.Reason + "]"
 		}
+		if i.State == cowfs.StateOpen {
+			if tx, err := f.Tx(i.ID); err == nil && len(runsOnHost(tx.Changes())) > 0 {
+				desc += " [runs on the host: read it with pulse cow diff]"
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", i.ID, i.State, i.Changes, i.Bytes,
 			i.Created.Local().Format(time.DateTime), desc)
 	}

@@ -156,6 +156,10 @@ func TestCowDiffMarksWhatRunsOnTheHost(t *testing.T) {
 		t.Fatalf("json diff: %d %v %s", code, err, out)
 	}
 
+	if code, out, _ := runCLI(t, "cow", "list", "--workspace", ws); code != exitOK || !strings.Contains(out, "[runs on the host") {
+		t.Fatalf("list does not mark the transaction: %d\n%s", code, out)
+	}
+
 	// An ordinary file gets no banner.
 	id = stageTx(t, ws, "src/a.txt", "a\n")
 	if _, out, _ := runCLI(t, "cow", "diff", id, "--workspace", ws); strings.Contains(out, "runs on the host") {
