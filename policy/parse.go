@@ -39,6 +39,7 @@ const FileVersion = 1
 //	secrets:                  # optional
 //	  inject:                 # the command sees a placeholder; the proxy puts
 //	    - {env: GITHUB_TOKEN, hosts: [api.github.com]}  # the value in headers to these hosts
+//	image: pulse-sandbox-toolchain:latest  # optional; the Docker image commands run in
 //	limits:                   # optional; see ResourceLimits
 //	  timeout: 5m             # a Go duration, or a number of seconds
 //	  memory_bytes: 512MiB    # bytes, or a number with K/M/G/KiB/MiB/GiB
@@ -193,7 +194,7 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 }
 
 func decodeFile(n *yaml.Node, p *Policy) error {
-	known := []string{"version", "defaults", "rules", "network", "limits", "secrets"}
+	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image"}
 	return mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
 		case "version":
@@ -240,9 +241,36 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				return err
 			}
 			p.Inject = in
+		case "image":
+			ref, err := scalarString(v, key)
+			if err != nil {
+				return err
+			}
+			if err := validImageRef(ref); err != nil {
+				return fieldErr(v, key, "%v", err)
+			}
+			p.Image = ref
 		}
 		return nil
 	})
+}
+
+// validImageRef accepts what an image reference can be (name[:tag] or
+// name@digest, with an optional registry host), without contacting any
+// registry.
+func validImageRef(ref string) error {
+	if ref == "" || len(ref) > 512 {
+		return errors.New("want an image reference such as pulse-sandbox-toolchain:latest")
+	}
+	for _, r := range ref {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:@+", r)) {
+			return fmt.Errorf("image reference %q holds %q", ref, r)
+		}
+	}
+	if strings.HasPrefix(ref, "-") || strings.HasPrefix(ref, "/") || strings.Contains(ref, "//") || strings.HasSuffix(ref, ":") || strings.HasSuffix(ref, "/") {
+		return fmt.Errorf("image reference %q is malformed", ref)
+	}
+	return nil
 }
 
 func decodeSecrets(n *yaml.Node, field string) ([]SecretInjection, error) {

@@ -132,6 +132,10 @@ func TestParseRefuses(t *testing.T) {
 		{"nan cpus", "limits:\n  cpus: .nan\n", "limits.cpus"},
 		{"string pids", "limits:\n  pids: many\n", "limits.pids"},
 		{"unknown limit", "limits:\n  disk: 1\n", "limits.disk"},
+		{"image not a string", "image: [a]\n", "line 1: image"},
+		{"image empty", "image: \"\"\n", "line 1: image"},
+		{"image with space", "image: \"a b\"\n", "line 1: image"},
+		{"image flag-like", "image: -rm\n", "line 1: image"},
 		{"alias", "rules: &r []\ndefaults: *r\n", "aliases"},
 		{"two documents", "rules: []\n---\nrules: []\n", "more than one document"},
 		{"syntax", "rules: [\n", "invalid policy"},
@@ -149,6 +153,16 @@ func TestParseRefuses(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseImage: image: names the Docker image commands run in.
+func TestParseImage(t *testing.T) {
+	for _, ref := range []string{"pulse-sandbox-toolchain:latest", "registry.local:5000/team/img@sha256:0123abcd", "alpine"} {
+		p, err := Parse([]byte("image: " + ref + "\n"))
+		if err != nil || p.Image != ref {
+			t.Errorf("image %q: %+v, %v", ref, p, err)
+		}
 	}
 }
 
@@ -177,7 +191,7 @@ func TestLoad(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{fullYAML, fullJSON, "", "rules: []", "defaults: {read: deny}",
 		"rules:\n  - {action: read, target: \"[!a-z]*\", decision: ask}\n", "network: {mode: deny-all}",
-		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n"} {
+		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n", "image: pulse-sandbox:latest"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

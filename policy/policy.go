@@ -145,6 +145,10 @@ type Policy struct {
 	// command sees a placeholder, and the egress proxy puts the real value
 	// into request headers bound for those hosts only.
 	Inject []SecretInjection `json:"inject,omitempty" yaml:"inject,omitempty"`
+	// Image is the container image commands run in on the Docker backend
+	// (the file's image:); empty means the backend's default. Other
+	// backends have no image and ignore it.
+	Image string `json:"image,omitempty" yaml:"image,omitempty"`
 }
 
 // Default returns the built-in policy: reads and shell commands allowed,

@@ -40,7 +40,8 @@ type options struct {
 	getenv        func(string) string
 	egress        egressOptions // egress.go
 	remoteOpts    []remote.Option
-	maxStack      int // stack.go
+	maxStack      int    // stack.go
+	image         string // image.go
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():

@@ -47,6 +47,9 @@ func candidates() []candidate {
 				// not per command: the sandbox's limits become the
 				// container's, so that they are enforced, not dropped.
 				opts := []docker.Option{docker.WithLogger(o.logger), docker.WithSessionID(o.sessionID)}
+				if ref := o.dockerImage(); ref != "" {
+					opts = append(opts, docker.WithImage(ref))
+				}
 				if o.limits != nil {
 					opts = append(opts, docker.WithContainerLimits(*o.limits))
 				}
@@ -82,9 +85,15 @@ func candidates() []candidate {
 func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, error) {
 	var why []string
 	found := false
+	if err := o.checkImageBackend(); err != nil {
+		return nil, nil, err
+	}
 	for _, c := range candidates() {
 		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {
 			continue
+		}
+		if o.image != "" && c.name != "docker" {
+			continue // an image was asked for: only Docker runs images
 		}
 		found = true
 		if c.skip != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,5 +91,121 @@ func TestDockerImageBuild(t *testing.T) {
 	// belongs to that user; a program asked for with --with runs.
 	if out.String() != "pulse\n5\n1000\n"+wantMake {
 		t.Fatalf("container printed %q (stderr %q)", out.String(), errb.String())
+	}
+}
+
+// toolchainTag is the image TestDockerToolchainImage builds, once per
+// test binary run: it copies a Go toolchain (~250 MB) and takes about
+// ten seconds.
+const toolchainTag = "pulse-sandbox-toolchain:test"
+
+var toolchainOnce struct {
+	sync.Once
+	stderr string
+	code   int
+}
+
+// buildToolchainImage builds toolchainTag with git, go, python3 and make
+// from this host, or skips when the host lacks one of them.
+func buildToolchainImage(t *testing.T) {
+	t.Helper()
+	requireDockerEngine(t)
+	for _, p := range []string{"git", "go", "python3", "make"} {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+				t.Fatalf("PULSE_REQUIRE_DOCKER=1 but this host has no %s to build the toolchain image from", p)
+			}
+			t.Skipf("needs %s on this host: %v", p, err)
+		}
+	}
+	toolchainOnce.Do(func() {
+		toolchainOnce.code, _, toolchainOnce.stderr = runCLI(t, "image", "build", "--tag", toolchainTag,
+			"--with", "git", "--with", "go", "--with", "python3", "--with", "make")
+	})
+	if toolchainOnce.code != exitOK {
+		t.Fatalf("pulse image build: exit %d, stderr %q", toolchainOnce.code, toolchainOnce.stderr)
+	}
+}
+
+func requireDockerEngine(t *testing.T) {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but no Docker engine answers: %v", err)
+		}
+		t.Skipf("needs a Docker engine (run scripts/testenv.sh as root): %v", err)
+	}
+}
+
+// TestDockerToolchainImage: `pulse image build --with git --with go
+// --with python3 --with make` gives an image in which each of them runs
+// through `pulse exec --image`, offline: git, a go build of a module
+// (with an empty build cache: it compiles the standard library, some 15
+// CPU-seconds),
+// python's standard library, make. The build checked each program inside
+// the image and said so on stderr.
+func TestDockerToolchainImage(t *testing.T) {
+	buildToolchainImage(t)
+	for _, want := range []string{"GOROOT", "checked go in the image: go version", "checked python3 in the image", "checked git in the image: git version", "checked make in the image: GNU Make", "checked bash"} {
+		if !strings.Contains(toolchainOnce.stderr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, toolchainOnce.stderr)
+		}
+	}
+	ws := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":   "module example.com/hello\n\ngo 1.22\n",
+		"main.go":  "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from go\") }\n",
+		"Makefile": "all:\n\t@echo made\n",
+	} {
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `set -e
+git --version | cut -d' ' -f1,2
+go version | cut -d' ' -f1,2
+go build -o hello . && test -s hello && echo built
+python3 -c 'import json, sys; print(json.dumps({"py": sys.version_info[0]}))'
+make --version | head -n1 | cut -d' ' -f1,2
+make -s`
+	code, stdout, stderr := runCLI(t, "exec", "--backend", "docker", "--image", toolchainTag, "--workspace", ws, "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %q\nstderr %q", code, stdout, stderr)
+	}
+	want := "git version\ngo version\nbuilt\n{\"py\": 3}\nGNU Make\nmade\n"
+	if !strings.HasPrefix(stdout, want) {
+		t.Fatalf("stdout %q, want it to start with %q (stderr %q)", stdout, want, stderr)
+	}
+}
+
+// TestImageBuildRefusesWhatItCannotBring: a missing program, a launcher
+// script it cannot see through and a file that is no program are errors
+// naming the program and why, before anything reaches the engine.
+func TestImageBuildRefusesWhatItCannotBring(t *testing.T) {
+	dir := t.TempDir()
+	launcher := filepath.Join(dir, "tool")
+	if err := os.WriteFile(launcher, []byte("#!/bin/sh\nexec /opt/tool/bin/tool \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.WriteFile(data, []byte("not a program"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for prog, want := range map[string]string{
+		"no-such-program-pulse": "not found on this host",
+		launcher:                "is a launcher script (#!/bin/sh)",
+		data:                    "is not an ELF program",
+	} {
+		code, _, stderr := runCLI(t, "image", "build", "--tag", "pulse-never-built:test", "--with", prog)
+		if code != exitFailure || !strings.Contains(stderr, prog) || !strings.Contains(stderr, want) {
+			t.Errorf("--with %s: exit %d, stderr %q; want exit %d naming it and %q", prog, code, stderr, exitFailure, want)
+		}
 	}
 }

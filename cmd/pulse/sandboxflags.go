@@ -24,6 +24,7 @@ type sandboxFlags struct {
 	secretMode *string
 	maxUpload  *int64
 	maxOutput  *int64
+	image      *string
 }
 
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
@@ -33,6 +34,7 @@ func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f.policyFile = fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
 	f.workspace = fs.String("workspace", ".", "workspace directory")
 	fs.Var(&f.secretEnv, "secret-env", "`NAME` of an environment variable holding a secret to scrub (repeatable)")
+	f.image = fs.String("image", "", "Docker image to run commands in (present in the engine; nothing is pulled); implies --backend docker")
 	f.secretMode = fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
 	f.maxUpload = fs.Int64("max-upload-bytes", 0, "remote backend: largest workspace archive to upload, compressed (default 32 MiB, as the server's default; the server's --max-upload-bytes must allow it too)")
 	f.maxOutput = fs.Int64("max-output-bytes", 0, "cap on each of stdout and stderr of a command; may only lower the policy's (default 16 MiB)")
@@ -54,6 +56,9 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 	}
 	if *f.unsafeHost {
 		opts = append(opts, sandbox.WithUnsafeHostExecution())
+	}
+	if *f.image != "" {
+		opts = append(opts, sandbox.WithImage(*f.image))
 	}
 	if *f.policyFile != "" {
 		p, err := policy.Load(*f.policyFile)
