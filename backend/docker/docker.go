@@ -40,6 +40,7 @@ var hardenedNotes = []string{
 	"all capabilities dropped; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
+	"not isolated from each other: concurrent commands of one container share its uid; seccomp stops ptrace and process_vm_* between them, not signals or reads of /proc/PID/mem; use separate sandboxes for commands that must not see each other",
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",
 	"seccomp: the namespace backend's deny list (ptrace, process_vm_*, io_uring, bpf, keyctl, mount, new namespaces, TIOCSTI/TIOCLINUX) replaces the engine's default profile",
 	"/tmp and the working copies are tmpfs with exec allowed; the copy-in volume is a tmpfs of the scratch size",

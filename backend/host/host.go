@@ -181,7 +181,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	} else {
 		notes = append(notes, "timeout and cancellation kill the command's process group; no writable cgroup v2 hierarchy here, so a process that leaves the group (setsid) escapes it, and commands of a killed owner keep running")
 	}
-	notes = append(notes, "not enforced: network restriction, memory, cpu and pids limits, read-deny rules (hidden paths), no second view of the workspace")
+	notes = append(notes, "not enforced: network restriction; memory, cpu and pids limits; read-deny rules for commands (they see the whole disk); no seccomp filter")
 	if b.root {
 		// A root process can raise its own hard limit again.
 		fsize = secrets.BestEffort
