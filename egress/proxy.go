@@ -88,6 +88,10 @@ type Config struct {
 type Proxy struct {
 	cfg       Config
 	transport *http.Transport
+	// ctx ends with Close, and with it every dial, lookup, round trip
+	// and tunnel still running.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -123,6 +127,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.transport = &http.Transport{
 		DialContext:           p.dialChecked,
 		DisableCompression:    true,
@@ -216,6 +221,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.cancel()
 	for l := range p.lns {
 		l.Close()
 	}
@@ -263,7 +269,7 @@ func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 func (p *Proxy) serveConn(raw net.Conn) {
 	c := &countConn{Conn: raw}
 	br := bufio.NewReaderSize(c, 64<<10)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
 	p.serveRequests(ctx, c, br, nil)
 }
@@ -589,6 +595,10 @@ func (p *Proxy) connect(ctx context.Context, c *countConn, br *bufio.Reader, req
 		return
 	}
 	defer up.Close()
+	// An upstream that neither sends nor closes must not outlive the
+	// proxy (or this connection).
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		finish()
 		return

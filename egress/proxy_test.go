@@ -219,13 +219,41 @@ func (w *world) connect(target string) (net.Conn, *bufio.Reader, string) {
 	return c, br, ""
 }
 
+// lastEvent returns the latest event, waiting a little for one: a
+// connection's event follows the bytes the client has already read.
 func (w *world) lastEvent() Event {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.events) == 0 {
-		w.t.Fatal("no event")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		n := len(w.events)
+		var e Event
+		if n > 0 {
+			e = w.events[n-1]
+		}
+		w.mu.Unlock()
+		if n > 0 {
+			return e
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatal("no event")
+		}
 	}
-	return w.events[len(w.events)-1]
+}
+
+// waitEvent waits for an event that matches.
+func (w *world) waitEvent(match func(Event) bool) Event {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		for _, e := range w.events {
+			if match(e) {
+				w.mu.Unlock()
+				return e
+			}
+		}
+		w.mu.Unlock()
+		if time.Now().After(deadline) {
+			w.t.Fatal("no matching event")
+		}
+	}
 }
 
 func assertDenied(t *testing.T, what, answer string) {
@@ -429,7 +457,7 @@ func TestInjection(t *testing.T) {
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != w.ca.Certificate().Subject.CommonName {
 		t.Errorf("bound host not served with the sandbox CA")
 	}
-	ev := w.lastEvent()
+	ev := w.waitEvent(func(e Event) bool { return e.Method == "GET" })
 	if !ev.Allowed || len(ev.Injected) != 1 || ev.Injected[0] != "GITHUB_TOKEN" || ev.Host != "example.com" {
 		t.Errorf("event %+v", ev)
 	}
@@ -503,4 +531,67 @@ func FuzzServerName(f *testing.F) {
 			t.Fatalf("name %q", name)
 		}
 	})
+}
+
+// Close ends a tunnel whose upstream neither sends nor closes, and a
+// plain request still waiting for its upstream's answer: nothing the
+// proxy started outlives it.
+func TestCloseEndsIdleUpstreams(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	p, err := New(Config{Policy: policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{silent.Addr().String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(l)
+	tunnel, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tunnel.Close()
+	fmt.Fprintf(tunnel, "CONNECT %s HTTP/1.1\r\n\r\n", silent.Addr())
+	if resp, err := http.ReadResponse(bufio.NewReader(tunnel), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	plain, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	fmt.Fprintf(plain, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", silent.Addr(), silent.Addr())
+	time.Sleep(100 * time.Millisecond) // both are waiting on the silent upstream
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for an idle upstream")
+	}
 }
