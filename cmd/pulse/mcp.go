@@ -40,7 +40,8 @@ const mcpInstructions = `Pulse runs your commands in an isolated sandbox of one 
 Nothing a command writes reaches the workspace directly: its writes become a
 pending transaction (the "transaction" of a result). Use diff to see what is
 pending, commit to apply it to the workspace, discard to drop it. read_file
-and list_files show the committed workspace, not pending writes. The policy
+shows a file as the next command sees it (pending writes included);
+list_files lists the committed workspace. The policy
 decides what is allowed; a refusal comes back as a tool error that says why.`
 
 // runMCP implements `pulse mcp`: one sandbox for the life of the server,
@@ -102,8 +103,8 @@ func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
 		&mcp.ServerOptions{Instructions: mcpInstructions})
 	mcp.AddTool(srv, &mcp.Tool{Name: "execute", Description: "Run a shell script (bash -c) in the sandbox. " +
 		"Returns its exit code, its output (scrubbed of secrets) and the id of the pending transaction holding the files it wrote."}, t.execute)
-	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file of the workspace as committed " +
-		"(pending writes are not applied; pending_transactions names those that change it).",
+	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file as the next command sees it: the workspace plus every " +
+		"pending transaction (pending_transactions names those that change it).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.readFile)
 	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory of the workspace as committed (default: its root).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.listFiles)
@@ -195,7 +196,7 @@ type readFileOut struct {
 	Content             string   `json:"content"`
 	Encoding            string   `json:"encoding" jsonschema:"utf-8, or base64 for content that is not valid UTF-8"`
 	SizeBytes           int      `json:"size_bytes"`
-	PendingTransactions []string `json:"pending_transactions,omitempty" jsonschema:"pending transactions that change this path; the content shown is without them"`
+	PendingTransactions []string `json:"pending_transactions,omitempty" jsonschema:"pending transactions that change this path; the content shown includes them"`
 }
 
 func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, readFileOut, error) {
@@ -211,7 +212,7 @@ func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in path
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out.Content}}}
 	if len(out.PendingTransactions) > 0 {
 		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf(
-			"note: this is the committed file; pending transaction(s) %s change it (see diff)", strings.Join(out.PendingTransactions, ", "))})
+			"note: this includes pending transaction(s) %s, not yet committed (see diff)", strings.Join(out.PendingTransactions, ", "))})
 	}
 	return res, out, nil
 }

@@ -131,8 +131,9 @@ func TestMCPWithTheOfficialTypeScriptClient(t *testing.T) {
 
 	var rf readFileOut
 	step("read_file", false).decode(t, &rf)
-	if rf.Content != "one\n" || !slices.Contains(rf.PendingTransactions, ex.Transaction) {
-		t.Errorf("read_file before commit = %+v (want the committed content and the pending transaction named)", rf)
+	// read_file reads through the pending stack, as the next command would.
+	if rf.Content != "changed\n" || !slices.Contains(rf.PendingTransactions, ex.Transaction) {
+		t.Errorf("read_file before commit = %+v (want the pending content and the pending transaction named)", rf)
 	}
 	if s := step("read_outside", true); !strings.Contains(s.Text, "outside") {
 		t.Errorf("read outside: %q", s.Text)

@@ -55,7 +55,10 @@ func hasFeature(m msg, name string) bool {
 // The stdin field reaches the command byte for byte; a submit without it
 // gives the command an empty stdin, as before the field existed.
 func TestSubmitStdin(t *testing.T) {
-	h := startServer(t, t.TempDir(), hostExecutor(t))
+	// The too-large case sends a 22 MB frame: decoding it keeps the
+	// connection's read loop busy long enough under -race on a loaded
+	// machine that a 20 s keepalive would drop the client first.
+	h := startServer(t, t.TempDir(), hostExecutor(t), WithPingInterval(5*time.Minute))
 	c := h.dial(tokenA)
 	caps, _ := c.do(ActionCapabilities, nil)
 	if !hasFeature(caps, FeatureStdin) || caps.num("max_stdin_bytes") != MaxStdinBytes {
