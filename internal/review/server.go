@@ -280,7 +280,7 @@ type eventView struct {
 }
 
 type chainView struct {
-	Status  string `json:"status"` // verified, broken, empty
+	Status  string `json:"status"` // verified, broken, unverifiable (keyed, no key), empty
 	BadSeq  uint64 `json:"bad_seq,omitempty"`
 	Message string `json:"message,omitempty"`
 	Events  int    `json:"events"`
@@ -355,6 +355,8 @@ func (s *Server) chain(path string) (chainView, []eventView) {
 	switch {
 	case err == nil && rep.Events == 0:
 		cv.Status = "empty"
+	case errors.Is(err, audit.ErrKeyRequired):
+		cv.Status, cv.BadSeq, cv.Message = "unverifiable", rep.BadSeq, err.Error()
 	case err != nil && rep.Events == 0 && rep.BadSeq == 0:
 		cv.Status, cv.Message = "empty", err.Error()
 	case err != nil:

@@ -106,6 +106,10 @@
       chain.textContent = "audit chain: broken at seq " + st.chain.bad_seq;
       chain.title = st.chain.message;
       chain.className = "chain broken";
+    } else if (st.chain.status === "unverifiable") {
+      chain.textContent = "audit chain: keyed, and this page has not got the key (from seq " + st.chain.bad_seq + ")";
+      chain.title = st.chain.message;
+      chain.className = "chain broken";
     } else if (st.chain.status === "verified") {
       chain.textContent = "audit chain: verified (" + st.chain.events + " events" + (st.chain.keyed ? ", keyed" : ", not keyed") + ")";
       chain.title = "";
