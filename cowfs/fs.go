@@ -166,8 +166,9 @@ type FS struct {
 	counted     map[string]int64 // per transaction, the bytes included in staged
 	recoveryErr error
 
-	stackTxs map[string]*Tx // the pending stack as last read (stack.go), under opMu
-	scache   stackCache     // what was derived from it (stack.go)
+	stackTxs  map[string]*Tx      // the pending stack as last read (stack.go), under opMu
+	scache    stackCache          // what was derived from it (stack.go)
+	dirStamps map[string]dirStamp // under opMu (stack.go)
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls

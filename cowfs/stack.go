@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // KindWhiteout is an Op kind for Tx.Stage: delete a path as a command saw
@@ -131,7 +133,7 @@ type Stack struct {
 	Txs     []*StackTx // bottom first
 	Damaged []DamagedTx
 
-	key  string // the ids and log lengths of Txs: equal keys, equal stacks
+	key  string // the ids and log lengths of the non-empty Txs: equal keys, equal views
 	view *fold  // of all of Txs, built on first use
 }
 
@@ -150,7 +152,7 @@ type stackCache struct {
 }
 
 // Key identifies the stack's content: two stacks with the same key hold
-// the same transactions with the same changes.
+// the same non-empty transactions with the same changes.
 func (s *Stack) Key() string { return s.key }
 
 // Stack reads the pending stack. Transactions listed by a squash that
@@ -186,7 +188,26 @@ func (f *FS) stackLocked() (*Stack, error) {
 	}
 	st := &Stack{fs: f}
 	var txs []*Tx
+	// A transaction read before whose directory and stage log are as they
+	// were costs two fstatat calls; the rest take the full path.
+	var dirfd = -1
+	if d, err := f.state.Open("tx"); err == nil {
+		defer d.Close()
+		dirfd = int(d.Fd())
+	}
+	if f.dirStamps == nil {
+		f.dirStamps = map[string]dirStamp{}
+	}
+	for id := range f.dirStamps {
+		if !present[id] {
+			delete(f.dirStamps, id)
+		}
+	}
 	for _, id := range ids {
+		if t := f.stackTxs[id]; t != nil && dirfd >= 0 && f.unchangedAt(dirfd, t) {
+			txs = append(txs, t)
+			continue
+		}
 		state, reason := f.txState(id)
 		switch state {
 		case StateCommitting:
@@ -212,6 +233,9 @@ func (f *FS) stackLocked() (*Stack, error) {
 		}
 		f.stackTxs[id] = t
 		txs = append(txs, t)
+		if dirfd >= 0 {
+			f.stampAt(dirfd, t)
+		}
 	}
 	// A squash writes its result before it removes what it replaced; a
 	// crash between the two leaves both, and the originals go now.
@@ -271,12 +295,62 @@ func (f *FS) stackLocked() (*Stack, error) {
 		}
 		return a.ID < b.ID
 	})
+	// Empty transactions (commands still running) change nothing in the
+	// view, so they are not part of the key.
 	var kb strings.Builder
 	for _, t := range st.Txs {
-		fmt.Fprintf(&kb, "%s-%x.", t.ID, t.offset)
+		if !t.Empty() {
+			fmt.Fprintf(&kb, "%s-%x.", t.ID, t.offset)
+		}
 	}
 	st.key = kb.String()
 	return st, nil
+}
+
+// dirStamp is what a transaction directory looked like when it was last
+// read in full: its identity and mtime (a wal or quarantine marker
+// appearing in it changes the mtime).
+type dirStamp struct {
+	ino, dev uint64
+	mtime    int64
+}
+
+// stampAt records t's directory, unless its mtime is too recent to tell
+// a later change within the same clock tick apart (as git treats a racy
+// index entry).
+func (f *FS) stampAt(dirfd int, t *Tx) {
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, t.id, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		delete(f.dirStamps, t.id)
+		return
+	}
+	m := st.Mtim.Nano()
+	if time.Now().UnixNano()-m < int64(2*time.Second) {
+		delete(f.dirStamps, t.id)
+		return
+	}
+	f.dirStamps[t.id] = dirStamp{ino: st.Ino, dev: uint64(st.Dev), mtime: m}
+}
+
+// unchangedAt reports that t's directory is as stamped and its stage log
+// has not grown: nothing to re-read, no marker to look for.
+func (f *FS) unchangedAt(dirfd int, t *Tx) bool {
+	want, ok := f.dirStamps[t.id]
+	if !ok {
+		return false
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(dirfd, t.id, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
+		st.Ino != want.ino || uint64(st.Dev) != want.dev || st.Mtim.Nano() != want.mtime {
+		return false
+	}
+	t.mu.Lock()
+	loaded, off := t.loaded, t.offset
+	t.mu.Unlock()
+	if !loaded || unix.Fstatat(dirfd, t.id+"/stage.log", &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == off
 }
 
 // unchangedLocked reports, with one stat, that the stage log of a
