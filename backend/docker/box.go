@@ -84,8 +84,8 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 	cfg := &container.Config{
 		Image:           b.o.image,
 		User:            fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
-		Cmd:             []string{"/bin/sleep", "2147483647"},
-		Env:             []string{"PATH=" + basePath},
+		Cmd:             b.idleCmd(), // tools.go
+		Env:             b.scriptEnv(),
 		WorkingDir:      "/pulse",
 		Labels:          b.labels,
 		NetworkDisabled: key.network != policy.NetworkAllowAll,
@@ -109,7 +109,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		// read-only, removed with the container. It is a tmpfs of the
 		// scratch size rather than a directory on the engine's disk, where
 		// a command could write without bound.
-		Mounts: []mount.Mount{{
+		Mounts: append([]mount.Mount{{
 			Type:   mount.TypeVolume,
 			Target: "/pulse",
 			VolumeOptions: &mount.VolumeOptions{DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
@@ -117,7 +117,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 				"device": "tmpfs",
 				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
 			}}},
-		}},
+		}}, b.toolsMounts()...),
 		Init:      &yes,
 		Resources: res,
 	}
@@ -131,6 +131,9 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		defer cancel()
 		_ = b.remove(rctx, id)
 		return "", err
+	}
+	if err := b.injectTools(ctx, id); err != nil {
+		return fail(fmt.Errorf("%v: %w", err, backend.ErrUnavailable))
 	}
 	if err := b.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return fail(fmt.Errorf("docker: starting container: %v: %w", err, backend.ErrUnavailable))

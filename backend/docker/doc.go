@@ -67,9 +67,15 @@
 // commands with stdin get an exec of their own.
 //
 // The image is DefaultImage, PULSE_DOCKER_IMAGE or WithImage; BuildImage
-// (`pulse image build`) builds it offline from host files. Any image with
-// a POSIX sh and busybox-like find, stat, md5sum, awk, cp, tar, xargs,
-// base64, env, time, setsid and usleep works.
+// (`pulse image build`) builds it offline from host files. Any image
+// works, with or without bash, busybox, coreutils or even a shell: the
+// backend injects a static busybox from this host, root's and read-only,
+// at /.pulse-tools (WithTools; tools.go), runs its own scripts under it,
+// and runs the command with the image's PATH and programs only; a Shell
+// command runs under the image's bash, else its sh, else the injected sh.
+// Without a static busybox on the host the image's own /bin/sh and tools
+// run the scripts (the image pulse image build makes has them). The
+// allowlist's CA set-up runs sh, cat, mkdir and mv of the image.
 //
 // Known limits: the per-command copy costs time in proportion to the
 // number of files in the workspace, and the workspace lives in memory

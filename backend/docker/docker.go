@@ -56,6 +56,7 @@ type options struct {
 	limits      policy.ResourceLimits
 	tmpfsSize   string
 	scratchSize string
+	tools       string // tools.go
 }
 
 // Option configures a Backend.
@@ -144,6 +145,7 @@ type Backend struct {
 	log     *slog.Logger
 	labels  map[string]string
 	closeCh chan struct{}
+	tools   string // the static busybox injected into containers, "" for none (tools.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -189,7 +191,7 @@ func New(opts ...Option) (*Backend, error) {
 	// A container nobody set limits for still may not exhaust the host's
 	// pids or memory (policy.WithIsolationDefaults).
 	o.limits = o.limits.WithIsolationDefaults()
-	b := &Backend{o: o, log: o.logger, boxes: map[boxKey]*box{}, closeCh: make(chan struct{})}
+	b := &Backend{o: o, log: o.logger, boxes: map[boxKey]*box{}, closeCh: make(chan struct{}), tools: findTools(o.tools)}
 	b.id = randomID()
 	if o.cli != nil {
 		b.cli = o.cli

@@ -210,7 +210,7 @@ const maxPooledArgs = 16 << 10
 
 // commandArgs is the wrapper's argument list after the script name: ID
 // DIR FSIZE NONCE, the environment, then the argv to run.
-func commandArgs(req *backend.Request, id, nonce string, limits policy.ResourceLimits) []string {
+func commandArgs(req *backend.Request, id, nonce string, limits policy.ResourceLimits, sh string) []string {
 	dir, _ := containerDir(req.Dir)
 	var fsize int64
 	if limits.FileSizeBytes > 0 {
@@ -220,7 +220,7 @@ func commandArgs(req *backend.Request, id, nonce string, limits policy.ResourceL
 	args = append(args, buildEnv(req.Env)...)
 	if req.Shell != "" {
 		// bash where the image has it, as the contract says, else sh.
-		return append(args, "/bin/sh", "-c", `if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi; exec /bin/sh -c "$1"`, "sh", req.Shell)
+		return append(args, shellDispatch(sh, req.Shell)...) // tools.go
 	}
 	return append(args, req.Args...)
 }
@@ -242,7 +242,7 @@ func poolable(req *backend.Request, args []string) bool {
 func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*backend.Result, error) {
 	limits := req.Limits.WithDefaults()
 	id, nonce := randomID(), randomID()
-	args := commandArgs(req, id, nonce, limits)
+	args := commandArgs(req, id, nonce, limits, b.shell())
 
 	var (
 		reasonMu sync.Mutex
@@ -381,9 +381,9 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 		AttachStdin:  req.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          []string{"PATH=" + basePath},
+		Env:          b.scriptEnv(),
 		WorkingDir:   "/pulse",
-		Cmd:          append([]string{"/bin/sh", "-c", wrapperScript, "pulse-exec"}, args...),
+		Cmd:          append([]string{b.shell(), "-c", wrapperScript, "pulse-exec"}, args...),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
@@ -438,7 +438,8 @@ func (b *Backend) killGroup(containerID, id string) {
 	defer cancel()
 	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
 		User: fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
-		Cmd:  []string{"/bin/sh", "-c", killScript, "pulse-kill", id},
+		Env:  b.scriptEnv(),
+		Cmd:  []string{b.shell(), "-c", killScript, "pulse-kill", id},
 	})
 	if err == nil {
 		err = b.cli.ContainerExecStart(ctx, ec.ID, container.ExecStartOptions{Detach: true})

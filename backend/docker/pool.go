@@ -123,9 +123,9 @@ func (b *Backend) newWorker(bx *box) (*worker, error) {
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          []string{"PATH=" + basePath},
+		Env:          b.scriptEnv(),
 		WorkingDir:   "/pulse",
-		Cmd:          []string{"/bin/sh", "-c", loopScript, "pulse-loop", wrapperScript},
+		Cmd:          []string{b.shell(), "-c", loopScript, "pulse-loop", wrapperScript},
 	})
 	if err != nil {
 		return nil, err

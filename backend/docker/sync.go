@@ -285,7 +285,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	if err := tw.Close(); err != nil {
 		return 0, err
 	}
-	if err := b.execWithStdin(ctx, bx.id, []string{"/bin/sh", "-c", syncScript, "pulse-sync", randomID()}, &buf); err != nil {
+	if err := b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript, "pulse-sync", randomID()}, &buf); err != nil {
 		// What base holds is unknown now: send everything next time.
 		ss.model = map[string]string{}
 		return 0, fmt.Errorf("docker: bringing the container up to date with the workspace and the pending stack: %w", err)
@@ -393,7 +393,7 @@ func (b *Backend) execWithStdin(ctx context.Context, id string, cmd []string, r 
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          []string{"PATH=" + basePath},
+		Env:          b.scriptEnv(),
 		WorkingDir:   "/pulse",
 		Cmd:          cmd,
 	})

@@ -83,7 +83,7 @@ cd "$R/$dir" 2>/dev/null || finish nodir 125
 # The command gets stdin, stdout and stderr only: the exec starts with
 # nothing else, and whatever the wrapper opened (its log on 8) is closed
 # before it (a shell opens no descriptor above 9).
-setsid /bin/sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
+setsid sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
 rc=$?
 pg=
 read -r pg <"$O/pgid" 2>/dev/null

@@ -171,7 +171,7 @@ func TestDockerToolchainImage(t *testing.T) {
 	script := `set -e
 git --version | cut -d' ' -f1,2
 go version | cut -d' ' -f1,2
-go build -o hello . && test -s hello && echo built
+go build -o /tmp/hello . && /tmp/hello
 python3 -c 'import json, sys; print(json.dumps({"py": sys.version_info[0]}))'
 make --version | head -n1 | cut -d' ' -f1,2
 make -s`
@@ -179,7 +179,7 @@ make -s`
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %q\nstderr %q", code, stdout, stderr)
 	}
-	want := "git version\ngo version\nbuilt\n{\"py\": 3}\nGNU Make\nmade\n"
+	want := "git version\ngo version\nhello from go\n{\"py\": 3}\nGNU Make\nmade\n"
 	if !strings.HasPrefix(stdout, want) {
 		t.Fatalf("stdout %q, want it to start with %q (stderr %q)", stdout, want, stderr)
 	}
