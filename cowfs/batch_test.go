@@ -464,8 +464,7 @@ func TestCrashWhileStagingBatch(t *testing.T) {
 			if err := tx.Write("before", []byte("staged before"), 0); err != nil {
 				t.Fatal(err)
 			}
-			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=batch",
-				"PULSE_COWFS_FP="+strconv.Itoa(tc.fp), "PULSE_COWFS_HIT=1")
+			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=batch", failpointEnv(tc.fp, 1))
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -47,6 +51,73 @@ func failpoint(fp int) {
 	if failpointHook != nil {
 		failpointHook(fp)
 	}
+}
+
+// FailpointEnv names the environment variable that makes a process using
+// cowfs kill itself (SIGKILL) at a named step of a commit or a staging
+// call, so that crash tests outside the package (a CLI, another
+// language's harness) can stop it anywhere: "NAME" or "NAME:N" for the
+// N-th time the step is reached (1 by default). The names are those of
+// FailpointNames. An unknown name stops the process at start-up rather
+// than let a crash test pass without crashing.
+const FailpointEnv = "PULSE_COWFS_FAILPOINT"
+
+// FailpointNames lists the steps FailpointEnv can name, in protocol
+// order, with the failpoint number the package documentation uses.
+var FailpointNames = []struct {
+	Name   string
+	Number int
+}{
+	{"validated", fpValidated}, {"wal-temp", fpWALTemp}, {"wal-renamed", fpWALRenamed}, {"wal-synced", fpWALSynced},
+	{"apply-removed", fpApplyRemoved}, {"apply-mkdir", fpApplyMkdir}, {"apply-temp", fpApplyTemp},
+	{"apply-synced", fpApplySynced}, {"apply-checked", fpApplyChecked}, {"apply-exchanged", fpApplyExchanged},
+	{"apply-renamed", fpApplyRenamed}, {"applied", fpApplied}, {"cleaned", fpCleaned},
+	{"after-written", fpAfterWritten}, {"done", fpDone},
+	{"stage-blob", fpStageBlob}, {"stage-appended", fpStageAppended}, {"batch-packed", fpBatchPacked}, {"batch-torn", fpBatchTorn},
+}
+
+func init() {
+	v := os.Getenv(FailpointEnv)
+	if v == "" {
+		return
+	}
+	name, hitStr, _ := strings.Cut(v, ":")
+	hit := 1
+	if hitStr != "" {
+		n, err := strconv.Atoi(hitStr)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "cowfs: %s=%q: bad hit count\n", FailpointEnv, v)
+			os.Exit(2)
+		}
+		hit = n
+	}
+	fp := 0
+	for _, n := range FailpointNames {
+		if n.Name == name {
+			fp = n.Number
+		}
+	}
+	if fp == 0 {
+		fmt.Fprintf(os.Stderr, "cowfs: %s=%q: no such failpoint\n", FailpointEnv, v)
+		os.Exit(2)
+	}
+	var seen atomic.Int64
+	failpointHook = func(n int) {
+		if n == fp && seen.Add(1) == int64(hit) {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
+// failpointName returns the FailpointEnv name of failpoint fp.
+func failpointName(fp int) string {
+	for _, n := range FailpointNames {
+		if n.Number == fp {
+			return n.Name
+		}
+	}
+	return strconv.Itoa(fp)
 }
 
 // walFile is a decoded WAL: everything needed to roll a commit forward

@@ -385,8 +385,16 @@ func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
 	if err := tx.Delete("link/x.txt"); !errors.Is(err, ErrInvalidPath) {
 		t.Fatalf("Delete through a symlinked dir: %v", err)
 	}
-	// Writing beneath the link replaces the link by a directory; the
-	// path is literal, so link/x.txt is new even though real/x.txt exists.
+	// Writing beneath the link is refused: the user's link is never
+	// replaced implicitly. Staged as a directory first, it is replaced;
+	// the path is literal, so link/x.txt is new even though real/x.txt
+	// exists.
+	if err := tx.Write("link/x.txt", []byte("mine\n"), 0); !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), `"link/x.txt"`) {
+		t.Fatalf("Write through a symlinked dir: %v", err)
+	}
+	if err := tx.Mkdir("link", 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := tx.Write("link/x.txt", []byte("mine\n"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +427,42 @@ func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
 	}
 	if after := snapshotTree(t, ws); !equalTrees(before, after) {
 		t.Fatalf("undo did not restore the link:\nwant %v\ngot  %v", before, after)
+	}
+}
+
+// TestStagingThroughEscapingSymlinkIsRefused: with "up -> .." in the
+// workspace, staging up/x (one call or in a batch, as a file, directory
+// or symlink) is refused with an error naming the path and saying the
+// link leads outside; the link is kept by the commit of the rest.
+func TestStagingThroughEscapingSymlinkIsRefused(t *testing.T) {
+	ws := newWS(t)
+	if err := os.Symlink("..", filepath.Join(ws, "up")); err != nil {
+		t.Fatal(err)
+	}
+	f := openFS(t, ws)
+	tx, _ := f.Begin("up")
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), `"up/x"`) || !strings.Contains(err.Error(), "outside the workspace") {
+			t.Fatalf("%s through up -> ..: %v", what, err)
+		}
+	}
+	check("Write", tx.Write("up/x", []byte("x"), 0))
+	check("Mkdir", tx.Mkdir("up/x", 0))
+	check("Symlink", tx.Symlink("y", "up/x"))
+	errs, err := tx.Stage(context.Background(), []Op{WriteOp("up/x", []byte("x"), 0), WriteOp("fine", []byte("f"), 0)})
+	if err != nil || errs[1] != nil {
+		t.Fatal(err, errs)
+	}
+	check("Stage", errs[0])
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := os.Readlink(filepath.Join(ws, "up")); err != nil || l != ".." {
+		t.Fatalf("up is now %q, %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(ws), "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("something was written outside: %v", err)
 	}
 }
 

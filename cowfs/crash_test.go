@@ -22,17 +22,8 @@ func TestHelperProcess(t *testing.T) {
 	if mode != "commit" && mode != "stage" && mode != "batch" && mode != "undo" {
 		t.Skip("helper process for the crash tests; runs only when re-executed by them")
 	}
-	fp, _ := strconv.Atoi(os.Getenv("PULSE_COWFS_FP"))
-	hit, _ := strconv.Atoi(os.Getenv("PULSE_COWFS_HIT"))
-	seen := 0
-	failpointHook = func(n int) {
-		if n == fp {
-			if seen++; seen == hit {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // never returns
-			}
-		}
-	}
+	// The kill at a failpoint is set up by the package itself, from
+	// FailpointEnv, as for any program using cowfs.
 	code := func() int {
 		f, err := Open(os.Getenv("PULSE_COWFS_WS"))
 		if err != nil {
@@ -93,6 +84,12 @@ func TestHelperProcess(t *testing.T) {
 		}
 	}()
 	os.Exit(code)
+}
+
+// failpointEnv is the FailpointEnv setting that kills at the hit-th
+// pass of failpoint fp.
+func failpointEnv(fp, hit int) string {
+	return FailpointEnv + "=" + failpointName(fp) + ":" + strconv.Itoa(hit)
 }
 
 func helperCmd(ws, id string, extra ...string) *exec.Cmd {
@@ -220,7 +217,7 @@ func (fx *crashFixture) checkAllNew(t *testing.T) {
 
 func (fx *crashFixture) crashAt(t *testing.T, fp, hit int) {
 	t.Helper()
-	cmd := helperCmd(fx.ws, fx.id, "PULSE_COWFS_FP="+strconv.Itoa(fp), "PULSE_COWFS_HIT="+strconv.Itoa(hit))
+	cmd := helperCmd(fx.ws, fx.id, failpointEnv(fp, hit))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
@@ -492,8 +489,7 @@ func TestCrashWhileStaging(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=stage",
-				"PULSE_COWFS_FP="+strconv.Itoa(tc.fp), "PULSE_COWFS_HIT="+strconv.Itoa(tc.hit))
+			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=stage", failpointEnv(tc.fp, tc.hit))
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
@@ -540,8 +536,7 @@ func TestCrashDuringUndo(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			cmd := helperCmd(fx.ws, "", "PULSE_COWFS_HELPER=undo",
-				"PULSE_COWFS_FP="+strconv.Itoa(pt[0]), "PULSE_COWFS_HIT="+strconv.Itoa(pt[1]))
+			cmd := helperCmd(fx.ws, "", "PULSE_COWFS_HELPER=undo", failpointEnv(pt[0], pt[1]))
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {

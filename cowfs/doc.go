@@ -19,10 +19,15 @@
 //     before leaves none of them in the transaction, never a part.
 //   - Nothing under .pulse is ever staged, diffed or written by a commit.
 //   - Optimistic concurrency: the first stage of a path records its
-//     inode, device, size, mtime, mode and SHA-256; Commit compares all of
-//     them (the hash always) and refuses with a *ConflictError (reason
-//     created, deleted, replaced or modified) that wraps ErrConflict,
-//     writing nothing and keeping the transaction.
+//     inode, device, size, mtime, mode and SHA-256; Commit compares all
+//     but the device number (the hash always) and refuses with a
+//     *ConflictError (reason created, deleted, replaced or modified) that
+//     wraps ErrConflict, writing nothing and keeping the transaction. The
+//     device number is recorded, not compared: a file system that comes
+//     back under another number (a reboot, a loop or overlay mount) still
+//     holds the same files, and an inode of another file system with the
+//     same number, size, mtime, mode and content is the same file to
+//     every reader.
 //   - Commits of all processes are serialised by flock(2) on
 //     .pulse/cow/lock, held from validation to the end of the commit, so
 //     no cooperating process can slip in between check and write.
@@ -39,8 +44,12 @@
 //     exist for cowfs, so nothing is ever read, removed or written
 //     through a symlinked directory: targets are replaced by rename, an
 //     ancestor that became a symlink is a conflict, and staging beneath a
-//     symlink or file stages its replacement by a directory (which is what
-//     a command's overlay holding that path means). All workspace access
+//     file stages its replacement by a directory (which is what a
+//     command's overlay holding that path means). Staging beneath a
+//     symlink of the workspace is refused with ErrInvalidPath naming the
+//     path (and saying when the link leads outside, as "up -> .." does):
+//     a user's symlink is never replaced implicitly, only by staging a
+//     directory (or a deletion) at its own path first. All workspace access
 //     goes through an os.Root, so even a hostile symlink cannot lead
 //     outside the workspace.
 //
@@ -325,6 +334,24 @@
 // and the after-images of the entry before it take the identity of the
 // restored files wherever their content matches (the restored bytes have
 // new inodes), so that entry can be undone next.
+//
+// # Failpoints
+//
+// A process using cowfs started with PULSE_COWFS_FAILPOINT=NAME (or
+// NAME:N) kills itself with SIGKILL the first (N-th) time it reaches
+// that step, so a crash test outside the package can stop a commit or a
+// staging call at any of them and check what recovery makes of it. The
+// names, with the numbers used above, in protocol order: validated [1],
+// wal-temp [2], wal-renamed [3], wal-synced [4], apply-removed [5, once
+// per removal], apply-mkdir [11, per new directory], apply-temp [6, per
+// new file], apply-synced [12], apply-checked [15, per exchange],
+// apply-exchanged [13, per exchange], apply-renamed [7, per published
+// file or symlink], applied [8], cleaned [14], after-written [9], done
+// [10]; for staging: stage-blob [101], stage-appended [102],
+// batch-packed [103], batch-torn [104]. FailpointNames lists them. An
+// unknown name stops the process at start-up (exit status 2), so a
+// misspelt crash test fails instead of passing without a crash. Unset,
+// it costs one nil check per step.
 //
 // # Limits
 //

@@ -501,10 +501,11 @@ func (t *Tx) before(rel string) (snapshot, error) {
 
 // parents returns the records that make every ancestor of rel a
 // directory after commit: an implicit mkdir for a missing one, a mkdir
-// replacing one that is (or is staged as) a file, symlink or deletion.
-// That is what a command's overlay means when it holds rel: whatever was
-// on the way was replaced by directories. Nothing is written through a
-// symlink: the link itself is replaced.
+// replacing one that is a file or is staged as a file, symlink or
+// deletion. That is what a command's overlay means when it holds rel:
+// whatever was on the way was replaced by directories. A symlink of the
+// workspace on the way is refused (ErrInvalidPath naming it): nothing is
+// staged through it, and it is replaced only when staged explicitly.
 func (t *Tx) parents(rel string) ([]stageRec, error) {
 	var recs []stageRec
 	for _, a := range ancestors(rel) {
@@ -529,9 +530,21 @@ func (t *Tx) parents(rel string) ([]stageRec, error) {
 		case typeAbsent:
 			nc := &change{Path: a, Kind: KindMkdir, Mode: 0o755, Implicit: true, Before: s}
 			recs = append(recs, stageRec{Op: "set", Change: nc})
-		case typeFile, typeSymlink:
+		case typeFile:
 			nc := &change{Path: a, Kind: KindMkdir, Mode: 0o755, Before: s}
 			recs = append(recs, stageRec{Op: "set", Change: nc})
+		case typeSymlink:
+			// A user's symlink is never replaced implicitly, and nothing
+			// is staged through it: the path a caller names would land
+			// wherever the link leads (outside the workspace, with
+			// "up -> .."). Replacing the link takes a Mkdir (or Delete)
+			// of it first.
+			where := "a symlink"
+			if linkLeaves(a, s.Target) {
+				where = "a symlink leading outside the workspace"
+			}
+			return nil, fmt.Errorf("%w: %q: parent %q is %s (to %q); stage a directory at %q first to replace it",
+				ErrInvalidPath, rel, a, where, s.Target, a)
 		default:
 			return nil, fmt.Errorf("%w: %q: parent %q is a special file", ErrInvalidPath, rel, a)
 		}

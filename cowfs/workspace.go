@@ -57,7 +57,10 @@ func compare(want, got snapshot) string {
 		return ReasonCreated
 	case got.Type == typeAbsent:
 		return ReasonDeleted
-	case want.Type != got.Type || want.Ino != got.Ino || want.Dev != got.Dev:
+	case want.Type != got.Type || want.Ino != got.Ino:
+		// Not the device number: a file system that comes back under
+		// another one (a reboot, a loop or overlay mount) holds the same
+		// files. Inode, metadata and content still have to match.
 		return ReasonReplaced
 	case want.Mode != got.Mode:
 		return ReasonModified
@@ -176,6 +179,17 @@ func checkLinkTarget(rel, target string) error {
 		return fmt.Errorf("%w: symlink target %q points into .pulse", ErrInvalidPath, target)
 	}
 	return nil
+}
+
+// linkLeaves reports whether the symlink at rel with target leads
+// outside the workspace when followed from rel's directory, judged
+// lexically (an absolute target always does).
+func linkLeaves(rel, target string) bool {
+	if path.IsAbs(target) {
+		return true
+	}
+	j := path.Join(path.Dir(rel), target)
+	return j == ".." || strings.HasPrefix(j, "../")
 }
 
 // ancestors returns the proper ancestors of rel, outermost first.

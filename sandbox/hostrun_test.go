@@ -83,14 +83,23 @@ func TestAutoCommitNeverAppliesWhatGitRunsOnTheHost(t *testing.T) {
 		}
 	}
 
-	// Through a link the workspace already has, the hook is still seen.
+	// Through a link the workspace already has, the hook is not even
+	// staged: cowfs refuses a path beneath a symlink of the workspace
+	// (it never replaces a user's link implicitly), so nothing reaches
+	// .git/hooks and the link stays.
 	be.ov = &backend.Overlay{Files: []backend.File{{Path: "hk/post-checkout", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}}
 	res2, err := sb.Execute(ctx, Command{Args: []string{"x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(res2.CommitErr, ErrRunsOnHost) || !slices.Contains(res2.RunsOnHost, "hk/post-checkout") {
-		t.Fatalf("through a symlink: CommitErr = %v, RunsOnHost = %v", res2.CommitErr, res2.RunsOnHost)
+	if len(res2.Refused) != 1 || res2.Refused[0].Path != "hk/post-checkout" || len(res2.Committed) != 0 {
+		t.Fatalf("through a symlink: Refused = %v, Committed = %v", res2.Refused, res2.Committed)
+	}
+	if l, err := os.Readlink(filepath.Join(ws, "hk")); err != nil || l != ".git/hooks" {
+		t.Fatalf("hk is now %q, %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/post-checkout")); err == nil {
+		t.Fatal("a hook was planted through a symlink")
 	}
 
 	// Code committing through the SDK (an agent's harness, the MCP
