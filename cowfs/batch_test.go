@@ -387,6 +387,8 @@ func TestReplayTornBatch(t *testing.T) {
 	}
 	logPath := filepath.Join(ws, StateDir, "tx", tx.ID(), "stage.log")
 	before, _ := os.ReadFile(logPath)
+	sealPath := filepath.Join(ws, StateDir, "tx", tx.ID(), "seal")
+	sealBefore, _ := os.ReadFile(sealPath)
 	var ops []Op
 	for i := 0; i < 8; i++ {
 		ops = append(ops, WriteOp(fmt.Sprintf("dir%d/f", i%3), []byte{byte(i)}, 0))
@@ -415,10 +417,16 @@ func TestReplayTornBatch(t *testing.T) {
 			t.Fatalf("cut at %d: %d records, good %d, tail %v; want %d, %d", cut, len(recs), good, tail, len(recsBefore), len(before))
 		}
 	}
-	// Through the real path: a log cut just before the batch's last record.
+	// Through the real path: a log cut just before the batch's last
+	// record, with the seal as the append left it before it returned
+	// (a cut of records whose append returned is lost records, refused:
+	// TestStageLogDamage).
 	frames, _, _ := decodeFrames(full)
 	lastStart := len(full) - frameHeader - len(frames[len(frames)-1])
 	if err := os.WriteFile(logPath, full[:lastStart], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sealPath, sealBefore, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f2 := openFS(t, ws)

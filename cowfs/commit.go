@@ -39,10 +39,11 @@ const (
 
 // Failpoints of staging, numbered apart from the commit protocol's.
 const (
-	fpStageBlob     = 101 // the staged bytes are stored, the log record is not appended
-	fpStageAppended = 102 // the log record is appended and fsynced (also ends a batch)
-	fpBatchPacked   = 103 // a batch's pack file is durable, no record appended
-	fpBatchTorn     = 104 // all but the last record of a batch written, not fsynced
+	fpStageBlob      = 101 // the staged bytes are stored, the log record is not appended
+	fpStageAppended  = 102 // the log record is appended and fsynced (also ends a batch)
+	fpBatchPacked    = 103 // a batch's pack file is durable, no record appended
+	fpBatchTorn      = 104 // all but the last record of a batch written, not fsynced
+	fpStageLogSynced = 105 // the log record is durable, its seal not yet updated
 )
 
 var failpointHook func(fp int)
@@ -74,6 +75,7 @@ var FailpointNames = []struct {
 	{"apply-renamed", fpApplyRenamed}, {"applied", fpApplied}, {"cleaned", fpCleaned},
 	{"after-written", fpAfterWritten}, {"done", fpDone},
 	{"stage-blob", fpStageBlob}, {"stage-appended", fpStageAppended}, {"batch-packed", fpBatchPacked}, {"batch-torn", fpBatchTorn},
+	{"stage-log-synced", fpStageLogSynced},
 }
 
 func init() {

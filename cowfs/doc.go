@@ -166,6 +166,7 @@
 //	lock                       flock(2) target; empty
 //	tx/<id>/                   one open (or committing) transaction; id is 16 hex digits
 //	tx/<id>/stage.log          record file: begin, then set/unstage records
+//	tx/<id>/seal               how long the stage log was when its last append returned (two slots)
 //	tx/<id>/blobs/<sha256>     staged file contents, named by their SHA-256
 //	tx/<id>/blobs/pack-<id2>   the file contents of one Stage batch, one after another
 //	tx/<id>/prev/<n>           op n's target before the commit (undo, rollback): a hard link to it, or a copy
@@ -198,8 +199,21 @@
 // (the append it belonged to never returned). Any other damage (bad
 // length, bad checksum, bad JSON) is corruption.
 //
+// A torn tail only ever lies past what the last append that returned
+// wrote, and the seal says where that is: after each append's fsync, the
+// log's length goes to the seal (two 32-byte slots written in turn, each
+// "PSL1", a sequence number, the length and a CRC-32C, fdatasynced; the
+// valid slot with the higher number counts, so a torn seal write leaves
+// the previous one). A log whose whole records end before the sealed
+// length lost records: it was cut (at a record boundary or not) or
+// damaged, and it is refused with ErrDamaged saying changes were lost,
+// never read as a torn tail, so a commit never succeeds with staged
+// changes silently gone; List shows it quarantined with that reason. A
+// damaged or missing seal is refused the same way. The begin record of a
+// sealed log says "sealed":true; logs from before seals have none.
+//
 // The stage log holds {"op":"begin","id","desc","created","undoes",
-// "squashes"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}
+// "squashes","sealed"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}
 // and {"op":"whiteout","path"} records (a set of the path clears a
 // whiteout), each
 // appended and fsynced before Write, Delete, Mkdir, Symlink or Stage

@@ -418,7 +418,7 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		}
 	}
 	var buf []byte
-	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes, Squashes: t.squashes}
+	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes, Squashes: t.squashes, Sealed: true}
 	all := append([]stageRec{begin}, recs...)
 	for _, r := range all {
 		p, err := json.Marshal(r)
@@ -428,6 +428,10 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		buf = appendFrame(buf, p)
 	}
 	if err := f.writeFileSync(tmp+"/stage.log", buf); err != nil {
+		f.state.RemoveAll(tmp)
+		return fmt.Errorf("cowfs: begin: %w", err)
+	}
+	if err := f.writeFileSync(tmp+"/seal", newSeal(uint64(len(buf)))); err != nil {
 		f.state.RemoveAll(tmp)
 		return fmt.Errorf("cowfs: begin: %w", err)
 	}
@@ -448,7 +452,7 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		t.apply(r)
 	}
 	t.offset = int64(len(buf))
-	t.loaded = true
+	t.loaded, t.sealed, t.sealSeq = true, true, 1
 	return nil
 }
 

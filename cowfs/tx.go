@@ -62,13 +62,15 @@ type change struct {
 
 // stageRec is one record of a transaction's stage log.
 type stageRec struct {
-	Op      string  `json:"op"` // begin, batch, set, unstage
-	ID      string  `json:"id,omitempty"`
-	Desc    string  `json:"desc,omitempty"`
-	Created int64   `json:"created,omitempty"`
-	Undoes  string  `json:"undoes,omitempty"`
-	Path    string  `json:"path,omitempty"`
-	Change  *change `json:"change,omitempty"`
+	Op      string `json:"op"` // begin, batch, set, unstage
+	ID      string `json:"id,omitempty"`
+	Desc    string `json:"desc,omitempty"`
+	Created int64  `json:"created,omitempty"`
+	Undoes  string `json:"undoes,omitempty"`
+	// Sealed (begin) says the log has a seal (tx/<id>/seal).
+	Sealed bool    `json:"sealed,omitempty"`
+	Path   string  `json:"path,omitempty"`
+	Change *change `json:"change,omitempty"`
 	// N is the number of set and unstage records a batch record heads.
 	N int `json:"n,omitempty"`
 	// Squashes, on a begin record, lists the transactions this one
@@ -95,6 +97,8 @@ type Tx struct {
 	// whiteouts and squashes belong to the pending stack (stack.go).
 	whiteouts map[string]bool
 	squashes  []string
+	sealed    bool   // the log has a seal
+	sealSeq   uint64 // sequence number of the seal's newer slot
 
 	// pend is the batch Stage is planning: the changes its accepted ops
 	// set (nil: unstaged), which the planning helpers see through cur but
@@ -127,7 +131,7 @@ func (t *Tx) info() TxInfo {
 func (t *Tx) apply(r stageRec) {
 	switch r.Op {
 	case "begin":
-		t.desc, t.created, t.undoes = r.Desc, time.Unix(0, r.Created).UTC(), r.Undoes
+		t.desc, t.created, t.undoes, t.sealed = r.Desc, time.Unix(0, r.Created).UTC(), r.Undoes, r.Sealed
 		t.squashes = r.Squashes
 	case "whiteout":
 		t.applyWhiteout(r.Path)
@@ -182,12 +186,15 @@ func (t *Tx) load() error {
 	if err != nil {
 		return err
 	}
-	recs, _, _, err := replayLog(b, true)
+	recs, good, _, err := replayLog(b, true)
 	if err != nil {
 		return err
 	}
 	for _, r := range recs {
 		t.apply(r)
+	}
+	if t.sealed {
+		return t.checkSeal(int64(good))
 	}
 	return nil
 }
@@ -279,6 +286,17 @@ func (t *Tx) refreshLocked(open bool) error {
 	if err != nil {
 		return fmt.Errorf("%w: transaction %s: stage log: %w", ErrRecovery, t.id, err)
 	}
+	sealed := t.sealed
+	if t.offset == 0 && len(recs) > 0 {
+		sealed = recs[0].Sealed
+	}
+	if sealed {
+		// Before a torn tail is cut: the cut must never reach records an
+		// append that returned wrote.
+		if err := t.checkSeal(t.offset + int64(good)); err != nil {
+			return fmt.Errorf("%w: %w", ErrRecovery, err)
+		}
+	}
 	if tail {
 		if err := f.Truncate(t.offset + int64(good)); err != nil {
 			return err
@@ -357,11 +375,20 @@ func (t *Tx) appendRecs(recs []stageRec) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	failpoint(fpStageLogSynced)
+	end := t.offset + int64(len(buf)+split)
+	if t.sealed {
+		// The records are durable; a seal that cannot be written only
+		// weakens the check of a later cut, so the call still succeeds.
+		if err := t.writeSeal(end); err != nil {
+			t.fs.log.Warn("cowfs: stage log seal not updated", "tx", t.id, "err", err)
+		}
+	}
 	t.mu.Lock()
 	for _, r := range recs {
 		t.apply(r)
 	}
-	t.offset += int64(len(buf) + split)
+	t.offset = end
 	t.mu.Unlock()
 	return nil
 }

@@ -1,0 +1,123 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStageLogDamage is the corruption table of the stage log and its
+// seal: records lost at the end (cut at a record boundary, or anywhere
+// before the sealed length) are told apart from a torn tail and refused
+// with ErrDamaged, saying changes were lost, by Commit and by List; a
+// torn tail past the seal (an append that never returned) is cut and the
+// rest commits; a damaged or missing seal is refused.
+func TestStageLogDamage(t *testing.T) {
+	type damage struct {
+		log  func(b []byte, frames [][]byte) []byte // nil: unchanged
+		seal func(b []byte) []byte                  // nil: unchanged; returning nil removes it
+		ok   bool                                   // the transaction still commits, all three files
+	}
+	lastFrame := func(frames [][]byte) int { return frameHeader + len(frames[len(frames)-1]) }
+	cases := map[string]damage{
+		"last record cut at its boundary": {log: func(b []byte, fr [][]byte) []byte { return b[:len(b)-lastFrame(fr)] }},
+		"cut inside the last record":      {log: func(b []byte, fr [][]byte) []byte { return b[:len(b)-lastFrame(fr)/2] }},
+		"cut to the begin record":         {log: func(b []byte, fr [][]byte) []byte { return b[:frameHeader+len(fr[0])] }},
+		"torn tail past the seal": {log: func(b []byte, fr [][]byte) []byte {
+			return append(b, 200, 0, 0, 0, 1, 2, 3, 4, '{')
+		}, ok: true},
+		"one seal slot damaged": {seal: func(b []byte) []byte {
+			_, seq, _ := decodeSeal(b)
+			b[int(seq%2)*sealSlot+13] ^= 1
+			return b
+		}, ok: true},
+		"both seal slots damaged": {seal: func(b []byte) []byte { b[5] ^= 1; b[sealSlot+5] ^= 1; return b }},
+		"seal missing":            {seal: func(b []byte) []byte { return nil }},
+		"seal zeroed":             {seal: func(b []byte) []byte { return make([]byte, len(b)) }},
+	}
+	for name, d := range cases {
+		t.Run(name, func(t *testing.T) {
+			ws := newWS(t)
+			f := openFS(t, ws)
+			tx, _ := f.Begin("log")
+			for _, p := range []string{"a", "b", "c"} {
+				if err := tx.Write(p, []byte(p), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := filepath.Join(ws, StateDir, "tx", tx.ID())
+			if d.log != nil {
+				b, _ := os.ReadFile(filepath.Join(dir, "stage.log"))
+				frames, _, _ := decodeFrames(b)
+				os.WriteFile(filepath.Join(dir, "stage.log"), d.log(b, frames), 0o600)
+			}
+			if d.seal != nil {
+				b, _ := os.ReadFile(filepath.Join(dir, "seal"))
+				if nb := d.seal(b); nb == nil {
+					os.Remove(filepath.Join(dir, "seal"))
+				} else {
+					os.WriteFile(filepath.Join(dir, "seal"), nb, 0o600)
+				}
+			}
+			f2 := openFS(t, ws)
+			infos, err := f2.List()
+			if err != nil || len(infos) != 1 {
+				t.Fatalf("List = %+v, %v", infos, err)
+			}
+			tx2, err := f2.Tx(tx.ID())
+			if d.ok {
+				if err != nil || infos[0].State != StateOpen {
+					t.Fatalf("Tx = %v, List = %+v", err, infos)
+				}
+				if _, err := tx2.Commit(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if readFile(t, ws, "a")+readFile(t, ws, "b")+readFile(t, ws, "c") != "abc" {
+					t.Fatal("wrong content")
+				}
+				return
+			}
+			if !errors.Is(err, ErrDamaged) {
+				t.Fatalf("Tx of a damaged stage log: %v", err)
+			}
+			if infos[0].State != StateQuarantined || !strings.Contains(infos[0].Reason, "seal") && !strings.Contains(infos[0].Reason, "lost") {
+				t.Fatalf("List does not say so: %+v", infos[0])
+			}
+			for _, p := range []string{"a", "b", "c"} {
+				if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+					t.Fatalf("%s was written", p)
+				}
+			}
+		})
+	}
+}
+
+// TestCrashBetweenLogAndSeal: killed after a write's record is durable
+// but before the seal says so, the record counts (the log is longer than
+// its seal, never shorter).
+func TestCrashBetweenLogAndSeal(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, _ := f.Begin("seal crash")
+	cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=stage", failpointEnv(fpStageLogSynced, 3))
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("helper was not killed: %s", out)
+	}
+	f2 := openFS(t, ws)
+	tx2, err := f2.Tx(tx.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tx2.Changes()); n != 3 {
+		t.Fatalf("%d changes, want 3", n)
+	}
+	if err := tx2.Write("more", []byte("m"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx2.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
