@@ -137,15 +137,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.mu.Unlock()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	// Serve returns only once every handler has returned, so a caller that
+	// closes the Review after Serve cannot pull it from under a live
+	// event stream (handlers see ctx end through BaseContext).
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
 	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	<-stopped
 	return nil
 }
 
@@ -494,11 +502,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	// Taken before the stream opens: a change that lands right after the
+	// client sees the first line must still produce an event.
+	last := s.fingerprint()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "retry: 1000\n\n")
 	fl.Flush()
-	last := s.fingerprint()
 	t := time.NewTicker(s.cfg.Poll)
 	defer t.Stop()
 	ka := time.NewTicker(15 * time.Second)
