@@ -338,12 +338,20 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 // a process on this host that is no longer alive. Containers of live
 // processes, and of other hosts sharing the engine, are left alone.
 func (b *Backend) Reconcile(ctx context.Context) error {
+	_, err := b.Collect(ctx)
+	return err
+}
+
+// Collect is Reconcile that also returns the IDs of the containers it
+// removed (`pulse gc`).
+func (b *Backend) Collect(ctx context.Context) ([]string, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelSandbox))})
 	if err != nil {
-		return fmt.Errorf("docker: listing sandbox containers: %v: %w", err, backend.ErrUnavailable)
+		return nil, fmt.Errorf("docker: listing sandbox containers: %v: %w", err, backend.ErrUnavailable)
 	}
 	host := b.labels[LabelHost]
 	var errs []error
+	var removed []string
 	for _, c := range list {
 		if c.Labels[LabelHost] != host || c.Labels[LabelSandbox] == b.id {
 			continue
@@ -355,9 +363,11 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		b.log.Info("removing leftover sandbox container", "container", c.ID, "sandbox", c.Labels[LabelSandbox], "pid", c.Labels[LabelPID])
 		if err := b.remove(ctx, c.ID); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		removed = append(removed, c.ID)
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // procStart returns the start time of pid in clock ticks since boot (field
