@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -55,13 +56,31 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 		return nil, nil, fmt.Errorf("docker: egress bridge: %v: %w", err, backend.ErrUnavailable)
 	}
 	sock := req.Egress.Socket
+	// The container outlives the command: a connection a leftover process
+	// holds open is closed with the bridge, not left relaying.
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	stopped := false
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go relayEgress(c, sock)
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			conns[c] = struct{}{}
+			mu.Unlock()
+			go func() {
+				relayEgress(c, sock)
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+			}()
 		}
 	}()
 	port := l.Addr().(*net.TCPAddr).Port
@@ -87,7 +106,15 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(port), ca) {
 		r.Env[k] = v
 	}
-	return &r, func() { l.Close() }, nil
+	return &r, func() {
+		l.Close()
+		mu.Lock()
+		stopped = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}, nil
 }
 
 // listenInNetns listens on 127.0.0.1 (a free port) in the network
