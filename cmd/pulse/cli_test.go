@@ -85,6 +85,7 @@ func TestJSONFailureIsAnObjectOnStdout(t *testing.T) {
 		"audit":   {"audit", "tail", "--json", filepath.Join(empty, "missing.jsonl")},
 		"image":   {"image", "build", "--json", "unexpected"},
 		"review":  {"review", "--json", "--workspace", empty},
+		"gc":      {"gc", "--json", "unexpected"},
 	}
 	for name := range commands {
 		if _, ok := fails[name]; !ok {
