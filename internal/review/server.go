@@ -296,22 +296,34 @@ type chainView struct {
 }
 
 type stateView struct {
-	Workspace string      `json:"workspace"`
-	Session   string      `json:"session"`
-	Pending   []txView    `json:"pending"`
-	Undoable  bool        `json:"undoable"`
-	Chain     chainView   `json:"chain"`
-	Timeline  []eventView `json:"timeline"`
+	Workspace string   `json:"workspace"`
+	Session   string   `json:"session"`
+	Pending   []txView `json:"pending"`
+	// Combined is the whole pending stack against the workspace: what
+	// committing everything would change.
+	Combined string      `json:"combined"`
+	Undoable bool        `json:"undoable"`
+	Chain    chainView   `json:"chain"`
+	Timeline []eventView `json:"timeline"`
 }
 
 // timelineLen is how many of the newest audit events the page shows.
 const timelineLen = 200
 
-func (s *Server) state() (stateView, error) {
+func (s *Server) state(ctx context.Context) (stateView, error) {
 	r := s.cfg.Review
 	st := stateView{Workspace: r.FS().Workspace(), Session: SessionID(s.token), Pending: []txView{}}
 	pend, err := r.Pending()
 	if err != nil {
+		return st, err
+	}
+	// Each transaction is shown against the stack below it (what its
+	// command changed in what it saw), and the stack as a whole against
+	// the workspace; without a readable stack, each against the workspace.
+	stk, err := r.FS().Stack(ctx)
+	if err != nil {
+		stk = nil
+	} else if st.Combined, err = stk.Diff(); err != nil {
 		return st, err
 	}
 	for _, info := range pend {
@@ -319,7 +331,13 @@ func (s *Server) state() (stateView, error) {
 		if err != nil {
 			continue // committed or discarded meanwhile
 		}
-		d, err := tx.Diff()
+		var d string
+		if stk != nil {
+			d, err = stk.TxDiff(info.ID)
+		}
+		if stk == nil || err != nil {
+			d, err = tx.Diff()
+		}
 		if err != nil {
 			return st, err
 		}
@@ -471,7 +489,7 @@ func RunsOnHost(p string) string {
 }
 
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
-	st, err := s.state()
+	st, err := s.state(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return

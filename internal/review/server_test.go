@@ -353,3 +353,29 @@ func FuzzSplitDiff(f *testing.F) {
 		}
 	})
 }
+
+// The combined diff is the net change of the whole stack, and each
+// transaction is shown against the stack below it.
+func TestCombinedDiffIsTheStackAgainstTheWorkspace(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644)
+	first := stage(t, ws, map[string]string{"a.txt": "two\n"})
+	time.Sleep(10 * time.Millisecond) // the stack orders by creation time
+	second := stage(t, ws, map[string]string{"a.txt": "three\n"})
+	p := startPage(t, ws)
+	_, body := p.do(t, req{method: "GET", path: "/api/state", auth: "bearer"})
+	var st stateView
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.Combined, "-one\n+three\n") || strings.Contains(st.Combined, "two") {
+		t.Errorf("combined diff is not the net change one -> three:\n%s", st.Combined)
+	}
+	diffs := map[string]string{}
+	for _, tx := range st.Pending {
+		diffs[tx.ID] = tx.Diff
+	}
+	if !strings.Contains(diffs[first], "-one\n+two\n") || !strings.Contains(diffs[second], "-two\n+three\n") {
+		t.Errorf("per-transaction diffs not against the stack below: first\n%s\nsecond\n%s", diffs[first], diffs[second])
+	}
+}

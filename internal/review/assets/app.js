@@ -123,7 +123,7 @@
     const pend = $("pending");
     pend.replaceChildren(...(st.pending.length ? st.pending.map(renderTx) : [el("p", { class: "empty", text: "Nothing pending: no command has left changes to review." })]));
     const comb = $("combined");
-    comb.replaceChildren(...st.pending.map((tx) => el("div", {}, el("div", { class: "tx-title", text: "Transaction " + tx.id + " — " + (tx.description || "") }), diffBlock(tx.diff || "(no textual changes)\n"))));
+    comb.replaceChildren(st.pending.length ? diffBlock(st.combined || "(no textual changes)\n") : el("p", { class: "empty", text: "Nothing pending." }));
     const tl = $("timeline");
     if (!st.timeline.length) {
       tl.replaceChildren(el("tr", {}, el("td", { colspan: "8", class: "empty", text: "No audit events yet." })));
