@@ -132,8 +132,10 @@ func TestKeyedChain(t *testing.T) {
 	// A writer without the key (or with another) refuses to append: it
 	// would break the chain for good.
 	if l, err := Open(path); !errors.Is(err, ErrKeyRequired) {
+		if l != nil {
+			l.Close()
+		}
 		t.Fatalf("open without the key: %v", err)
-		l.Close()
 	}
 	if _, err := Open(path, WithKey(testKey(t, 8))); !errors.Is(err, ErrKeyRequired) {
 		t.Fatalf("open with another key: %v", err)

@@ -259,7 +259,6 @@ type myers struct {
 	kf, kb     []int // furthest reaching paths by diagonal, forward and backward
 	off        int   // index of diagonal 0 in kf and kb
 	mxcost     int
-	snake, min int
 }
 
 func newMyers(a, b []int32) *myers {

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -236,7 +236,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 			b.cli.DaemonHost(), err, backend.ErrUnavailable)
 	}
 	if _, err := b.cli.ImageInspect(ctx, b.o.image); err != nil {
-		if errdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("docker: image %q is missing; build it with `pulse image build --tag %s`: %w",
 				b.o.image, b.o.image, backend.ErrUnavailable)
 		}
@@ -328,7 +328,9 @@ func (b *Backend) Close() error {
 
 func (b *Backend) remove(ctx context.Context, id string) error {
 	err := b.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
+	// A removal already in progress (another process's Reconcile) is a
+	// conflict to the engine (409); it ends with the container gone too.
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 		return fmt.Errorf("docker: removing container %.12s: %w", id, err)
 	}
 	return nil

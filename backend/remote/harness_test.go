@@ -29,7 +29,6 @@ const testToken = "remote-backend-test-token"
 // executor. The host backend cannot deny the network, so the server's
 // default policy is allow-all, as pulse-server runs with --unsafe-host.
 type testServer struct {
-	t      *testing.T
 	dir    string
 	addr   string
 	url    string

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/pulse-agent/pulse/backend/docker"
 )
@@ -50,7 +50,7 @@ func TestDockerGCRemovesLeftovers(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "removed "+dead[:12]) || strings.Contains(stdout, alive[:12]) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want %.12s removed and %.12s kept", code, stdout, stderr, dead, alive)
 	}
-	if _, err := cli.ContainerInspect(ctx, dead); !errdefs.IsNotFound(err) {
+	if _, err := cli.ContainerInspect(ctx, dead); !cerrdefs.IsNotFound(err) {
 		t.Errorf("the leftover container is still there: %v", err)
 	}
 	if _, err := cli.ContainerInspect(ctx, alive); err != nil {
