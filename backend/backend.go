@@ -104,6 +104,10 @@ type Capabilities struct {
 	// the command sees the pending stack over the workspace, and its
 	// Overlay is relative to that view.
 	StacksPending bool `json:"stacks_pending,omitempty"`
+	// MountsCaches is true when the backend honours Request.Caches. The
+	// facade refuses (ErrUnsupportedPolicy) a command with caches on a
+	// backend that does not, rather than run it without them.
+	MountsCaches bool `json:"mounts_caches,omitempty"`
 	// Limits is the enforcement level of each resource limit, keyed by the
 	// ResourceLimits JSON field name ("timeout", "memory_bytes", ...).
 	Limits map[string]secrets.EnforcementLevel `json:"limits,omitempty"`
@@ -198,6 +202,14 @@ type Request struct {
 	// non-empty stack on a capturing backend that does not. The host
 	// backend writes in place, has no pending stack and ignores it.
 	Pending *Pending
+
+	// Caches are persistent host directories the command sees read-write
+	// at their Path, outside the workspace view (see Cache), checked with
+	// CheckCaches. Their writes are never captured: they are not in
+	// Result.Overlay and not reviewed. A backend with
+	// Capabilities.MountsCaches mounts each; one without refuses a
+	// request that has any with ErrUnsupported, never runs it without.
+	Caches []Cache
 }
 
 // TerminationReason says why a command ended.

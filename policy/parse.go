@@ -40,6 +40,9 @@ const FileVersion = 1
 //	  inject:                 # the command sees a placeholder; the proxy puts
 //	    - {env: GITHUB_TOKEN, hosts: [api.github.com]}  # the value in headers to these hosts
 //	image: pulse-sandbox-toolchain:latest  # optional; the Docker image commands run in
+//	caches:                   # optional; see Cache: shared, never reviewed
+//	  - {name: go-mod, env: GOMODCACHE}                  # at /cache/go-mod
+//	  - {name: go-build, env: GOCACHE, path: /cache/go-build, max_bytes: 4GiB}
 //	limits:                   # optional; see ResourceLimits
 //	  timeout: 5m             # a Go duration, or a number of seconds
 //	  memory_bytes: 512MiB    # bytes, or a number with K/M/G/KiB/MiB/GiB
@@ -194,7 +197,7 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 }
 
 func decodeFile(n *yaml.Node, p *Policy) error {
-	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image"}
+	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches"}
 	return mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
 		case "version":
@@ -250,6 +253,12 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				return fieldErr(v, key, "%v", err)
 			}
 			p.Image = ref
+		case "caches":
+			cs, err := decodeCaches(v, key)
+			if err != nil {
+				return err
+			}
+			p.Caches = cs
 		}
 		return nil
 	})

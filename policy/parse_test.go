@@ -191,7 +191,7 @@ func TestLoad(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{fullYAML, fullJSON, "", "rules: []", "defaults: {read: deny}",
 		"rules:\n  - {action: read, target: \"[!a-z]*\", decision: ask}\n", "network: {mode: deny-all}",
-		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n", "image: pulse-sandbox:latest"} {
+		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n", "image: pulse-sandbox:latest", "caches: [{name: go-mod, env: GOMODCACHE, max_bytes: 1GiB}]"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -149,6 +149,9 @@ type Policy struct {
 	// (the file's image:); empty means the backend's default. Other
 	// backends have no image and ignore it.
 	Image string `json:"image,omitempty" yaml:"image,omitempty"`
+	// Caches are the persistent directories mounted read-write into
+	// every command (the file's caches:); see Cache.
+	Caches []Cache `json:"caches,omitempty" yaml:"caches,omitempty"`
 }
 
 // Default returns the built-in policy: reads and shell commands allowed,
@@ -236,6 +239,9 @@ func (p *Policy) Validate() error {
 	}
 	if err := p.Limits.Validate(); err != nil {
 		return fmt.Errorf("limits: %w", err)
+	}
+	if err := ValidateCaches(p.Caches); err != nil {
+		return fmt.Errorf("caches: %w", err)
 	}
 	for i, in := range p.Inject {
 		if err := in.Validate(); err != nil {

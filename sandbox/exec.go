@@ -284,6 +284,11 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		env[in.Name] = in.Placeholder
 	}
 
+	mounted, err := s.prepareCaches(ctx, execID, cmdStr, env)
+	if err != nil {
+		return fail(err)
+	}
+
 	// A capturing backend runs the command on the pending stack: the
 	// workspace plus every pending transaction, in order.
 	var pend *backend.Pending
@@ -368,6 +373,7 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Egress:      eg.backendEgress(),
 		Hidden:      hidden,
 		Pending:     pend,
+		Caches:      mounted,
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
@@ -387,6 +393,9 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	br, err := s.backend.Exec(ctx, req)
 	// Every connection is recorded before the result is.
 	eg.close()
+	if err == nil {
+		s.trimCaches(ctx, execID, mounted)
+	}
 	cerr1, cerr2 := outW.Close(), errW.Close()
 	for _, q := range queues {
 		if qerr := q.close(giveUp); qerr != nil && cerr1 == nil {

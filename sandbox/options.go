@@ -40,8 +40,9 @@ type options struct {
 	getenv        func(string) string
 	egress        egressOptions // egress.go
 	remoteOpts    []remote.Option
-	maxStack      int    // stack.go
-	image         string // image.go
+	maxStack      int            // stack.go
+	image         string         // image.go
+	caches        []policy.Cache // caches.go
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():

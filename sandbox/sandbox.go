@@ -53,6 +53,7 @@ type Sandbox struct {
 	// inject are the secrets bound to hosts, and ca the sandbox's own CA
 	// for their TLS (egress.go).
 	inject    []egress.Injection
+	caches    []policy.Cache // caches.go
 	ca        *egress.CA
 	cow       *cowfs.FS
 	log       *slog.Logger
@@ -105,6 +106,9 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 
 	s := &Sandbox{o: o, workspace: abs, log: o.logger}
+	if s.caches, err = o.cacheList(); err != nil {
+		return nil, err
+	}
 	s.ruledActions, s.rulesOnly = policyDigest(o.policy)
 	s.readScope = readDigest(o.policy)
 	defer func() {

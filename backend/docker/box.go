@@ -117,7 +117,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 				"device": "tmpfs",
 				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
 			}}},
-		}}, b.toolsMounts()...),
+		}}, append(b.toolsMounts(), cacheMounts(key.caches)...)...),
 		Init:      &yes,
 		Resources: res,
 	}

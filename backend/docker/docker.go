@@ -162,6 +162,9 @@ type boxKey struct {
 	// container holds only what its commands may read, and its baseline
 	// is visible to all of them, so each hidden set gets its own.
 	hidden string
+	// caches is the request's caches (host dir and path), for the bind
+	// mounts fixed at creation (caches.go).
+	caches string
 }
 
 // New returns a Docker backend. It does not contact the engine: Probe
@@ -288,6 +291,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		CapturesWrites: true,
 		HidesPaths:     true,
 		StacksPending:  true,
+		MountsCaches:   true,
 		Limits:         limits,
 		Notes:          notes,
 	}

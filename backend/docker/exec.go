@@ -66,7 +66,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		mode = policy.NetworkDenyAll // fail closed: unset means no network
 	}
 	ws := filepath.Clean(req.Workspace)
-	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden)})
+	cacheKey, err := checkCaches(req) // caches.go
+	if err != nil {
+		return nil, err
+	}
+	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden), caches: cacheKey})
 	if err != nil {
 		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
 			return nil, err

@@ -33,6 +33,11 @@ func (b *Backend) prepare(req *backend.Request) (*plan, error) {
 	if req == nil {
 		return nil, invalid("nil request")
 	}
+	if len(req.Caches) > 0 {
+		// Pointing the variables at the host directories would work, but
+		// Path would be a lie; the facade refuses first anyway.
+		return nil, fmt.Errorf("host: caches: %w", backend.ErrUnsupported)
+	}
 	switch req.Network.Mode {
 	case "", policy.NetworkAllowAll:
 		// The empty mode asks for no restriction, which is all the host

@@ -160,7 +160,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		notes = append(notes, "cpu limit: no writable cpu cgroup")
 	}
 	if b.landlock > 0 {
-		notes = append(notes, fmt.Sprintf("landlock ABI %d: writes confined to workspace, /tmp, home, /dev", b.landlock))
+		notes = append(notes, fmt.Sprintf("landlock ABI %d: writes confined to workspace, /tmp, home, /dev and caches", b.landlock))
 	} else {
 		notes = append(notes, "landlock: not available in this kernel (mount layout still confines writes)")
 	}
@@ -182,6 +182,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		CapturesWrites: true,
 		HidesPaths:     true,
 		StacksPending:  true,
+		MountsCaches:   true,
 		Limits:         limits,
 		Notes:          notes,
 	}
@@ -512,6 +513,20 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		FileSize:  lim.FileSizeBytes,
 		envMap:    env,
 		hidden:    hidden,
+	}
+	if err := backend.CheckCaches(req.Caches, ws); err != nil {
+		return c, err
+	}
+	for _, bc := range req.Caches {
+		src, err := filepath.EvalSymlinks(bc.HostDir)
+		if err != nil {
+			return c, fmt.Errorf("%w: cache %s: %v", backend.ErrInvalidRequest, bc.Name, err)
+		}
+		if policy.PathWithin(src, ws) || policy.PathWithin(ws, src) {
+			// The command would write the workspace past the overlay.
+			return c, fmt.Errorf("%w: cache %s: host directory %s overlaps the workspace", backend.ErrInvalidRequest, bc.Name, src)
+		}
+		c.Caches = append(c.Caches, cacheBind{Src: src, Dst: bc.Path})
 	}
 	if !req.Pending.Empty() {
 		if err := backend.CheckPending(req.Pending); err != nil {

@@ -42,7 +42,10 @@ type childConfig struct {
 	// Mask are system paths (inside /etc) hidden from the command.
 	Mask      []string `json:"mask,omitempty"`
 	ReadWrite []string `json:"read_write,omitempty"`
-	Hostname  string   `json:"hostname"`
+	// Caches are host directories bound read-write at another path
+	// (Request.Caches); landlock lets the command write below Dst.
+	Caches   []cacheBind `json:"caches,omitempty"`
+	Hostname string      `json:"hostname"`
 	// LastCap is the highest capability number the kernel knows, read
 	// once by the backend (static config only).
 	LastCap int `json:"last_cap,omitempty"`
@@ -70,6 +73,12 @@ type childConfig struct {
 	// view they make, for reading the overlay back (parent side only).
 	Layers []string `json:"layers,omitempty"`
 	pend   *backend.Pending
+}
+
+// cacheBind is one Request.Cache: host Src shown writable at Dst.
+type cacheBind struct {
+	Src string `json:"src"`
+	Dst string `json:"dst"`
 }
 
 // bpfProgram travels as base64 of packed 8-byte instructions rather than

@@ -342,6 +342,13 @@ func setupRequest(cfg *childConfig) error {
 			return err
 		}
 	}
+	for _, c := range cfg.Caches {
+		// Outside the workspace overlay: the command's writes land in
+		// the host directory itself, never in the captured upper layer.
+		if err := bindReadWrite(c.Src, root+c.Dst); err != nil {
+			return fmt.Errorf("cache: %w", err)
+		}
+	}
 	if err := mountEgress(cfg); err != nil {
 		return err
 	}

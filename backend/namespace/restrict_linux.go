@@ -242,6 +242,9 @@ func applyLandlock(cfg *childConfig) error {
 	ruleset := int(r)
 	defer unix.Close(ruleset)
 	writable := append([]string{cfg.Workspace, "/tmp", cfg.Home, "/dev"}, cfg.ReadWrite...)
+	for _, c := range cfg.Caches {
+		writable = append(writable, c.Dst)
+	}
 	for _, p := range writable {
 		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {

@@ -46,6 +46,10 @@ func invalid(format string, args ...any) error {
 // checkRequest validates req and returns its working directory, clean and
 // relative to the workspace.
 func checkRequest(req *backend.Request) (string, error) {
+	if len(req.Caches) > 0 {
+		// A cache is a directory on this machine; the server has none.
+		return "", fmt.Errorf("remote: caches: %w", backend.ErrUnsupported)
+	}
 	if (len(req.Args) == 0) == (req.Shell == "") {
 		return "", invalid("exactly one of Args and Shell must be set")
 	}

@@ -84,6 +84,7 @@ func TestJSONFailureIsAnObjectOnStdout(t *testing.T) {
 		"cow":     {"cow", "diff", "--json", "--workspace", empty, "no-such-id"},
 		"audit":   {"audit", "tail", "--json", filepath.Join(empty, "missing.jsonl")},
 		"image":   {"image", "build", "--json", "unexpected"},
+		"cache":   {"cache", "prune", "--json", "no-such-cache"},
 		"review":  {"review", "--json", "--workspace", empty},
 		"gc":      {"gc", "--json", "unexpected"},
 	}
