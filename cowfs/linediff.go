@@ -254,11 +254,11 @@ func (d *lineDiffer) myersRegion(a1, a2, b1, b2 int) {
 // reaching path instead (so the time stays near O(N·sqrt N) whatever the
 // input, at the price of a longer diff on pathological input only).
 type myers struct {
-	a, b       []int32
-	ca, cb     []bool
-	kf, kb     []int // furthest reaching paths by diagonal, forward and backward
-	off        int   // index of diagonal 0 in kf and kb
-	mxcost     int
+	a, b   []int32
+	ca, cb []bool
+	kf, kb []int // furthest reaching paths by diagonal, forward and backward
+	off    int   // index of diagonal 0 in kf and kb
+	mxcost int
 }
 
 func newMyers(a, b []int32) *myers {
