@@ -19,6 +19,12 @@ type Op struct {
 	// Data is the file's bytes (KindWrite). Stage keeps no reference to
 	// it after returning.
 	Data []byte
+	// Open, when set (KindWrite, with Data nil), gives the file's bytes
+	// as a stream instead: Stage calls it once, copies what it reads
+	// into the transaction's blobs through a fixed buffer while hashing,
+	// and closes it, so that a large file is staged in bounded memory.
+	// An error from Open or the reader fails this op alone (errs[i]).
+	Open func() (io.ReadCloser, error)
 	// Mode is the permission bits (KindWrite, KindMkdir), as for Write
 	// and Mkdir.
 	Mode os.FileMode
@@ -37,6 +43,12 @@ func MkdirOp(path string, mode os.FileMode) Op { return Op{Kind: KindMkdir, Path
 
 // SymlinkOp: see WriteOp.
 func SymlinkOp(target, path string) Op { return Op{Kind: KindSymlink, Path: path, Target: target} }
+
+// StreamOp is WriteOp with the bytes read from what open returns (see
+// Op.Open).
+func StreamOp(path string, open func() (io.ReadCloser, error), mode os.FileMode) Op {
+	return Op{Kind: KindWrite, Path: path, Open: open, Mode: mode}
+}
 
 // DeleteOp: see WriteOp.
 func DeleteOp(path string) Op { return Op{Kind: KindDelete, Path: path} }
@@ -64,7 +76,9 @@ func validPack(name string) bool {
 // The accepted ops become durable together, at a cost that does not grow
 // with their number: their bytes go to one pack file (one fsync, one
 // fsync of blobs/), then their records to the stage log headed by a
-// batch record (one fsync). When Stage returns without error, all of them
+// batch record (one fsync). A streamed op (Op.Open) has a blob file of
+// its own instead (one more fsync, its name covered by the same fsync of
+// blobs/), durable before the record that names it, like the pack. When Stage returns without error, all of them
 // survive a crash; a crash before that leaves none of them in the
 // transaction (at most an unreferenced pack file, removed with it).
 //
@@ -74,10 +88,11 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 	errs = make([]error, len(ops))
 	rels := make([]string, len(ops))
 	shas := make([]string, len(ops))
+	sizes := make([]int64, len(ops))
 	for i, op := range ops {
 		rels[i], errs[i] = t.checkOp(op)
-		if errs[i] == nil && op.Kind == KindWrite {
-			shas[i] = sha256Hex(op.Data)
+		if errs[i] == nil && op.Kind == KindWrite && op.Open == nil {
+			shas[i], sizes[i] = sha256Hex(op.Data), int64(len(op.Data))
 		}
 	}
 	unlock, err := t.fs.lock(ctx)
@@ -87,6 +102,34 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 	defer unlock()
 	if err := t.refreshLocked(true); err != nil {
 		return nil, err
+	}
+	// Streamed bytes go to temps first, under the lock (a Discard must
+	// not remove the directory under them): their size and hash decide
+	// the plan.
+	temps := make([]string, len(ops))
+	defer func() {
+		for _, tmp := range temps {
+			if tmp != "" {
+				t.fs.state.Remove(tmp)
+			}
+		}
+	}()
+	var buf []byte
+	for i, op := range ops {
+		if errs[i] != nil || op.Kind != KindWrite || op.Open == nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if buf == nil {
+			buf = make([]byte, streamBuf)
+		}
+		temps[i] = t.dir() + "/blobs/.tmp-s-" + newID()
+		shas[i], sizes[i], errs[i], err = t.streamTemp(temps[i], op, buf)
+		if err != nil {
+			return nil, err
+		}
 	}
 	t.mu.Lock()
 	old := t.bytes
@@ -105,6 +148,7 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 		packSize int64
 		at       = map[string]int64{} // offset of each SHA-256 in the pack
 		recount  bool
+		streamed []int // ops whose temp becomes blobs/<sha256>
 	)
 	for i, op := range ops {
 		if errs[i] != nil {
@@ -113,7 +157,7 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		recs, err := t.planOp(op, rels[i], shas[i])
+		recs, err := t.planOp(op, rels[i], shas[i], sizes[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -140,7 +184,10 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 				continue
 			}
 		}
-		if op.Kind == KindWrite {
+		if op.Kind == KindWrite && op.Open != nil {
+			// blobs/<sha256>, named below (Pack stays empty).
+			streamed = append(streamed, i)
+		} else if op.Kind == KindWrite {
 			off, ok := at[shas[i]]
 			if !ok {
 				off = packSize
@@ -160,8 +207,23 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 	t.mu.Lock()
 	bytes := t.pendBytes
 	t.mu.Unlock()
+	for _, i := range streamed {
+		name := t.dir() + "/blobs/" + shas[i]
+		if _, err := t.fs.state.Lstat(name); err == nil {
+			continue // the same bytes, staged before (the temp is removed)
+		}
+		if err := t.fs.state.Rename(temps[i], name); err != nil {
+			return nil, fmt.Errorf("cowfs: stage: %w", err)
+		}
+		temps[i] = ""
+	}
 	if len(packed) > 0 {
+		// Its fsync of blobs/ makes the streamed names durable too.
 		if err := t.writePack(pack, packed); err != nil {
+			return nil, err
+		}
+	} else if len(streamed) > 0 {
+		if err := t.fs.syncState(t.dir() + "/blobs"); err != nil {
 			return nil, err
 		}
 	}
@@ -184,6 +246,9 @@ func (t *Tx) checkOp(op Op) (string, error) {
 	}
 	switch op.Kind {
 	case KindWrite:
+		if op.Open != nil && op.Data != nil {
+			return "", fmt.Errorf("cowfs: %q: a write has Data or Open, not both", op.Path)
+		}
 		if int64(len(op.Data)) > t.fs.opts.maxFileBytes {
 			return "", &LimitError{Name: LimitFileBytes, Value: t.fs.opts.maxFileBytes}
 		}
@@ -198,10 +263,10 @@ func (t *Tx) checkOp(op Op) (string, error) {
 	return rel, nil
 }
 
-func (t *Tx) planOp(op Op, rel, sha string) ([]stageRec, error) {
+func (t *Tx) planOp(op Op, rel, sha string, size int64) ([]stageRec, error) {
 	switch op.Kind {
 	case KindWrite:
-		return t.planWrite(rel, sha, int64(len(op.Data)), op.Mode)
+		return t.planWrite(rel, sha, size, op.Mode)
 	case KindMkdir:
 		return t.planMkdir(rel, op.Mode)
 	case KindSymlink:
@@ -211,6 +276,54 @@ func (t *Tx) planOp(op Op, rel, sha string) ([]stageRec, error) {
 	default:
 		return t.planDelete(rel)
 	}
+}
+
+// streamBuf is the buffer a streamed op is copied through: what staging
+// it holds in memory, whatever its size.
+const streamBuf = 256 << 10
+
+// streamTemp copies the bytes of streamed op to the new file tmp through
+// buf, hashing them, and makes them durable (fsync). opErr is the op's
+// own failure (its source, the file size limit), with nothing kept; err
+// is the state directory's, which fails the batch.
+func (t *Tx) streamTemp(tmp string, op Op, buf []byte) (sha string, size int64, opErr, err error) {
+	src, oerr := op.Open()
+	if oerr != nil {
+		return "", 0, fmt.Errorf("cowfs: %q: reading the bytes to stage: %w", op.Path, oerr), nil
+	}
+	defer src.Close()
+	f, err := t.fs.state.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("cowfs: stage: %w", err)
+	}
+	defer f.Close() // after a successful Close, a harmless second one
+	h := sha256.New()
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if size += int64(n); size > t.fs.opts.maxFileBytes {
+				return "", 0, &LimitError{Name: LimitFileBytes, Value: t.fs.opts.maxFileBytes}, nil
+			}
+			h.Write(buf[:n])
+			if _, err := f.Write(buf[:n]); err != nil {
+				return "", 0, nil, fmt.Errorf("cowfs: stage: %w", err)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return "", 0, fmt.Errorf("cowfs: %q: reading the bytes to stage: %w", op.Path, rerr), nil
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return "", 0, nil, fmt.Errorf("cowfs: stage: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", 0, nil, fmt.Errorf("cowfs: stage: %w", err)
+	}
+	failpoint(fpBatchStreamed)
+	return hex.EncodeToString(h.Sum(nil)), size, nil, nil
 }
 
 // writePack writes the batch's bytes, one after the other, to

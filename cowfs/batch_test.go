@@ -1,9 +1,11 @@
 package cowfs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -456,6 +458,7 @@ func TestCrashWhileStagingBatch(t *testing.T) {
 		fp   int
 		all  bool
 	}{
+		{"streamed", fpBatchStreamed, false},
 		{"packed", fpBatchPacked, false},
 		{"torn", fpBatchTorn, false},
 		{"appended", fpStageAppended, true},
@@ -517,6 +520,9 @@ func helperBatch() []Op {
 	for i := 0; i < 40; i++ {
 		ops = append(ops, WriteOp(fmt.Sprintf("b/sub/f%02d", i), []byte(fmt.Sprint("batch ", i)), 0))
 	}
+	// One op streamed, so that every crash point of a batch covers it.
+	data := []byte(fmt.Sprint("batch ", 0))
+	ops[0] = StreamOp(ops[0].Path, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, 0)
 	return append(ops, DeleteOp("victim"))
 }
 

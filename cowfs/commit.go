@@ -44,6 +44,7 @@ const (
 	fpBatchPacked    = 103 // a batch's pack file is durable, no record appended
 	fpBatchTorn      = 104 // all but the last record of a batch written, not fsynced
 	fpStageLogSynced = 105 // the log record is durable, its seal not yet updated
+	fpBatchStreamed  = 106 // a streamed op's temp blob is durable, not yet named
 )
 
 var failpointHook func(fp int)
@@ -75,7 +76,7 @@ var FailpointNames = []struct {
 	{"apply-renamed", fpApplyRenamed}, {"applied", fpApplied}, {"cleaned", fpCleaned},
 	{"after-written", fpAfterWritten}, {"done", fpDone},
 	{"stage-blob", fpStageBlob}, {"stage-appended", fpStageAppended}, {"batch-packed", fpBatchPacked}, {"batch-torn", fpBatchTorn},
-	{"stage-log-synced", fpStageLogSynced},
+	{"stage-log-synced", fpStageLogSynced}, {"batch-streamed", fpBatchStreamed},
 }
 
 func init() {

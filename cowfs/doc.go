@@ -17,6 +17,12 @@
 //     the accepted ones durable together with three fsyncs, however many
 //     there are. When Stage returns, all of them survive a crash; a crash
 //     before leaves none of them in the transaction, never a part.
+//   - Staging a large file costs bounded memory: an Op with Open
+//     (StreamOp) instead of Data is read from an io.Reader through a
+//     fixed 256 KiB buffer, hashed while it is copied to a blob file of
+//     its own, fsynced, and only then named and referenced by a stage-log
+//     record (one more fsync per streamed file; the fsync of blobs/ and of
+//     the log are the batch's). Its size limit is checked while copying.
 //   - Nothing under .pulse is ever staged, diffed or written by a commit.
 //   - Optimistic concurrency: the first stage of a path records its
 //     inode, device, size, mtime, mode and SHA-256; Commit compares all
@@ -362,7 +368,9 @@
 // apply-exchanged [13, per exchange], apply-renamed [7, per published
 // file or symlink], applied [8], cleaned [14], after-written [9], done
 // [10]; for staging: stage-blob [101], stage-appended [102],
-// batch-packed [103], batch-torn [104]. FailpointNames lists them. An
+// batch-packed [103], batch-torn [104], stage-log-synced [105],
+// batch-streamed [106, per streamed op, its temp blob durable and not yet
+// named]. FailpointNames lists them. An
 // unknown name stops the process at start-up (exit status 2), so a
 // misspelt crash test fails instead of passing without a crash. Unset,
 // it costs one nil check per step.
