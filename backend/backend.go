@@ -1,11 +1,16 @@
 package backend
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pulse-agent/pulse/policy"
@@ -210,6 +215,15 @@ type Request struct {
 	// Capabilities.MountsCaches mounts each; one without refuses a
 	// request that has any with ErrUnsupported, never runs it without.
 	Caches []Cache
+
+	// StreamFiles lets the backend hand a large regular file of the
+	// overlay as File.Source (a host path) instead of File.Data, so that
+	// it is never held in memory. The caller must then call
+	// Overlay.Release once it has read the files. A backend may ignore
+	// it (every file then has Data). Only a caller that reads files
+	// through File.Open on this host sets it: an overlay with sources
+	// cannot be sent anywhere as it is (see File.Source).
+	StreamFiles bool
 }
 
 // TerminationReason says why a command ended.
@@ -261,19 +275,113 @@ type Overlay struct {
 	Files []File `json:"files,omitempty"`
 	// Deleted are paths that existed and were removed.
 	Deleted []string `json:"deleted,omitempty"`
+
+	release func()
 }
 
 // Empty reports whether the overlay holds no change.
 func (o *Overlay) Empty() bool { return o == nil || len(o.Files) == 0 && len(o.Deleted) == 0 }
 
+// SetRelease makes fn what Release runs: a backend that hands files as
+// File.Source removes them there.
+func (o *Overlay) SetRelease(fn func()) { o.release = fn }
+
+// Release frees what the overlay's File.Source paths hold: after it,
+// those paths are gone. It runs once; later calls, and calls on an
+// overlay without sources or a nil one, do nothing. An overlay whose
+// caller asked for sources (Request.StreamFiles) must be released, on
+// every path, once its files are read.
+func (o *Overlay) Release() {
+	if o == nil || o.release == nil {
+		return
+	}
+	fn := o.release
+	o.release = nil
+	fn()
+}
+
 // File is one created or changed entry. Mode carries the type bits: a
 // regular file has none and Data is its content; a directory has
 // fs.ModeDir and no Data; a symlink has fs.ModeSymlink and Data is the
-// link target.
+// link target. A regular file may instead have Source set (only when
+// the caller asked with Request.StreamFiles): read it with Open or Bytes.
 type File struct {
 	Path string      `json:"path"`
 	Mode fs.FileMode `json:"mode"`
 	Data []byte      `json:"data,omitempty"`
+	// Source, when set, is the host path of a regular file whose bytes
+	// are the content, in place of Data (which is then nil). It stays
+	// valid until the overlay's Release; nothing else may write it. It
+	// is never encoded (MarshalJSON refuses a file with a Source), so
+	// an overlay is read into Data (Overlay.Load) before it leaves the
+	// host.
+	Source string `json:"-"`
+}
+
+// ErrSourceNotLoaded is returned when a File with a Source would be
+// encoded: its bytes are on this host only (see File.Source).
+var ErrSourceNotLoaded = errors.New("backend: overlay file has a host source; load it first")
+
+// MarshalJSON refuses a file whose bytes are in Source, so that they are
+// never lost silently on the way to another process.
+func (f File) MarshalJSON() ([]byte, error) {
+	if f.Source != "" {
+		return nil, fmt.Errorf("%w: %s", ErrSourceNotLoaded, f.Path)
+	}
+	type plain File
+	return json.Marshal(plain(f))
+}
+
+// Open returns a reader of the file's content: Data, or Source.
+func (f *File) Open() (io.ReadCloser, error) {
+	if f.Source == "" {
+		return io.NopCloser(bytes.NewReader(f.Data)), nil
+	}
+	fl, err := os.OpenFile(f.Source, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("backend: overlay file %s: %w", f.Path, err)
+	}
+	return fl, nil
+}
+
+// Bytes returns the file's content, reading Source whole when it is set.
+func (f *File) Bytes() ([]byte, error) {
+	if f.Source == "" {
+		return f.Data, nil
+	}
+	r, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("backend: overlay file %s: %w", f.Path, err)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, nil
+}
+
+// Load reads every Source of the overlay into Data, so that the overlay
+// stands alone (to encode it, or keep it past Release).
+func (o *Overlay) Load() error {
+	if o == nil {
+		return nil
+	}
+	for i := range o.Files {
+		f := &o.Files[i]
+		if f.Source == "" {
+			continue
+		}
+		b, err := f.Bytes()
+		if err != nil {
+			return err
+		}
+		f.Data, f.Source = b, ""
+	}
+	return nil
 }
 
 // Egress is a filtering proxy that runs outside the sandbox and listens

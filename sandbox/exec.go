@@ -374,6 +374,9 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		Hidden:      hidden,
 		Pending:     pend,
 		Caches:      mounted,
+		// Large files come back as host paths, staged from disk by
+		// stageOverlay in bounded memory; released below.
+		StreamFiles: true,
 	}
 
 	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
@@ -391,6 +394,10 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	step(lifecycle.Running)
 	start := time.Now()
 	br, err := s.backend.Exec(ctx, req)
+	if br != nil {
+		// Whatever happens next, the overlay's kept files go.
+		defer br.Overlay.Release()
+	}
 	// Every connection is recorded before the result is.
 	eg.close()
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/remote"
+	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -38,7 +39,8 @@ type options struct {
 	approver      Approver
 	sessionID     string
 	getenv        func(string) string
-	egress        egressOptions // egress.go
+	cowOpts       []cowfs.Option // tests: limits of the transaction store
+	egress        egressOptions  // egress.go
 	remoteOpts    []remote.Option
 	maxStack      int            // stack.go
 	image         string         // image.go
@@ -210,6 +212,12 @@ func WithSessionID(id string) Option {
 // withGetenv replaces os.Getenv for backend selection (tests).
 func withGetenv(f func(string) string) Option {
 	return func(o *options) error { o.getenv = f; return nil }
+}
+
+// withCOWOptions passes options to the workspace's cowfs store (tests:
+// its size limits).
+func withCOWOptions(opts ...cowfs.Option) Option {
+	return func(o *options) error { o.cowOpts = append(o.cowOpts, opts...); return nil }
 }
 
 // WithRemoteOptions passes options to the remote backend when selection

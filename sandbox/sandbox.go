@@ -168,7 +168,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		s.ownsAudit = true
 	}
 
-	s.cow, err = cowfs.Open(abs, cowfs.WithLogger(o.logger))
+	s.cow, err = cowfs.Open(abs, append([]cowfs.Option{cowfs.WithLogger(o.logger)}, o.cowOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}

@@ -186,6 +186,16 @@ func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
 	return s.scrubErr(s.review().discardTx(ctx, tx))
 }
 
+// sourceContainsSecret scans a file the backend hands by path.
+func (s *Sandbox) sourceContainsSecret(f *backend.File) (bool, error) {
+	r, err := f.Open()
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	return s.scrubber.ContainsReader(r)
+}
+
 // stageOverlay turns what a command wrote into a pending transaction.
 // Each path is checked like a Stage call — reserved (.pulse/), denied by
 // the policy, refused by the Approver, carrying a secret in its content,
@@ -273,6 +283,19 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 		case !f.Mode.IsRegular():
 			add(f.Path, "", "not a regular file, directory or symlink: "+f.Mode.Type().String(), cowfs.Op{})
 			continue
+		case f.Source != "":
+			// Held on disk by the backend: scanned and staged from
+			// there, never whole in memory.
+			hit, err := s.sourceContainsSecret(&f)
+			if err != nil {
+				add(f.Path, "", "reading the written file: "+err.Error(), cowfs.Op{})
+				continue
+			}
+			if hit {
+				add(f.Path, "", "content contains a configured secret", cowfs.Op{})
+				continue
+			}
+			op = cowfs.StreamOp(f.Path, f.Open, f.Mode.Perm())
 		default:
 			if s.scrubber.ContainsBytes(f.Data) {
 				add(f.Path, "", "content contains a configured secret", cowfs.Op{})

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 )
@@ -359,3 +360,39 @@ func replaceAll(m *matcher, reps [][]byte, b []byte) ([]byte, bool) {
 
 // none reports a nil or zero Scrubber, which redacts nothing.
 func (s *Scrubber) none() bool { return s == nil || s.lit == nil }
+
+// ContainsReader is Contains for everything r yields, read in bounded
+// memory: chunks overlapping by HoldBack bytes, so that a secret split
+// across two reads is still found.
+func (s *Scrubber) ContainsReader(r io.Reader) (bool, error) {
+	if s.none() {
+		return false, nil
+	}
+	keep := s.HoldBack()
+	buf := make([]byte, keep+streamChunk)
+	have := 0
+	for {
+		n, err := io.ReadFull(r, buf[have:])
+		if n > 0 {
+			if s.ContainsBytes(buf[:have+n]) {
+				return true, nil
+			}
+			have += n
+			if tail := min(keep, have); tail > 0 {
+				copy(buf, buf[have-tail:have])
+				have = tail
+			} else {
+				have = 0
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// streamChunk is how much ContainsReader reads at a time.
+const streamChunk = 1 << 20

@@ -432,3 +432,25 @@ func TestScrubberConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestContainsReaderAcrossChunks: a secret anywhere in a stream, also
+// straddling ContainsReader's chunk boundary, is found; a stream without
+// it is not.
+func TestContainsReaderAcrossChunks(t *testing.T) {
+	const secret = "s3cr3t-value-for-the-stream"
+	s, err := New([]string{secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := bytes.Repeat([]byte("x"), 3*streamChunk)
+	if hit, err := s.ContainsReader(bytes.NewReader(filler)); err != nil || hit {
+		t.Fatalf("clean stream: hit %v, err %v", hit, err)
+	}
+	for _, at := range []int{0, streamChunk - 5, streamChunk, 2*streamChunk + 3, len(filler) - len(secret)} {
+		b := bytes.Clone(filler)
+		copy(b[at:], secret)
+		if hit, err := s.ContainsReader(bytes.NewReader(b)); err != nil || !hit {
+			t.Errorf("secret at %d: hit %v, err %v", at, hit, err)
+		}
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -36,11 +38,27 @@ func readOverlay(upper, lower string, hidden hiddenSet) (*backend.Overlay, error
 // readOverlayOn is readOverlay with the pending view the command saw
 // over the workspace (lowerView).
 func readOverlayOn(upper string, lower lowerView, hidden hiddenSet) (*backend.Overlay, error) {
-	w := &overlayWalk{hidden: hidden}
+	return readOverlayKeep(upper, lower, hidden, nil)
+}
+
+// streamMin is the size from which a regular file is handed as
+// File.Source rather than read into memory, when the request allows it.
+// A variable so tests can lower it.
+var streamMin int64 = 1 << 20
+
+// readOverlayKeep is readOverlayOn that moves each regular file of at
+// least streamMin bytes into keep and hands it as File.Source (keep nil:
+// every file is read into Data). The overlay's Release removes keep; on
+// error the caller releases keep.
+func readOverlayKeep(upper string, lower lowerView, hidden hiddenSet, keep *holder) (*backend.Overlay, error) {
+	w := &overlayWalk{hidden: hidden, keep: keep}
 	if err := walkUpper(w, upper, lower, ".", true); err != nil {
 		return nil, err
 	}
 	ov := &w.Overlay
+	if keep != nil && keep.r != nil {
+		ov.SetRelease(keep.release)
+	}
 	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
 	sort.Strings(ov.Deleted)
 	return ov, nil
@@ -53,6 +71,52 @@ type overlayWalk struct {
 	backend.Overlay
 	size   int64
 	hidden hiddenSet // paths the command was shown as absent
+	keep   *holder   // where large files are moved to be handed as Source; nil reads them
+}
+
+// holder keeps the large files of one overlay, moved out of the upper
+// layer so that the run directory can go as usual. It is a run directory
+// of its own, locked while held, so that Reconcile removes it only once
+// its owner is gone.
+type holder struct {
+	b *Backend
+	r *run
+	n int
+}
+
+// take moves the upper file full into the holder and returns its new
+// path. The command is gone, so nothing else writes the file.
+func (h *holder) take(full string) (string, error) {
+	if h.r == nil {
+		r, err := h.b.newRun()
+		if err != nil {
+			return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+		}
+		h.r = r
+	}
+	h.n++
+	dst := filepath.Join(h.r.dir, "upper", strconv.Itoa(h.n))
+	if err := os.Rename(full, dst); err != nil {
+		return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+	}
+	// Made unreadable by the command (chmod 000): the copy is ours, and
+	// the caller keeps the mode it saw.
+	if err := os.Chmod(dst, 0o600); err != nil {
+		return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+	}
+	return dst, nil
+}
+
+// release removes what the holder keeps; nil-safe and idempotent.
+func (h *holder) release() {
+	if h == nil || h.r == nil {
+		return
+	}
+	r := h.r
+	h.r = nil
+	if err := r.remove(); err != nil {
+		h.b.o.logger.Warn("namespace: removing kept overlay files", slog.String("dir", r.dir), slog.Any("err", err))
+	}
 }
 
 func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lowerDir bool) error {
@@ -89,11 +153,26 @@ func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lower
 			if ov.size += st.Size(); ov.size > maxOverlayTotal {
 				return fmt.Errorf("%w: over %d bytes of written files", ErrOverlayTooLarge, maxOverlayTotal)
 			}
+			maybeSame := lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode.Perm() && lst.Size() == st.Size()
+			if ov.keep != nil && st.Size() >= streamMin && !maybeSame {
+				// Large and certainly changed: handed by path, never
+				// held in memory. (One that may be an unchanged copy-up
+				// is read and compared as before.)
+				if st.Size() > maxOverlayFile {
+					return fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, full, st.Size(), maxOverlayFile)
+				}
+				src, err := ov.keep.take(full)
+				if err != nil {
+					return err
+				}
+				ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Source: src})
+				continue
+			}
 			data, err := readNoFollow(full, st.Size())
 			if err != nil {
 				return err
 			}
-			if lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode.Perm() && lst.Size() == st.Size() {
+			if maybeSame {
 				if lower.same(p, data) {
 					continue // copied up (touch, chmod back) but unchanged
 				}

@@ -521,8 +521,13 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (res *backend.
 			SystemCPU:   time.Duration(ru.Stime.Nano()),
 		}
 	}
-	ov, err := readOverlayOn(cfg.Upper, lowerView{dir: cfg.Workspace, pend: cfg.pend}, cfg.hidden)
+	var keep *holder
+	if req.StreamFiles {
+		keep = &holder{b: b}
+	}
+	ov, err := readOverlayKeep(cfg.Upper, lowerView{dir: cfg.Workspace, pend: cfg.pend}, cfg.hidden, keep)
 	if err != nil {
+		keep.release()
 		// The command ran; its writes could not be read back. Report it
 		// loudly rather than returning a silently empty overlay.
 		b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
