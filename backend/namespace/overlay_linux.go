@@ -94,14 +94,15 @@ func (h *holder) take(full string) (string, error) {
 		}
 		h.r = r
 	}
+	// Made unreadable by the command (chmod 000)? The upper layer is
+	// ours, and the caller keeps the mode it saw. On any error nothing
+	// has moved, so the caller can still read full.
+	if err := os.Chmod(full, 0o600); err != nil {
+		return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+	}
 	h.n++
 	dst := filepath.Join(h.r.dir, "upper", strconv.Itoa(h.n))
 	if err := os.Rename(full, dst); err != nil {
-		return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
-	}
-	// Made unreadable by the command (chmod 000): the copy is ours, and
-	// the caller keeps the mode it saw.
-	if err := os.Chmod(dst, 0o600); err != nil {
 		return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
 	}
 	return dst, nil
@@ -161,12 +162,12 @@ func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lower
 				if st.Size() > maxOverlayFile {
 					return fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, full, st.Size(), maxOverlayFile)
 				}
-				src, err := ov.keep.take(full)
-				if err != nil {
-					return err
+				// If it cannot be moved (a directory the command made
+				// unwritable, say), it is read as before.
+				if src, err := ov.keep.take(full); err == nil {
+					ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Source: src})
+					continue
 				}
-				ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Source: src})
-				continue
 			}
 			data, err := readNoFollow(full, st.Size())
 			if err != nil {
