@@ -78,9 +78,10 @@ func validPack(name string) bool {
 // fsync of blobs/), then their records to the stage log headed by a
 // batch record (one fsync). A streamed op (Op.Open) has a blob file of
 // its own instead (one more fsync, its name covered by the same fsync of
-// blobs/), durable before the record that names it, like the pack. When Stage returns without error, all of them
-// survive a crash; a crash before that leaves none of them in the
-// transaction (at most an unreferenced pack file, removed with it).
+// blobs/), durable before the record that names it, like the pack. When
+// Stage returns without error, all of them survive a crash; a crash
+// before that leaves none of them in the transaction (at most an
+// unreferenced pack or blob file, removed with it).
 //
 // err is for the batch as a whole (ErrClosed, the context, I/O): then
 // nothing was staged and errs is nil.
