@@ -4,11 +4,13 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test testenv check fmt vet unit fuzz bench build
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: test testenv check fmt vet lint unit fuzz bench build
 
 test: testenv check
 
-check: fmt vet unit
+check: fmt vet lint unit
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -16,6 +18,10 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck at a pinned version, fetched from the module proxy on first use.
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 unit:
 	$(GO) test -race -timeout 30m ./...

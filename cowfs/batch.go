@@ -395,16 +395,6 @@ func (f *FS) openBlob(dir string, c *change) (io.Reader, io.Closer, error) {
 	return io.LimitReader(fl, c.Size), fl, nil
 }
 
-// readBlob returns the staged bytes of write change c.
-func (f *FS) readBlob(dir string, c *change) ([]byte, error) {
-	r, cl, err := f.openBlob(dir, c)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	return io.ReadAll(r)
-}
-
 // checkBlob reads the staged bytes of write change c and checks their
 // size and SHA-256 against the record, so that a truncated, zeroed or
 // flipped blob is found before anything depends on it. The error wraps

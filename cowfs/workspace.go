@@ -398,20 +398,6 @@ func (w *workspace) hashFile(rel string, s *snapshot, copy *os.File) (bool, erro
 	return true, nil
 }
 
-// syncDir fsyncs the workspace directory rel ("" or "." for the root), so
-// that renames and removals in it survive a power loss.
-func (w *workspace) syncDir(rel string) error {
-	if rel == "" {
-		rel = "."
-	}
-	d, err := w.root.Open(rel)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])

@@ -51,7 +51,7 @@ var reservedCachePrefixes = []string{"/work", "/pulse", "/usr", "/bin", "/sbin",
 // ValidCacheName reports whether name can name a cache directory.
 func ValidCacheName(name string) error {
 	if name == "" || len(name) > 64 || name == "." || name == ".." {
-		return fmt.Errorf("%w: cache name %q: want 1 to 64 of [a-z0-9._-], not . or ..", ErrInvalid, name)
+		return fmt.Errorf(`%w: cache name %q: want 1 to 64 of [a-z0-9._-], other than "." and ".."`, ErrInvalid, name)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
