@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/bridge"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -76,7 +76,7 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 			conns[c] = struct{}{}
 			mu.Unlock()
 			go func() {
-				relayEgress(c, sock)
+				bridge.ToUnix(c, sock)
 				mu.Lock()
 				delete(conns, c)
 				mu.Unlock()
@@ -162,22 +162,4 @@ func listenInNetns(pid int) (net.Listener, error) {
 	}()
 	r := <-ch
 	return r.l, r.err
-}
-
-func relayEgress(c net.Conn, sock string) {
-	defer c.Close()
-	u, err := net.Dial("unix", sock)
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	done := make(chan struct{})
-	go func() {
-		io.Copy(u, c)
-		u.(*net.UnixConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, u)
-	c.(*net.TCPConn).CloseWrite()
-	<-done
 }

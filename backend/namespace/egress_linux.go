@@ -2,7 +2,6 @@ package namespace
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/bridge"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -118,26 +118,8 @@ func startForwarder(cfg *childConfig) error {
 			if err != nil {
 				return
 			}
-			go relay(c)
+			go bridge.ToUnix(c, egressSocket)
 		}
 	}()
 	return nil
-}
-
-func relay(c net.Conn) {
-	defer c.Close()
-	u, err := net.Dial("unix", egressSocket)
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	done := make(chan struct{})
-	go func() {
-		io.Copy(u, c)
-		u.(*net.UnixConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, u)
-	c.(*net.TCPConn).CloseWrite()
-	<-done
 }
