@@ -146,320 +146,310 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 		return nil, err
 	}
 	defer s.running.Done()
+	x, err := s.newExecution(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer x.close(ctx)
+	if err := x.check(ctx); err != nil {
+		return x.fail(ctx, err)
+	}
+	if err := x.prepare(ctx); err != nil {
+		return x.fail(ctx, err)
+	}
+	x.launching(ctx)
+	br, err := s.backend.Exec(ctx, x.req)
+	return x.finish(ctx, br, err)
+}
 
+// execution is one command on its way through Execute's phases:
+//
+//	newExecution  validate the command, give it an id and a lifecycle (STARTING)
+//	check         limits, policies, hidden paths, the shell decision, the
+//	              working directory: refusals, audited, before anything is set up
+//	prepare       environment, caches, the pending stack, the transaction slot,
+//	              output, egress proxy, the backend request; "starting" audited
+//	launching     RUNNING; the backend is called right after
+//	finish        once the command has ended: output flushed, the result
+//	              audited, its writes scanned (in place) or staged
+//	close         whatever phase it stopped in: release what prepare set up,
+//	              end the lifecycle FINALIZED
+//
+// The split is where a command that runs in the background parts from one
+// that is waited for: both go through newExecution, check, prepare and
+// launching before the backend starts the process, and through finish and
+// close after it has ended, wherever that is waited for.
+type execution struct {
+	s      *Sandbox
+	cmd    Command
+	id     string
+	cmdStr string
+	lc     *lifecycle.Execution
+
+	// Set by check.
+	limits policy.ResourceLimits
+	net    policy.NetworkPolicy
+	sec    secrets.SecretPolicy
+	hidden []string
+	review bool
+	dir    string
+
+	// Set by prepare.
+	mounted []backend.Cache
+	tx      *cowfs.Tx
+	out     *outputs
+	eg      *egressRun
+	req     *backend.Request
+	inPlace bool
+	before  map[string]fileStamp
+
+	// Set by launching and finish.
+	start   time.Time
+	overlay *backend.Overlay
+}
+
+// newExecution starts the lifecycle of cmd. The audit log gets the
+// lifecycle at its turning points — a failure, and the end with the whole
+// path taken — rather than one event per step: the start of the command
+// is audited on its own, so nothing is lost, and the hot path writes four
+// fewer events.
+func (s *Sandbox) newExecution(ctx context.Context, cmd Command) (*execution, error) {
 	if (len(cmd.Args) == 0) == (cmd.Shell == "") {
 		return nil, fmt.Errorf("%w: exactly one of Args and Shell must be set", ErrInvalidCommand)
 	}
-	execID := cmd.ExecutionID
-	if execID == "" {
-		execID = randomID()
+	x := &execution{s: s, cmd: cmd, id: cmd.ExecutionID, cmdStr: cmd.String()}
+	if x.id == "" {
+		x.id = randomID()
 	}
-	cmdStr := cmd.String()
-	isolation := string(s.caps.Isolation)
-
-	// The audit log gets the lifecycle at its turning points — a failure,
-	// and the end with the whole path taken — rather than one event per
-	// step: the start of the command is audited on its own, so nothing is
-	// lost, and the hot path writes four fewer events.
-	var lc *lifecycle.Execution
-	lc, err := lifecycle.New(execID, lifecycle.WithHook(func(ctx context.Context, t lifecycle.Transition) {
-		switch t.To {
-		case lifecycle.Failed, lifecycle.Finalized, lifecycle.RecoveryRequired:
-		default:
-			return
-		}
-		states := make([]string, 0, 8)
-		for _, h := range lc.History() {
-			states = append(states, string(h.State))
-		}
-		d := "allow"
-		if t.To != lifecycle.Finalized {
-			d = "deny"
-		}
-		s.record(ctx, audit.Event{ExecutionID: t.ExecutionID, Action: "lifecycle-transition", Target: t.ExecutionID,
-			Decision: d, Detail: "execution state " + string(t.To) + ": " + strings.Join(states, " -> ")})
-	}))
+	lc, err := lifecycle.New(x.id, lifecycle.WithHook(x.auditTransition))
 	if err != nil {
 		return nil, fmt.Errorf("%w: execution id: %w", ErrInvalidCommand, err)
 	}
-	step := func(to lifecycle.State) {
-		if err := lc.Transition(ctx, to); err != nil {
-			s.log.Error("lifecycle", "execution", execID, "err", err)
-		}
-	}
-	step(lifecycle.Starting)
-	// Whatever happens next, the execution ends FINALIZED; nothing is left
-	// for a cleanup pass, because the backend owns no per-command state
-	// once Exec returns.
-	defer func() {
-		if st := lc.State(); st != lifecycle.Finalized && st != lifecycle.RecoveryRequired {
-			step(lifecycle.Cleaning)
-			step(lifecycle.Finalized)
-		}
-	}()
-	fail := func(err error) (*Result, error) {
-		step(lifecycle.Failed)
-		return nil, err
-	}
+	x.lc = lc
+	x.step(ctx, lifecycle.Starting)
+	return x, nil
+}
 
-	// A command's limits tighten the sandbox's, field by field; asking
-	// for more than the policy allows is refused, not quietly capped, so
-	// the caller learns that what it asked for is not what would run.
-	limits := *s.o.limits
-	if cmd.Limits != nil {
-		if err := cmd.Limits.Validate(); err != nil {
-			return fail(fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err))
-		}
-		// On an isolating backend the pids and memory defaults are a
-		// ceiling too: a command cannot lift itself above them, only the
-		// policy can. What the command leaves unset stays unset, for the
-		// backend to default.
-		ceil := limits
-		if s.caps.Isolation != backend.IsolationHostUnsafe {
-			ceil = ceil.WithIsolationDefaults()
-		}
-		l, err := ceil.Tighten(*cmd.Limits)
-		if err == nil {
-			if cmd.Limits.Pids == 0 {
-				l.Pids = limits.Pids
-			}
-			if cmd.Limits.MemoryBytes == 0 {
-				l.MemoryBytes = limits.MemoryBytes
-			}
-		}
-		if err != nil {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-				Backend: s.backend.Name(), Reason: "limit_exceeded", Detail: err.Error()})
-			return fail(fmt.Errorf("sandbox: %w", err))
-		}
-		if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs) {
-			// Quietly running under the container's higher limits would
-			// be a downgrade like any other.
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-				Backend: s.backend.Name(), Reason: "unsupported_policy",
-				Detail: "memory, cpu and pids limits apply to the whole container; a command cannot lower them"})
-			return fail(fmt.Errorf("%w: backend %q applies memory, cpu and pids limits to its whole container; a command cannot lower them (set them with WithLimits or the policy instead)",
-				ErrUnsupportedPolicy, s.backend.Name()))
-		}
-		limits = l
+func (x *execution) auditTransition(ctx context.Context, t lifecycle.Transition) {
+	switch t.To {
+	case lifecycle.Failed, lifecycle.Finalized, lifecycle.RecoveryRequired:
+	default:
+		return
 	}
-	limits = limits.WithDefaults()
-	netPol, secPol, err := s.checkEnforcement(ctx, execID, cmdStr, limits)
-	if err != nil {
-		return fail(err)
+	states := make([]string, 0, 8)
+	for _, h := range x.lc.History() {
+		states = append(states, string(h.State))
 	}
-	hidden, err := s.checkHidden(ctx, execID, cmdStr)
-	if err != nil {
-		return fail(err)
+	d := "allow"
+	if t.To != lifecycle.Finalized {
+		d = "deny"
 	}
-	review, err := s.decide(ctx, policy.Shell, cmdStr, execID)
-	if err != nil {
-		return fail(err)
-	}
-	review = review || cmd.review
+	x.s.record(ctx, audit.Event{ExecutionID: t.ExecutionID, Action: "lifecycle-transition", Target: t.ExecutionID,
+		Decision: d, Detail: "execution state " + string(t.To) + ": " + strings.Join(states, " -> ")})
+}
 
-	dir := cmd.Dir
-	if dir != "" && dir != "." {
-		abs, err := s.guard.Resolve(dir)
-		if err != nil {
-			return fail(fmt.Errorf("%w: working directory: %w", ErrInvalidCommand, err))
-		}
-		rel, err := filepath.Rel(s.workspace, abs)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			return fail(fmt.Errorf("%w: working directory %q is outside the workspace", ErrInvalidCommand, dir))
-		}
-		dir = filepath.ToSlash(rel)
+func (x *execution) step(ctx context.Context, to lifecycle.State) {
+	if err := x.lc.Transition(ctx, to); err != nil {
+		x.s.log.Error("lifecycle", "execution", x.id, "err", err)
 	}
+}
 
-	env := make(map[string]string, len(cmd.Env))
-	maps.Copy(env, cmd.Env)
-	for _, sec := range secPol.Filter(s.o.secrets) {
+// fail ends an execution that did not run (or whose backend failed).
+func (x *execution) fail(ctx context.Context, err error) (*Result, error) {
+	x.step(ctx, lifecycle.Failed)
+	return nil, err
+}
+
+// check decides whether the command may run, and under what: its limits,
+// its network and secret policies, the paths it must not read, the shell
+// decision and its working directory. Every refusal is audited; nothing is
+// set up yet.
+func (x *execution) check(ctx context.Context) error {
+	s := x.s
+	limits, err := s.commandLimits(ctx, x.id, x.cmdStr, x.cmd.Limits)
+	if err != nil {
+		return err
+	}
+	x.limits = limits.WithDefaults()
+	if x.net, x.sec, err = s.checkEnforcement(ctx, x.id, x.cmdStr, x.limits); err != nil {
+		return err
+	}
+	if x.hidden, err = s.checkHidden(ctx, x.id, x.cmdStr); err != nil {
+		return err
+	}
+	review, err := s.decide(ctx, policy.Shell, x.cmdStr, x.id)
+	if err != nil {
+		return err
+	}
+	x.review = review || x.cmd.review
+	x.dir, err = s.workDir(x.cmd.Dir)
+	return err
+}
+
+// workDir resolves a command's working directory to a slash path relative
+// to the workspace, refusing one that leaves it.
+func (s *Sandbox) workDir(dir string) (string, error) {
+	if dir == "" || dir == "." {
+		return dir, nil
+	}
+	abs, err := s.guard.Resolve(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: working directory: %w", ErrInvalidCommand, err)
+	}
+	rel, err := filepath.Rel(s.workspace, abs)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", fmt.Errorf("%w: working directory %q is outside the workspace", ErrInvalidCommand, dir)
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// prepare sets up everything the backend needs for the command and
+// builds its request; close undoes it. The "starting" event is the last
+// thing it writes: no command runs unaudited.
+func (x *execution) prepare(ctx context.Context) error {
+	s := x.s
+	env := x.env()
+	var err error
+	if x.mounted, err = s.prepareCaches(ctx, x.id, x.cmdStr, env); err != nil {
+		return err
+	}
+	pend, err := x.pendingStack(ctx)
+	if err != nil {
+		return err
+	}
+	if err := x.beginTx(); err != nil {
+		return err
+	}
+	x.out = newOutputs(ctx, s.scrubber, x.cmd.Stdout, x.cmd.Stderr)
+	if x.eg, err = s.startEgress(ctx, x.id, x.net); err != nil {
+		return err
+	}
+	x.req = &backend.Request{
+		ExecutionID: x.id,
+		Workspace:   s.workspace,
+		Args:        x.cmd.Args,
+		Shell:       x.cmd.Shell,
+		Dir:         x.dir,
+		Env:         env,
+		Stdin:       x.cmd.Stdin,
+		Stdout:      x.out.stdout,
+		Stderr:      x.out.stderr,
+		Limits:      x.limits,
+		Network:     x.net,
+		Secrets:     x.sec,
+		Egress:      x.eg.backendEgress(),
+		Hidden:      x.hidden,
+		Pending:     pend,
+		Caches:      x.mounted,
+		// Large files come back as host paths, staged from disk by
+		// stageOverlay in bounded memory; released by close.
+		StreamFiles: true,
+	}
+	if err := s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "allow",
+		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Detail: "starting"}); err != nil {
+		return err
+	}
+	x.inPlace = !s.caps.CapturesWrites
+	if x.inPlace {
+		x.before, _ = scanTree(s.workspace)
+	}
+	return nil
+}
+
+// env is the command's environment: its own variables, the secrets its
+// policy lets through, and a placeholder for each secret bound to hosts —
+// only ever a placeholder in here; the egress proxy puts the value in
+// (egress.go).
+func (x *execution) env() map[string]string {
+	env := make(map[string]string, len(x.cmd.Env))
+	maps.Copy(env, x.cmd.Env)
+	for _, sec := range x.sec.Filter(x.s.o.secrets) {
 		if sec.Name != "" {
 			env[sec.Name] = sec.Value
 		}
 	}
-	// A secret bound to hosts is only ever a placeholder in here; the
-	// egress proxy puts the value in (egress.go).
-	for _, in := range s.inject {
+	for _, in := range x.s.inject {
 		env[in.Name] = in.Placeholder
 	}
+	return env
+}
 
-	mounted, err := s.prepareCaches(ctx, execID, cmdStr, env)
+// pendingStack is what a capturing backend runs the command on: the
+// workspace plus every pending transaction, in order. A backend that
+// cannot stack them is refused while any are pending.
+func (x *execution) pendingStack(ctx context.Context) (*backend.Pending, error) {
+	s := x.s
+	if !s.caps.CapturesWrites {
+		return nil, nil
+	}
+	st, err := s.pending(ctx, x.id)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
+	pend := s.toPendingCached(st)
+	if !pend.Empty() && !s.caps.StacksPending {
+		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Reason: "unsupported_policy",
+			Detail: "backend cannot show the command the pending stack"})
+		return nil, fmt.Errorf("%w: backend %q cannot run a command on top of pending transactions; commit or discard them first (pulse cow list)",
+			ErrUnsupportedPolicy, s.backend.Name())
+	}
+	return pend, nil
+}
 
-	// A capturing backend runs the command on the pending stack: the
-	// workspace plus every pending transaction, in order.
-	var pend *backend.Pending
-	if s.caps.CapturesWrites {
-		st, err := s.pending(ctx, execID)
-		if err != nil {
-			return fail(err)
-		}
-		pend = s.toPendingCached(st)
-		if !pend.Empty() && !s.caps.StacksPending {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-				IsolationLevel: isolation, Backend: s.backend.Name(), Reason: "unsupported_policy",
-				Detail: "backend cannot show the command the pending stack"})
-			return fail(fmt.Errorf("%w: backend %q cannot run a command on top of pending transactions; commit or discard them first (pulse cow list)",
-				ErrUnsupportedPolicy, s.backend.Name()))
-		}
+// beginTx takes the transaction a capturing backend's writes are staged
+// in. Its slot is taken before the command runs, so that a command is
+// refused, not run and its writes dropped, when too many transactions
+// await review. close discards it unless it holds staged writes.
+func (x *execution) beginTx() error {
+	if !x.s.caps.CapturesWrites {
+		return nil
 	}
-
-	// A capturing backend's writes need a transaction: its slot is taken
-	// before the command runs, so that a command is refused, not run and
-	// its writes dropped, when too many transactions await review.
-	var tx *cowfs.Tx
-	if s.caps.CapturesWrites {
-		if tx, err = s.cow.Begin(s.scrubber.Redact(fmt.Sprintf("exec %s: %s", execID, cmdStr))); err != nil {
-			return fail(fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err))
-		}
-		defer func() {
-			// Left open only when it holds staged writes.
-			if tx != nil && tx.Empty() {
-				_ = tx.Discard()
-			}
-		}()
-	}
-
-	// Everything the command prints passes a streaming scrubber before
-	// the caller sees it; a nil writer collects into the Result. A
-	// caller's writer is fed from a queue of its own, so that one that
-	// blocks is given up on a grace period after ctx ends instead of
-	// holding the command, the backend and Close forever.
-	var outBuf, errBuf lockedBuffer
-	var queues []*outWriter
-	stdout, stderr := io.Writer(&outBuf), io.Writer(&errBuf)
-	if cmd.Stdout != nil {
-		q := newOutWriter(cmd.Stdout)
-		queues, stdout = append(queues, q), q
-	}
-	if cmd.Stderr != nil {
-		q := newOutWriter(cmd.Stderr)
-		queues, stderr = append(queues, q), q
-	}
-	giveUp := make(chan struct{})
-	stopWatch := context.AfterFunc(ctx, func() {
-		time.AfterFunc(writerGrace, func() {
-			for _, q := range queues {
-				q.abandon()
-			}
-			close(giveUp)
-		})
-	})
-	defer stopWatch()
-	outW, errW := s.scrubber.NewWriter(stdout), s.scrubber.NewWriter(stderr)
-
-	eg, err := s.startEgress(ctx, execID, netPol)
+	tx, err := x.s.cow.Begin(x.s.scrubber.Redact(fmt.Sprintf("exec %s: %s", x.id, x.cmdStr)))
 	if err != nil {
-		return fail(err)
+		return fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err)
 	}
-	defer eg.close()
+	x.tx = tx
+	return nil
+}
 
-	req := &backend.Request{
-		ExecutionID: execID,
-		Workspace:   s.workspace,
-		Args:        cmd.Args,
-		Shell:       cmd.Shell,
-		Dir:         dir,
-		Env:         env,
-		Stdin:       cmd.Stdin,
-		Stdout:      outW,
-		Stderr:      errW,
-		Limits:      limits,
-		Network:     netPol,
-		Secrets:     secPol,
-		Egress:      eg.backendEgress(),
-		Hidden:      hidden,
-		Pending:     pend,
-		Caches:      mounted,
-		// Large files come back as host paths, staged from disk by
-		// stageOverlay in bounded memory; released below.
-		StreamFiles: true,
-	}
+// launching marks the moment the backend is handed the request.
+func (x *execution) launching(ctx context.Context) {
+	x.step(ctx, lifecycle.Running)
+	x.start = time.Now()
+}
 
-	if err := s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
-		IsolationLevel: isolation, Backend: s.backend.Name(), Detail: "starting"}); err != nil {
-		// No command runs unaudited.
-		return fail(err)
-	}
-
-	var before map[string]fileStamp
-	inPlace := !s.caps.CapturesWrites
-	if inPlace {
-		before, _ = scanTree(s.workspace)
-	}
-
-	step(lifecycle.Running)
-	start := time.Now()
-	br, err := s.backend.Exec(ctx, req)
+// finish records a command that has ended, given what the backend
+// returned: output flushed and closed, the backend's failure or the
+// result audited, then its writes scanned (in place) or staged.
+func (x *execution) finish(ctx context.Context, br *backend.Result, err error) (*Result, error) {
+	s := x.s
 	if br != nil {
-		// Whatever happens next, the overlay's kept files go.
-		defer br.Overlay.Release()
+		// Whatever happens next, close releases the overlay's kept files.
+		x.overlay = br.Overlay
 	}
-	// Every connection is recorded before the result is.
-	eg.close()
-	if err == nil {
-		s.trimCaches(ctx, execID, mounted)
-	}
-	cerr1, cerr2 := outW.Close(), errW.Close()
-	for _, q := range queues {
-		if qerr := q.close(giveUp); qerr != nil && cerr1 == nil {
-			cerr1 = qerr
-		}
-	}
+	outErr := x.settle(ctx, err == nil)
 	if err != nil {
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-			IsolationLevel: isolation, Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
-		return fail(fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err))
+		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
+		return x.fail(ctx, fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err))
 	}
 	if br.ExitCode != 0 || br.Termination != backend.Exited {
-		step(lifecycle.Failed)
+		x.step(ctx, lifecycle.Failed)
 	} else {
-		step(lifecycle.Completing)
+		x.step(ctx, lifecycle.Completing)
 	}
-
-	res := &Result{
-		ExecutionID: execID, Command: cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
-		ExitCode: br.ExitCode, Termination: br.Termination, TimedOut: br.TimedOut, Truncated: br.Truncated,
-		Duration: br.Duration, PID: br.PID, Metrics: br.Metrics, InPlace: inPlace,
-		NetworkRefused: eg.refusedHosts(),
-	}
-	if res.Duration == 0 {
-		res.Duration = time.Since(start)
-	}
-	if cmd.Stdout == nil {
-		res.Stdout = outBuf.String()
-	}
-	if cmd.Stderr == nil {
-		res.Stderr = errBuf.String()
-	}
-	s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "allow",
+	res := x.result(br)
+	s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "allow",
 		ExitCode: audit.Int(br.ExitCode), DurationMS: float64(res.Duration.Microseconds()) / 1000,
-		ContainerID: s.backend.Name(), IsolationLevel: isolation, Backend: s.backend.Name(),
+		ContainerID: s.backend.Name(), IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
 		Reason: string(br.Termination), Detail: fmt.Sprintf("executed via %s backend", s.backend.Name())})
-
-	if inPlace {
-		after, _ := scanTree(s.workspace)
-		res.Changed, res.Deleted = diffScans(before, after)
-		for _, p := range res.Changed {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "write-in-place", Target: p, Decision: "allow",
-				IsolationLevel: isolation, Detail: "written directly by the host backend"})
-		}
-		for _, p := range res.Deleted {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "delete-in-place", Target: p, Decision: "allow",
-				IsolationLevel: isolation, Detail: "deleted directly by the host backend"})
-		}
-	} else if ov := s.dropHiddenDeletions(ctx, execID, br.Overlay, hidden, res); !ov.Empty() {
-		if err := s.stageOverlay(ctx, tx, execID, ov, review, res); err != nil {
-			step(lifecycle.Failed)
-			return res, err
-		}
+	if err := x.recordWrites(ctx, br.Overlay, res); err != nil {
+		x.step(ctx, lifecycle.Failed)
+		return res, err
 	}
-
-	if err := firstErr(cerr1, cerr2); err != nil {
-		return res, fmt.Errorf("sandbox: output: %w", err)
+	if outErr != nil {
+		return res, fmt.Errorf("sandbox: output: %w", outErr)
 	}
 	if ctx.Err() != nil && br.Termination == backend.Cancelled {
 		return res, ctx.Err()
@@ -467,141 +457,153 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	return res, nil
 }
 
-// effectivePolicies resolves what a command may reach. A policy that
-// denies the network or secrets action forces deny-all; an allowed action
-// with no configured policy gets deny-all too, except on the unsafe host
-// backend, which can only give everything.
-func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolicy) {
-	unsafeHost := s.caps.Isolation == backend.IsolationHostUnsafe
-	net := policy.DenyAllNetwork()
-	if s.o.policy.Allowed(policy.Network) {
-		switch {
-		case s.o.network != nil:
-			net = *s.o.network
-		case unsafeHost:
-			net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
-		}
+// settle ends what ran beside the command: the egress proxy (so every
+// connection is recorded before the result is), the caches' size caps
+// (when the backend did not fail) and the output streams, whose first
+// error it returns.
+func (x *execution) settle(ctx context.Context, ran bool) error {
+	x.eg.close()
+	if ran {
+		x.s.trimCaches(ctx, x.id, x.mounted)
 	}
-	net = s.withAllowHosts(net, s.o.policy.Allowed(policy.Network))
-	sec := secrets.DenyAllSecrets()
-	if s.o.policy.Allowed(policy.Secrets) {
-		switch {
-		case s.o.secretPolicy != nil:
-			sec = *s.o.secretPolicy
-		case unsafeHost:
-			sec = secrets.AllowAllSecrets()
-		}
-	}
-	return net, sec
+	return x.out.close()
 }
 
-// checkEnforcement resolves the effective policies and refuses, before
-// anything starts, a command whose policies the backend cannot enforce
-// strongly. The one exception is the host backend chosen with
-// WithUnsafeHostExecution: the caller has accepted that it enforces
-// nothing, so a network mode it cannot enforce at all is sent as what
-// really happens (allow-all), and each accepted downgrade is audited.
-func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
-	net, sec := s.effectivePolicies()
-	name := s.backend.Name()
-	netLevel := s.caps.NetworkLevel(net.Mode)
-	secLevel := s.caps.SecretLevel(sec.Mode)
-	accepted := s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe
-
-	decision := func(denyAll bool) string {
-		if denyAll {
-			return "deny"
-		}
-		return "allow"
+// result is the Result of a command that ran, before its writes are
+// recorded.
+func (x *execution) result(br *backend.Result) *Result {
+	s := x.s
+	res := &Result{
+		ExecutionID: x.id, Command: x.cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
+		ExitCode: br.ExitCode, Termination: br.Termination, TimedOut: br.TimedOut, Truncated: br.Truncated,
+		Duration: br.Duration, PID: br.PID, Metrics: br.Metrics, InPlace: x.inPlace,
+		NetworkRefused: x.eg.refusedHosts(),
 	}
-	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "any",
-		Decision: decision(net.Mode == policy.NetworkDenyAll), Backend: name,
-		EnforcementLevel: string(netLevel), Detail: "network policy mode applied: " + string(net.Mode)})
-	s.record(ctx, audit.Event{ExecutionID: execID, Action: "secrets", Target: "environment",
-		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
-		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
-
-	check := func(kind, mode string, level secrets.EnforcementLevel) error {
-		if level == secrets.Strong {
-			return nil
-		}
-		if accepted {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
-				IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
-				Reason: "UNSAFE_HOST",
-				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by unsafe host opt-in", kind, mode, level, name)})
-			return nil
-		}
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
-			Reason: "unsupported_policy",
-			Detail: fmt.Sprintf("backend cannot strongly enforce %s policy: %s", kind, mode)})
-		return fmt.Errorf("%w: backend %q enforces %s policy %q only at level %q; refused to prevent a silent downgrade",
-			ErrUnsupportedPolicy, name, kind, mode, level)
+	if res.Duration == 0 {
+		res.Duration = time.Since(x.start)
 	}
-	if err := check("network", string(net.Mode), netLevel); err != nil {
-		return net, sec, err
-	}
-	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
-		return net, sec, err
-	}
-	if err := s.checkLimits(ctx, execID, cmdStr, limits, accepted); err != nil {
-		return net, sec, err
-	}
-	if accepted && netLevel == secrets.Unsupported {
-		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
-	}
-	return net, sec, nil
+	x.out.collect(res)
+	return res
 }
 
-// checkLimits refuses a command whose resource limits the backend cannot
-// enforce at all: a memory cap that is silently not applied is a
-// downgrade like any other. The limits every command has (the timeout and
-// the output cap, filled in by default) are refused only when the backend
-// says outright that it cannot enforce them; the others, only set when
-// asked for, must be listed by the backend as enforced. Best-effort
-// enforcement is accepted and audited, and so is anything the unsafe host
-// opt-in accepted.
-func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l policy.ResourceLimits, accepted bool) error {
-	asked := []struct {
-		name   string
-		set    bool
-		always bool
-	}{
-		{"timeout", l.Timeout > 0, true},
-		{"output_bytes", l.OutputBytes > 0, true},
-		{"memory_bytes", l.MemoryBytes > 0, false},
-		{"cpus", l.CPUs > 0, false},
-		{"pids", l.Pids > 0, false},
-		{"file_size_bytes", l.FileSizeBytes > 0, false},
-	}
-	name := s.backend.Name()
-	for _, a := range asked {
-		if !a.set {
-			continue
+// recordWrites puts what the command wrote where it belongs: an in-place
+// backend's changes, found by scanning the workspace again, are audited
+// one by one; a capturing backend's overlay, less the deletions of hidden
+// paths, is staged into the transaction.
+func (x *execution) recordWrites(ctx context.Context, ov *backend.Overlay, res *Result) error {
+	s := x.s
+	if x.inPlace {
+		after, _ := scanTree(s.workspace)
+		res.Changed, res.Deleted = diffScans(x.before, after)
+		isolation := string(s.caps.Isolation)
+		for _, p := range res.Changed {
+			s.record(ctx, audit.Event{ExecutionID: x.id, Action: "write-in-place", Target: p, Decision: "allow",
+				IsolationLevel: isolation, Detail: "written directly by the host backend"})
 		}
-		level, listed := s.caps.Limits[a.name]
-		switch {
-		case level == secrets.Strong:
-			continue
-		case level == secrets.BestEffort || (a.always && !listed):
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
-				Backend: name, EnforcementLevel: string(secrets.BestEffort),
-				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", a.name, name)})
-			continue
-		case accepted:
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
-				Backend: name, EnforcementLevel: string(secrets.Unsupported), Reason: "UNSAFE_HOST",
-				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", a.name, name)})
-			continue
+		for _, p := range res.Deleted {
+			s.record(ctx, audit.Event{ExecutionID: x.id, Action: "delete-in-place", Target: p, Decision: "allow",
+				IsolationLevel: isolation, Detail: "deleted directly by the host backend"})
 		}
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(secrets.Unsupported),
-			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", a.name)})
-		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
-			ErrUnsupportedPolicy, name, a.name)
+		return nil
 	}
-	return nil
+	if ov = s.dropHiddenDeletions(ctx, x.id, ov, x.hidden, res); ov.Empty() {
+		return nil
+	}
+	return s.stageOverlay(ctx, x.tx, x.id, ov, x.review, res)
+}
+
+// close releases what prepare set up, in reverse, whichever phase the
+// execution stopped in, and ends it FINALIZED: nothing is left for a
+// cleanup pass, because the backend owns no per-command state once the
+// command has ended.
+func (x *execution) close(ctx context.Context) {
+	x.overlay.Release()
+	x.eg.close()
+	x.out.release()
+	// The transaction is left open only when it holds staged writes.
+	if x.tx != nil && x.tx.Empty() {
+		_ = x.tx.Discard()
+	}
+	if st := x.lc.State(); st != lifecycle.Finalized && st != lifecycle.RecoveryRequired {
+		x.step(ctx, lifecycle.Cleaning)
+		x.step(ctx, lifecycle.Finalized)
+	}
+}
+
+// outputs carries a command's stdout and stderr to the caller. Everything
+// the command prints passes a streaming scrubber before the caller sees
+// it; a nil writer collects into the Result. A caller's writer is fed from
+// a queue of its own, so that one that blocks is given up on a grace
+// period after ctx ends instead of holding the command, the backend and
+// Close forever.
+type outputs struct {
+	stdout, stderr io.WriteCloser // the scrubbers the backend writes to
+
+	outBuf, errBuf         lockedBuffer
+	collectOut, collectErr bool
+	queues                 []*outWriter
+	giveUp                 chan struct{}
+	stopWatch              func() bool
+	closed                 bool
+}
+
+func newOutputs(ctx context.Context, scrubber *secrets.Scrubber, stdout, stderr io.Writer) *outputs {
+	o := &outputs{collectOut: stdout == nil, collectErr: stderr == nil, giveUp: make(chan struct{})}
+	out, errw := io.Writer(&o.outBuf), io.Writer(&o.errBuf)
+	if stdout != nil {
+		q := newOutWriter(stdout)
+		o.queues, out = append(o.queues, q), q
+	}
+	if stderr != nil {
+		q := newOutWriter(stderr)
+		o.queues, errw = append(o.queues, q), q
+	}
+	o.stopWatch = context.AfterFunc(ctx, func() {
+		time.AfterFunc(writerGrace, func() {
+			for _, q := range o.queues {
+				q.abandon()
+			}
+			close(o.giveUp)
+		})
+	})
+	o.stdout, o.stderr = scrubber.NewWriter(out), scrubber.NewWriter(errw)
+	return o
+}
+
+// close flushes the scrubbers and waits for the caller's writers (up to
+// the grace period after ctx ends); it returns the first error.
+func (o *outputs) close() error {
+	o.closed = true
+	errOut, errErr := o.stdout.Close(), o.stderr.Close()
+	for _, q := range o.queues {
+		if qerr := q.close(o.giveUp); qerr != nil && errOut == nil {
+			errOut = qerr
+		}
+	}
+	return firstErr(errOut, errErr)
+}
+
+// release ends the watch on ctx, first closing the streams when the
+// command never ran, so that no queue's goroutine is left waiting for
+// writes. Safe on nil.
+func (o *outputs) release() {
+	if o == nil {
+		return
+	}
+	if !o.closed {
+		_ = o.close()
+	}
+	o.stopWatch()
+}
+
+// collect puts the output that had no writer of the caller's into res.
+func (o *outputs) collect(res *Result) {
+	if o.collectOut {
+		res.Stdout = o.outBuf.String()
+	}
+	if o.collectErr {
+		res.Stderr = o.errBuf.String()
+	}
 }
 
 func firstErr(errs ...error) error {

@@ -1,0 +1,196 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// The admission checks of Execute's check phase: what a command may
+// reach and use, and whether the backend can hold it to that. Each refusal
+// is audited before it is returned, and nothing has started yet.
+
+// commandLimits resolves the limits one command runs under: the
+// sandbox's, tightened field by field by the command's own. Asking for
+// more than the policy allows is refused (audited), not quietly capped,
+// so the caller learns that what it asked for is not what would run.
+func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, asked *policy.ResourceLimits) (policy.ResourceLimits, error) {
+	limits := *s.o.limits
+	if asked == nil {
+		return limits, nil
+	}
+	if err := asked.Validate(); err != nil {
+		return limits, fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err)
+	}
+	// On an isolating backend the pids and memory defaults are a
+	// ceiling too: a command cannot lift itself above them, only the
+	// policy can. What the command leaves unset stays unset, for the
+	// backend to default.
+	ceil := limits
+	if s.caps.Isolation != backend.IsolationHostUnsafe {
+		ceil = ceil.WithIsolationDefaults()
+	}
+	l, err := ceil.Tighten(*asked)
+	if err != nil {
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			Backend: s.backend.Name(), Reason: "limit_exceeded", Detail: err.Error()})
+		return limits, fmt.Errorf("sandbox: %w", err)
+	}
+	if asked.Pids == 0 {
+		l.Pids = limits.Pids
+	}
+	if asked.MemoryBytes == 0 {
+		l.MemoryBytes = limits.MemoryBytes
+	}
+	if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs) {
+		// Quietly running under the container's higher limits would
+		// be a downgrade like any other.
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			Backend: s.backend.Name(), Reason: "unsupported_policy",
+			Detail: "memory, cpu and pids limits apply to the whole container; a command cannot lower them"})
+		return limits, fmt.Errorf("%w: backend %q applies memory, cpu and pids limits to its whole container; a command cannot lower them (set them with WithLimits or the policy instead)",
+			ErrUnsupportedPolicy, s.backend.Name())
+	}
+	return l, nil
+}
+
+// effectivePolicies resolves what a command may reach. A policy that
+// denies the network or secrets action forces deny-all; an allowed action
+// with no configured policy gets deny-all too, except on the unsafe host
+// backend, which can only give everything.
+func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolicy) {
+	unsafeHost := s.caps.Isolation == backend.IsolationHostUnsafe
+	net := policy.DenyAllNetwork()
+	if s.o.policy.Allowed(policy.Network) {
+		switch {
+		case s.o.network != nil:
+			net = *s.o.network
+		case unsafeHost:
+			net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+		}
+	}
+	net = s.withAllowHosts(net, s.o.policy.Allowed(policy.Network))
+	sec := secrets.DenyAllSecrets()
+	if s.o.policy.Allowed(policy.Secrets) {
+		switch {
+		case s.o.secretPolicy != nil:
+			sec = *s.o.secretPolicy
+		case unsafeHost:
+			sec = secrets.AllowAllSecrets()
+		}
+	}
+	return net, sec
+}
+
+// checkEnforcement resolves the effective policies and refuses, before
+// anything starts, a command whose policies the backend cannot enforce
+// strongly. The one exception is the host backend chosen with
+// WithUnsafeHostExecution: the caller has accepted that it enforces
+// nothing, so a network mode it cannot enforce at all is sent as what
+// really happens (allow-all), and each accepted downgrade is audited.
+func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
+	net, sec := s.effectivePolicies()
+	name := s.backend.Name()
+	netLevel := s.caps.NetworkLevel(net.Mode)
+	secLevel := s.caps.SecretLevel(sec.Mode)
+	accepted := s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe
+
+	decision := func(denyAll bool) string {
+		if denyAll {
+			return "deny"
+		}
+		return "allow"
+	}
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "any",
+		Decision: decision(net.Mode == policy.NetworkDenyAll), Backend: name,
+		EnforcementLevel: string(netLevel), Detail: "network policy mode applied: " + string(net.Mode)})
+	s.record(ctx, audit.Event{ExecutionID: execID, Action: "secrets", Target: "environment",
+		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
+		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
+
+	check := func(kind, mode string, level secrets.EnforcementLevel) error {
+		if level == secrets.Strong {
+			return nil
+		}
+		if accepted {
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
+				IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
+				Reason: "UNSAFE_HOST",
+				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by unsafe host opt-in", kind, mode, level, name)})
+			return nil
+		}
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
+			Reason: "unsupported_policy",
+			Detail: fmt.Sprintf("backend cannot strongly enforce %s policy: %s", kind, mode)})
+		return fmt.Errorf("%w: backend %q enforces %s policy %q only at level %q; refused to prevent a silent downgrade",
+			ErrUnsupportedPolicy, name, kind, mode, level)
+	}
+	if err := check("network", string(net.Mode), netLevel); err != nil {
+		return net, sec, err
+	}
+	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
+		return net, sec, err
+	}
+	if err := s.checkLimits(ctx, execID, cmdStr, limits, accepted); err != nil {
+		return net, sec, err
+	}
+	if accepted && netLevel == secrets.Unsupported {
+		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+	}
+	return net, sec, nil
+}
+
+// checkLimits refuses a command whose resource limits the backend cannot
+// enforce at all: a memory cap that is silently not applied is a
+// downgrade like any other. The limits every command has (the timeout and
+// the output cap, filled in by default) are refused only when the backend
+// says outright that it cannot enforce them; the others, only set when
+// asked for, must be listed by the backend as enforced. Best-effort
+// enforcement is accepted and audited, and so is anything the unsafe host
+// opt-in accepted.
+func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l policy.ResourceLimits, accepted bool) error {
+	asked := []struct {
+		name   string
+		set    bool
+		always bool
+	}{
+		{"timeout", l.Timeout > 0, true},
+		{"output_bytes", l.OutputBytes > 0, true},
+		{"memory_bytes", l.MemoryBytes > 0, false},
+		{"cpus", l.CPUs > 0, false},
+		{"pids", l.Pids > 0, false},
+		{"file_size_bytes", l.FileSizeBytes > 0, false},
+	}
+	name := s.backend.Name()
+	for _, a := range asked {
+		if !a.set {
+			continue
+		}
+		level, listed := s.caps.Limits[a.name]
+		switch {
+		case level == secrets.Strong:
+			continue
+		case level == secrets.BestEffort || (a.always && !listed):
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
+				Backend: name, EnforcementLevel: string(secrets.BestEffort),
+				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", a.name, name)})
+			continue
+		case accepted:
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
+				Backend: name, EnforcementLevel: string(secrets.Unsupported), Reason: "UNSAFE_HOST",
+				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", a.name, name)})
+			continue
+		}
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(secrets.Unsupported),
+			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", a.name)})
+		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
+			ErrUnsupportedPolicy, name, a.name)
+	}
+	return nil
+}
