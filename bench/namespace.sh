@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Namespace backend start-up cost, repeated to show its spread on a shared
 # machine: Exec of `true` against bare `bash -c true` and against
-# `bwrap --unshare-all --ro-bind / / true`, one at a time (warm: the init
-# started ahead; cold: WithoutPrestart) and 16 at once (after one untimed
-# batch, which sizes the pool of inits started ahead). Every ratio is
-# measured within one run, interleaved with its reference. Then where a
-# cold Exec's time goes, step by step (TestStartupPhases).
+# `bwrap --unshare-all --ro-bind / / true`, back to back (warm: the init
+# for the next Exec started ahead, its start timed with the Exec that
+# started it; cold: WithoutPrestart) and 16 at once; then the same through
+# sandbox.Execute (BenchmarkSandboxExecuteTrue*). Every ratio is measured
+# within one run, interleaved with its reference, and nothing on the
+# measured side is prepared in an untimed wait. Then where a cold Exec's
+# time goes, step by step (TestStartupPhases).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! out=$(go test -run '^$' -bench 'ExecTrue' -benchtime "${BENCHTIME:-30x}" -count "${COUNT:-3}" ./backend/namespace/ 2>&1); then
+if ! out=$(go test -run '^$' -bench 'ExecTrue|SandboxExecuteTrue' -benchtime "${BENCHTIME:-30x}" -count "${COUNT:-3}" ./backend/namespace/ 2>&1); then
   echo "$out"
   exit 1
 fi

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -101,4 +102,74 @@ func BenchmarkHiddenPaths(b *testing.B) {
 		b.ReportMetric(float64(mine)/float64(ref), "x-vs-walkdir")
 		b.ReportMetric(float64(mine.Nanoseconds())/float64(b.N), "expand-ns/op")
 	}
+}
+
+// countWriter counts what reaches it: the destination of both sides of
+// the throughput benchmark.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// BenchmarkExecuteStdout256MiB streams 256 MiB of stdout (`head -c` of
+// /dev/zero) through Execute to a caller's writer — backend pipes, output
+// cap, the secret scrubber, the caller's queue — against the same head
+// writing into a direct pipe that os/exec copies to the same kind of
+// writer, alternately. x-vs-pipe is the ratio; the goal is at most 1.5.
+func BenchmarkExecuteStdout256MiB(b *testing.B) {
+	const size = 256 << 20
+	p := policy.Default()
+	p.Limits.OutputBytes = 2 * size
+	run := func(b *testing.B, sb *Sandbox) {
+		head, err := exec.LookPath("head")
+		if err != nil {
+			b.Skip("needs head: ", err)
+		}
+		ctx := context.Background()
+		args := []string{"head", "-c", fmt.Sprint(size), "/dev/zero"}
+		var mine, ref time.Duration
+		for b.Loop() {
+			var out, direct countWriter
+			t0 := time.Now()
+			res, err := sb.Execute(ctx, Command{Args: args, Stdout: &out})
+			if err != nil || res.ExitCode != 0 || out.n != size {
+				b.Fatalf("Execute: %v %+v, %d bytes", err, res, out.n)
+			}
+			t1 := time.Now()
+			cmd := exec.Command(head, args[1:]...)
+			cmd.Stdout = &direct
+			if err := cmd.Run(); err != nil || direct.n != size {
+				b.Fatalf("reference: %v, %d bytes", err, direct.n)
+			}
+			mine += t1.Sub(t0)
+			ref += time.Since(t1)
+		}
+		if ref > 0 {
+			b.ReportMetric(float64(mine)/float64(ref), "x-vs-pipe")
+			b.ReportMetric(float64(size)*float64(b.N)/mine.Seconds()/(1<<20), "MiB/s")
+		}
+	}
+	b.Run("host", func(b *testing.B) {
+		sb, err := New(context.Background(), b.TempDir(), withGetenv(noEnv), WithPolicy(p), WithBackendName("host"), WithUnsafeHostExecution())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Close()
+		run(b, sb)
+	})
+	b.Run("namespace", func(b *testing.B) {
+		nb, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "ns")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nb.Close()
+		if err := nb.Probe(context.Background()); err != nil {
+			b.Skipf("namespace backend unavailable: %v", err)
+		}
+		sb, err := New(context.Background(), b.TempDir(), withGetenv(noEnv), WithPolicy(p), WithBackend(nb))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Close()
+		run(b, sb)
+	})
 }

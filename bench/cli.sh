@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The CLI's cost, one `pulse exec` process at a time, each against a
+# reference doing the same work, run alternately in the same loop and
+# compared by their medians (pulse ÷ reference, below 1 is faster):
+#   - namespace `true` against `bwrap --unshare-all --ro-bind / / true`
+#   - host `true` (--unsafe-host) against `bash -c true`
+#   - 256 MiB of stdout through pulse exec (host and namespace) into a pipe,
+#     against the same `head -c` writing into that pipe directly
+#   - 1,000 files written and committed (--auto-commit, namespace) against
+#     bwrap running the same script in a tmpfs
+#   - remote `true` (pulse-server on loopback, host executor) against the
+#     host CLI: the difference in ms rather than a ratio
+# N sets the runs of each pair (default 21; the bulk ones run N/3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-21}
+NBULK=${NBULK:-$(((N + 2) / 3))}
+tmp=$(mktemp -d)
+srv=""
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+go build -o "$tmp/pulse" ./cmd/pulse
+go build -o "$tmp/pulse-server" ./cmd/pulse-server
+pulse=$tmp/pulse
+mkdir "$tmp/ws"
+echo hello >"$tmp/ws/README"
+# The probe cache lives under the user's cache dir; a private one keeps
+# the run from depending on (or changing) the caller's. The first run
+# fills it, as a machine's first pulse exec does.
+export XDG_CACHE_HOME=$tmp/cache
+have_bwrap=1
+bwrap --unshare-all --ro-bind / / true 2>/dev/null || have_bwrap=0
+
+# us runs its arguments (a shell snippet) and prints how long it took, in
+# microseconds, measured in this shell (no fork for the clock).
+us() {
+	local t0=$EPOCHREALTIME
+	eval "$1" >/dev/null 2>"$tmp/err" || { echo "bench: failed: $1" >&2; cat "$tmp/err" >&2; exit 1; }
+	local t1=$EPOCHREALTIME
+	echo $(((${t1/./} - ${t0/./})))
+}
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# pair NAME UNIT RUNS PREP MEASURED REFERENCE: PREP (untimed) runs before
+# each of the two, so that both start from the same state.
+pair() {
+	local name=$1 unit=$2 runs=$3 prep=$4 mine=$5 ref=$6 a=() b=()
+	eval "$prep"
+	eval "$mine" >/dev/null 2>&1 || true # first use: page cache, probe cache
+	for _ in $(seq "$runs"); do
+		eval "$prep"
+		a+=("$(us "$mine")")
+		eval "$prep"
+		b+=("$(us "$ref")")
+	done
+	local p r
+	p=$(median "${a[@]}") r=$(median "${b[@]}")
+	awk -v n="$name" -v u="$unit" -v k="$runs" -v p="$p" -v r="$r" \
+		'BEGIN {printf "%s\t%d\t%.2f ms/pulse\t%.2f ms/ref\t%.2f %s\n", n, k, p/1e3, r/1e3, p/r, u}'
+}
+
+ns="$pulse exec --backend namespace --workspace $tmp/ws"
+hostx="$pulse exec --backend host --unsafe-host --workspace $tmp/ws"
+if [ "$have_bwrap" = 1 ]; then
+	pair BenchmarkCLINamespaceTrue x-vs-bwrap "$N" : "$ns -- true" "bwrap --unshare-all --ro-bind / / true"
+else
+	echo "BenchmarkCLINamespaceTrue: bwrap cannot run here, no ratio"
+fi
+pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
+
+# The default output cap (16 MiB) would cut the stream short.
+printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
+big="head -c 268435456 /dev/zero"
+pair BenchmarkCLINamespaceStdout256MiB x-vs-pipe "$NBULK" : "$ns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
+pair BenchmarkCLIHostStdout256MiB x-vs-pipe "$NBULK" : "$hostx --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
+
+if [ "$have_bwrap" = 1 ]; then
+	files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
+	fresh="rm -rf $tmp/w1k && mkdir $tmp/w1k && echo hello >$tmp/w1k/README"
+	pair BenchmarkCLICommit1000Files x-vs-bwrap-tmpfs "$NBULK" "$fresh" \
+		"$pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
+		"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
+fi
+
+# Remote: pulse-server on loopback with the host executor; the reference
+# is the host CLI itself, so the difference is what the remote hop adds.
+port=$(( (RANDOM % 20000) + 30000 ))
+PULSE_REMOTE_TOKEN=bench-token-0123456789abcdef0123456789abcdef "$tmp/pulse-server" --development \
+	--backend host --unsafe-host --host 127.0.0.1 --port "$port" \
+	--workspace-root "$tmp/srv/ws" --database "$tmp/srv/db.sqlite3" >"$tmp/srv.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do
+	grep -q listening "$tmp/srv.log" 2>/dev/null && break
+	sleep 0.05
+done
+if grep -q listening "$tmp/srv.log"; then
+	# The host executor cannot deny the network, so both sides run under
+	# a policy that allows it.
+	printf 'version: 1\ndefaults:\n  network: allow\n  secrets: allow\nnetwork:\n  mode: allow-all\n' >"$tmp/net.yaml"
+	rem="PULSE_REMOTE_URL=ws://127.0.0.1:$port PULSE_REMOTE_TOKEN=bench-token-0123456789abcdef0123456789abcdef $pulse exec --policy $tmp/net.yaml --secrets allow-all --workspace $tmp/ws"
+	out=$(pair BenchmarkCLIRemoteTrue x-vs-host "$N" : "$rem -- true" "$hostx --policy $tmp/net.yaml --secrets allow-all -- true")
+	awk -F'\t' '{split($3, p, " "); split($4, r, " "); printf "%s\t%s\t%s\t%s\t%.2f ms-over-host\t%s\n", $1, $2, $3, $4, p[1]-r[1], $5}' <<<"$out"
+else
+	echo "BenchmarkCLIRemoteTrue: pulse-server did not start:"
+	cat "$tmp/srv.log"
+fi
