@@ -4,25 +4,18 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/protocol"
 )
-
-// manifestName is the overlay archive member that lists deletions. It
-// lives under the reserved .pulse/ directory, where no written file can.
-const manifestName = ".pulse/overlay.json"
 
 // packLimits bounds a packed workspace.
 type packLimits struct {
@@ -161,7 +154,7 @@ func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pendi
 			}
 			// The server's own rule, so that it never refuses the upload
 			// for a link that could have been left out.
-			if artifact.CheckLinkTarget(rel, target) != nil || artifact.ResolveInside(dir, rel) != nil {
+			if protocol.CheckLinkTarget(rel, target) != nil || resolvesOutside(dir, rel) {
 				p.skipped = append(p.skipped, rel)
 				return nil
 			}
@@ -202,134 +195,9 @@ func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pendi
 	return p, nil
 }
 
-// overlayLimits bounds an overlay archive from the server.
-type overlayLimits struct {
-	bytes   int64
-	members int
-}
-
-// cleanMember validates a member name from the server and returns it
-// clean and slash-separated. It fails closed: absolute names, "..",
-// backslashes, NUL and over-long names are refused.
-func cleanMember(name string) (string, error) {
-	n := strings.TrimSuffix(name, "/")
-	if n == "" || len(n) > pathguard.MaxPathLen || strings.ContainsAny(n, "\x00\\") || strings.HasPrefix(n, "/") {
-		return "", fmt.Errorf("member %q: %w", name, ErrOverlay)
-	}
-	for _, part := range strings.Split(n, "/") {
-		if part == ".." || len(part) > pathguard.MaxNameLen {
-			return "", fmt.Errorf("member %q: %w", name, ErrOverlay)
-		}
-	}
-	c := path.Clean(n)
-	if c == "." {
-		return "", fmt.Errorf("member %q: %w", name, ErrOverlay)
-	}
-	return c, nil
-}
-
-// unpackOverlay parses the overlay archive of download_artifact. Files
-// come back byte-exact with their permission bits (never set-id),
-// directories and symlinks by type; the manifest lists deletions. Any
-// member that is unsafe, duplicated, reserved or over a limit fails the
-// whole archive.
-func unpackOverlay(data []byte, lim overlayLimits) (*backend.Overlay, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("remote: overlay: %s: %w", fmt.Sprintf(format, args...), ErrOverlay)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, bad("not gzip: %v", err)
-	}
-	// Headers and padding are bounded too, so a stream of empty blocks
-	// cannot run on.
-	tr := tar.NewReader(io.LimitReader(zr, lim.bytes+int64(lim.members+2)*3*512))
-	ov := &backend.Overlay{}
-	seen := map[string]bool{}
-	var total int64
-	members := 0
-	manifest := false
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, bad("%v", err)
-		}
-		members++
-		if members > lim.members {
-			return nil, bad("more than %d members", lim.members)
-		}
-		name, err := cleanMember(hdr.Name)
-		if err != nil {
-			return nil, err
-		}
-		if hdr.Size < 0 || total+hdr.Size > lim.bytes {
-			return nil, bad("more than %d bytes", lim.bytes)
-		}
-		if name == manifestName {
-			if manifest || hdr.Typeflag != tar.TypeReg {
-				return nil, bad("second or non-file manifest")
-			}
-			manifest = true
-			body, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
-			if err != nil {
-				return nil, bad("manifest: %v", err)
-			}
-			total += int64(len(body))
-			var m struct {
-				Version int      `json:"version"`
-				Deleted []string `json:"deleted"`
-			}
-			if err := json.Unmarshal(body, &m); err != nil || m.Version != 1 {
-				return nil, bad("manifest is not version 1 JSON")
-			}
-			for _, d := range m.Deleted {
-				c, err := cleanMember(d)
-				if err != nil {
-					return nil, err
-				}
-				if pathguard.IsReserved(c) || seen["-"+c] {
-					return nil, bad("deletion %q reserved or repeated", d)
-				}
-				seen["-"+c] = true
-				ov.Deleted = append(ov.Deleted, c)
-			}
-			continue
-		}
-		if pathguard.IsReserved(name) {
-			return nil, bad("member %q is under %s/", name, pathguard.ReservedDir)
-		}
-		if seen[name] {
-			return nil, bad("member %q repeated", name)
-		}
-		seen[name] = true
-		perm := fs.FileMode(hdr.Mode).Perm()
-		f := backend.File{Path: name}
-		switch hdr.Typeflag {
-		case tar.TypeReg:
-			body, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
-			if err != nil || int64(len(body)) != hdr.Size {
-				return nil, bad("member %q truncated", name)
-			}
-			total += hdr.Size
-			f.Mode, f.Data = perm, body
-		case tar.TypeDir:
-			f.Mode = fs.ModeDir | perm
-		case tar.TypeSymlink:
-			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > pathguard.MaxPathLen {
-				return nil, bad("symlink %q has a bad target", name)
-			}
-			total += int64(len(hdr.Linkname))
-			f.Mode, f.Data = fs.ModeSymlink|0o777, []byte(hdr.Linkname)
-		default:
-			return nil, bad("member %q has type %q", name, hdr.Typeflag)
-		}
-		ov.Files = append(ov.Files, f)
-	}
-	if !manifest {
-		return nil, bad("no deletions manifest")
-	}
-	return ov, nil
+// resolvesOutside reports whether rel, followed through every link in
+// dir, leads out of it: the server refuses such a link.
+func resolvesOutside(dir, rel string) bool {
+	_, err := protocol.Resolve(dir, rel)
+	return err != nil
 }

@@ -1,6 +1,7 @@
 // Package remote is the backend that runs commands on a pulse-server over
-// its authenticated WebSocket protocol (internal/server/PROTOCOL.md, the
-// protocol of the Python server it replaces, plus additive fields).
+// its authenticated WebSocket protocol: the protocol of the Python server
+// it replaces, plus additive fields, whose messages, names and archive
+// formats are package protocol's (documented in protocol/PROTOCOL.md).
 //
 // Build it with New (WithURL, WithToken, WithTLSFiles, WithLogger) or
 // FromEnv, which reads PULSE_REMOTE_URL, PULSE_REMOTE_TOKEN and

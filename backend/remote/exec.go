@@ -20,21 +20,12 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
-// Bounds the server applies to a submission, checked here first so that
-// a request it would refuse is refused as ErrInvalidRequest.
-const (
-	maxTimeout    = 24 * time.Hour
-	maxEnvEntries = 1024
-	maxCommandLen = 1 << 20
-)
-
-var (
-	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	idChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-)
+// idChars are the characters an execution id may not hold.
+var idChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // errNotFound is the server saying it has no such execution.
 var errNotFound = errors.New("execution not found on the server")
@@ -66,8 +57,8 @@ func checkRequest(req *backend.Request) (string, error) {
 	if strings.ContainsRune(req.Shell, 0) || strings.TrimSpace(req.Shell) == "" && len(req.Args) == 0 {
 		return "", invalid("shell script is empty or holds a NUL byte")
 	}
-	if n > maxCommandLen-4096 {
-		return "", invalid("command longer than %d bytes", maxCommandLen-4096)
+	if n > protocol.MaxCommandLen-4096 {
+		return "", invalid("command longer than %d bytes", protocol.MaxCommandLen-4096)
 	}
 	if !filepath.IsAbs(req.Workspace) {
 		return "", invalid("workspace %q is not an absolute path", req.Workspace)
@@ -86,16 +77,16 @@ func checkRequest(req *backend.Request) (string, error) {
 	if pathguard.IsReserved(dir) {
 		return "", invalid("Dir %q is reserved", req.Dir)
 	}
-	if len(req.Env) > maxEnvEntries {
-		return "", invalid("more than %d environment variables", maxEnvEntries)
+	if len(req.Env) > protocol.MaxEnvEntries {
+		return "", invalid("more than %d environment variables", protocol.MaxEnvEntries)
 	}
 	for k, v := range req.Env {
-		if !envName.MatchString(k) || strings.ContainsRune(v, 0) {
+		if !protocol.ValidEnvName(k) || strings.ContainsRune(v, 0) {
 			return "", invalid("environment variable %q is malformed", k)
 		}
 	}
-	if req.Limits.Timeout < 0 || req.Limits.Timeout > maxTimeout {
-		return "", invalid("timeout %v not in (0, %v]", req.Limits.Timeout, maxTimeout)
+	if req.Limits.Timeout < 0 || req.Limits.Timeout > protocol.MaxTimeout {
+		return "", invalid("timeout %v not in (0, %v]", req.Limits.Timeout, protocol.MaxTimeout)
 	}
 	return dir, nil
 }
@@ -167,7 +158,7 @@ type run struct {
 	lastSeq  int64
 	events   int
 	numbered bool
-	res      *resultPayload
+	res      *protocol.Result
 
 	cancelWanted bool
 	cancelSent   bool
@@ -264,7 +255,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	stdinName := ""
 	if req.Stdin != nil {
 		limit := b.o.maxStdin
-		if info.features[featureStdin] && info.maxStdin > 0 {
+		if info.features[protocol.FeatureStdin] && info.maxStdin > 0 {
 			limit = min(limit, info.maxStdin)
 		}
 		data, err := io.ReadAll(io.LimitReader(req.Stdin, limit+1))
@@ -278,7 +269,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		}
 		switch {
 		case len(data) == 0:
-		case info.features[featureStdin]:
+		case info.features[protocol.FeatureStdin]:
 			stdinData = data
 		default:
 			// A server without the stdin field: the input travels as a
@@ -304,7 +295,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		return nil, err
 	}
 	pk, err := packView(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
-		symlinks: info.features[featureSymlinks], hidden: hidden}, req.Pending)
+		symlinks: info.features[protocol.FeatureSymlinks], hidden: hidden}, req.Pending)
 	if err != nil {
 		return nil, err
 	}
@@ -323,33 +314,25 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 			return nil, err
 		}
 	}
-	payload := map[string]any{
-		"execution_id": x.id,
-		"command":      command(req, dir, stdinName),
-		"cwd":          dir,
-		"encoding":     "base64",
-		"network":      netPol,
-		"secrets":      secPol,
+	payload := &protocol.Submit{
+		ExecutionID: x.id,
+		Command:     command(req, dir, stdinName),
+		Cwd:         dir,
+		Encoding:    protocol.EncodingBase64,
+		Network:     &netPol,
+		Secrets:     &secPol,
+		Env:         req.Env,
+		Stdin:       stdinData,
+		TimeoutS:    max(req.Limits.Timeout.Seconds(), 0),
 	}
-	if req.ExecutionID != "" && len(req.ExecutionID) <= 256 && utf8.ValidString(req.ExecutionID) {
-		payload["correlation_id"] = req.ExecutionID
+	if req.ExecutionID != "" && len(req.ExecutionID) <= protocol.MaxCorrelation && utf8.ValidString(req.ExecutionID) {
+		payload.CorrelationID = req.ExecutionID
 	}
-	if len(req.Env) > 0 {
-		payload["env"] = req.Env
+	if info.features[protocol.FeatureResultOutput] {
+		payload.ResultOutput = protocol.ResultOutputOmit
 	}
-	if info.features[featureResultOutput] {
-		payload["result_output"] = "omit"
-	}
-	if info.features[featureLimits] {
-		if l := wireLimits(req.Limits); len(l) > 0 {
-			payload["limits"] = l
-		}
-	}
-	if stdinData != nil {
-		payload["stdin"] = base64.StdEncoding.EncodeToString(stdinData)
-	}
-	if req.Limits.Timeout > 0 {
-		payload["timeout_s"] = req.Limits.Timeout.Seconds()
+	if info.features[protocol.FeatureLimits] {
+		payload.Limits = wireLimits(req.Limits)
 	}
 	lim := req.Limits.WithDefaults()
 	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
@@ -375,37 +358,28 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	return res, nil
 }
 
-// wireLimits is the submit's limits field: the limits set, in the JSON
-// names of policy.ResourceLimits. The timeout travels as timeout_s.
-func wireLimits(l policy.ResourceLimits) map[string]any {
-	m := map[string]any{}
-	if l.MemoryBytes > 0 {
-		m["memory_bytes"] = l.MemoryBytes
+// wireLimits is the submit's limits field: the limits set (positive),
+// nil when none is. The timeout travels as timeout_s.
+func wireLimits(l policy.ResourceLimits) *policy.ResourceLimits {
+	w := policy.ResourceLimits{
+		MemoryBytes: max(l.MemoryBytes, 0), CPUs: max(l.CPUs, 0), Pids: max(l.Pids, 0),
+		FileSizeBytes: max(l.FileSizeBytes, 0), OutputBytes: max(l.OutputBytes, 0),
 	}
-	if l.CPUs > 0 {
-		m["cpus"] = l.CPUs
+	if w == (policy.ResourceLimits{}) {
+		return nil
 	}
-	if l.Pids > 0 {
-		m["pids"] = l.Pids
-	}
-	if l.FileSizeBytes > 0 {
-		m["file_size_bytes"] = l.FileSizeBytes
-	}
-	if l.OutputBytes > 0 {
-		m["output_bytes"] = l.OutputBytes
-	}
-	return m
+	return &w
 }
 
 // command is the submitted command. With stdin, the command first takes
 // its input from the uploaded stdin file and removes it, so that what it
 // sees is its input on fd 0 and the workspace as it was.
-func command(req *backend.Request, dir, stdinName string) any {
+func command(req *backend.Request, dir, stdinName string) protocol.Command {
 	if stdinName == "" {
 		if req.Shell != "" {
-			return req.Shell
+			return protocol.Command{Shell: req.Shell}
 		}
-		return req.Args
+		return protocol.Command{Args: req.Args}
 	}
 	rel := stdinName
 	if dir != "." {
@@ -413,9 +387,9 @@ func command(req *backend.Request, dir, stdinName string) any {
 	}
 	if req.Shell != "" {
 		// One line, so the script's own line numbers stay as written.
-		return "exec 0<'" + rel + "' && rm -f -- '" + rel + "' || exit 126; " + req.Shell
+		return protocol.Command{Shell: "exec 0<'" + rel + "' && rm -f -- '" + rel + "' || exit 126; " + req.Shell}
 	}
-	return append([]string{"sh", "-c", `exec 0<"$0" && rm -f -- "$0" || exit 126; exec "$@"`, rel}, req.Args...)
+	return protocol.Command{Args: append([]string{"sh", "-c", `exec 0<"$0" && rm -f -- "$0" || exit 126; exec "$@"`, rel}, req.Args...)}
 }
 
 // withoutPath drops the stdin file from an overlay.
@@ -446,12 +420,11 @@ const progressUploadBytes = 1 << 20
 // second upload to an id whose first may have landed; the orphan is
 // removed by the server's reconcile.
 func (x *run) upload(ctx context.Context, data []byte) error {
-	b64 := base64.StdEncoding.EncodeToString(data)
 	deadline := time.Now().Add(x.b.o.reconnect)
 	for n := 0; ; n++ {
-		r, err := x.l.call(ctx, actionUpload, map[string]any{"execution_id": x.id, "data": b64}, nil)
+		r, err := x.l.call(ctx, protocol.ActionUpload, &protocol.Upload{ExecutionID: x.id, Data: data}, nil)
 		if err == nil {
-			if r.isErr || r.Status != statusUploaded {
+			if r.isErr || r.Status != protocol.StatusUploaded {
 				return fmt.Errorf("remote: the server refused the workspace upload (%s %s): it is over the server's limits or holds an entry it does not accept: %w",
 					r.Code, r.Message, backend.ErrUnsupported)
 			}
@@ -508,9 +481,9 @@ func (x *run) redial(ctx context.Context, n int, deadline time.Time, cause error
 // submit starts the execution. If the connection drops before the server
 // acknowledges, attach tells whether the submission landed: if it did,
 // the execution carries on; if not, it is submitted again.
-func (x *run) submit(ctx context.Context, payload map[string]any) error {
+func (x *run) submit(ctx context.Context, payload *protocol.Submit) error {
 	for {
-		r, err := x.l.call(ctx, actionSubmit, payload, x.onFrame)
+		r, err := x.l.call(ctx, protocol.ActionSubmit, payload, x.onFrame)
 		if err == nil {
 			return x.submitted(r)
 		}
@@ -535,15 +508,15 @@ func (x *run) submit(ctx context.Context, payload map[string]any) error {
 
 // submitted maps the server's answer to a submission.
 func (x *run) submitted(r *reply) error {
-	if !r.isErr && r.Status == statusStarting {
+	if !r.isErr && r.Status == protocol.StatusStarting {
 		return nil
 	}
 	switch {
-	case r.Code == codeCapacity || r.Message == msgCapacity:
+	case r.Code == protocol.CodeCapacity || r.Message == protocol.MsgCapacity:
 		return fmt.Errorf("remote: %s: %w: %w", r.Message, ErrCapacity, backend.ErrUnavailable)
-	case r.Code == codeUnsupported:
+	case r.Code == protocol.CodeUnsupported:
 		return fmt.Errorf("remote: %s: %w", r.Message, backend.ErrUnsupported)
-	case r.Code == codeInvalid || r.Code == "":
+	case r.Code == protocol.CodeInvalid || r.Code == "":
 		return fmt.Errorf("remote: the server refused the submission as invalid (%s): %w", r.Message, backend.ErrInvalidRequest)
 	}
 	return fmt.Errorf("remote: submit answered %s %q %q: %w", r.Status, r.Code, r.Message, ErrProtocol)
@@ -551,10 +524,10 @@ func (x *run) submitted(r *reply) error {
 
 // onFrame handles a frame that is not the reply awaited: output events
 // and the result.
-func (x *run) onFrame(f *frame) error {
+func (x *run) onFrame(f *protocol.Frame) error {
 	switch {
-	case f.stream != nil:
-		s := f.stream
+	case f.Stream != nil:
+		s := f.Stream
 		if s.ExecutionID != x.id {
 			return nil
 		}
@@ -573,13 +546,13 @@ func (x *run) onFrame(f *frame) error {
 		if s.Stream == "stderr" {
 			w = &x.err
 		}
-		if w.write(s.bytes) && !x.capHit {
+		if w.write(s.Bytes) && !x.capHit {
 			x.capHit = true
 			x.wantCancel()
 		}
-	case f.result != nil:
-		if f.result.ExecutionID == x.id || f.result.ExecutionID == "" {
-			x.res = f.result
+	case f.Result != nil:
+		if f.Result.ExecutionID == x.id || f.Result.ExecutionID == "" {
+			x.res = f.Result
 		}
 	}
 	return nil
@@ -594,7 +567,7 @@ func (x *run) wantCancel() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := x.l.send(ctx, actionCancel, map[string]any{"execution_id": x.id}); err == nil {
+	if _, err := x.l.send(ctx, protocol.ActionCancel, &protocol.ExecutionRef{ExecutionID: x.id}); err == nil {
 		x.cancelSent = true
 	}
 }
@@ -656,7 +629,7 @@ func (x *run) giveUp() {
 	if x.capHit {
 		reason = backend.OutputLimit
 	}
-	x.res = &resultPayload{ExecutionID: x.id, ExitCode: -1, TerminationReason: string(reason), Error: statusCancelled}
+	x.res = &protocol.Result{ExecutionID: x.id, ExitCode: -1, TerminationReason: string(reason), Error: protocol.StatusCancelled}
 }
 
 // reconnect replaces a lost connection and reattaches from the last event
@@ -671,7 +644,7 @@ func (x *run) reconnect(deadline time.Time) error {
 			return err
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		r, err := x.l.call(ctx, actionAttach, map[string]any{"execution_id": x.id, "after_seq": x.lastSeq}, x.onFrame)
+		r, err := x.l.call(ctx, protocol.ActionAttach, &protocol.Attach{ExecutionID: x.id, AfterSeq: x.lastSeq}, x.onFrame)
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrProtocol) {
@@ -682,21 +655,21 @@ func (x *run) reconnect(deadline time.Time) error {
 			continue
 		}
 		switch {
-		case r.isErr && (r.Code == codeAttached || r.Message == msgAttached):
+		case r.isErr && (r.Code == protocol.CodeAttached || r.Message == protocol.MsgAttached):
 			// The server has not yet noticed that the old connection
 			// died; it lets go of it shortly.
 			cause = errors.New(r.Message)
 			x.l.close()
 			continue
-		case r.isErr && (r.Code == codeNotFound || r.Message == msgNotFound):
+		case r.isErr && (r.Code == protocol.CodeNotFound || r.Message == protocol.MsgNotFound):
 			return errNotFound
 		case r.isErr:
 			return fmt.Errorf("remote: attach answered %q %q: %w", r.Code, r.Message, ErrProtocol)
-		case r.Status == statusUnknown:
+		case r.Status == protocol.StatusUnknown:
 			return fmt.Errorf("remote: the server restarted while execution %s ran and does not know how it ended (status UNKNOWN): %w", x.id, ErrExecutionLost)
-		case r.Status == statusNotFound:
+		case r.Status == protocol.StatusNotFound:
 			return errNotFound
-		case r.Status == statusRunning:
+		case r.Status == protocol.StatusRunning:
 			// Ending as attach looked: ask again.
 			cause = errors.New("the server reports the execution running but does not stream it")
 			x.l.close()
@@ -728,7 +701,7 @@ func (x *run) result() (*backend.Result, error) {
 		}
 		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, class)
 	}
-	if p.Error == errorOverlayLost {
+	if p.Error == protocol.ResultOverlayLost {
 		// The command ran, but the server lost what it wrote: a Result
 		// without an overlay would look like a command that wrote nothing.
 		return nil, fmt.Errorf("remote: execution %s ran (exit %d) but the server could not keep what it wrote: %w",
@@ -749,7 +722,7 @@ func (x *run) result() (*backend.Result, error) {
 	if p.PID != nil {
 		res.PID = *p.PID
 	}
-	cancelled := p.Error == statusCancelled || res.Termination == backend.Cancelled
+	cancelled := p.Error == protocol.StatusCancelled || res.Termination == backend.Cancelled
 	switch {
 	case x.capHit && cancelled:
 		res.Termination, res.ExitCode, res.Truncated = backend.OutputLimit, -1, true
@@ -771,7 +744,7 @@ func (x *run) download() (*backend.Overlay, error) {
 	deadline := time.Now().Add(x.b.o.reconnect)
 	for n := 0; ; n++ {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		r, err := x.l.call(ctx, actionDownload, map[string]any{"execution_id": x.id}, nil)
+		r, err := x.l.call(ctx, protocol.ActionDownload, &protocol.ExecutionRef{ExecutionID: x.id}, nil)
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrProtocol) {
@@ -784,14 +757,18 @@ func (x *run) download() (*backend.Overlay, error) {
 			continue
 		}
 		switch {
-		case !r.isErr && r.Status == statusNoArtifact:
+		case !r.isErr && r.Status == protocol.StatusNoArtifact:
 			return &backend.Overlay{}, nil
-		case !r.isErr && r.Status == statusDownloaded:
+		case !r.isErr && r.Status == protocol.StatusDownloaded:
 			data, err := base64.StdEncoding.DecodeString(r.Data)
 			if err != nil {
 				return nil, fmt.Errorf("remote: overlay is not base64: %w", ErrOverlay)
 			}
-			return unpackOverlay(data, overlayLimits{bytes: x.b.o.maxOverlay, members: 1_000_000})
+			ov, err := protocol.UnpackOverlay(data, protocol.OverlayLimits{Bytes: x.b.o.maxOverlay, Members: 1_000_000})
+			if err != nil {
+				return nil, fmt.Errorf("remote: %w: %w", err, ErrOverlay)
+			}
+			return ov, nil
 		}
 		return nil, fmt.Errorf("remote: download answered %q %q %q: %w", r.Status, r.Code, r.Message, ErrOverlay)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // fakeServer speaks the protocol from a script, for behaviour the real
@@ -55,7 +56,7 @@ var hostCaps = map[string]any{"isolation": "host_unsafe", "network": map[string]
 // server) is a version error, not "unreachable".
 func TestOlderServer(t *testing.T) {
 	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
-		send(ctx, ws, typeError, map[string]any{"message": msgUnknown, "request_id": p["request_id"]})
+		send(ctx, ws, protocol.TypeError, map[string]any{"message": protocol.MsgUnknown, "request_id": p["request_id"]})
 	})
 	b := mustNew(t, WithURL(url), WithToken("t"))
 	err := probe(b)
@@ -72,11 +73,11 @@ func TestOlderServer(t *testing.T) {
 func TestUnconfirmedCancel(t *testing.T) {
 	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
 		switch action {
-		case actionCapabilities:
-			send(ctx, ws, typeResponse, map[string]any{"status": statusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
-		case actionSubmit:
-			send(ctx, ws, typeResponse, map[string]any{"status": statusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
-			send(ctx, ws, typeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "c3RhcnRlZAo=", "seq": 1, "encoding": "base64"})
+		case protocol.ActionCapabilities:
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
+		case protocol.ActionSubmit:
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
+			send(ctx, ws, protocol.TypeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "c3RhcnRlZAo=", "seq": 1, "encoding": "base64"})
 		}
 		// cancel: no answer, no result.
 	})
@@ -99,11 +100,11 @@ func TestUnconfirmedCancel(t *testing.T) {
 func TestUnnumberedEventsCannotResume(t *testing.T) {
 	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
 		switch action {
-		case actionCapabilities:
-			send(ctx, ws, typeResponse, map[string]any{"status": statusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
-		case actionSubmit:
-			send(ctx, ws, typeResponse, map[string]any{"status": statusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
-			send(ctx, ws, typeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "partial\n"})
+		case protocol.ActionCapabilities:
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
+		case protocol.ActionSubmit:
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusStarting, "request_id": p["request_id"], "execution_id": p["execution_id"]})
+			send(ctx, ws, protocol.TypeStream, map[string]any{"execution_id": p["execution_id"], "stream": "stdout", "data": "partial\n"})
 			ws.CloseNow()
 		}
 	})

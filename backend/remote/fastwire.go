@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"encoding/base64"
 	"strconv"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // The server sends output as many stream frames and then repeats all of
 // it inside the result (the Python server's ProcessResult had stdout and
 // stderr fields). Decoding both with encoding/json costs more than
 // everything else on the client's path, so the two shapes that carry bulk
-// get a fast path. Each falls back to parseFrame whenever the input is not
+// get a fast path. Each falls back to protocol.ParseFrame whenever the input is not
 // exactly what it expects, and FuzzFastPaths checks that whatever the
-// fast paths accept, parseFrame accepts with the same meaning.
+// fast paths accept, protocol.ParseFrame accepts with the same meaning.
 
 const (
 	streamPrefix = `{"type":"stream","payload":{"execution_id":"`
@@ -36,7 +38,7 @@ func plainString(s []byte) (val, rest []byte, ok bool) {
 
 // fastStream decodes a base64 stream frame in the exact form the Go
 // server writes it, or reports false.
-func fastStream(data []byte) (*frame, bool) {
+func fastStream(data []byte) (*protocol.Frame, bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(streamPrefix))
 	if !ok {
 		return nil, false
@@ -87,8 +89,8 @@ func fastStream(data []byte) (*frame, bool) {
 	if err != nil || string(rest[j:]) != streamSuffix {
 		return nil, false
 	}
-	return &frame{Type: typeStream, stream: &streamEvent{
-		ExecutionID: string(id), Stream: string(stream), Seq: seq, Encoding: "base64", bytes: out[:n],
+	return &protocol.Frame{Type: protocol.TypeStream, Stream: &protocol.StreamEvent{
+		ExecutionID: string(id), Stream: string(stream), Seq: seq, Encoding: protocol.EncodingBase64, Bytes: out[:n],
 	}}, true
 }
 
@@ -120,10 +122,10 @@ func skimResult(data []byte) []byte {
 	return data
 }
 
-// decodeFrame is parseFrame with the fast paths in front.
-func decodeFrame(data []byte) (*frame, error) {
+// decodeFrame is protocol.ParseFrame with the fast paths in front.
+func decodeFrame(data []byte) (*protocol.Frame, error) {
 	if f, ok := fastStream(data); ok {
 		return f, nil
 	}
-	return parseFrame(skimResult(data))
+	return protocol.ParseFrame(skimResult(data))
 }

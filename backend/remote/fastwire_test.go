@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // TestFastPathsMatchServer captures real frames from pulse-server and
@@ -27,8 +28,8 @@ func TestFastPathsMatchServer(t *testing.T) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(64 << 20)
-	msg, _ := request(actionSubmit, map[string]any{"execution_id": "fast-path", "command": "head -c 300000 /dev/urandom; echo err >&2",
-		"encoding": "base64", "network": allowAll, "secrets": denySecrets})
+	msg, _ := protocol.EncodeRequest(protocol.ActionSubmit, &protocol.Submit{ExecutionID: "fast-path", Command: protocol.Command{Shell: "head -c 300000 /dev/urandom; echo err >&2"},
+		Encoding: protocol.EncodingBase64, Network: &allowAll, Secrets: &denySecrets})
 	if err := ws.Write(ctx, websocket.MessageText, msg); err != nil {
 		t.Fatal(err)
 	}
@@ -38,28 +39,28 @@ func TestFastPathsMatchServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow, err := parseFrame(data)
+		slow, err := protocol.ParseFrame(data)
 		if err != nil {
 			t.Fatalf("server frame refused: %v", err)
 		}
-		if slow.stream != nil {
+		if slow.Stream != nil {
 			streams++
 			fast, ok := fastStream(data)
 			if !ok {
 				t.Fatalf("the fast path does not take the server's stream frame %.120s", data)
 			}
-			if !reflect.DeepEqual(fast.stream, slow.stream) {
-				t.Fatalf("fast %+v, slow %+v", fast.stream, slow.stream)
+			if !reflect.DeepEqual(fast.Stream, slow.Stream) {
+				t.Fatalf("fast %+v, slow %+v", fast.Stream, slow.Stream)
 			}
 		}
-		if slow.result != nil {
+		if slow.Result != nil {
 			skimmed := skimResult(bytes.Clone(data))
 			if len(skimmed) >= len(data) {
 				t.Errorf("a result with 300 kB of stdout was not skimmed")
 			}
-			got, err := parseFrame(skimmed)
-			if err != nil || !reflect.DeepEqual(got.result, slow.result) && !sameButStdout(got.result, slow.result) {
-				t.Fatalf("skimmed result %+v, %v; want %+v", got.result, err, slow.result)
+			got, err := protocol.ParseFrame(skimmed)
+			if err != nil || !reflect.DeepEqual(got.Result, slow.Result) && !sameButStdout(got.Result, slow.Result) {
+				t.Fatalf("skimmed result differs: %v", err)
 			}
 			break
 		}
@@ -69,9 +70,11 @@ func TestFastPathsMatchServer(t *testing.T) {
 	}
 }
 
-func sameButStdout(a, b *resultPayload) bool {
+// sameButStdout: equal but for the bulk fields skimResult may empty (the
+// client reads output from the stream events).
+func sameButStdout(a, b *protocol.Result) bool {
 	x, y := *a, *b
-	x.Stderr, y.Stderr = "", ""
+	x.Stdout, y.Stdout, x.Stderr, y.Stderr = "", "", "", ""
 	return reflect.DeepEqual(x, y)
 }
 
@@ -83,29 +86,27 @@ func FuzzFastPaths(f *testing.F) {
 	f.Add([]byte(`{"type":"result","payload":{"execution_id":"e","command":"x","exit_code":0,"stdout":"` + strings.Repeat("QUFB", 20000) + `","stderr":"eg==","termination_reason":"exited"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if fast, ok := fastStream(data); ok {
-			slow, err := parseFrame(data)
-			if err != nil || slow.stream == nil {
+			slow, err := protocol.ParseFrame(data)
+			if err != nil || slow.Stream == nil {
 				t.Fatalf("fast path took %q, which parseFrame refuses: %v", data, err)
 			}
-			if !reflect.DeepEqual(fast.stream, slow.stream) {
-				t.Fatalf("fast %+v, slow %+v", fast.stream, slow.stream)
+			if !reflect.DeepEqual(fast.Stream, slow.Stream) {
+				t.Fatalf("fast %+v, slow %+v", fast.Stream, slow.Stream)
 			}
 		}
 		if !json.Valid(data) {
 			return
 		}
-		slow, err := parseFrame(data)
-		if err != nil || slow.result == nil {
+		slow, err := protocol.ParseFrame(data)
+		if err != nil || slow.Result == nil {
 			return
 		}
-		skim, err := parseFrame(skimResult(bytes.Clone(data)))
-		if err != nil || skim.result == nil {
+		skim, err := protocol.ParseFrame(skimResult(bytes.Clone(data)))
+		if err != nil || skim.Result == nil {
 			t.Fatalf("skimming broke a valid result %q: %v", data, err)
 		}
-		a, b := *skim.result, *slow.result
-		a.Stderr, b.Stderr = "", ""
-		if !reflect.DeepEqual(a, b) {
-			t.Fatalf("skimmed %+v, full %+v", a, b)
+		if !sameButStdout(skim.Result, slow.Result) {
+			t.Fatalf("skimmed %+v, full %+v", skim.Result, slow.Result)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // link is one WebSocket connection to the server. One goroutine reads
@@ -149,10 +150,10 @@ func (l *link) keepalive(ctx context.Context, every time.Duration) {
 }
 
 // send writes one action with a fresh request id, which it returns.
-func (l *link) send(ctx context.Context, action string, payload map[string]any) (string, error) {
+func (l *link) send(ctx context.Context, action string, payload protocol.Payload) (string, error) {
 	id := "r" + strconv.FormatInt(l.next.Add(1), 10)
-	payload["request_id"] = id
-	data, err := request(action, payload)
+	payload.SetRequestID(id)
+	data, err := protocol.EncodeRequest(action, payload)
 	if err != nil {
 		return "", fmt.Errorf("remote: encode %s: %w", action, err)
 	}
@@ -171,7 +172,7 @@ func (l *link) send(ctx context.Context, action string, payload map[string]any) 
 // frame carrying its request id). Other frames go to onFrame, when set; an
 // error from onFrame ends the call. A transport failure is returned as
 // the error; a refusal by the server is a reply with isErr set.
-func (l *link) call(ctx context.Context, action string, payload map[string]any, onFrame func(*frame) error) (*reply, error) {
+func (l *link) call(ctx context.Context, action string, payload protocol.Payload, onFrame func(*protocol.Frame) error) (*reply, error) {
 	id, err := l.send(ctx, action, payload)
 	if err != nil {
 		return nil, err
@@ -188,13 +189,12 @@ func (l *link) call(ctx context.Context, action string, payload map[string]any, 
 			if err != nil {
 				return nil, fmt.Errorf("remote: %w: %w", ErrProtocol, err)
 			}
-			if f.reply != nil {
-				rid := f.reply.requestID()
+			if f.Reply != nil {
+				rid := f.Reply.RequestIDOf()
 				// An error without a request id answers a frame the server
 				// could not parse, which can only be ours.
-				if rid == id || (rid == "" && f.Type == typeError) {
-					f.reply.isErr = f.Type == typeError
-					return f.reply, nil
+				if rid == id || (rid == "" && f.Type == protocol.TypeError) {
+					return &reply{Reply: *f.Reply, isErr: f.Type == protocol.TypeError}, nil
 				}
 			}
 			if onFrame != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // packPending adds the entries of the pending view that are present (not
@@ -42,7 +42,7 @@ func packPending(pend *backend.Pending, lim packLimits, p *packed, add func(*tar
 		case backend.PendingSymlink:
 			// The server's own rule, as for the workspace's links; a link
 			// the server would refuse is left out and listed.
-			if !lim.symlinks || artifact.CheckLinkTarget(e.Path, e.Target) != nil {
+			if !lim.symlinks || protocol.CheckLinkTarget(e.Path, e.Target) != nil {
 				p.skipped = append(p.skipped, e.Path)
 				continue
 			}

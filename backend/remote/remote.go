@@ -12,6 +12,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -181,7 +182,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capabilities, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.o.dialTimeout)
 	defer cancel()
-	r, err := l.call(ctx, actionCapabilities, map[string]any{}, nil)
+	r, err := l.call(ctx, protocol.ActionCapabilities, &protocol.Empty{}, nil)
 	if errors.Is(err, ErrProtocol) {
 		return backend.Capabilities{}, fmt.Errorf("remote: %s answered the capabilities action with something else: is it a pulse-server? %w: %w",
 			b.u.Redacted(), ErrVersion, backend.ErrUnavailable)
@@ -189,11 +190,11 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 	if err != nil {
 		return backend.Capabilities{}, b.unreachable("capabilities", err)
 	}
-	if r.Code == codeUnknown || r.Message == msgUnknown {
+	if r.Code == protocol.CodeUnknown || r.Message == protocol.MsgUnknown {
 		return backend.Capabilities{}, fmt.Errorf("remote: %s does not answer the capabilities action (a server older than this client): upgrade pulse-server: %w: %w",
 			b.u.Redacted(), ErrVersion, backend.ErrUnavailable)
 	}
-	if r.Status != statusCapabilities || r.Capabilities == nil {
+	if r.Status != protocol.StatusCapabilities || r.Capabilities == nil {
 		return backend.Capabilities{}, fmt.Errorf("remote: capabilities answered %q %q: %w: %w", r.Status, r.Message, ErrVersion, backend.ErrUnavailable)
 	}
 	info := serverInfo{features: map[string]bool{}, maxStdin: r.MaxStdinBytes}
@@ -237,7 +238,7 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 		// Sent in submit's limits only to a server that lists the
 		// feature; the server's executor enforces them as it says.
 		c.Limits[k] = secrets.Unsupported
-		if info.features[featureLimits] {
+		if info.features[protocol.FeatureLimits] {
 			c.Limits[k] = known(server.Limits[k])
 		}
 	}
@@ -254,7 +255,7 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 	if server.Isolation == backend.IsolationHostUnsafe {
 		c.Notes = append(c.Notes, "UNSAFE: the server runs commands directly on its host")
 	}
-	if info.features[featureStdin] {
+	if info.features[protocol.FeatureStdin] {
 		c.Notes = append(c.Notes, "stdin is sent whole with the submission (no interactive input)")
 	} else {
 		c.Notes = append(c.Notes, "stdin is sent whole as a file beside the workspace (the server has no stdin field; no interactive input)")
@@ -308,11 +309,11 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		return err
 	}
 	defer l.close()
-	r, err := l.call(ctx, actionReconcile, map[string]any{}, nil)
+	r, err := l.call(ctx, protocol.ActionReconcile, &protocol.Empty{}, nil)
 	if err != nil {
 		return b.unreachable("reconcile", err)
 	}
-	if r.Status != statusReconciled {
+	if r.Status != protocol.StatusReconciled {
 		return fmt.Errorf("remote: reconcile answered %q %q: %w", r.Status, r.Message, ErrProtocol)
 	}
 	b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)

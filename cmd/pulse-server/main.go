@@ -1,5 +1,5 @@
 // Command pulse-server runs commands for remote Pulse clients over an
-// authenticated WebSocket protocol (internal/server/PROTOCOL.md), with an
+// authenticated WebSocket protocol (protocol/PROTOCOL.md), with an
 // embedded executor (Docker, Linux namespaces, or — only when asked — the
 // bare host) or as a relay that pulse-workers attach to over gRPC.
 //
@@ -39,9 +39,9 @@ import (
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/server"
-	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -82,7 +82,7 @@ type config struct {
 	ceiling policy.ResourceLimits
 	// uploads bound one uploaded workspace; maxOutput caps each of stdout
 	// and stderr of one execution.
-	uploads   artifact.Limits
+	uploads   protocol.ArchiveLimits
 	maxOutput int64
 }
 
@@ -131,11 +131,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	maxUpload, err := envInt(getenv, "PULSE_REMOTE_MAX_UPLOAD_BYTES", int(artifact.DefaultMaxCompressed))
+	maxUpload, err := envInt(getenv, "PULSE_REMOTE_MAX_UPLOAD_BYTES", int(protocol.DefaultMaxCompressed))
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	maxUnpacked, err := envInt(getenv, "PULSE_REMOTE_MAX_UNPACKED_BYTES", int(artifact.DefaultMaxUnpacked))
+	maxUnpacked, err := envInt(getenv, "PULSE_REMOTE_MAX_UNPACKED_BYTES", int(protocol.DefaultMaxUnpacked))
 	if err != nil {
 		problems = append(problems, err.Error())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -60,8 +61,8 @@ func TestSubmitStdin(t *testing.T) {
 	// machine that a 20 s keepalive would drop the client first.
 	h := startServer(t, t.TempDir(), hostExecutor(t), WithPingInterval(5*time.Minute))
 	c := h.dial(tokenA)
-	caps, _ := c.do(ActionCapabilities, nil)
-	if !hasFeature(caps, FeatureStdin) || caps.num("max_stdin_bytes") != MaxStdinBytes {
+	caps, _ := c.do(protocol.ActionCapabilities, nil)
+	if !hasFeature(caps, protocol.FeatureStdin) || caps.num("max_stdin_bytes") != protocol.MaxStdinBytes {
 		t.Fatalf("capabilities do not advertise stdin: %s", caps.raw)
 	}
 
@@ -90,9 +91,9 @@ func TestSubmitStdin(t *testing.T) {
 		"not base64": "***",
 		"unpadded":   "YQ",
 		"not string": 12,
-		"too large":  base64.StdEncoding.EncodeToString(make([]byte, MaxStdinBytes+1)),
+		"too large":  base64.StdEncoding.EncodeToString(make([]byte, protocol.MaxStdinBytes+1)),
 	} {
-		if r := c.submit("in-bad-"+strings.ReplaceAll(name, " ", "-"), "cat", map[string]any{"stdin": v}); r.Type != TypeError || r.str("code") != codeInvalid {
+		if r := c.submit("in-bad-"+strings.ReplaceAll(name, " ", "-"), "cat", map[string]any{"stdin": v}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeInvalid {
 			t.Fatalf("%s stdin: %s", name, r.raw)
 		}
 	}
@@ -161,8 +162,8 @@ func TestSubmitLimits(t *testing.T) {
 	h := startServer(t, t.TempDir(), rec, WithMaxOutputBytes(1<<20),
 		WithLimitCeiling(policy.ResourceLimits{MemoryBytes: 1 << 30, CPUs: 2, FileSizeBytes: 1 << 20}))
 	c := h.dial(tokenA)
-	caps, _ := c.do(ActionCapabilities, nil)
-	if !hasFeature(caps, FeatureLimits) {
+	caps, _ := c.do(protocol.ActionCapabilities, nil)
+	if !hasFeature(caps, protocol.FeatureLimits) {
 		t.Fatalf("capabilities do not advertise limits: %s", caps.raw)
 	}
 	if ml, _ := caps.Payload["max_limits"].(map[string]any); ml["memory_bytes"] != float64(1<<30) || ml["output_bytes"] != float64(1<<20) {
@@ -172,7 +173,7 @@ func TestSubmitLimits(t *testing.T) {
 	ack := c.submit("lim-1", "head -c 100 /dev/zero | tr '\\0' x", map[string]any{"limits": map[string]any{
 		"output_bytes": 10, "memory_bytes": 4 << 30, "cpus": 0.5, "pids": 64,
 	}, "timeout_s": 30})
-	if ack.str("status") != StatusStarting {
+	if ack.str("status") != protocol.StatusStarting {
 		t.Fatalf("submit: %s", ack.raw)
 	}
 	shown, _ := ack.Payload["limits"].(map[string]any)
@@ -214,7 +215,7 @@ func TestSubmitLimits(t *testing.T) {
 		"cpus":     map[string]any{"cpus": 5000},
 		"string":   "1G",
 	} {
-		if r := c.submit("lim-bad-"+name, "true", map[string]any{"limits": v}); r.Type != TypeError || r.str("code") != codeInvalid {
+		if r := c.submit("lim-bad-"+name, "true", map[string]any{"limits": v}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeInvalid {
 			t.Fatalf("%s limits: %s", name, r.raw)
 		}
 	}
@@ -226,8 +227,8 @@ func TestSubmitLimits(t *testing.T) {
 func TestResultOutputOmit(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t))
 	c := h.dial(tokenA)
-	caps, _ := c.do(ActionCapabilities, nil)
-	if !hasFeature(caps, FeatureResultOutput) {
+	caps, _ := c.do(protocol.ActionCapabilities, nil)
+	if !hasFeature(caps, protocol.FeatureResultOutput) {
 		t.Fatalf("capabilities do not advertise result_output: %s", caps.raw)
 	}
 	cmd := "printf 'out'; printf 'err' >&2; head -c 100 /dev/zero | tr '\\0' x"
@@ -240,8 +241,8 @@ func TestResultOutputOmit(t *testing.T) {
 		t.Fatalf("omitted result: %s", res.raw)
 	}
 	c2 := h.dial(tokenA)
-	r, replay := c2.do(ActionAttach, map[string]any{"execution_id": "om-1"})
-	if r.str("status") != StatusCompleted {
+	r, replay := c2.do(protocol.ActionAttach, map[string]any{"execution_id": "om-1"})
+	if r.str("status") != protocol.StatusCompleted {
 		t.Fatalf("attach: %s", r.raw)
 	}
 	res2, more := c2.untilResult("om-1", replay)
@@ -264,7 +265,7 @@ func TestResultOutputOmit(t *testing.T) {
 			t.Fatalf("result_output %v: output_omitted present: %s", mode, res.raw)
 		}
 	}
-	if r := c.submit("om-bad", "true", map[string]any{"result_output": "none"}); r.Type != TypeError || r.str("code") != codeInvalid {
+	if r := c.submit("om-bad", "true", map[string]any{"result_output": "none"}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeInvalid {
 		t.Fatalf("bad result_output: %s", r.raw)
 	}
 }
@@ -281,16 +282,16 @@ func FuzzStreamFrame(f *testing.F) {
 		if b64 {
 			enc, want = "base64", base64.StdEncoding.EncodeToString(data)
 		}
-		fr := streamFrame("exec-1", "stderr", toTextIf(!b64, data), seq, enc)
+		fr := protocol.StreamFrame("exec-1", "stderr", toTextIf(!b64, data), seq, enc)
 		var env struct {
-			Type    string        `json:"type"`
-			Payload streamPayload `json:"payload"`
+			Type    string               `json:"type"`
+			Payload protocol.StreamEvent `json:"payload"`
 		}
 		if err := json.Unmarshal(fr, &env); err != nil {
 			t.Fatalf("frame %q: %v", fr, err)
 		}
 		p := env.Payload
-		if env.Type != TypeStream || p.ExecutionID != "exec-1" || p.Stream != "stderr" || p.Seq != seq || p.Encoding != enc || p.Data != want {
+		if env.Type != protocol.TypeStream || p.ExecutionID != "exec-1" || p.Stream != "stderr" || p.Seq != seq || p.Encoding != enc || p.Data != want {
 			t.Fatalf("frame %q decodes to %+v", fr, env)
 		}
 	})
@@ -326,12 +327,12 @@ func linkTargz(t *testing.T, links ...[2]string) string {
 func TestUploadSymlinks(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t))
 	c := h.dial(tokenA)
-	caps, _ := c.do(ActionCapabilities, nil)
-	if !hasFeature(caps, FeatureSymlinks) {
+	caps, _ := c.do(protocol.ActionCapabilities, nil)
+	if !hasFeature(caps, protocol.FeatureSymlinks) {
 		t.Fatalf("capabilities do not advertise symlinks: %s", caps.raw)
 	}
-	up, _ := c.do(ActionUpload, map[string]any{"execution_id": "ln-1", "data": linkTargz(t, [2]string{"link", "real.txt"}, [2]string{"d/up", "../real.txt"})})
-	if up.str("status") != StatusUploaded {
+	up, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "ln-1", "data": linkTargz(t, [2]string{"link", "real.txt"}, [2]string{"d/up", "../real.txt"})})
+	if up.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", up.raw)
 	}
 	c.submit("ln-1", "cat link d/up; readlink d/up", nil)
@@ -344,7 +345,7 @@ func TestUploadSymlinks(t *testing.T) {
 		{{"a/b", ".."}, {"c", "a/b/../x"}},
 	} {
 		id := fmt.Sprintf("ln-bad-%d", i)
-		if r, _ := c.do(ActionUpload, map[string]any{"execution_id": id, "data": linkTargz(t, bad...)}); r.Type != TypeError || r.str("code") != codeUpload {
+		if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": id, "data": linkTargz(t, bad...)}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeUpload {
 			t.Fatalf("upload of %v: %s", bad, r.raw)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // outbox queues frames for one client without ever blocking the producer.
@@ -178,7 +179,7 @@ func (c *conn) readLoop() {
 			return
 		}
 		if typ != websocket.MessageText {
-			c.out.push(errorFrame("", msgInvalid, codeInvalid))
+			c.out.push(protocol.ErrorFrame("", protocol.MsgInvalid, protocol.CodeInvalid))
 			continue
 		}
 		c.handle(data)

@@ -1,6 +1,7 @@
 // Package server is the pulse-server runtime: an authenticated WebSocket
-// API (the protocol of the Python server it replaces, documented in
-// PROTOCOL.md) over an Executor and a durable store.
+// API (the protocol of the Python server it replaces: its messages,
+// names and archive formats are package protocol's, documented in
+// protocol/PROTOCOL.md) over an Executor and a durable store.
 //
 // What it promises:
 //   - Authentication on the upgrade with a bearer token compared in

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // errCancelled is the cancel cause of an execution a client cancelled.
@@ -122,7 +122,7 @@ func (e *execution) keepOutput(stream string, p []byte) {
 
 func (e *execution) appendLocked(stream string, data []byte) {
 	e.seq++
-	ev := &event{seq: e.seq, stream: stream, data: data, frame: streamFrame(e.id, stream, data, e.seq, e.encoding)}
+	ev := &event{seq: e.seq, stream: stream, data: data, frame: protocol.StreamFrame(e.id, stream, data, e.seq, e.encoding)}
 	e.events = append(e.events, ev)
 	for c := range e.subs {
 		if !c.out.push(ev.frame) {
@@ -223,33 +223,6 @@ func (s *Server) persist(e *execution) {
 	e.mu.Unlock()
 }
 
-// resultPayload is the process result as the Python server's
-// ProcessResult.to_dict() sent it, plus additive fields.
-type resultPayload struct {
-	ExecutionID       string          `json:"execution_id"`
-	Command           json.RawMessage `json:"command"`
-	ExitCode          int             `json:"exit_code"`
-	Stdout            string          `json:"stdout"`
-	Stderr            string          `json:"stderr"`
-	Encoding          string          `json:"encoding,omitempty"`
-	DurationMS        int64           `json:"duration_ms"`
-	TimedOut          bool            `json:"timed_out"`
-	Truncated         bool            `json:"truncated"`
-	PID               *int            `json:"pid"`
-	TerminationReason string          `json:"termination_reason"`
-	Metrics           resultMetrics   `json:"metrics"`
-	Error             string          `json:"error,omitempty"`
-	Artifact          bool            `json:"artifact"`
-	LastSeq           int64           `json:"last_seq"`
-	OutputOmitted     bool            `json:"output_omitted,omitempty"`
-}
-
-type resultMetrics struct {
-	MaxRSSBytes int64 `json:"max_rss_bytes"`
-	UserCPUMS   int64 `json:"user_cpu_ms"`
-	SystemCPUMS int64 `json:"system_cpu_ms"`
-}
-
 func (e *execution) text(stream string) string {
 	b := e.out[stream]
 	if e.encoding == "base64" {
@@ -270,7 +243,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 	cause := context.Cause(ctx)
 
 	status := store.StatusCompleted
-	p := resultPayload{ExecutionID: e.id, Command: e.command, Encoding: e.encoding}
+	p := protocol.Result{ExecutionID: e.id, Command: e.command, Encoding: e.encoding}
 	switch {
 	case err != nil:
 		s.log.Error("execution failed to start", "execution_id", e.id, "err", err)
@@ -279,7 +252,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) || errors.Is(err, ErrWorkerLost) {
 			p.Stderr = err.Error()
 		} else {
-			p.Stderr = msgInternal
+			p.Stderr = protocol.MsgInternal
 		}
 		p.DurationMS = s.o.now().Sub(start).Milliseconds()
 	default:
@@ -291,7 +264,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 			pid := res.PID
 			p.PID = &pid
 		}
-		p.Metrics = resultMetrics{
+		p.Metrics = protocol.ResultMetrics{
 			MaxRSSBytes: res.Metrics.MaxRSSBytes,
 			UserCPUMS:   res.Metrics.UserCPU.Milliseconds(),
 			SystemCPUMS: res.Metrics.SystemCPU.Milliseconds(),
@@ -307,7 +280,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 				// plain success would lose them without a word.
 				s.log.Error("save overlay", "execution_id", e.id, "err", err)
 				status = store.StatusFailed
-				p.Error = ErrorOverlayLost
+				p.Error = protocol.ResultOverlayLost
 			} else {
 				p.Artifact = true
 			}
@@ -320,7 +293,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		if p.Error == "" { // a lost overlay says more than how it ended
 			p.Error = "SHUTDOWN"
 			if errors.Is(cause, errCancelled) {
-				p.Error = StatusCancelled
+				p.Error = protocol.StatusCancelled
 			}
 		}
 		if p.TerminationReason == "" || p.TerminationReason == string(backend.Exited) {
@@ -345,7 +318,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		"exit_code", p.ExitCode, "termination", p.TerminationReason)
 
 	e.mu.Lock()
-	e.result = rawFrame(TypeResult, body)
+	e.result = protocol.RawFrame(protocol.TypeResult, body)
 	e.status = status
 	e.finished = true
 	for c := range e.subs {
@@ -363,7 +336,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 }
 
 func (s *Server) saveOverlay(e *execution, ov *backend.Overlay) error {
-	data, err := artifact.Pack(ov)
+	data, err := protocol.PackOverlay(ov)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // ErrNoCapacity: the executor cannot take another execution right now (no
@@ -49,7 +50,7 @@ var _ Executor = (*Local)(nil)
 // unpacked limit).
 func NewLocal(b backend.Backend, maxOverlay int64, log *slog.Logger) *Local {
 	if maxOverlay <= 0 {
-		maxOverlay = artifact.DefaultMaxUnpacked
+		maxOverlay = protocol.DefaultMaxUnpacked
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -14,56 +14,57 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
 // handle answers one client frame. Every reply to a request carries its
 // request_id (null when the request had none or an invalid one).
 func (c *conn) handle(data []byte) {
-	m, err := ParseMessage(data)
+	m, err := protocol.ParseMessage(data)
 	if err != nil {
 		c.s.log.Info("rejected an invalid protocol message", "tenant", c.tenant, "err", err)
-		c.out.push(errorFrame("", msgInvalid, codeInvalid))
+		c.out.push(protocol.ErrorFrame("", protocol.MsgInvalid, protocol.CodeInvalid))
 		return
 	}
 	c.s.m.action(m.Action)
 	ctx := c.ctx
 	switch m.Action {
-	case ActionSubmit:
+	case protocol.ActionSubmit:
 		err = c.submit(ctx, m)
-	case ActionCancel:
+	case protocol.ActionCancel:
 		err = c.cancelExec(ctx, m)
-	case ActionStatus:
+	case protocol.ActionStatus:
 		err = c.status(ctx, m)
-	case ActionAttach:
+	case protocol.ActionAttach:
 		err = c.attach(ctx, m)
-	case ActionUpload:
+	case protocol.ActionUpload:
 		err = c.upload(ctx, m)
-	case ActionDownload:
+	case protocol.ActionDownload:
 		err = c.download(ctx, m)
-	case ActionReconcile:
+	case protocol.ActionReconcile:
 		err = c.reconcile(ctx, m)
-	case ActionCapabilities:
-		c.out.push(responseFrame(m.RequestID, StatusCapabilities, map[string]any{
+	case protocol.ActionCapabilities:
+		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, map[string]any{
 			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
-			"features": Features, "max_stdin_bytes": MaxStdinBytes, "max_limits": c.s.maxLimits(),
+			"features": protocol.Features, "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
 		}))
 	default:
-		c.out.push(errorFrame(m.RequestID, msgUnknown, codeUnknown))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnknown, protocol.CodeUnknown))
 	}
 	if err != nil {
-		code := codeInvalid
-		if !errors.Is(err, ErrInvalid) {
-			code = codeInternal
+		code := protocol.CodeInvalid
+		if !errors.Is(err, protocol.ErrInvalid) {
+			code = protocol.CodeInternal
 			c.s.log.Error("request failed", "action", m.Action, "tenant", c.tenant, "err", err)
 		} else {
 			c.s.log.Info("rejected an invalid request", "action", m.Action, "tenant", c.tenant, "err", err)
 		}
-		c.out.push(errorFrame(m.RequestID, msgInvalid, code))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgInvalid, code))
 	}
 }
 
-func (c *conn) submit(ctx context.Context, m *Message) error {
+func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 	s := c.s
 	// Reserve a slot first, as the Python server checked capacity before
 	// anything else; the reservation is atomic, so N racing submits can
@@ -73,7 +74,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		s.mu.Unlock()
 		s.m.rejected("capacity")
 		s.log.Warn("concurrency limit reached, rejecting execution", "tenant", c.tenant)
-		c.out.push(errorFrame(m.RequestID, msgCapacity, codeCapacity))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgCapacity, protocol.CodeCapacity))
 		return nil
 	}
 	s.slots++
@@ -83,7 +84,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		s.slots--
 		s.mu.Unlock()
 	}
-	req, err := ParseSubmit(m.Payload)
+	req, err := protocol.ParseSubmit(m.Payload)
 	if err != nil {
 		release()
 		s.m.rejected("invalid")
@@ -93,7 +94,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		release()
 		s.m.rejected("capacity")
 		s.log.Warn("executor has no capacity, rejecting execution", "tenant", c.tenant, "err", err)
-		c.out.push(errorFrame(m.RequestID, msgCapacity, codeCapacity))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgCapacity, protocol.CodeCapacity))
 		return nil
 	}
 	net, sec := s.o.network, s.o.secrets
@@ -112,7 +113,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 			msg += "; pulse-workers cannot restrict a command's network, so the fleet needs network allow-all: allow network " +
 				"and secrets in the policy (pulse exec --policy examples/fleet-policy.yaml --secrets allow-all)"
 		}
-		c.out.push(errorFrame(m.RequestID, msg, codeUnsupported))
+		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
 		return nil
 	}
 
@@ -124,7 +125,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		release()
 		if errors.Is(err, store.ErrExists) {
 			s.m.rejected("duplicate")
-			c.out.push(errorFrame(m.RequestID, msgInvalid, codeDuplicate))
+			c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgInvalid, protocol.CodeDuplicate))
 			return nil
 		}
 		s.m.rejected("internal")
@@ -144,7 +145,7 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 		shown.Timeout = 0
 		ack["limits"] = shown
 	}
-	c.out.push(responseFrame(m.RequestID, StatusStarting, ack))
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusStarting, ack))
 	s.log.Info("execution started", "execution_id", e.id, "tenant", c.tenant, "correlation_id", req.CorrelationID)
 
 	breq := &backend.Request{
@@ -172,10 +173,10 @@ func (c *conn) submit(ctx context.Context, m *Message) error {
 
 // register claims the execution id: in memory, then in the store, and
 // makes sure its workspace exists.
-func (c *conn) register(ctx context.Context, req *SubmitRequest) (*execution, error) {
+func (c *conn) register(ctx context.Context, req *protocol.SubmitRequest) (*execution, error) {
 	s := c.s
 	e := &execution{
-		id: req.ExecutionID, tenant: c.tenant, encoding: req.Encoding, command: req.command,
+		id: req.ExecutionID, tenant: c.tenant, encoding: req.Encoding, command: req.RawCommand,
 		workspace: s.workspaceDir(c.tenant, req.ExecutionID),
 		done:      make(chan struct{}), persistStopped: make(chan struct{}), finishedCh: make(chan struct{}),
 		subs: map[*conn]struct{}{c: {}}, carry: map[string][]byte{}, out: map[string][]byte{},
@@ -230,7 +231,7 @@ func (s *Server) lookup(id, tenant string) *execution {
 	return nil
 }
 
-func (c *conn) cancelExec(ctx context.Context, m *Message) error {
+func (c *conn) cancelExec(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
@@ -240,10 +241,10 @@ func (c *conn) cancelExec(ctx context.Context, m *Message) error {
 		// Another tenant's execution and one that never existed answer
 		// the same, so ids leak nothing across tenants.
 		if rec, err := c.s.store.Get(ctx, id, c.tenant); err == nil {
-			c.out.push(errorFrame(m.RequestID, "Execution is not running: "+rec.Status, codeNotRunning))
+			c.out.push(protocol.ErrorFrame(m.RequestID, "Execution is not running: "+rec.Status, protocol.CodeNotRunning))
 			return nil
 		}
-		c.out.push(errorFrame(m.RequestID, msgUnauthorize, codeNotFound))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnauthorized, protocol.CodeNotFound))
 		return nil
 	}
 	e.cancel(errCancelled)
@@ -254,18 +255,18 @@ func (c *conn) cancelExec(ctx context.Context, m *Message) error {
 	case <-ctx.Done():
 		return nil
 	}
-	c.out.push(responseFrame(m.RequestID, StatusCancelled, map[string]any{"execution_id": id}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCancelled, map[string]any{"execution_id": id}))
 	return nil
 }
 
-func (c *conn) status(ctx context.Context, m *Message) error {
+func (c *conn) status(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
 	}
 	rec, err := c.s.store.Get(ctx, id, c.tenant)
 	if errors.Is(err, store.ErrNotFound) {
-		c.out.push(responseFrame(m.RequestID, StatusNotFound, nil))
+		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusNotFound, nil))
 		return nil
 	}
 	if err != nil {
@@ -284,11 +285,11 @@ func (c *conn) status(ctx context.Context, m *Message) error {
 		extra["last_seq"] = e.seq
 		e.mu.Unlock()
 	}
-	c.out.push(responseFrame(m.RequestID, rec.Status, extra))
+	c.out.push(protocol.ResponseFrame(m.RequestID, rec.Status, extra))
 	return nil
 }
 
-func (c *conn) attach(ctx context.Context, m *Message) error {
+func (c *conn) attach(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
@@ -296,24 +297,24 @@ func (c *conn) attach(ctx context.Context, m *Message) error {
 	var after int64
 	if v, ok := m.Payload["after_seq"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &after); err != nil || after < 0 {
-			return invalid("after_seq must be a non-negative integer")
+			return fmt.Errorf("after_seq must be a non-negative integer: %w", protocol.ErrInvalid)
 		}
 	}
 	if e := c.s.lookup(id, c.tenant); e != nil {
 		ok := e.attach(c, after, func() []byte {
 			if e.finished {
-				return responseFrame(m.RequestID, e.status, map[string]any{"execution_id": id})
+				return protocol.ResponseFrame(m.RequestID, e.status, map[string]any{"execution_id": id})
 			}
-			return responseFrame(m.RequestID, StatusAttached, map[string]any{"execution_id": id})
+			return protocol.ResponseFrame(m.RequestID, protocol.StatusAttached, map[string]any{"execution_id": id})
 		})
 		if !ok {
-			c.out.push(errorFrame(m.RequestID, msgAttached, codeAttached))
+			c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgAttached, protocol.CodeAttached))
 		}
 		return nil
 	}
 	rec, err := c.s.store.Get(ctx, id, c.tenant)
 	if errors.Is(err, store.ErrNotFound) {
-		c.out.push(errorFrame(m.RequestID, msgNotFound, codeNotFound))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgNotFound, protocol.CodeNotFound))
 		return nil
 	}
 	if err != nil {
@@ -332,30 +333,30 @@ func (c *conn) attach(ctx context.Context, m *Message) error {
 		return err
 	}
 	for _, ev := range events {
-		if !c.out.push(streamFrame(id, ev.Stream, ev.Data, ev.Seq, rec.Encoding)) {
+		if !c.out.push(protocol.StreamFrame(id, ev.Stream, ev.Data, ev.Seq, rec.Encoding)) {
 			return nil
 		}
 	}
-	c.out.push(responseFrame(m.RequestID, rec.Status, map[string]any{"execution_id": id}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, rec.Status, map[string]any{"execution_id": id}))
 	if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
-		c.out.push(rawFrame(TypeResult, rec.Result))
+		c.out.push(protocol.RawFrame(protocol.TypeResult, rec.Result))
 	}
 	return nil
 }
 
-func (c *conn) upload(ctx context.Context, m *Message) error {
+func (c *conn) upload(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
 	}
 	var b64 string
 	if json.Unmarshal(m.Payload["data"], &b64) != nil || b64 == "" {
-		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUpload, protocol.CodeUpload))
 		return nil
 	}
 	data, err := base64.StdEncoding.Strict().DecodeString(b64)
 	if err != nil {
-		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUpload, protocol.CodeUpload))
 		return nil
 	}
 	s := c.s
@@ -370,40 +371,40 @@ func (c *conn) upload(ctx context.Context, m *Message) error {
 	}
 	if taken {
 		s.log.Info("upload for a submitted execution refused", "execution_id", id, "tenant", c.tenant)
-		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUpload, protocol.CodeUpload))
 		return nil
 	}
 	if err := artifact.Extract(data, s.workspaceDir(c.tenant, id), s.o.limits); err != nil {
 		s.log.Warn("artifact upload rejected", "execution_id", id, "tenant", c.tenant, "err", err)
 		s.m.rejected("artifact")
-		c.out.push(errorFrame(m.RequestID, msgUpload, codeUpload))
+		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUpload, protocol.CodeUpload))
 		return nil
 	}
-	c.out.push(responseFrame(m.RequestID, StatusUploaded, map[string]any{"execution_id": id}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusUploaded, map[string]any{"execution_id": id}))
 	return nil
 }
 
-func (c *conn) download(ctx context.Context, m *Message) error {
+func (c *conn) download(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
 	}
 	if _, err := c.s.store.Get(ctx, id, c.tenant); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			c.out.push(errorFrame(m.RequestID, msgNotFound, codeNotFound))
+			c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgNotFound, protocol.CodeNotFound))
 			return nil
 		}
 		return err
 	}
 	data, err := os.ReadFile(c.s.overlayFile(c.tenant, id))
 	if errors.Is(err, fs.ErrNotExist) {
-		c.out.push(responseFrame(m.RequestID, StatusNoArtifact, map[string]any{"execution_id": id}))
+		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusNoArtifact, map[string]any{"execution_id": id}))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	c.out.push(responseFrame(m.RequestID, StatusDownloaded, map[string]any{
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusDownloaded, map[string]any{
 		"execution_id": id, "data": base64.StdEncoding.EncodeToString(data),
 	}))
 	return nil
@@ -412,7 +413,7 @@ func (c *conn) download(ctx context.Context, m *Message) error {
 // reconcile removes the tenant's workspaces that no execution needs: those
 // of executions that ended, and uploads never submitted within the upload
 // grace period. A fresh upload waiting for its submit is kept.
-func (c *conn) reconcile(ctx context.Context, m *Message) error {
+func (c *conn) reconcile(ctx context.Context, m *protocol.Message) error {
 	s := c.s
 	entries, err := os.ReadDir(s.tenantDir(c.tenant))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -421,7 +422,7 @@ func (c *conn) reconcile(ctx context.Context, m *Message) error {
 	orphans := 0
 	for _, ent := range entries {
 		id := ent.Name()
-		if !ent.IsDir() || !ValidID(id) {
+		if !ent.IsDir() || !protocol.ValidID(id) {
 			continue
 		}
 		removed, err := c.reconcileOne(ctx, ent)
@@ -432,7 +433,7 @@ func (c *conn) reconcile(ctx context.Context, m *Message) error {
 			orphans++
 		}
 	}
-	c.out.push(responseFrame(m.RequestID, StatusReconciled, map[string]any{"orphans_cleaned": orphans}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusReconciled, map[string]any{"orphans_cleaned": orphans}))
 	return nil
 }
 

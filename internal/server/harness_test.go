@@ -22,6 +22,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -191,7 +192,7 @@ func (c *client) reply(requestID string) (msg, []msg) {
 	var other []msg
 	for {
 		m := c.recv()
-		if (m.Type == TypeResponse || m.Type == TypeError) && m.Payload["request_id"] == requestID {
+		if (m.Type == protocol.TypeResponse || m.Type == protocol.TypeError) && m.Payload["request_id"] == requestID {
 			return m, other
 		}
 		other = append(other, m)
@@ -210,10 +211,10 @@ func (c *client) untilResult(id string, seen []msg) (msg, []msg) {
 	c.t.Helper()
 	var streams []msg
 	handle := func(m msg) bool {
-		if m.Type == TypeStream && m.str("execution_id") == id {
+		if m.Type == protocol.TypeStream && m.str("execution_id") == id {
 			streams = append(streams, m)
 		}
-		return m.Type == TypeResult && m.str("execution_id") == id
+		return m.Type == protocol.TypeResult && m.str("execution_id") == id
 	}
 	for _, m := range seen {
 		if handle(m) {
@@ -234,7 +235,7 @@ func (c *client) submit(id string, command any, extra map[string]any) msg {
 	for k, v := range extra {
 		p[k] = v
 	}
-	r, _ := c.do(ActionSubmit, p)
+	r, _ := c.do(protocol.ActionSubmit, p)
 	return r
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // 200 clients submit at once against a limit of 10. Every submission ends
@@ -55,7 +56,7 @@ func TestLoadTwoHundredClientsLimitTen(t *testing.T) {
 			defer ws.CloseNow()
 			c := &client{t: t, ws: ws}
 			<-start
-			rid := c.send(ActionSubmit, map[string]any{"execution_id": id, "command": cmd,
+			rid := c.send(protocol.ActionSubmit, map[string]any{"execution_id": id, "command": cmd,
 				"env": map[string]any{"SLOTS": slots, "ID": id}})
 			var early []msg
 			for {
@@ -65,10 +66,10 @@ func TestLoadTwoHundredClientsLimitTen(t *testing.T) {
 					return
 				}
 				if m.Payload["request_id"] == rid {
-					if m.Type == TypeError && m.str("code") == codeCapacity && m.str("message") == msgCapacity {
+					if m.Type == protocol.TypeError && m.str("code") == protocol.CodeCapacity && m.str("message") == protocol.MsgCapacity {
 						return
 					}
-					if m.Type != TypeResponse || m.str("status") != StatusStarting {
+					if m.Type != protocol.TypeResponse || m.str("status") != protocol.StatusStarting {
 						o.err = "unexpected reply " + m.raw
 						return
 					}
@@ -78,7 +79,7 @@ func TestLoadTwoHundredClientsLimitTen(t *testing.T) {
 				early = append(early, m)
 			}
 			for _, m := range early {
-				if m.Type == TypeResult {
+				if m.Type == protocol.TypeResult {
 					o.completed, o.seen = m.num("exit_code") == 0, atoiTrim(m.str("stdout"))
 					return
 				}
@@ -89,7 +90,7 @@ func TestLoadTwoHundredClientsLimitTen(t *testing.T) {
 					o.err = err.Error()
 					return
 				}
-				if m.Type == TypeResult {
+				if m.Type == protocol.TypeResult {
 					o.completed, o.seen = m.num("exit_code") == 0, atoiTrim(m.str("stdout"))
 					return
 				}
@@ -208,7 +209,7 @@ func TestCrashMarksRunningUnknown(t *testing.T) {
 	c.submit("doomed", `echo run >> "$MARK"; echo before-crash; echo $$ > "$MARK.pid"; exec sleep 60`,
 		map[string]any{"env": map[string]any{"MARK": marker}})
 	for {
-		if m := c.recv(); m.Type == TypeStream {
+		if m := c.recv(); m.Type == protocol.TypeStream {
 			break
 		}
 	}
@@ -241,14 +242,14 @@ func TestCrashMarksRunningUnknown(t *testing.T) {
 
 	h := startServer(t, dir, hostExecutor(t))
 	c2 := h.dial(tokenA)
-	if r, _ := c2.do(ActionStatus, map[string]any{"execution_id": "doomed"}); r.str("status") != StatusUnknown {
+	if r, _ := c2.do(protocol.ActionStatus, map[string]any{"execution_id": "doomed"}); r.str("status") != protocol.StatusUnknown {
 		t.Fatalf("status after crash: %s", r.raw)
 	}
-	r, replayed := c2.do(ActionAttach, map[string]any{"execution_id": "doomed"})
-	if r.str("status") != StatusUnknown || len(replayed) != 1 || replayed[0].str("data") != "before-crash\n" || replayed[0].num("seq") != 1 {
+	r, replayed := c2.do(protocol.ActionAttach, map[string]any{"execution_id": "doomed"})
+	if r.str("status") != protocol.StatusUnknown || len(replayed) != 1 || replayed[0].str("data") != "before-crash\n" || replayed[0].num("seq") != 1 {
 		t.Fatalf("attach after crash: %s, replayed %v", r.raw, replayed)
 	}
-	if r, _ := c2.do(ActionCancel, map[string]any{"execution_id": "doomed"}); r.str("code") != codeNotRunning {
+	if r, _ := c2.do(protocol.ActionCancel, map[string]any{"execution_id": "doomed"}); r.str("code") != protocol.CodeNotRunning {
 		t.Fatalf("cancel after crash: %s", r.raw)
 	}
 	time.Sleep(100 * time.Millisecond)

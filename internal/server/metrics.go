@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // metrics is the server's Prometheus exposition, written by hand in the
@@ -38,8 +40,8 @@ func newMetrics() *metrics {
 }
 
 var knownActions = map[string]bool{
-	ActionSubmit: true, ActionCancel: true, ActionStatus: true, ActionAttach: true, ActionUpload: true,
-	ActionDownload: true, ActionReconcile: true, ActionCapabilities: true,
+	protocol.ActionSubmit: true, protocol.ActionCancel: true, protocol.ActionStatus: true, protocol.ActionAttach: true, protocol.ActionUpload: true,
+	protocol.ActionDownload: true, protocol.ActionReconcile: true, protocol.ActionCapabilities: true,
 }
 
 func (m *metrics) action(a string) {

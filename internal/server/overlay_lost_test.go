@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // A command whose writes the server cannot keep must not look like one
@@ -30,10 +32,10 @@ func TestLostOverlayFailsTheExecution(t *testing.T) {
 	}
 	c.submit("w-1", "echo important > result.txt", nil)
 	res, _ := c.untilResult("w-1", nil)
-	if res.Payload["error"] != ErrorOverlayLost || res.Payload["artifact"] == true {
+	if res.Payload["error"] != protocol.ResultOverlayLost || res.Payload["artifact"] == true {
 		t.Fatalf("lost writes not reported: %s", res.raw)
 	}
-	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "w-1"}); st.str("status") != StatusFailed {
-		t.Fatalf("status = %s, want %s", st.raw, StatusFailed)
+	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "w-1"}); st.str("status") != protocol.StatusFailed {
+		t.Fatalf("status = %s, want %s", st.raw, protocol.StatusFailed)
 	}
 }

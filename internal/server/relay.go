@@ -24,6 +24,7 @@ import (
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -46,7 +47,7 @@ type relayOptions struct {
 	log          *slog.Logger
 	helloTimeout time.Duration
 	liveness     time.Duration
-	limits       artifact.Limits
+	limits       protocol.ArchiveLimits
 	stdinPiece   int
 }
 
@@ -72,7 +73,7 @@ func WithWorkerLiveness(d time.Duration) RelayOption {
 
 // WithRelayArtifactLimits bounds workspaces sent to and read back from
 // workers.
-func WithRelayArtifactLimits(l artifact.Limits) RelayOption {
+func WithRelayArtifactLimits(l protocol.ArchiveLimits) RelayOption {
 	return func(o *relayOptions) error { o.limits = l; return nil }
 }
 
@@ -523,9 +524,9 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	var stdin []byte
 	stdinFile := ""
 	if req.Stdin != nil {
-		stdin, err = io.ReadAll(io.LimitReader(req.Stdin, MaxStdinBytes+1))
-		if err != nil || len(stdin) > MaxStdinBytes {
-			return nil, fmt.Errorf("stdin unreadable or over %d bytes: %w", MaxStdinBytes, backend.ErrInvalidRequest)
+		stdin, err = io.ReadAll(io.LimitReader(req.Stdin, protocol.MaxStdinBytes+1))
+		if err != nil || len(stdin) > protocol.MaxStdinBytes {
+			return nil, fmt.Errorf("stdin unreadable or over %d bytes: %w", protocol.MaxStdinBytes, backend.ErrInvalidRequest)
 		}
 	}
 	if len(stdin) > r.o.stdinPiece {
@@ -580,7 +581,7 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	var tarOut bytes.Buffer
 	var tooBig bool
 	// base64 wraps lines: allow for a newline every 76 characters.
-	maxB64 := base64.StdEncoding.EncodedLen(int(artifact.DefaultMaxCompressed)) * 78 / 76
+	maxB64 := base64.StdEncoding.EncodedLen(int(protocol.DefaultMaxCompressed)) * 78 / 76
 	if r.o.limits.MaxCompressed > 0 {
 		maxB64 = base64.StdEncoding.EncodedLen(int(r.o.limits.MaxCompressed)) * 78 / 76
 	}

@@ -17,7 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 const workerToken = "relay-worker-token"
@@ -124,17 +124,17 @@ func TestRelayWithRealWorker(t *testing.T) {
 	c := rh.dial(tokenA)
 
 	// Without a worker, a submission is refused for capacity.
-	if r := c.submit("early", "true", nil); r.Type != TypeError || r.str("code") != codeCapacity {
+	if r := c.submit("early", "true", nil); r.Type != protocol.TypeError || r.str("code") != protocol.CodeCapacity {
 		t.Fatalf("submit without workers: %s", r.raw)
 	}
 	rh.startWorker(t, "w1", workerToken, "2")
 	rh.waitWorkers(t, 1)
-	if r, _ := c.do(ActionCapabilities, nil); r.str("executor") != "relay" {
+	if r, _ := c.do(protocol.ActionCapabilities, nil); r.str("executor") != "relay" {
 		t.Fatalf("capabilities: %s", r.raw)
 	}
 
 	// Only a worker whose Hello listed every required program qualifies.
-	if r := c.submit("needs-x", "true", map[string]any{"requires": []string{"bash", "no-such-program"}}); r.Type != TypeError || r.str("code") != codeCapacity {
+	if r := c.submit("needs-x", "true", map[string]any{"requires": []string{"bash", "no-such-program"}}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeCapacity {
 		t.Fatalf("submit with unmet requirement: %s", r.raw)
 	}
 	c.submit("needs-bash", "echo ok", map[string]any{"requires": []string{"bash"}})
@@ -142,9 +142,9 @@ func TestRelayWithRealWorker(t *testing.T) {
 		t.Fatalf("submit with met requirement: %s", res.raw)
 	}
 
-	up, _ := c.do(ActionUpload, map[string]any{"execution_id": "rel-1",
+	up, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "rel-1",
 		"data": targz(t, file{"in.txt", "shipped to the worker\n"}, file{"gone.txt", "x"}, file{"sub/k", "k"})})
-	if up.str("status") != StatusUploaded {
+	if up.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", up.raw)
 	}
 	c.submit("rel-1", `cat ../in.txt; echo "$GREETING" >&2; echo made > ../out.txt; rm ../gone.txt; exit 3`,
@@ -164,10 +164,10 @@ func TestRelayWithRealWorker(t *testing.T) {
 	if stdout != "shipped to the worker\n" || stderr != "hi it's me\n" || res.num("exit_code") != 3 || res.str("termination_reason") != "exited" {
 		t.Fatalf("stdout %q stderr %q result %s", stdout, stderr, res.raw)
 	}
-	dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "rel-1"})
+	dl, _ := c.do(protocol.ActionDownload, map[string]any{"execution_id": "rel-1"})
 	files := untar(t, dl.str("data"))
-	var man artifact.Manifest
-	json.Unmarshal([]byte(files[artifact.ManifestName]), &man)
+	var man protocol.Manifest
+	json.Unmarshal([]byte(files[protocol.ManifestName]), &man)
 	if files["out.txt"] != "made\n" || len(man.Deleted) != 1 || man.Deleted[0] != "gone.txt" {
 		t.Fatalf("overlay %v, manifest %+v", files, man)
 	}
@@ -184,15 +184,15 @@ func TestRelayWithRealWorker(t *testing.T) {
 	// Cancel aborts the command on the worker.
 	c.submit("rel-cancel", "echo started; sleep 30", nil)
 	for {
-		if m := c.recv(); m.Type == TypeStream {
+		if m := c.recv(); m.Type == protocol.TypeStream {
 			break
 		}
 	}
-	r, other := c.do(ActionCancel, map[string]any{"execution_id": "rel-cancel"})
-	if r.str("status") != StatusCancelled {
+	r, other := c.do(protocol.ActionCancel, map[string]any{"execution_id": "rel-cancel"})
+	if r.str("status") != protocol.StatusCancelled {
 		t.Fatalf("cancel: %s", r.raw)
 	}
-	if res, _ := c.untilResult("rel-cancel", other); res.str("termination_reason") != "cancelled" || res.str("error") != StatusCancelled {
+	if res, _ := c.untilResult("rel-cancel", other); res.str("termination_reason") != "cancelled" || res.str("error") != protocol.StatusCancelled {
 		t.Fatalf("cancelled result: %s", res.raw)
 	}
 
@@ -204,7 +204,7 @@ func TestRelayWithRealWorker(t *testing.T) {
 	big := make([]byte, 64<<10)
 	rand.Read(big)
 	sum := sha256.Sum256(big)
-	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "rel-big", "data": targz(t, file{"big.bin", string(big)})}); r.str("status") != StatusUploaded {
+	if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "rel-big", "data": targz(t, file{"big.bin", string(big)})}); r.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload big: %s", r.raw)
 	}
 	c.submit("rel-big", "sha256sum big.bin", nil)
@@ -235,7 +235,7 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 	c.submit("on-a", `echo up; sleep 30`, nil)
 	c.submit("on-b", `echo up; sleep 30`, nil)
 	for seen := 0; seen < 2; {
-		if m := c.recv(); m.Type == TypeStream {
+		if m := c.recv(); m.Type == protocol.TypeStream {
 			seen++
 		}
 	}
@@ -243,14 +243,14 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 		t.Fatalf("workers = %d live, %d capacity, %d busy; want both busy", live, capacity, busy)
 	}
 	// Both slots are taken: the next submission is refused.
-	if r := c.submit("third", "true", nil); r.Type != TypeError || r.str("code") != codeCapacity {
+	if r := c.submit("third", "true", nil); r.Type != protocol.TypeError || r.str("code") != protocol.CodeCapacity {
 		t.Fatalf("third: %s", r.raw)
 	}
 	syscall.Kill(-w1.Process.Pid, syscall.SIGKILL)
 	var lost msg
 	for {
 		m := c.recv()
-		if m.Type == TypeResult {
+		if m.Type == protocol.TypeResult {
 			lost = m
 			break
 		}
@@ -258,8 +258,8 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 	if lost.num("exit_code") != -1 || !strings.Contains(lost.str("stderr"), "w1 disconnected") || lost.str("termination_reason") != "error" {
 		t.Fatalf("lost execution: %s", lost.raw)
 	}
-	st, _ := c.do(ActionStatus, map[string]any{"execution_id": lost.str("execution_id")})
-	if st.str("status") != StatusFailed {
+	st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": lost.str("execution_id")})
+	if st.str("status") != protocol.StatusFailed {
 		t.Fatalf("status of lost execution: %s", st.raw)
 	}
 	rh.waitWorkers(t, 1)
@@ -267,7 +267,7 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 	if lost.str("execution_id") == "on-a" {
 		other = "on-b"
 	}
-	if r, _ := c.do(ActionCancel, map[string]any{"execution_id": other}); r.str("status") != StatusCancelled {
+	if r, _ := c.do(protocol.ActionCancel, map[string]any{"execution_id": other}); r.str("status") != protocol.StatusCancelled {
 		t.Fatalf("cancel survivor: %s", r.raw)
 	}
 	if err := rh.relay.Available(nil); err != nil {

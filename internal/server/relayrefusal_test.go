@@ -3,6 +3,8 @@ package server
 import (
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // A relay refuses a policy its workers cannot enforce and says how to
@@ -13,7 +15,7 @@ func TestRelayRefusalSaysHowToAllowTheFleet(t *testing.T) {
 	rh.waitWorkers(t, 1)
 	c := rh.dial(tokenA)
 	r := c.submit("deny-net", "true", map[string]any{"network": map[string]any{"mode": "deny-all"}})
-	if r.Type != TypeError || r.str("code") != codeUnsupported {
+	if r.Type != protocol.TypeError || r.str("code") != protocol.CodeUnsupported {
 		t.Fatalf("deny-all network on the relay: %s", r.raw)
 	}
 	if msg := r.str("message"); !strings.Contains(msg, "--policy examples/fleet-policy.yaml") {

@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -45,7 +45,7 @@ type options struct {
 	retention       time.Duration
 	maxMessage      int64
 	outboxBytes     int
-	limits          artifact.Limits
+	limits          protocol.ArchiveLimits
 	network         policy.NetworkPolicy
 	secrets         secrets.SecretPolicy
 	maxOutput       int64
@@ -117,7 +117,7 @@ func WithOutboxBytes(n int) Option {
 }
 
 // WithArtifactLimits bounds uploads.
-func WithArtifactLimits(l artifact.Limits) Option {
+func WithArtifactLimits(l protocol.ArchiveLimits) Option {
 	return func(o *options) error { o.limits = l; return nil }
 }
 
@@ -461,7 +461,7 @@ func (s *Server) removeAbandonedUploads(ctx context.Context) int {
 		for _, ent := range entries {
 			id := ent.Name()
 			info, err := ent.Info()
-			if !ent.IsDir() || !ValidID(id) || err != nil || !info.ModTime().Before(cutoff) {
+			if !ent.IsDir() || !protocol.ValidID(id) || err != nil || !info.ModTime().Before(cutoff) {
 				continue
 			}
 			lk := s.idLock(id)
@@ -478,7 +478,7 @@ func (s *Server) removeAbandonedUploads(ctx context.Context) int {
 }
 
 func (s *Server) removeWorkspace(tenant, id string) {
-	if !ValidID(id) {
+	if !protocol.ValidID(id) {
 		return
 	}
 	if err := os.RemoveAll(s.workspaceDir(tenant, id)); err != nil {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 func TestHealthAuthAndMetrics(t *testing.T) {
@@ -48,7 +48,7 @@ func TestHealthAuthAndMetrics(t *testing.T) {
 	}
 	c := h.dial(tokenA)
 	r := c.submit("m1", "true", nil)
-	if r.str("status") != StatusStarting {
+	if r.str("status") != protocol.StatusStarting {
 		t.Fatalf("submit: %s", r.raw)
 	}
 	c.untilResult("m1", nil)
@@ -88,17 +88,17 @@ func TestHealthAuthAndMetrics(t *testing.T) {
 func TestSubmitStreamsResultAndOverlay(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t))
 	c := h.dial(tokenA)
-	r, _ := c.do(ActionUpload, map[string]any{"execution_id": "job-1",
+	r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "job-1",
 		"data": targz(t, file{"in.txt", "hello from upload\n"}, file{"gone.txt", "bye"}, file{"sub/keep", "k"})})
-	if r.Type != TypeResponse || r.str("status") != StatusUploaded {
+	if r.Type != protocol.TypeResponse || r.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", r.raw)
 	}
-	rid := c.send(ActionSubmit, map[string]any{
+	rid := c.send(protocol.ActionSubmit, map[string]any{
 		"execution_id": "job-1", "correlation_id": "corr-9", "cwd": "sub", "env": map[string]any{"GREETING": "hi"},
 		"command": `cat ../in.txt; echo "$GREETING from $(basename "$PWD")" >&2; echo made > ../out.txt; rm ../gone.txt; exit 3`,
 	})
 	ack, early := c.reply(rid)
-	if ack.Type != TypeResponse || ack.str("status") != StatusStarting || ack.str("execution_id") != "job-1" {
+	if ack.Type != protocol.TypeResponse || ack.str("status") != protocol.StatusStarting || ack.str("execution_id") != "job-1" {
 		t.Fatalf("ack: %s", ack.raw)
 	}
 	res, streams := c.untilResult("job-1", early)
@@ -128,12 +128,12 @@ func TestSubmitStreamsResultAndOverlay(t *testing.T) {
 		}
 	}
 
-	st, _ := c.do(ActionStatus, map[string]any{"execution_id": "job-1"})
-	if st.str("status") != StatusCompleted || st.str("correlation_id") != "corr-9" {
+	st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "job-1"})
+	if st.str("status") != protocol.StatusCompleted || st.str("correlation_id") != "corr-9" {
 		t.Fatalf("status: %s", st.raw)
 	}
-	dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-1"})
-	if dl.str("status") != StatusDownloaded {
+	dl, _ := c.do(protocol.ActionDownload, map[string]any{"execution_id": "job-1"})
+	if dl.str("status") != protocol.StatusDownloaded {
 		t.Fatalf("download: %s", dl.raw)
 	}
 	files := untar(t, dl.str("data"))
@@ -143,13 +143,13 @@ func TestSubmitStreamsResultAndOverlay(t *testing.T) {
 	if _, changed := files["in.txt"]; changed {
 		t.Fatalf("unchanged file in overlay: %v", files)
 	}
-	var man artifact.Manifest
-	if err := json.Unmarshal([]byte(files[artifact.ManifestName]), &man); err != nil || len(man.Deleted) != 1 || man.Deleted[0] != "gone.txt" {
-		t.Fatalf("manifest %q: %v", files[artifact.ManifestName], err)
+	var man protocol.Manifest
+	if err := json.Unmarshal([]byte(files[protocol.ManifestName]), &man); err != nil || len(man.Deleted) != 1 || man.Deleted[0] != "gone.txt" {
+		t.Fatalf("manifest %q: %v", files[protocol.ManifestName], err)
 	}
 	// A second download still works: a dropped connection must not lose
 	// the overlay.
-	if dl2, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-1"}); dl2.str("data") != dl.str("data") {
+	if dl2, _ := c.do(protocol.ActionDownload, map[string]any{"execution_id": "job-1"}); dl2.str("data") != dl.str("data") {
 		t.Fatalf("second download differs: %s", dl2.raw)
 	}
 
@@ -159,14 +159,14 @@ func TestSubmitStreamsResultAndOverlay(t *testing.T) {
 	if res2.str("stdout") != "argv form\n" || len(streams2) == 0 || streams2[0].num("seq") != 1 {
 		t.Fatalf("argv result: %s", res2.raw)
 	}
-	if dl, _ := c.do(ActionDownload, map[string]any{"execution_id": "job-2"}); dl.str("status") != StatusNoArtifact {
+	if dl, _ := c.do(protocol.ActionDownload, map[string]any{"execution_id": "job-2"}); dl.str("status") != protocol.StatusNoArtifact {
 		t.Fatalf("download: %s", dl.raw)
 	}
 	// Resubmitting an id is refused.
-	if r := c.submit("job-2", "true", nil); r.Type != TypeError || r.str("code") != codeDuplicate {
+	if r := c.submit("job-2", "true", nil); r.Type != protocol.TypeError || r.str("code") != protocol.CodeDuplicate {
 		t.Fatalf("duplicate: %s", r.raw)
 	}
-	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "job-2", "data": targz(t, file{"x", "y"})}); r.Type != TypeError || r.str("message") != msgUpload {
+	if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "job-2", "data": targz(t, file{"x", "y"})}); r.Type != protocol.TypeError || r.str("message") != protocol.MsgUpload {
 		t.Fatalf("upload after submit: %s", r.raw)
 	}
 }
@@ -178,30 +178,30 @@ func TestStatusOfRunningExecutionReplies(t *testing.T) {
 	c := h.dial(tokenA)
 	c.submit("slow", "echo started; sleep 30", nil)
 	for {
-		if m := c.recv(); m.Type == TypeStream {
+		if m := c.recv(); m.Type == protocol.TypeStream {
 			break
 		}
 	}
-	st, _ := c.do(ActionStatus, map[string]any{"execution_id": "slow"})
-	if st.Type != TypeResponse || st.str("status") != StatusRunning || st.num("last_seq") != 1 {
+	st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "slow"})
+	if st.Type != protocol.TypeResponse || st.str("status") != protocol.StatusRunning || st.num("last_seq") != 1 {
 		t.Fatalf("status: %s", st.raw)
 	}
-	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "nope"}); st.str("status") != StatusNotFound {
+	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "nope"}); st.str("status") != protocol.StatusNotFound {
 		t.Fatalf("status of unknown: %s", st.raw)
 	}
-	cancel, other := c.do(ActionCancel, map[string]any{"execution_id": "slow"})
-	if cancel.Type != TypeResponse || cancel.str("status") != StatusCancelled {
+	cancel, other := c.do(protocol.ActionCancel, map[string]any{"execution_id": "slow"})
+	if cancel.Type != protocol.TypeResponse || cancel.str("status") != protocol.StatusCancelled {
 		t.Fatalf("cancel: %s", cancel.raw)
 	}
 	res, _ := c.untilResult("slow", other)
-	if res.str("error") != StatusCancelled || res.str("termination_reason") != "cancelled" {
+	if res.str("error") != protocol.StatusCancelled || res.str("termination_reason") != "cancelled" {
 		t.Fatalf("result of cancelled: %s", res.raw)
 	}
-	st, _ = c.do(ActionStatus, map[string]any{"execution_id": "slow"})
-	if st.str("status") != StatusFailed {
+	st, _ = c.do(protocol.ActionStatus, map[string]any{"execution_id": "slow"})
+	if st.str("status") != protocol.StatusFailed {
 		t.Fatalf("status after cancel: %s", st.raw)
 	}
-	if r, _ := c.do(ActionCancel, map[string]any{"execution_id": "slow"}); r.Type != TypeError || r.str("code") != codeNotRunning {
+	if r, _ := c.do(protocol.ActionCancel, map[string]any{"execution_id": "slow"}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeNotRunning {
 		t.Fatalf("second cancel: %s", r.raw)
 	}
 }
@@ -243,7 +243,7 @@ func TestTimeoutAndBinaryEncoding(t *testing.T) {
 	if res.Payload["timed_out"] != true || res.str("termination_reason") != "timeout" {
 		t.Fatalf("timeout result: %s", res.raw)
 	}
-	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "late"}); st.str("status") != StatusCompleted {
+	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "late"}); st.str("status") != protocol.StatusCompleted {
 		t.Fatalf("timed-out status: %s", st.raw)
 	}
 }
@@ -254,12 +254,12 @@ func TestTenantIsolation(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t), WithUploadGrace(0))
 	a := h.dial(tokenA)
 	b := h.dial(tokenB)
-	if r, _ := a.do(ActionUpload, map[string]any{"execution_id": "a-pending", "data": targz(t, file{"f", "a"})}); r.str("status") != StatusUploaded {
+	if r, _ := a.do(protocol.ActionUpload, map[string]any{"execution_id": "a-pending", "data": targz(t, file{"f", "a"})}); r.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", r.raw)
 	}
 	a.submit("a-run", "echo secret-a; sleep 30", nil)
 	for {
-		if m := a.recv(); m.Type == TypeStream {
+		if m := a.recv(); m.Type == protocol.TypeStream {
 			break
 		}
 	}
@@ -267,27 +267,27 @@ func TestTenantIsolation(t *testing.T) {
 	a.untilResult("a-done", nil)
 
 	for _, id := range []string{"a-run", "a-done"} {
-		if r, _ := b.do(ActionStatus, map[string]any{"execution_id": id}); r.str("status") != StatusNotFound {
+		if r, _ := b.do(protocol.ActionStatus, map[string]any{"execution_id": id}); r.str("status") != protocol.StatusNotFound {
 			t.Fatalf("status %s: %s", id, r.raw)
 		}
-		if r, _ := b.do(ActionAttach, map[string]any{"execution_id": id}); r.Type != TypeError || r.str("message") != msgNotFound {
+		if r, _ := b.do(protocol.ActionAttach, map[string]any{"execution_id": id}); r.Type != protocol.TypeError || r.str("message") != protocol.MsgNotFound {
 			t.Fatalf("attach %s: %s", id, r.raw)
 		}
-		rid := b.send(ActionCancel, map[string]any{"execution_id": id})
-		if r, _ := b.reply(rid); r.Type != TypeError || r.str("message") != msgUnauthorize || r.str("request_id") != rid {
+		rid := b.send(protocol.ActionCancel, map[string]any{"execution_id": id})
+		if r, _ := b.reply(rid); r.Type != protocol.TypeError || r.str("message") != protocol.MsgUnauthorized || r.str("request_id") != rid {
 			t.Fatalf("cancel %s: %s", id, r.raw)
 		}
-		if r, _ := b.do(ActionDownload, map[string]any{"execution_id": id}); r.Type != TypeError || r.str("message") != msgNotFound {
+		if r, _ := b.do(protocol.ActionDownload, map[string]any{"execution_id": id}); r.Type != protocol.TypeError || r.str("message") != protocol.MsgNotFound {
 			t.Fatalf("download %s: %s", id, r.raw)
 		}
-		if r := b.submit(id, "true", nil); r.Type != TypeError || r.str("code") != codeDuplicate {
+		if r := b.submit(id, "true", nil); r.Type != protocol.TypeError || r.str("code") != protocol.CodeDuplicate {
 			t.Fatalf("submit %s: %s", id, r.raw)
 		}
-		if r, _ := b.do(ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", "b"})}); r.Type != TypeError {
+		if r, _ := b.do(protocol.ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", "b"})}); r.Type != protocol.TypeError {
 			t.Fatalf("upload %s: %s", id, r.raw)
 		}
 	}
-	if r, _ := b.do(ActionReconcile, nil); r.str("status") != StatusReconciled || r.num("orphans_cleaned") != 0 {
+	if r, _ := b.do(protocol.ActionReconcile, nil); r.str("status") != protocol.StatusReconciled || r.num("orphans_cleaned") != 0 {
 		t.Fatalf("reconcile b: %s", r.raw)
 	}
 	for _, id := range []string{"a-pending", "a-run", "a-done"} {
@@ -296,13 +296,13 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	}
 	// The running execution is unharmed: tenant a still cancels it.
-	if r, _ := a.do(ActionCancel, map[string]any{"execution_id": "a-run"}); r.str("status") != StatusCancelled {
+	if r, _ := a.do(protocol.ActionCancel, map[string]any{"execution_id": "a-run"}); r.str("status") != protocol.StatusCancelled {
 		t.Fatalf("a cancel: %s", r.raw)
 	}
 }
 
 func TestUploadRefusesUnsafeArchives(t *testing.T) {
-	h := startServer(t, t.TempDir(), hostExecutor(t), WithArtifactLimits(artifact.Limits{MaxUnpacked: 1 << 20}))
+	h := startServer(t, t.TempDir(), hostExecutor(t), WithArtifactLimits(protocol.ArchiveLimits{MaxUnpacked: 1 << 20}))
 	c := h.dial(tokenA)
 	bomb := targz(t, file{"zeros", strings.Repeat("\x00", 2<<20)})
 	for name, data := range map[string]string{
@@ -312,9 +312,9 @@ func TestUploadRefusesUnsafeArchives(t *testing.T) {
 		"not base64": "***",
 		"empty":      "",
 	} {
-		rid := c.send(ActionUpload, map[string]any{"execution_id": "u-" + strings.ReplaceAll(name, " ", "-"), "data": data})
+		rid := c.send(protocol.ActionUpload, map[string]any{"execution_id": "u-" + strings.ReplaceAll(name, " ", "-"), "data": data})
 		r, _ := c.reply(rid)
-		if r.Type != TypeError || r.str("message") != msgUpload {
+		if r.Type != protocol.TypeError || r.str("message") != protocol.MsgUpload {
 			t.Fatalf("%s: %s", name, r.raw)
 		}
 	}
@@ -334,7 +334,7 @@ func TestReconcileKeepsPendingUploads(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t))
 	c := h.dial(tokenA)
 	for _, id := range []string{"fresh", "stale"} {
-		if r, _ := c.do(ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", id})}); r.str("status") != StatusUploaded {
+		if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": id, "data": targz(t, file{"f", id})}); r.str("status") != protocol.StatusUploaded {
 			t.Fatalf("upload: %s", r.raw)
 		}
 	}
@@ -345,8 +345,8 @@ func TestReconcileKeepsPendingUploads(t *testing.T) {
 	c.submit("ended", "true", nil)
 	c.untilResult("ended", nil)
 	c.submit("running", "sleep 30", nil)
-	r, _ := c.do(ActionReconcile, nil)
-	if r.str("status") != StatusReconciled || r.num("orphans_cleaned") != 2 {
+	r, _ := c.do(protocol.ActionReconcile, nil)
+	if r.str("status") != protocol.StatusReconciled || r.num("orphans_cleaned") != 2 {
 		t.Fatalf("reconcile: %s", r.raw)
 	}
 	for id, want := range map[string]bool{"fresh": true, "stale": false, "ended": false, "running": true} {
@@ -360,7 +360,7 @@ func TestReconcileKeepsPendingUploads(t *testing.T) {
 	if res, _ := c.untilResult("fresh", nil); res.str("stdout") != "fresh" {
 		t.Fatalf("pending upload lost: %s", res.raw)
 	}
-	c.do(ActionCancel, map[string]any{"execution_id": "running"})
+	c.do(protocol.ActionCancel, map[string]any{"execution_id": "running"})
 }
 
 func TestInvalidMessagesAreAnswered(t *testing.T) {
@@ -369,7 +369,7 @@ func TestInvalidMessagesAreAnswered(t *testing.T) {
 	for _, raw := range []string{`not json`, `[1,2]`, `{"payload":{}}`, `{"action":"status","payload":"x"}`, `null`} {
 		c.sendRaw([]byte(raw))
 		m := c.recv()
-		if m.Type != TypeError || m.str("message") != msgInvalid || m.Payload["request_id"] != nil {
+		if m.Type != protocol.TypeError || m.str("message") != protocol.MsgInvalid || m.Payload["request_id"] != nil {
 			t.Fatalf("%s -> %s", raw, m.raw)
 		}
 	}
@@ -378,27 +378,27 @@ func TestInvalidMessagesAreAnswered(t *testing.T) {
 		payload map[string]any
 		message string
 	}{
-		{"explode", nil, msgUnknown},
-		{ActionStatus, map[string]any{"execution_id": "../etc"}, msgInvalid},
-		{ActionCancel, map[string]any{}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x1"}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x2", "command": ""}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x3", "command": "true", "cwd": "../.."}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x4", "command": "true", "timeout_s": -1}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x5", "command": "true", "env": map[string]any{"A=B": "c"}}, msgInvalid},
-		{ActionSubmit, map[string]any{"execution_id": "x6", "command": "true", "network": map[string]any{"mode": "deny-all"}}, "executor local:host cannot enforce network \"deny-all\" with secrets \"deny-all\""},
-		{ActionAttach, map[string]any{"execution_id": "x7", "after_seq": -2}, msgInvalid},
+		{"explode", nil, protocol.MsgUnknown},
+		{protocol.ActionStatus, map[string]any{"execution_id": "../etc"}, protocol.MsgInvalid},
+		{protocol.ActionCancel, map[string]any{}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x1"}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x2", "command": ""}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x3", "command": "true", "cwd": "../.."}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x4", "command": "true", "timeout_s": -1}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x5", "command": "true", "env": map[string]any{"A=B": "c"}}, protocol.MsgInvalid},
+		{protocol.ActionSubmit, map[string]any{"execution_id": "x6", "command": "true", "network": map[string]any{"mode": "deny-all"}}, "executor local:host cannot enforce network \"deny-all\" with secrets \"deny-all\""},
+		{protocol.ActionAttach, map[string]any{"execution_id": "x7", "after_seq": -2}, protocol.MsgInvalid},
 	}
 	for _, tc := range cases {
 		rid := c.send(tc.action, tc.payload)
 		m, _ := c.reply(rid)
-		if m.Type != TypeError || m.str("message") != tc.message {
+		if m.Type != protocol.TypeError || m.str("message") != tc.message {
 			t.Fatalf("%s %v -> %s", tc.action, tc.payload, m.raw)
 		}
 	}
 	// An invalid request_id is not echoed.
-	c.send(ActionStatus, map[string]any{"execution_id": "zz", "request_id": "bad id!"})
-	if m := c.recv(); m.Payload["request_id"] != nil || m.str("status") != StatusNotFound {
+	c.send(protocol.ActionStatus, map[string]any{"execution_id": "zz", "request_id": "bad id!"})
+	if m := c.recv(); m.Payload["request_id"] != nil || m.str("status") != protocol.StatusNotFound {
 		t.Fatalf("bad request id: %s", m.raw)
 	}
 	// Nothing invalid reached the store.
@@ -406,9 +406,9 @@ func TestInvalidMessagesAreAnswered(t *testing.T) {
 	if len(counts) != 0 {
 		t.Fatalf("store has %v", counts)
 	}
-	r, _ := c.do(ActionCapabilities, nil)
+	r, _ := c.do(protocol.ActionCapabilities, nil)
 	caps, _ := r.Payload["capabilities"].(map[string]any)
-	if r.str("status") != StatusCapabilities || r.str("executor") != "local:host" || caps["isolation"] != "host_unsafe" || caps["captures_writes"] != true {
+	if r.str("status") != protocol.StatusCapabilities || r.str("executor") != "local:host" || caps["isolation"] != "host_unsafe" || caps["captures_writes"] != true {
 		t.Fatalf("capabilities: %s", r.raw)
 	}
 }
@@ -422,7 +422,7 @@ func TestReattachIsExactlyOnce(t *testing.T) {
 	c.submit("chatty", fmt.Sprintf(`for i in $(seq 1 %d); do echo line$i; [ $((i %% 2)) = 0 ] && echo err$i >&2; sleep 0.01; done`, lines), nil)
 	var got []msg
 	for len(got) < 5 {
-		if m := c.recv(); m.Type == TypeStream {
+		if m := c.recv(); m.Type == protocol.TypeStream {
 			got = append(got, m)
 		}
 	}
@@ -431,14 +431,14 @@ func TestReattachIsExactlyOnce(t *testing.T) {
 	var res msg
 	for attempt := 0; ; attempt++ {
 		c2 := h.dial(tokenA)
-		rid := c2.send(ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": got[len(got)-1].num("seq")})
+		rid := c2.send(protocol.ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": got[len(got)-1].num("seq")})
 		r, replayed := c2.reply(rid)
-		if r.Type == TypeError && r.str("code") == codeAttached && attempt < 100 {
+		if r.Type == protocol.TypeError && r.str("code") == protocol.CodeAttached && attempt < 100 {
 			// The server has not seen the old connection drop yet.
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		if r.Type != TypeResponse || (r.str("status") != StatusAttached && r.str("status") != StatusCompleted) {
+		if r.Type != protocol.TypeResponse || (r.str("status") != protocol.StatusAttached && r.str("status") != protocol.StatusCompleted) {
 			t.Fatalf("attach: %s", r.raw)
 		}
 		var streams []msg
@@ -472,11 +472,11 @@ func TestReattachIsExactlyOnce(t *testing.T) {
 	}
 	// After the end, a late attach replays the history from the store.
 	c3 := h.dial(tokenA)
-	r, replayed := c3.do(ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": 10})
-	if r.str("status") != StatusCompleted || int64(len(replayed)) != res.num("last_seq")-10 || replayed[0].num("seq") != 11 {
+	r, replayed := c3.do(protocol.ActionAttach, map[string]any{"execution_id": "chatty", "after_seq": 10})
+	if r.str("status") != protocol.StatusCompleted || int64(len(replayed)) != res.num("last_seq")-10 || replayed[0].num("seq") != 11 {
 		t.Fatalf("late attach: %s with %d events", r.raw, len(replayed))
 	}
-	if m := c3.recv(); m.Type != TypeResult || m.num("exit_code") != 0 {
+	if m := c3.recv(); m.Type != protocol.TypeResult || m.num("exit_code") != 0 {
 		t.Fatalf("late attach result: %s", m.raw)
 	}
 }
@@ -487,10 +487,10 @@ func TestSecondAttachRefused(t *testing.T) {
 	c := h.dial(tokenA)
 	c.submit("one", "echo x; sleep 30", nil)
 	other := h.dial(tokenA)
-	if r, _ := other.do(ActionAttach, map[string]any{"execution_id": "one"}); r.Type != TypeError || r.str("message") != msgAttached {
+	if r, _ := other.do(protocol.ActionAttach, map[string]any{"execution_id": "one"}); r.Type != protocol.TypeError || r.str("message") != protocol.MsgAttached {
 		t.Fatalf("second attach: %s", r.raw)
 	}
-	c.do(ActionCancel, map[string]any{"execution_id": "one"})
+	c.do(protocol.ActionCancel, map[string]any{"execution_id": "one"})
 }
 
 // After a clean restart the history and result of finished executions are
@@ -506,12 +506,12 @@ func TestHistorySurvivesRestart(t *testing.T) {
 
 	h2 := startServer(t, dir, exec)
 	c2 := h2.dial(tokenA)
-	r, replayed := c2.do(ActionAttach, map[string]any{"execution_id": "keep"})
-	if r.str("status") != StatusCompleted || len(replayed) != 2 {
+	r, replayed := c2.do(protocol.ActionAttach, map[string]any{"execution_id": "keep"})
+	if r.str("status") != protocol.StatusCompleted || len(replayed) != 2 {
 		t.Fatalf("attach after restart: %s, %d events", r.raw, len(replayed))
 	}
 	got := c2.recv()
-	if got.Type != TypeResult || got.str("stdout") != res.str("stdout") || got.str("stderr") != "two\n" {
+	if got.Type != protocol.TypeResult || got.str("stdout") != res.str("stdout") || got.str("stderr") != "two\n" {
 		t.Fatalf("result after restart: %s", got.raw)
 	}
 }
@@ -526,10 +526,10 @@ func TestRetentionCleanup(t *testing.T) {
 	if _, err := os.Stat(h.srv.overlayFile(TenantOf(tokenA), "old")); err != nil {
 		t.Fatalf("overlay not saved: %v", err)
 	}
-	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "abandoned", "data": targz(t, file{"f", "x"})}); r.str("status") != StatusUploaded {
+	if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "abandoned", "data": targz(t, file{"f", "x"})}); r.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", r.raw)
 	}
-	if r, _ := c.do(ActionUpload, map[string]any{"execution_id": "fresh-upload", "data": targz(t, file{"f", "x"})}); r.str("status") != StatusUploaded {
+	if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "fresh-upload", "data": targz(t, file{"f", "x"})}); r.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", r.raw)
 	}
 	past := time.Now().Add(-h.srv.o.retention - time.Hour)
@@ -551,7 +551,7 @@ func TestRetentionCleanup(t *testing.T) {
 	if _, err := os.Stat(h.srv.overlayFile(TenantOf(tokenA), "old")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("overlay kept: %v", err)
 	}
-	if st, _ := c.do(ActionStatus, map[string]any{"execution_id": "old"}); st.str("status") != StatusNotFound {
+	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "old"}); st.str("status") != protocol.StatusNotFound {
 		t.Fatalf("record kept: %s", st.raw)
 	}
 }
@@ -609,7 +609,7 @@ func TestShutdownDrainsThenCancels(t *testing.T) {
 		if err != nil {
 			t.Fatalf("connection ended before both results: %v (have %v)", err, results)
 		}
-		if m.Type == TypeResult {
+		if m.Type == protocol.TypeResult {
 			results[m.str("execution_id")] = m
 		}
 	}
@@ -640,7 +640,7 @@ func TestOversizedMessageClosesConnection(t *testing.T) {
 		t.Fatalf("err = %v, want close status 1009", err)
 	}
 	// The server keeps serving others.
-	if r, _ := h.dial(tokenA).do(ActionStatus, map[string]any{"execution_id": "x"}); r.str("status") != StatusNotFound {
+	if r, _ := h.dial(tokenA).do(protocol.ActionStatus, map[string]any{"execution_id": "x"}); r.str("status") != protocol.StatusNotFound {
 		t.Fatalf("after oversized message: %s", r.raw)
 	}
 }

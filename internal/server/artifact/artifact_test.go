@@ -4,9 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 type member struct {
@@ -60,7 +59,7 @@ func TestExtractRegularTree(t *testing.T) {
 		reg("deep/er/file", "x"),
 		reg(".pulse/state", "never extracted"),
 	)
-	if err := Extract(data, ws, Limits{}); err != nil {
+	if err := Extract(data, ws, protocol.ArchiveLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"src/main.go": "package main\n", "README": "hi", "deep/er/file": "x", "run.sh": "#!"} {
@@ -79,7 +78,7 @@ func TestExtractRegularTree(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, ".pulse")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf(".pulse was extracted: %v", err)
 	}
-	if err := Extract(data, ws, Limits{}); !errors.Is(err, ErrExists) {
+	if err := Extract(data, ws, protocol.ArchiveLimits{}); !errors.Is(err, ErrExists) {
 		t.Fatalf("second extract: %v, want ErrExists", err)
 	}
 }
@@ -93,44 +92,44 @@ func TestExtractRefusesUnsafeArchives(t *testing.T) {
 	cases := []struct {
 		name string
 		data func(t *testing.T) []byte
-		lim  Limits
+		lim  protocol.ArchiveLimits
 		want error
 	}{
-		{"parent escape", func(t *testing.T) []byte { return build(t, reg("../evil", "x")) }, Limits{}, ErrUnsafe},
-		{"nested parent escape", func(t *testing.T) []byte { return build(t, reg("a/../../evil", "x")) }, Limits{}, ErrUnsafe},
-		{"backslash escape", func(t *testing.T) []byte { return build(t, reg(`a\..\..\evil`, "x")) }, Limits{}, ErrUnsafe},
-		{"absolute", func(t *testing.T) []byte { return build(t, reg("/tmp/evil", "x")) }, Limits{}, ErrUnsafe},
-		{"drive letter", func(t *testing.T) []byte { return build(t, reg("C:/evil", "x")) }, Limits{}, ErrUnsafe},
+		{"parent escape", func(t *testing.T) []byte { return build(t, reg("../evil", "x")) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"nested parent escape", func(t *testing.T) []byte { return build(t, reg("a/../../evil", "x")) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"backslash escape", func(t *testing.T) []byte { return build(t, reg(`a\..\..\evil`, "x")) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"absolute", func(t *testing.T) []byte { return build(t, reg("/tmp/evil", "x")) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"drive letter", func(t *testing.T) []byte { return build(t, reg("C:/evil", "x")) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
 		{"symlink", func(t *testing.T) []byte {
 			return build(t, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc"}})
-		}, Limits{}, ErrUnsafe},
+		}, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
 		{"symlink then write through it", func(t *testing.T) []byte {
 			return build(t, member{hdr: tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}}, reg("l/evil", "x"))
-		}, Limits{}, ErrUnsafe},
+		}, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
 		{"hardlink", func(t *testing.T) []byte {
 			return build(t, member{hdr: tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"}})
-		}, Limits{}, ErrUnsafe},
+		}, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
 		{"char device", func(t *testing.T) []byte {
 			return build(t, member{hdr: tar.Header{Name: "d", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}})
-		}, Limits{}, ErrUnsafe},
-		{"fifo", func(t *testing.T) []byte { return build(t, member{hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo}}) }, Limits{}, ErrUnsafe},
-		{"too many members", func(t *testing.T) []byte { return build(t, many...) }, Limits{MaxMembers: 10}, ErrLimit},
+		}, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"fifo", func(t *testing.T) []byte { return build(t, member{hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo}}) }, protocol.ArchiveLimits{}, protocol.ErrUnsafe},
+		{"too many members", func(t *testing.T) []byte { return build(t, many...) }, protocol.ArchiveLimits{MaxMembers: 10}, protocol.ErrLimit},
 		{"unpacked bomb", func(t *testing.T) []byte {
 			return build(t, member{hdr: tar.Header{Name: "zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))}, data: big})
-		}, Limits{MaxUnpacked: 1 << 20}, ErrLimit},
+		}, protocol.ArchiveLimits{MaxUnpacked: 1 << 20}, protocol.ErrLimit},
 		{"bomb over many files", func(t *testing.T) []byte {
 			ms := []member{}
 			for i := range 5 {
 				ms = append(ms, member{hdr: tar.Header{Name: "z" + string(rune('0'+i)), Typeflag: tar.TypeReg, Mode: 0o644, Size: 300 << 10}, data: big[:300<<10]})
 			}
 			return build(t, ms...)
-		}, Limits{MaxUnpacked: 1 << 20}, ErrLimit},
-		{"compressed over limit", func(t *testing.T) []byte { return build(t, reg("a", strings.Repeat("x", 100))) }, Limits{MaxCompressed: 10}, ErrLimit},
-		{"not gzip", func(t *testing.T) []byte { return []byte("PK\x03\x04 this is a zip") }, Limits{}, ErrCorrupt},
+		}, protocol.ArchiveLimits{MaxUnpacked: 1 << 20}, protocol.ErrLimit},
+		{"compressed over limit", func(t *testing.T) []byte { return build(t, reg("a", strings.Repeat("x", 100))) }, protocol.ArchiveLimits{MaxCompressed: 10}, protocol.ErrLimit},
+		{"not gzip", func(t *testing.T) []byte { return []byte("PK\x03\x04 this is a zip") }, protocol.ArchiveLimits{}, protocol.ErrCorrupt},
 		{"truncated", func(t *testing.T) []byte {
 			d := build(t, reg("a", strings.Repeat("y", 10000)))
 			return d[:len(d)/2]
-		}, Limits{}, ErrCorrupt},
+		}, protocol.ArchiveLimits{}, protocol.ErrCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,74 +146,6 @@ func TestExtractRefusesUnsafeArchives(t *testing.T) {
 				t.Fatalf("a file escaped the workspace")
 			}
 		})
-	}
-}
-
-func TestCleanName(t *testing.T) {
-	for in, want := range map[string]string{"a/b": "a/b", "./a//b/": "a/b", "a\\b": "a/b", ".": ".", "./": "."} {
-		if got, err := CleanName(in); err != nil || got != want {
-			t.Errorf("CleanName(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "a\x00b", "/a", "../a", "a/..", "a\\..\\b", "C:x", strings.Repeat("n", 256)} {
-		if got, err := CleanName(in); !errors.Is(err, ErrUnsafe) {
-			t.Errorf("CleanName(%q) = %q, %v; want ErrUnsafe", in, got, err)
-		}
-	}
-}
-
-func TestPackWritesFilesAndManifest(t *testing.T) {
-	ov := &backend.Overlay{
-		Files: []backend.File{
-			{Path: "b/new.bin", Mode: 0o755, Data: []byte{0, 1, 0xff}},
-			{Path: "b", Mode: fs.ModeDir | 0o755},
-			{Path: "link", Mode: fs.ModeSymlink, Data: []byte("b/new.bin")},
-		},
-		Deleted: []string{"z/gone", "a.txt"},
-	}
-	data, err := Pack(ov)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	got := map[string]*tar.Header{}
-	contents := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[h.Name] = h
-		contents[h.Name], _ = io.ReadAll(tr)
-	}
-	if h := got["b/new.bin"]; h == nil || h.Typeflag != tar.TypeReg || h.Mode != 0o755 || !bytes.Equal(contents["b/new.bin"], []byte{0, 1, 0xff}) {
-		t.Fatalf("b/new.bin: %+v %q", h, contents["b/new.bin"])
-	}
-	if h := got["b/"]; h == nil || h.Typeflag != tar.TypeDir {
-		t.Fatalf("dir b/: %+v", h)
-	}
-	if h := got["link"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "b/new.bin" {
-		t.Fatalf("link: %+v", h)
-	}
-	var m Manifest
-	if err := json.Unmarshal(contents[ManifestName], &m); err != nil {
-		t.Fatal(err)
-	}
-	if m.Version != 1 || len(m.Deleted) != 2 || m.Deleted[0] != "a.txt" || m.Deleted[1] != "z/gone" {
-		t.Fatalf("manifest = %+v", m)
-	}
-	if _, err := Pack(&backend.Overlay{Files: []backend.File{{Path: "../x"}}}); !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("unsafe overlay path: %v", err)
-	}
-	if _, err := Pack(&backend.Overlay{Files: []backend.File{{Path: ".pulse/x"}}}); !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("reserved overlay path: %v", err)
 	}
 }
 
@@ -295,7 +226,7 @@ func FuzzExtract(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parent := t.TempDir()
 		ws := filepath.Join(parent, "ws")
-		err := Extract(data, ws, Limits{MaxUnpacked: 1 << 20, MaxMembers: 64})
+		err := Extract(data, ws, protocol.ArchiveLimits{MaxUnpacked: 1 << 20, MaxMembers: 64})
 		entries, _ := os.ReadDir(parent)
 		if err != nil {
 			if len(entries) != 0 {
@@ -323,7 +254,7 @@ func FuzzExtract(f *testing.F) {
 			if info.Mode()&fs.ModeSymlink != 0 {
 				// A link is accepted only when it resolves inside.
 				rel, _ := filepath.Rel(ws, p)
-				if err := resolveInside(ws, filepath.ToSlash(rel)); err != nil {
+				if _, err := protocol.Resolve(ws, filepath.ToSlash(rel)); err != nil {
 					t.Fatalf("accepted link %s: %v", rel, err)
 				}
 				return nil
@@ -359,7 +290,7 @@ func checkNoWriteThroughLinks(t *testing.T, data []byte, ws string) {
 		if err != nil {
 			break
 		}
-		name, err := CleanName(hdr.Name)
+		name, err := protocol.CleanName(hdr.Name)
 		if err != nil || strings.Contains(name, "/") {
 			return
 		}
@@ -389,7 +320,7 @@ func TestExtractSymlinks(t *testing.T) {
 	ws := filepath.Join(t.TempDir(), "ws")
 	data := build(t, reg("README", "hi"), link("docs/readme", "../README"), link("self", "."),
 		link("dangling", "not/yet/here"), link("d", "sub"), reg("sub/keep", "k"), reg("d/through", "via link"))
-	if err := Extract(data, ws, Limits{}); err != nil {
+	if err := Extract(data, ws, protocol.ArchiveLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"docs/readme": "../README", "self": ".", "dangling": "not/yet/here", "d": "sub"} {
@@ -425,8 +356,8 @@ func TestExtractSymlinks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			parent := t.TempDir()
 			ws := filepath.Join(parent, "ws")
-			if err := Extract(build(t, ms...), ws, Limits{}); !errors.Is(err, ErrUnsafe) {
-				t.Fatalf("err = %v, want ErrUnsafe", err)
+			if err := Extract(build(t, ms...), ws, protocol.ArchiveLimits{}); !errors.Is(err, protocol.ErrUnsafe) {
+				t.Fatalf("err = %v, want protocol.ErrUnsafe", err)
 			}
 			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
 				t.Fatalf("refused archive left %d entries", len(entries))
@@ -445,7 +376,7 @@ func TestExtractReplacesSymlinksInsteadOfWritingThrough(t *testing.T) {
 	data := build(t, reg("victim", "v"), link("a", "victim"), reg("a", "new"),
 		link("b", "victim"), link("b", "other"),
 		link("d", "sub"), reg("sub/keep", "k"), member{hdr: tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}}, reg("d/own", "o"))
-	if err := Extract(data, ws, Limits{}); err != nil {
+	if err := Extract(data, ws, protocol.ArchiveLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"victim": "v", "a": "new", "sub/keep": "k", "d/own": "o"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // DiffTar is Diff for a workspace that lives elsewhere (on a pulse-worker)
@@ -21,13 +22,13 @@ import (
 // a command's output are data, never followed. Limits bound the archive as
 // they bound uploads; changed file contents are kept in memory, at most
 // lim.MaxUnpacked bytes.
-func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
-	lim = lim.withDefaults()
+func (s *Snapshot) DiffTar(r io.Reader, lim protocol.ArchiveLimits) (*backend.Overlay, error) {
+	lim = lim.WithDefaults()
 	zr, err := gzip.NewReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
+		return nil, fmt.Errorf("%v: %w", err, protocol.ErrCorrupt)
 	}
-	tr := tar.NewReader(io.LimitReader(zr, lim.MaxUnpacked+int64(lim.MaxMembers+2)*3*512))
+	tr := tar.NewReader(io.LimitReader(zr, protocol.TarBudget(lim.MaxUnpacked, lim.MaxMembers)))
 	ov := &backend.Overlay{}
 	seen := map[string]bool{}
 	// A later member of a name replaces an earlier one, as GNU tar
@@ -41,12 +42,12 @@ func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%v: %w", err, ErrCorrupt)
+			return nil, fmt.Errorf("%v: %w", err, protocol.ErrCorrupt)
 		}
 		if members++; members > lim.MaxMembers {
-			return nil, fmt.Errorf("more than %d members: %w", lim.MaxMembers, ErrLimit)
+			return nil, fmt.Errorf("more than %d members: %w", lim.MaxMembers, protocol.ErrLimit)
 		}
-		name, err := CleanName(hdr.Name)
+		name, err := protocol.CleanName(hdr.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +64,7 @@ func (s *Snapshot) DiffTar(r io.Reader, lim Limits) (*backend.Overlay, error) {
 			var buf bytes.Buffer
 			n, err := io.Copy(&buf, tr)
 			if err != nil {
-				return nil, fmt.Errorf("%q: %v: %w", name, err, ErrCorrupt)
+				return nil, fmt.Errorf("%q: %v: %w", name, err, protocol.ErrCorrupt)
 			}
 			total += n
 			data = buf.Bytes()
@@ -132,9 +133,9 @@ func sameEntry(a, b entry) bool {
 
 // PackDir writes the workspace dir as a tar.gz of its regular files,
 // directories and symlinks (not the reserved .pulse/), to ship it to a
-// worker. It fails with ErrLimit past lim.
-func PackDir(dir string, lim Limits) ([]byte, error) {
-	lim = lim.withDefaults()
+// worker. It fails with protocol.ErrLimit past lim.
+func PackDir(dir string, lim protocol.ArchiveLimits) ([]byte, error) {
+	lim = lim.WithDefaults()
 	var buf bytes.Buffer
 	// The archive crosses a local network to a worker: speed matters more
 	// than ratio.
@@ -144,7 +145,7 @@ func PackDir(dir string, lim Limits) ([]byte, error) {
 	var total int64
 	err := walkPaths(dir, func(rel, abs string, info fs.FileInfo, link string) error {
 		if members++; members > lim.MaxMembers {
-			return fmt.Errorf("more than %d members: %w", lim.MaxMembers, ErrLimit)
+			return fmt.Errorf("more than %d members: %w", lim.MaxMembers, protocol.ErrLimit)
 		}
 		hdr, err := tar.FileInfoHeader(info, link)
 		if err != nil {
@@ -160,7 +161,7 @@ func PackDir(dir string, lim Limits) ([]byte, error) {
 		}
 		if info.Mode().IsRegular() {
 			if total += info.Size(); total > lim.MaxUnpacked {
-				return fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, ErrLimit)
+				return fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, protocol.ErrLimit)
 			}
 			return copyFile(tw, abs)
 		}
@@ -176,7 +177,7 @@ func PackDir(dir string, lim Limits) ([]byte, error) {
 		return nil, err
 	}
 	if int64(buf.Len()) > lim.MaxCompressed {
-		return nil, fmt.Errorf("artifact: pack: %d compressed bytes: %w", buf.Len(), ErrLimit)
+		return nil, fmt.Errorf("artifact: pack: %d compressed bytes: %w", buf.Len(), protocol.ErrLimit)
 	}
 	return buf.Bytes(), nil
 }

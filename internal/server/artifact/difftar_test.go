@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // A workspace packed with PackDir and compared with DiffTar gives the same
@@ -28,9 +30,9 @@ func TestDiffTarAgreesWithDiff(t *testing.T) {
 	snap, err := Take(ws)
 	must(err)
 
-	packed, err := PackDir(ws, Limits{})
+	packed, err := PackDir(ws, protocol.ArchiveLimits{})
 	must(err)
-	ov, err := snap.DiffTar(bytes.NewReader(packed), Limits{})
+	ov, err := snap.DiffTar(bytes.NewReader(packed), protocol.ArchiveLimits{})
 	must(err)
 	if !ov.Empty() {
 		t.Fatalf("unchanged workspace gives overlay %+v", ov)
@@ -44,9 +46,9 @@ func TestDiffTarAgreesWithDiff(t *testing.T) {
 	must(os.Chmod(filepath.Join(ws, "keep"), 0o644))
 	want, err := snap.Diff(ws, 1<<20)
 	must(err)
-	packed, err = PackDir(ws, Limits{})
+	packed, err = PackDir(ws, protocol.ArchiveLimits{})
 	must(err)
-	got, err := snap.DiffTar(bytes.NewReader(packed), Limits{})
+	got, err := snap.DiffTar(bytes.NewReader(packed), protocol.ArchiveLimits{})
 	must(err)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("DiffTar = %+v\nDiff    = %+v", got, want)
@@ -54,10 +56,10 @@ func TestDiffTarAgreesWithDiff(t *testing.T) {
 	if len(got.Files) != 4 || len(got.Deleted) != 1 || got.Deleted[0] != "d" {
 		t.Fatalf("overlay = %+v", got)
 	}
-	if _, err := PackDir(ws, Limits{MaxMembers: 2}); !errors.Is(err, ErrLimit) {
+	if _, err := PackDir(ws, protocol.ArchiveLimits{MaxMembers: 2}); !errors.Is(err, protocol.ErrLimit) {
 		t.Fatalf("PackDir over member limit: %v", err)
 	}
-	if _, err := snap.DiffTar(bytes.NewReader(build(t, reg("../x", "y"))), Limits{}); !errors.Is(err, ErrUnsafe) {
+	if _, err := snap.DiffTar(bytes.NewReader(build(t, reg("../x", "y"))), protocol.ArchiveLimits{}); !errors.Is(err, protocol.ErrUnsafe) {
 		t.Fatalf("DiffTar of an escaping name: %v", err)
 	}
 }
@@ -80,13 +82,13 @@ func FuzzDiffTar(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ov, err := snap.DiffTar(bytes.NewReader(data), Limits{MaxUnpacked: 1 << 20, MaxMembers: 64})
+		ov, err := snap.DiffTar(bytes.NewReader(data), protocol.ArchiveLimits{MaxUnpacked: 1 << 20, MaxMembers: 64})
 		if err != nil {
 			return
 		}
 		once := map[string]bool{}
 		for _, file := range ov.Files {
-			if c, err := CleanName(file.Path); err != nil || c != file.Path || c == "." {
+			if c, err := protocol.CleanName(file.Path); err != nil || c != file.Path || c == "." {
 				t.Fatalf("overlay path %q not clean: %v", file.Path, err)
 			}
 			if once[file.Path] {
@@ -94,7 +96,7 @@ func FuzzDiffTar(f *testing.F) {
 			}
 			once[file.Path] = true
 		}
-		if _, err := Pack(ov); err != nil {
+		if _, err := protocol.PackOverlay(ov); err != nil {
 			t.Fatalf("overlay from DiffTar does not pack: %v", err)
 		}
 	})
@@ -112,7 +114,7 @@ func TestDiffTarLaterMemberWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	link := member{hdr: tar.Header{Name: "b", Typeflag: tar.TypeSymlink, Linkname: "a"}}
-	ov, err := snap.DiffTar(bytes.NewReader(build(t, link, reg("b", "new"), reg("a", "changed"), reg("a", "x"))), Limits{})
+	ov, err := snap.DiffTar(bytes.NewReader(build(t, link, reg("b", "new"), reg("a", "changed"), reg("a", "x"))), protocol.ArchiveLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,17 @@
-// Package artifact moves workspaces in and out of pulse-server: it unpacks
-// a client's uploaded gzip-compressed tar into a fresh execution workspace,
-// and packs what a command changed (an overlay) into the archive that
-// download_artifact returns.
+// Package artifact is the server side of workspace archives: it unpacks a
+// client's upload into a fresh execution workspace, and computes what a
+// command changed in a workspace it wrote in place. The formats and their
+// name rules (protocol.CleanName, protocol.CheckLinkTarget,
+// protocol.Resolve, the overlay archive of protocol.PackOverlay) are
+// package protocol's; this package applies them to disk.
 //
 // Extract fails closed. It accepts only regular files, directories and
 // symlinks with relative, clean names, a symlink only when its target is
-// relative and stays inside the workspace both lexically (CheckLinkTarget)
-// and when resolved through every other link (ResolveInside, checked as
-// each link is made and again at the end); it refuses absolute names, any
-// ".." element in a name, other symlinks, hard links, devices, FIFOs and
-// anything else, and it bounds the
+// relative and stays inside the workspace both lexically
+// (protocol.CheckLinkTarget) and when resolved through every other link
+// (protocol.Resolve, checked as each link is made and again at the end);
+// it refuses absolute names, any ".." element in a name, other symlinks,
+// hard links, devices, FIFOs and anything else, and it bounds the
 // compressed size, the number of members and the bytes actually written
 // (counted while copying, not trusted from headers, so a gzip or tar bomb
 // stops at the limit). Files are created through an os.Root opened on the
@@ -27,14 +29,4 @@
 // modes, SHA-256 of contents) and Diff returns what changed since; for a
 // workspace on a pulse-worker, PackDir ships it and DiffTar compares the
 // archive sent back with the snapshot in memory, never extracting it.
-//
-// The overlay archive holds every created or changed entry at its path
-// (regular files byte-exact with their permission bits, directories,
-// symlinks with their targets) and a manifest, ManifestName, listing the
-// deleted paths:
-//
-//	{"version": 1, "deleted": ["old.txt", "dir/gone"]}
-//
-// The manifest lives under ".pulse/", where no overlay entry can be, so it
-// never collides with a file the command wrote.
 package artifact

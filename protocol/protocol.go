@@ -1,0 +1,159 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Actions a client may send.
+const (
+	ActionSubmit       = "submit"
+	ActionCancel       = "cancel"
+	ActionStatus       = "status"
+	ActionAttach       = "attach"
+	ActionUpload       = "upload_artifact"
+	ActionDownload     = "download_artifact"
+	ActionReconcile    = "reconcile"
+	ActionCapabilities = "capabilities"
+)
+
+// Types of server frames.
+const (
+	TypeResponse = "response"
+	TypeError    = "error"
+	TypeStream   = "stream"
+	TypeResult   = "result"
+)
+
+// Statuses carried by response frames (and the store's records).
+const (
+	StatusStarting     = "STARTING"
+	StatusCancelled    = "CANCELLED"
+	StatusUploaded     = "UPLOADED"
+	StatusNoArtifact   = "NO_ARTIFACT"
+	StatusDownloaded   = "DOWNLOADED"
+	StatusReconciled   = "RECONCILED"
+	StatusNotFound     = "NOT_FOUND"
+	StatusAttached     = "ATTACHED"
+	StatusRunning      = "RUNNING"
+	StatusCompleted    = "COMPLETED"
+	StatusFailed       = "FAILED"
+	StatusUnknown      = "UNKNOWN"
+	StatusCapabilities = "CAPABILITIES"
+)
+
+// Values of a result's "error" field. The Python server had none of
+// them; each is additive.
+const (
+	// ResultCancelled: a client cancelled the execution.
+	ResultCancelled = StatusCancelled
+	// ResultShutdown: the server shut down while the command ran.
+	ResultShutdown = "SHUTDOWN"
+	// ResultOverlayLost: the command ran but the server could not keep
+	// what it wrote. The status is then FAILED, and a client must not
+	// read the result as "wrote nothing".
+	ResultOverlayLost = "OVERLAY_LOST"
+)
+
+// Error messages of the Python server, kept verbatim because its clients
+// match on them. A client of this package matches on codes instead, and
+// on these only for a server that sends no code.
+const (
+	MsgInvalid      = "Invalid remote protocol request."
+	MsgCapacity     = "Server is at maximum capacity, please try again later."
+	MsgUnknown      = "Unknown action."
+	MsgUpload       = "Upload failed."
+	MsgNotFound     = "NOT_FOUND"
+	MsgUnauthorized = "Unauthorized"
+	MsgAttached     = "Another client is already attached"
+	MsgInternal     = "Remote execution failed with an internal error."
+)
+
+// Codes of error frames: the additive "code" field.
+const (
+	CodeInvalid     = "INVALID"
+	CodeCapacity    = "CAPACITY"
+	CodeUnknown     = "UNKNOWN_ACTION"
+	CodeUpload      = "UPLOAD_FAILED"
+	CodeNotFound    = "NOT_FOUND"
+	CodeNotRunning  = "NOT_RUNNING"
+	CodeAttached    = "ALREADY_ATTACHED"
+	CodeDuplicate   = "DUPLICATE"
+	CodeUnsupported = "UNSUPPORTED"
+	CodeInternal    = "INTERNAL"
+)
+
+// Feature names of the capabilities reply: the additive fields a server
+// honours. A client sends one only when the server lists it, since an
+// older server ignores unknown fields silently.
+const (
+	// FeatureStdin: submit takes stdin.
+	FeatureStdin = "stdin"
+	// FeatureLimits: submit takes limits.
+	FeatureLimits = "limits"
+	// FeatureResultOutput: submit takes result_output "omit", so the
+	// result does not repeat output already streamed.
+	FeatureResultOutput = "result_output"
+	// FeatureSymlinks: upload_artifact accepts symlinks that stay inside
+	// the workspace.
+	FeatureSymlinks = "symlinks"
+)
+
+// Features are the features the Go server lists, in its order.
+var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks}
+
+// Bounds of submit fields. A client checks them before it sends, so that
+// a request the server would refuse is refused locally.
+const (
+	// MaxTimeout bounds timeout_s.
+	MaxTimeout = 24 * time.Hour
+	// MaxCommandLen bounds the JSON of the command field.
+	MaxCommandLen = 1 << 20
+	// MaxEnvEntries bounds env.
+	MaxEnvEntries = 1024
+	// MaxCorrelation bounds correlation_id, in bytes.
+	MaxCorrelation = 256
+	// MaxRequires bounds requires.
+	MaxRequires = 32
+	// MaxCPUs bounds the cpus limit.
+	MaxCPUs = 1024
+	// MaxStdinBytes bounds a submit's stdin once decoded. Its base64 (a
+	// third larger) stays well under the default 50 MiB message limit.
+	MaxStdinBytes = 16 << 20
+)
+
+// Encodings of stream data and result output.
+const (
+	// EncodingText (the default, sent as "" or "text"): UTF-8, invalid
+	// bytes replaced.
+	EncodingText = "text"
+	// EncodingBase64: standard base64 of the exact bytes.
+	EncodingBase64 = "base64"
+)
+
+// Values of submit's result_output.
+const (
+	ResultOutputFull = "full"
+	ResultOutputOmit = "omit"
+)
+
+var safeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidID reports whether s is a valid request or execution id (and
+// program name of requires).
+func ValidID(s string) bool { return safeID.MatchString(s) }
+
+// envName is the rule for env keys.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidEnvName reports whether s may be a key of submit's env.
+func ValidEnvName(s string) bool { return envName.MatchString(s) }
+
+// ErrInvalid is wrapped by every validation error of a client frame.
+var ErrInvalid = errors.New("invalid protocol message")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
