@@ -66,6 +66,11 @@ func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
 	return bx, bx.err
 }
 
+// wrapperCaps are what the wrapper, root in the container, needs to give
+// each command a working copy owned by the command's own uid and to drop
+// to that uid; the command itself keeps none of them.
+var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
+
 func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, error) {
 	netMode := container.NetworkMode("none")
 	if key.network == policy.NetworkAllowAll {
@@ -82,8 +87,13 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 	}
 	yes := true
 	cfg := &container.Config{
-		Image:           b.o.image,
-		User:            fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		Image: b.o.image,
+		// root, so that the wrapper's exec (User 0) holds the few
+		// capabilities below: it copies each command's working copy to a
+		// uid of the command's own and drops to it (wrapper.sh). Every
+		// command runs under such a uid with no capabilities; the sleep
+		// that keeps the container up is no command's.
+		User:            "0:0",
 		Cmd:             b.idleCmd(), // tools.go
 		Env:             b.scriptEnv(),
 		WorkingDir:      "/pulse",
@@ -93,6 +103,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 	hc := &container.HostConfig{
 		NetworkMode:    netMode,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         wrapperCaps,
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + seccompJSON()},
 		ReadonlyRootfs: true,
 		// exec: the engine mounts a tmpfs noexec unless told otherwise,
@@ -102,7 +113,8 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 			"/tmp": "rw,exec,nosuid,nodev,size=" + b.o.tmpfsSize,
 			// The commands' working copies: tmpfs, because creating and
 			// copying files on the engine's disk costs milliseconds each.
-			"/work": fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0755", b.o.scratchSize, sandboxUID, sandboxGID),
+			// 0711: a command reaches its own copy below, lists nothing.
+			"/work": fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0711", b.o.scratchSize, sandboxUID, sandboxGID),
 		},
 		// An anonymous volume where the workspace is copied in: a valid
 		// CopyToContainer target although the root filesystem is

@@ -10,8 +10,12 @@
 //     Reconcile removes the leftovers of dead processes on this host and
 //     Close removes its own.
 //   - Hardened by default: network none for deny-all, all capabilities
-//     dropped, no-new-privileges, read-only root filesystem with tmpfs
-//     /tmp, a non-root user (uid 1000), a seccomp profile made of the
+//     dropped (the wrapper, root in the container, keeps CHOWN,
+//     DAC_OVERRIDE, FOWNER, SETUID and SETGID), no-new-privileges,
+//     read-only root filesystem with tmpfs /tmp, each command under a uid
+//     of its own (20000 and up, no capabilities) in a working copy only it
+//     can enter, so that concurrent commands cannot signal, trace or read
+//     each other or each other's wrapper (see wrapper.sh), a seccomp profile made of the
 //     namespace backend's deny list (ptrace, process_vm_readv/writev,
 //     io_uring, bpf, keyctl, mount, new namespaces, the TIOCSTI and
 //     TIOCLINUX ioctls; see seccomp.go) in place of the engine's default,
@@ -54,9 +58,9 @@
 //     Copy per command was chosen over snapshots of one shared directory
 //     because with a shared directory concurrent commands' writes cannot
 //     be told apart.
-//   - Timeouts, cancellation, Close and the output cap kill the command's
-//     whole process group inside the container (it runs under setsid and
-//     a second exec kills the group); output streams while it runs; the
+//   - Timeouts, cancellation, Close and the output cap kill every process
+//     of the command's uid inside the container (a second exec signals
+//     them as that uid, so nothing else can be hit); output streams while it runs; the
 //     exit status is exact, and a death by signal is reported as Signaled.
 //
 // How a command runs: a small shell wrapper (wrapper.sh) runs it and ends
@@ -75,12 +79,12 @@
 // command runs under the image's bash, else its sh, else the injected sh.
 // Without a static busybox on the host the image's own /bin/sh and tools
 // run the scripts (the image pulse image build makes has them). The
-// allowlist's CA set-up runs sh, cat, mkdir and mv of the image.
+// allowlist's CA set-up runs sh, cat, mkdir and mv of the image. The
+// wrapper drops to each command's uid with nsenter -S/-G and hands it
+// its copy with chown -h, so the scripts' busybox needs those.
 //
 // Known limits: the per-command copy costs time in proportion to the
 // number of files in the workspace, and the workspace lives in memory
-// (WithScratchSize); names containing a newline are not tracked; a
-// process that leaves its process group (setsid) escapes the kill until
-// Close removes the container; what a command leaves in its report is as
+// (WithScratchSize); names containing a newline are not tracked; what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed.
 package docker

@@ -37,14 +37,14 @@ const (
 var hardenedNotes = []string{
 	"one warm container per sandbox and workspace, reused by every command",
 	"network: none for deny-all (loopback only), bridge for allow-all; allowlist: none, plus the egress proxy bridged in on 127.0.0.1",
-	"all capabilities dropped; no-new-privileges",
+	"all capabilities dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, which only the wrapper around each command holds; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
-	fmt.Sprintf("commands run as uid %d (%s), never root", sandboxUID, sandboxUser),
-	"not isolated from each other: concurrent commands of one container share its uid; seccomp stops ptrace and process_vm_* between them, not signals or reads of /proc/PID/mem; use separate sandboxes for commands that must not see each other",
+	"each command runs as a uid of its own (20000 and up), never root, with no capabilities, in a working copy only that uid can enter (0700)",
+	"concurrent commands of one container cannot signal, trace or read the memory of each other or of each other's wrapper, nor touch each other's working copy; they share /tmp (1777), the network and the container's limits",
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",
 	"seccomp: the namespace backend's deny list (ptrace, process_vm_*, io_uring, bpf, keyctl, mount, new namespaces, TIOCSTI/TIOCLINUX) replaces the engine's default profile",
 	"/tmp and the working copies are tmpfs with exec allowed; the copy-in volume is a tmpfs of the scratch size",
-	"timeouts and cancellation kill the command's process group inside the container",
+	"timeouts and cancellation kill every process of the command's uid inside the container, setsid or not",
 }
 
 type options struct {

@@ -26,16 +26,23 @@ import (
 //go:embed wrapper.sh
 var wrapperScript string
 
-// killScript kills the process group the wrapper recorded for one
-// command. The group may not exist yet (the kill raced the start), so it
+// killScript kills every process of one command: all processes of the
+// uid the wrapper gave it (recorded in out/ID/uid, which only root can
+// write), signalled as that uid, so that nothing else can be reached
+// and a process that left the command's group by setsid dies too. The
+// command may not have started yet (the kill raced the start), so it
 // waits for the pgid file, or for the wrapper to finish, a bounded time.
-const killScript = `O=/work/out/$1; i=0
+const killScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
 while [ $i -lt 1000 ]; do
-	pg=$(cat "$O/pgid" 2>/dev/null)
-	if [ -n "$pg" ]; then kill -9 -- "-$pg" 2>/dev/null; exit 0; fi
+	u=$(cat "$O/uid" 2>/dev/null)
+	if [ -n "$u" ] && [ -e "$T/pgid" ]; then nsenter -S "$u" -G "$u" kill -9 -1 2>/dev/null; exit 0; fi
 	[ -e "$O/status" ] && exit 0
 	usleep 5000; i=$((i+1))
 done`
+
+// wrapperUser is who the wrapper's exec runs as: root in the container,
+// with only wrapperCaps; it drops to the command's own uid.
+const wrapperUser = "0:0"
 
 // killGrace is how long Exec waits for a killed command's exec to end.
 const killGrace = 30 * time.Second
@@ -381,7 +388,7 @@ wait:
 func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []string) (abandon func(), inspect func() (int, bool), err error) {
 	ctx := context.Background()
 	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
-		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		User:         wrapperUser,
 		AttachStdin:  req.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -441,7 +448,7 @@ func (b *Backend) killGroup(containerID, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
-		User: fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		User: wrapperUser,
 		Env:  b.scriptEnv(),
 		Cmd:  []string{b.shell(), "-c", killScript, "pulse-kill", id},
 	})

@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -119,7 +118,7 @@ func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
 func (b *Backend) newWorker(bx *box) (*worker, error) {
 	ctx := context.Background()
 	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
-		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxGID),
+		User:         wrapperUser,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,

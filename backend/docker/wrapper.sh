@@ -17,12 +17,24 @@
 #   /work/base/      the workspace as the next command will see it (copied
 #                    from /pulse/seed by the first command)
 #   /work/run/ID/    the copy command ID runs in
+#   /work/run/ID.t/  the command's pgid and time files
 #   /work/run/ID.*   the wrapper's manifests and lists
 #   /work/out/ID/    what goes back to the host: status, pgid, time,
 #                    deleted, warn, log, files-*.tar (the changed entries)
 #   /work/base.manifest  manifest of base (see manifest below)
 #   /work/lock/      held (mkdir is atomic) while base is copied or merged
+#   /work/uid/U      held by the command running as uid U
 # run/ID* and out/ID are removed before the wrapper exits.
+#
+# Who is who. The wrapper runs as root with a few capabilities (box.go).
+# Each command runs as a uid of its own (20000 and up, no capabilities),
+# and its copy and ID.t are that uid's, mode 0700: so the kernel keeps
+# concurrent commands from signalling, tracing or reading the memory of
+# each other and of the wrappers, and from entering each other's copies.
+# base is the sandbox user's (1000), mode 0700, and only ever changed as
+# that user, so that a symlink a command merged into base cannot lead a
+# later merge into another command's copy. Once the command has ended,
+# every process of its uid is killed before root looks at its copy.
 #
 # Why a copy per command: concurrent commands on one container each get
 # an overlay of their own writes only, measured against what they saw.
@@ -34,12 +46,23 @@ shift 4
 P=/work
 R=$P/run/$id
 O=$P/out/$id
-if ! mkdir -p "$P/run" "$O"; then
+T=$R.t
+B=1000
+um=$(umask)
+umask 077
+u=$((20000 + RANDOM))
+mkdir -p "$P/uid" 2>/dev/null
+while ! mkdir "$P/uid/$u" 2>/dev/null && [ $u -lt 60000 ]; do u=$((u + 1)); done
+if [ $u -ge 60000 ] || ! mkdir -p "$P/run" "$O" || ! chmod 0711 "$P/run" || ! mkdir "$T" || ! chown "$u:$u" "$T"; then
+	rmdir "$P/uid/$u" 2>/dev/null
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
 	printf '\036PULSE-END-%s\036%s\n' "$nonce" 0
 	exit 125
 fi
+echo "$u" >"$O/uid"
 exec 8>"$O/log"
+# as UID CMD...: CMD as uid UID, with no capabilities.
+as() { a=$1; shift; nsenter -S "$a" -G "$a" "$@"; }
 
 lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
 unlock() { rmdir "$P/lock"; }
@@ -53,6 +76,7 @@ finish() {
 	printf '\036PULSE-END-%s\036%s\n' "$nonce" "$(stat -c %s "$O.tar")"
 	cat "$O.tar"
 	rm -rf "$R" "$R".* "$O" "$O.tar"
+	rmdir "$P/uid/$u"
 	exit "$2"
 }
 
@@ -63,15 +87,21 @@ manifest() (
 	cd "$1" || exit 1
 	find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +
 )
+# baseman DIR: manifest DIR >/work/base.manifest, as the sandbox user, who
+# owns base.manifest (the sync script rewrites it).
+baseman() { as $B sh -c 'cd "$1" || exit 1; find . -path ./.pulse -prune -o ! -path . -exec stat -c "S%f|%F|%N" {} + -type f -exec md5sum {} + >"$2"' mf "$1" "$P/base.manifest"; }
+
 
 # base.manifest is manifest(base) whenever the lock is free, so a command
 # gets its "before" for the price of copying one file.
 lock
 if [ ! -d "$P/base" ]; then
-	cp -a /pulse/seed "$P/base.tmp" 2>&8 && manifest "$P/base.tmp" >"$P/base.manifest" 2>&8 &&
+	as $B sh -c 'cp -a /pulse/seed "$1.tmp" && chmod 0700 "$1.tmp"' base "$P/base" 2>&8 &&
+		baseman "$P/base.tmp" 2>&8 &&
 		mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed
 fi
-cp -a "$P/base" "$R" 2>&8 && cp "$P/base.manifest" "$R.before" 2>&8
+cp -a "$P/base" "$R" 2>&8 && chown -Rh "$u:$u" "$R" 2>&8 && chmod 0700 "$R" 2>&8 &&
+	cp "$P/base.manifest" "$R.before" 2>&8
 cprc=$?
 unlock
 [ $cprc = 0 ] || finish copy 125
@@ -83,11 +113,14 @@ cd "$R/$dir" 2>/dev/null || finish nodir 125
 # The command gets stdin, stdout and stderr only: the exec starts with
 # nothing else, and whatever the wrapper opened (its log on 8) is closed
 # before it (a shell opens no descriptor above 9).
-setsid sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$fsize" "$O/pgid" "$O/time" "$@"
+setsid nsenter -S "$u" -G "$u" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
 rc=$?
-pg=
-read -r pg <"$O/pgid" 2>/dev/null
-[ -n "$pg" ] && kill -9 -- "-$pg" 2>/dev/null
+# Every process of the command's uid, setsid's included; as that uid, so
+# nothing else can be hit. Until none is left: then nothing changes the
+# copy while root reads it.
+i=0
+while as "$u" kill -9 -1 2>/dev/null && [ $i -lt 100 ]; do usleep 1000; i=$((i + 1)); done
+as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 
 manifest "$R" >"$R.after" 2>&8 || finish manifest "$rc"
@@ -129,9 +162,9 @@ if [ -s "$R.changed" ]; then
 fi
 if [ -s "$R.changed" ] || [ -s "$R.removed" ]; then
 	lock
-	if [ -s "$R.removed" ]; then (cd "$P/base" && tr '\n' '\0' <"$R.removed" | xargs -0 rm -rf 2>&8); fi
-	for f in "$O"/files-*.tar; do [ -s "$f" ] && tar -x -f "$f" -C "$P/base" 2>&8; done
-	manifest "$P/base" >"$P/base.manifest" 2>&8
+	if [ -s "$R.removed" ]; then tr '\n' '\0' <"$R.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8; fi
+	for f in "$O"/files-*.tar; do [ -s "$f" ] && as $B tar -x -f - -C "$P/base" <"$f" 2>&8; done
+	baseman "$P/base" 2>&8
 	unlock
 fi
 finish "exit $rc" "$rc"
