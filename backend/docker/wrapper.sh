@@ -160,6 +160,9 @@ END {
 if [ -s "$R.changed" ]; then
 	tr '\n' '\0' <"$R.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>>"$O/warn"
 fi
+# base gets the modes of the archive as they are: tar as a user other
+# than root applies the umask, so it is the exec's again, not 077.
+umask "$um"
 if [ -s "$R.changed" ] || [ -s "$R.removed" ]; then
 	lock
 	if [ -s "$R.removed" ]; then tr '\n' '\0' <"$R.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8; fi
