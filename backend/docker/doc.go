@@ -15,8 +15,8 @@
 //     read-only root filesystem with tmpfs /tmp, each command under a uid
 //     of its own (20000 and up, no capabilities) in a working copy only it
 //     can enter, so that concurrent commands cannot signal, trace or read
-//     each other or each other's wrapper (see wrapper.sh), a seccomp profile made of the
-//     namespace backend's deny list (ptrace, process_vm_readv/writev,
+//     each other or each other's wrapper (see wrapper.sh), a seccomp
+//     profile made of the namespace backend's deny list (ptrace, process_vm_readv/writev,
 //     io_uring, bpf, keyctl, mount, new namespaces, the TIOCSTI and
 //     TIOCLINUX ioctls; see seccomp.go) in place of the engine's default,
 //     and the memory/cpu/pids limits given with WithContainerLimits, or
@@ -59,9 +59,18 @@
 //     because with a shared directory concurrent commands' writes cannot
 //     be told apart.
 //   - Timeouts, cancellation, Close and the output cap kill every process
-//     of the command's uid inside the container (a second exec signals
-//     them as that uid, so nothing else can be hit); output streams while it runs; the
-//     exit status is exact, and a death by signal is reported as Signaled.
+//     of the command's uid inside the container, setsid or not (a second
+//     exec signals them as that uid, so nothing else can be hit); output
+//     streams while it runs; the exit status is exact, and a death by
+//     signal is reported as Signaled.
+//   - Request.Caches are bind-mounted read-write. Commands have different
+//     uids but one group, commandGID (19999), and the cache's host
+//     directory gets an access and a default POSIX ACL entry for it
+//     (rwx), inherited by all that is made in it whatever the command's
+//     umask, so every command can change what another left (caches.go).
+//     Where the host filesystem has no POSIX ACLs, root gives the top
+//     directory to the group, g+rwxs; entries below then have the modes
+//     their command's umask gave, and may be read-only to the next.
 //
 // How a command runs: a small shell wrapper (wrapper.sh) runs it and ends
 // both output streams with a marker naming a per-command nonce, followed

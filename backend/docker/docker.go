@@ -40,7 +40,7 @@ var hardenedNotes = []string{
 	"all capabilities dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, which only the wrapper around each command holds; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	"each command runs as a uid of its own (20000 and up), never root, with no capabilities, in a working copy only that uid can enter (0700)",
-	"concurrent commands of one container cannot signal, trace or read the memory of each other or of each other's wrapper, nor touch each other's working copy; they share /tmp (1777), the network and the container's limits",
+	"concurrent commands of one container cannot signal, trace or read the memory of each other or of each other's wrapper, nor touch each other's working copy; they share /tmp (1777), the network, the container's limits and one group (gid 19999, through which caches are shared)",
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",
 	"seccomp: the namespace backend's deny list (ptrace, process_vm_*, io_uring, bpf, keyctl, mount, new namespaces, TIOCSTI/TIOCLINUX) replaces the engine's default profile",
 	"/tmp and the working copies are tmpfs with exec allowed; the copy-in volume is a tmpfs of the scratch size",

@@ -1,10 +1,16 @@
 package docker
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
 )
 
 // firstCommandUID is where the wrapper's per-command uids start.
@@ -21,11 +27,14 @@ func commandUID(s string) bool {
 // what a command may not do to another: signal, read the environment or
 // the memory, write the copy (or base, what the next command starts
 // from). All of it must fail, and the first must end as it would alone.
+// The container mounts a cache, so both run under the group commands
+// share for caches: that group must open none of this.
 func TestDockerConcurrentCommandsCannotReachEachOther(t *testing.T) {
 	b := newDocker(t)
 	ws := t.TempDir()
 	writeFiles(t, ws, map[string]string{"shared.txt": "base\n"})
-	execShell(t, b, ws, "true") // one warm container for both
+	withCache := withCacheAt(t.TempDir(), "/cache/c")
+	execShell(t, b, ws, "true", withCache) // one warm container for both
 
 	// The victim publishes "PID WRAPPER-PID DIR" in /tmp (mode 0644), then
 	// waits until the attacker says it is done, a bounded time.
@@ -60,8 +69,8 @@ echo probed; touch /tmp/attacked`
 
 	var wg sync.WaitGroup
 	var v run
-	wg.Go(func() { v = execShell(t, b, ws, victim) })
-	a := execShell(t, b, ws, attacker)
+	wg.Go(func() { v = execShell(t, b, ws, victim, withCache) })
+	a := execShell(t, b, ws, attacker, withCache)
 	wg.Wait()
 
 	if !strings.Contains(a.stdout, "probed") {
@@ -78,8 +87,117 @@ echo probed; touch /tmp/attacked`
 		t.Fatalf("victim's overlay %+v, want only victim.txt", ov)
 	}
 	// Nothing the attacker tried reached base either.
-	r := execShell(t, b, ws, `ls; cat shared.txt`)
+	r := execShell(t, b, ws, `ls; cat shared.txt`, withCache)
 	if r.stdout != "shared.txt\nbase\n" {
 		t.Fatalf("the next command sees %q", r.stdout)
+	}
+}
+
+func withCacheAt(hostDir, path string) func(*backend.Request) {
+	return func(r *backend.Request) {
+		r.Caches = []backend.Cache{{Name: "c", HostDir: hostDir, Path: path}}
+	}
+}
+
+// A cache is shared by commands of different uids: what one makes in
+// it, files and directories, whatever its umask, the next can change,
+// add to and remove. The two run at the same time so that their uids
+// differ.
+func TestDockerCacheSharedBetweenCommandUIDs(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	cache := t.TempDir()
+	withCache := withCacheAt(cache, "/cache/c")
+	first := `umask 077; mkdir -p /cache/c/sub && echo one >/cache/c/sub/a && id -u >/cache/c/first
+i=0; while [ ! -e /cache/c/second ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; cat /cache/c/sub/b`
+	second := `umask 077; i=0; while [ ! -e /cache/c/first ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+echo two >/cache/c/sub/b && echo changed >/cache/c/sub/a && mkdir /cache/c/sub/d && rm /cache/c/first && id -u >/cache/c/second`
+	var wg sync.WaitGroup
+	var r1 run
+	wg.Go(func() { r1 = execShell(t, b, ws, first, withCache) })
+	r2 := execShell(t, b, ws, second, withCache)
+	wg.Wait()
+	if r2.res.ExitCode != 0 || r1.res.ExitCode != 0 || r1.stdout != "two\n" {
+		t.Fatalf("first: exit %d %q %q; second: exit %d %q %q", r1.res.ExitCode, r1.stdout, r1.stderr, r2.res.ExitCode, r2.stdout, r2.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(cache, "sub", "a")); err != nil || string(b) != "changed\n" {
+		t.Errorf("host cache sub/a: %q %v", b, err)
+	}
+	if !r1.res.Overlay.Empty() || !r2.res.Overlay.Empty() {
+		t.Errorf("cache writes were captured: %+v %+v", r1.res.Overlay, r2.res.Overlay)
+	}
+}
+
+// The ACL entry shareWithCommands sets is inherited by what is made in
+// the cache later, and a second call changes nothing. Needs no Docker.
+func TestShareWithCommandsSetsInheritedGroupEntry(t *testing.T) {
+	dir := t.TempDir()
+	if err := shareWithCommands(dir); err != nil {
+		t.Fatal(err)
+	}
+	// As a command's mkdir -p does; the umask is not applied where a
+	// default ACL is.
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, xattr string }{{dir, aclXattrAccess}, {dir, aclXattrDefault}, {sub, aclXattrAccess}, {sub, aclXattrDefault}} {
+		acl := readACL(t, c.path, c.xattr)
+		if acl == nil {
+			t.Skipf("the filesystem of %s keeps no POSIX ACLs", dir)
+		}
+		if _, changed := withCommandGroup(acl); changed {
+			t.Errorf("%s %s: %+v lacks group %d rwx with a mask that lets it through", c.path, c.xattr, acl, commandGID)
+		}
+	}
+	before := readACL(t, dir, aclXattrAccess)
+	if err := shareWithCommands(dir); err != nil {
+		t.Fatal(err)
+	}
+	if after := readACL(t, dir, aclXattrAccess); len(after) != len(before) {
+		t.Errorf("a second call changed the ACL: %+v -> %+v", before, after)
+	}
+}
+
+func readACL(t *testing.T, path, name string) []aclEntry {
+	t.Helper()
+	buf := make([]byte, 1024)
+	n, err := unix.Getxattr(path, name, buf)
+	if err == unix.ENODATA || err == unix.ENOTSUP {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl, err := decodeACL(buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return acl
+}
+
+// A process that leaves the command's process group (setsid) dies when
+// the command ends; a command running beside it in the same container
+// is not touched.
+func TestDockerSetsidDiesWithItsCommandOnly(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	execShell(t, b, ws, "true")
+	count := `n=0; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f" 2>/dev/null | grep -q '^sleep 3[0-9][0-9] $' && n=$((n+1)); done; echo $n`
+	var wg sync.WaitGroup
+	var bystander run
+	wg.Go(func() {
+		bystander = execShell(t, b, ws, `sleep 300 & i=0; while [ ! -e /tmp/escaped ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 0.5; kill -0 $! && echo alive; kill $!`)
+	})
+	r := execShell(t, b, ws, `setsid sh -c 'sleep 301 & sleep 302 &' </dev/null >/dev/null 2>&1; sleep 0.2; touch /tmp/escaped`)
+	wg.Wait()
+	if r.res.ExitCode != 0 {
+		t.Fatalf("exit %d %q", r.res.ExitCode, r.stderr)
+	}
+	if bystander.stdout != "alive\n" {
+		t.Errorf("the command beside it was hit: %q %q", bystander.stdout, bystander.stderr)
+	}
+	if left := execShell(t, b, ws, count); left.stdout != "0\n" {
+		t.Errorf("%s processes left running after their command ended", strings.TrimSpace(left.stdout))
 	}
 }

@@ -194,7 +194,8 @@ mkdir -p "$S" && tar -x -f - -C "$S" || exit 2
 lock
 rc=0
 if [ ! -d "$P/base" ]; then
-	cp -a /pulse/seed "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
+	# 0700, as the wrapper makes it: commands (other uids) never enter base.
+	cp -a /pulse/seed "$P/base.tmp" && chmod 0700 "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
 fi
 if [ $rc = 0 ]; then
 	if [ -s "$S/del" ]; then (cd "$P/base" && xargs -0 rm -rf <"$S/del") || rc=4; fi

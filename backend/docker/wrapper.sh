@@ -31,6 +31,8 @@
 # and its copy and ID.t are that uid's, mode 0700: so the kernel keeps
 # concurrent commands from signalling, tracing or reading the memory of
 # each other and of the wrappers, and from entering each other's copies.
+# Its group is G, the one all commands share (commandGID in caches.go):
+# caches are shared through it, and the kernel's checks above go by uid.
 # base is the sandbox user's (1000), mode 0700, and only ever changed as
 # that user, so that a symlink a command merged into base cannot lead a
 # later merge into another command's copy. Once the command has ended,
@@ -47,7 +49,7 @@ P=/work
 R=$P/run/$id
 O=$P/out/$id
 T=$R.t
-B=1000
+B=1000 G=19999
 um=$(umask)
 umask 077
 u=$((20000 + RANDOM))
@@ -113,7 +115,7 @@ cd "$R/$dir" 2>/dev/null || finish nodir 125
 # The command gets stdin, stdout and stderr only: the exec starts with
 # nothing else, and whatever the wrapper opened (its log on 8) is closed
 # before it (a shell opens no descriptor above 9).
-setsid nsenter -S "$u" -G "$u" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
+setsid nsenter -S "$u" -G "$G" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
 rc=$?
 # Every process of the command's uid, setsid's included; as that uid, so
 # nothing else can be hit. Until none is left: then nothing changes the
