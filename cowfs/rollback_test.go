@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // loopFS mounts a fresh ext4 file system of size bytes on a loop device
@@ -22,9 +24,7 @@ import (
 // the test is skipped, saying so.
 func loopFS(t *testing.T, size int64) string {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to mount a loop file system (CI runs as root)")
-	}
+	testenv.MustHaveRoot(t, "mounts a loop file system (CI runs as root)")
 	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s: %v", tool, err)

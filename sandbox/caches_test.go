@@ -12,6 +12,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/caches"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -166,16 +167,8 @@ func TestCacheSharedDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := db.Probe(pctx); err != nil {
-		db.Close()
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
-		}
-		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
-	}
 	t.Cleanup(func() { db.Close() })
+	testenv.MustHaveDocker(t, db.Probe)
 	checkCacheShared(t, func(ws string, opts ...Option) *Sandbox {
 		sb, err := New(context.Background(), ws, append([]Option{WithBackend(db)}, opts...)...)
 		if err != nil {

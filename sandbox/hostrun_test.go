@@ -8,33 +8,25 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
 // newDockerSandbox opens a sandbox on the Docker backend, or skips when no
 // engine answers or the image is missing — unless PULSE_REQUIRE_DOCKER=1,
-// where that is a failure.
+// where that is a failure (testenv.MustHaveDocker).
 func newDockerSandbox(t *testing.T, ws string, opts ...Option) *Sandbox {
 	t.Helper()
 	b, err := docker.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := b.Probe(ctx); err != nil {
-		b.Close()
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
-		}
-		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
-	}
 	t.Cleanup(func() { b.Close() })
+	testenv.MustHaveDocker(t, b.Probe)
 	opts = append([]Option{withGetenv(noEnv), WithBackend(b)}, opts...)
 	sb, err := New(context.Background(), ws, opts...)
 	if err != nil {

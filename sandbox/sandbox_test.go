@@ -14,6 +14,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -61,11 +62,8 @@ func newIsolated(t *testing.T, ws string, opts ...Option) *Sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nb.Probe(context.Background()); err != nil {
-		nb.Close()
-		t.Skipf("namespace backend unavailable here: %v", err)
-	}
 	t.Cleanup(func() { nb.Close() })
+	testenv.MustHaveNamespace(t, nb.Probe)
 	opts = append([]Option{withGetenv(noEnv), WithBackend(nb)}, opts...)
 	sb, err := New(context.Background(), ws, opts...)
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -162,16 +162,8 @@ func TestSessionDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := db.Probe(pctx); err != nil {
-		db.Close()
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
-		}
-		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
-	}
 	t.Cleanup(func() { db.Close() })
+	testenv.MustHaveDocker(t, db.Probe)
 	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(db), WithPolicy(sessionPolicy(t)))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // BenchmarkExecuteOnStackNamespace runs `true` through the facade on the
@@ -26,11 +27,8 @@ func BenchmarkExecuteOnStackNamespace(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := nb.Probe(ctx); err != nil {
-			nb.Close()
-			b.Skipf("namespace backend unavailable: %v", err)
-		}
 		b.Cleanup(func() { nb.Close() })
+		testenv.MustHaveNamespace(b, nb.Probe)
 		sb, err := New(ctx, ws, withGetenv(noEnv), WithBackend(nb), WithMaxStack(1000))
 		if err != nil {
 			b.Fatal(err)

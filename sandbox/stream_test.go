@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // TestLargeWriteIsStagedInBoundedMemory: a command on the namespace
@@ -30,9 +31,7 @@ func TestLargeWriteIsStagedInBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nb.Close() })
-	if err := nb.Probe(context.Background()); err != nil {
-		t.Skipf("namespace backend unavailable here: %v", err)
-	}
+	testenv.MustHaveNamespace(t, nb.Probe)
 	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackend(nb), WithAutoCommit(),
 		withCOWOptions(cowfs.WithMaxFileBytes(1<<30), cowfs.WithMaxStagedBytes(1<<30)))
 	if err != nil {

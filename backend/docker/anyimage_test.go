@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // buildShellOnlyImage imports an image holding nothing but the host's
@@ -19,10 +22,8 @@ func buildShellOnlyImage(t *testing.T, b *Backend) string {
 	t.Helper()
 	dash := "/usr/bin/dash"
 	if _, err := os.Stat(dash); err != nil {
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but this host has no %s to build a shell-only image from", dash)
-		}
-		t.Skipf("needs %s to build a shell-only image: %v", dash, err)
+		// Part of the Docker test environment: required where Docker is.
+		testenv.Missing(t, testenv.Docker, fmt.Sprintf("this host has no %s to build a shell-only image from: %v", dash, err))
 	}
 	r := newRootFS()
 	if err := r.addDynamic(dash, "bin/sh"); err != nil {
@@ -59,7 +60,7 @@ func buildShellOnlyImage(t *testing.T, b *Backend) string {
 func TestDockerShellOnlyImage(t *testing.T) {
 	probe := newDocker(t)
 	if probe.tools == "" {
-		t.Skip("needs a static busybox on this host to inject (Debian: busybox-static)")
+		testenv.Missing(t, testenv.Busybox, "no static busybox on this host to inject (Debian: busybox-static)")
 	}
 	tag := buildShellOnlyImage(t, probe)
 	b := newDocker(t, WithImage(tag))
@@ -87,7 +88,7 @@ func TestDockerShellOnlyImage(t *testing.T) {
 func TestDockerImageWithoutShell(t *testing.T) {
 	probe := newDocker(t)
 	if probe.tools == "" {
-		t.Skip("needs a static busybox on this host to inject (Debian: busybox-static)")
+		testenv.Missing(t, testenv.Busybox, "no static busybox on this host to inject (Debian: busybox-static)")
 	}
 	r := newRootFS()
 	r.file("etc/motd", 0o644, []byte("no shell here\n"))

@@ -9,36 +9,28 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
 // newDocker returns a backend on the engine the environment names, or
 // skips the test when none answers or the image is missing — unless
-// PULSE_REQUIRE_DOCKER=1, where that is a failure.
+// PULSE_REQUIRE_DOCKER=1, where that is a failure (testenv.MustHaveDocker).
 func newDocker(t testing.TB, opts ...Option) *Backend {
 	t.Helper()
 	b, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := b.Probe(ctx); err != nil {
-		b.Close()
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but the Docker backend is unavailable: %v", err)
-		}
-		t.Skipf("needs a Docker engine and the sandbox image (run scripts/testenv.sh as root): %v", err)
-	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
+	testenv.MustHaveDocker(t, b.Probe)
 	return b
 }
 

@@ -2,19 +2,17 @@ package docker
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/pulse-agent/pulse/egress/bypass"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // TestDockerEgressBypassSuite runs every attack of the egress bypass suite
 // in this backend's containers: network=none, with the proxy bridged into
 // the container's namespace on 127.0.0.1.
 func TestDockerEgressBypassSuite(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the egress bridge enters the container's network namespace")
-	}
+	testenv.MustHaveRoot(t, "the egress bridge enters the container's network namespace")
 	b := newDocker(t)
 	results, err := bypass.Run(context.Background(), b, nil)
 	if err != nil {

@@ -6,18 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // scripts/testenv.sh must not fail `make test` for a user who cannot
 // start an engine: it says why and exits 0, and the Docker tests skip.
 func TestTestenvWithoutEngineAsNonRootExitsZero(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: drops to an unprivileged user with setpriv")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("needs setpriv (util-linux) to run the script as another user")
-	}
+	testenv.MustHaveRoot(t, "drops to an unprivileged user with setpriv")
+	setpriv := testenv.MustHaveCommand(t, testenv.Root, "setpriv", "util-linux: runs the script as another user")
 	// A copy the unprivileged user can read wherever the checkout is.
 	body, err := os.ReadFile("../../scripts/testenv.sh")
 	if err != nil {

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
 // newBackend returns a probed backend, or skips the test when this machine
-// cannot run it, naming why.
+// cannot run it, naming why (a failure with PULSE_REQUIRE_NAMESPACE=1).
 func newBackend(t testing.TB, opts ...Option) *Backend {
 	t.Helper()
 	opts = append([]Option{WithStateDir(filepath.Join(t.TempDir(), "state"))}, opts...)
@@ -25,12 +26,7 @@ func newBackend(t testing.TB, opts ...Option) *Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	if err := b.Probe(context.Background()); err != nil {
-		if os.Getenv("PULSE_REQUIRE_NAMESPACE") != "" {
-			t.Fatalf("namespace backend required: %v", err)
-		}
-		t.Skipf("needs user namespaces and overlayfs: %v", err)
-	}
+	testenv.MustHaveNamespace(t, b.Probe)
 	return b
 }
 

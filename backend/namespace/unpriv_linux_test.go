@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // unprivHelper runs inside a copy of this test binary started as an
@@ -48,9 +49,7 @@ func init() { helpers["unpriv"] = unprivHelper }
 // TestUnprivilegedUser runs the backend as uid 65534, the way an ordinary
 // user gets it: only its own uid mapped, no cgroup, no capabilities.
 func TestUnprivilegedUser(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to start a process as another user; the other tests already run unprivileged")
-	}
+	testenv.MustHaveRoot(t, "starts a process as another user; the other tests already run unprivileged")
 	newBackend(t) // skips when namespaces do not work here at all
 	const nobody = 65534
 	dir, err := os.MkdirTemp("", "pulse-unpriv-")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/backend/remote"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
@@ -19,14 +20,15 @@ import (
 // it back: the command cannot read it, and what comes back does not
 // delete the client's copy.
 func TestRemoteCommandsDoNotSeeHiddenPaths(t *testing.T) {
-	b, err := namespace.New()
-	if err == nil {
-		err = b.Probe(context.Background())
-		b.Close()
-	}
-	if err != nil {
-		t.Skipf("namespace backend unavailable here: %v", err)
-	}
+	// Probed and closed: the server opens its own.
+	testenv.MustHaveNamespace(t, func(ctx context.Context) error {
+		b, err := namespace.New()
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return b.Probe(ctx)
+	})
 	dir := t.TempDir()
 	s := start(t, []string{"--development", "--backend", "namespace", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},

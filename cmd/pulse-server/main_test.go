@@ -26,6 +26,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 func env(m map[string]string) func(string) string {
@@ -392,14 +393,15 @@ func TestMain(m *testing.M) {
 // With an isolating backend the server runs under its defaults: network
 // denied, writes captured.
 func TestServesWithNamespaceBackend(t *testing.T) {
-	b, err := namespace.New()
-	if err == nil {
-		err = b.Probe(context.Background())
-		b.Close()
-	}
-	if err != nil {
-		t.Skipf("namespace backend unavailable here: %v", err)
-	}
+	// Probed and closed: the server opens its own.
+	testenv.MustHaveNamespace(t, func(ctx context.Context) error {
+		b, err := namespace.New()
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return b.Probe(ctx)
+	})
 	dir := t.TempDir()
 	s := start(t, []string{"--development", "--backend", "namespace", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
@@ -410,19 +412,15 @@ func TestServesWithNamespaceBackend(t *testing.T) {
 }
 
 func TestServesWithDockerBackend(t *testing.T) {
-	b, err := docker.New()
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = b.Probe(ctx)
-		cancel()
-		b.Close()
-	}
-	if err != nil {
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but docker is unavailable: %v", err)
+	// Probed and closed: the server opens its own.
+	testenv.MustHaveDocker(t, func(ctx context.Context) error {
+		b, err := docker.New()
+		if err != nil {
+			return err
 		}
-		t.Skipf("needs docker: %v", err)
-	}
+		defer b.Close()
+		return b.Probe(ctx)
+	})
 	dir := t.TempDir()
 	s := start(t, []string{"--development", "--backend", "docker", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},

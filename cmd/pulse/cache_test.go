@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/caches"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // runCLIEnv runs the command line with getenv answering from vars.
@@ -31,7 +33,7 @@ func TestCacheListAndPrune(t *testing.T) {
 	}
 	if err := nb.Probe(context.Background()); err != nil {
 		nb.Close()
-		t.Skipf("namespace backend unavailable here: %v", err)
+		testenv.Missing(t, testenv.Namespace, fmt.Sprintf("namespace backend unavailable here: %v", err))
 	}
 	nb.Close()
 	root := t.TempDir()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // everyCommand lists each command line that answers --help: every
@@ -166,7 +168,7 @@ func TestProgNameIsWhatTheUserRan(t *testing.T) {
 	// The review hint after exec uses it.
 	code, _, stderr := runCLIAs(t, "go run ./cmd/pulse", "exec", "--workspace", t.TempDir(), "--backend", "namespace", "--", "sh", "-c", "echo x > f")
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code != 0 || !strings.Contains(stderr, "commit: go run ./cmd/pulse cow commit --workspace ") {
 		t.Errorf("exit %d, hint:\n%s", code, stderr)

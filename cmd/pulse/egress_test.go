@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // With --allow-host and nothing else, a command reaches the listed local
@@ -26,7 +28,7 @@ func TestExecAllowHost(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "namespace",
 		"--allow-host", srv.Listener.Addr().String(), "--", "bash", "-c", script)
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 func TestExecUnsafeHostSaysItWroteInPlace(t *testing.T) {
@@ -53,7 +55,7 @@ func TestExecIsolatedShowsPendingDiffAsJSON(t *testing.T) {
 	}
 	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--json", "--", "sh", "-c", "echo two >> a.txt; echo out")
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -131,7 +133,7 @@ func TestExecReviewHintNamesTheWorkspace(t *testing.T) {
 	ws := t.TempDir()
 	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--", "sh", "-c", "echo x > f")
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code != 0 || !strings.Contains(stderr, "pulse cow commit --workspace "+ws+" ") {
 		t.Fatalf("exit %d; hint does not name the workspace:\n%s", code, stderr)
@@ -177,7 +179,7 @@ func TestExecTimeoutKeepsThePolicysPidsLimit(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "namespace", "--policy", pol,
 		"--timeout", "60s", "--json", "--", "sh", "-c", script)
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code == exitSandbox {
 		t.Fatalf("refused: %s", stderr)
@@ -208,7 +210,7 @@ func TestExecCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 	}
 	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--policy", pol, "--json", "--", "sh", "-c", "cat .env; echo done")
 	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
-		t.Skipf("namespace backend unavailable here: %s", stderr)
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
 	}
 	if code != 0 || strings.Contains(stdout, secret) || !strings.Contains(stdout, "done") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)

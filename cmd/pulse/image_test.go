@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 func TestImageUsageErrors(t *testing.T) {
@@ -41,10 +44,7 @@ func TestDockerImageBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but no Docker engine answers: %v", err)
-		}
-		t.Skipf("needs a Docker engine (run scripts/testenv.sh as root): %v", err)
+		testenv.Missing(t, testenv.Docker, fmt.Sprintf("no Docker engine answers (run scripts/testenv.sh as root): %v", err))
 	}
 	tag := "pulse-image-build-test:" + time.Now().Format("150405.000000")
 	tag = strings.ReplaceAll(tag, ".", "")
@@ -112,10 +112,8 @@ func buildToolchainImage(t *testing.T) {
 	requireDockerEngine(t)
 	for _, p := range []string{"git", "go", "python3", "make"} {
 		if _, err := exec.LookPath(p); err != nil {
-			if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-				t.Fatalf("PULSE_REQUIRE_DOCKER=1 but this host has no %s to build the toolchain image from", p)
-			}
-			t.Skipf("needs %s on this host: %v", p, err)
+			// Part of the Docker test environment: required where Docker is.
+			testenv.Missing(t, testenv.Docker, fmt.Sprintf("this host has no %s to build the toolchain image from: %v", p, err))
 		}
 	}
 	toolchainOnce.Do(func() {
@@ -137,10 +135,7 @@ func requireDockerEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
-		if os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("PULSE_REQUIRE_DOCKER=1 but no Docker engine answers: %v", err)
-		}
-		t.Skipf("needs a Docker engine (run scripts/testenv.sh as root): %v", err)
+		testenv.Missing(t, testenv.Docker, fmt.Sprintf("no Docker engine answers (run scripts/testenv.sh as root): %v", err))
 	}
 }
 

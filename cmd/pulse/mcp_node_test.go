@@ -11,11 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // requireNode returns the node binary and the folder of the MCP test
 // client with its packages installed (scripts/testenv.sh installs both).
-// Without them the test skips, except in CI, where it fails.
+// Without them the test skips, except with PULSE_REQUIRE_NODE=1 (CI),
+// where it fails.
 func requireNode(t *testing.T) (node, dir string) {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "mcp-client"))
@@ -23,10 +26,7 @@ func requireNode(t *testing.T) (node, dir string) {
 		t.Fatal(err)
 	}
 	missing := func(why string) {
-		if os.Getenv("CI") == "true" || os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("%s; in CI scripts/testenv.sh must install it", why)
-		}
-		t.Skipf("%s (run scripts/testenv.sh as root to install it)", why)
+		testenv.Missing(t, testenv.Node, why+" (run scripts/testenv.sh as root to install it)")
 	}
 	node, err = exec.LookPath("node")
 	if err != nil {
@@ -74,8 +74,8 @@ func TestMCPWithTheOfficialTypeScriptClient(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		if strings.Contains(stderr.String(), "namespace:") && strings.Contains(stderr.String(), "unavailable") && os.Getenv("CI") != "true" {
-			t.Skipf("namespace backend unavailable here: %s", stderr.String())
+		if strings.Contains(stderr.String(), "namespace:") && strings.Contains(stderr.String(), "unavailable") {
+			testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr.String())
 		}
 		t.Fatalf("client: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
 	}

@@ -15,13 +15,14 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/sandbox"
 )
 
 // requireBrowser returns node, the folder of the browser test with
 // playwright-core installed, and Debian's chromium (scripts/testenv.sh
-// installs all three). Without them the test skips, except in CI, where
-// it fails.
+// installs all three). Without them the test skips, except with
+// PULSE_REQUIRE_CHROMIUM=1 (CI), where it fails.
 func requireBrowser(t *testing.T) (node, dir, chromium string) {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "review-browser"))
@@ -29,10 +30,7 @@ func requireBrowser(t *testing.T) (node, dir, chromium string) {
 		t.Fatal(err)
 	}
 	missing := func(why string) {
-		if os.Getenv("CI") == "true" || os.Getenv("PULSE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("%s; in CI scripts/testenv.sh must install it", why)
-		}
-		t.Skipf("%s (run scripts/testenv.sh as root to install it)", why)
+		testenv.Missing(t, testenv.Chromium, why+" (run scripts/testenv.sh as root to install it)")
 	}
 	if node, err = exec.LookPath("node"); err != nil {
 		missing("node is not installed")
