@@ -427,37 +427,12 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if req == nil {
 		return c, fmt.Errorf("%w: nil request", backend.ErrInvalidRequest)
 	}
-	if (len(req.Args) == 0) == (req.Shell == "") {
-		return c, fmt.Errorf("%w: exactly one of Args and Shell must be set", backend.ErrInvalidRequest)
+	if err := checkCommand(req); err != nil {
+		return c, err
 	}
-	if len(req.Args) > 0 && req.Args[0] == "" {
-		return c, fmt.Errorf("%w: empty program name", backend.ErrInvalidRequest)
-	}
-	for _, a := range req.Args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return c, fmt.Errorf("%w: argument contains NUL", backend.ErrInvalidRequest)
-		}
-	}
-	if strings.IndexByte(req.Shell, 0) >= 0 {
-		return c, fmt.Errorf("%w: shell script contains NUL", backend.ErrInvalidRequest)
-	}
-	if !filepath.IsAbs(req.Workspace) {
-		return c, fmt.Errorf("%w: workspace %q is not absolute", backend.ErrInvalidRequest, req.Workspace)
-	}
-	ws, err := filepath.EvalSymlinks(req.Workspace)
+	ws, err := checkWorkspace(req.Workspace)
 	if err != nil {
-		return c, fmt.Errorf("%w: workspace: %v", backend.ErrInvalidRequest, err)
-	}
-	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
-		return c, fmt.Errorf("%w: workspace %q is not a directory", backend.ErrInvalidRequest, req.Workspace)
-	}
-	if ws == "/" || !overlayPathOK(ws) {
-		return c, fmt.Errorf("%w: workspace %q cannot be an overlay lower directory", backend.ErrInvalidRequest, ws)
-	}
-	// .pulse is hidden by mounting over it, and a mount cannot cover a
-	// symlink (it would cover the target). Fail closed.
-	if st, err := os.Lstat(filepath.Join(ws, ".pulse")); err == nil && st.Mode()&fs.ModeSymlink != 0 {
-		return c, fmt.Errorf("%w: workspace .pulse is a symlink, which the sandbox cannot hide", backend.ErrInvalidRequest)
+		return c, err
 	}
 	dir, err := cleanDir(req.Dir)
 	if err != nil {
@@ -514,19 +489,8 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		envMap:    env,
 		hidden:    hidden,
 	}
-	if err := backend.CheckCaches(req.Caches, ws); err != nil {
+	if c.Caches, err = cacheBinds(req.Caches, ws); err != nil {
 		return c, err
-	}
-	for _, bc := range req.Caches {
-		src, err := filepath.EvalSymlinks(bc.HostDir)
-		if err != nil {
-			return c, fmt.Errorf("%w: cache %s: %v", backend.ErrInvalidRequest, bc.Name, err)
-		}
-		if policy.PathWithin(src, ws) || policy.PathWithin(ws, src) {
-			// The command would write the workspace past the overlay.
-			return c, fmt.Errorf("%w: cache %s: host directory %s overlaps the workspace", backend.ErrInvalidRequest, bc.Name, src)
-		}
-		c.Caches = append(c.Caches, cacheBind{Src: src, Dst: bc.Path})
 	}
 	if !req.Pending.Empty() {
 		if err := backend.CheckPending(req.Pending); err != nil {
@@ -538,11 +502,82 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		}
 		c.Layers, c.pend = layers, req.Pending
 	}
-	// Only limits the request asked for fall back to rlimits where no
-	// cgroup can enforce them: RLIMIT_NPROC counts every process of the
-	// caller's uid and RLIMIT_DATA address space, so a default set that
-	// way would fail a busy user's commands without bounding the right
-	// thing. The defaults (policy.WithIsolationDefaults) need a cgroup.
+	b.rlimitFallbacks(&c, lim)
+	return c, nil
+}
+
+// checkCommand refuses a request whose argv or script the init cannot
+// pass to execve.
+func checkCommand(req *backend.Request) error {
+	if (len(req.Args) == 0) == (req.Shell == "") {
+		return fmt.Errorf("%w: exactly one of Args and Shell must be set", backend.ErrInvalidRequest)
+	}
+	if len(req.Args) > 0 && req.Args[0] == "" {
+		return fmt.Errorf("%w: empty program name", backend.ErrInvalidRequest)
+	}
+	for _, a := range req.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: argument contains NUL", backend.ErrInvalidRequest)
+		}
+	}
+	if strings.IndexByte(req.Shell, 0) >= 0 {
+		return fmt.Errorf("%w: shell script contains NUL", backend.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// checkWorkspace resolves the workspace to the directory the overlay's
+// lower layer will be, refusing one it cannot be.
+func checkWorkspace(workspace string) (string, error) {
+	if !filepath.IsAbs(workspace) {
+		return "", fmt.Errorf("%w: workspace %q is not absolute", backend.ErrInvalidRequest, workspace)
+	}
+	ws, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		return "", fmt.Errorf("%w: workspace: %v", backend.ErrInvalidRequest, err)
+	}
+	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("%w: workspace %q is not a directory", backend.ErrInvalidRequest, workspace)
+	}
+	if ws == "/" || !overlayPathOK(ws) {
+		return "", fmt.Errorf("%w: workspace %q cannot be an overlay lower directory", backend.ErrInvalidRequest, ws)
+	}
+	// .pulse is hidden by mounting over it, and a mount cannot cover a
+	// symlink (it would cover the target). Fail closed.
+	if st, err := os.Lstat(filepath.Join(ws, ".pulse")); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return "", fmt.Errorf("%w: workspace .pulse is a symlink, which the sandbox cannot hide", backend.ErrInvalidRequest)
+	}
+	return ws, nil
+}
+
+// cacheBinds resolves the request's caches to the bind mounts the init
+// makes, refusing one whose host directory overlaps the workspace.
+func cacheBinds(caches []backend.Cache, ws string) ([]cacheBind, error) {
+	if err := backend.CheckCaches(caches, ws); err != nil {
+		return nil, err
+	}
+	var binds []cacheBind
+	for _, bc := range caches {
+		src, err := filepath.EvalSymlinks(bc.HostDir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cache %s: %v", backend.ErrInvalidRequest, bc.Name, err)
+		}
+		if policy.PathWithin(src, ws) || policy.PathWithin(ws, src) {
+			// The command would write the workspace past the overlay.
+			return nil, fmt.Errorf("%w: cache %s: host directory %s overlaps the workspace", backend.ErrInvalidRequest, bc.Name, src)
+		}
+		binds = append(binds, cacheBind{Src: src, Dst: bc.Path})
+	}
+	return binds, nil
+}
+
+// rlimitFallbacks sets the limits the init applies itself. Only limits
+// the request asked for fall back to rlimits where no cgroup can enforce
+// them: RLIMIT_NPROC counts every process of the caller's uid and
+// RLIMIT_DATA address space, so a default set that way would fail a busy
+// user's commands without bounding the right thing. The defaults
+// (policy.WithIsolationDefaults) need a cgroup.
+func (b *Backend) rlimitFallbacks(c *childConfig, lim policy.ResourceLimits) {
 	def := lim.WithIsolationDefaults()
 	c.PidsLimited = lim.Pids > 0 || def.Pids > 0 && b.cg.pids
 	if lim.Pids > 0 && !b.cg.pids {
@@ -551,7 +586,6 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if lim.MemoryBytes > 0 && !b.cg.memory {
 		c.Data = lim.MemoryBytes
 	}
-	return c, nil
 }
 
 // sandboxHome is where the command's home (an empty tmpfs) is mounted: the

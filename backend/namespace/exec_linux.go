@@ -1,0 +1,420 @@
+package namespace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// copyWait bounds how long output copying may go on after the init is
+// gone. Every process of the namespace dies with it, so the pipes reach
+// EOF at once unless a descriptor was smuggled out of the sandbox.
+const copyWait = 2 * time.Second
+
+func (b *Backend) exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	start := time.Now()
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, backend.ErrClosed
+	}
+	cfg, err := b.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Exec's contract: Stdin is closed whatever happens.
+		if c, ok := req.Stdin.(io.Closer); ok {
+			c.Close()
+		}
+	}()
+	if !overlayPathOK(b.o.stateDir) {
+		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
+	}
+
+	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults()}
+	defer x.release()
+	if err := x.acquire(); err != nil {
+		return nil, err
+	}
+	if err := x.configure(); err != nil {
+		return nil, err
+	}
+	x.launch(ctx)
+	st, waitErr := x.wait()
+	res, err := x.result(st, waitErr, time.Since(start))
+	if err != nil {
+		return nil, err
+	}
+	return x.readOverlay(res)
+}
+
+// nsExec is one command's way through a namespace sandbox, from the init
+// it takes to the run directory it leaves:
+//
+//	acquire    an init started ahead (or a fresh one), tracked for Close
+//	configure  its cgroup, the hidden paths' whiteouts, the config sent
+//	           (replacing, once, an init that died while waiting)
+//	launch     the timeout and ctx watch, output and stdin copying
+//	wait       the init's status, its reap, the output drained
+//	result     how the command ended; readOverlay, what it wrote
+//	release    whatever phase it stopped in: the init's pipes, its cgroup
+//	           and run directory (now, or once a background reap is done),
+//	           its tracking, and the next init started ahead
+//
+// Starting and waiting are apart so that a command left running in the
+// background goes through the same phases, waited for elsewhere.
+type nsExec struct {
+	b   *Backend
+	req *backend.Request
+	cfg childConfig
+	lim policy.ResourceLimits
+
+	// procMu guards p against kill while a dead init is replaced; only
+	// the goroutine running the phases writes it.
+	procMu sync.Mutex
+	p      *initProc
+	reason atomic.Value // backend.TerminationReason, set by whoever kills first
+	cg     *runCgroup
+
+	counted bool      // takeWarm counted this Exec as running
+	refill  bool      // an init was had: start the next one ahead
+	tracked *initProc // what track registered, for untrack
+	sent    bool      // the init has its config: its run is released by release
+	// reapLater: the init reported its namespace empty, so Exec returns
+	// without waiting for the kernel to finish its exit; a background
+	// goroutine reaps it, then removes the cgroup and the run.
+	reapLater bool
+
+	done   chan struct{} // closed when the init is reaped: the watch ends
+	out    *outputs
+	copies sync.WaitGroup
+}
+
+// kill ends the command for why, unless it was already ended for another
+// reason.
+func (x *nsExec) kill(why backend.TerminationReason) {
+	x.reason.CompareAndSwap(nil, why)
+	x.procMu.Lock()
+	defer x.procMu.Unlock()
+	// SIGKILL to pid 1 of the namespace: the kernel kills the rest.
+	_ = x.p.cmd.Process.Kill()
+}
+
+// acquire takes an init for the command and tracks it, so that Close
+// kills it.
+func (x *nsExec) acquire() error {
+	b, newNet := x.b, x.cfg.NewNet
+	p := b.takeWarm(newNet)
+	x.counted = true
+	if p == nil {
+		var err error
+		if p, err = b.startInit(newNet); err != nil {
+			return fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
+		}
+	}
+	// The next Exec's init starts once this one is done, off the critical
+	// path of this command.
+	x.refill = true
+	x.p = p
+	if !b.track(p, x.kill) {
+		p.discard()
+		return backend.ErrClosed
+	}
+	x.tracked = p
+	return nil
+}
+
+// configure makes the run's cgroup and hands the init its config. An init
+// started ahead may have died meanwhile (EPIPE): it is replaced once with a
+// fresh one. An init that cannot be configured is discarded.
+func (x *nsExec) configure() error {
+	b := x.b
+	cg, cgErr := b.newCgroup(x.p.run, x.lim)
+	if cgErr != nil {
+		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
+	}
+	x.cg = cg
+	if err := x.whiteouts(); err != nil {
+		return err
+	}
+	if err := x.send(); err != nil {
+		b.o.logger.Info("namespace: an init started ahead is gone; starting another", slog.String("why", x.p.setupError()))
+		fresh, ferr := b.startInit(x.cfg.NewNet)
+		if ferr != nil {
+			x.p.discard()
+			return fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, ferr)
+		}
+		x.procMu.Lock()
+		old := x.p
+		x.p = fresh
+		x.procMu.Unlock()
+		old.discard()
+		if err := x.whiteouts(); err != nil {
+			return err
+		}
+		if err := x.send(); err != nil {
+			msg := x.p.setupError()
+			x.p.discard()
+			return fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, msg)
+		}
+	}
+	x.sent = true
+	return nil
+}
+
+// whiteouts turns the hidden paths into whiteouts in the init's upper
+// layer, before the init mounts the overlay; a replacement init gets its
+// own.
+func (x *nsExec) whiteouts() error {
+	if err := writeWhiteouts(filepath.Join(x.p.run.dir, "upper"), x.cfg.Workspace, x.cfg.hidden); err != nil {
+		x.p.discard()
+		return fmt.Errorf("%w: namespace: hidden paths: %v", backend.ErrUnsupported, err)
+	}
+	return nil
+}
+
+// send completes the config with what belongs to the init (its home, its
+// run's paths), moves the init into the cgroup and writes the config.
+func (x *nsExec) send() error {
+	p, cfg := x.p, &x.cfg
+	cfg.Home = p.home
+	cfg.Env = cfg.Env[:0]
+	for k, v := range cfg.envMap {
+		cfg.Env = append(cfg.Env, k+"="+v)
+	}
+	if _, ok := cfg.envMap["HOME"]; !ok {
+		cfg.Env = append(cfg.Env, "HOME="+p.home)
+	}
+	cfg.Root = filepath.Join(p.run.dir, "root")
+	cfg.Upper = filepath.Join(p.run.dir, "upper")
+	cfg.Work = filepath.Join(p.run.dir, "work")
+	if x.cg != nil {
+		if err := x.cg.add(p.cmd.Process.Pid); err != nil {
+			x.b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
+		}
+	}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = p.cfgW.Write(data)
+	return err
+}
+
+// launch starts what runs beside the command: the watch that kills it on
+// timeout or ctx's end, and the copying of its output and input.
+func (x *nsExec) launch(ctx context.Context) {
+	x.done = make(chan struct{})
+	go func() {
+		timer := time.NewTimer(x.lim.Timeout)
+		defer timer.Stop()
+		select {
+		case <-x.done:
+		case <-timer.C:
+			x.kill(backend.Timeout)
+		case <-ctx.Done():
+			x.kill(backend.Cancelled)
+		}
+	}()
+	if x.reason.Load() != nil {
+		x.kill(backend.Cancelled) // Close came while the init was being set up
+	}
+
+	p := x.p
+	x.out = newOutputs(x.req.Stdout, x.req.Stderr, x.lim.OutputBytes, func() { x.kill(backend.OutputLimit) })
+	x.copies.Add(2)
+	go func() { defer x.copies.Done(); io.Copy(x.out.stdout, p.stdoutR) }()
+	go func() { defer x.copies.Done(); io.Copy(x.out.stderr, p.stderrR) }()
+	stdinW := p.stdinW
+	if x.req.Stdin == nil {
+		stdinW.Close()
+	} else {
+		// Abandoned, not waited for, if the reader never returns: the
+		// contract allows it, and the deferred Close of req.Stdin and of
+		// the pipe end it where they can.
+		go func() { io.Copy(stdinW, x.req.Stdin); stdinW.Close() }()
+	}
+}
+
+// wait reads the init's status until it exits, reaps it (unless it said
+// its namespace is empty: then release reaps it in the background), and
+// drains the output.
+func (x *nsExec) wait() (initStatus, error) {
+	b, p := x.b, x.p
+	status := readStatus(p.stR, func(line string) {
+		if rest, ok := strings.CutPrefix(line, "phase "); ok {
+			b.initPhase(rest)
+			return
+		}
+		if pid, ok := strings.CutPrefix(line, "started "); ok && x.cg != nil && pid != "0" {
+			if err := x.cg.tightenPids(x.lim.Pids, p.cmd.Process.Pid); err != nil {
+				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
+			}
+		}
+	})
+	b.phase("status-eof")
+	st := parseStatus(status)
+	// Ended means the command exited and every other process of the
+	// namespace is dead and reaped: only the init is left, exiting.
+	x.reapLater = st.ended && st.started && st.exited
+	var waitErr error
+	if !x.reapLater {
+		waitErr = p.cmd.Wait()
+	}
+	b.phase("init-reaped")
+	close(x.done)
+	x.drain()
+	b.phase("output-copied")
+	return st, waitErr
+}
+
+// drain waits for the output copies to finish, up to copyWait twice, and
+// then lets nothing more reach the caller's writers.
+func (x *nsExec) drain() {
+	copied := make(chan struct{})
+	go func() { x.copies.Wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(copyWait):
+		// A descriptor outlived the namespace, or the caller's writer is
+		// stuck: stop copying and return; late output is dropped.
+		x.p.stdoutR.Close()
+		x.p.stderrR.Close()
+		select {
+		case <-copied:
+		case <-time.After(copyWait):
+		}
+	}
+	x.out.stop()
+}
+
+// result tells from the init's status and its exit how the command ended;
+// an error when it never started.
+func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backend.Result, error) {
+	if st.err != "" && !st.started {
+		// The init failed before starting the command: nothing was started.
+		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
+	}
+	ps := x.p.cmd.ProcessState
+	if ps == nil && !x.reapLater {
+		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
+	}
+	why, killed := x.reason.Load().(backend.TerminationReason)
+	if !st.started && !killed {
+		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, ps)
+	}
+
+	res := &backend.Result{
+		Duration:  dur,
+		PID:       st.pid,
+		Truncated: x.out.truncated(),
+	}
+	switch {
+	case st.exited && st.status.Exited():
+		res.ExitCode = st.status.ExitStatus()
+		res.Termination = backend.Exited
+	default:
+		// Killed by a signal, or the init was killed before it could say
+		// how the command ended (timeout, cancel, output cap, OOM).
+		res.ExitCode = -1
+		res.Termination = backend.Signaled
+		if killed {
+			res.Termination = why
+		}
+		if x.cg != nil && x.cg.oomKilled() {
+			res.Termination = backend.OOM
+		}
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	if x.reapLater {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: st.endedRU[0] * 1024,
+			UserCPU:     time.Duration(st.endedRU[1]) * time.Microsecond,
+			SystemCPU:   time.Duration(st.endedRU[2]) * time.Microsecond,
+		}
+	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		res.Metrics = backend.Metrics{
+			MaxRSSBytes: ru.Maxrss * 1024,
+			UserCPU:     time.Duration(ru.Utime.Nano()),
+			SystemCPU:   time.Duration(ru.Stime.Nano()),
+		}
+	}
+	return res, nil
+}
+
+// readOverlay reads what the command wrote from the upper layer into res.
+func (x *nsExec) readOverlay(res *backend.Result) (*backend.Result, error) {
+	var keep *holder
+	if x.req.StreamFiles {
+		keep = &holder{b: x.b}
+	}
+	ov, err := readOverlayKeep(x.cfg.Upper, lowerView{dir: x.cfg.Workspace, pend: x.cfg.pend}, x.cfg.hidden, keep)
+	if err != nil {
+		keep.release()
+		// The command ran; its writes could not be read back. Report it
+		// loudly rather than returning a silently empty overlay.
+		x.b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
+		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
+	}
+	res.Overlay = ov
+	x.b.phase("overlay-read")
+	return res, nil
+}
+
+// release undoes what the phases did, in reverse, whichever one stopped.
+func (x *nsExec) release() {
+	b := x.b
+	if x.sent {
+		x.releaseRun()
+	}
+	if x.cg != nil && !x.reapLater {
+		x.cg.remove()
+	}
+	if x.tracked != nil {
+		b.untrack(x.tracked)
+	}
+	if x.refill {
+		b.refill(x.cfg.NewNet)
+	}
+	if x.counted {
+		b.done(x.cfg.NewNet)
+	}
+}
+
+// releaseRun closes the init's pipes and removes its run: now, or once
+// the background reap of an init that reported its namespace empty is
+// done (Close waits for it).
+func (x *nsExec) releaseRun() {
+	b, p, cg := x.b, x.p, x.cg
+	closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	if !x.reapLater {
+		b.removeRun(p.run)
+		return
+	}
+	// The caller holds a count on b.wg (a tracked execution), so this Add
+	// cannot race with Close's Wait.
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		_ = p.cmd.Wait()
+		if cg != nil {
+			cg.remove()
+		}
+		if err := p.run.remove(); err != nil {
+			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", p.run.dir), slog.Any("err", err))
+		}
+	}()
+}
