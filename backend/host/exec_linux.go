@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,47 +76,95 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 
 // run starts the planned process and supervises it to its end.
 func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func()) (*backend.Result, error) {
-	log := b.log.With("execution_id", req.ExecutionID)
+	x, err := b.command(req, p, closeStdin)
+	if err != nil {
+		return nil, err
+	}
+	defer x.endTree()
+	if err := x.start(); err != nil {
+		return nil, err
+	}
+	reason := x.supervise(ctx)
+	return x.reap(reason), nil
+}
+
+// hostExec is one command on the host, through its phases:
+//
+//	command    the exec.Cmd, its output caps and its stdin and gate pipes
+//	start      into a cgroup of its own where there is one, held at the
+//	           gate until RLIMIT_FSIZE is set; stdin fed from then on
+//	supervise  until it ends by itself, times out, is cancelled or hits
+//	           the output cap; then its group and its cgroup are killed
+//	reap       the status and usage, the Result
+//	endTree    the cgroup removed, whichever phase it stopped in
+//
+// start returns once the command runs and supervise and reap need nothing
+// of the caller's call, so that a command left running in the background
+// goes through the same phases, waited for elsewhere.
+type hostExec struct {
+	b          *Backend
+	log        *slog.Logger
+	req        *backend.Request
+	p          *plan
+	closeStdin func()
+
+	cmd            *exec.Cmd
+	stdout, stderr *capWriter
+	capHit         chan struct{} // closed on the first byte over the output cap
+	stdinR, stdinW *os.File      // nil without stdin
+	gateR, gateW   *os.File      // nil without a file size limit
+	tree           *tree         // nil without a cgroup
+
+	pid       int
+	started   time.Time
+	duration  time.Duration // from start until the group was killed
+	ended     chan struct{} // the main process has exited (not yet reaped)
+	stdinDone chan struct{}
+}
+
+// command builds the process of plan p: a session of its own, output
+// through caps, stdin through a pipe of its own, and the gate that holds
+// it until its rlimit is set.
+func (b *Backend) command(req *backend.Request, p *plan, closeStdin func()) (*hostExec, error) {
+	x := &hostExec{b: b, log: b.log.With("execution_id", req.ExecutionID), req: req, p: p, closeStdin: closeStdin,
+		capHit: make(chan struct{}), ended: make(chan struct{})}
 	cmd := &exec.Cmd{Path: p.path, Args: p.argv, Dir: p.dir, Env: p.env}
 	// Setsid: a session of its own leads a process group of its own (the
 	// one killGroup kills) and has no controlling terminal, so the command
 	// cannot open the caller's through /dev/tty and type into it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = b.waitDelay
+	x.cmd = cmd
 
-	ended := make(chan struct{}) // the main process has exited (not yet reaped)
-	capHit := make(chan struct{})
 	var capOnce sync.Once
-	onCap := func() { capOnce.Do(func() { close(capHit) }) }
-	stdout, stderr := outputs(req.Stdout, req.Stderr, p.limits.OutputBytes, onCap)
+	onCap := func() { capOnce.Do(func() { close(x.capHit) }) }
+	x.stdout, x.stderr = outputs(req.Stdout, req.Stderr, p.limits.OutputBytes, onCap)
 	// A stream nobody reads goes to /dev/null with no pipe and no copier:
 	// there is nothing to cap when nothing is delivered.
 	if req.Stdout != nil {
-		cmd.Stdout = stdout
+		cmd.Stdout = x.stdout
 	}
 	if req.Stderr != nil {
-		cmd.Stderr = stderr
+		cmd.Stderr = x.stderr
 	}
 
-	// Stdin goes through a pipe this function owns rather than through
+	// Stdin goes through a pipe this backend owns rather than through
 	// os/exec's copier, so that Exec can return as soon as the command has
 	// ended even when the caller's reader still blocks.
-	var stdinR, stdinW *os.File
 	if req.Stdin != nil {
 		var err error
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
+		if x.stdinR, x.stdinW, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("host: %w: stdin pipe: %w", backend.ErrUnavailable, err)
 		}
-		cmd.Stdin = stdinR
+		cmd.Stdin = x.stdinR
 	}
-	var gateR, gateW *os.File
 	if p.limits.FileSizeBytes > 0 {
 		var err error
-		if gateR, gateW, err = os.Pipe(); err != nil {
-			closeFiles(stdinR, stdinW)
+		if x.gateR, x.gateW, err = os.Pipe(); err != nil {
+			closeFiles(x.stdinR, x.stdinW)
 			return nil, fmt.Errorf("host: %w: gate pipe: %w", backend.ErrUnavailable, err)
 		}
-		cmd.ExtraFiles = []*os.File{gateR}
+		cmd.ExtraFiles = []*os.File{x.gateR}
 		cmd.Path = b.shell
 		if req.Shell != "" {
 			cmd.Args = []string{filepath.Base(b.shell), "-c", gateScript + req.Shell}
@@ -124,26 +173,56 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 			cmd.Args = append([]string{filepath.Base(b.shell), "-c", gateScript + `exec "$0" "$@"`, p.path}, p.argv[1:]...)
 		}
 	}
+	return x, nil
+}
 
+// start starts the command, lets it through the gate once its rlimit is
+// set, and starts feeding its stdin. On an error nothing of it runs.
+func (x *hostExec) start() error {
 	if err := closeInheritedOnExec(); err != nil {
-		closeFiles(stdinR, stdinW, gateR, gateW)
-		return nil, fmt.Errorf("host: %w: %w", backend.ErrUnavailable, err)
+		closeFiles(x.stdinR, x.stdinW, x.gateR, x.gateW)
+		return fmt.Errorf("host: %w: %w", backend.ErrUnavailable, err)
 	}
-	// The command starts inside a cgroup of its own, so that whatever it
-	// starts, setsid or not, is killed with it (tree_linux.go).
-	var tr *tree
-	if b.treeBase != "" {
-		var err error
-		if tr, err = newTree(b.treeBase); err != nil {
+	if err := x.startInTree(); err != nil {
+		closeFiles(x.stdinR, x.stdinW, x.gateR, x.gateW)
+		class := backend.ErrUnavailable
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
+			class = backend.ErrInvalidRequest
+		}
+		return fmt.Errorf("host: %w: start %s: %w", class, x.p.path, err)
+	}
+	x.pid = x.cmd.Process.Pid
+	closeFiles(x.stdinR, x.gateR)
+	x.log.Debug("started", "pid", x.pid, "path", x.p.path, "dir", x.p.dir)
+
+	go func() {
+		waitExited(x.pid)
+		close(x.ended)
+	}()
+	if err := x.openGate(); err != nil {
+		return err
+	}
+	x.feedStdin()
+	return nil
+}
+
+// startInTree starts the command inside a cgroup of its own, so that
+// whatever it starts, setsid or not, is killed with it (tree_linux.go).
+// Where there is none, or the kernel refuses to start into it, only its
+// process group holds it.
+func (x *hostExec) startInTree() error {
+	cmd, log := x.cmd, x.log
+	if x.b.treeBase != "" {
+		if tr, err := newTree(x.b.treeBase); err != nil {
 			log.Warn("no cgroup for the command; only its process group is killed", "error", err)
-			tr = nil
 		} else {
+			x.tree = tr
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, tr.fd
 		}
 	}
-	start := time.Now()
+	x.started = time.Now()
 	err := cmd.Start()
-	if err != nil && tr != nil {
+	if err != nil && x.tree != nil {
 		// clone3 refused (an old kernel, a filter): start it plainly and
 		// move it in; what it forks before the move is not tracked.
 		log.Warn("starting into the cgroup failed; moving the command in after start", "error", err)
@@ -151,90 +230,82 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 		sys.UseCgroupFD, sys.CgroupFD = false, 0
 		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Dir: cmd.Dir, Env: cmd.Env, Stdin: cmd.Stdin, Stdout: cmd.Stdout,
 			Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles, SysProcAttr: &sys, WaitDelay: cmd.WaitDelay}
+		x.cmd = cmd
 		if err = cmd.Start(); err == nil {
-			if aerr := tr.add(cmd.Process.Pid); aerr != nil {
+			if aerr := x.tree.add(cmd.Process.Pid); aerr != nil {
 				log.Warn("moving the command into its cgroup", "error", aerr)
 			}
 		}
 	}
-	if tr != nil {
-		defer func() {
-			if err := tr.end(); err != nil {
-				log.Warn("ending the command's cgroup", "error", err)
-			}
-		}()
-	}
-	if err != nil {
-		closeFiles(stdinR, stdinW, gateR, gateW)
-		class := backend.ErrUnavailable
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
-			class = backend.ErrInvalidRequest
-		}
-		return nil, fmt.Errorf("host: %w: start %s: %w", class, p.path, err)
-	}
-	pid := cmd.Process.Pid
-	closeFiles(stdinR, gateR)
-	log.Debug("started", "pid", pid, "path", p.path, "dir", p.dir)
+	return err
+}
 
+// openGate sets RLIMIT_FSIZE on the started command and lets it go on.
+// When the limit cannot be set, the command, still held at the gate, is
+// killed: nothing of it ran.
+func (x *hostExec) openGate() error {
+	if x.gateW == nil {
+		return nil
+	}
+	lim := syscall.Rlimit{Cur: uint64(x.p.limits.FileSizeBytes), Max: uint64(x.p.limits.FileSizeBytes)}
+	if err := prlimit(x.pid, syscall.RLIMIT_FSIZE, &lim); err != nil {
+		x.gateW.Close()
+		killGroup(x.pid)
+		<-x.ended
+		_ = x.cmd.Wait()
+		closeFiles(x.stdinW)
+		return fmt.Errorf("host: %w: set RLIMIT_FSIZE: %w", backend.ErrUnavailable, err)
+	}
+	x.gateW.Close()
+	return nil
+}
+
+func (x *hostExec) feedStdin() {
+	x.stdinDone = make(chan struct{})
+	if x.stdinW == nil {
+		close(x.stdinDone)
+		return
+	}
 	go func() {
-		waitExited(pid)
-		close(ended)
+		defer close(x.stdinDone)
+		// An error here means the command closed its stdin or ended;
+		// either way there is nothing left to deliver.
+		_, _ = io.Copy(x.stdinW, x.req.Stdin)
+		x.stdinW.Close()
 	}()
+}
 
-	if gateW != nil {
-		lim := syscall.Rlimit{Cur: uint64(p.limits.FileSizeBytes), Max: uint64(p.limits.FileSizeBytes)}
-		if err := prlimit(pid, syscall.RLIMIT_FSIZE, &lim); err != nil {
-			// The command is still held at the gate: nothing of it ran.
-			gateW.Close()
-			killGroup(pid)
-			<-ended
-			_ = cmd.Wait()
-			closeFiles(stdinW)
-			return nil, fmt.Errorf("host: %w: set RLIMIT_FSIZE: %w", backend.ErrUnavailable, err)
-		}
-		gateW.Close()
-	}
-
-	stdinDone := make(chan struct{})
-	if stdinW != nil {
-		go func() {
-			defer close(stdinDone)
-			// An error here means the command closed its stdin or ended;
-			// either way there is nothing left to deliver.
-			_, _ = io.Copy(stdinW, req.Stdin)
-			stdinW.Close()
-		}()
-	} else {
-		close(stdinDone)
-	}
-
-	timer := time.NewTimer(p.limits.Timeout)
+// supervise waits for the command to end by itself or be ended (timeout,
+// ctx, Close, the output cap: the reason, "" for none), then kills its
+// group and its cgroup and stops feeding its stdin.
+func (x *hostExec) supervise(ctx context.Context) backend.TerminationReason {
+	timer := time.NewTimer(x.p.limits.Timeout)
 	defer timer.Stop()
 	var reason backend.TerminationReason
 	select {
-	case <-ended:
+	case <-x.ended:
 	case <-timer.C:
 		reason = backend.Timeout
 	case <-ctx.Done():
 		reason = backend.Cancelled
-	case <-b.closing:
+	case <-x.b.closing:
 		reason = backend.Cancelled
-	case <-capHit:
+	case <-x.capHit:
 		reason = backend.OutputLimit
 	}
 	// Kill the group whatever ended the command: on a normal exit this
 	// takes down background processes it left behind; then the cgroup,
 	// which holds those that left the group too.
-	killGroup(pid)
-	<-ended
-	if tr != nil {
-		if err := killTree(tr.dir); err != nil {
-			log.Warn("killing the command's cgroup", "error", err)
+	killGroup(x.pid)
+	<-x.ended
+	if x.tree != nil {
+		if err := killTree(x.tree.dir); err != nil {
+			x.log.Warn("killing the command's cgroup", "error", err)
 		}
 	}
-	duration := time.Since(start)
+	x.duration = time.Since(x.started)
 	if reason != "" {
-		log.Info("killed process group", "pid", pid, "reason", string(reason))
+		x.log.Info("killed process group", "pid", x.pid, "reason", string(reason))
 	}
 
 	// The command is gone: stop feeding stdin. Closing the write end
@@ -243,22 +314,28 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 	// cannot be closed and never returns is abandoned, as the contract
 	// allows.
 	select {
-	case <-stdinDone:
+	case <-x.stdinDone:
 	default:
-		stdinW.Close()
-		closeStdin()
+		x.stdinW.Close()
+		x.closeStdin()
 	}
+	return reason
+}
 
-	waitErr := cmd.Wait()
+// reap collects the dead command's status, once its output is drained (up
+// to the wait delay), into its Result.
+func (x *hostExec) reap(reason backend.TerminationReason) *backend.Result {
+	log, pid, duration := x.log, x.pid, x.duration
+	waitErr := x.cmd.Wait()
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		log.Warn("output pipes still open after the process group was killed; a process escaped the group", "pid", pid, "wait_delay", b.waitDelay)
+		log.Warn("output pipes still open after the process group was killed; a process escaped the group", "pid", pid, "wait_delay", x.b.waitDelay)
 	}
-	st := cmd.ProcessState
+	st := x.cmd.ProcessState
 	res := &backend.Result{
 		ExitCode:  st.ExitCode(),
 		Duration:  duration,
 		PID:       pid,
-		Truncated: stdout.truncated() || stderr.truncated(),
+		Truncated: x.stdout.truncated() || x.stderr.truncated(),
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	switch {
@@ -282,14 +359,24 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 			SystemCPU:   time.Duration(ru.Stime.Nano()),
 		}
 	}
-	if e := stdout.err(); e != nil {
+	if e := x.stdout.err(); e != nil {
 		log.Warn("stdout writer failed; the rest of stdout was dropped", "error", e)
 	}
-	if e := stderr.err(); e != nil {
+	if e := x.stderr.err(); e != nil {
 		log.Warn("stderr writer failed; the rest of stderr was dropped", "error", e)
 	}
 	log.Debug("ended", "pid", pid, "termination", string(res.Termination), "exit_code", res.ExitCode, "duration", duration)
-	return res, nil
+	return res
+}
+
+// endTree removes the command's cgroup, if it got one.
+func (x *hostExec) endTree() {
+	if x.tree == nil {
+		return
+	}
+	if err := x.tree.end(); err != nil {
+		x.log.Warn("ending the command's cgroup", "error", err)
+	}
 }
 
 // closeInheritedOnExec marks every descriptor above stderr of this
