@@ -692,14 +692,7 @@ func (x *run) result() (*backend.Result, error) {
 		if d, err := base64.StdEncoding.DecodeString(msg); err == nil && p.Encoding == "base64" {
 			msg = string(d)
 		}
-		class := backend.ErrUnavailable
-		switch {
-		case strings.Contains(msg, backend.ErrInvalidRequest.Error()):
-			class = backend.ErrInvalidRequest
-		case strings.Contains(msg, backend.ErrUnsupported.Error()):
-			class = backend.ErrUnsupported
-		}
-		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, class)
+		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, protocol.ErrorOf(p.ErrorCode))
 	}
 	if p.Error == protocol.ResultOverlayLost {
 		// The command ran, but the server lost what it wrote: a Result

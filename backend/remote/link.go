@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -94,9 +93,7 @@ func (b *Backend) classify(ctx context.Context, err error, resp *http.Response) 
 		return wrap(ErrTLS, "%s presented a certificate that does not verify: %v", where, certErr.Err)
 	case errors.As(err, &recErr):
 		return wrap(ErrTLS, "%s does not speak TLS: use ws:// or check the port", where)
-	case errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:"):
-		// Over TCP, an alert from the server (certificate required, bad
-		// certificate) is only recognisable by its text.
+	case errors.As(err, &alert) || isRemoteAlert(err):
 		return wrap(ErrTLS, "%s refused the TLS handshake (%v): check %s and %s", where, err, EnvTLSCert, EnvTLSKey)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return wrap(ErrUnreachable, "nothing listens at %s (connection refused): is pulse-server running?", where)
@@ -106,6 +103,17 @@ func (b *Backend) classify(ctx context.Context, err error, resp *http.Response) 
 		return wrap(ErrUnreachable, "no answer from %s within %v", where, b.o.dialTimeout)
 	}
 	return wrap(ErrUnreachable, "connecting to %s: %v", where, err)
+}
+
+// isRemoteAlert reports whether err is a TLS alert the server sent
+// (certificate required, bad certificate). Over TCP crypto/tls reports one
+// as a *net.OpError with Op "remote error" around an unexported alert
+// type (tls.AlertError is only QUIC's), so the structured Op field is what
+// tells it, not the message. With TLS 1.3 the alert arrives on the first
+// read after the handshake, so it is not a handshake error.
+func isRemoteAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 func (l *link) readLoop(ctx context.Context) {

@@ -254,6 +254,12 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		} else {
 			p.Stderr = protocol.MsgInternal
 		}
+		// The class travels as a code, so the client need not read it
+		// from the message.
+		p.ErrorCode = protocol.CodeOf(err)
+		if errors.Is(err, ErrWorkerLost) {
+			p.ErrorCode = protocol.CodeWorkerLost
+		}
 		p.DurationMS = s.o.now().Sub(start).Milliseconds()
 	default:
 		p.ExitCode = res.ExitCode

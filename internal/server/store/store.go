@@ -13,7 +13,8 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+	"modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Execution statuses as the wire protocol and the database spell them.
@@ -176,12 +177,22 @@ func (s *Store) Create(ctx context.Context, e Execution) error {
 		 VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, e.Tenant, StatusRunning, corr, e.Encoding, now, now)
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		if isUniqueViolation(err) {
 			return fmt.Errorf("store: %s: %w", e.ID, ErrExists)
 		}
 		return fmt.Errorf("store: create %s: %w", e.ID, err)
 	}
 	return nil
+}
+
+// isUniqueViolation reports whether err is SQLite refusing a second row
+// with the same key, told by the driver's extended result code.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
 
 // Finish records the terminal status and result of a RUNNING execution.
