@@ -102,6 +102,7 @@ func Diagnose(ctx context.Context, opts ...Option) ([]BackendStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.fullProbe = true // a diagnosis trusts no remembered probe
 	var out []BackendStatus
 	for _, c := range candidates() {
 		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {

@@ -41,6 +41,7 @@ func DiagnoseNetwork(ctx context.Context, opts ...Option) ([]NetworkDiagnosis, e
 	if err != nil {
 		return nil, err
 	}
+	o.fullProbe = true // a diagnosis trusts no remembered probe
 	var out []NetworkDiagnosis
 	for _, c := range candidates() {
 		if c.name != "namespace" && c.name != "docker" {

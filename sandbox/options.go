@@ -31,6 +31,8 @@ type options struct {
 	backend       backend.Backend
 	backendName   string
 	unsafeHost    bool
+	noPrestart    bool // select.go
+	fullProbe     bool // select.go: pulse doctor probes every time
 	autoCommit    bool
 	auditPath     string
 	auditLogger   *audit.Logger

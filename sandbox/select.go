@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -59,7 +60,14 @@ func candidates() []candidate {
 		{
 			name: "namespace",
 			make: func(o *options) (backend.Backend, error) {
-				return namespace.New(namespace.WithLogger(o.logger))
+				opts := []namespace.Option{namespace.WithLogger(o.logger)}
+				if f := o.probeCacheFile("namespace"); f != "" {
+					opts = append(opts, namespace.WithProbeCache(f))
+				}
+				if o.noPrestart {
+					opts = append(opts, namespace.WithoutPrestart())
+				}
+				return namespace.New(opts...)
 			},
 		},
 		{
@@ -76,6 +84,36 @@ func candidates() []candidate {
 			},
 		},
 	}
+}
+
+// WithoutPrestart says the sandbox runs one command and is closed (a CLI
+// process): backends start nothing ahead for a next command, which would
+// only be ended unused at Close. Without it the namespace backend keeps an
+// init ready after each command, which halves the latency of the next.
+// It applies to the backends the sandbox selects, not to one passed with
+// WithBackend.
+func WithoutPrestart() Option {
+	return func(o *options) error { o.noPrestart = true; return nil }
+}
+
+// probeCacheFile is where a backend remembers, per machine and user, that
+// its Probe succeeded (see namespace.WithProbeCache): under the user's
+// cache directory, $XDG_CACHE_HOME or ~/.cache, as os.UserCacheDir has it
+// on Linux. "" (no cache) when neither is set to an absolute path, and
+// for pulse doctor (Diagnose), which always probes in full.
+func (o *options) probeCacheFile(name string) string {
+	if o.fullProbe {
+		return ""
+	}
+	dir := o.getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(dir) {
+		home := o.getenv("HOME")
+		if !filepath.IsAbs(home) {
+			return ""
+		}
+		dir = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(dir, "pulse", "probe-"+name)
 }
 
 // selectBackend returns the first candidate that is available, with one

@@ -75,6 +75,7 @@ func New(opts ...Option) (*Backend, error) {
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
 		warm: map[bool][]*initProc{}, filling: map[bool]bool{},
 		inflight: map[bool]int{}, peak: map[bool]int{}}
+	prewarmMasks()
 	b.landlock = landlockABI()
 	b.cg = detectCgroups()
 	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)
@@ -189,9 +190,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 }
 
 // Probe implements backend.Backend: it checks the kernel's features, then
-// runs `true` in a sandbox once and caches success. Like any Exec, a
-// successful probe leaves one init waiting for the next Exec (see
-// WithoutPrestart); Close ends it.
+// runs `true` in a sandbox once and caches success (across processes too,
+// with WithProbeCache). Like any Exec, a successful trial run leaves one
+// init waiting for the next Exec (see WithoutPrestart); Close ends it.
 func (b *Backend) Probe(ctx context.Context) error {
 	b.probeMu.Lock()
 	defer b.probeMu.Unlock()
@@ -200,6 +201,17 @@ func (b *Backend) Probe(ctx context.Context) error {
 	}
 	if err := staticProbe(); err != nil {
 		return err
+	}
+	key := ""
+	if b.o.probeCache != "" {
+		var err error
+		if key, err = b.probeKey(); err != nil {
+			b.o.logger.Debug("namespace: probe cache unused", slog.Any("err", err))
+		}
+		if b.probeCached(key) {
+			b.probeOK = true
+			return nil
+		}
 	}
 	ws, err := os.MkdirTemp("", "pulse-namespace-probe-")
 	if err != nil {
@@ -219,6 +231,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return fmt.Errorf("%w: namespace: probe command `true` ended %s with code %d", backend.ErrUnavailable, res.Termination, res.ExitCode)
 	}
 	b.probeOK = true
+	b.rememberProbe(key)
 	return nil
 }
 

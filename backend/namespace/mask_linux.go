@@ -68,6 +68,14 @@ func etcMasks() []string {
 	return maskList
 }
 
+// prewarmMasks starts computing etcMasks in the background, so that the
+// walk of /etc (a thousand entries and more, a few milliseconds) overlaps
+// whatever the caller does before its first Exec — in a CLI process,
+// opening the audit log and the transaction store — instead of delaying
+// that Exec. It is not cached across processes: a file made private since
+// would then show.
+func prewarmMasks() { go etcMasks() }
+
 func isSSHHostKey(p string) bool {
 	m, _ := filepath.Match("/etc/ssh/ssh_host_*_key", p)
 	return m

@@ -27,6 +27,7 @@ type options struct {
 	hostname   string
 	noPrestart bool
 	poolSize   int
+	probeCache string
 	// phaseHook, set by tests only, receives the start-up trace: each
 	// step of the backend and of the init, with its CLOCK_MONOTONIC time.
 	phaseHook func(name string, monoNs int64)
@@ -63,6 +64,26 @@ func WithPoolSize(n int) Option {
 			return fmt.Errorf("namespace: pool size %d out of range 1..1024", n)
 		}
 		o.poolSize = n
+		return nil
+	}
+}
+
+// WithProbeCache remembers a successful Probe in file, so that later
+// processes on the same machine skip the trial sandbox Probe runs: with a
+// record that matches, Probe only checks the kernel's features (user
+// namespaces allowed, overlayfs present). The record is keyed by the
+// kernel (release and version), the executable re-run as the sandbox init
+// (path, inode, size, modification time), the caller's uid and gid and
+// the backend's configuration; a record that does not match exactly, or
+// does not parse, is ignored and the full Probe runs and rewrites it. A
+// wrong record cannot weaken isolation: an Exec whose sandbox cannot be
+// set up fails with ErrUnavailable, as it would without the cache.
+func WithProbeCache(file string) Option {
+	return func(o *options) error {
+		if !filepath.IsAbs(file) {
+			return fmt.Errorf("namespace: probe cache %q is not absolute", file)
+		}
+		o.probeCache = filepath.Clean(file)
 		return nil
 	}
 }

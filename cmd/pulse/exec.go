@@ -83,6 +83,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if *autoCommit {
 		opts = append(opts, sandbox.WithAutoCommit())
 	}
+	// One command per process: an init started ahead for a next one
+	// would only be killed at exit.
+	opts = append(opts, sandbox.WithoutPrestart())
 	// A large upload to a pulse-server shows a progress line on a terminal.
 	prog := newProgress(env)
 	defer prog.close()
