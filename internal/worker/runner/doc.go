@@ -1,6 +1,11 @@
 // Package runner runs one command for pulse-worker: a fresh "bash -c" child
-// per exec, in its own process group, with stdout and stderr on independent
-// pipes.
+// per exec, with stdout and stderr on independent pipes. The process is the
+// host backend's (backend/host): a session and process group of its own, in
+// a cgroup of its own where the machine has a writable cgroup v2 hierarchy,
+// and the whole tree killed when the command ends or is ended; the backend
+// conformance suite covers that backend as the runner configures it. The
+// environment is the host backend's base (PATH, HOME, LANG, TERM, USER)
+// with the configured variables over it.
 //
 // What it promises:
 //   - stdin is written (when given) and then always closed, so a command
@@ -12,8 +17,10 @@
 //     buffered (BufferCap, 8 MiB per stream, truncated beyond) and handed
 //     over only after the child has exited;
 //   - cancelling the context (Abort) or reaching the timeout sends SIGKILL to
-//     the whole process group, so grandchildren of a pipeline stop too; the
-//     two are told apart by the error: ErrAborted or ErrTimeout;
+//     the whole process group (and cgroup), so grandchildren of a pipeline
+//     stop too; the two are told apart by the error: ErrAborted or
+//     ErrTimeout. When the command's main process exits, what it left
+//     running in the background is killed too;
 //   - output read after the group has been killed is discarded, and Run
 //     never returns while a Sink call is still running, so the caller's
 //     terminal frame is always the last frame of the exec;

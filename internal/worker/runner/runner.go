@@ -7,14 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/host"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 const (
@@ -133,10 +138,20 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// Bash runs each exec as a fresh "bash -c" child. It holds no state between
-// execs and is safe for concurrent use.
+// Bash runs each exec as a fresh "<shell> -c" child on the host backend
+// (backend/host), which owns everything about the process: its session
+// and process group, its cgroup where the machine has a writable v2
+// hierarchy, stdin, the kill of the whole tree when it ends or is ended.
+// Bash adds what the relay's protocol asks for: a Spec for a Request,
+// output as Sink chunks, and the errors Run promises. It holds no state
+// between execs and is safe for concurrent use.
 type Bash struct {
-	o options
+	o    options
+	host *host.Backend
+	dir  string
+	env  map[string]string // nil: the worker's own, read at each Run
+	// shellErr is why the shell was not found; every Run fails with it.
+	shellErr error
 }
 
 var _ Runner = (*Bash)(nil)
@@ -158,11 +173,57 @@ func New(opts ...Option) (*Bash, error) {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
-	return &Bash{o: o}, nil
+	b := &Bash{o: o}
+	// The host backend takes an absolute shell; a bare name is looked up
+	// in the worker's PATH, as exec.Command would.
+	shell := o.shell
+	if !filepath.IsAbs(shell) {
+		if shell, b.shellErr = exec.LookPath(o.shell); b.shellErr == nil {
+			shell, b.shellErr = filepath.Abs(shell)
+		}
+	}
+	hostOpts := []host.Option{host.WithWaitDelay(o.waitDelay), host.WithLogger(o.logger)}
+	if b.shellErr == nil {
+		hostOpts = append(hostOpts, host.WithShell(shell))
+	}
+	hb, err := host.New(hostOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	b.host = hb
+	if b.dir = o.dir; b.dir == "" {
+		if b.dir, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("runner: working directory: %w", err)
+		}
+	}
+	if b.dir, err = filepath.Abs(b.dir); err != nil {
+		return nil, fmt.Errorf("runner: working directory: %w", err)
+	}
+	if o.env != nil {
+		b.env = envMap(o.env)
+	}
+	return b, nil
 }
 
-// Run implements Runner.
+// envMap turns KEY=VALUE entries into the host backend's map, the last of
+// a repeated key winning, as os/exec does.
+func envMap(list []string) map[string]string {
+	m := make(map[string]string, len(list))
+	for _, kv := range list {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// Run implements Runner: it builds the request (the timeout is the
+// runner's own context, so that output is cut off the moment it fires),
+// runs it on the host backend and turns its end into Run's result.
 func (b *Bash) Run(ctx context.Context, s Spec, sink Sink) (int32, error) {
+	if b.shellErr != nil {
+		return -1, fmt.Errorf("%w: %w", ErrStart, b.shellErr)
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if s.TimeoutS > 0 {
@@ -170,177 +231,138 @@ func (b *Bash) Run(ctx context.Context, s Spec, sink Sink) (int32, error) {
 		runCtx, stop = context.WithTimeoutCause(runCtx, time.Duration(s.TimeoutS)*time.Second, ErrTimeout)
 		defer stop()
 	}
+	d := &delivery{ctx: runCtx, fail: cancel, sink: sink, streaming: s.Streaming}
+	res, err := b.host.Exec(runCtx, b.request(s, d))
+	return b.outcome(ctx, runCtx, s, d, res, err)
+}
 
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return -1, fmt.Errorf("%w: %w", ErrStart, err)
+// request is the host backend request for s: the command in the
+// configured directory and environment, no limit of the backend's own
+// (the runner's context times it out; output is bounded by delivery, not
+// killed at a cap).
+func (b *Bash) request(s Spec, d *delivery) *backend.Request {
+	env := b.env
+	if env == nil {
+		env = envMap(os.Environ())
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return -1, fmt.Errorf("%w: %w", ErrStart, err)
+	req := &backend.Request{
+		ExecutionID: strconv.FormatUint(s.ReqID, 10),
+		Workspace:   b.dir,
+		Shell:       s.Command,
+		Env:         env,
+		Stdout:      d.writer(sandboxv1.Stream_STDOUT),
+		Stderr:      d.writer(sandboxv1.Stream_STDERR),
+		Limits:      policy.ResourceLimits{Timeout: time.Duration(math.MaxInt64), OutputBytes: math.MaxInt64},
 	}
-	defer outR.Close()
-	defer errR.Close()
-
-	cmd := exec.Command(b.o.shell, "-c", s.Command)
-	cmd.Env = b.o.env
-	cmd.Dir = b.o.dir
-	cmd.Stdout = outW
-	cmd.Stderr = errW
 	if len(s.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(s.Stdin)
+		req.Stdin = bytes.NewReader(s.Stdin)
 	} // nil Stdin is /dev/null: EOF at once.
-	// A process group of its own, so one kill reaches every grandchild of
-	// a pipeline instead of orphaning them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = b.o.waitDelay
+	return req
+}
 
-	if runCtx.Err() != nil {
-		outW.Close()
-		errW.Close()
-		return -1, ErrAborted
-	}
-	startErr := cmd.Start()
-	// The child holds its own copies; ours must go, or EOF never comes.
-	outW.Close()
-	errW.Close()
-	if startErr != nil {
-		return -1, fmt.Errorf("%w: %w", ErrStart, startErr)
-	}
-	pgid := cmd.Process.Pid
-
-	var (
-		killed  atomic.Bool
-		sinkMu  sync.Mutex
-		sinkErr error
-	)
-	exited := make(chan struct{})
-	kill := func() {
-		select {
-		case <-exited:
-			return // reaped: the pgid may already name someone else
-		default:
-		}
-		if killed.CompareAndSwap(false, true) {
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	}
-	failSink := func(err error) {
-		sinkMu.Lock()
-		if sinkErr == nil {
-			sinkErr = err
-		}
-		sinkMu.Unlock()
-		kill()
-	}
-	// emit hands data on unless the group has been killed: after an
-	// abort or timeout the caller must see no more output.
-	emit := func(stream sandboxv1.Stream, data []byte) {
-		if killed.Load() {
-			return
-		}
-		if err := sink.Chunk(stream, data); err != nil {
-			failSink(err)
-		}
-	}
-
-	var drains sync.WaitGroup
-	var bufs [2]*capBuffer
-	for i, p := range []struct {
-		r      *os.File
-		stream sandboxv1.Stream
-	}{{outR, sandboxv1.Stream_STDOUT}, {errR, sandboxv1.Stream_STDERR}} {
-		if !s.Streaming {
-			bufs[i] = &capBuffer{max: BufferCap}
-		}
-		drains.Add(1)
-		go func(r *os.File, stream sandboxv1.Stream, buf *capBuffer) {
-			defer drains.Done()
-			drain(r, stream, buf, emit)
-		}(p.r, p.stream, bufs[i])
-	}
-
-	// Watch for cancellation while the child runs.
-	go func() {
-		select {
-		case <-runCtx.Done():
-			kill()
-		case <-exited:
-		}
-	}()
-	waitErr := cmd.Wait()
-	close(exited)
-
-	// The child is gone; its pipes normally reach EOF at once. A writer
-	// that escaped the group may hold them open: stop reading after
-	// waitDelay rather than hang.
-	drained := make(chan struct{})
-	go func() { drains.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(b.o.waitDelay):
-		b.o.logger.Warn("output pipe still open after exit; closing it", "req_id", s.ReqID)
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
-
-	sinkMu.Lock()
-	serr := sinkErr
-	sinkMu.Unlock()
-	if serr != nil {
+// outcome turns the host backend's end of the command into Run's: a
+// failed sink first, then a command that never started, then one the
+// runner's context ended (timeout or abort); otherwise the buffered
+// output is emitted and the exit code returned.
+func (b *Bash) outcome(ctx, runCtx context.Context, s Spec, d *delivery, res *backend.Result, err error) (int32, error) {
+	if serr := d.sinkErr(); serr != nil {
 		return -1, fmt.Errorf("%w: %w", ErrSink, serr)
 	}
-	if killed.Load() {
+	if err != nil {
+		if runCtx.Err() != nil {
+			return -1, ErrAborted
+		}
+		return -1, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	if res.Termination == backend.Cancelled {
 		if errors.Is(context.Cause(runCtx), ErrTimeout) && ctx.Err() == nil {
 			return -1, ErrTimeout
 		}
 		return -1, ErrAborted
 	}
-
 	if !s.Streaming {
 		for i, stream := range []sandboxv1.Stream{sandboxv1.Stream_STDOUT, sandboxv1.Stream_STDERR} {
-			buf := bufs[i]
+			buf := &d.bufs[i]
 			if buf.dropped > 0 {
 				b.o.logger.Warn("non-streaming output truncated",
 					"req_id", s.ReqID, "stream", stream.String(), "kept", buf.b.Len(), "dropped", buf.dropped)
 			}
-			if err := emitBuffered(stream, buf.b.Bytes(), sink); err != nil {
+			if err := emitBuffered(stream, buf.b.Bytes(), d.sink); err != nil {
 				return -1, fmt.Errorf("%w: %w", ErrSink, err)
 			}
 		}
 	}
-
-	if waitErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
-			return -1, fmt.Errorf("runner: wait: %w", waitErr)
-		}
-	}
 	// ExitCode is -1 when the child died by a signal.
-	return int32(cmd.ProcessState.ExitCode()), nil
+	return int32(res.ExitCode), nil
 }
 
-// drain reads r in ChunkSize reads until EOF (or until r is closed under
-// it). In streaming mode each read is emitted at once; otherwise it is
-// appended to buf.
-func drain(r io.Reader, stream sandboxv1.Stream, buf *capBuffer, emit func(sandboxv1.Stream, []byte)) {
-	p := make([]byte, ChunkSize)
-	for {
-		n, err := r.Read(p)
-		if n > 0 {
-			if buf != nil {
-				buf.write(p[:n])
-			} else {
-				emit(stream, p[:n])
-			}
+// delivery hands the host backend's output to the sink: in streaming mode
+// each write at once, in pieces of at most ChunkSize; otherwise into a
+// buffer per stream (BufferCap) that outcome emits after exit. Once the
+// runner's context has ended (abort, timeout, a failed sink) nothing more
+// reaches the sink.
+type delivery struct {
+	ctx       context.Context
+	fail      context.CancelCauseFunc
+	sink      Sink
+	streaming bool
+	bufs      [2]capBuffer // stdout, stderr; each written by one copier only
+
+	mu  sync.Mutex
+	err error
+}
+
+func (d *delivery) writer(stream sandboxv1.Stream) io.Writer {
+	w := &streamWriter{d: d, stream: stream}
+	if !d.streaming {
+		w.buf = &d.bufs[0]
+		if stream == sandboxv1.Stream_STDERR {
+			w.buf = &d.bufs[1]
 		}
-		if err != nil {
-			return
-		}
+		w.buf.max = BufferCap
 	}
+	return w
+}
+
+// failSink records the sink's first error and ends the command.
+func (d *delivery) failSink(err error) {
+	d.mu.Lock()
+	if d.err == nil {
+		d.err = err
+	}
+	d.mu.Unlock()
+	d.fail(err)
+}
+
+func (d *delivery) sinkErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// streamWriter is one stream's end of a delivery. It never fails, so that
+// the backend keeps draining the pipe until the command is killed.
+type streamWriter struct {
+	d      *delivery
+	stream sandboxv1.Stream
+	buf    *capBuffer // nil when streaming
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if w.buf != nil {
+		w.buf.write(p)
+		return n, nil
+	}
+	for len(p) > 0 && w.d.ctx.Err() == nil {
+		k := min(len(p), ChunkSize)
+		if err := w.d.sink.Chunk(w.stream, p[:k]); err != nil {
+			w.d.failSink(err)
+			break
+		}
+		p = p[k:]
+	}
+	return n, nil
 }
 
 // emitBuffered sends a non-streaming stream's output after exit: one Chunk

@@ -325,3 +325,29 @@ func TestEscapedWriterDoesNotWedge(t *testing.T) {
 		t.Error("output before exit was lost")
 	}
 }
+
+// TestBackgroundDiesWithCommand: what the command leaves running in the
+// background is killed once its main process exits, as the host backend
+// promises (without it, the sleep would live on for 30 s).
+func TestBackgroundDiesWithCommand(t *testing.T) {
+	r := needBash(t)
+	sink := newRecSink()
+	code, err := r.Run(t.Context(), Spec{Command: "sleep 30 >/dev/null 2>&1 & echo $!", TimeoutS: 20, Streaming: true}, sink)
+	if err != nil || code != 0 {
+		t.Fatalf("code=%d err=%v", code, err)
+	}
+	out, _ := sink.joined(sandboxv1.Stream_STDOUT)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("stdout = %q, want the background pid", out)
+	}
+	// Dead means gone or a zombie waiting for whoever inherited it.
+	waitFor(t, func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	})
+}
