@@ -26,10 +26,18 @@
 //     outlive Exec. The cgroup is named after the owning process (pid and
 //     start time): Reconcile kills what is left in those of an owner that
 //     died (a SIGKILLed pulse-server) and removes them. Without a writable
-//     v2 hierarchy only the group is killed: a setsid'd process escapes,
-//     and Exec waits at most the wait delay for output pipes it holds;
-//     Capabilities().Notes says which applies. A command run by root can
-//     move itself out of any cgroup.
+//     v2 hierarchy (or with PULSE_HOST_NO_CGROUP=1), a child subreaper
+//     does the tracking: this program, re-executed through /proc/self/exe
+//     with PR_SET_CHILD_SUBREAPER, starts the command, adopts what is
+//     orphaned below it (setsid, then its parent exits), and when the
+//     command ends, is timed out or cancelled, or the owner dies
+//     (PR_SET_PDEATHSIG), SIGKILLs every descendant; it costs a process
+//     start per command, and a command that kills its subreaper (its
+//     parent, the same user) first escapes it (reaper_linux.go). Where not
+//     even that can run, only the group is killed: a setsid'd process
+//     escapes, and Exec waits at most the wait delay for output pipes it
+//     holds. Capabilities().Notes says which applies. A command run by
+//     root can move itself out of any cgroup.
 //   - Stdout and stderr are each capped at Limits.OutputBytes; the excess
 //     is dropped, Result.Truncated is set and the command is killed
 //     (Termination output_limit). A nil Stdout or Stderr goes to /dev/null

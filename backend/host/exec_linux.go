@@ -114,6 +114,7 @@ type hostExec struct {
 	stdinR, stdinW *os.File      // nil without stdin
 	gateR, gateW   *os.File      // nil without a file size limit
 	tree           *tree         // nil without a cgroup
+	reaped         bool          // started under a subreaper (reaper_linux.go)
 
 	pid       int
 	started   time.Time
@@ -220,6 +221,11 @@ func (x *hostExec) startInTree() error {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, tr.fd
 		}
 	}
+	// Where no cgroup holds them, a child subreaper does (reaper_linux.go).
+	if x.tree == nil && reaperAvailable() {
+		x.reaped = true
+		underReaper(cmd)
+	}
 	x.started = time.Now()
 	err := cmd.Start()
 	if err != nil && x.tree != nil {
@@ -295,7 +301,11 @@ func (x *hostExec) supervise(ctx context.Context) backend.TerminationReason {
 	}
 	// Kill the group whatever ended the command: on a normal exit this
 	// takes down background processes it left behind; then the cgroup,
-	// which holds those that left the group too.
+	// which holds those that left the group too; or first the subreaper,
+	// which kills those reparented to it.
+	if x.reaped {
+		stopReaper(x.pid, x.ended)
+	}
 	killGroup(x.pid)
 	<-x.ended
 	if x.tree != nil {

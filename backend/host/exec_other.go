@@ -25,3 +25,5 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 func treeBase() string { return "" }
 
 func reconcileTrees(string) error { return nil }
+
+func trackingNote(string) string { return "commands run on Linux only" }

@@ -86,7 +86,8 @@ type Backend struct {
 	user      string
 	root      bool
 	// treeBase is where each execution's cgroup is made (tree_linux.go);
-	// "" where no v2 hierarchy is writable, and only the process group
+	// "" where no v2 hierarchy is writable (or NoCgroupEnv), and a child
+	// subreaper (reaper_linux.go), or else only the process group,
 	// holds a command's processes.
 	treeBase string
 
@@ -176,11 +177,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		"writes land in the workspace directly; changes are found by comparing the tree before and after",
 		"the environment is built from scratch (PATH, HOME, LANG, TERM, USER and the requested variables)",
 	}
-	if b.treeBase != "" {
-		notes = append(notes, "every process a command starts is tracked in a cgroup (v2, "+b.treeBase+") and killed when it ends, setsid or not; Reconcile kills what a killed owner left")
-	} else {
-		notes = append(notes, "timeout and cancellation kill the command's process group; no writable cgroup v2 hierarchy here, so a process that leaves the group (setsid) escapes it, and commands of a killed owner keep running")
-	}
+	notes = append(notes, trackingNote(b.treeBase))
 	notes = append(notes, "not enforced: network restriction; memory, cpu and pids limits; read-deny rules for commands (they see the whole disk); no seccomp filter")
 	if b.root {
 		// A root process can raise its own hard limit again.

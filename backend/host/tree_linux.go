@@ -31,10 +31,29 @@ import (
 //
 // The cgroup is named pulse-host-<owner pid>-<owner start>-<n>: Reconcile
 // kills what is left in those whose owner is gone and removes them.
+//
+// Where no cgroup can be made, a child subreaper tracks the command's
+// processes instead (reaper_linux.go).
+
+// trackingNote is what Capabilities says of how a command's processes are
+// held, base being treeBase's answer.
+func trackingNote(base string) string {
+	switch {
+	case base != "":
+		return "every process a command starts is tracked in a cgroup (v2, " + base + ") and killed when it ends, setsid or not; Reconcile kills what a killed owner left"
+	case reaperAvailable():
+		return "no cgroup (no writable v2 hierarchy, or " + NoCgroupEnv + "=1): a child subreaper adopts what leaves the command's process group (setsid) and kills it when the command ends, and when its owner dies; a command that kills its subreaper (its parent, the same user) first escapes it"
+	}
+	return "timeout and cancellation kill the command's process group; no writable cgroup v2 hierarchy and no subreaper here, so a process that leaves the group (setsid) escapes it, and commands of a killed owner keep running"
+}
 
 // treeBase finds the directory tree cgroups are made in: this process's
-// own v2 cgroup, when it is writable. "" when there is none.
+// own v2 cgroup, when it is writable. "" when there is none, or
+// NoCgroupEnv says not to use one.
 func treeBase() string {
+	if !useCgroup() {
+		return ""
+	}
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return ""
