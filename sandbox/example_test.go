@@ -1,0 +1,255 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/sandbox"
+)
+
+// The examples run on the host backend, which runs everywhere the tests
+// do, so that their output is checked on every machine. It isolates
+// nothing and writes in place: a program handing untrusted commands to
+// the sandbox leaves the backend to New's choice (remote, Docker,
+// namespaces), which captures every write into a pending transaction.
+
+// newWorkspace makes a throwaway workspace holding a README.
+func newWorkspace() string {
+	ws, err := os.MkdirTemp("", "pulse-example-")
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte("# demo\n"), 0o644); err != nil {
+		panic(err)
+	}
+	return ws
+}
+
+// An agent stages a change, a person previews it, and it is committed.
+func Example() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	res, err := sb.Execute(ctx, sandbox.Command{Shell: "cat README.md"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
+
+	tx, err := sb.Begin("say hello")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := sb.Stage(ctx, tx, "hello.txt", []byte("hello\n"), 0o644); err != nil {
+		fmt.Println(err)
+		return
+	}
+	diff, err := sb.Preview(tx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(diff)
+	committed, err := sb.Commit(ctx, tx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("committed", committed)
+	// Output:
+	// exit 0: # demo
+	// diff --git a/hello.txt b/hello.txt
+	// new file mode 100644
+	// --- /dev/null
+	// +++ b/hello.txt
+	// @@ -0,0 +1 @@
+	// +hello
+	// committed [hello.txt]
+}
+
+// New opens a sandbox on a workspace; here on the host backend, named
+// explicitly (the host needs the unsafe opt-in).
+func ExampleNew() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		// With no backend available: errors.Is(err, sandbox.ErrUnavailable).
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	fmt.Println(sb.Backend().Name(), sb.Workspace() == ws)
+	// Output:
+	// host true
+}
+
+// Execute runs a command and returns how it ended with its output. On the
+// host backend it writes in place, so the Result lists what it changed; an
+// isolating backend would instead leave the write in res.Transaction for
+// review.
+func ExampleSandbox_Execute() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	res, err := sb.Execute(ctx, sandbox.Command{Shell: "echo built > out.txt; echo done; exit 3"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("exit %d, stdout %q, in place %v, changed %v\n", res.ExitCode, res.Stdout, res.InPlace, res.Changed)
+	// Output:
+	// exit 3, stdout "done\n", in place true, changed [out.txt]
+}
+
+// Preview shows a pending transaction as a unified diff before anything
+// lands; Discard drops it.
+func ExampleSandbox_Preview() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	tx, err := sb.Begin("retitle")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := sb.Stage(ctx, tx, "README.md", []byte("# pulse demo\n"), 0o644); err != nil {
+		fmt.Println(err)
+		return
+	}
+	diff, err := sb.Preview(tx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(diff)
+	if err := sb.Discard(ctx, tx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	data, _ := os.ReadFile(filepath.Join(ws, "README.md"))
+	fmt.Printf("on disk: %s", data)
+	// Output:
+	// diff --git a/README.md b/README.md
+	// --- a/README.md
+	// +++ b/README.md
+	// @@ -1 +1 @@
+	// -# demo
+	// +# pulse demo
+	// on disk: # demo
+}
+
+// Commit applies a pending transaction to the workspace, crash-safe; a
+// file changed on disk since it was staged would fail it with
+// ErrConflict instead of being overwritten.
+func ExampleSandbox_Commit() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	tx, err := sb.Begin("notes")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := sb.Stage(ctx, tx, "NOTES.md", []byte("staged, then committed\n"), 0o644); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := os.Stat(filepath.Join(ws, "NOTES.md")); errors.Is(err, os.ErrNotExist) {
+		fmt.Println("not on disk while pending")
+	}
+	committed, err := sb.Commit(ctx, tx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	data, _ := os.ReadFile(filepath.Join(ws, "NOTES.md"))
+	fmt.Printf("committed %v: %s", committed, data)
+	// Output:
+	// not on disk while pending
+	// committed [NOTES.md]: staged, then committed
+}
+
+// A policy read from YAML binds every call: a denied command starts no
+// process and a denied write is never staged; both are audited.
+func ExampleWithPolicy() {
+	pol, err := policy.Parse([]byte(`
+version: 1
+defaults:
+  shell: allow
+rules:
+  - {action: shell, target: "curl *", decision: deny}
+  - {action: write, target: ".env", decision: deny}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithPolicy(pol),
+		sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	res, err := sb.Execute(ctx, sandbox.Command{Shell: "echo allowed"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(res.Stdout)
+	_, err = sb.Execute(ctx, sandbox.Command{Args: []string{"curl", "https://example.com"}})
+	fmt.Println("curl denied:", errors.Is(err, sandbox.ErrPolicyDenied))
+	tx, err := sb.Begin("secrets")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = sb.Stage(ctx, tx, ".env", []byte("TOKEN=x\n"), 0o600)
+	fmt.Println(".env denied:", errors.Is(err, sandbox.ErrPolicyDenied))
+	// Output:
+	// allowed
+	// curl denied: true
+	// .env denied: true
+}
