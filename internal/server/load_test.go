@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/protocol"
@@ -149,7 +151,9 @@ func TestMain(m *testing.M) {
 		runChildServer(dir)
 		return
 	}
-	os.Exit(m.Run())
+	// goleak fails the run when a goroutine outlives the tests: a leak
+	// the race detector does not see, since nothing races.
+	goleak.VerifyTestMain(m)
 }
 
 // runChildServer is the server process that TestCrashMarksRunningUnknown
