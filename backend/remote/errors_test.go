@@ -2,16 +2,9 @@ package remote
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +16,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -365,80 +359,30 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-// pki is a throwaway CA with a server and a client certificate.
-type pki struct {
-	caFile, certFile, keyFile string
-	server                    tls.Certificate
-	pool                      *x509.CertPool
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pulse test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "pulse test"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	p := &pki{pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	p.caFile = write("ca.pem", "CERTIFICATE", caDER)
-	sDER, sKey := leaf(2, x509.ExtKeyUsageServerAuth)
-	p.server = tls.Certificate{Certificate: [][]byte{sDER}, PrivateKey: sKey}
-	cDER, cKey := leaf(3, x509.ExtKeyUsageClientAuth)
-	p.certFile = write("client.pem", "CERTIFICATE", cDER)
-	keyDER, _ := x509.MarshalECPrivateKey(cKey)
-	p.keyFile = write("client.key", "EC PRIVATE KEY", keyDER)
-	return p
-}
-
 // TestTLS: wss:// with a client certificate works end to end; a server
 // that cannot be verified, and a client without a certificate, are TLS
 // errors.
 func TestTLS(t *testing.T) {
 	ts := startServer(t)
-	p := newPKI(t)
+	p := testenv.NewPKI(t)
 	hs := httptest.NewUnstartedServer(ts.srv.Handler())
-	hs.TLS = &tls.Config{Certificates: []tls.Certificate{p.server}, ClientCAs: p.pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	hs.TLS = p.ServerConfig()
 	hs.StartTLS()
 	defer hs.Close()
 	url := "wss" + strings.TrimPrefix(hs.URL, "https") + "/"
 
-	b := newBackend(t, url, WithTLSFiles(p.certFile, p.keyFile, p.caFile))
+	b := newBackend(t, url, WithTLSFiles(p.ClientCertFile, p.ClientKeyFile, p.CAFile))
 	var out buffer
 	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "echo over-tls", Network: allowAll, Stdout: &out})
 	if err != nil || res.ExitCode != 0 || out.String() != "over-tls\n" {
 		t.Fatalf("Exec over TLS: %v, %q", err, out.String())
 	}
 
-	noCA := mustNew(t, WithURL(url), WithToken(testToken), WithTLSFiles(p.certFile, p.keyFile, ""))
+	noCA := mustNew(t, WithURL(url), WithToken(testToken), WithTLSFiles(p.ClientCertFile, p.ClientKeyFile, ""))
 	if err := probe(noCA); !errors.Is(err, ErrTLS) || !strings.Contains(err.Error(), "unknown authority") {
 		t.Errorf("server signed by an unknown CA: %v; want ErrTLS", err)
 	}
-	noCert := mustNew(t, WithURL(url), WithToken(testToken), WithTLSFiles("", "", p.caFile))
+	noCert := mustNew(t, WithURL(url), WithToken(testToken), WithTLSFiles("", "", p.CAFile))
 	if err := probe(noCert); !errors.Is(err, ErrTLS) {
 		t.Errorf("no client certificate: %v; want ErrTLS", err)
 	}

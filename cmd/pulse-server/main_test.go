@@ -3,15 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -238,65 +231,18 @@ func TestProductionRefusesWeakToken(t *testing.T) {
 	}
 }
 
-// pki writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate, all signed by the CA.
-func pki(t *testing.T, dir string) (caFile, certFile, keyFile string, client tls.Certificate, pool *x509.CertPool) {
-	t.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pulse test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		k := newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "pulse"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, k
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	srvDER, srvKey := issue(2, x509.ExtKeyUsageServerAuth)
-	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
-	cliDER, cliKey := issue(3, x509.ExtKeyUsageClientAuth)
-	pool = x509.NewCertPool()
-	pool.AddCert(caCert)
-	client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER),
-		write("server.key", "EC PRIVATE KEY", srvKeyDER), client, pool
-}
-
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, cert, key, clientCert, pool := pki(t, dir)
+	p := testenv.NewPKI(t)
+	ca, cert, key := p.CAFile, p.ServerCertFile, p.ServerKeyFile
 	s := start(t, []string{"--development", "--backend", "host", "--unsafe-host", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
 		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_TLS_CERT": cert, "PULSE_TLS_KEY": key, "PULSE_TLS_CA": ca})
-	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}}}
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: p.ClientConfig()}}
 	if out := roundTrip(t, "wss://"+s.api, "dev-token", withCert); out != "from-main\n" {
 		t.Fatalf("stdout %q", out)
 	}
-	without := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	without := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: p.Pool}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if c, _, err := websocket.Dial(ctx, "wss://"+s.api, &websocket.DialOptions{HTTPClient: without,
@@ -341,7 +287,8 @@ func TestRelayModeListensForWorkers(t *testing.T) {
 // CA, presenting no client certificate) while clients need mutual TLS.
 func TestRelayOverTLSWithRealWorker(t *testing.T) {
 	dir := t.TempDir()
-	ca, cert, key, clientCert, pool := pki(t, dir)
+	p := testenv.NewPKI(t)
+	ca, cert, key := p.CAFile, p.ServerCertFile, p.ServerKeyFile
 	s := start(t, []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
 		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_WORKER_TOKEN": "worker-token",
@@ -361,7 +308,7 @@ func TestRelayOverTLSWithRealWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
-	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientCert}}}}
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: p.ClientConfig()}}
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		resp, err := withCert.Get("https://" + s.api + "/metrics")
 		if err != nil {
