@@ -9,53 +9,33 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/internal/worker/relaytest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildOut  []byte
-)
-
-// staticBinary builds pulse-worker once with CGO_ENABLED=0, the way it
-// ships.
-func staticBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pulse-worker-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pulse-worker")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", buildErr, buildOut)
-	}
-	return binPath
-}
-
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
+	// testenv.Command(t, "pulse-worker", ...) runs this binary as the
+	// worker: main itself, signal handling included.
+	testenv.RunIfChild("pulse-worker", main)
+	os.Exit(m.Run())
 }
 
+// TestBuildsStatic builds pulse-worker with CGO_ENABLED=0, the way it
+// ships: the build is what it checks, so it is the one test here that
+// runs `go build` (into t.TempDir()).
 func TestBuildsStatic(t *testing.T) {
-	f, err := elf.Open(staticBinary(t))
+	bin := filepath.Join(t.TempDir(), "pulse-worker")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +54,14 @@ func TestSIGTERMStopsCleanlyAndKillsRunningCommands(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("needs bash on PATH")
 	}
-	bin := staticBinary(t)
 	relay, err := relaytest.Start("tok")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer relay.Close()
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "-relay-addr", relay.Addr(), "-sandbox-id", "sbx-sig")
-	cmd.Env = append(os.Environ(), "SANDBOX_TOKEN=tok", "WORKER_MAX_CONCURRENT=2")
+	cmd := testenv.Command(t, "pulse-worker", "-relay-addr", relay.Addr(), "-sandbox-id", "sbx-sig")
+	cmd.Env = append(cmd.Env, "SANDBOX_TOKEN=tok", "WORKER_MAX_CONCURRENT=2")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
