@@ -48,6 +48,21 @@ type NetworkPolicy struct {
 	CIDRs []string `json:"cidrs,omitempty" yaml:"cidrs,omitempty"`
 	// Ports restricts Hosts and CIDRs to these ports; empty means any.
 	Ports []int `json:"ports,omitempty" yaml:"ports,omitempty"`
+	// Expose lists the TCP ports that a process listening on them inside
+	// the sandbox may be reached on from the host's loopback
+	// (sandbox.Expose). It is inbound only, grants no way out, and is
+	// valid in every mode, deny-all included.
+	Expose []int `json:"expose,omitempty" yaml:"expose,omitempty"`
+}
+
+// Exposes reports whether n lists port in Expose.
+func (n NetworkPolicy) Exposes(port int) bool {
+	for _, p := range n.Expose {
+		if p == port {
+			return true
+		}
+	}
+	return false
 }
 
 // DenyAllNetwork is the policy that isolates a command from every network.

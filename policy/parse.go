@@ -36,6 +36,8 @@ const FileVersion = 1
 //	  hosts: [example.org]     # the older form: any port unless ports is set
 //	  cidrs: [192.0.2.0/24]
 //	  ports: [443]
+//	  expose: [8000]           # inbound: ports sandbox.Expose may reach, any mode;
+//	                           # a section with only expose means mode deny-all
 //	secrets:                  # optional
 //	  inject:                 # the command sees a placeholder; the proxy puts
 //	    - {env: GITHUB_TOKEN, hosts: [api.github.com]}  # the value in headers to these hosts
@@ -414,7 +416,7 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 		})
 		return out, err
 	}
-	err := mapping(n, field, []string{"mode", "allow", "hosts", "cidrs", "ports"}, func(key string, v *yaml.Node) error {
+	err := mapping(n, field, []string{"mode", "allow", "hosts", "cidrs", "ports", "expose"}, func(key string, v *yaml.Node) error {
 		name := join(field, key)
 		var err error
 		switch key {
@@ -436,28 +438,42 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 		case "cidrs":
 			np.CIDRs, err = strs(v, name, func(s string) error { _, err := ParseCIDR(s); return err })
 		case "ports":
-			err = sequence(v, name, func(i int, e *yaml.Node) error {
-				en := fmt.Sprintf("%s[%d]", name, i)
-				port, err := scalarInt(e, en)
-				if err != nil {
-					return err
-				}
-				if port < 1 || port > 65535 {
-					return fieldErr(e, en, "port %d out of range 1-65535", port)
-				}
-				np.Ports = append(np.Ports, int(port))
-				return nil
-			})
+			np.Ports, err = ports(v, name)
+		case "expose":
+			np.Expose, err = ports(v, name)
 		}
 		return err
 	})
 	if err != nil {
 		return NetworkPolicy{}, err
 	}
+	if np.Mode == "" && len(np.Expose) > 0 && len(np.Allow)+len(np.Hosts)+len(np.CIDRs)+len(np.Ports) == 0 {
+		// A section that only exposes ports leaves the way out as an
+		// unset policy has it: none.
+		np.Mode = NetworkDenyAll
+	}
 	if err := np.Validate(); err != nil {
 		return NetworkPolicy{}, fmt.Errorf("line %d: %s: %w", n.Line, field, err)
 	}
 	return np, nil
+}
+
+// ports decodes a sequence of TCP port numbers.
+func ports(v *yaml.Node, name string) ([]int, error) {
+	var out []int
+	err := sequence(v, name, func(i int, e *yaml.Node) error {
+		en := fmt.Sprintf("%s[%d]", name, i)
+		port, err := scalarInt(e, en)
+		if err != nil {
+			return err
+		}
+		if port < 1 || port > 65535 {
+			return fieldErr(e, en, "port %d out of range 1-65535", port)
+		}
+		out = append(out, int(port))
+		return nil
+	})
+	return out, err
 }
 
 func decodeLimits(n *yaml.Node, field string) (ResourceLimits, error) {

@@ -9,9 +9,19 @@ import (
 
 // Validate reports a malformed network policy with an error wrapping
 // ErrInvalid. Allow, Hosts, CIDRs and Ports are only meaningful in
-// allowlist mode, so they are refused in the other modes rather than
+// allowlist mode (Expose, inbound only, is valid in every mode), so they are refused in the other modes rather than
 // silently ignored, and an allowlist must name at least one destination.
 func (n NetworkPolicy) Validate() error {
+	seen := map[int]bool{}
+	for i, p := range n.Expose {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("expose[%d]: %w: port %d out of range 1-65535", i, ErrInvalid, p)
+		}
+		if seen[p] {
+			return fmt.Errorf("expose[%d]: %w: port %d listed twice", i, ErrInvalid, p)
+		}
+		seen[p] = true
+	}
 	switch n.Mode {
 	case NetworkDenyAll, NetworkAllowAll:
 		if len(n.Allow)+len(n.Hosts)+len(n.CIDRs)+len(n.Ports) > 0 {

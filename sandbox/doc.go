@@ -57,8 +57,19 @@
 //   - A Tx (BeginTx, OpenTx) stages paths under the same checks as a
 //     command's writes, and every commit checks each change against the
 //     policy again, so a denied path never lands however it was staged.
-//   - Many Execute calls may run at once on one Sandbox; Close waits for
-//     them.
+//   - Start runs a command as Execute does — the same checks, audit events,
+//     limits and pending stack, its writes staged when it ends — but
+//     returns a Process once it runs: Wait, Signal, Kill (the whole tree;
+//     nothing is left running), Stdin, and Output from any byte offset
+//     (stdout and stderr as they arrived, scrubbed, kept until Close,
+//     bounded by twice output_bytes). A backend without
+//     backend.Starter refuses it with ErrUnsupported.
+//   - Expose reaches a port a process listens on inside the sandbox from
+//     the host's loopback, only for ports the policy lists in
+//     network.expose (any network mode); others are refused with an
+//     *ExposeError. Both are audited.
+//   - Many Execute calls may run at once on one Sandbox; Close kills the
+//     live processes, stops exposing ports and waits for the calls.
 //
 // Programs that may pick the namespace backend must call namespace.Init()
 // first thing in main (see package backend/namespace).

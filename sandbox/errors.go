@@ -34,6 +34,10 @@ var (
 	// It stays pending until a person commits it. It is the class of
 	// Result.CommitErr, never a failure of Execute.
 	ErrRunsOnHost = errors.New("sandbox: the writes change what git runs on the host (hooks, config); a person must review and commit them")
+	// ErrUnsupported is backend.ErrUnsupported: the backend cannot do
+	// what was asked (a background process, a signal, reaching a port
+	// inside the sandbox). Nothing was started.
+	ErrUnsupported = backend.ErrUnsupported
 	// ErrInvalidCommand: the Command is malformed (no program, both Args
 	// and Shell, a working directory outside the workspace).
 	ErrInvalidCommand = errors.New("sandbox: invalid command")

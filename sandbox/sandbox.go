@@ -58,6 +58,8 @@ type Sandbox struct {
 	cow       *cowfs.FS
 	log       *slog.Logger
 	pendCache pendingCache // stack.go
+	procs     processTable // process.go
+	exposed   exposeTable  // expose.go
 
 	mu      sync.Mutex
 	closed  bool
@@ -332,9 +334,11 @@ func (s *Sandbox) readFile(ctx context.Context, path string, committed bool) ([]
 	return s.scrubber.RedactBytes(data), nil
 }
 
-// Close waits for running calls to return, then closes the backend (when
-// the sandbox chose it), the copy-on-write state and the audit log.
-// Pending transactions stay on disk for review. Close is idempotent.
+// Close stops forwarding exposed ports, kills the processes still
+// running (their writes are staged as usual), waits for running calls to
+// return, then closes the backend (when the sandbox chose it), the
+// copy-on-write state and the audit log. Pending transactions stay on
+// disk for review. Close is idempotent.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -343,7 +347,10 @@ func (s *Sandbox) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.closeExposed()
+	s.killProcesses()
 	s.running.Wait()
+	s.closeLogs()
 	return s.release()
 }
 

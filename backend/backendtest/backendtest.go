@@ -92,6 +92,10 @@ var cases = []testCase{
 	{"StackReplaceAcrossSteps", testStackReplaceAcrossSteps},
 	{"StackLongSession", testStackLongSession},
 	{"ReconcileSparesLive", testReconcileSparesLive},
+	{"StartWait", testStartWait},
+	{"StartKillTree", testStartKillTree},
+	{"StartSignal", testStartSignal},
+	{"StartRefused", testStartRefused},
 	{"Close", testClose},
 }
 

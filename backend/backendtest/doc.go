@@ -97,6 +97,17 @@
 //   - ReconcileSparesLive: Reconcile succeeds on a fresh backend and, run
 //     while an execution is live, leaves it alone: the command finishes,
 //     its output and its writes intact.
+//   - StartWait, StartKillTree, StartSignal, StartRefused (backends that
+//     implement backend.Starter; skipped, saying so, elsewhere): Start
+//     returns while the command runs (it waits for input written after
+//     Start returned) and Wait returns what Exec would, exit code, output
+//     and writes, the same on every call; Signal and Kill after the end
+//     give ErrProcessDone and nil. Kill of groupScript returns Cancelled
+//     with nothing of the tree left writing, as CancelKillsGroup. A
+//     trapped SIGUSR1 sent with Signal ends the command with the trap's
+//     exit code (skipped where Signal is ErrUnsupported). A working
+//     directory outside the workspace is refused by Start with
+//     ErrInvalidRequest.
 //   - Close: Close ends a running execution, Exec after Close fails with
 //     ErrClosed, and a second Close returns nil.
 package backendtest

@@ -223,7 +223,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		Workspace:   ws,
 		Args:        []string{"true"},
 		Limits:      policy.ResourceLimits{Timeout: 30 * time.Second},
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
@@ -270,7 +270,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if !initCalled.Load() {
 		return nil, fmt.Errorf("%w: namespace: namespace.Init was not called at the top of main (or TestMain)", backend.ErrUnavailable)
 	}
-	return b.exec(ctx, req)
+	return b.exec(ctx, req, nil)
 }
 
 // Reconcile implements backend.Backend: it removes run directories whose

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,10 @@ import (
 // EOF at once unless a descriptor was smuggled out of the sandbox.
 const copyWait = 2 * time.Second
 
-func (b *Backend) exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+// exec runs req to its end. onStart, when set, is called once the init
+// reports the command started, with the command's pid in the sandbox (0
+// when the program could not be executed); Start uses it.
+func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(p *initProc, nsPid int)) (*backend.Result, error) {
 	start := time.Now()
 	b.mu.Lock()
 	closed := b.closed
@@ -44,7 +48,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
 	}
 
-	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults()}
+	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults(), onStart: onStart}
 	defer x.release()
 	if err := x.acquire(); err != nil {
 		return nil, err
@@ -97,6 +101,8 @@ type nsExec struct {
 	// without waiting for the kernel to finish its exit; a background
 	// goroutine reaps it, then removes the cgroup and the run.
 	reapLater bool
+
+	onStart func(p *initProc, nsPid int) // see exec
 
 	done   chan struct{} // closed when the init is reaped: the watch ends
 	out    *outputs
@@ -259,9 +265,15 @@ func (x *nsExec) wait() (initStatus, error) {
 			b.initPhase(rest)
 			return
 		}
-		if pid, ok := strings.CutPrefix(line, "started "); ok && x.cg != nil && pid != "0" {
-			if err := x.cg.tightenPids(x.lim.Pids, p.cmd.Process.Pid); err != nil {
-				b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
+		if pid, ok := strings.CutPrefix(line, "started "); ok {
+			if x.cg != nil && pid != "0" {
+				if err := x.cg.tightenPids(x.lim.Pids, p.cmd.Process.Pid); err != nil {
+					b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
+				}
+			}
+			if x.onStart != nil {
+				n, _ := strconv.Atoi(pid)
+				x.onStart(p, n)
 			}
 		}
 	})

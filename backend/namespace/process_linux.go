@@ -1,0 +1,161 @@
+package namespace
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+var _ backend.Starter = (*Backend)(nil)
+
+// Start implements backend.Starter: the command runs exactly as under
+// Exec, in a sandbox of its own, and the handle reaches it through its
+// init (pid 1 of its namespaces).
+func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
+	if !initCalled.Load() {
+		return nil, fmt.Errorf("%w: namespace: namespace.Init was not called at the top of main (or TestMain)", backend.ErrUnavailable)
+	}
+	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
+		return b.exec(ctx, req, func(p *initProc, nsPid int) {
+			started(&control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet})
+		})
+	})
+}
+
+// control acts on a running sandbox from the host.
+type control struct {
+	init   int  // host pid of the sandbox's init
+	nsPid  int  // the command's pid inside the sandbox
+	newNet bool // the sandbox has a network namespace of its own
+}
+
+// Signal sends sig to the command: its host pid is the child of the init
+// whose innermost pid is nsPid. The init forwards nothing itself, so a
+// signal reaches the command as it would outside.
+func (c *control) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("%w: signal %v", backend.ErrUnsupported, sig)
+	}
+	pid, err := c.hostPid()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, s); err != nil {
+		if err == syscall.ESRCH {
+			return backend.ErrProcessDone
+		}
+		return fmt.Errorf("namespace: signal: %w", err)
+	}
+	return nil
+}
+
+func (c *control) hostPid() (int, error) {
+	if c.nsPid <= 0 {
+		return 0, backend.ErrProcessDone
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.init))
+	if err != nil {
+		return 0, backend.ErrProcessDone
+	}
+	for _, t := range tasks {
+		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", c.init, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, k := range strings.Fields(string(kids)) {
+			pid, err := strconv.Atoi(k)
+			if err == nil && innermostPid(pid) == c.nsPid {
+				return pid, nil
+			}
+		}
+	}
+	return 0, backend.ErrProcessDone
+}
+
+// innermostPid is pid's number in its own pid namespace (the last NSpid
+// field), or 0.
+func innermostPid(pid int) int {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(fs[len(fs)-1])
+			return n
+		}
+	}
+	return 0
+}
+
+// DialPort connects to 127.0.0.1:port as the sandbox sees it. A sandbox
+// on the host's network (allow-all) is dialled directly. Otherwise the
+// dial runs on an OS thread locked into the sandbox's network namespace
+// for its length: the socket is made (and keeps) the namespace of the
+// thread that made it, and the runtime starts no thread from a locked
+// one. Entering a network namespace takes CAP_SYS_ADMIN in its owner and
+// in the caller's own user namespace, so this works for a root caller;
+// others get ErrUnsupported.
+func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var d net.Dialer
+	if !c.newNet {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	target, err := os.Open(filepath.Join("/proc", strconv.Itoa(c.init), "ns", "net"))
+	if err != nil {
+		return nil, backend.ErrProcessDone
+	}
+	defer target.Close()
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- dialed{nil, fmt.Errorf("namespace: expose: %w", err)}
+			return
+		}
+		defer self.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- dialed{nil, fmt.Errorf("%w: namespace: entering the sandbox's network needs CAP_SYS_ADMIN (root): %v", backend.ErrUnsupported, err)}
+			return
+		}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		// Back to the host's network before the thread runs anything
+		// else; a thread that cannot go back is never unlocked, so the
+		// runtime ends it with this goroutine.
+		if serr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); serr == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			err = fmt.Errorf("namespace: expose: in the sandbox: %w", err)
+		}
+		ch <- dialed{conn, err}
+	}()
+	r := <-ch
+	return r.conn, r.err
+}

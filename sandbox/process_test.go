@@ -1,0 +1,298 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// readUntil reads r until the bytes read contain want (or r ends), and
+// returns what it read.
+func readUntil(t *testing.T, r io.Reader, want string) string {
+	t.Helper()
+	var got bytes.Buffer
+	buf := make([]byte, 256)
+	for !strings.Contains(got.String(), want) {
+		n, err := r.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("output ended (%v) before %q; got %q", err, want, got.String())
+		}
+	}
+	return got.String()
+}
+
+// TestStartStdinOutputWait: a process started on the namespace backend
+// echoes its input, prints while it runs and writes a file; its output is
+// read whole from offset 0 while it runs, again from a later offset, and
+// once more after it ended, each byte once; its file joins the pending
+// stack like an Execute's.
+func TestStartStdinOutputWait(t *testing.T) {
+	ws := t.TempDir()
+	sb := newIsolated(t, ws)
+	ctx := context.Background()
+	p, err := sb.Start(ctx, Command{Shell: `echo ready; read line; echo "got $line"; echo "$line" > note.txt; echo err >&2; echo bye`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sb.Processes()) != 1 || sb.Processes()[0] != p {
+		t.Fatalf("Processes() = %v, want the one started", sb.Processes())
+	}
+	r := p.Output(0)
+	first := readUntil(t, r, "ready\n")
+	if _, err := io.WriteString(p.Stdin(), "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	whole := first + string(rest)
+	for _, want := range []string{"ready\n", "got hello\n", "err\n", "bye\n"} {
+		if !strings.Contains(whole, want) {
+			t.Errorf("output %q lacks %q", whole, want)
+		}
+	}
+	res, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || res.Transaction == "" {
+		t.Fatalf("exit %d, transaction %q", res.ExitCode, res.Transaction)
+	}
+	// A reader that reconnects at the count it had read gets the rest,
+	// nothing twice; one from 0 after the end gets it all.
+	tail, _ := io.ReadAll(p.Output(int64(len(first))))
+	if first+string(tail) != whole {
+		t.Errorf("reconnected read %q + %q, want %q", first, tail, whole)
+	}
+	again, _ := io.ReadAll(p.Output(0))
+	if string(again) != whole {
+		t.Errorf("replay after the end %q, want %q", again, whole)
+	}
+	if got, err := sb.ReadFile(ctx, "note.txt"); err != nil || string(got) != "hello\n" {
+		t.Errorf("note.txt through the stack = %q, %v", got, err)
+	}
+	if len(sb.Processes()) != 0 {
+		t.Errorf("an ended process is still listed")
+	}
+}
+
+// TestStartKillTree: Kill ends a process and the grandchildren it started
+// in the background; the writes it made before are staged.
+func TestStartKillTree(t *testing.T) {
+	ws := t.TempDir()
+	sb := newIsolated(t, ws)
+	ctx := context.Background()
+	p, err := sb.Start(ctx, Command{Shell: `echo x > before.txt; ( while :; do sleep 0.05; done ) & ( sh -c 'while :; do sleep 0.05; done' ) & echo up; wait`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	readUntil(t, r, "up\n")
+	r.Close()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Termination != backend.Cancelled {
+		t.Errorf("termination %q, want %q", res.Termination, backend.Cancelled)
+	}
+	if got, err := sb.ReadFile(ctx, "before.txt"); err != nil || string(got) != "x\n" {
+		t.Errorf("before.txt = %q, %v", got, err)
+	}
+	// Every process of the sandbox ran in its own pid namespace under its
+	// init; none is left on the host.
+	if out, _ := exec.Command("pgrep", "-f", "while :; do sleep 0.05").Output(); len(out) != 0 {
+		t.Errorf("processes left running after Kill: %s", out)
+	}
+	if err := p.Kill(); err != nil {
+		t.Errorf("second Kill: %v", err)
+	}
+	if err := p.Signal(syscall.SIGTERM); !errors.Is(err, backend.ErrProcessDone) {
+		t.Errorf("Signal after the end: %v, want ErrProcessDone", err)
+	}
+}
+
+// TestStartSignal: a signal reaches the command, which traps it.
+func TestStartSignal(t *testing.T) {
+	sb := newIsolated(t, t.TempDir())
+	ctx := context.Background()
+	p, err := sb.Start(ctx, Command{Shell: `trap 'echo caught; exit 3' TERM; echo armed; while :; do sleep 0.05; done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	defer r.Close()
+	readUntil(t, r, "armed\n")
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 {
+		t.Errorf("exit %d, want 3 (the trap)", res.ExitCode)
+	}
+}
+
+// TestStartRefusedLikeExecute: a command the policy denies is refused by
+// Start itself, audited, and nothing runs.
+func TestStartRefusedLikeExecute(t *testing.T) {
+	pol := policy.Default()
+	pol.Rules = append([]policy.Rule{{Action: policy.Shell, Target: "touch *", Decision: policy.Deny}}, pol.Rules...)
+	ws := t.TempDir()
+	sb := newIsolated(t, ws, WithPolicy(pol))
+	if _, err := sb.Start(context.Background(), Command{Shell: "touch x"}); !errors.Is(err, ErrPolicyDenied) {
+		t.Fatalf("err = %v, want ErrPolicyDenied", err)
+	}
+	if _, err := sb.Start(context.Background(), Command{Shell: "cat", Stdin: strings.NewReader("x")}); !errors.Is(err, ErrInvalidCommand) {
+		t.Fatalf("Stdin set: err = %v, want ErrInvalidCommand", err)
+	}
+	if n := len(sb.Processes()); n != 0 {
+		t.Errorf("%d processes listed", n)
+	}
+}
+
+// TestStartUnsupported: the host backend runs no background processes.
+func TestStartUnsupportedBackend(t *testing.T) {
+	sb := newHost(t, t.TempDir())
+	if _, ok := sb.Backend().(backend.Starter); ok {
+		t.Skip("the host backend starts processes now; the refusal has no backend to test on")
+	}
+	if _, err := sb.Start(context.Background(), Command{Shell: "true"}); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("err = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestCloseKillsProcesses: Close ends a process still running and returns.
+func TestCloseKillsProcesses(t *testing.T) {
+	sb := newIsolated(t, t.TempDir())
+	p, err := sb.Start(context.Background(), Command{Shell: "echo up; sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	readUntil(t, r, "up\n")
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Close returned with the process still running")
+	}
+	if _, err := r.Read(make([]byte, 8)); !errors.Is(err, errLogClosed) {
+		t.Errorf("read after Close: %v, want errLogClosed", err)
+	}
+}
+
+// TestExposeHTTPServer is the issue's done-when on the namespace backend:
+// an HTTP server started in the sandbox (deny-all network) is reached
+// through Expose, its log is read from offset 0 after reconnecting, Kill
+// leaves nothing behind, and the file it was served from, written by a
+// command, is listed and read through the pending stack.
+func TestExposeHTTPServer(t *testing.T) {
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (httpd) not installed")
+	}
+	if os.Getuid() != 0 {
+		t.Skip("entering a sandbox's network namespace needs root")
+	}
+	pol := policy.Default()
+	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8000}}
+	sb := newIsolated(t, t.TempDir(), WithPolicy(pol))
+	ctx := context.Background()
+	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; exec busybox httpd -f -v -p 127.0.0.1:8000 -h site",
+		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	readUntil(t, r, "serving\n")
+	r.Close()
+
+	if _, err := sb.Expose(ctx, 9000); !errors.Is(err, ErrPortNotExposed) || !errors.Is(err, ErrPolicyDenied) {
+		t.Fatalf("unlisted port: err = %v, want ErrPortNotExposed", err)
+	}
+	var ee *ExposeError
+	if _, err := sb.Expose(ctx, 22); !errors.As(err, &ee) || ee.Port != 22 {
+		t.Fatalf("unlisted port: err = %v, want an *ExposeError for 22", err)
+	}
+	addr, err := sb.Expose(ctx, 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("addr %q not on loopback", addr)
+	}
+	if again, err := sb.Expose(ctx, 8000); err != nil || again != addr {
+		t.Errorf("second Expose = %q, %v; want %q", again, err, addr)
+	}
+	var body []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/index.html")
+		if err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not reachable through %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if string(body) != "hello from the sandbox\n" {
+		t.Errorf("body %q", body)
+	}
+	// The server's log (httpd -v logs each request to stderr), read again
+	// from the start by a new reader.
+	log := readUntil(t, p.Output(0), "response:200")
+	if !strings.HasPrefix(log, "serving\n") {
+		t.Errorf("log from offset 0 = %q", log)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "httpd -f -v -p 127.0.0.1:8000").Output(); len(out) != 0 {
+		t.Errorf("httpd left running after Kill: %s", out)
+	}
+	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
+		t.Error("the exposed address still answers with no process behind it")
+	}
+	evs := verifyAudit(t, sb)
+	var allowed, denied int
+	for _, e := range evs {
+		if e.Action == "expose" && e.Decision == "allow" {
+			allowed++
+		}
+		if e.Action == "expose" && e.Decision == "deny" {
+			denied++
+		}
+	}
+	if allowed != 1 || denied != 2 {
+		t.Errorf("expose events: %d allowed, %d denied; want 1, 2", allowed, denied)
+	}
+}
