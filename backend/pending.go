@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // Pending is the stack of pending (staged, not yet committed) changes a
@@ -186,9 +188,7 @@ func CheckPending(p *Pending) error {
 		return nil
 	}
 	check := func(e *PendingEntry) error {
-		if e.Path == "" || e.Path == "." || path.Clean(e.Path) != e.Path || strings.HasPrefix(e.Path, "/") ||
-			e.Path == ".." || strings.HasPrefix(e.Path, "../") || e.Path == ".pulse" || strings.HasPrefix(e.Path, ".pulse/") ||
-			strings.IndexByte(e.Path, 0) >= 0 {
+		if !pathguard.IsWorkspacePath(e.Path) {
 			return fmt.Errorf("%w: pending path %q", ErrInvalidRequest, e.Path)
 		}
 		switch e.Kind {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // Defaults of the limits, matching the Python implementation.
@@ -32,7 +34,7 @@ const (
 )
 
 // StateDir is where cowfs keeps its state, relative to the workspace.
-const StateDir = ".pulse/cow"
+const StateDir = pathguard.ReservedDir + "/cow"
 
 type options struct {
 	logger         *slog.Logger
@@ -208,7 +210,7 @@ func Open(workspace string, opts ...Option) (*FS, error) {
 func (f *FS) openState() error {
 	// .pulse must be a real directory of the workspace, not a symlink
 	// that would put cowfs state (and the undo journal) somewhere else.
-	for _, d := range []string{".pulse", StateDir} {
+	for _, d := range []string{pathguard.ReservedDir, StateDir} {
 		fi, err := f.ws.root.Lstat(d)
 		if isNotExist(err) {
 			if err := f.ws.root.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {

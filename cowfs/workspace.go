@@ -127,56 +127,13 @@ func cleanRel(root, p string) (string, error) {
 func isReserved(rel string) bool { return pathguard.IsReserved(rel) }
 
 // checkLinkTarget refuses symlink targets that could lead a reader
-// outside the workspace or into .pulse once written at rel.
-//
-// Cleaning a target lexically is not what the kernel does: it resolves
-// ".." against the directory a symlinked component led to, not against
-// the component's name, so "l/../../etc/passwd" (with l a link to the
-// workspace root) cleans to "etc/passwd" but leaves the workspace. The
-// rule is therefore on the target's elements as written:
-//
-//   - it is relative, and ".." elements come only first, as one leading
-//     run; a ".." after any name is refused;
-//   - that run climbs from the link's own directory and stays inside the
-//     workspace. The link's ancestors are real directories whenever it
-//     is committed (Commit and recovery check them), so each ".." is
-//     that directory's real parent;
-//   - what follows only descends by name, and no name is .pulse at any
-//     depth (a link to a directory above could make a nested one the
-//     reserved directory).
-//
-// Descending can still cross a symlink, but every link cowfs commits
-// obeys the same rule, so by induction it stays inside; only a link the
-// workspace already held can lead out, and it already does.
+// outside the workspace or into .pulse once written at rel. The rule is
+// pathguard's (CheckLinkTarget says why it is on the target's elements
+// and not its cleaned form); cowfs keeps its half of the bargain by
+// committing a link only where its ancestors are real directories.
 func checkLinkTarget(rel, target string) error {
-	switch {
-	case target == "" || strings.IndexByte(target, 0) >= 0 || len(target) > maxPathLen:
-		return fmt.Errorf("%w: symlink target %q is malformed", ErrInvalidPath, target)
-	case path.IsAbs(target):
-		return fmt.Errorf("%w: symlink target %q is absolute", ErrInvalidPath, target)
-	}
-	up, named := 0, false
-	for _, e := range strings.Split(target, "/") {
-		switch {
-		case e == "" || e == ".":
-			// The directory reached so far: never a symlink, never a climb.
-		case e == "..":
-			if named {
-				return fmt.Errorf("%w: symlink target %q has .. after a name (it would climb out of whatever that name links to)", ErrInvalidPath, target)
-			}
-			up++
-		default:
-			named = true
-			if isReserved(e) {
-				return fmt.Errorf("%w: symlink target %q names .pulse", ErrInvalidPath, target)
-			}
-		}
-	}
-	if up > depth(rel) {
-		return fmt.Errorf("%w: symlink target %q leaves the workspace", ErrInvalidPath, target)
-	}
-	if isReserved(path.Join(path.Dir(rel), target)) {
-		return fmt.Errorf("%w: symlink target %q points into .pulse", ErrInvalidPath, target)
+	if err := pathguard.CheckLinkTarget(rel, target); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidPath, err)
 	}
 	return nil
 }

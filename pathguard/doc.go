@@ -36,6 +36,24 @@
 //   - Errors name the caller's path and the reason; they never reveal where
 //     a symlink outside the root points.
 //
-// Refusing the reserved ".pulse" directory is the job of the callers that
-// own it (cowfs); IsReserved is the one definition they share.
+// The package is also the one home of the rules about the workspace tree
+// that the rest of the project shares, so that each is written once:
+//
+//   - IsReserved: ReservedDir (".pulse", Pulse's own state) and all under
+//     it. Refusing it is the job of the callers that own an operation
+//     (cowfs, the backends' request checks, the archive readers); this is
+//     the definition they share. It matches in any case (".PULSE",
+//     ".Pulse"), on every file system: on a case-insensitive one (macOS,
+//     Windows shares, ext4 casefold directories, some Docker Desktop
+//     mounts) those spellings are the reserved directory itself, and
+//     cowfs creating ".pulse" reuses whichever spelling already exists.
+//     On a case-sensitive one this reserves a few odd names too, a price
+//     paid so that one rule holds wherever the workspace lives.
+//   - IsWorkspacePath: how a request names an entry beneath the root
+//     (clean, relative, not the root, not reserved).
+//   - CheckLinkTarget: the one rule for a symlink target about to be
+//     created in the workspace (by cowfs, or by unpacking an archive); it
+//     judges the target's elements as written, not its cleaned form.
+//   - WalkWorkspace: the one walk of a workspace that leaves the reserved
+//     directory out, for everything that copies, scans or packs a tree.
 package pathguard

@@ -2,11 +2,11 @@ package sandbox
 
 import (
 	"io/fs"
-
-	"path/filepath"
 	"sort"
 	"syscall"
 	"time"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // fileStamp is what the in-place scan compares: enough to notice a
@@ -24,22 +24,11 @@ type fileStamp struct {
 // the facade can say which files a command changed.
 func scanTree(root string) (map[string]fileStamp, error) {
 	out := make(map[string]fileStamp)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := pathguard.WalkWorkspace(root, func(rel, _ string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p == root {
-				return err
-			}
 			// An entry that vanished or cannot be read mid-walk is
 			// reported as absent rather than failing the whole scan.
 			return nil
-		}
-		rel, rerr := filepath.Rel(root, p)
-		if rerr != nil || rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if rel == ".pulse" {
-			return filepath.SkipDir
 		}
 		info, ierr := d.Info()
 		if ierr != nil {

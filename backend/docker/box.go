@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -190,16 +191,14 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 	hdr := func(name string, typ byte, mode int64) *tar.Header {
 		return &tar.Header{Name: name, Typeflag: typ, Mode: mode, Uid: sandboxUID, Gid: sandboxGID, ModTime: now, Format: tar.FormatPAX}
 	}
-	err = filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(ws, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if rel == ".pulse" || strings.HasPrefix(rel, ".pulse/") || hidden[rel] {
+	// The workspace root itself is the seed directory, with its mode
+	// and time; WalkWorkspace visits only what is beneath it.
+	top, err := os.Lstat(ws)
+	if err != nil {
+		return fmt.Errorf("reading workspace: %w", err)
+	}
+	add := func(rel, p string, d fs.DirEntry) error {
+		if hidden[rel] {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -276,6 +275,15 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 		default:
 			return nil
 		}
+	}
+	if err := add(".", ws, fs.FileInfoToDirEntry(top)); err != nil {
+		return fmt.Errorf("reading workspace: %w", err)
+	}
+	err = pathguard.WalkWorkspace(ws, func(rel, p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return add(rel, p, d)
 	})
 	if err != nil {
 		return fmt.Errorf("reading workspace: %w", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -147,8 +148,7 @@ func validate(req *backend.Request) error {
 		return fmt.Errorf("docker: unknown network mode %q: %w", req.Network.Mode, backend.ErrInvalidRequest)
 	}
 	for _, h := range req.Hidden {
-		if h == "" || h != path.Clean(h) || path.IsAbs(h) || h == "." || h == ".." || strings.HasPrefix(h, "../") ||
-			h == ".pulse" || strings.HasPrefix(h, ".pulse/") || strings.ContainsAny(h, "\x00\\") {
+		if !pathguard.IsWorkspacePath(h) || strings.IndexByte(h, '\\') >= 0 {
 			return fmt.Errorf("docker: hidden path %q is not a clean workspace path outside .pulse: %w", h, backend.ErrInvalidRequest)
 		}
 	}

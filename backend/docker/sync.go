@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // The container's /work/base is what the next command starts from. Before
@@ -108,19 +109,11 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 		}
 		return false
 	}
-	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+	err := pathguard.WalkWorkspace(ws, func(rel, p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(ws, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if rel == "." {
-			return nil
-		}
-		if rel == ".pulse" || hidden[rel] {
+		if hidden[rel] {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

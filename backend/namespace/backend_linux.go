@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -557,7 +558,7 @@ func checkWorkspace(workspace string) (string, error) {
 	}
 	// .pulse is hidden by mounting over it, and a mount cannot cover a
 	// symlink (it would cover the target). Fail closed.
-	if st, err := os.Lstat(filepath.Join(ws, ".pulse")); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+	if st, err := os.Lstat(filepath.Join(ws, pathguard.ReservedDir)); err == nil && st.Mode()&fs.ModeSymlink != 0 {
 		return "", fmt.Errorf("%w: workspace .pulse is a symlink, which the sandbox cannot hide", backend.ErrInvalidRequest)
 	}
 	return ws, nil

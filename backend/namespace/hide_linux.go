@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // Hidden paths (Request.Hidden) are taken out of the command's view by
@@ -38,8 +39,7 @@ func checkHidden(ws string, hidden []string) (hiddenSet, error) {
 	}
 	set := hiddenSet{}
 	for _, h := range hidden {
-		if h == "" || h != path.Clean(h) || path.IsAbs(h) || h == "." || h == ".." || strings.HasPrefix(h, "../") ||
-			h == ".pulse" || strings.HasPrefix(h, ".pulse/") || strings.ContainsAny(h, "\x00\\") {
+		if !pathguard.IsWorkspacePath(h) || strings.IndexByte(h, '\\') >= 0 {
 			return nil, fmt.Errorf("%w: hidden path %q is not a clean workspace path outside .pulse", backend.ErrInvalidRequest, h)
 		}
 		parts := strings.Split(h, "/")

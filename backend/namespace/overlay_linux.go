@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // maxOverlayTotal bounds the bytes of all files of one overlay, since the
@@ -139,7 +140,12 @@ func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lower
 		name := e.Name()
 		present[name] = true
 		p := path.Join(rel, name)
-		if p == ".pulse" {
+		if p == pathguard.ReservedDir {
+			// The directory the sandbox hides; the command cannot have
+			// written into it. Another case spelling is a directory of
+			// the command's own on this case-sensitive upper layer: it
+			// is reported, so the facade refuses it (IsReserved)
+			// visibly instead of its writes vanishing here.
 			continue
 		}
 		full := filepath.Join(upper, filepath.FromSlash(p))

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -25,7 +26,7 @@ func cleanDir(dir string) (string, error) {
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", fmt.Errorf("%w: dir %q leaves the workspace", backend.ErrInvalidRequest, dir)
 	}
-	if c == ".pulse" || strings.HasPrefix(c, ".pulse/") {
+	if pathguard.IsReserved(c) {
 		return "", fmt.Errorf("%w: dir %q is inside .pulse", backend.ErrInvalidRequest, dir)
 	}
 	return c, nil
