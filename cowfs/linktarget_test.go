@@ -8,43 +8,28 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
+// The rule is pathguard.CheckLinkTarget (its tests hold the cases); cowfs
+// refuses what it refuses, as ErrInvalidPath.
 func TestLinkTargetRule(t *testing.T) {
 	for _, c := range []struct {
 		rel, target string
 		ok          bool
 	}{
-		{"link", "a.txt", true},
 		{"bin/link", "../mod.txt", true},
-		{"a/b/l", "../..", true}, // the workspace root itself
-		{"a/b/l", "../../c/d", true},
-		{"l", "./x", true},
-		{"l", "x/./y//z/", true},
-		{"a/l", "./../x", true},
-		{"l", "sub/.pulsed", true},
 		{"a/b/l", "../../..", false},
-		{"sub/link", "../../outside", false},
-		{"l", "/etc/passwd", false},
-		{"l", "", false},
-		// ".." after a name climbs out of whatever the name links to.
 		{"esc", "a/b/l/../outside.txt", false},
-		{"l", "x/..", false},
-		{"a/l", "../x/../y", false},
-		{"l", "x/./../y", false},
-		{"l", "d0/d1/../../etc", false},
-		// .pulse anywhere: a link above can make a nested one the real one.
-		{"l", ".pulse", false},
 		{"sub/link", "../.PULSE/cow", false},
-		{"l", "up/.pulse/cow/lock", false},
-		{"l", "up/.Pulse", false},
 	} {
 		err := checkLinkTarget(c.rel, c.target)
 		if c.ok && err != nil {
 			t.Errorf("checkLinkTarget(%q, %q) = %v, want nil", c.rel, c.target, err)
 		}
-		if !c.ok && !errors.Is(err, ErrInvalidPath) {
-			t.Errorf("checkLinkTarget(%q, %q) = %v, want ErrInvalidPath", c.rel, c.target, err)
+		if !c.ok && (!errors.Is(err, ErrInvalidPath) || !errors.Is(err, pathguard.ErrLinkTarget)) {
+			t.Errorf("checkLinkTarget(%q, %q) = %v, want ErrInvalidPath and pathguard.ErrLinkTarget", c.rel, c.target, err)
 		}
 	}
 }
