@@ -26,6 +26,11 @@ type outWriter struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	buf  []byte
+	// spare is the buffer forward last handed to the caller's writer,
+	// kept for the next turn: two buffers in turn, rather than one
+	// allocation per write, which at stream rates would keep the
+	// garbage collector busy.
+	spare []byte
 	// closed: no more writes come; abandoned: stop now, drop the rest.
 	closed, abandoned bool
 	err               error // the caller's writer failed
@@ -72,7 +77,7 @@ func (o *outWriter) forward() {
 			return
 		}
 		chunk := o.buf
-		o.buf = nil
+		o.buf, o.spare = o.spare[:0], nil
 		o.mu.Unlock()
 
 		n, err := o.w.Write(chunk)
@@ -82,6 +87,12 @@ func (o *outWriter) forward() {
 		o.mu.Lock()
 		if err != nil {
 			o.err = err
+		}
+		// The caller's writer is done with chunk (io.Writer may not
+		// retain it); one much larger than the queue, from a single large
+		// Write, is not kept.
+		if cap(chunk) <= 2*outQueueBytes {
+			o.spare = chunk
 		}
 		o.cond.Broadcast()
 		o.mu.Unlock()
@@ -117,7 +128,7 @@ func (o *outWriter) abandon() {
 	o.mu.Lock()
 	if !o.abandoned {
 		o.abandoned = true
-		o.buf = nil
+		o.buf, o.spare = nil, nil
 		o.cond.Broadcast()
 	}
 	o.mu.Unlock()

@@ -3,6 +3,8 @@ package namespace
 import (
 	"io"
 	"sync"
+
+	"github.com/pulse-agent/pulse/backend"
 )
 
 // outputs caps stdout and stderr, each at limit bytes; on the first byte
@@ -91,3 +93,8 @@ func (c *capWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// ReadFrom is what the copy of the command's pipe ends in (io.Copy
+// prefers it): the pipe is read in large chunks (backend.ReadOutput)
+// instead of io.Copy's 32 KiB, each passed to Write.
+func (c *capWriter) ReadFrom(r io.Reader) (int64, error) { return backend.ReadOutput(c, r) }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package backend
+
+import "io"
+
+func growPipe(io.Reader) {}
