@@ -317,8 +317,15 @@ func (x *execution) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := x.beginTx(); err != nil {
-		return err
+	if s.cow != nil && s.cow.BoundsOpenTransactions() {
+		// Only a bounded store can refuse a transaction for the number
+		// open: take the slot before the command runs, so that a command
+		// is refused rather than run and its writes dropped. Otherwise
+		// the transaction is begun once there is something to stage: a
+		// command that wrote nothing makes none (no fsyncs).
+		if err := x.beginTx(); err != nil {
+			return err
+		}
 	}
 	x.out = newOutputs(ctx, s.scrubber, x.cmd.Stdout, x.cmd.Stderr)
 	if x.eg, err = s.startEgress(ctx, x.id, x.net); err != nil {
@@ -398,11 +405,11 @@ func (x *execution) pendingStack(ctx context.Context) (*backend.Pending, error) 
 }
 
 // beginTx takes the transaction a capturing backend's writes are staged
-// in. Its slot is taken before the command runs, so that a command is
-// refused, not run and its writes dropped, when too many transactions
-// await review. close discards it unless it holds staged writes.
+// in: before the command runs when the store bounds open transactions
+// (see prepare), else when stageOverlay has writes to stage. close
+// discards it unless it holds staged writes.
 func (x *execution) beginTx() error {
-	if !x.s.caps.CapturesWrites {
+	if !x.s.caps.CapturesWrites || x.tx != nil {
 		return nil
 	}
 	tx, err := x.s.cow.Begin(x.s.scrubber.Redact(fmt.Sprintf("exec %s: %s", x.id, x.cmdStr)))
@@ -509,7 +516,7 @@ func (x *execution) recordWrites(ctx context.Context, ov *backend.Overlay, res *
 	if ov = s.dropHiddenDeletions(ctx, x.id, ov, x.hidden, res); ov.Empty() {
 		return nil
 	}
-	return s.stageOverlay(ctx, x.tx, x.id, ov, x.review, res)
+	return s.stageOverlay(ctx, x, ov, res)
 }
 
 // close releases what prepare set up, in reverse, whichever phase the

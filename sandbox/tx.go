@@ -210,9 +210,11 @@ func (s *Sandbox) sourceContainsSecret(f *backend.File) (bool, error) {
 // approval of the Ask the default policy puts on every write, not of
 // something a rule singled out for a person.
 //
-// tx is the transaction Execute opened before the command ran; whatever
-// stageOverlay leaves unstaged in it is discarded by Execute.
-func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string, ov *backend.Overlay, review bool, res *Result) error {
+// The transaction is x's: begun here when there is something to stage,
+// unless prepare took it before the command ran (a bounded store);
+// whatever stageOverlay leaves unstaged in it is discarded by Execute.
+func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Overlay, res *Result) error {
+	execID, review, tx := x.id, x.review, x.tx
 	// Every path is checked first and the allowed ones are staged in one
 	// batch (a fixed number of fsyncs, not three per path); the outcome
 	// of each path is then reported in order, as if staged alone.
@@ -309,8 +311,14 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 	if len(ops) > 0 {
 		// Staged even when ctx has ended (a cancelled command's writes are
 		// kept for review).
-		var batchErr error
-		if errs, batchErr = tx.Stage(context.WithoutCancel(ctx), ops); batchErr != nil {
+		// The transaction is begun here, with something to stage (unless
+		// prepare took it already).
+		batchErr := x.beginTx()
+		tx = x.tx
+		if batchErr == nil {
+			errs, batchErr = tx.Stage(context.WithoutCancel(ctx), ops)
+		}
+		if batchErr != nil {
 			// Nothing of the batch was staged: each path fails with it.
 			errs = make([]error, len(ops))
 			for i := range errs {
@@ -323,7 +331,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, tx *cowfs.Tx, execID string,
 			if err := tx.Discard(); err != nil {
 				s.log.Error("discarding a refused transaction", "tx", tx.ID(), "err", err)
 			}
-			tx = nil
+			tx, x.tx = nil, nil
 			for i := range errs {
 				errs[i] = fmt.Errorf("the command's writes would change %s, which the policy protects; none were staged", hit)
 			}
