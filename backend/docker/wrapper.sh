@@ -119,9 +119,12 @@ setsid nsenter -S "$u" -G "$G" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; u
 rc=$?
 # Every process of the command's uid, setsid's included; as that uid, so
 # nothing else can be hit. Until none is left: then nothing changes the
-# copy while root reads it.
+# copy while root reads it. kill's status cannot tell (kill -1 succeeds
+# whenever another process exists, even if it may signal none), so the
+# real uids in /proc do; a zombie counts until it is reaped.
+left() { cat /proc/[0-9]*/status 2>/dev/null | awk -v u="$1" '$1 == "Uid:" && $2 == u { f = 1 } END { exit !f }'; }
 i=0
-while as "$u" kill -9 -1 2>/dev/null && [ $i -lt 100 ]; do usleep 1000; i=$((i + 1)); done
+while as "$u" kill -9 -1 2>/dev/null; left "$u" && [ $i -lt 1000 ]; do usleep 1000; i=$((i + 1)); done
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 
