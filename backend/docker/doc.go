@@ -96,4 +96,9 @@
 // number of files in the workspace, and the workspace lives in memory
 // (WithScratchSize); names containing a newline are not tracked; what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed.
+//
+// The Engine API client is github.com/docker/docker/client, not the newer
+// github.com/moby/moby/client module: the module proxy serves that one
+// only as v0.x (v0.6.3 on 2026-12-01), which promises no stable API.
+// Move when it has a v1.
 package docker
