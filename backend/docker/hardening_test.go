@@ -5,39 +5,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
 
-var probeOnce = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "pulse-docker-probe-")
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "probe")
-	cmd := exec.Command("go", "build", "-o", out, "./testdata/probe")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", &exec.Error{Name: "go build ./testdata/probe: " + string(b), Err: err}
-	}
-	return out, nil
-})
-
 // probeWorkspace returns a workspace holding the static probe program
-// (testdata/probe), which the container runs as ./probe.
+// (testdata/probe), which the container runs as ./probe. It is built with
+// `go build` rather than by re-executing this test binary: the container
+// has no libc for a binary that links it (as a -race test binary does),
+// so the probe must be a CGO_ENABLED=0 build. It goes straight into the
+// workspace, a t.TempDir(); the build cache makes the second build cheap.
 func probeWorkspace(t *testing.T) string {
 	t.Helper()
-	probe, err := probeOnce()
-	if err != nil {
-		t.Fatalf("building the probe: %v", err)
-	}
-	data, err := os.ReadFile(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "probe"), data, 0o755); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command("go", "build", "-o", filepath.Join(ws, "probe"), "./testdata/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: go build ./testdata/probe: %v\n%s", err, out)
 	}
 	return ws
 }

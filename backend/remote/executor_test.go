@@ -9,7 +9,7 @@ import (
 // can explain a relay's refusals.
 func TestExecutorIsWhatTheServerReports(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs a pulse-worker process; skipped with -short")
+		t.Skip("runs a pulse-worker process; skipped with -short")
 	}
 	b := newBackend(t, startRelayServer(t))
 	if err := b.Probe(context.Background()); err != nil {

@@ -10,51 +10,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
-var (
-	serverOnce sync.Once
-	serverBin  string
-	serverErr  error
-)
-
-// buildServer builds the real pulse-server command once per test binary.
-func buildServer(t *testing.T) string {
-	t.Helper()
-	serverOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			serverErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "pulse-server-bin")
-		if err != nil {
-			serverErr = err
-			return
-		}
-		serverBin = filepath.Join(dir, "pulse-server")
-		if out, err := exec.Command(goBin, "build", "-o", serverBin, "github.com/pulse-agent/pulse/cmd/pulse-server").CombinedOutput(); err != nil {
-			serverErr = err
-			serverBin = string(out)
-		}
-	})
-	if serverErr != nil {
-		t.Skipf("cannot build pulse-server: %v\n%s", serverErr, serverBin)
-	}
-	return serverBin
-}
-
-// serverProcess is pulse-server running as its own process, started the
-// way its README says for a local try.
+// serverProcess is a pulse-server on the host backend running as its own
+// process (serverMain: this test binary, re-executed), on a database and
+// a port that outlive it.
 type serverProcess struct {
 	t    *testing.T
-	bin  string
 	dir  string
 	port string
 	cmd  *exec.Cmd
@@ -62,10 +30,8 @@ type serverProcess struct {
 
 func (p *serverProcess) start() {
 	p.t.Helper()
-	cmd := exec.Command(p.bin, "--development", "--backend", "host", "--unsafe-host",
-		"--host", "127.0.0.1", "--port", p.port,
-		"--workspace-root", filepath.Join(p.dir, "ws"), "--database", filepath.Join(p.dir, "db.sqlite3"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.dir, "PULSE_REMOTE_TOKEN=" + testToken}
+	cmd := testenv.Command(p.t, "pulse-server")
+	cmd.Env = append(cmd.Env, "HOME="+p.dir, serverDirEnv+"="+p.dir, serverPortEnv+"="+p.port)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if testing.Verbose() {
 		cmd.Stderr = os.Stderr
@@ -74,18 +40,17 @@ func (p *serverProcess) start() {
 		p.t.Fatal(err)
 	}
 	p.cmd = cmd
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(p.t, 30*time.Second, func() error {
 		resp, err := http.Get("http://127.0.0.1:" + p.port + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("pulse-server did not become healthy: %w", err)
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("pulse-server did not become healthy: %v", err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("pulse-server did not become healthy: /healthz answers %s", resp.Status)
 		}
-	}
+		return nil
+	})
 }
 
 // kill ends the server's whole process group at once, as a crash or an
@@ -99,7 +64,7 @@ func (p *serverProcess) kill() {
 	p.cmd = nil
 }
 
-// TestRealServerProcess runs against the pulse-server binary: a command
+// TestRealServerProcess runs against a server process: a command
 // runs end to end, then the process is killed while a command runs and
 // restarted on the same database, and the client reports the execution as
 // lost, not hung and not invented.
@@ -107,16 +72,15 @@ func TestRealServerProcess(t *testing.T) {
 	// Mostly waiting on timeouts and processes: run beside the rest.
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("builds and runs the pulse-server binary; skipped with -short")
+		t.Skip("runs a pulse-server process; skipped with -short")
 	}
-	bin := buildServer(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	p := &serverProcess{t: t, bin: bin, dir: t.TempDir(), port: port}
+	p := &serverProcess{t: t, dir: t.TempDir(), port: port}
 	p.start()
 	t.Cleanup(p.kill)
 	url := fmt.Sprintf("ws://127.0.0.1:%s/", port)

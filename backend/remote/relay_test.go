@@ -2,12 +2,10 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,47 +16,16 @@ import (
 	"github.com/pulse-agent/pulse/backend/backendtest"
 	"github.com/pulse-agent/pulse/internal/server"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 const workerToken = "remote-backend-worker-token"
 
-var (
-	workerOnce sync.Once
-	workerBin  string
-	workerErr  error
-)
-
-// buildWorker builds the real pulse-worker command once per test binary.
-func buildWorker(t *testing.T) string {
-	t.Helper()
-	workerOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			workerErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "pulse-worker-bin")
-		if err != nil {
-			workerErr = err
-			return
-		}
-		workerBin = filepath.Join(dir, "pulse-worker")
-		if out, err := exec.Command(goBin, "build", "-o", workerBin, "github.com/pulse-agent/pulse/cmd/pulse-worker").CombinedOutput(); err != nil {
-			workerErr = err
-			workerBin = string(out)
-		}
-	})
-	if workerErr != nil {
-		t.Skipf("cannot build pulse-worker: %v\n%s", workerErr, workerBin)
-	}
-	return workerBin
-}
-
 // startRelayServer runs pulse-server with the relay executor on
-// 127.0.0.1 and one real pulse-worker process attached to it over gRPC.
+// 127.0.0.1 and one pulse-worker process (testproc.Worker: this test
+// binary, re-executed) attached to it over gRPC.
 func startRelayServer(t *testing.T) string {
 	t.Helper()
-	bin := buildWorker(t)
 	relay, err := server.NewRelay([]string{workerToken})
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +59,8 @@ func startRelayServer(t *testing.T) string {
 	go ts.hs.Serve(ts.ln)
 	t.Cleanup(ts.stop)
 
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "RELAY_ADDR="+lis.Addr().String(), "SANDBOX_ID=remote-test-worker",
+	cmd := testenv.Command(t, "pulse-worker")
+	cmd.Env = append(cmd.Env, "RELAY_ADDR="+lis.Addr().String(), "SANDBOX_ID=remote-test-worker",
 		"SANDBOX_TOKEN="+workerToken, "RELAY_TLS=0", "WORKER_MAX_CONCURRENT=8")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -103,24 +70,22 @@ func startRelayServer(t *testing.T) string {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if live, _, _ := relay.Workers(); live == 1 {
-			break
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if live, _, _ := relay.Workers(); live != 1 {
+			return fmt.Errorf("the pulse-worker did not attach: %d live workers", live)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pulse-worker did not attach within 30s")
-		}
-	}
+		return nil
+	})
 	return ts.url
 }
 
 // TestConformanceRelay runs the suite against pulse-server relaying to a
-// real pulse-worker process.
+// pulse-worker process.
 func TestConformanceRelay(t *testing.T) {
 	// Mostly waiting on timeouts and processes: run beside the rest.
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("builds and runs a pulse-worker process; skipped with -short")
+		t.Skip("runs a pulse-worker process; skipped with -short")
 	}
 	url := startRelayServer(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
@@ -137,7 +102,7 @@ func TestConformanceRelay(t *testing.T) {
 // a worker.
 func TestRelayCutMidStream(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs a pulse-worker process; skipped with -short")
+		t.Skip("runs a pulse-worker process; skipped with -short")
 	}
 	url := startRelayServer(t)
 	p := newCutProxy(t, strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/"), 100_000)

@@ -5,10 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/internal/testenv/testproc"
 )
 
 func env(m map[string]string) func(string) string {
@@ -283,8 +284,9 @@ func TestRelayModeListensForWorkers(t *testing.T) {
 	}
 }
 
-// A real pulse-worker attaches over TLS (verifying the server against the
-// CA, presenting no client certificate) while clients need mutual TLS.
+// A pulse-worker process (testproc.Worker: this test binary, re-executed)
+// attaches over TLS (verifying the server against the CA, presenting no
+// client certificate) while clients need mutual TLS.
 func TestRelayOverTLSWithRealWorker(t *testing.T) {
 	dir := t.TempDir()
 	p := testenv.NewPKI(t)
@@ -293,23 +295,15 @@ func TestRelayOverTLSWithRealWorker(t *testing.T) {
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
 		map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_WORKER_TOKEN": "worker-token",
 			"PULSE_TLS_CERT": cert, "PULSE_TLS_KEY": key, "PULSE_TLS_CA": ca})
-	bin := filepath.Join(t.TempDir(), "pulse-worker")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, "github.com/pulse-agent/pulse/cmd/pulse-worker")...).CombinedOutput(); err != nil {
-		t.Fatalf("build pulse-worker: %v\n%s", err, out)
-	}
-	w := exec.Command(bin)
-	w.Env = append(os.Environ(), "RELAY_ADDR="+s.workers, "SANDBOX_TOKEN=worker-token", "RELAY_TLS=1",
+	w := testenv.Command(t, "pulse-worker")
+	w.Env = append(w.Env, "RELAY_ADDR="+s.workers, "SANDBOX_TOKEN=worker-token", "RELAY_TLS=1",
 		"SANDBOX_ID=tls-worker", "SSL_CERT_FILE="+ca)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
 	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: p.ClientConfig()}}
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		resp, err := withCert.Get("https://" + s.api + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -317,14 +311,11 @@ func TestRelayOverTLSWithRealWorker(t *testing.T) {
 		var b bytes.Buffer
 		b.ReadFrom(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(b.String(), "pulse_server_workers 1") {
-			break
+		if !strings.Contains(b.String(), "pulse_server_workers 1") {
+			return fmt.Errorf("worker did not attach:\n%s", b.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker did not attach:\n%s", b.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if out := roundTrip(t, "wss://"+s.api, "dev-token", withCert); out != "from-main\n" {
 		t.Fatalf("stdout %q", out)
 	}
@@ -334,6 +325,7 @@ func TestMain(m *testing.M) {
 	// The namespace backend re-executes this test binary as its sandbox
 	// init, as it does pulse-server itself.
 	namespace.Init()
+	testenv.RunIfChild("pulse-worker", testproc.Worker)
 	os.Exit(m.Run())
 }
 

@@ -35,4 +35,7 @@
 //     worker or the server as a separate process of the test binary
 //     itself instead of building one with `go build` (which is slow, needs
 //     the toolchain at test time and leaves binaries in temp folders).
+//     Where the main function is in a package main the test cannot
+//     import, internal/testenv/testproc holds the same program made from
+//     the same library (testproc.Worker for pulse-worker).
 package testenv
