@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/backendtest"
 	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
@@ -26,7 +27,7 @@ const workerToken = "remote-backend-worker-token"
 // binary, re-executed) attached to it over gRPC.
 func startRelayServer(t *testing.T) string {
 	t.Helper()
-	relay, err := server.NewRelay([]string{workerToken})
+	relay, err := relay.New([]string{workerToken})
 	if err != nil {
 		t.Fatal(err)
 	}

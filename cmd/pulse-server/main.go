@@ -39,6 +39,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/server"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
@@ -377,7 +378,7 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 	defer st.Close()
 
 	var exec server.Executor
-	var relay *server.Relay
+	var workers *relay.Relay
 	opts := []server.Option{
 		server.WithTokens(server.ParseTokens(c.clientTokens)...),
 		server.WithProduction(!c.development),
@@ -396,11 +397,11 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 	}
 	switch c.executor {
 	case "relay":
-		relay, err = server.NewRelay(server.ParseTokens(c.workerTokens), server.WithRelayLogger(log))
+		workers, err = relay.New(server.ParseTokens(c.workerTokens), relay.WithLogger(log))
 		if err != nil {
 			return err
 		}
-		exec = relay
+		exec = workers
 		opts = append(opts, server.WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.DenyAllSecrets()))
 	default:
 		b, err := localBackend(ctx, c, log)
@@ -444,7 +445,7 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 
 	var gs *grpc.Server
 	workerAddr := ""
-	if relay != nil {
+	if workers != nil {
 		wl, err := net.Listen("tcp", c.workerListen)
 		if err != nil {
 			hs.Close()
@@ -460,7 +461,7 @@ func serve(ctx context.Context, c *config, getenv func(string) string, log *slog
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(wcfg)))
 		}
 		gs = grpc.NewServer(gopts...)
-		relay.Register(gs)
+		workers.Register(gs)
 		workerAddr = wl.Addr().String()
 		go func() { errc <- gs.Serve(wl) }()
 		log.Info("worker relay listening", "addr", workerAddr)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
@@ -102,7 +103,7 @@ func TestSubmitStdin(t *testing.T) {
 // Through the relay, stdin rides on the run exec or, when larger than one
 // piece, as a file sent in pieces beside the workspace.
 func TestRelayStdin(t *testing.T) {
-	rh := startRelay(t)
+	rh := startRelay(t, relay.WithStdinPiece(4096))
 	c := rh.dial(tokenA)
 	rh.startWorker(t, "w1", workerToken, "2")
 	rh.waitWorkers(t, 1)
@@ -112,8 +113,6 @@ func TestRelayStdin(t *testing.T) {
 		t.Fatalf("small stdin: %s", res.raw)
 	}
 
-	rh.relay.o.stdinPiece = 4096
-	defer func() { rh.relay.o.stdinPiece = defaultStdinPiece }()
 	big := make([]byte, 50<<10)
 	rand.Read(big)
 	sum := sha256.Sum256(big)

@@ -2,12 +2,13 @@ package server
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/pulse-agent/pulse/internal/bearer"
 )
 
 // ErrWeakToken: a production token is short, placeholder-like or of low
@@ -79,35 +80,21 @@ func TenantOf(token string) string {
 	return hex.EncodeToString(sum[:])[:12]
 }
 
-// authenticator checks bearer tokens in constant time.
+// authenticator checks bearer tokens (in constant time, package bearer)
+// and names the tenant a token belongs to.
 type authenticator struct {
-	hashes [][sha256.Size]byte
+	tokens *bearer.Tokens
 }
 
 func newAuthenticator(tokens []string) *authenticator {
-	a := &authenticator{}
-	for _, t := range tokens {
-		a.hashes = append(a.hashes, sha256.Sum256([]byte(t)))
-	}
-	return a
+	return &authenticator{tokens: bearer.New(tokens)}
 }
 
 // check reports whether the Authorization header value carries a valid
-// bearer token, and the tenant it belongs to. Comparing fixed-length
-// digests of every configured token, without stopping at the first match,
-// keeps the time independent of the token's length and of which token
-// matched.
+// bearer token, and the tenant it belongs to.
 func (a *authenticator) check(header string) (tenant string, ok bool) {
-	token, found := strings.CutPrefix(header, "Bearer ")
-	if !found || token == "" {
-		return "", false
-	}
-	h := sha256.Sum256([]byte(token))
-	match := 0
-	for i := range a.hashes {
-		match |= subtle.ConstantTimeCompare(h[:], a.hashes[i][:])
-	}
-	if match != 1 {
+	token, ok := a.tokens.Match(header)
+	if !ok {
 		return "", false
 	}
 	return TenantOf(token), true

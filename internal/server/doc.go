@@ -30,5 +30,5 @@
 //     holding symlinks that stay inside the workspace is now accepted.
 //
 // Executors: Local runs commands with a backend.Backend on this machine;
-// Relay hands them to pulse-workers attached over gRPC.
+// the relay (package relay) hands them to pulse-workers attached over gRPC.
 package server

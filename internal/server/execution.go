@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/protocol"
 )
@@ -249,7 +250,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		s.log.Error("execution failed to start", "execution_id", e.id, "err", err)
 		status = store.StatusFailed
 		p.ExitCode, p.TerminationReason = -1, "error"
-		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) || errors.Is(err, ErrWorkerLost) {
+		if errors.Is(err, backend.ErrUnsupported) || errors.Is(err, backend.ErrInvalidRequest) || errors.Is(err, relay.ErrWorkerLost) {
 			p.Stderr = err.Error()
 		} else {
 			p.Stderr = protocol.MsgInternal
@@ -257,7 +258,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		// The class travels as a code, so the client need not read it
 		// from the message.
 		p.ErrorCode = protocol.CodeOf(err)
-		if errors.Is(err, ErrWorkerLost) {
+		if errors.Is(err, relay.ErrWorkerLost) {
 			p.ErrorCode = protocol.CodeWorkerLost
 		}
 		p.DurationMS = s.o.now().Sub(start).Milliseconds()

@@ -2,18 +2,19 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
 // ErrNoCapacity: the executor cannot take another execution right now (no
-// live worker with a free slot).
-var ErrNoCapacity = errors.New("no execution capacity")
+// live worker with a free slot). It is the relay's, the one executor that
+// can run out.
+var ErrNoCapacity = relay.ErrNoCapacity
 
 // Executor runs submitted executions. The local executor runs them on this
 // machine through a backend.Backend; the relay executor sends them to an
@@ -78,21 +79,6 @@ func (l *Local) Capabilities() backend.Capabilities {
 // Requirements name programs of a worker image; the local backend's image
 // is the operator's choice, so they are not checked here.
 func (l *Local) Available(requires []string) error { return nil }
-
-type requiresKey struct{}
-
-// withRequires passes a submission's required programs to Exec.
-func withRequires(ctx context.Context, requires []string) context.Context {
-	if len(requires) == 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, requiresKey{}, requires)
-}
-
-func requiresFrom(ctx context.Context) []string {
-	r, _ := ctx.Value(requiresKey{}).([]string)
-	return r
-}
 
 // Exec implements Executor.
 func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
@@ -166,7 +167,7 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 	go s.persistLoop(e)
 	go func() {
 		defer e.cancel(nil)
-		s.run(withRequires(e.ctx, req.Requires), e, breq)
+		s.run(relay.WithRequires(e.ctx, req.Requires), e, breq)
 	}()
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -61,13 +62,13 @@ func buildWorker(t *testing.T) string {
 
 type relayHarness struct {
 	*harness
-	relay *Relay
+	relay *relay.Relay
 	addr  string
 }
 
-func startRelay(t *testing.T, opts ...RelayOption) *relayHarness {
+func startRelay(t *testing.T, opts ...relay.Option) *relayHarness {
 	t.Helper()
-	r, err := NewRelay([]string{workerToken}, opts...)
+	r, err := relay.New([]string{workerToken}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func (rh *relayHarness) waitWorkers(t *testing.T, n int) {
 // End to end: a client of the WebSocket API runs commands on a real
 // pulse-worker process attached over gRPC.
 func TestRelayWithRealWorker(t *testing.T) {
-	rh := startRelay(t)
+	rh := startRelay(t, relay.WithStdinPiece(4096))
 	c := rh.dial(tokenA)
 
 	// Without a worker, a submission is refused for capacity.
@@ -197,10 +198,9 @@ func TestRelayWithRealWorker(t *testing.T) {
 	}
 
 	// A workspace sent in several pieces reaches the worker intact. The
-	// piece size is lowered so that a small workspace takes many pieces;
-	// by default one piece is 2 MiB, under gRPC's 4 MiB message limit.
-	rh.relay.o.stdinPiece = 4096
-	defer func() { rh.relay.o.stdinPiece = defaultStdinPiece }()
+	// piece size is lowered (startRelay above) so that a small workspace
+	// takes many pieces; by default one piece is 2 MiB, under gRPC's 4 MiB
+	// message limit.
 	big := make([]byte, 64<<10)
 	rand.Read(big)
 	sum := sha256.Sum256(big)

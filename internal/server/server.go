@@ -294,8 +294,12 @@ func New(ctx context.Context, exec Executor, st *store.Store, opts ...Option) (*
 		m: newMetrics(), ctx: sctx, cancel: cancel,
 		active: map[string]*execution{}, conns: map[*conn]struct{}{},
 	}
-	if r, ok := exec.(*Relay); ok {
-		s.m.workers = r.Workers
+	// An executor that keeps a fleet of workers (the relay) says how many
+	// are attached.
+	if f, ok := exec.(interface {
+		Workers() (live, capacity, busy int)
+	}); ok {
+		s.m.workers = f.Workers
 	}
 	s.wg.Add(1)
 	go s.cleanupLoop()

@@ -1,0 +1,315 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/server/artifact"
+	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/protocol"
+)
+
+// Exec runs req with the contract of backend.Backend.Exec. The workspace
+// travels to the worker through the exec protocol itself: one exec makes
+// a fresh directory, some unpack the workspace into it from stdin (base64
+// of a tar.gz), one runs the command there, one sends the directory back
+// as a tar.gz on stdout, and the last removes it.
+func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if (req.Shell == "") == (len(req.Args) == 0) {
+		return nil, fmt.Errorf("exactly one of Shell and Args: %w", backend.ErrInvalidRequest)
+	}
+	snap, err := artifact.Take(req.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot workspace: %w", err)
+	}
+	packed, err := artifact.PackDir(req.Workspace, r.o.limits)
+	if err != nil {
+		return nil, fmt.Errorf("pack workspace: %w", err)
+	}
+	w := r.pick(true, requiresFrom(ctx))
+	if w == nil {
+		return nil, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
+	}
+	defer w.release()
+	x := &remoteExec{r: r, w: w, log: r.o.log.With("execution_id", req.ExecutionID, "sandbox_id", w.id)}
+
+	// Setup runs in its own context: it is quick and must not be left
+	// half done when the client cancels.
+	sctx := context.WithoutCancel(ctx)
+	if err := x.makeDir(sctx); err != nil {
+		return nil, err
+	}
+	defer x.removeDir(ctx)
+	if err := x.sendWorkspace(sctx, packed); err != nil {
+		return nil, err
+	}
+	stdin, stdinFile, err := x.sendStdin(sctx, req.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	res, err := x.run(ctx, req, stdin, stdinFile)
+	if err != nil {
+		return nil, err
+	}
+	x.collect(ctx, snap, res)
+	return res, nil
+}
+
+// remoteExec is one execution on one worker, through its phases:
+//
+//	makeDir        a fresh directory on the worker
+//	sendWorkspace  the workspace archive, in pieces, unpacked there
+//	sendStdin      the command's stdin, in the run frame or as a file beside
+//	run            the command, its output forwarded under the cap
+//	collect        the directory packed back and compared: the overlay
+//	removeDir      the directory and its files gone, whatever happened
+type remoteExec struct {
+	r   *Relay
+	w   *worker
+	log *slog.Logger
+	dir string // on the worker, set by makeDir
+}
+
+// makeDir makes the execution's directory on the worker.
+func (x *remoteExec) makeDir(ctx context.Context) error {
+	var dirOut bytes.Buffer
+	end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{
+		Command:  `d=$(mktemp -d "${TMPDIR:-/tmp}/pulse-exec.XXXXXXXX") && printf '%s' "$d"`,
+		TimeoutS: 60, Streaming: true,
+	}, func(s sandboxv1.Stream, b []byte) {
+		if s == sandboxv1.Stream_STDOUT {
+			dirOut.Write(b)
+		}
+	})
+	if err := endErr("create workspace", end); err != nil {
+		return err
+	}
+	dir := strings.TrimSpace(dirOut.String())
+	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "'\n\x00") {
+		return fmt.Errorf("worker %s returned workspace %q: %w", x.w.id, dir, ErrWorkerLost)
+	}
+	x.dir = dir
+	return nil
+}
+
+// removeDir removes the directory and the files beside it, whatever
+// happened, within the worker's liveness even when ctx has ended.
+func (x *remoteExec) removeDir(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.o.liveness)
+	defer cancel()
+	cmd := "rm -rf " + shQuote(x.dir) + " " + shQuote(x.dir+".b64") + " " + shQuote(x.dir+".stdin")
+	if e, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{Command: cmd, TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
+		x.log.Warn("worker workspace not removed", "dir", x.dir, "err", endErr("cleanup", e))
+	}
+}
+
+// appendFile appends data to file on the worker, in pieces of at most
+// stdinPiece bytes, because a gRPC peer refuses messages over 4 MiB by
+// default.
+func (x *remoteExec) appendFile(ctx context.Context, step, file string, data []byte) error {
+	for len(data) > 0 {
+		n := min(len(data), x.r.o.stdinPiece)
+		end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{Command: "cat >> " + shQuote(file), Stdin: data[:n], TimeoutS: 120, Streaming: true}, nil)
+		if err := endErr(step, end); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// sendWorkspace sends the packed workspace and unpacks it once whole.
+func (x *remoteExec) sendWorkspace(ctx context.Context, packed []byte) error {
+	b64File := x.dir + ".b64"
+	if err := x.appendFile(ctx, "send workspace", b64File, []byte(base64.StdEncoding.EncodeToString(packed))); err != nil {
+		return err
+	}
+	end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{
+		Command:  "base64 -d < " + shQuote(b64File) + " | tar -xzpf - --no-same-owner -C " + shQuote(x.dir) + " && rm -f " + shQuote(b64File),
+		TimeoutS: 300, Streaming: true,
+	}, nil)
+	return endErr("unpack workspace", end)
+}
+
+// sendStdin reads the command's stdin. It travels with the run exec when
+// it fits one frame (returned), else as a file beside the workspace, sent
+// in pieces like the workspace (its name returned).
+func (x *remoteExec) sendStdin(ctx context.Context, r io.Reader) (stdin []byte, file string, err error) {
+	if r != nil {
+		stdin, err = io.ReadAll(io.LimitReader(r, protocol.MaxStdinBytes+1))
+		if err != nil || len(stdin) > protocol.MaxStdinBytes {
+			return nil, "", fmt.Errorf("stdin unreadable or over %d bytes: %w", protocol.MaxStdinBytes, backend.ErrInvalidRequest)
+		}
+	}
+	if len(stdin) <= x.r.o.stdinPiece {
+		return stdin, "", nil
+	}
+	file = x.dir + ".stdin"
+	if err := x.appendFile(ctx, "send stdin", file, stdin); err != nil {
+		return nil, "", err
+	}
+	return nil, file, nil
+}
+
+// run runs the command and tells how it ended. Output over the cap stops
+// the command, as the local backends do, rather than letting it run to
+// its timeout unheard.
+func (x *remoteExec) run(ctx context.Context, req *backend.Request, stdin []byte, stdinFile string) (*backend.Result, error) {
+	limits := req.Limits.WithDefaults()
+	timeoutS := uint32(0)
+	if limits.Timeout > 0 {
+		timeoutS = uint32(max(1, math.Ceil(limits.Timeout.Seconds())))
+	}
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	capw := &relayOutput{limit: limits.OutputBytes, out: req.Stdout, err: req.Stderr, over: stopRun}
+	start := time.Now()
+	end, aborted := x.r.call(rctx, x.w, &sandboxv1.Exec{
+		Command: runScript(x.dir, req, stdinFile), TimeoutS: timeoutS, Streaming: true, Stdin: stdin,
+	}, capw.chunk)
+	res := &backend.Result{Duration: time.Since(start), Truncated: capw.truncated}
+	switch {
+	case end.err != nil:
+		return nil, end.err
+	case end.isError && strings.HasPrefix(end.message, "timeout:"):
+		res.ExitCode, res.Termination, res.TimedOut = -1, backend.Timeout, true
+	case end.isError:
+		return nil, fmt.Errorf("worker %s: %s: %w", x.w.id, end.message, backend.ErrUnavailable)
+	case aborted && capw.truncated && ctx.Err() == nil:
+		res.ExitCode, res.Termination = -1, backend.OutputLimit
+	case aborted:
+		res.ExitCode, res.Termination = int(end.exitCode), backend.Cancelled
+	case capw.truncated:
+		res.ExitCode, res.Termination = int(end.exitCode), backend.OutputLimit
+	case end.exitCode < 0:
+		res.ExitCode, res.Termination = -1, backend.Signaled
+	default:
+		res.ExitCode, res.Termination = int(end.exitCode), backend.Exited
+	}
+	return res, nil
+}
+
+// collect packs the directory back and compares it with the snapshot
+// taken before: what the command changed becomes res.Overlay. The command
+// ran, so a failure here leaves its result standing; it is logged.
+func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *backend.Result) {
+	var tarOut bytes.Buffer
+	var tooBig bool
+	// base64 wraps lines: allow for a newline every 76 characters.
+	maxB64 := base64.StdEncoding.EncodedLen(int(protocol.DefaultMaxCompressed)) * 78 / 76
+	if x.r.o.limits.MaxCompressed > 0 {
+		maxB64 = base64.StdEncoding.EncodedLen(int(x.r.o.limits.MaxCompressed)) * 78 / 76
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	end, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{
+		Command: "cd " + shQuote(x.dir) + " && tar -czf - --exclude=./.pulse . | base64", TimeoutS: 300, Streaming: true,
+	}, func(s sandboxv1.Stream, b []byte) {
+		if s == sandboxv1.Stream_STDOUT && !tooBig {
+			if tarOut.Len()+len(b) > maxB64 {
+				tooBig = true
+				return
+			}
+			tarOut.Write(b)
+		}
+	})
+	cancel()
+	if err := endErr("collect workspace", end); err != nil || tooBig {
+		x.log.Warn("overlay not collected", "err", err, "too_big", tooBig)
+		return
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(tarOut.String()), ""))
+	if err != nil {
+		x.log.Warn("overlay not collected", "err", err)
+		return
+	}
+	ov, err := snap.DiffTar(bytes.NewReader(raw), x.r.o.limits)
+	if err != nil {
+		x.log.Warn("overlay not collected", "err", err)
+		return
+	}
+	res.Overlay = ov
+}
+
+// relayOutput forwards chunks to the request's writers, capping each
+// stream at limit bytes.
+type relayOutput struct {
+	mu        sync.Mutex
+	limit     int64
+	n         [2]int64
+	out, err  interface{ Write([]byte) (int, error) }
+	truncated bool
+	over      func() // called when a stream goes over the cap
+}
+
+func (o *relayOutput) chunk(s sandboxv1.Stream, b []byte) {
+	i := 0
+	w := o.out
+	if s == sandboxv1.Stream_STDERR {
+		i, w = 1, o.err
+	}
+	o.mu.Lock()
+	room := o.limit - o.n[i]
+	hit := false
+	if int64(len(b)) > room {
+		b = b[:max(room, 0)]
+		hit = !o.truncated
+		o.truncated = true
+	}
+	o.n[i] += int64(len(b))
+	o.mu.Unlock()
+	if hit && o.over != nil {
+		o.over()
+	}
+	if w != nil && len(b) > 0 {
+		w.Write(b)
+	}
+}
+
+// runScript builds the shell command that runs req in dir with an
+// environment built from scratch, as the local backends do.
+// A non-empty stdinFile becomes the command's standard input.
+func runScript(dir string, req *backend.Request, stdinFile string) string {
+	var b strings.Builder
+	b.WriteString("cd " + shQuote(dir+"/"+strings.TrimPrefix(req.Dir, "./")) + " && exec env -i")
+	base := map[string]string{"PATH": relayWorkerPath, "HOME": dir, "LANG": "C.UTF-8", "TERM": "dumb", "USER": "pulse"}
+	for k, v := range req.Env {
+		base[k] = v
+	}
+	keys := make([]string, 0, len(base))
+	for k := range base {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" " + shQuote(k+"="+base[k]))
+	}
+	if req.Shell != "" {
+		b.WriteString(" bash -c " + shQuote(req.Shell))
+	} else {
+		// Through "$@" so that no argument, not even a first one that
+		// looks like NAME=VALUE, is read by env.
+		b.WriteString(` bash -c 'exec "$@"' pulse`)
+		for _, a := range req.Args {
+			b.WriteString(" " + shQuote(a))
+		}
+	}
+	if stdinFile != "" {
+		b.WriteString(" < " + shQuote(stdinFile))
+	}
+	return b.String()
+}
+
+// shQuote quotes s for a POSIX shell.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,426 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/bearer"
+	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+var (
+	// ErrWorkerLost: the worker running an execution disconnected or
+	// stopped answering before the execution ended.
+	ErrWorkerLost = errors.New("worker lost")
+	// ErrNoCapacity: no live worker with the required programs has a free
+	// slot right now.
+	ErrNoCapacity = errors.New("no execution capacity")
+	// ErrConfig is wrapped by every configuration error of New.
+	ErrConfig = errors.New("invalid relay configuration")
+)
+
+// Relay defaults.
+const (
+	DefaultHelloTimeout   = 10 * time.Second
+	DefaultWorkerLiveness = 35 * time.Second // 3.5 default heartbeats
+	relayWorkerPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	maxWorkerErrorMessage = 512
+	// defaultStdinPiece keeps every Exec frame well under gRPC's default
+	// 4 MiB message limit.
+	defaultStdinPiece = 2 << 20
+)
+
+type options struct {
+	log          *slog.Logger
+	helloTimeout time.Duration
+	liveness     time.Duration
+	limits       protocol.ArchiveLimits
+	stdinPiece   int
+}
+
+// Option configures New.
+type Option func(*options) error
+
+// WithLogger sets the relay's logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
+
+// WithWorkerLiveness sets how long a worker may stay silent (no frame at
+// all, heartbeats included) before it counts as lost.
+func WithWorkerLiveness(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("worker liveness %v: %w", d, ErrConfig)
+		}
+		o.liveness = d
+		return nil
+	}
+}
+
+// WithArchiveLimits bounds workspaces sent to and read back from workers.
+func WithArchiveLimits(l protocol.ArchiveLimits) Option {
+	return func(o *options) error { o.limits = l; return nil }
+}
+
+// WithStdinPiece sets the most stdin bytes (workspace archive or command
+// input) one Exec frame carries; more goes in several (default 2 MiB,
+// well under gRPC's default 4 MiB message limit).
+func WithStdinPiece(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("stdin piece %d: %w", n, ErrConfig)
+		}
+		o.stdinPiece = n
+		return nil
+	}
+}
+
+// Relay is the server's executor that runs executions on pulse-workers
+// attached over gRPC (SandboxWorker.Attach). It is also the gRPC service;
+// register it on a grpc.Server with Register.
+type Relay struct {
+	sandboxv1.UnimplementedSandboxWorkerServer
+	o     options
+	auth  *bearer.Tokens
+	reqID atomic.Uint64
+
+	mu      sync.Mutex
+	workers map[*worker]struct{}
+}
+
+// New returns a relay that accepts workers presenting one of tokens.
+func New(tokens []string, opts ...Option) (*Relay, error) {
+	o := options{helloTimeout: DefaultHelloTimeout, liveness: DefaultWorkerLiveness, stdinPiece: defaultStdinPiece}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("relay needs at least one worker token: %w", ErrConfig)
+	}
+	return &Relay{o: o, auth: bearer.New(tokens), workers: map[*worker]struct{}{}}, nil
+}
+
+// Register adds the SandboxWorker service to g.
+func (r *Relay) Register(g *grpc.Server) { sandboxv1.RegisterSandboxWorkerServer(g, r) }
+
+// worker is one attached worker connection.
+type worker struct {
+	id       string
+	capacity int
+	caps     []string
+	arch     string
+
+	sendMu sync.Mutex
+	stream sandboxv1.SandboxWorker_AttachServer
+
+	mu       sync.Mutex
+	busy     int // executions assigned
+	pending  map[uint64]*pendingExec
+	lastSeen time.Time
+	lost     error
+	gone     chan struct{}
+}
+
+// pendingExec collects the frames of one Exec.
+type pendingExec struct {
+	onChunk func(stream sandboxv1.Stream, data []byte)
+	end     chan execEnd // buffered 1
+}
+
+type execEnd struct {
+	exitCode int32
+	message  string // ExecError message; "" for End
+	isError  bool
+	err      error // the worker was lost
+}
+
+func (w *worker) send(f *sandboxv1.ServerFrame) error {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	return w.stream.Send(f)
+}
+
+// Workers reports the live workers, their total capacity and slots in use.
+func (r *Relay) Workers() (live, capacity, busy int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.workers {
+		w.mu.Lock()
+		live++
+		capacity += w.capacity
+		busy += w.busy
+		w.mu.Unlock()
+	}
+	return live, capacity, busy
+}
+
+// Attach implements SandboxWorkerServer: one worker's connection for its
+// whole life.
+func (r *Relay) Attach(stream sandboxv1.SandboxWorker_AttachServer) error {
+	ctx := stream.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	var header string
+	if v := md.Get("authorization"); len(v) == 1 {
+		header = v[0]
+	}
+	if _, ok := r.auth.Match(header); !ok {
+		r.o.log.Warn("worker attach refused: bad token")
+		return status.Error(codes.Unauthenticated, "invalid worker token")
+	}
+	hello, err := r.recvHello(ctx, stream)
+	if err != nil {
+		return err
+	}
+	w := &worker{
+		id: hello.GetSandboxId(), capacity: int(hello.GetCapacityMax()), caps: hello.GetCapabilities(),
+		arch: hello.GetArch(), stream: stream, pending: map[uint64]*pendingExec{},
+		lastSeen: time.Now(), gone: make(chan struct{}),
+	}
+	r.mu.Lock()
+	r.workers[w] = struct{}{}
+	r.mu.Unlock()
+	r.o.log.Info("worker attached", "sandbox_id", w.id, "capacity", w.capacity, "capabilities", w.caps, "arch", w.arch)
+
+	frames := make(chan *sandboxv1.WorkerFrame)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case frames <- f:
+			case <-ctx.Done():
+				recvErr <- ctx.Err()
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(max(r.o.liveness/4, 10*time.Millisecond))
+	defer tick.Stop()
+	var cause error
+loop:
+	for {
+		select {
+		case f := <-frames:
+			w.mu.Lock()
+			w.lastSeen = time.Now()
+			w.mu.Unlock()
+			r.dispatch(w, f)
+		case err := <-recvErr:
+			cause = fmt.Errorf("worker %s disconnected: %v: %w", w.id, err, ErrWorkerLost)
+			break loop
+		case <-tick.C:
+			w.mu.Lock()
+			silent := time.Since(w.lastSeen)
+			w.mu.Unlock()
+			if silent > r.o.liveness {
+				cause = fmt.Errorf("worker %s silent for %v: %w", w.id, silent.Round(time.Second), ErrWorkerLost)
+				break loop
+			}
+		}
+	}
+	r.drop(w, cause)
+	return status.Error(codes.Unavailable, cause.Error())
+}
+
+func (r *Relay) recvHello(ctx context.Context, stream sandboxv1.SandboxWorker_AttachServer) (*sandboxv1.Hello, error) {
+	type res struct {
+		f   *sandboxv1.WorkerFrame
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		f, err := stream.Recv()
+		ch <- res{f, err}
+	}()
+	select {
+	case x := <-ch:
+		if x.err != nil {
+			return nil, x.err
+		}
+		h := x.f.GetHello()
+		if h == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first frame must be Hello")
+		}
+		if h.GetCapacityMax() == 0 || h.GetCapacityMax() > 4096 {
+			return nil, status.Errorf(codes.InvalidArgument, "capacity_max %d out of range", h.GetCapacityMax())
+		}
+		return h, nil
+	case <-time.After(r.o.helloTimeout):
+		return nil, status.Error(codes.DeadlineExceeded, "no Hello")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dispatch routes one worker frame to the exec it belongs to. Frames for
+// unknown req_ids (an exec already given up on) are dropped.
+func (r *Relay) dispatch(w *worker, f *sandboxv1.WorkerFrame) {
+	var id uint64
+	var end *execEnd
+	switch x := f.Frame.(type) {
+	case *sandboxv1.WorkerFrame_Heartbeat, *sandboxv1.WorkerFrame_Hello:
+		return
+	case *sandboxv1.WorkerFrame_Chunk:
+		w.mu.Lock()
+		p := w.pending[x.Chunk.GetReqId()]
+		w.mu.Unlock()
+		if p != nil && p.onChunk != nil {
+			p.onChunk(x.Chunk.GetStream(), x.Chunk.GetData())
+		}
+		return
+	case *sandboxv1.WorkerFrame_End:
+		id = x.End.GetReqId()
+		end = &execEnd{exitCode: x.End.GetExitCode()}
+	case *sandboxv1.WorkerFrame_ExecError:
+		id = x.ExecError.GetReqId()
+		msg := x.ExecError.GetMessage()
+		if len(msg) > maxWorkerErrorMessage {
+			msg = msg[:maxWorkerErrorMessage]
+		}
+		end = &execEnd{isError: true, message: msg, exitCode: -1}
+	default:
+		return
+	}
+	w.mu.Lock()
+	p := w.pending[id]
+	delete(w.pending, id)
+	w.mu.Unlock()
+	if p != nil {
+		p.end <- *end
+	}
+}
+
+// drop removes a worker and fails everything it was running.
+func (r *Relay) drop(w *worker, cause error) {
+	r.mu.Lock()
+	delete(r.workers, w)
+	r.mu.Unlock()
+	w.mu.Lock()
+	w.lost = cause
+	pend := w.pending
+	w.pending = map[uint64]*pendingExec{}
+	w.mu.Unlock()
+	close(w.gone)
+	for _, p := range pend {
+		p.end <- execEnd{err: cause, exitCode: -1}
+	}
+	r.o.log.Warn("worker detached", "sandbox_id", w.id, "in_flight", len(pend), "cause", cause)
+}
+
+// Name names the executor in logs and capabilities replies.
+func (r *Relay) Name() string { return "relay" }
+
+// Capabilities is what the relay enforces. A worker runs commands with bash in
+// its own sandbox image; the relay cannot enforce network or secret modes
+// inside it, so it reports what the worker's deployment must provide: the
+// network and the secrets are the pod's (allow-all), the command's
+// environment is built from scratch (deny-all best effort).
+func (r *Relay) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Isolation: backend.IsolationRemote,
+		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
+			policy.NetworkAllowAll: secrets.Strong,
+		},
+		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
+			secrets.AllowAll:  secrets.Strong,
+			secrets.DenyAll:   secrets.BestEffort,
+			secrets.Allowlist: secrets.BestEffort,
+		},
+		CapturesWrites: true,
+		Limits: map[string]secrets.EnforcementLevel{
+			"timeout":      secrets.Strong,
+			"output_bytes": secrets.Strong,
+		},
+		Notes: []string{"commands run on attached pulse-workers; isolation is the worker pod's"},
+	}
+}
+
+// Available returns nil when one more execution needing the programs in
+// requires could start now, or an error wrapping ErrNoCapacity.
+func (r *Relay) Available(requires []string) error {
+	if r.pick(false, requires) == nil {
+		if len(requires) > 0 {
+			return fmt.Errorf("no attached worker with %v has a free slot: %w", requires, ErrNoCapacity)
+		}
+		return fmt.Errorf("no attached worker has a free slot: %w", ErrNoCapacity)
+	}
+	return nil
+}
+
+func (w *worker) has(requires []string) bool {
+	for _, need := range requires {
+		found := false
+		for _, c := range w.caps {
+			if c == need {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// pick returns the least-loaded live worker with a free slot and every
+// required program, reserving the slot when reserve is set.
+func (r *Relay) pick(reserve bool, requires []string) *worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := make([]*worker, 0, len(r.workers))
+	for w := range r.workers {
+		ws = append(ws, w)
+	}
+	// Stable order for equal load, so scheduling is deterministic.
+	sort.Slice(ws, func(i, j int) bool { return ws[i].id < ws[j].id })
+	var best *worker
+	bestLoad := math.Inf(1)
+	for _, w := range ws {
+		w.mu.Lock()
+		free := w.lost == nil && w.busy < w.capacity && w.has(requires)
+		load := float64(w.busy) / float64(w.capacity)
+		w.mu.Unlock()
+		if free && load < bestLoad {
+			best, bestLoad = w, load
+		}
+	}
+	if best != nil && reserve {
+		best.mu.Lock()
+		best.busy++
+		best.mu.Unlock()
+	}
+	return best
+}
+
+func (w *worker) release() {
+	w.mu.Lock()
+	w.busy--
+	w.mu.Unlock()
+}
