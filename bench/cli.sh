@@ -7,7 +7,8 @@
 #   - 256 MiB of stdout through pulse exec (host and namespace) into a pipe,
 #     against the same `head -c` writing into that pipe directly
 #   - 1,000 files written and committed (--auto-commit, namespace) against
-#     bwrap running the same script in a tmpfs
+#     bwrap running the same script in a tmpfs, and in a directory of the
+#     workspace's disk
 #   - remote `true` (pulse-server on loopback, host executor) against the
 #     host CLI: the difference in ms rather than a ratio
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
@@ -79,6 +80,12 @@ if [ "$have_bwrap" = 1 ]; then
 	pair BenchmarkCLICommit1000Files x-vs-bwrap-tmpfs "$NBULK" "$fresh" \
 		"$pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
 		"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
+	# The same against bwrap writing straight into a directory on the
+	# workspace's own disk (no overlay, no review, no fsync): how much of
+	# the first ratio is that disk rather than the sandbox.
+	pair BenchmarkCLICommit1000Files x-vs-bwrap-same-disk "$NBULK" "$fresh" \
+		"$pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
+		"bwrap --unshare-all --ro-bind / / --bind $tmp/w1k $tmp/w1k --chdir $tmp/w1k bash -c '$files'"
 fi
 
 # Remote: pulse-server on loopback with the host executor; the reference
