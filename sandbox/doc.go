@@ -68,6 +68,10 @@
 //     the host's loopback, only for ports the policy lists in
 //     network.expose (any network mode); others are refused with an
 //     *ExposeError. Both are audited.
+//   - List, Stat and ReadFile read through the pending stack; WriteFile
+//     stages a transaction of its own under a command's write checks;
+//     Watch reports what lands on (or leaves) the stack, by comparing the
+//     pending view every WatchInterval.
 //   - Many Execute calls may run at once on one Sandbox; Close kills the
 //     live processes, stops exposing ports and waits for the calls.
 //

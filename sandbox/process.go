@@ -37,6 +37,8 @@ type processTable struct {
 	mu   sync.Mutex
 	live map[*Process]struct{}
 	logs []*outputLog
+	// closing is closed when Close begins (watchers end on it).
+	closing chan struct{}
 }
 
 // Start runs cmd like Execute — the same checks, audit events, pending
@@ -263,9 +265,27 @@ func (t *processTable) keepLog(l *outputLog) {
 	t.mu.Unlock()
 }
 
+// closing is closed once the sandbox's Close has begun.
+func (s *Sandbox) closing() <-chan struct{} {
+	s.procs.mu.Lock()
+	defer s.procs.mu.Unlock()
+	if s.procs.closing == nil {
+		s.procs.closing = make(chan struct{})
+	}
+	return s.procs.closing
+}
+
 // killProcesses ends every live process (Close calls it before it waits
 // for running calls).
 func (s *Sandbox) killProcesses() {
+	s.closing()
+	s.procs.mu.Lock()
+	select {
+	case <-s.procs.closing:
+	default:
+		close(s.procs.closing)
+	}
+	s.procs.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range s.Processes() {
 		wg.Add(1)

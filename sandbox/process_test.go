@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -170,14 +172,30 @@ func TestStartRefusedLikeExecute(t *testing.T) {
 	}
 }
 
-// TestStartUnsupported: the host backend runs no background processes.
+// execOnly is a real backend seen without its optional interfaces, as a
+// backend that implements only Exec (the remote one, today) is.
+type execOnly struct{ backend.Backend }
+
+// TestStartUnsupportedBackend: a backend without backend.Starter refuses
+// Start, and Expose, with ErrUnsupported; Execute still runs.
 func TestStartUnsupportedBackend(t *testing.T) {
-	sb := newHost(t, t.TempDir())
-	if _, ok := sb.Backend().(backend.Starter); ok {
-		t.Skip("the host backend starts processes now; the refusal has no backend to test on")
+	hb, err := host.New()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { hb.Close() })
+	pol := policy.Default()
+	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8000}}
+	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(execOnly{hb}), WithUnsafeHostExecution(), WithPolicy(pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
 	if _, err := sb.Start(context.Background(), Command{Shell: "true"}); !errors.Is(err, ErrUnsupported) {
-		t.Fatalf("err = %v, want ErrUnsupported", err)
+		t.Fatalf("Start: err = %v, want ErrUnsupported", err)
+	}
+	if _, err := sb.Expose(context.Background(), 8000); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Expose: err = %v, want ErrUnsupported", err)
 	}
 }
 
@@ -203,11 +221,8 @@ func TestCloseKillsProcesses(t *testing.T) {
 	}
 }
 
-// TestExposeHTTPServer is the done-when on the namespace backend:
-// an HTTP server started in the sandbox (deny-all network) is reached
-// through Expose, its log is read from offset 0 after reconnecting, Kill
-// leaves nothing behind, and the file it was served from, written by a
-// command, is listed and read through the pending stack.
+// TestExposeHTTPServer is the done-when on the namespace backend
+// (a sandbox with a network of its own, deny-all): see exposeDoneWhen.
 func TestExposeHTTPServer(t *testing.T) {
 	if _, err := exec.LookPath("busybox"); err != nil {
 		t.Skip("busybox (httpd) not installed")
@@ -215,14 +230,32 @@ func TestExposeHTTPServer(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("entering a sandbox's network namespace needs root")
 	}
+	exposeDoneWhen(t, newIsolated(t, t.TempDir(), WithPolicy(exposePolicy())))
+}
+
+// TestExposeHTTPServerDocker is the same on the Docker backend (network
+// none; the image has busybox).
+func TestExposeHTTPServerDocker(t *testing.T) {
+	exposeDoneWhen(t, newDockerSandbox(t, t.TempDir(), WithPolicy(exposePolicy())))
+}
+
+func exposePolicy() *policy.Policy {
 	pol := policy.Default()
 	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8000}}
-	sb := newIsolated(t, t.TempDir(), WithPolicy(pol))
+	return pol
+}
+
+// exposeDoneWhen: an HTTP server started in the sandbox is reached
+// through Expose (an unlisted port is refused), its log is read from
+// offset 0 by a new reader, Kill leaves nothing of it running, and the
+// files it and a command before it wrote are listed and read through the
+// pending stack; each exposure and refusal is audited.
+func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 	ctx := context.Background()
 	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := sb.Start(ctx, Command{Shell: "echo serving; exec busybox httpd -f -v -p 127.0.0.1:8000 -h site",
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox httpd -f -v -p 127.0.0.1:8000 -h site",
 		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +282,7 @@ func TestExposeHTTPServer(t *testing.T) {
 		t.Errorf("second Expose = %q, %v; want %q", again, err, addr)
 	}
 	var body []byte
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/index.html")
 		if err == nil {
@@ -267,8 +300,8 @@ func TestExposeHTTPServer(t *testing.T) {
 	if string(body) != "hello from the sandbox\n" {
 		t.Errorf("body %q", body)
 	}
-	// The server's log (httpd -v logs each request to stderr), read again
-	// from the start by a new reader.
+	// The server's log (httpd -v logs each response to stderr), read
+	// again from the start by a new reader.
 	log := readUntil(t, p.Output(0), "response:200")
 	if !strings.HasPrefix(log, "serving\n") {
 		t.Errorf("log from offset 0 = %q", log)
@@ -281,6 +314,16 @@ func TestExposeHTTPServer(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
 		t.Error("the exposed address still answers with no process behind it")
+	}
+	ents, err := sb.List(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ents); !slices.Equal(got, []string{"served.txt", "site/"}) {
+		t.Errorf("List(.) = %v, want served.txt and site/", got)
+	}
+	if got, err := sb.ReadFile(ctx, "served.txt"); err != nil || string(got) != "up\n" {
+		t.Errorf("served.txt = %q, %v", got, err)
 	}
 	evs := verifyAudit(t, sb)
 	var allowed, denied int

@@ -54,6 +54,12 @@ const maxOverlayBytes = 1 << 30
 
 // Exec implements backend.Backend.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	return b.exec(ctx, req, nil)
+}
+
+// exec is Exec; onStart, when set, is called with the container and the
+// command's id once its exec is started (Start uses it; process.go).
+func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(containerID, id string)) (*backend.Result, error) {
 	if err := validate(req); err != nil {
 		closeStdin(req)
 		return nil, err
@@ -97,7 +103,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.run(ctx, bx, req)
+	res, err := b.run(ctx, bx, req, onStart)
 	var ov *backend.Overlay
 	if res != nil {
 		ov = res.Overlay
@@ -250,7 +256,7 @@ func poolable(req *backend.Request, args []string) bool {
 	return n <= maxPooledArgs
 }
 
-func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*backend.Result, error) {
+func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStart func(containerID, id string)) (*backend.Result, error) {
 	limits := req.Limits.WithDefaults()
 	id, nonce := randomID(), randomID()
 	args := commandArgs(req, id, nonce, limits, b.shell())
@@ -293,6 +299,9 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request) (*back
 		if err != nil {
 			return nil, err
 		}
+	}
+	if onStart != nil {
+		onStart(bx.id, id)
 	}
 
 	timer := time.NewTimer(limits.Timeout)

@@ -50,6 +50,12 @@ const gateScript = `read -r _pulse_gate <&3; exec 3<&-; unset _pulse_gate
 // process of the user, not of the command, so a small value fails at once
 // for a busy user and a large one bounds nothing.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	return b.exec(ctx, req, nil)
+}
+
+// exec is Exec; onStart, when set, is called with the command's pid once
+// it runs (Start uses it).
+func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(pid int)) (*backend.Result, error) {
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
@@ -71,11 +77,11 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("host: nothing started: %w", err)
 	}
-	return b.run(ctx, req, p, closeStdin)
+	return b.run(ctx, req, p, closeStdin, onStart)
 }
 
 // run starts the planned process and supervises it to its end.
-func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func()) (*backend.Result, error) {
+func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func(), onStart func(pid int)) (*backend.Result, error) {
 	x, err := b.command(req, p, closeStdin)
 	if err != nil {
 		return nil, err
@@ -83,6 +89,9 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 	defer x.endTree()
 	if err := x.start(); err != nil {
 		return nil, err
+	}
+	if onStart != nil {
+		onStart(x.pid)
 	}
 	reason := x.supervise(ctx)
 	return x.reap(reason), nil

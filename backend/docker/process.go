@@ -1,0 +1,164 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+var _ backend.Starter = (*Backend)(nil)
+
+// Start implements backend.Starter: the command runs exactly as under
+// Exec, in the sandbox's container, and the handle reaches it through
+// execs of its own (a signal, a relay to a port).
+func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
+	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
+		return b.exec(ctx, req, func(containerID, id string) {
+			started(&control{b: b, container: containerID, id: id})
+		})
+	})
+}
+
+// signalScript sends signal $2 to the command $1's main process, as the
+// command's own uid, once the wrapper has started it; exit 3 when it has
+// ended. The wrapper records its group leader, which is the time(1) that
+// measures the command: the signal goes to its child, the command itself.
+const signalScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
+while [ $i -lt 1000 ]; do
+	[ -e "$O/status" ] && exit 3
+	u=$(cat "$O/uid" 2>/dev/null); g=$(cat "$T/pgid" 2>/dev/null)
+	if [ -n "$u" ] && [ -n "$g" ]; then
+		p=$g; c=$(cat /proc/$g/comm 2>/dev/null)
+		if [ "$c" = time ]; then p=$(cat /proc/$g/task/$g/children 2>/dev/null); p=${p%% *}; fi
+		[ -n "$p" ] || { usleep 5000; i=$((i+1)); continue; }
+		nsenter -S "$u" -G "$u" kill -"$2" $p 2>/dev/null && exit 0; exit 3
+	fi
+	usleep 5000; i=$((i+1))
+done
+exit 3`
+
+// control acts on one command of a container.
+type control struct {
+	b         *Backend
+	container string
+	id        string
+}
+
+// Signal implements backend.Control.
+func (c *control) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("%w: signal %v", backend.ErrUnsupported, sig)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	code, err := c.b.runScript(ctx, c.container, signalScript, "pulse-signal", c.id, strconv.Itoa(int(s)))
+	if err != nil {
+		return fmt.Errorf("docker: signal: %w", err)
+	}
+	if code != 0 {
+		return backend.ErrProcessDone
+	}
+	return nil
+}
+
+// runScript runs a root script of the backend's in the container and
+// returns its exit code.
+func (b *Backend) runScript(ctx context.Context, containerID, script string, args ...string) (int, error) {
+	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
+		User:         wrapperUser,
+		Env:          b.scriptEnv(),
+		AttachStdout: true,
+		AttachStderr: true,
+		Cmd:          append([]string{b.shell(), "-c", script}, args...),
+	})
+	if err != nil {
+		return 0, err
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, hj.Reader)
+	hj.Close()
+	for {
+		insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
+		if err != nil {
+			return 0, err
+		}
+		if !insp.Running {
+			return insp.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// relayUser runs the relay to a port: nobody, with no capability; it
+// needs only to connect to the container's loopback.
+const relayUser = "65534:65534"
+
+// DialPort implements backend.PortDialer: an exec of `nc 127.0.0.1 PORT`
+// in the container carries the connection, its stdin and stdout the two
+// directions. It works whatever the container's network (none included),
+// since the exec shares the container's own loopback.
+func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("%w: port %d", backend.ErrInvalidRequest, port)
+	}
+	ec, err := c.b.cli.ContainerExecCreate(ctx, c.container, container.ExecOptions{
+		User:         relayUser,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Cmd:          []string{"nc", "127.0.0.1", strconv.Itoa(port)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("docker: relay to port %d: %v: %w", port, err, backend.ErrUnavailable)
+	}
+	hj, err := c.b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("docker: relay to port %d: %v: %w", port, err, backend.ErrUnavailable)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// The exec's stdout is the port's bytes; its stderr (nc's
+		// complaints) is dropped.
+		_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
+		pw.CloseWithError(err)
+	}()
+	return &relayConn{Conn: hj.Conn, r: pr, closeWrite: hj.CloseWrite, closeAll: hj.Close}, nil
+}
+
+// relayConn is a connection carried by an exec's attached stream: reads
+// come demultiplexed from its stdout, writes go to its stdin.
+type relayConn struct {
+	net.Conn
+	r          *io.PipeReader
+	closeWrite func() error
+	closeAll   func()
+}
+
+func (c *relayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite ends the exec's stdin: nc sends a FIN on.
+func (c *relayConn) CloseWrite() error { return c.closeWrite() }
+
+func (c *relayConn) Close() error {
+	c.r.Close()
+	c.closeAll()
+	return nil
+}

@@ -1,0 +1,166 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/pathguard"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// WatchInterval is how often Watch looks at the pending stack.
+const WatchInterval = 200 * time.Millisecond
+
+// FileOp is what happened to a path in the pending view.
+type FileOp string
+
+// The file operations Watch reports.
+const (
+	// FileCreated: the view shows the path where it did not before.
+	FileCreated FileOp = "created"
+	// FileChanged: the view shows other content, type or mode.
+	FileChanged FileOp = "changed"
+	// FileRemoved: the view deletes the path.
+	FileRemoved FileOp = "removed"
+	// FileSettled: the pending stack no longer decides the path, so it
+	// reads as the workspace has it — its transaction was committed,
+	// discarded or squashed away.
+	FileSettled FileOp = "settled"
+)
+
+// FileEvent is one change Watch saw.
+type FileEvent struct {
+	Path string // relative to the workspace, slash-separated
+	Op   FileOp
+}
+
+// Watch reports changes beneath dir ("" or "." for the whole workspace)
+// as the next command would see them: each time a transaction lands on
+// the pending stack — the writes of an Execute, of a Start-ed process
+// when it ends, of WriteFile or a Tx, from this process or another — or
+// leaves it, the paths it changes are sent on the channel, in path order.
+// It compares the pending view every WatchInterval; a change that comes
+// and goes between two looks is not seen, and edits to the committed
+// workspace made outside Pulse are not watched. Paths the policy denies
+// reading and the sandbox's own state are left out. The channel is
+// closed when ctx ends or the sandbox closes; a reader that falls behind
+// holds the watcher up, never loses events.
+func (s *Sandbox) Watch(ctx context.Context, dir string) (<-chan FileEvent, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	rel, err := s.fileRel(ctx, dir, "watch")
+	if err != nil {
+		s.running.Done()
+		return nil, s.scrubErr(err)
+	}
+	last, err := s.watchSnapshot(ctx, rel)
+	if err != nil {
+		s.running.Done()
+		return nil, s.scrubErr(err)
+	}
+	s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "allow", Detail: "watch the pending view"})
+	ch := make(chan FileEvent)
+	closed := s.closing()
+	// The watcher is not counted as a running call: Close ends it.
+	s.running.Done()
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(WatchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-closed:
+				return
+			case <-t.C:
+			}
+			now, err := s.watchSnapshot(ctx, rel)
+			if err != nil {
+				continue // a stack being rewritten; look again
+			}
+			for _, ev := range diffViews(last, now, s.committedExists) {
+				select {
+				case ch <- ev:
+				case <-ctx.Done():
+					return
+				case <-closed:
+					return
+				}
+			}
+			last = now
+		}
+	}()
+	return ch, nil
+}
+
+// viewState is what the pending view decides about one path.
+type viewState struct {
+	kind   cowfs.ChangeKind
+	sha    string
+	mode   uint32
+	target string
+}
+
+func (s *Sandbox) watchSnapshot(ctx context.Context, rel string) (map[string]viewState, error) {
+	st, err := s.viewStack(ctx)
+	if err != nil || st == nil {
+		return map[string]viewState{}, err
+	}
+	out := map[string]viewState{}
+	for _, e := range st.View() {
+		if rel != "." && e.Path != rel && !strings.HasPrefix(e.Path, rel+"/") {
+			continue
+		}
+		if pathguard.IsReserved(e.Path) || s.o.policy.Evaluate(policy.Read, e.Path) == policy.Deny {
+			continue
+		}
+		out[e.Path] = viewState{kind: e.Kind, sha: e.SHA, mode: uint32(e.Mode), target: e.Target}
+	}
+	return out, nil
+}
+
+// committedExists reports whether the workspace has rel on disk.
+func (s *Sandbox) committedExists(rel string) bool {
+	root, err := os.OpenRoot(s.guard.Root())
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	_, err = root.Lstat(rel)
+	return err == nil
+}
+
+// diffViews lists what changed from a to b, in path order; exists says
+// whether the workspace has a path the view did not decide before.
+func diffViews(a, b map[string]viewState, exists func(string) bool) []FileEvent {
+	var out []FileEvent
+	for p, nb := range b {
+		na, had := a[p]
+		switch {
+		case nb.kind == cowfs.KindDelete && (!had || na.kind != cowfs.KindDelete):
+			out = append(out, FileEvent{Path: p, Op: FileRemoved})
+		case nb.kind == cowfs.KindDelete:
+		case !had && exists(p):
+			out = append(out, FileEvent{Path: p, Op: FileChanged})
+		case !had || na.kind == cowfs.KindDelete:
+			out = append(out, FileEvent{Path: p, Op: FileCreated})
+		case na != nb:
+			out = append(out, FileEvent{Path: p, Op: FileChanged})
+		}
+	}
+	for p := range a {
+		if _, ok := b[p]; !ok {
+			out = append(out, FileEvent{Path: p, Op: FileSettled})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return path.Clean(out[i].Path) < path.Clean(out[j].Path) })
+	return out
+}
