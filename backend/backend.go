@@ -216,6 +216,13 @@ type Request struct {
 	// request that has any with ErrUnsupported, never runs it without.
 	Caches []Cache
 
+	// TTY, when set, runs the command on a new pseudo-terminal made
+	// inside the sandbox (never the caller's), of this size: its stdin,
+	// stdout and stderr are the terminal, whose output arrives on Stdout
+	// and whose input is Stdin. Only a backend that implements
+	// TerminalStarter honours it; the facade sends it to no other.
+	TTY *TTY
+
 	// StreamFiles lets the backend hand a large regular file of the
 	// overlay as File.Source (a host path) instead of File.Data, so that
 	// it is never held in memory. The caller must then call

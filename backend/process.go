@@ -46,11 +46,35 @@ type Process interface {
 	// for the facade's Expose. It returns an error wrapping ErrUnsupported
 	// where the backend cannot reach into the sandbox's network.
 	DialPort(ctx context.Context, port int) (net.Conn, error)
+	// Resize sets the size of the command's terminal (Request.TTY); the
+	// command gets SIGWINCH. It returns an error wrapping ErrUnsupported
+	// for a command without one.
+	Resize(rows, cols uint16) error
+}
+
+// TTY is the size of a pseudo-terminal (Request.TTY).
+type TTY struct {
+	Rows, Cols uint16
+}
+
+// TerminalStarter is a Starter that honours Request.TTY: the command
+// runs on a pseudo-terminal the backend makes inside the sandbox, and
+// its Process can Resize it.
+type TerminalStarter interface {
+	Starter
+	// StartsTerminals reports whether Request.TTY is honoured here (a
+	// backend may depend on what the machine offers).
+	StartsTerminals() bool
+}
+
+// Resizer is a Control whose command runs on a terminal.
+type Resizer interface {
+	Resize(rows, cols uint16) error
 }
 
 // Control is what a backend can do to a command while it runs; a backend
-// hands one to Background's started callback. Dial and Resize are
-// optional abilities, found with a type assertion (PortDialer).
+// hands one to Background's started callback. Dialling and resizing are
+// optional abilities, found with a type assertion (PortDialer, Resizer).
 type Control interface {
 	Signal(sig os.Signal) error
 }
@@ -161,4 +185,15 @@ func (p *bgProcess) DialPort(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: reaching a port inside the sandbox", ErrUnsupported)
 	}
 	return d.DialPort(ctx, port)
+}
+
+func (p *bgProcess) Resize(rows, cols uint16) error {
+	if p.ended() {
+		return ErrProcessDone
+	}
+	r, ok := p.ctl.(Resizer)
+	if !ok {
+		return fmt.Errorf("%w: the command has no terminal", ErrUnsupported)
+	}
+	return r.Resize(rows, cols)
 }

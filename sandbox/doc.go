@@ -63,7 +63,9 @@
 //     nothing is left running), Stdin, and Output from any byte offset
 //     (stdout and stderr as they arrived, scrubbed, kept until Close,
 //     bounded by twice output_bytes). A backend without
-//     backend.Starter refuses it with ErrUnsupported.
+//     backend.Starter refuses it with ErrUnsupported. Command.TTY runs it
+//     on a new terminal made inside the sandbox, never the caller's
+//     (Process.Resize), where the backend is a backend.TerminalStarter.
 //   - Expose reaches a port a process listens on inside the sandbox from
 //     the host's loopback, only for ports the policy lists in
 //     network.expose (any network mode); others are refused with an

@@ -49,6 +49,11 @@ type Command struct {
 	Limits *policy.ResourceLimits
 	// ExecutionID names the execution in the audit log (default: random).
 	ExecutionID string
+	// TTY, for Start only, runs the command on a new pseudo-terminal of
+	// this size made inside the sandbox (never the caller's); its output
+	// is the terminal's, all of it on Stdout and the process's log, and
+	// Process.Resize changes its size. Execute refuses it.
+	TTY *TTY
 
 	// review holds the command's writes for a person (set by SafeGit
 	// when the policy asks about a git operation).
@@ -142,6 +147,9 @@ func (s *Sandbox) Execute(ctx context.Context, cmd Command) (*Result, error) {
 }
 
 func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
+	if cmd.TTY != nil {
+		return nil, fmt.Errorf("%w: a terminal is for Start, not Execute", ErrInvalidCommand)
+	}
 	if err := s.enter(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,11 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
+// TTY is the size of a terminal (Command.TTY).
+type TTY struct {
+	Rows, Cols uint16
+}
+
 // Process is a command started in the background with Start. Its methods
 // are safe for concurrent use.
 type Process struct {
@@ -77,6 +82,16 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 	if cmd.Stdin != nil {
 		return nil, fmt.Errorf("%w: a started process takes its input through Process.Stdin, not Command.Stdin", ErrInvalidCommand)
 	}
+	if cmd.TTY != nil {
+		if ts, ok := s.backend.(backend.TerminalStarter); !ok || !ts.StartsTerminals() {
+			s.record(ctx, audit.Event{ExecutionID: cmd.ExecutionID, Action: "shell", Target: cmd.String(), Decision: "deny",
+				Backend: s.backend.Name(), Reason: "unsupported", Detail: "backend makes no terminals"})
+			return nil, fmt.Errorf("%w: backend %q makes no terminals", ErrUnsupported, s.backend.Name())
+		}
+		if cmd.TTY.Rows == 0 || cmd.TTY.Cols == 0 {
+			return nil, fmt.Errorf("%w: terminal size %dx%d", ErrInvalidCommand, cmd.TTY.Rows, cmd.TTY.Cols)
+		}
+	}
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -122,6 +137,9 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 		_, err = x.fail(runCtx, err)
 		log.end()
 		return nil, err
+	}
+	if cmd.TTY != nil {
+		x.req.TTY = &backend.TTY{Rows: cmd.TTY.Rows, Cols: cmd.TTY.Cols}
 	}
 	x.launching(runCtx)
 	bp, err := starter.Start(runCtx, x.req)
@@ -211,6 +229,13 @@ func (p *Process) Kill() error {
 	err := p.bp.Kill()
 	<-p.done
 	return p.s.scrubErr(err)
+}
+
+// Resize sets the size of the process's terminal (Command.TTY); the
+// command gets SIGWINCH. Without a terminal it returns an error wrapping
+// ErrUnsupported; after the end, backend.ErrProcessDone.
+func (p *Process) Resize(rows, cols uint16) error {
+	return p.s.scrubErr(p.bp.Resize(rows, cols))
 }
 
 // Stdin is the process's standard input. Closing it gives the command

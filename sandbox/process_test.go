@@ -339,3 +339,35 @@ func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 		t.Errorf("expose events: %d allowed, %d denied; want 1, 2", allowed, denied)
 	}
 }
+
+// TestStartTTY: a process on a terminal of the sandbox's own echoes its
+// input into the log, sees Resize, and Execute refuses a terminal.
+func TestStartTTY(t *testing.T) {
+	sb := newIsolated(t, t.TempDir())
+	ctx := context.Background()
+	if _, err := sb.Execute(ctx, Command{Shell: "true", TTY: &TTY{Rows: 24, Cols: 80}}); !errors.Is(err, ErrInvalidCommand) {
+		t.Fatalf("Execute with a TTY: err = %v, want ErrInvalidCommand", err)
+	}
+	p, err := sb.Start(ctx, Command{Shell: `trap 'stty size; exit 0' WINCH; echo ready; read l; echo "got $l"; while :; do sleep 0.05; done`,
+		TTY: &TTY{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	defer r.Close()
+	readUntil(t, r, "ready\r\n")
+	if _, err := io.WriteString(p.Stdin(), "hi\n"); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, r, "got hi\r\n")
+	if err := p.Resize(40, 120); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, r, "40 120\r\n")
+	if res, err := p.Wait(ctx); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Wait = %v, %v", res, err)
+	}
+	if err := p.Resize(1, 1); !errors.Is(err, backend.ErrProcessDone) {
+		t.Errorf("Resize after the end = %v", err)
+	}
+}

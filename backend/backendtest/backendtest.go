@@ -96,6 +96,7 @@ var cases = []testCase{
 	{"StartKillTree", testStartKillTree},
 	{"StartSignal", testStartSignal},
 	{"StartRefused", testStartRefused},
+	{"StartTTY", testStartTTY},
 	{"Close", testClose},
 }
 

@@ -108,6 +108,11 @@
 //     exit code (skipped where Signal is ErrUnsupported). A working
 //     directory outside the workspace is refused by Start with
 //     ErrInvalidRequest.
+//   - StartTTY (backends that implement backend.TerminalStarter): with
+//     Request.TTY the command's tty is /dev/pts/0 of the sandbox's own
+//     devpts, `stty size` says the size asked for, the terminal echoes
+//     input and ends lines with \r\n, and Resize reaches the command as
+//     SIGWINCH with the new size; Resize after the end is ErrProcessDone.
 //   - Close: Close ends a running execution, Exec after Close fails with
 //     ErrClosed, and a second Close returns nil.
 package backendtest

@@ -140,3 +140,46 @@ func testStartRefused(t *testing.T, s *suite) {
 		t.Errorf("err = %v, want ErrInvalidRequest", err)
 	}
 }
+
+// testStartTTY: with Request.TTY the command runs on a new terminal of the
+// sandbox's own (the first of its devpts: /dev/pts/0, not the caller's),
+// of the size asked for; input is echoed by the terminal, output comes
+// with its line discipline (\r\n), and Resize reaches the command as
+// SIGWINCH with the new size. Skipped where the backend makes no
+// terminals.
+func testStartTTY(t *testing.T, s *suite) {
+	e := s.setup(t)
+	ts, ok := e.b.(backend.TerminalStarter)
+	if !ok || !ts.StartsTerminals() {
+		t.Skipf("backend %s makes no terminals", e.b.Name())
+	}
+	stdinR, stdinW := io.Pipe()
+	out := &recorder{}
+	p := e.start(&backend.Request{
+		Shell: `tty; stty size; trap 'stty size; exit 5' WINCH; echo ready; read line; echo "got $line"; while :; do sleep 0.05; done`,
+		Stdin: stdinR, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80}})
+	e.waitFor(out, "ready\r\n")
+	if _, err := io.WriteString(stdinW, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(out, "got hello\r\n")
+	if err := p.Resize(30, 100); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if res.ExitCode != 5 {
+		t.Errorf("exit %d, want 5 (the WINCH trap); output %q", res.ExitCode, got)
+	}
+	for _, want := range []string{"/dev/pts/0\r\n", "24 80\r\n", "hello\r\ngot hello\r\n", "30 100\r\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("terminal output %q lacks %q", got, want)
+		}
+	}
+	if err := p.Resize(10, 10); !errors.Is(err, backend.ErrProcessDone) {
+		t.Errorf("Resize after the end = %v, want ErrProcessDone", err)
+	}
+}

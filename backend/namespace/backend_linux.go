@@ -506,6 +506,15 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if c.Caches, err = cacheBinds(req.Caches, ws); err != nil {
 		return c, err
 	}
+	if req.TTY != nil {
+		if req.TTY.Rows == 0 || req.TTY.Cols == 0 {
+			return c, fmt.Errorf("%w: terminal size %dx%d", backend.ErrInvalidRequest, req.TTY.Rows, req.TTY.Cols)
+		}
+		c.TTY = &ttyConfig{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		if _, ok := req.Env["TERM"]; !ok {
+			env["TERM"] = "xterm-256color"
+		}
+	}
 	if !req.Pending.Empty() {
 		if err := backend.CheckPending(req.Pending); err != nil {
 			return c, err

@@ -62,6 +62,8 @@ type childConfig struct {
 	Data     int64 `json:"data,omitempty"`
 	// Egress is set in allowlist mode (egress_linux.go).
 	Egress *egressConfig `json:"egress,omitempty"`
+	// TTY runs the command on a terminal of this size (tty_linux.go).
+	TTY *ttyConfig `json:"tty,omitempty"`
 
 	// envMap is Env before HOME is known (parent side only).
 	envMap map[string]string

@@ -28,7 +28,19 @@
 // caller's terminal through /dev/tty, and the caller's stdin, a terminal
 // or not, reaches the command only through a pipe the backend copies
 // into. Descriptors the caller holds open without close-on-exec are closed
-// before the command starts; it has 0, 1 and 2 and nothing else.
+// before the command starts; it has 0, 1 and 2 and nothing else. With
+// Request.TTY the command's 0, 1 and 2 are instead a new terminal the init
+// opens in the sandbox's own devpts instance (the sandbox's /dev/pts/0,
+// never a host terminal), its controlling terminal; the init copies the
+// master to and from its pipes and applies resizes the backend sends as
+// lines on the config pipe (tty_linux.go).
+//
+// Start (backend.Starter) runs a command exactly as Exec does and hands
+// back a handle: signals go to the command's host pid (the init's child
+// whose innermost pid the init reported), and DialPort connects to a port
+// inside the sandbox from an OS thread locked into its network namespace
+// for the dial (root only: setns into a network namespace needs
+// CAP_SYS_ADMIN over the caller's own user namespace too).
 //
 // The command inherits, from the init thread that forks it, no_new_privs,
 // an empty capability set (bounding, ambient, inheritable and effective,

@@ -104,11 +104,7 @@ func initSandbox(version string, status *os.File) error {
 	// The backend holds the config pipe open until it has what it needs
 	// from us. EOF means the backend's process is gone: end the sandbox
 	// (the kernel kills the rest of the namespace with us).
-	go func() {
-		var b [1]byte
-		f.Read(b[:])
-		syscall.Exit(126)
-	}()
+	go controlLines(io.MultiReader(dec.Buffered(), f)) // tty_linux.go
 	if err := setupRequest(&cfg); err != nil {
 		return err
 	}
@@ -121,6 +117,17 @@ func initSandbox(version string, status *os.File) error {
 	}
 	if err := setRlimits(&cfg); err != nil {
 		return err
+	}
+	stdio := []uintptr{0, 1, 2}
+	ptySlave := -1
+	if cfg.TTY != nil {
+		master, slave, err := openPTY(cfg.TTY) // tty_linux.go
+		if err != nil {
+			return err
+		}
+		ptySlave = slave
+		stdio = []uintptr{uintptr(slave), uintptr(slave), uintptr(slave)}
+		relayPTY(master)
 	}
 	path, argv, err := resolveCommand(&cfg)
 	notFound := errors.Is(err, errNotFound)
@@ -141,11 +148,15 @@ func initSandbox(version string, status *os.File) error {
 	}
 	// The command leads a session of its own as well: no controlling
 	// terminal, and no way to signal the init's process group.
+	// On a terminal, it is the session's controlling terminal.
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   cfg.Env,
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Files: stdio,
+		Sys:   &syscall.SysProcAttr{Setsid: true, Setctty: ptySlave >= 0, Ctty: 0},
 	})
+	if ptySlave >= 0 {
+		unix.Close(ptySlave) // EIO on the master once the command's side is gone
+	}
 	if err != nil {
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", path, err)
@@ -197,6 +208,7 @@ func endNamespace(status *os.File) {
 			break // ECHILD: nothing left but this process
 		}
 	}
+	drainPTY()
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
 		syscall.Exit(0) // no "ended": the backend waits for the exit

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,7 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
-var _ backend.Starter = (*Backend)(nil)
+var _ backend.TerminalStarter = (*Backend)(nil)
 
 // Start implements backend.Starter: the command runs exactly as under
 // Exec, in a sandbox of its own, and the handle reaches it through its
@@ -28,9 +29,39 @@ func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Proc
 	}
 	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
 		return b.exec(ctx, req, func(p *initProc, nsPid int) {
-			started(&control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet})
+			c := &control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet}
+			if req.TTY != nil {
+				started(&ttyControl{control: c, cfg: p.cfgW})
+				return
+			}
+			started(c)
 		})
 	})
+}
+
+// StartsTerminals implements backend.TerminalStarter: the init makes the
+// terminal in the sandbox's own devpts (tty_linux.go).
+func (b *Backend) StartsTerminals() bool { return true }
+
+// ttyControl is the control of a command on a terminal: resizes go to
+// the init as lines on its config pipe, which it keeps reading.
+type ttyControl struct {
+	*control
+	mu  sync.Mutex
+	cfg *os.File
+}
+
+// Resize implements backend.Resizer.
+func (c *ttyControl) Resize(rows, cols uint16) error {
+	if rows == 0 || cols == 0 {
+		return fmt.Errorf("%w: terminal size %dx%d", backend.ErrInvalidRequest, rows, cols)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := fmt.Fprintf(c.cfg, "resize %d %d\n", rows, cols); err != nil {
+		return backend.ErrProcessDone
+	}
+	return nil
 }
 
 // control acts on a running sandbox from the host.

@@ -1,0 +1,140 @@
+package namespace
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A command with Request.TTY runs on a pseudo-terminal the init opens in
+// the sandbox's own devpts instance (mounted newinstance in setupDev), so
+// the terminal is the sandbox's, never the caller's. The command leads a
+// session whose controlling terminal it is; the init copies the master to
+// its stdout pipe and its stdin pipe to the master. Resizes come from the
+// backend as "resize ROWS COLS" lines on the config pipe, after the
+// config (see controlLines).
+
+// ttyConfig is the terminal's size in the request's config.
+type ttyConfig struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ptyMaster is the init's master descriptor, -1 without a terminal.
+var ptyMaster atomic.Int32
+
+// ptyOut ends once the master's output is all copied to stdout.
+var ptyOut sync.WaitGroup
+
+func init() { ptyMaster.Store(-1) }
+
+// openPTY opens a new terminal of the sandbox's devpts at size sz and
+// returns the master and the slave, both close-on-exec.
+func openPTY(sz *ttyConfig) (master, slave int, err error) {
+	master, err = unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("opening /dev/pts/ptmx: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("unlocking the terminal: %w", err)
+	}
+	n, err := unix.IoctlGetInt(master, unix.TIOCGPTN)
+	if err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("terminal number: %w", err)
+	}
+	slave, err = unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("opening the terminal: %w", err)
+	}
+	_ = unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: sz.Rows, Col: sz.Cols})
+	return master, slave, nil
+}
+
+// relayPTY copies between the master and the init's stdio.
+func relayPTY(master int) {
+	ptyMaster.Store(int32(master))
+	ptyOut.Add(1)
+	go func() {
+		defer ptyOut.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := unix.Read(master, buf)
+			if n > 0 {
+				if _, werr := os.Stdout.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				return // EIO: no one holds the terminal any more
+			}
+		}
+	}()
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := os.Stdin.Read(buf)
+			for p := buf[:n]; len(p) > 0; {
+				m, werr := unix.Write(master, p)
+				if werr == unix.EINTR {
+					continue
+				}
+				if werr != nil {
+					return
+				}
+				p = p[m:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// drainPTY waits, a bounded time, for the terminal's output to be copied
+// once everything holding the terminal is dead.
+func drainPTY() {
+	if ptyMaster.Load() < 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() { ptyOut.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+}
+
+// controlLines reads what the backend sends on the config pipe after the
+// config: resize lines for the terminal. Its EOF means the backend's
+// process is gone: the sandbox ends (the kernel kills the rest of the
+// namespace with the init).
+func controlLines(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 || f[0] != "resize" {
+			continue
+		}
+		rows, err1 := strconv.ParseUint(f[1], 10, 16)
+		cols, err2 := strconv.ParseUint(f[2], 10, 16)
+		if m := ptyMaster.Load(); m >= 0 && err1 == nil && err2 == nil {
+			_ = unix.IoctlSetWinsize(int(m), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+		}
+	}
+	syscall.Exit(126)
+}
