@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -142,19 +143,15 @@ func TestSyncEveryFlushesInBackground(t *testing.T) {
 	if err := l.Record(context.Background(), Event{Action: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		l.mu.Lock()
 		dirty := l.dirty
 		l.mu.Unlock()
-		if !dirty {
-			break
+		if dirty {
+			return errors.New("background sync never ran")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("background sync never ran")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

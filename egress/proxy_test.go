@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -222,38 +223,34 @@ func (w *world) connect(target string) (net.Conn, *bufio.Reader, string) {
 // lastEvent returns the latest event, waiting a little for one: a
 // connection's event follows the bytes the client has already read.
 func (w *world) lastEvent() Event {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	var e Event
+	testenv.Eventually(w.t, 5*time.Second, func() error {
 		w.mu.Lock()
-		n := len(w.events)
-		var e Event
-		if n > 0 {
-			e = w.events[n-1]
+		defer w.mu.Unlock()
+		if len(w.events) == 0 {
+			return errors.New("no event")
 		}
-		w.mu.Unlock()
-		if n > 0 {
-			return e
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatal("no event")
-		}
-	}
+		e = w.events[len(w.events)-1]
+		return nil
+	})
+	return e
 }
 
 // waitEvent waits for an event that matches.
 func (w *world) waitEvent(match func(Event) bool) Event {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	var found Event
+	testenv.Eventually(w.t, 5*time.Second, func() error {
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		for _, e := range w.events {
 			if match(e) {
-				w.mu.Unlock()
-				return e
+				found = e
+				return nil
 			}
 		}
-		w.mu.Unlock()
-		if time.Now().After(deadline) {
-			w.t.Fatal("no matching event")
-		}
-	}
+		return errors.New("no matching event")
+	})
+	return found
 }
 
 func assertDenied(t *testing.T, what, answer string) {

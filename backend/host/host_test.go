@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -287,20 +288,18 @@ func readPID(t *testing.T, path string) int {
 // generous deadline means it was not killed.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if err := testenv.Poll(5*time.Second, func() error {
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return
+			return nil
 		}
 		fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
 		if len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X") {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d still runs after Exec returned", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("still running")
+	}); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("process %d still runs after Exec returned", pid)
 	}
 }

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // tracksTree skips a test that needs the backend to track a command's
@@ -57,17 +59,15 @@ func TestReconcileKillsWhatADeadOwnerLeft(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, err := os.Stat(filepath.Join(ws, "esc.pid")); err == nil && st.Size() > 0 {
-			break
+	if err := testenv.Poll(30*time.Second, func() error {
+		if st, err := os.Stat(filepath.Join(ws, "esc.pid")); err != nil || st.Size() == 0 {
+			return errors.New("no esc.pid yet")
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal("the command never started its setsid child")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the command never started its setsid child")
 	}
 	pid := readPID(t, filepath.Join(ws, "esc.pid"))
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 func writeAuditLog(t *testing.T, path string, n int, opts ...audit.Option) {
@@ -124,13 +126,12 @@ func TestAuditTailFollowsAcrossRotation(t *testing.T) {
 
 	waitFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(out.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("tail -f never printed %q; output:\n%s\nstderr: %s", want, out.String(), errb.String())
+		testenv.Eventually(t, 20*time.Second, func() error {
+			if !strings.Contains(out.String(), want) {
+				return fmt.Errorf("tail -f never printed %q; output:\n%s\nstderr: %s", want, out.String(), errb.String())
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("#1 shell")
 	// Small max size: each new event rotates the file.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pulse-agent/pulse/internal/server/relay"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -106,16 +108,12 @@ func (rh *relayHarness) startWorker(t *testing.T, id, token string, capacity str
 
 func (rh *relayHarness) waitWorkers(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if live, _, _ := rh.relay.Workers(); live == n {
-			return
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if live, _, _ := rh.relay.Workers(); live != n {
+			return fmt.Errorf("%d workers attached, want %d", live, n)
 		}
-		if time.Now().After(deadline) {
-			live, _, _ := rh.relay.Workers()
-			t.Fatalf("%d workers attached, want %d", live, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // End to end: a client of the WebSocket API runs commands on a real

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -276,13 +277,12 @@ func fileSize(path string) int64 {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !cond() {
+			return errors.New("condition not met")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestFullChunkFrameFitsIn32KiB pins the reason for ChunkSize: the
