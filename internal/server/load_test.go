@@ -20,6 +20,8 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/internal/testenv/testproc"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -147,6 +149,7 @@ func atoiTrim(s string) int {
 const childEnv = "PULSE_SERVER_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	testenv.RunIfChild("pulse-worker", testproc.Worker)
 	if dir := os.Getenv(childEnv); dir != "" {
 		runChildServer(dir)
 		return

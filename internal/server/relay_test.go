@@ -9,9 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,43 +22,6 @@ import (
 )
 
 const workerToken = "relay-worker-token"
-
-var (
-	workerBinOnce sync.Once
-	workerBin     string
-	workerBinErr  error
-)
-
-// buildWorker builds the real pulse-worker command once per test binary.
-func buildWorker(t *testing.T) string {
-	t.Helper()
-	workerBinOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			workerBinErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "pulse-worker-bin")
-		if err != nil {
-			workerBinErr = err
-			return
-		}
-		workerBin = filepath.Join(dir, "pulse-worker")
-		args := []string{"build", "-o", workerBin}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command(goBin, append(args, "github.com/pulse-agent/pulse/cmd/pulse-worker")...).CombinedOutput()
-		if err != nil {
-			workerBinErr = err
-			workerBin = string(out)
-		}
-	})
-	if workerBinErr != nil {
-		t.Fatalf("build pulse-worker: %v\n%s", workerBinErr, workerBin)
-	}
-	return workerBin
-}
 
 type relayHarness struct {
 	*harness
@@ -86,11 +47,12 @@ func startRelay(t *testing.T, opts ...relay.Option) *relayHarness {
 	return &relayHarness{harness: h, relay: r, addr: lis.Addr().String()}
 }
 
-// startWorker runs a real pulse-worker process attached to the relay.
+// startWorker runs a pulse-worker process (testproc.Worker: this test
+// binary, re-executed) attached to the relay.
 func (rh *relayHarness) startWorker(t *testing.T, id, token string, capacity string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(buildWorker(t))
-	cmd.Env = append(os.Environ(), "RELAY_ADDR="+rh.addr, "SANDBOX_ID="+id, "SANDBOX_TOKEN="+token,
+	cmd := testenv.Command(t, "pulse-worker")
+	cmd.Env = append(cmd.Env, "RELAY_ADDR="+rh.addr, "SANDBOX_ID="+id, "SANDBOX_TOKEN="+token,
 		"RELAY_TLS=0", "WORKER_MAX_CONCURRENT="+capacity)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if testing.Verbose() {
