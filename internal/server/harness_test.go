@@ -151,7 +151,10 @@ func (c *client) send(action string, payload map[string]any) string {
 
 func (c *client) sendRaw(b []byte) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// As generous as recv: the server reads a frame of many megabytes (the
+	// stdin cap tests send 22 MB) slowly under the race detector on a loaded
+	// machine, and the write waits for it.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
 		c.t.Fatalf("write: %v", err)
