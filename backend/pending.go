@@ -140,6 +140,65 @@ func (p *Pending) Lookup(rel string) (e *PendingEntry, decided bool) {
 	return e, true
 }
 
+// WalkBase walks the workspace ws under the view, for a backend that
+// copies it: the entries pathguard.WalkWorkspace visits, minus the hidden
+// paths (each with all beneath it) and minus every path the view decides,
+// which the caller takes from Shown instead. A pending directory over a
+// workspace one is walked into, since what it holds may show through.
+// Works on a nil Pending (it decides nothing).
+func (p *Pending) WalkBase(ws string, hidden map[string]bool, fn pathguard.WalkFunc) error {
+	return pathguard.WalkWorkspace(ws, func(rel, abs string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fn(rel, abs, d, err)
+		}
+		skip := hidden[rel]
+		if !skip {
+			if e, decided := p.Lookup(rel); decided {
+				if d.IsDir() && e != nil && e.Kind == PendingDir {
+					return nil
+				}
+				skip = true
+			}
+		}
+		if skip {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		return fn(rel, abs, d, err)
+	})
+}
+
+// Shown returns the entries of the view that show over the workspace, in
+// view order (so a directory comes before what it holds): neither deleted
+// nor beneath a deletion, file or symlink, nor at or beneath a hidden
+// path. With WalkBase it is the whole tree a copying backend lays out.
+func (p *Pending) Shown(hidden map[string]bool) []*PendingEntry {
+	if p == nil {
+		return nil
+	}
+	var out []*PendingEntry
+	for i := range p.View {
+		e := &p.View[i]
+		if got, decided := p.Lookup(e.Path); !decided || got == nil || hiddenAt(hidden, e.Path) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// hiddenAt reports whether rel or one of its ancestors is hidden.
+func hiddenAt(hidden map[string]bool, rel string) bool {
+	for q := rel; q != "." && q != "/"; q = path.Dir(q) {
+		if hidden[q] {
+			return true
+		}
+	}
+	return false
+}
+
 // Children returns the names of the view's entries directly beneath the
 // directory rel ("." for the root), deleted ones included, sorted.
 func (p *Pending) Children(rel string) []string {

@@ -103,23 +103,14 @@ func CleanName(name string) (string, error) {
 }
 
 // CheckLinkTarget accepts a symlink at name (clean, relative) whose target
-// is relative and, read lexically from the link's directory, stays inside
-// the workspace and outside the reserved .pulse directory. An upload must
-// also pass Resolve for every link (a later link can change where an
+// pathguard.CheckLinkTarget accepts: the project's one rule, which judges
+// the target's elements as written rather than its cleaned form (see
+// there), so it stays inside the workspace and outside .pulse. An upload
+// must also pass Resolve for every link (a later link can change where an
 // earlier one leads).
 func CheckLinkTarget(name, target string) error {
-	if target == "" || strings.ContainsRune(target, 0) || strings.Contains(target, "\\") || len(target) > pathguard.MaxPathLen {
-		return fmt.Errorf("%q -> %q: bad target: %w", name, target, ErrUnsafe)
-	}
-	if strings.HasPrefix(target, "/") || (len(target) >= 2 && target[1] == ':') {
-		return fmt.Errorf("%q -> %q: absolute target: %w", name, target, ErrUnsafe)
-	}
-	resolved := path.Join(path.Dir(name), target)
-	if resolved == ".." || strings.HasPrefix(resolved, "../") {
-		return fmt.Errorf("%q -> %q: target leaves the workspace: %w", name, target, ErrUnsafe)
-	}
-	if resolved != "." && pathguard.IsReserved(resolved) {
-		return fmt.Errorf("%q -> %q: target is reserved: %w", name, target, ErrUnsafe)
+	if err := pathguard.CheckLinkTarget(name, target); err != nil {
+		return fmt.Errorf("%q: %w: %w", name, ErrUnsafe, err)
 	}
 	return nil
 }

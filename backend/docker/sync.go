@@ -22,7 +22,6 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // The container's /work/base is what the next command starts from. Before
@@ -101,31 +100,9 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 	for _, h := range hiddenList {
 		hidden[h] = true
 	}
-	isHidden := func(rel string) bool {
-		for p := rel; p != "."; p = path.Dir(p) {
-			if hidden[p] {
-				return true
-			}
-		}
-		return false
-	}
-	err := pathguard.WalkWorkspace(ws, func(rel, p string, d fs.DirEntry, err error) error {
+	err := pend.WalkBase(ws, hidden, func(rel, p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
-		}
-		if hidden[rel] {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if _, decided := pend.Lookup(rel); decided {
-			if d.IsDir() {
-				if e, _ := pend.Lookup(rel); e == nil || e.Kind != backend.PendingDir {
-					return filepath.SkipDir
-				}
-			}
-			return nil // the pending entry is added below
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -153,24 +130,18 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("docker: reading workspace: %w", err)
 	}
-	if pend != nil {
-		for i := range pend.View {
-			e := &pend.View[i]
-			if got, decided := pend.Lookup(e.Path); !decided || got == nil || isHidden(e.Path) {
-				continue // deleted, beneath a deletion, or hidden
+	for _, e := range pend.Shown(hidden) {
+		switch e.Kind {
+		case backend.PendingDir:
+			out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: fmt.Sprintf("d|%o", tarMode(e.Mode))}
+		case backend.PendingSymlink:
+			out[e.Path] = want{kind: 'l', tgt: e.Target, sig: "l|" + e.Target}
+		case backend.PendingFile:
+			sig := "p|" + e.Path + "|" + fmt.Sprint(e.Size)
+			if e.SHA != "" {
+				sig = contentSig(e.Mode, e.SHA)
 			}
-			switch e.Kind {
-			case backend.PendingDir:
-				out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: fmt.Sprintf("d|%o", tarMode(e.Mode))}
-			case backend.PendingSymlink:
-				out[e.Path] = want{kind: 'l', tgt: e.Target, sig: "l|" + e.Target}
-			case backend.PendingFile:
-				sig := "p|" + e.Path + "|" + fmt.Sprint(e.Size)
-				if e.SHA != "" {
-					sig = contentSig(e.Mode, e.SHA)
-				}
-				out[e.Path] = want{kind: 'p', mode: e.Mode, pend: e, sig: sig}
-			}
+			out[e.Path] = want{kind: 'p', mode: e.Mode, pend: e, sig: sig}
 		}
 	}
 	return out, nil

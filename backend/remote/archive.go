@@ -9,11 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -106,29 +104,9 @@ func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pendi
 		}
 		return nil
 	}
-	err := filepath.WalkDir(dir, func(p2 string, d fs.DirEntry, err error) error {
+	err := pend.WalkBase(dir, lim.hidden, func(rel, p2 string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
-		}
-		rel, err := filepath.Rel(dir, p2)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if pathguard.IsReserved(rel) || lim.hidden[rel] {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if e, decided := pend.Lookup(rel); decided {
-			if d.IsDir() && (e == nil || e.Kind != backend.PendingDir) {
-				return filepath.SkipDir
-			}
-			return nil // packed from the view below
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -165,7 +143,7 @@ func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pendi
 			return nil
 		}
 	})
-	if err == nil && pend != nil {
+	if err == nil {
 		err = packPending(pend, lim, p, add, mtime)
 	}
 	if err == nil {

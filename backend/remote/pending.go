@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
-	"path"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
@@ -18,11 +17,7 @@ import (
 // pending-only file reports it deleted. The view is sorted, so a pending
 // directory comes before what it holds.
 func packPending(pend *backend.Pending, lim packLimits, p *packed, add func(*tar.Header, io.Reader) error, mtime time.Time) error {
-	for i := range pend.View {
-		e := &pend.View[i]
-		if got, decided := pend.Lookup(e.Path); !decided || got == nil || hiddenBeneath(lim.hidden, e.Path) {
-			continue // deleted, beneath a deletion, or hidden
-		}
+	for _, e := range pend.Shown(lim.hidden) {
 		hdr := &tar.Header{Name: e.Path, ModTime: mtime, Mode: int64(e.Mode.Perm()), Format: tar.FormatPAX}
 		switch e.Kind {
 		case backend.PendingDir:
@@ -53,14 +48,4 @@ func packPending(pend *backend.Pending, lim packLimits, p *packed, add func(*tar
 		}
 	}
 	return nil
-}
-
-// hiddenBeneath reports whether rel or a directory above it is hidden.
-func hiddenBeneath(hidden map[string]bool, rel string) bool {
-	for p := rel; p != "." && p != "/"; p = path.Dir(p) {
-		if hidden[p] {
-			return true
-		}
-	}
-	return false
 }

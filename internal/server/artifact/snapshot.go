@@ -47,23 +47,9 @@ func Take(dir string) (*Snapshot, error) {
 // dir (not dir itself, not the reserved .pulse/), with its slash-separated
 // relative path and, for symlinks, the target.
 func walkPaths(dir string, fn func(rel, abs string, info fs.FileInfo, link string) error) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	return pathguard.WalkWorkspace(dir, func(rel, p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if pathguard.IsReserved(rel) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -77,6 +63,8 @@ func walkPaths(dir string, fn func(rel, abs string, info fs.FileInfo, link strin
 				return err
 			}
 		default:
+			// FIFOs, sockets and devices a command made are not content;
+			// they are left out rather than failing the walk.
 			return nil
 		}
 		return fn(rel, p, info, link)
@@ -93,49 +81,20 @@ func copyFile(w io.Writer, p string) error {
 	return err
 }
 
+// walk calls fn with the entry (mode, size, content hash or link target)
+// of every path walkPaths visits.
 func walk(dir string, fn func(rel string, e entry) error) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if pathguard.IsReserved(rel) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		e := entry{mode: info.Mode() & (fs.ModeType | fs.ModePerm), size: info.Size()}
+	return walkPaths(dir, func(rel, abs string, info fs.FileInfo, link string) error {
+		e := entry{mode: info.Mode() & (fs.ModeType | fs.ModePerm), size: info.Size(), link: link}
 		switch {
 		case info.Mode().IsRegular():
-			h, err := hashFile(p)
+			h, err := hashFile(abs)
 			if err != nil {
 				return err
 			}
 			e.hash = h
-		case info.Mode()&fs.ModeSymlink != 0:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			e.link = t
 		case info.IsDir():
 			e.size = 0
-		default:
-			// FIFOs, sockets and devices a command made are not content;
-			// they are left out of the overlay rather than failing it.
-			return nil
 		}
 		return fn(rel, e)
 	})
