@@ -11,14 +11,6 @@ import (
 	"unsafe"
 )
 
-var (
-	errNotDir  = syscall.ENOTDIR
-	errSymlink = errors.New("symlink in path")
-	errEscape  = errors.New("path escapes the base")
-	errIsRoot  = errors.New("the root is a directory")
-	errSpecial = errors.New("special file")
-)
-
 const openFlags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK | syscall.O_CLOEXEC | syscall.O_NOCTTY
 
 // openNoFollow opens rel, already resolved and free of symlinks, under the

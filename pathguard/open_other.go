@@ -3,18 +3,8 @@
 package pathguard
 
 import (
-	"errors"
 	"io/fs"
 	"os"
-	"syscall"
-)
-
-var (
-	errNotDir  = syscall.ENOTDIR
-	errSymlink = errors.New("symlink in path")
-	errEscape  = errors.New("path escapes the base")
-	errIsRoot  = errors.New("the root is a directory")
-	errSpecial = errors.New("special file")
 )
 
 // openNoFollow falls back to os.Root alone on systems other than Linux: the

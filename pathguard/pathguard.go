@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Error classes. Every error a Guard returns for a refused path wraps one
@@ -26,6 +27,16 @@ var (
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrTooLarge: the file is larger than the guard's size limit.
 	ErrTooLarge = errors.New("file too large")
+)
+
+// Reasons openNoFollow gives (open_linux.go, open_other.go), each then
+// wrapped in an error class above.
+var (
+	errNotDir  = syscall.ENOTDIR
+	errSymlink = errors.New("symlink in path")
+	errEscape  = errors.New("path escapes the base")
+	errIsRoot  = errors.New("the root is a directory")
+	errSpecial = errors.New("special file")
 )
 
 // Limits on what Resolve accepts. They match Linux PATH_MAX and NAME_MAX,
