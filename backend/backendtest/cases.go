@@ -650,32 +650,11 @@ func testReconcileSparesLive(t *testing.T, s *suite) {
 	// The command holds on its stdin while Reconcile runs, then finishes
 	// its work: Reconcile must not have removed what it was using.
 	pr, pw := io.Pipe()
-	started := make(chan struct{})
-	var once sync.Once
 	out := &recorder{}
-	out.watch = func(total []byte) {
-		if bytes.Contains(total, []byte("started\n")) {
-			once.Do(func() { close(started) })
-		}
-	}
-	type outcome struct {
-		res *backend.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := e.b.Exec(ctx, e.request(&backend.Request{
-			Shell:  "echo started; cat > /dev/null; echo kept > after.txt; echo finished",
-			Stdin:  pr,
-			Stdout: out,
-		}))
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-started:
-	case o := <-done:
-		t.Fatalf("the command ended before Reconcile: %+v, %v", o.res, o.err)
-	}
+	done := e.execUntilStarted(ctx, &backend.Request{
+		Shell: "echo started; cat > /dev/null; echo kept > after.txt; echo finished",
+		Stdin: pr,
+	}, out)
 	rerr := e.b.Reconcile(ctx)
 	pw.Close()
 	o := <-done
@@ -696,27 +675,7 @@ func testReconcileSparesLive(t *testing.T, s *suite) {
 func testClose(t *testing.T, s *suite) {
 	e := s.setup(t)
 	out := &recorder{}
-	started := make(chan struct{})
-	var once sync.Once
-	out.watch = func(total []byte) {
-		if bytes.Contains(total, []byte("started")) {
-			once.Do(func() { close(started) })
-		}
-	}
-	type outcome struct {
-		res *backend.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := e.b.Exec(context.Background(), e.request(&backend.Request{Shell: "echo started; sleep 30", Stdout: out}))
-		done <- outcome{res, err}
-	}()
-	select {
-	case <-started:
-	case o := <-done:
-		t.Fatalf("the long command ended before Close: %+v", o)
-	}
+	done := e.execUntilStarted(context.Background(), &backend.Request{Shell: "echo started; sleep 30"}, out)
 	if err := e.b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -733,6 +692,38 @@ func testClose(t *testing.T, s *suite) {
 	if err := e.b.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// execOutcome is what an Exec run in the background returned.
+type execOutcome struct {
+	res *backend.Result
+	err error
+}
+
+// execUntilStarted runs req in the background with its stdout going to
+// out and returns, with the channel its outcome will arrive on, once the
+// command has printed "started"; it fails the case if Exec ends first.
+func (e *env) execUntilStarted(ctx context.Context, req *backend.Request, out *recorder) <-chan execOutcome {
+	e.t.Helper()
+	started := make(chan struct{})
+	var once sync.Once
+	out.watch = func(total []byte) {
+		if bytes.Contains(total, []byte("started\n")) {
+			once.Do(func() { close(started) })
+		}
+	}
+	req.Stdout = out
+	done := make(chan execOutcome, 1)
+	go func() {
+		res, err := e.b.Exec(ctx, e.request(req))
+		done <- execOutcome{res, err}
+	}()
+	select {
+	case <-started:
+	case o := <-done:
+		e.t.Fatalf("the command ended before it said it started: %+v, %v", o.res, o.err)
+	}
+	return done
 }
 
 // testHiddenPaths: on a backend that honours Request.Hidden, the command
