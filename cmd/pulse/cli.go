@@ -231,6 +231,18 @@ func parseFlags(env *cliEnv, fs *flag.FlagSet, args []string) (code int, done bo
 	return exitOK, false
 }
 
+// parseNoArgs is parseFlags for a command that takes no positional
+// arguments: one is a usage error.
+func parseNoArgs(env *cliEnv, fs *flag.FlagSet, args []string) (code int, done bool) {
+	if code, done := parseFlags(env, fs, args); done {
+		return code, true
+	}
+	if fs.NArg() != 0 {
+		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0))), true
+	}
+	return exitOK, false
+}
+
 // parseInterleaved parses flags that may come before or after positional
 // arguments, returning the positional ones.
 func parseInterleaved(env *cliEnv, fs *flag.FlagSet, args []string) (pos []string, code int, done bool) {

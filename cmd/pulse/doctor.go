@@ -46,11 +46,8 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 	unsafeHost := fs.Bool("unsafe-host", false, "report the host backend as selectable")
 	policyFile := fs.String("policy", "", "show what each backend would do under this policy file (default: the built-in policy)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if code, done := parseFlags(env, fs, args); done {
+	if code, done := parseNoArgs(env, fs, args); done {
 		return code
-	}
-	if fs.NArg() != 0 {
-		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	var opts []sandbox.Option
 	if *unsafeHost {

@@ -14,11 +14,8 @@ func runDoctorNetwork(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "doctor network")
 	backendName := fs.String("backend", "auto", "run the suite on this backend only: namespace or docker")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if code, done := parseFlags(env, fs, args); done {
+	if code, done := parseNoArgs(env, fs, args); done {
 		return code
-	}
-	if fs.NArg() != 0 {
-		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	report, err := sandbox.DiagnoseNetwork(ctx, sandbox.WithBackendName(*backendName))
 	if err != nil {

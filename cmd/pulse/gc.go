@@ -25,11 +25,8 @@ Exit code 1 when the engine does not answer or a removal fails.`,
 func runGC(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "gc")
 	asJSON := fs.Bool("json", false, "print {removed: [ID...]} as JSON")
-	if code, done := parseFlags(env, fs, args); done {
+	if code, done := parseNoArgs(env, fs, args); done {
 		return code
-	}
-	if fs.NArg() != 0 {
-		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	var opts []docker.Option
 	if h := env.getenv("DOCKER_HOST"); h != "" {

@@ -52,11 +52,8 @@ decides what is allowed; a refusal comes back as a tool error that says why.`
 func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "mcp")
 	sf := addSandboxFlags(fs)
-	if code, done := parseFlags(env, fs, args); done {
+	if code, done := parseNoArgs(env, fs, args); done {
 		return code
-	}
-	if fs.NArg() != 0 {
-		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	opts, err := sf.options(env.getenv, func(w string) { fmt.Fprintf(env.stderr, "pulse mcp: warning: %s\n", w) })
 	if err != nil {

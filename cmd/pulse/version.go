@@ -58,11 +58,8 @@ func buildVersion() versionInfo {
 func runVersion(_ context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "version")
 	asJSON := fs.Bool("json", false, "print the version as a JSON object")
-	if code, done := parseFlags(env, fs, args); done {
+	if code, done := parseNoArgs(env, fs, args); done {
 		return code
-	}
-	if fs.NArg() != 0 {
-		return usageError(env, fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	v := buildVersion()
 	if *asJSON {
