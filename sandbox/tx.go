@@ -60,42 +60,20 @@ func (s *Sandbox) Transactions() ([]cowfs.TxInfo, error) {
 // Stage writes data to path in tx after the policy allows the write and
 // the content is checked for configured secrets (ErrSecretInContent).
 func (s *Sandbox) Stage(ctx context.Context, tx *cowfs.Tx, path string, data []byte, mode os.FileMode) error {
-	return s.scrubErr(s.stage(ctx, tx, path, data, mode))
-}
-
-func (s *Sandbox) stage(ctx context.Context, tx *cowfs.Tx, path string, data []byte, mode os.FileMode) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.running.Done()
-	path, err := s.workspaceRel(path)
-	if err != nil {
-		return err
-	}
-	if _, err := s.decide(ctx, policy.Write, path, ""); err != nil {
-		return err
-	}
-	if err := s.checkSideEffects(ctx, cowfs.WriteOp(path, nil, mode)); err != nil {
-		return err
-	}
-	if s.scrubber.Contains(path) || s.scrubber.ContainsBytes(data) {
-		s.record(ctx, audit.Event{Action: "write", Target: path, Decision: "deny",
-			Detail: "staged content contains a configured secret"})
-		return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(path))
-	}
-	if err := tx.Write(path, data, mode); err != nil {
-		return err
-	}
-	s.record(ctx, audit.Event{Action: "write-staged", Target: path, Decision: "allow", Detail: "transaction " + tx.ID()})
-	return nil
+	return s.scrubErr(s.stageOp(ctx, tx, policy.Write, path, data, mode))
 }
 
 // StageDelete stages the deletion of path in tx after the policy allows it.
 func (s *Sandbox) StageDelete(ctx context.Context, tx *cowfs.Tx, path string) error {
-	return s.scrubErr(s.stageDelete(ctx, tx, path))
+	return s.scrubErr(s.stageOp(ctx, tx, policy.Delete, path, nil, 0))
 }
 
-func (s *Sandbox) stageDelete(ctx context.Context, tx *cowfs.Tx, path string) error {
+// stageOp stages one write (a is policy.Write: data with mode) or
+// deletion (policy.Delete) of path in tx, in the order every staged
+// change is checked: the path is the workspace's, the policy allows a,
+// no protected path goes with it, and written content holds no
+// configured secret. Each outcome is audited.
+func (s *Sandbox) stageOp(ctx context.Context, tx *cowfs.Tx, a policy.Action, path string, data []byte, mode os.FileMode) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -104,16 +82,30 @@ func (s *Sandbox) stageDelete(ctx context.Context, tx *cowfs.Tx, path string) er
 	if err != nil {
 		return err
 	}
-	if _, err := s.decide(ctx, policy.Delete, path, ""); err != nil {
+	if _, err := s.decide(ctx, a, path, ""); err != nil {
 		return err
 	}
-	if err := s.checkSideEffects(ctx, cowfs.DeleteOp(path)); err != nil {
+	op := cowfs.DeleteOp(path)
+	if a == policy.Write {
+		op = cowfs.WriteOp(path, nil, mode)
+	}
+	if err := s.checkSideEffects(ctx, op); err != nil {
 		return err
 	}
-	if err := tx.Delete(path); err != nil {
+	if a == policy.Write {
+		if s.scrubber.Contains(path) || s.scrubber.ContainsBytes(data) {
+			s.record(ctx, audit.Event{Action: "write", Target: path, Decision: "deny",
+				Detail: "staged content contains a configured secret"})
+			return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(path))
+		}
+		err = tx.Write(path, data, mode)
+	} else {
+		err = tx.Delete(path)
+	}
+	if err != nil {
 		return err
 	}
-	s.record(ctx, audit.Event{Action: "delete-staged", Target: path, Decision: "allow", Detail: "transaction " + tx.ID()})
+	s.record(ctx, audit.Event{Action: string(a) + "-staged", Target: path, Decision: "allow", Detail: "transaction " + tx.ID()})
 	return nil
 }
 
