@@ -31,6 +31,15 @@ var (
 	// ErrUnsupported: the request asks for something the backend cannot do
 	// (for example a network mode it cannot enforce). Nothing was started.
 	ErrUnsupported = errors.New("unsupported by backend")
+	// ErrOverlayLost: the command ran, but what it wrote could not be
+	// captured (its overlay could not be read back, was over a limit, or
+	// could not be kept or fetched). It is the one error Exec returns
+	// together with a Result: the Result says how the command ended (exit
+	// code, termination, output as far as it was delivered) and has no
+	// Overlay, and the error, which wraps ErrOverlayLost, says why the
+	// writes are gone. A caller must not read that Result as a command
+	// that wrote nothing.
+	ErrOverlayLost = errors.New("command ran but its writes were lost")
 )
 
 // Backend runs one command at a time per Exec call, isolated as far as the
@@ -58,6 +67,9 @@ type Backend interface {
 	// Cancelled) or output cap. It returns an error, and no Result, only
 	// when nothing could be started: an invalid request (ErrInvalidRequest),
 	// an unavailable backend (ErrUnavailable), use after Close (ErrClosed).
+	// The one exception: a command that ran but whose writes could not be
+	// captured returns its Result (without Overlay) and an error wrapping
+	// ErrOverlayLost.
 	// When Exec returns, no process it started is still running, and
 	// req.Stdin has been read to EOF or abandoned, and is closed if it
 	// implements io.Closer.

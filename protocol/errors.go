@@ -16,6 +16,9 @@ const (
 	// CodeWorkerLost: the pulse-worker running the command went away; a
 	// client reads it as backend.ErrUnavailable.
 	CodeWorkerLost = "WORKER_LOST"
+	// CodeOverlayLost: backend.ErrOverlayLost. It comes with the result
+	// of a command that ran, whose error is ResultOverlayLost.
+	CodeOverlayLost = "OVERLAY_LOST"
 )
 
 // CodeOf returns the error code of err's class, as the server sends it:
@@ -24,6 +27,8 @@ const (
 // is the other.
 func CodeOf(err error) string {
 	switch {
+	case errors.Is(err, backend.ErrOverlayLost):
+		return CodeOverlayLost
 	case errors.Is(err, backend.ErrInvalidRequest):
 		return CodeInvalid
 	case errors.Is(err, backend.ErrUnsupported):
@@ -40,6 +45,8 @@ func CodeOf(err error) string {
 // did not say why in a form this client knows.
 func ErrorOf(code string) error {
 	switch code {
+	case CodeOverlayLost:
+		return backend.ErrOverlayLost
 	case CodeInvalid:
 		return backend.ErrInvalidRequest
 	case CodeUnsupported:

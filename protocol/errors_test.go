@@ -11,7 +11,7 @@ import (
 // TestErrorCodesRoundTrip: every backend class a server can report maps
 // to a code and back to the same class; anything else is unavailable.
 func TestErrorCodesRoundTrip(t *testing.T) {
-	for _, class := range []error{backend.ErrInvalidRequest, backend.ErrUnsupported, backend.ErrUnavailable} {
+	for _, class := range []error{backend.ErrInvalidRequest, backend.ErrUnsupported, backend.ErrUnavailable, backend.ErrOverlayLost} {
 		err := fmt.Errorf("executor: something: %w", class)
 		if got := ErrorOf(CodeOf(err)); got != class {
 			t.Errorf("%v: code %q comes back as %v", class, CodeOf(err), got)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -136,7 +137,9 @@ type RefusedPath struct {
 //
 // A command that ran returns a Result and a nil error whatever its exit
 // code; ctx cancellation kills it and returns its Result with Termination
-// Cancelled together with ctx's error.
+// Cancelled together with ctx's error. A command that ran but whose writes
+// the backend could not capture returns its Result (nothing staged) and an
+// error wrapping backend.ErrOverlayLost; it is audited as having run.
 //
 // Every string of the Result and of the error is scrubbed of the
 // configured secrets, the command line included.
@@ -443,22 +446,33 @@ func (x *execution) finish(ctx context.Context, br *backend.Result, err error) (
 		// Whatever happens next, close releases the overlay's kept files.
 		x.overlay = br.Overlay
 	}
-	outErr := x.settle(ctx, err == nil)
-	if err != nil {
+	// The command ran but its writes were lost (backend.ErrOverlayLost,
+	// with a Result): audited as run, returned with its Result and the
+	// error, and nothing is staged.
+	lost := err != nil && br != nil && errors.Is(err, backend.ErrOverlayLost)
+	outErr := x.settle(ctx, err == nil || lost)
+	if err != nil && !lost {
 		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
 		return x.fail(ctx, fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err))
 	}
-	if br.ExitCode != 0 || br.Termination != backend.Exited {
+	if lost || br.ExitCode != 0 || br.Termination != backend.Exited {
 		x.step(ctx, lifecycle.Failed)
 	} else {
 		x.step(ctx, lifecycle.Completing)
 	}
 	res := x.result(br)
+	detail := fmt.Sprintf("executed via %s backend", s.backend.Name())
+	if lost {
+		detail += "; its writes were lost: " + err.Error()
+	}
 	s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "allow",
 		ExitCode: audit.Int(br.ExitCode), DurationMS: float64(res.Duration.Microseconds()) / 1000,
 		ContainerID: s.backend.Name(), IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
-		Reason: string(br.Termination), Detail: fmt.Sprintf("executed via %s backend", s.backend.Name())})
+		Reason: string(br.Termination), Detail: detail})
+	if lost {
+		return res, fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err)
+	}
 	if err := x.recordWrites(ctx, br.Overlay, res); err != nil {
 		x.step(ctx, lifecycle.Failed)
 		return res, err

@@ -27,7 +27,29 @@ type options struct {
 	scale    float64
 	skip     map[string]string
 	allowEnv map[string]bool
+	loss     *overlayLoss
 }
+
+// overlayLoss is how the OverlayLost case makes a backend lose a
+// command's writes.
+type overlayLoss struct {
+	how     string
+	factory Factory
+}
+
+// WithOverlayLoss says how the OverlayLost case provokes, from outside,
+// the loss of what a command wrote after it ran: factory builds a backend
+// on which a command that writes a file of LostFileBytes bytes (and, on
+// backends that hold the overlay in memory, nothing larger) loses that
+// write, and how says in words what the trigger is. A backend that
+// captures writes must give it (or Skip the case, saying why).
+func WithOverlayLoss(how string, factory Factory) Option {
+	return func(o *options) { o.loss = &overlayLoss{how: how, factory: factory} }
+}
+
+// LostFileBytes is the size of the file the OverlayLost case writes; a
+// trigger that lowers an overlay limit sets it below this.
+const LostFileBytes = 64
 
 // WithTimeScale multiplies every duration the suite uses (timeouts, how
 // long it watches a sentinel file) by f, for backends whose start-up is
@@ -86,6 +108,7 @@ var cases = []testCase{
 	{"UnsupportedNetwork", testUnsupportedNetwork},
 	{"Concurrent", testConcurrent},
 	{"Writes", testWrites},
+	{"OverlayLost", testOverlayLost},
 	{"HiddenPaths", testHiddenPaths},
 	{"StackSeesPending", testStackSeesPending},
 	{"StackDiscardHides", testStackDiscardHides},

@@ -522,6 +522,43 @@ func treeDigest(t *testing.T, root string) map[string]string {
 	return m
 }
 
+// testOverlayLost: a command that ran but whose writes the backend lost
+// (provoked as WithOverlayLoss says) comes back as the contract of
+// backend.ErrOverlayLost has it: a Result with the exit code and the
+// output, no overlay, and an error wrapping ErrOverlayLost.
+func testOverlayLost(t *testing.T, s *suite) {
+	probe := s.setup(t)
+	if !probe.captures() {
+		t.Skip("the backend writes in place: it has no overlay to lose")
+	}
+	if s.opts.loss == nil {
+		t.Fatal("a backend that captures writes must say with WithOverlayLoss how its overlay can be lost (or Skip the case with the reason)")
+	}
+	t.Logf("trigger: %s", s.opts.loss.how)
+	lossy := *s
+	lossy.factory = s.opts.loss.factory
+	e := lossy.setup(t)
+	var out, errb recorder
+	req := e.request(&backend.Request{Shell: fmt.Sprintf("echo ran; head -c %d /dev/zero > lost.bin; exit 3", LostFileBytes),
+		Stdout: &out, Stderr: &errb})
+	res, err := e.b.Exec(context.Background(), req)
+	if !errors.Is(err, backend.ErrOverlayLost) {
+		t.Fatalf("Exec: error %v, result %+v; want an error wrapping backend.ErrOverlayLost", err, res)
+	}
+	if res == nil {
+		t.Fatalf("Exec: %v without a Result; the command ran, so its Result must come with the error", err)
+	}
+	if res.ExitCode != 3 || res.Termination != backend.Exited {
+		t.Errorf("exit %d termination %q; want 3, exited (stderr %q)", res.ExitCode, res.Termination, errb.String())
+	}
+	if !strings.Contains(out.String(), "ran\n") {
+		t.Errorf("stdout %q; want the command's output", out.String())
+	}
+	if !res.Overlay.Empty() {
+		t.Errorf("a lost overlay came back with %d files, %d deletions", len(res.Overlay.Files), len(res.Overlay.Deleted))
+	}
+}
+
 func testWrites(t *testing.T, s *suite) {
 	e := s.setup(t)
 	e.writeFile("keep.txt", []byte("keep\n"))

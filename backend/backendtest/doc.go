@@ -77,6 +77,14 @@
 //     not, paths are clean and relative, and the real workspace is left
 //     untouched. For backends that write in place, the same script's
 //     effects are checked in the workspace itself and Overlay is nil.
+//   - OverlayLost (capturing backends; skipped for those that write in
+//     place): on a backend built by the WithOverlayLoss factory, which
+//     makes it lose what a command writes by a trigger from outside (the
+//     backend's conformance run says which, and the case logs it), a
+//     command that prints, writes LostFileBytes bytes and exits 3 returns
+//     a Result with exit code 3, Termination Exited, its output and no
+//     overlay, together with an error wrapping backend.ErrOverlayLost. A
+//     capturing backend that gives no WithOverlayLoss fails the case.
 //   - HiddenPaths (backends with Capabilities.HidesPaths; skipped for
 //     the others): a hidden file and a hidden directory cannot be read or
 //     listed, the rest of the workspace can, hiding is reported as no

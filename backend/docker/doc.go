@@ -95,7 +95,10 @@
 // Known limits: the per-command copy costs time in proportion to the
 // number of files in the workspace, and the workspace lives in memory
 // (WithScratchSize); names containing a newline are not tracked; what a command leaves in its report is as
-// trustworthy as the command, so the overlay parser fails closed.
+// trustworthy as the command, so the overlay parser fails closed: a report
+// whose changes cannot be read (malformed, over the overlay limit) or that
+// never came leaves the command's Result standing, without an overlay, with
+// an error wrapping backend.ErrOverlayLost.
 //
 // The Engine API client is github.com/docker/docker/client, not the newer
 // github.com/moby/moby/client module: the module proxy serves that one

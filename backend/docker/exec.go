@@ -50,7 +50,8 @@ const killGrace = 30 * time.Second
 
 // maxOverlayBytes bounds what one command's overlay may hold in memory
 // when FileSizeBytes does not bound it more tightly.
-const maxOverlayBytes = 1 << 30
+// (a variable so that a test can make a small write go over it).
+var maxOverlayBytes = 1 << 30
 
 // Exec implements backend.Backend.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
@@ -341,20 +342,26 @@ wait:
 	res := &backend.Result{ExitCode: -1, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
 	var oc *outcome
-	var err error
+	var err, lost error
 	switch {
 	case !j.out.complete():
 		err = errors.New("the exec wrapper ended without reporting (was the container removed?)")
 	case j.out.overflow:
 		err = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
 	default:
-		oc, err = parseOutTar(bytes.NewReader(j.out.report()), maxOverlayBytes)
+		oc, err = parseOutTar(bytes.NewReader(j.out.report()), int64(maxOverlayBytes))
 	}
 	if err != nil {
 		// The command ran; what it wrote cannot be read back. Say so on
 		// its stderr rather than return a partial overlay.
 		fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: reading the command's changes failed: %v\n", err)
-		if inspect != nil {
+		lost = fmt.Errorf("docker: the command ran but reading what it changed failed: %w: %w", err, backend.ErrOverlayLost)
+		if oc != nil && strings.HasPrefix(oc.status, "exit ") {
+			// The report was read but for the changes: its status stands.
+			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
+				res.ExitCode = code
+			}
+		} else if inspect != nil {
 			if code, ok := inspect(); ok {
 				res.ExitCode = code
 			}
@@ -389,7 +396,7 @@ wait:
 		res.ExitCode = -1
 		res.TimedOut = r == backend.Timeout
 	}
-	return res, nil
+	return res, lost
 }
 
 // startFresh runs the wrapper in an exec of its own: for commands with

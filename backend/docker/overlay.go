@@ -61,11 +61,14 @@ func seconds(s string) time.Duration {
 // parseOutTar reads the tar the wrapper writes after its marker: the
 // wrapper's small status files and files.tar, the changed entries. It
 // fails closed on anything it does not expect. maxBytes bounds the sum of
-// file contents (0: no bound).
+// file contents (0: no bound). When only the changed entries are refused,
+// it still returns the outcome read from the status files (without an
+// overlay), with the error: the command's exit status stands.
 func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 	out := &outcome{}
 	var deleted []string
 	var files []backend.File
+	var filesErr error
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -121,11 +124,17 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			if maxBytes > 0 {
 				lim = maxBytes
 			}
+			if filesErr != nil {
+				continue
+			}
 			files, err = parseFilesTar(tr, files, lim)
 			if err != nil {
-				return nil, err
+				filesErr, files = err, nil
 			}
 		}
+	}
+	if filesErr != nil {
+		return out, filesErr
 	}
 	sort.Strings(deleted)
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })

@@ -379,7 +379,7 @@ func (x *nsExec) readOverlay(res *backend.Result) (*backend.Result, error) {
 		// The command ran; its writes could not be read back. Report it
 		// loudly rather than returning a silently empty overlay.
 		x.b.o.logger.Error("namespace: reading overlay", slog.Any("err", err))
-		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w", err)
+		return res, fmt.Errorf("namespace: reading the overlay of a finished command: %w: %w", err, backend.ErrOverlayLost)
 	}
 	res.Overlay = ov
 	x.b.phase("overlay-read")

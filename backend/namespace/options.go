@@ -13,7 +13,7 @@ const Name = "namespace"
 // ErrOverlayTooLarge: the command wrote more than the backend holds in
 // memory as one Result's overlay (4 GiB in all, 1 GiB per file). Exec then
 // returns the Result, which says how the command ended, with a nil Overlay
-// and an error wrapping this.
+// and an error wrapping this and backend.ErrOverlayLost.
 var ErrOverlayTooLarge = errors.New("namespace: overlay too large")
 
 // Option configures a Backend.

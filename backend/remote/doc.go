@@ -49,7 +49,12 @@
 //   - Errors say what went wrong: ErrUnreachable (DNS, refused, lost and
 //     not regained), ErrUnauthorized (401), ErrTLS, ErrVersion (not a
 //     pulse-server, or one without the capabilities action), ErrCapacity;
-//     each also wraps backend.ErrUnavailable.
+//     each also wraps backend.ErrUnavailable. A command the server could
+//     not start comes back with the class its result's error_code names
+//     (backend.ErrInvalidRequest, ErrUnsupported or ErrUnavailable),
+//     never guessed from a message. A command that ran but whose writes
+//     the server lost (OVERLAY_LOST) or that could not be downloaded
+//     returns its Result with ErrOverlay and backend.ErrOverlayLost.
 //
 // Stdin: Exec reads Request.Stdin whole (at most WithMaxStdinBytes and
 // the server's max_stdin_bytes) and sends it in the submit's stdin field

@@ -194,7 +194,8 @@ func (x *run) limit(deadline time.Time) time.Time {
 // stdin over a limit, with ErrTooLarge), ErrUnavailable (with
 // ErrUnreachable, ErrUnauthorized, ErrTLS, ErrVersion or ErrCapacity),
 // ErrClosed; and, once the command has started, ErrExecutionLost when the
-// server lost it and ErrOverlay when its writes could not be fetched.
+// server lost it, and ErrOverlay with backend.ErrOverlayLost (and the
+// Result) when it ran but its writes could not be kept or fetched.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
 	if req == nil {
 		return nil, invalid("nil request")
@@ -346,12 +347,13 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	}
 	res, err := x.result()
 	if err != nil {
-		return nil, err
+		return res, err // a Result too when only the writes were lost
 	}
 	ov := &backend.Overlay{}
 	if x.res.Artifact {
 		if ov, err = x.download(); err != nil {
-			return nil, err
+			return res, fmt.Errorf("remote: execution %s ran (exit %d) but what it wrote could not be fetched: %w: %w",
+				x.id, res.ExitCode, err, backend.ErrOverlayLost)
 		}
 	}
 	res.Overlay = withoutPath(ov, stdinName)
@@ -694,12 +696,6 @@ func (x *run) result() (*backend.Result, error) {
 		}
 		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, protocol.ErrorOf(p.ErrorCode))
 	}
-	if p.Error == protocol.ResultOverlayLost {
-		// The command ran, but the server lost what it wrote: a Result
-		// without an overlay would look like a command that wrote nothing.
-		return nil, fmt.Errorf("remote: execution %s ran (exit %d) but the server could not keep what it wrote: %w",
-			x.id, p.ExitCode, ErrOverlay)
-	}
 	res := &backend.Result{
 		ExitCode:    p.ExitCode,
 		Termination: backend.TerminationReason(p.TerminationReason),
@@ -728,6 +724,12 @@ func (x *run) result() (*backend.Result, error) {
 		res.Termination = backend.Exited
 	}
 	res.TimedOut = res.Termination == backend.Timeout
+	if p.Error == protocol.ResultOverlayLost || p.ErrorCode == protocol.CodeOverlayLost {
+		// The command ran, but the server lost what it wrote: the result
+		// stands, and the error says the writes are gone.
+		return res, fmt.Errorf("remote: execution %s ran (exit %d) but the server could not keep what it wrote: %w: %w",
+			x.id, p.ExitCode, ErrOverlay, backend.ErrOverlayLost)
+	}
 	return res, nil
 }
 

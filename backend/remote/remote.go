@@ -39,9 +39,10 @@ var (
 	// ErrTooLarge: the workspace or stdin is over a limit; nothing was
 	// sent. Wrapped together with backend.ErrUnsupported.
 	ErrTooLarge = errors.New("too large to send to the remote server")
-	// ErrOverlay: the command ran but what it wrote could not be fetched
-	// or was malformed; no Result is returned, because one without its
-	// writes would silently drop them.
+	// ErrOverlay: the command ran but what it wrote could not be fetched,
+	// was malformed, or was lost by the server. It is wrapped with
+	// backend.ErrOverlayLost, and Exec returns the Result with it (see
+	// that error's contract), never a Result that looks like no writes.
 	ErrOverlay = errors.New("remote overlay not retrieved")
 	// ErrProtocol: the server sent something this client cannot accept.
 	ErrProtocol = errors.New("remote protocol violation")

@@ -245,8 +245,11 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 
 	status := store.StatusCompleted
 	p := protocol.Result{ExecutionID: e.id, Command: e.command, Encoding: e.encoding}
+	// A command that ran but whose writes the executor lost comes with
+	// its result (backend.ErrOverlayLost): it is reported as having run.
+	lost := err != nil && res != nil && errors.Is(err, backend.ErrOverlayLost)
 	switch {
-	case err != nil:
+	case err != nil && !lost:
 		s.log.Error("execution failed to start", "execution_id", e.id, "err", err)
 		status = store.StatusFailed
 		p.ExitCode, p.TerminationReason = -1, "error"
@@ -281,16 +284,21 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
 		p.OutputOmitted = e.omit
 		p.Truncated = res.Truncated || e.truncated
 		e.mu.Unlock()
-		if !res.Overlay.Empty() {
-			if err := s.saveOverlay(e, res.Overlay); err != nil {
-				// The command's writes are gone: a result that looked like
-				// plain success would lose them without a word.
-				s.log.Error("save overlay", "execution_id", e.id, "err", err)
-				status = store.StatusFailed
-				p.Error = protocol.ResultOverlayLost
+		if lost {
+			s.log.Error("the command ran but its writes were lost", "execution_id", e.id, "err", err)
+		} else if !res.Overlay.Empty() {
+			if serr := s.saveOverlay(e, res.Overlay); serr != nil {
+				s.log.Error("save overlay", "execution_id", e.id, "err", serr)
+				lost = true
 			} else {
 				p.Artifact = true
 			}
+		}
+		if lost {
+			// The command's writes are gone: a result that looked like
+			// plain success would lose them without a word.
+			status = store.StatusFailed
+			p.Error, p.ErrorCode = protocol.ResultOverlayLost, protocol.CodeOverlayLost
 		}
 	}
 	if ctx.Err() != nil && !p.TimedOut {

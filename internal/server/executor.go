@@ -31,7 +31,8 @@ type Executor interface {
 	// Exec runs req with the contract of backend.Backend.Exec: a Result
 	// whenever a process started, and Result.Overlay holding what it
 	// wrote to req.Workspace (whether the executor captures writes or
-	// computes them afterwards).
+	// computes them afterwards), or, when those writes could not be
+	// captured, the Result with an error wrapping backend.ErrOverlayLost.
 	Exec(ctx context.Context, req *backend.Request) (*backend.Result, error)
 }
 
@@ -97,17 +98,16 @@ func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	res, err := l.b.Exec(ctx, req)
 	stopEgress()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	if snap != nil {
 		ov, err := snap.Diff(req.Workspace, l.maxOverlay)
 		if err != nil {
-			// The command ran; losing its overlay must not turn its
-			// result into an error, so it is logged and left out.
-			l.log.Warn("overlay not captured", "execution_id", req.ExecutionID, "err", err)
-		} else {
-			res.Overlay = ov
+			// The command ran: its result stands, and the error says that
+			// what it wrote is gone.
+			return res, fmt.Errorf("reading back what the command changed: %w: %w", err, backend.ErrOverlayLost)
 		}
+		res.Overlay = ov
 	}
 	return res, nil
 }

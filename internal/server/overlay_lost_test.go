@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -37,5 +38,24 @@ func TestLostOverlayFailsTheExecution(t *testing.T) {
 	}
 	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "w-1"}); st.str("status") != protocol.StatusFailed {
 		t.Fatalf("status = %s, want %s", st.raw, protocol.StatusFailed)
+	}
+}
+
+// A local executor that cannot read back what an in-place backend changed
+// (here: more than its overlay limit of 4 bytes) reports the command as
+// run, with its exit code and output, and its writes as lost, by code.
+func TestExecutorLostOverlayIsReported(t *testing.T) {
+	hb, err := host.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hb.Close() })
+	h := startServer(t, t.TempDir(), NewLocal(hb, 4, nil))
+	c := h.dial(tokenA)
+	c.submit("lost-1", "echo ran; echo 0123456789 > big.txt; exit 3", nil)
+	res, _ := c.untilResult("lost-1", nil)
+	if res.Payload["error"] != protocol.ResultOverlayLost || res.str("error_code") != protocol.CodeOverlayLost ||
+		res.Payload["artifact"] == true || res.num("exit_code") != 3 || res.str("stdout") != "ran\n" {
+		t.Fatalf("lost writes not reported as a run that lost them: %s", res.raw)
 	}
 }

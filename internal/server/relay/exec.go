@@ -61,7 +61,11 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if err != nil {
 		return nil, err
 	}
-	x.collect(ctx, snap, res)
+	if err := x.collect(ctx, snap, res); err != nil {
+		// The command ran: its result stands, and the error says that
+		// what it wrote is gone.
+		return res, err
+	}
 	return res, nil
 }
 
@@ -201,8 +205,9 @@ func (x *remoteExec) run(ctx context.Context, req *backend.Request, stdin []byte
 
 // collect packs the directory back and compares it with the snapshot
 // taken before: what the command changed becomes res.Overlay. The command
-// ran, so a failure here leaves its result standing; it is logged.
-func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *backend.Result) {
+// ran, so a failure here leaves its result standing and returns an error
+// wrapping backend.ErrOverlayLost.
+func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *backend.Result) error {
 	var tarOut bytes.Buffer
 	var tooBig bool
 	// base64 wraps lines: allow for a newline every 76 characters.
@@ -224,20 +229,18 @@ func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *
 	})
 	cancel()
 	if err := endErr("collect workspace", end); err != nil || tooBig {
-		x.log.Warn("overlay not collected", "err", err, "too_big", tooBig)
-		return
+		return fmt.Errorf("relay: collecting the workspace (over the limit: %v): %v: %w", tooBig, err, backend.ErrOverlayLost)
 	}
 	raw, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(tarOut.String()), ""))
 	if err != nil {
-		x.log.Warn("overlay not collected", "err", err)
-		return
+		return fmt.Errorf("relay: the collected workspace is not base64: %v: %w", err, backend.ErrOverlayLost)
 	}
 	ov, err := snap.DiffTar(bytes.NewReader(raw), x.r.o.limits)
 	if err != nil {
-		x.log.Warn("overlay not collected", "err", err)
-		return
+		return fmt.Errorf("relay: comparing the collected workspace: %w: %w", err, backend.ErrOverlayLost)
 	}
 	res.Overlay = ov
+	return nil
 }
 
 // relayOutput forwards chunks to the request's writers, capping each
