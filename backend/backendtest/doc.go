@@ -121,6 +121,8 @@
 //     devpts, `stty size` says the size asked for, the terminal echoes
 //     input and ends lines with \r\n, and Resize reaches the command as
 //     SIGWINCH with the new size; Resize after the end is ErrProcessDone.
-//   - Close: Close ends a running execution, Exec after Close fails with
-//     ErrClosed, and a second Close returns nil.
+//   - Close: Close ends a running execution, which still returns a Result
+//     (with ErrOverlayLost when Close took its writes with it, as a
+//     removed container does), Exec after Close fails with ErrClosed, and
+//     a second Close returns nil.
 package backendtest
