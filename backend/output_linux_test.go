@@ -67,3 +67,29 @@ func (shortWriter) Write(p []byte) (int, error) { return len(p) / 2, nil }
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// readFromWriter is a writer whose ReadFrom is ReadOutput, as the
+// backends' output caps are.
+type readFromWriter struct{ n int64 }
+
+func (w *readFromWriter) Write(p []byte) (int, error)         { w.n += int64(len(p)); return len(p), nil }
+func (w *readFromWriter) ReadFrom(r io.Reader) (int64, error) { return ReadOutput(w, r) }
+
+// TestReadOutputThroughIOCopy: io.Copy from an *os.File pipe reaches
+// ReadFrom (the file's WriteTo falls back to it), and the pipe is grown
+// through the wrapper io.Copy passes.
+func TestReadOutputThroughIOCopy(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	go func() { pw.Write(make([]byte, 1000)); pw.Close() }()
+	w := &readFromWriter{}
+	if n, err := io.Copy(w, pr); err != nil || n != 1000 || w.n != 1000 {
+		t.Fatalf("io.Copy: %d (%d written), %v", n, w.n, err)
+	}
+	if sz, err := unix.FcntlInt(pr.Fd(), unix.F_GETPIPE_SZ, 0); err != nil || sz < OutputChunk {
+		t.Errorf("pipe buffer %d bytes (%v): ReadFrom not reached, or the pipe not grown", sz, err)
+	}
+}
