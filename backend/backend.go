@@ -104,10 +104,10 @@ type Capabilities struct {
 	Isolation Isolation `json:"isolation"`
 	// Network is the enforcement level per network mode; a missing mode
 	// is Unsupported.
-	Network map[policy.NetworkMode]secrets.EnforcementLevel `json:"network"`
+	Network map[policy.NetworkMode]policy.EnforcementLevel `json:"network"`
 	// Secrets is the enforcement level per secret mode; a missing mode is
 	// Unsupported.
-	Secrets map[secrets.Mode]secrets.EnforcementLevel `json:"secrets"`
+	Secrets map[secrets.Mode]policy.EnforcementLevel `json:"secrets"`
 	// CapturesWrites is true when the command sees a read-only workspace
 	// and its writes come back as Result.Overlay; false when it writes in
 	// place (the host backend).
@@ -125,9 +125,8 @@ type Capabilities struct {
 	// facade refuses (ErrUnsupportedPolicy) a command with caches on a
 	// backend that does not, rather than run it without them.
 	MountsCaches bool `json:"mounts_caches,omitempty"`
-	// Limits is the enforcement level of each resource limit, keyed by the
-	// ResourceLimits JSON field name ("timeout", "memory_bytes", ...).
-	Limits map[string]secrets.EnforcementLevel `json:"limits,omitempty"`
+	// Limits is the enforcement level of each resource limit.
+	Limits map[policy.LimitKey]policy.EnforcementLevel `json:"limits,omitempty"`
 	// Notes are human-readable facts for `pulse doctor` (hardened
 	// defaults, what the kernel lacks).
 	Notes []string `json:"notes,omitempty"`
@@ -135,20 +134,20 @@ type Capabilities struct {
 
 // NetworkLevel returns the enforcement level of mode (Unsupported when the
 // backend does not list it).
-func (c Capabilities) NetworkLevel(mode policy.NetworkMode) secrets.EnforcementLevel {
+func (c Capabilities) NetworkLevel(mode policy.NetworkMode) policy.EnforcementLevel {
 	if l, ok := c.Network[mode]; ok {
 		return l
 	}
-	return secrets.Unsupported
+	return policy.Unsupported
 }
 
 // SecretLevel returns the enforcement level of mode (Unsupported when the
 // backend does not list it).
-func (c Capabilities) SecretLevel(mode secrets.Mode) secrets.EnforcementLevel {
+func (c Capabilities) SecretLevel(mode secrets.Mode) policy.EnforcementLevel {
 	if l, ok := c.Secrets[mode]; ok {
 		return l
 	}
-	return secrets.Unsupported
+	return policy.Unsupported
 }
 
 // Request is one command to run.
@@ -194,7 +193,7 @@ type Request struct {
 	// the facade. A backend refuses with ErrUnsupported a mode it cannot
 	// enforce at all.
 	Network policy.NetworkPolicy
-	Secrets secrets.SecretPolicy
+	Secrets secrets.Policy
 
 	// Egress is set together with an allowlist Network policy: the proxy
 	// outside the sandbox that is the command's only way out. A backend

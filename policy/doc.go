@@ -23,6 +23,13 @@
 // methods; ResourceLimits.WithDefaults fills in a default timeout and
 // output cap so that no command runs unbounded, and ResourceLimits.Tighten
 // lets a command lower, never raise, the policy's limits (ErrLimitExceeded).
+// A limit is named by a LimitKey (LimitTimeout, LimitMemoryBytes, ...), the
+// key a policy file, Capabilities.Limits and LimitError use alike.
+//
+// EnforcementLevel (Strong, BestEffort, Unsupported) is how strongly a
+// backend enforces a network mode, a secret mode or a limit; the facade
+// refuses a command whose effective policy is enforced less than Strong
+// unless the caller accepted that.
 //
 // Whatever a policy says, RunsOnHost names the paths (git hooks and
 // config) whose contents the person's own git runs on the host: the

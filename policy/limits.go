@@ -67,3 +67,49 @@ func (l ResourceLimits) WithDefaults() ResourceLimits {
 	}
 	return l
 }
+
+// LimitKey names one resource limit: its key in a policy file's limits
+// section, in ResourceLimits' JSON, in Capabilities.Limits and in a
+// LimitError. Code that looks a limit up by name uses these constants, so
+// that a misspelt key is a compile error rather than a limit nobody checks.
+type LimitKey string
+
+// The resource limits, one per ResourceLimits field.
+const (
+	LimitTimeout       LimitKey = "timeout"
+	LimitMemoryBytes   LimitKey = "memory_bytes"
+	LimitCPUs          LimitKey = "cpus"
+	LimitPids          LimitKey = "pids"
+	LimitOutputBytes   LimitKey = "output_bytes"
+	LimitFileSizeBytes LimitKey = "file_size_bytes"
+)
+
+// LimitKeys returns every limit key, in the order the policy file
+// documents them.
+func LimitKeys() []LimitKey {
+	return []LimitKey{LimitTimeout, LimitMemoryBytes, LimitCPUs, LimitPids, LimitOutputBytes, LimitFileSizeBytes}
+}
+
+// Defaulted reports whether every command has limit k, because
+// WithDefaults fills it in (the timeout and the output cap).
+func (k LimitKey) Defaulted() bool { return k == LimitTimeout || k == LimitOutputBytes }
+
+// IsSet reports whether l sets limit k (its field is not zero). An
+// unknown key is never set.
+func (l ResourceLimits) IsSet(k LimitKey) bool {
+	switch k {
+	case LimitTimeout:
+		return l.Timeout > 0
+	case LimitMemoryBytes:
+		return l.MemoryBytes > 0
+	case LimitCPUs:
+		return l.CPUs > 0
+	case LimitPids:
+		return l.Pids > 0
+	case LimitOutputBytes:
+		return l.OutputBytes > 0
+	case LimitFileSizeBytes:
+		return l.FileSizeBytes > 0
+	}
+	return false
+}

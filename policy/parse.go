@@ -478,25 +478,28 @@ func ports(v *yaml.Node, name string) ([]int, error) {
 
 func decodeLimits(n *yaml.Node, field string) (ResourceLimits, error) {
 	var l ResourceLimits
-	keys := []string{"timeout", "memory_bytes", "cpus", "pids", "output_bytes", "file_size_bytes"}
+	var keys []string
+	for _, k := range LimitKeys() {
+		keys = append(keys, string(k))
+	}
 	err := mapping(n, field, keys, func(key string, v *yaml.Node) error {
 		name := join(field, key)
 		var err error
-		switch key {
-		case "timeout":
+		switch LimitKey(key) {
+		case LimitTimeout:
 			l.Timeout, err = duration(v, name)
-		case "memory_bytes":
+		case LimitMemoryBytes:
 			l.MemoryBytes, err = byteSize(v, name)
-		case "output_bytes":
+		case LimitOutputBytes:
 			l.OutputBytes, err = byteSize(v, name)
-		case "file_size_bytes":
+		case LimitFileSizeBytes:
 			l.FileSizeBytes, err = byteSize(v, name)
-		case "pids":
+		case LimitPids:
 			l.Pids, err = scalarInt(v, name)
 			if err == nil && l.Pids < 0 {
 				err = fieldErr(v, name, "must not be negative")
 			}
-		case "cpus":
+		case LimitCPUs:
 			if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") {
 				return fieldErr(v, name, "want a number")
 			}

@@ -14,8 +14,8 @@ var ErrLimitExceeded = errors.New("limit exceeds the policy's")
 // LimitError says which limit was asked above the policy's, by how much.
 // It wraps ErrLimitExceeded.
 type LimitError struct {
-	// Field is the ResourceLimits JSON field name ("pids", "timeout").
-	Field string
+	// Field is the limit asked above the policy's.
+	Field LimitKey
 	// Asked and Allowed are the two values as a person would write them
 	// in a policy file.
 	Asked, Allowed string
@@ -44,7 +44,7 @@ func (l ResourceLimits) Tighten(req ResourceLimits) (ResourceLimits, error) {
 		return l, err
 	}
 	var errs []error
-	minInt := func(field string, ceil, asked int64, show func(int64) string) int64 {
+	minInt := func(field LimitKey, ceil, asked int64, show func(int64) string) int64 {
 		switch {
 		case asked == 0:
 			return ceil
@@ -58,17 +58,17 @@ func (l ResourceLimits) Tighten(req ResourceLimits) (ResourceLimits, error) {
 	dur := func(v int64) string { return time.Duration(v).String() }
 
 	out := l
-	out.Timeout = time.Duration(minInt("timeout", int64(l.Timeout), int64(req.Timeout), dur))
-	out.MemoryBytes = minInt("memory_bytes", l.MemoryBytes, req.MemoryBytes, num)
-	out.Pids = minInt("pids", l.Pids, req.Pids, num)
-	out.OutputBytes = minInt("output_bytes", l.OutputBytes, req.OutputBytes, num)
-	out.FileSizeBytes = minInt("file_size_bytes", l.FileSizeBytes, req.FileSizeBytes, num)
+	out.Timeout = time.Duration(minInt(LimitTimeout, int64(l.Timeout), int64(req.Timeout), dur))
+	out.MemoryBytes = minInt(LimitMemoryBytes, l.MemoryBytes, req.MemoryBytes, num)
+	out.Pids = minInt(LimitPids, l.Pids, req.Pids, num)
+	out.OutputBytes = minInt(LimitOutputBytes, l.OutputBytes, req.OutputBytes, num)
+	out.FileSizeBytes = minInt(LimitFileSizeBytes, l.FileSizeBytes, req.FileSizeBytes, num)
 	switch {
 	case req.CPUs == 0:
 	case l.CPUs == 0 || req.CPUs <= l.CPUs:
 		out.CPUs = req.CPUs
 	default:
-		errs = append(errs, &LimitError{Field: "cpus",
+		errs = append(errs, &LimitError{Field: LimitCPUs,
 			Asked:   strconv.FormatFloat(req.CPUs, 'g', -1, 64),
 			Allowed: strconv.FormatFloat(l.CPUs, 'g', -1, 64)})
 	}

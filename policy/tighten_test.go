@@ -12,7 +12,7 @@ func TestTightenTakesTheSmallerOfEachField(t *testing.T) {
 		name string
 		req  ResourceLimits
 		want ResourceLimits
-		bad  []string // fields refused
+		bad  []LimitKey // fields refused
 	}{
 		{"nothing asked keeps the ceiling", ResourceLimits{}, ceil, nil},
 		{"a shorter timeout keeps pids and memory",
@@ -22,9 +22,9 @@ func TestTightenTakesTheSmallerOfEachField(t *testing.T) {
 		{"an unlimited field may be set",
 			ResourceLimits{CPUs: 1.5, FileSizeBytes: 4096},
 			ResourceLimits{Timeout: 5 * time.Minute, MemoryBytes: 256 << 20, Pids: 32, OutputBytes: 1 << 20, CPUs: 1.5, FileSizeBytes: 4096}, nil},
-		{"more pids is refused", ResourceLimits{Pids: 100}, ceil, []string{"pids"}},
+		{"more pids is refused", ResourceLimits{Pids: 100}, ceil, []LimitKey{LimitPids}},
 		{"each field over is named",
-			ResourceLimits{Timeout: time.Hour, MemoryBytes: 1 << 30, Pids: 8}, ceil, []string{"timeout", "memory_bytes"}},
+			ResourceLimits{Timeout: time.Hour, MemoryBytes: 1 << 30, Pids: 8}, ceil, []LimitKey{LimitTimeout, LimitMemoryBytes}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,7 +41,7 @@ func TestTightenTakesTheSmallerOfEachField(t *testing.T) {
 			if got != ceil {
 				t.Fatalf("a refused request returned %+v, want the ceiling back", got)
 			}
-			var fields []string
+			var fields []LimitKey
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 				var le *LimitError
 				if !errors.As(e, &le) {

@@ -98,26 +98,26 @@ func validHost(h string) error {
 // Validate reports a malformed limit (a negative value, a CPU count that is
 // not a finite number) with an error wrapping ErrInvalid.
 func (l ResourceLimits) Validate() error {
-	neg := func(name string, v int64) error {
+	neg := func(name LimitKey, v int64) error {
 		if v < 0 {
 			return fmt.Errorf("%s: %w: must not be negative, got %d", name, ErrInvalid, v)
 		}
 		return nil
 	}
 	if l.Timeout < 0 {
-		return fmt.Errorf("timeout: %w: must not be negative, got %s", ErrInvalid, l.Timeout)
+		return fmt.Errorf("%s: %w: must not be negative, got %s", LimitTimeout, ErrInvalid, l.Timeout)
 	}
 	if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.CPUs < 0 {
-		return fmt.Errorf("cpus: %w: must be a non-negative number, got %v", ErrInvalid, l.CPUs)
+		return fmt.Errorf("%s: %w: must be a non-negative number, got %v", LimitCPUs, ErrInvalid, l.CPUs)
 	}
 	for _, c := range []struct {
-		name string
+		name LimitKey
 		v    int64
 	}{
-		{"memory_bytes", l.MemoryBytes},
-		{"pids", l.Pids},
-		{"output_bytes", l.OutputBytes},
-		{"file_size_bytes", l.FileSizeBytes},
+		{LimitMemoryBytes, l.MemoryBytes},
+		{LimitPids, l.Pids},
+		{LimitOutputBytes, l.OutputBytes},
+		{LimitFileSizeBytes, l.FileSizeBytes},
 	} {
 		if err := neg(c.name, c.v); err != nil {
 			return err

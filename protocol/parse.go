@@ -76,7 +76,7 @@ type SubmitRequest struct {
 	// Network and Secrets are nil when the client did not ask; the server
 	// default applies then.
 	Network *policy.NetworkPolicy
-	Secrets *secrets.SecretPolicy
+	Secrets *secrets.Policy
 	// Requires names programs the command needs; the relay runs it only
 	// on a worker whose Hello listed them all.
 	Requires []string
@@ -235,7 +235,7 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 		r.Network = &np
 	}
 	if v, ok := p["secrets"]; ok && string(v) != "null" {
-		var sp secrets.SecretPolicy
+		var sp secrets.Policy
 		dec := json.NewDecoder(strings.NewReader(string(v)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&sp); err != nil {

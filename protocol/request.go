@@ -73,7 +73,7 @@ type Submit struct {
 	// Encoding is EncodingText ("" too) or EncodingBase64.
 	Encoding string                `json:"encoding,omitempty"`
 	Network  *policy.NetworkPolicy `json:"network,omitempty"`
-	Secrets  *secrets.SecretPolicy `json:"secrets,omitempty"`
+	Secrets  *secrets.Policy       `json:"secrets,omitempty"`
 	// Stdin (FeatureStdin) is the whole standard input; it travels as
 	// standard padded base64.
 	Stdin []byte `json:"stdin,omitempty"`

@@ -62,7 +62,7 @@ func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, aske
 // denies the network or secrets action forces deny-all; an allowed action
 // with no configured policy gets deny-all too, except on the unsafe host
 // backend, which can only give everything.
-func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolicy) {
+func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.Policy) {
 	unsafeHost := s.caps.Isolation == backend.IsolationHostUnsafe
 	net := policy.DenyAllNetwork()
 	if s.o.policy.Allowed(policy.Network) {
@@ -92,7 +92,7 @@ func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.SecretPolic
 // WithUnsafeHostExecution: the caller has accepted that it enforces
 // nothing, so a network mode it cannot enforce at all is sent as what
 // really happens (allow-all), and each accepted downgrade is audited.
-func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.SecretPolicy, error) {
+func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.Policy, error) {
 	net, sec := s.effectivePolicies()
 	name := s.backend.Name()
 	netLevel := s.caps.NetworkLevel(net.Mode)
@@ -112,8 +112,8 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
 		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
 
-	check := func(kind, mode string, level secrets.EnforcementLevel) error {
-		if level == secrets.Strong {
+	check := func(kind, mode string, level policy.EnforcementLevel) error {
+		if level == policy.Strong {
 			return nil
 		}
 		if accepted {
@@ -139,7 +139,7 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 	if err := s.checkLimits(ctx, execID, cmdStr, limits, accepted); err != nil {
 		return net, sec, err
 	}
-	if accepted && netLevel == secrets.Unsupported {
+	if accepted && netLevel == policy.Unsupported {
 		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
 	}
 	return net, sec, nil
@@ -154,43 +154,31 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 // enforcement is accepted and audited, and so is anything the unsafe host
 // opt-in accepted.
 func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l policy.ResourceLimits, accepted bool) error {
-	asked := []struct {
-		name   string
-		set    bool
-		always bool
-	}{
-		{"timeout", l.Timeout > 0, true},
-		{"output_bytes", l.OutputBytes > 0, true},
-		{"memory_bytes", l.MemoryBytes > 0, false},
-		{"cpus", l.CPUs > 0, false},
-		{"pids", l.Pids > 0, false},
-		{"file_size_bytes", l.FileSizeBytes > 0, false},
-	}
 	name := s.backend.Name()
-	for _, a := range asked {
-		if !a.set {
+	for _, k := range policy.LimitKeys() {
+		if !l.IsSet(k) {
 			continue
 		}
-		level, listed := s.caps.Limits[a.name]
+		level, listed := s.caps.Limits[k]
 		switch {
-		case level == secrets.Strong:
+		case level == policy.Strong:
 			continue
-		case level == secrets.BestEffort || (a.always && !listed):
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
-				Backend: name, EnforcementLevel: string(secrets.BestEffort),
-				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", a.name, name)})
+		case level == policy.BestEffort || (k.Defaulted() && !listed):
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
+				Backend: name, EnforcementLevel: string(policy.BestEffort),
+				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", k, name)})
 			continue
 		case accepted:
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: a.name, Decision: "allow",
-				Backend: name, EnforcementLevel: string(secrets.Unsupported), Reason: "UNSAFE_HOST",
-				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", a.name, name)})
+			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
+				Backend: name, EnforcementLevel: string(policy.Unsupported), Reason: "UNSAFE_HOST",
+				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", k, name)})
 			continue
 		}
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
-			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(secrets.Unsupported),
-			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", a.name)})
+			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(policy.Unsupported),
+			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", k)})
 		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
-			ErrUnsupportedPolicy, name, a.name)
+			ErrUnsupportedPolicy, name, k)
 	}
 	return nil
 }

@@ -6,14 +6,15 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 // ovBackend is a strong capturing backend whose command "wrote" ov.
@@ -26,8 +27,8 @@ type ovBackend struct {
 func (o *ovBackend) Name() string { return "ovfake" }
 func (o *ovBackend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{Isolation: backend.IsolationContainer, CapturesWrites: true, StacksPending: true,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{policy.NetworkDenyAll: secrets.Strong},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{secrets.DenyAll: secrets.Strong, secrets.AllowAll: secrets.Strong, secrets.Allowlist: secrets.Strong}}
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{policy.NetworkDenyAll: policy.Strong},
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{secrets.DenyAll: policy.Strong, secrets.AllowAll: policy.Strong, secrets.Allowlist: policy.Strong}}
 }
 func (o *ovBackend) Reconcile(context.Context) error { return nil }
 func (o *ovBackend) Close() error                    { return nil }

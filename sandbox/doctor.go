@@ -30,13 +30,13 @@ type BackendStatus struct {
 // with the level the backend enforces it at, and, when it would refuse
 // the command, why.
 type PolicyFit struct {
-	Network      policy.NetworkMode       `json:"network"`
-	NetworkLevel secrets.EnforcementLevel `json:"network_level"`
-	Secrets      secrets.Mode             `json:"secrets"`
-	SecretsLevel secrets.EnforcementLevel `json:"secrets_level"`
+	Network      policy.NetworkMode      `json:"network"`
+	NetworkLevel policy.EnforcementLevel `json:"network_level"`
+	Secrets      secrets.Mode            `json:"secrets"`
+	SecretsLevel policy.EnforcementLevel `json:"secrets_level"`
 	// Limits holds every limit a command would have (the policy's, the
 	// timeout and output cap filled in by default), by name.
-	Limits map[string]LimitFit `json:"limits"`
+	Limits map[policy.LimitKey]LimitFit `json:"limits"`
 	// Refused is the error Execute would return before starting anything
 	// ("" when the command would run).
 	Refused string `json:"refused,omitempty"`
@@ -46,9 +46,9 @@ type PolicyFit struct {
 type LimitFit struct {
 	// Value is in Unit: "ms" for the timeout, "bytes", "cpus" or
 	// "processes".
-	Value float64                  `json:"value"`
-	Unit  string                   `json:"unit"`
-	Level secrets.EnforcementLevel `json:"level"`
+	Value float64                 `json:"value"`
+	Unit  string                  `json:"unit"`
+	Level policy.EnforcementLevel `json:"level"`
 }
 
 // fit runs the checks Execute runs before a command starts, against b's
@@ -68,29 +68,29 @@ func fit(ctx context.Context, o *options, b backend.Backend, caps backend.Capabi
 	probe := &Sandbox{o: o2, caps: caps, backend: b}
 	net, sec := probe.effectivePolicies()
 	f := &PolicyFit{Network: net.Mode, NetworkLevel: caps.NetworkLevel(net.Mode),
-		Secrets: sec.Mode, SecretsLevel: caps.SecretLevel(sec.Mode), Limits: map[string]LimitFit{}}
+		Secrets: sec.Mode, SecretsLevel: caps.SecretLevel(sec.Mode), Limits: map[policy.LimitKey]LimitFit{}}
 	if _, _, err := probe.checkEnforcement(ctx, "", "", limits); err != nil {
 		f.Refused = err.Error()
 	}
-	add := func(name string, set bool, value float64, unit string) {
-		if !set {
+	add := func(name policy.LimitKey, value float64, unit string) {
+		if !limits.IsSet(name) {
 			return
 		}
 		level, ok := caps.Limits[name]
 		if !ok {
-			level = secrets.Unsupported
-			if name == "timeout" || name == "output_bytes" {
-				level = secrets.BestEffort // see checkLimits
+			level = policy.Unsupported
+			if name.Defaulted() {
+				level = policy.BestEffort // see checkLimits
 			}
 		}
 		f.Limits[name] = LimitFit{Value: value, Unit: unit, Level: level}
 	}
-	add("timeout", limits.Timeout > 0, float64(limits.Timeout.Milliseconds()), "ms")
-	add("output_bytes", limits.OutputBytes > 0, float64(limits.OutputBytes), "bytes")
-	add("memory_bytes", limits.MemoryBytes > 0, float64(limits.MemoryBytes), "bytes")
-	add("cpus", limits.CPUs > 0, limits.CPUs, "cpus")
-	add("pids", limits.Pids > 0, float64(limits.Pids), "processes")
-	add("file_size_bytes", limits.FileSizeBytes > 0, float64(limits.FileSizeBytes), "bytes")
+	add(policy.LimitTimeout, float64(limits.Timeout.Milliseconds()), "ms")
+	add(policy.LimitOutputBytes, float64(limits.OutputBytes), "bytes")
+	add(policy.LimitMemoryBytes, float64(limits.MemoryBytes), "bytes")
+	add(policy.LimitCPUs, limits.CPUs, "cpus")
+	add(policy.LimitPids, float64(limits.Pids), "processes")
+	add(policy.LimitFileSizeBytes, float64(limits.FileSizeBytes), "bytes")
 	return f
 }
 

@@ -5,14 +5,13 @@ import (
 
 	"github.com/pulse-agent/pulse/egress/bypass"
 	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // NetworkDiagnosis is the egress bypass suite's outcome on one backend.
 type NetworkDiagnosis struct {
 	Backend string `json:"backend"`
 	// Level is the backend's claimed enforcement of network allowlist.
-	Level secrets.EnforcementLevel `json:"allowlist_level"`
+	Level policy.EnforcementLevel `json:"allowlist_level"`
 	// Reason says why the suite did not run ("" when it did).
 	Reason  string          `json:"reason,omitempty"`
 	Results []bypass.Result `json:"results,omitempty"`
@@ -64,7 +63,7 @@ func DiagnoseNetwork(ctx context.Context, opts ...Option) ([]NetworkDiagnosis, e
 		switch {
 		case perr != nil:
 			d.Reason = "unavailable: " + perr.Error()
-		case d.Level == secrets.Unsupported:
+		case d.Level == policy.Unsupported:
 			d.Reason = "does not enforce network allowlist here"
 		default:
 			d.Results, err = bypass.Run(ctx, b, o.logger)

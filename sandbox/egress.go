@@ -259,7 +259,7 @@ func (s *Sandbox) recordEgress(ctx context.Context, execID string, ev egress.Eve
 		reason = ev.Reason
 	}
 	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: ev.Host, Port: ev.Port, Protocol: "tcp",
-		Decision: decision, Reason: reason, Backend: s.backend.Name(), EnforcementLevel: string(secrets.Strong),
+		Decision: decision, Reason: reason, Backend: s.backend.Name(), EnforcementLevel: string(policy.Strong),
 		DurationMS: float64(ev.Duration.Microseconds()) / 1000, Detail: detail})
 }
 

@@ -200,7 +200,7 @@ type execution struct {
 	// Set by check.
 	limits policy.ResourceLimits
 	net    policy.NetworkPolicy
-	sec    secrets.SecretPolicy
+	sec    secrets.Policy
 	hidden []string
 	review bool
 	dir    string

@@ -25,9 +25,9 @@ type noMemoryBackend struct {
 func (n *noMemoryBackend) Name() string { return "nomem" }
 func (n *noMemoryBackend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{Isolation: backend.IsolationContainer, CapturesWrites: true,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{policy.NetworkDenyAll: secrets.Strong},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{secrets.DenyAll: secrets.Strong},
-		Limits:  map[string]secrets.EnforcementLevel{"timeout": secrets.Strong, "output_bytes": secrets.Strong, "pids": secrets.BestEffort}}
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{policy.NetworkDenyAll: policy.Strong},
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{secrets.DenyAll: policy.Strong},
+		Limits:  map[policy.LimitKey]policy.EnforcementLevel{policy.LimitTimeout: policy.Strong, policy.LimitOutputBytes: policy.Strong, policy.LimitPids: policy.BestEffort}}
 }
 func (n *noMemoryBackend) Reconcile(context.Context) error { return nil }
 func (n *noMemoryBackend) Close() error                    { return nil }
@@ -119,9 +119,9 @@ type limitsBackend struct{ ovBackend }
 
 func (l *limitsBackend) Capabilities() backend.Capabilities {
 	c := l.ovBackend.Capabilities()
-	c.Limits = map[string]secrets.EnforcementLevel{}
-	for _, k := range []string{"timeout", "output_bytes", "memory_bytes", "cpus", "pids", "file_size_bytes"} {
-		c.Limits[k] = secrets.Strong
+	c.Limits = map[policy.LimitKey]policy.EnforcementLevel{}
+	for _, k := range policy.LimitKeys() {
+		c.Limits[k] = policy.Strong
 	}
 	return c
 }

@@ -25,7 +25,7 @@ type Approver func(ctx context.Context, a policy.Action, target string) (bool, e
 type options struct {
 	policy        *policy.Policy
 	network       *policy.NetworkPolicy
-	secretPolicy  *secrets.SecretPolicy
+	secretPolicy  *secrets.Policy
 	secrets       []secrets.Secret
 	limits        *policy.ResourceLimits
 	backend       backend.Backend
@@ -80,7 +80,7 @@ func WithNetworkPolicy(n policy.NetworkPolicy) Option {
 // WithSecretPolicy sets which of the configured secrets a command may see
 // in its environment when the policy allows the secrets action. Unset,
 // commands see none.
-func WithSecretPolicy(p secrets.SecretPolicy) Option {
+func WithSecretPolicy(p secrets.Policy) Option {
 	return func(o *options) error {
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("sandbox: WithSecretPolicy: %w", err)

@@ -328,8 +328,8 @@ type weakBackend struct {
 func (w *weakBackend) Name() string { return "weak" }
 func (w *weakBackend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{Isolation: backend.IsolationContainer,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{policy.NetworkDenyAll: secrets.Strong},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{secrets.DenyAll: secrets.BestEffort}}
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{policy.NetworkDenyAll: policy.Strong},
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{secrets.DenyAll: policy.BestEffort}}
 }
 func (w *weakBackend) Reconcile(context.Context) error { return nil }
 func (w *weakBackend) Close() error                    { return nil }

@@ -29,7 +29,7 @@
 // transformed. Detectors and literal secrets run in two passes, literal
 // first, so that a configured secret keeps its name.
 //
-// The package also holds the vocabulary the backends use to say how well
-// they keep secrets from a command: Mode, SecretPolicy and
-// EnforcementLevel.
+// The package also holds the vocabulary of which secrets a command may
+// see: Mode and Policy. How strongly a backend enforces a mode is a
+// policy.EnforcementLevel, shared with the network modes and limits.
 package secrets

@@ -8,7 +8,7 @@ import (
 // FromEnv returns the named environment variables that are set and not
 // empty, as Secrets named after the variable, in the order given. Pass the
 // result to WithSecrets (each is then redacted as "[REDACTED:NAME]") or to
-// a sandbox that forwards them to commands its SecretPolicy allows.
+// a sandbox that forwards them to commands its Policy allows.
 // A variable that is unset is left out; a value shorter than MinSecretLen
 // is kept, so that New reports it instead of it being skipped silently.
 func FromEnv(names ...string) []Secret {
@@ -26,15 +26,15 @@ func fromLookup(lookup func(string) (string, bool), names []string) []Secret {
 }
 
 // AllowAllSecrets is the policy that passes every configured secret.
-func AllowAllSecrets() SecretPolicy { return SecretPolicy{Mode: AllowAll} }
+func AllowAllSecrets() Policy { return Policy{Mode: AllowAll} }
 
 // AllowSecrets is the policy that passes only the secrets named.
-func AllowSecrets(names ...string) SecretPolicy {
-	return SecretPolicy{Mode: Allowlist, Names: append([]string(nil), names...)}
+func AllowSecrets(names ...string) Policy {
+	return Policy{Mode: Allowlist, Names: append([]string(nil), names...)}
 }
 
 // Validate reports a policy whose mode is unknown.
-func (p SecretPolicy) Validate() error {
+func (p Policy) Validate() error {
 	switch p.Mode {
 	case DenyAll, AllowAll, Allowlist, "":
 		return nil
@@ -44,7 +44,7 @@ func (p SecretPolicy) Validate() error {
 
 // Allows reports whether a secret called name may reach a command. The
 // zero policy and any unknown mode allow nothing: fail closed.
-func (p SecretPolicy) Allows(name string) bool {
+func (p Policy) Allows(name string) bool {
 	switch p.Mode {
 	case AllowAll:
 		return true
@@ -59,7 +59,7 @@ func (p SecretPolicy) Allows(name string) bool {
 }
 
 // Filter returns the secrets the policy lets through, in order.
-func (p SecretPolicy) Filter(list []Secret) []Secret {
+func (p Policy) Filter(list []Secret) []Secret {
 	var out []Secret
 	for _, s := range list {
 		if p.Allows(s.Name) {

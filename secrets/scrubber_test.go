@@ -249,7 +249,7 @@ func TestDetectors(t *testing.T) {
 }
 
 func TestSecretPolicy(t *testing.T) {
-	if DenyAllSecrets().Allows("X") || (SecretPolicy{}).Allows("X") || (SecretPolicy{Mode: "bogus"}).Allows("X") {
+	if DenyAllSecrets().Allows("X") || (Policy{}).Allows("X") || (Policy{Mode: "bogus"}).Allows("X") {
 		t.Fatal("deny-all, zero or unknown policy allowed a secret")
 	}
 	if !AllowAllSecrets().Allows("X") {
@@ -260,7 +260,7 @@ func TestSecretPolicy(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "A" || got[1].Name != "B" {
 		t.Fatalf("Filter = %v", got)
 	}
-	if (SecretPolicy{Mode: "bogus"}).Validate() == nil {
+	if (Policy{Mode: "bogus"}).Validate() == nil {
 		t.Fatal("Validate accepted an unknown mode")
 	}
 }

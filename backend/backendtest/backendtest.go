@@ -193,7 +193,7 @@ func (e *env) request(req *backend.Request) *backend.Request {
 		req.Network = policy.NetworkPolicy{Mode: pickNetwork(e.caps)}
 	}
 	if req.Secrets.Mode == "" {
-		req.Secrets = secrets.SecretPolicy{Mode: pickSecrets(e.caps)}
+		req.Secrets = secrets.Policy{Mode: pickSecrets(e.caps)}
 	}
 	if req.Limits.Timeout == 0 {
 		req.Limits.Timeout = e.s.d(60 * time.Second)
@@ -203,7 +203,7 @@ func (e *env) request(req *backend.Request) *backend.Request {
 
 func pickNetwork(c backend.Capabilities) policy.NetworkMode {
 	for _, m := range []policy.NetworkMode{policy.NetworkDenyAll, policy.NetworkAllowlist, policy.NetworkAllowAll} {
-		if c.NetworkLevel(m) != secrets.Unsupported {
+		if c.NetworkLevel(m) != policy.Unsupported {
 			return m
 		}
 	}
@@ -212,7 +212,7 @@ func pickNetwork(c backend.Capabilities) policy.NetworkMode {
 
 func pickSecrets(c backend.Capabilities) secrets.Mode {
 	for _, m := range []secrets.Mode{secrets.DenyAll, secrets.Allowlist, secrets.AllowAll} {
-		if c.SecretLevel(m) != secrets.Unsupported {
+		if c.SecretLevel(m) != policy.Unsupported {
 			return m
 		}
 	}

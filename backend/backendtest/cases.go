@@ -16,7 +16,6 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 func testIdentity(t *testing.T, s *suite) {
@@ -29,8 +28,8 @@ func testIdentity(t *testing.T, s *suite) {
 	default:
 		t.Errorf("Capabilities().Isolation = %q, not a known level", e.caps.Isolation)
 	}
-	known := func(l secrets.EnforcementLevel) bool {
-		return l == secrets.Strong || l == secrets.BestEffort || l == secrets.Unsupported
+	known := func(l policy.EnforcementLevel) bool {
+		return l == policy.Strong || l == policy.BestEffort || l == policy.Unsupported
 	}
 	for m, l := range e.caps.Network {
 		if !known(l) {
@@ -439,7 +438,7 @@ func testUnsupportedNetwork(t *testing.T, s *suite) {
 	e := s.setup(t)
 	tried := 0
 	for _, m := range []policy.NetworkMode{policy.NetworkDenyAll, policy.NetworkAllowlist, policy.NetworkAllowAll} {
-		if e.caps.NetworkLevel(m) != secrets.Unsupported {
+		if e.caps.NetworkLevel(m) != policy.Unsupported {
 			continue
 		}
 		tried++

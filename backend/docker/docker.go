@@ -251,42 +251,42 @@ func (b *Backend) Probe(ctx context.Context) error {
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
 	l := b.o.limits
-	limits := map[string]secrets.EnforcementLevel{
-		"timeout":         secrets.Strong,
-		"output_bytes":    secrets.Strong,
-		"file_size_bytes": secrets.Strong,
-		"memory_bytes":    secrets.Unsupported,
-		"cpus":            secrets.Unsupported,
-		"pids":            secrets.Unsupported,
+	limits := map[policy.LimitKey]policy.EnforcementLevel{
+		policy.LimitTimeout:       policy.Strong,
+		policy.LimitOutputBytes:   policy.Strong,
+		policy.LimitFileSizeBytes: policy.Strong,
+		policy.LimitMemoryBytes:   policy.Unsupported,
+		policy.LimitCPUs:          policy.Unsupported,
+		policy.LimitPids:          policy.Unsupported,
 	}
 	// Container-wide limits are only as good as what New was given.
 	if l.MemoryBytes > 0 {
-		limits["memory_bytes"] = secrets.Strong
+		limits[policy.LimitMemoryBytes] = policy.Strong
 	}
 	if l.CPUs > 0 {
-		limits["cpus"] = secrets.Strong
+		limits[policy.LimitCPUs] = policy.Strong
 	}
 	if l.Pids > 0 {
-		limits["pids"] = secrets.Strong
+		limits[policy.LimitPids] = policy.Strong
 	}
 	notes := append([]string{"image: " + b.o.image}, hardenedNotes...)
-	allowlist := secrets.Unsupported
+	allowlist := policy.Unsupported
 	if egressCapable() {
-		allowlist = secrets.Strong // egress.go
+		allowlist = policy.Strong // egress.go
 	} else {
 		notes = append(notes, "network allowlist: unsupported here (bridging the egress proxy into a container needs root)")
 	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationContainer,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
-			policy.NetworkDenyAll:   secrets.Strong,
-			policy.NetworkAllowAll:  secrets.Strong,
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{
+			policy.NetworkDenyAll:   policy.Strong,
+			policy.NetworkAllowAll:  policy.Strong,
 			policy.NetworkAllowlist: allowlist,
 		},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
-			secrets.DenyAll:   secrets.Strong,
-			secrets.AllowAll:  secrets.Strong,
-			secrets.Allowlist: secrets.Strong,
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{
+			secrets.DenyAll:   policy.Strong,
+			secrets.AllowAll:  policy.Strong,
+			secrets.Allowlist: policy.Strong,
 		},
 		CapturesWrites: true,
 		HidesPaths:     true,

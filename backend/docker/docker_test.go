@@ -13,7 +13,6 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // newDocker returns a backend on the engine the environment names, or
@@ -212,9 +211,9 @@ func TestDockerAllowlistWithoutEgressIsRefused(t *testing.T) {
 	if !errors.Is(err, backend.ErrUnsupported) {
 		t.Fatalf("allowlist: err = %v, want ErrUnsupported", err)
 	}
-	want := secrets.Unsupported
+	want := policy.Unsupported
 	if os.Geteuid() == 0 {
-		want = secrets.Strong
+		want = policy.Strong
 	}
 	if lvl := b.Capabilities().NetworkLevel(policy.NetworkAllowlist); lvl != want {
 		t.Fatalf("allowlist capability %q, want %q", lvl, want)

@@ -49,7 +49,7 @@ func FuzzPrepare(f *testing.F) {
 			Env:       map[string]string{key: val},
 			Shell:     script,
 			Network:   policy.NetworkPolicy{Mode: policy.NetworkMode(net)},
-			Secrets:   secrets.SecretPolicy{Mode: secrets.Mode(sec)},
+			Secrets:   secrets.Policy{Mode: secrets.Mode(sec)},
 		}
 		if arg0 != "" {
 			req.Args = []string{arg0, "x"}

@@ -171,7 +171,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 // the network beyond leaving it as it is, secrets only as far as the
 // environment goes (the disk is readable), and writes land in place.
 func (b *Backend) Capabilities() backend.Capabilities {
-	fsize := secrets.Strong
+	fsize := policy.Strong
 	notes := []string{
 		"UNSAFE: commands run as this user on this machine, with its network, its files and its processes in view",
 		"writes land in the workspace directly; changes are found by comparing the tree before and after",
@@ -181,31 +181,31 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	notes = append(notes, "not enforced: network restriction; memory, cpu and pids limits; read-deny rules for commands (they see the whole disk); no seccomp filter")
 	if b.root {
 		// A root process can raise its own hard limit again.
-		fsize = secrets.BestEffort
+		fsize = policy.BestEffort
 		notes = append(notes, "running as root: rlimits can be raised again by the command")
 	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationHostUnsafe,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{
 			// The host's network is all the command gets and all it can
 			// reach: allow-all is the one mode the host honours exactly.
-			policy.NetworkAllowAll:  secrets.Strong,
-			policy.NetworkDenyAll:   secrets.Unsupported,
-			policy.NetworkAllowlist: secrets.Unsupported,
+			policy.NetworkAllowAll:  policy.Strong,
+			policy.NetworkDenyAll:   policy.Unsupported,
+			policy.NetworkAllowlist: policy.Unsupported,
 		},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
-			secrets.AllowAll:  secrets.Strong,
-			secrets.DenyAll:   secrets.BestEffort,
-			secrets.Allowlist: secrets.BestEffort,
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{
+			secrets.AllowAll:  policy.Strong,
+			secrets.DenyAll:   policy.BestEffort,
+			secrets.Allowlist: policy.BestEffort,
 		},
 		CapturesWrites: false,
-		Limits: map[string]secrets.EnforcementLevel{
-			"timeout":         secrets.BestEffort,
-			"output_bytes":    secrets.Strong,
-			"file_size_bytes": fsize,
-			"memory_bytes":    secrets.Unsupported,
-			"cpus":            secrets.Unsupported,
-			"pids":            secrets.Unsupported,
+		Limits: map[policy.LimitKey]policy.EnforcementLevel{
+			policy.LimitTimeout:       policy.BestEffort,
+			policy.LimitOutputBytes:   policy.Strong,
+			policy.LimitFileSizeBytes: fsize,
+			policy.LimitMemoryBytes:   policy.Unsupported,
+			policy.LimitCPUs:          policy.Unsupported,
+			policy.LimitPids:          policy.Unsupported,
 		},
 		Notes: notes,
 	}

@@ -133,7 +133,7 @@ func TestBadRequests(t *testing.T) {
 		"negative limit":       {backend.Request{Shell: "true", Limits: policy.ResourceLimits{OutputBytes: -1}}, backend.ErrInvalidRequest},
 		"network deny-all":     {backend.Request{Shell: "true", Network: policy.DenyAllNetwork()}, backend.ErrUnsupported},
 		"unknown network mode": {backend.Request{Shell: "true", Network: policy.NetworkPolicy{Mode: "bogus"}}, backend.ErrUnsupported},
-		"unknown secret mode":  {backend.Request{Shell: "true", Secrets: secrets.SecretPolicy{Mode: "bogus"}}, backend.ErrUnsupported},
+		"unknown secret mode":  {backend.Request{Shell: "true", Secrets: secrets.Policy{Mode: "bogus"}}, backend.ErrUnsupported},
 	} {
 		t.Run(name, func(t *testing.T) {
 			req := c.req
@@ -164,16 +164,16 @@ func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
 func TestSecretModesAndAllowAllNetworkRun(t *testing.T) {
 	b := newBackend(t)
 	for _, m := range []secrets.Mode{secrets.DenyAll, secrets.Allowlist, secrets.AllowAll} {
-		res := run(t, b, &backend.Request{Shell: "true", Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, Secrets: secrets.SecretPolicy{Mode: m}})
+		res := run(t, b, &backend.Request{Shell: "true", Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, Secrets: secrets.Policy{Mode: m}})
 		if res.ExitCode != 0 {
 			t.Errorf("secret mode %q: exit %d", m, res.ExitCode)
 		}
 	}
 	caps := b.Capabilities()
 	if caps.Isolation != backend.IsolationHostUnsafe || caps.CapturesWrites ||
-		caps.NetworkLevel(policy.NetworkDenyAll) != secrets.Unsupported ||
-		caps.NetworkLevel(policy.NetworkAllowlist) != secrets.Unsupported ||
-		caps.SecretLevel(secrets.DenyAll) != secrets.BestEffort {
+		caps.NetworkLevel(policy.NetworkDenyAll) != policy.Unsupported ||
+		caps.NetworkLevel(policy.NetworkAllowlist) != policy.Unsupported ||
+		caps.SecretLevel(secrets.DenyAll) != policy.BestEffort {
 		t.Errorf("capabilities do not match the host's reality: %+v", caps)
 	}
 }

@@ -128,13 +128,13 @@ func (b *Backend) Name() string { return Name }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	limits := map[string]secrets.EnforcementLevel{
-		"timeout":         secrets.Strong,
-		"output_bytes":    secrets.Strong,
-		"file_size_bytes": secrets.Strong,
-		"memory_bytes":    secrets.BestEffort,
-		"pids":            secrets.BestEffort,
-		"cpus":            secrets.Unsupported,
+	limits := map[policy.LimitKey]policy.EnforcementLevel{
+		policy.LimitTimeout:       policy.Strong,
+		policy.LimitOutputBytes:   policy.Strong,
+		policy.LimitFileSizeBytes: policy.Strong,
+		policy.LimitMemoryBytes:   policy.BestEffort,
+		policy.LimitPids:          policy.BestEffort,
+		policy.LimitCPUs:          policy.Unsupported,
 	}
 	notes := []string{
 		"new user, mount, pid, ipc, uts and cgroup namespaces per command; net namespace unless allow-all",
@@ -147,17 +147,17 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 	notes = append(notes, "read-denied paths are absent from the command's view (overlay whiteouts)")
 	if b.cg.memory {
-		limits["memory_bytes"] = secrets.Strong
+		limits[policy.LimitMemoryBytes] = policy.Strong
 	} else {
 		notes = append(notes, "memory limit: no writable memory cgroup; RLIMIT_DATA only")
 	}
 	if b.cg.pids {
-		limits["pids"] = secrets.Strong
+		limits[policy.LimitPids] = policy.Strong
 	} else {
 		notes = append(notes, "pids limit: no writable pids cgroup; RLIMIT_NPROC only")
 	}
 	if b.cg.cpu {
-		limits["cpus"] = secrets.Strong
+		limits[policy.LimitCPUs] = policy.Strong
 	} else {
 		notes = append(notes, "cpu limit: no writable cpu cgroup")
 	}
@@ -171,15 +171,15 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 	return backend.Capabilities{
 		Isolation: backend.IsolationNamespace,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
-			policy.NetworkDenyAll:   secrets.Strong,
-			policy.NetworkAllowAll:  secrets.Strong,
-			policy.NetworkAllowlist: secrets.Strong, // through the egress proxy in Request.Egress
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{
+			policy.NetworkDenyAll:   policy.Strong,
+			policy.NetworkAllowAll:  policy.Strong,
+			policy.NetworkAllowlist: policy.Strong, // through the egress proxy in Request.Egress
 		},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
-			secrets.DenyAll:   secrets.Strong,
-			secrets.Allowlist: secrets.Strong,
-			secrets.AllowAll:  secrets.Strong,
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{
+			secrets.DenyAll:   policy.Strong,
+			secrets.Allowlist: policy.Strong,
+			secrets.AllowAll:  policy.Strong,
 		},
 		CapturesWrites: true,
 		HidesPaths:     true,

@@ -10,7 +10,6 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server"
 	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // recordingExecutor runs requests with the real host executor and keeps
@@ -67,10 +66,10 @@ func TestLimitsTravel(t *testing.T) {
 			}
 			caps := b.Capabilities()
 			srvLimits := rec.Capabilities().Limits
-			for _, k := range []string{"memory_bytes", "cpus", "pids", "file_size_bytes"} {
+			for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes} {
 				want := known(srvLimits[k])
 				if legacy {
-					want = secrets.Unsupported
+					want = policy.Unsupported
 				}
 				if caps.Limits[k] != want {
 					t.Errorf("limit %s: %q, want %q", k, caps.Limits[k], want)

@@ -91,12 +91,12 @@ func TestCapabilitiesBeforeProbe(t *testing.T) {
 		t.Errorf("isolation %q, captures %v", c.Isolation, c.CapturesWrites)
 	}
 	for _, m := range []policy.NetworkMode{policy.NetworkDenyAll, policy.NetworkAllowAll, policy.NetworkAllowlist} {
-		if l := c.NetworkLevel(m); l != secrets.Unsupported {
+		if l := c.NetworkLevel(m); l != policy.Unsupported {
 			t.Errorf("before Probe, network %q is %q", m, l)
 		}
 	}
 	for _, m := range []secrets.Mode{secrets.DenyAll, secrets.AllowAll, secrets.Allowlist} {
-		if l := c.SecretLevel(m); l != secrets.Unsupported {
+		if l := c.SecretLevel(m); l != policy.Unsupported {
 			t.Errorf("before Probe, secrets %q is %q", m, l)
 		}
 	}
@@ -115,7 +115,7 @@ func TestCapabilitiesBeforeProbe(t *testing.T) {
 			t.Errorf("secrets %q: %q, the server says %q", m, c.SecretLevel(m), l)
 		}
 	}
-	if c.Isolation != backend.IsolationRemote || c.Limits["memory_bytes"] != secrets.Unsupported {
+	if c.Isolation != backend.IsolationRemote || c.Limits["memory_bytes"] != policy.Unsupported {
 		t.Errorf("after Probe: isolation %q, memory limit %q", c.Isolation, c.Limits["memory_bytes"])
 	}
 }

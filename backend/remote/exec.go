@@ -244,10 +244,10 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	b.mu.Lock()
 	info := b.server
 	b.mu.Unlock()
-	if caps.NetworkLevel(netPol.Mode) == secrets.Unsupported {
+	if caps.NetworkLevel(netPol.Mode) == policy.Unsupported {
 		return nil, fmt.Errorf("remote: the server cannot enforce network mode %q: %w", netPol.Mode, backend.ErrUnsupported)
 	}
-	if caps.SecretLevel(secPol.Mode) == secrets.Unsupported {
+	if caps.SecretLevel(secPol.Mode) == policy.Unsupported {
 		return nil, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
 	}
 

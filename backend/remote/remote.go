@@ -219,8 +219,8 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 func remoteCaps(server backend.Capabilities, executor string, info serverInfo) backend.Capabilities {
 	c := backend.Capabilities{
 		Isolation:      backend.IsolationRemote,
-		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
-		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
+		Network:        map[policy.NetworkMode]policy.EnforcementLevel{},
+		Secrets:        map[secrets.Mode]policy.EnforcementLevel{},
 		CapturesWrites: true,
 		// Hidden paths are left out of the upload: the server never has
 		// them to show.
@@ -228,23 +228,23 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 		// The upload is the workspace with the pending view laid over
 		// it (pending.go), whatever the server.
 		StacksPending: true,
-		Limits: map[string]secrets.EnforcementLevel{
-			"timeout": server.Limits["timeout"],
+		Limits: map[policy.LimitKey]policy.EnforcementLevel{
+			policy.LimitTimeout: server.Limits[policy.LimitTimeout],
 			// Enforced by this client: what reaches the writers is capped,
 			// and the command is cancelled once it goes over.
-			"output_bytes": secrets.Strong,
+			policy.LimitOutputBytes: policy.Strong,
 		},
 	}
-	for _, k := range []string{"memory_bytes", "cpus", "pids", "file_size_bytes"} {
+	for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes} {
 		// Sent in submit's limits only to a server that lists the
 		// feature; the server's executor enforces them as it says.
-		c.Limits[k] = secrets.Unsupported
+		c.Limits[k] = policy.Unsupported
 		if info.features[protocol.FeatureLimits] {
 			c.Limits[k] = known(server.Limits[k])
 		}
 	}
-	if c.Limits["timeout"] == "" {
-		c.Limits["timeout"] = secrets.BestEffort
+	if c.Limits[policy.LimitTimeout] == "" {
+		c.Limits[policy.LimitTimeout] = policy.BestEffort
 	}
 	for m, l := range server.Network {
 		c.Network[m] = known(l)
@@ -269,12 +269,12 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 
 // known maps a level this client does not know to Unsupported, so that a
 // newer server's vocabulary never reads as enforcement.
-func known(l secrets.EnforcementLevel) secrets.EnforcementLevel {
+func known(l policy.EnforcementLevel) policy.EnforcementLevel {
 	switch l {
-	case secrets.Strong, secrets.BestEffort:
+	case policy.Strong, policy.BestEffort:
 		return l
 	}
-	return secrets.Unsupported
+	return policy.Unsupported
 }
 
 // Capabilities implements backend.Backend: what the server reported at
@@ -288,8 +288,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 	return backend.Capabilities{
 		Isolation:      backend.IsolationRemote,
-		Network:        map[policy.NetworkMode]secrets.EnforcementLevel{},
-		Secrets:        map[secrets.Mode]secrets.EnforcementLevel{},
+		Network:        map[policy.NetworkMode]policy.EnforcementLevel{},
+		Secrets:        map[secrets.Mode]policy.EnforcementLevel{},
 		CapturesWrites: true,
 		// The upload is the workspace with the pending view laid over
 		// it (pending.go), whatever the server.

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,14 +109,10 @@ func printDoctor(w io.Writer, report []sandbox.BackendStatus, policyFile string)
 		fmt.Fprintf(w, "  secrets:  deny-all %-11s allowlist %-11s allow-all %s\n",
 			c.SecretLevel(secrets.DenyAll), c.SecretLevel(secrets.Allowlist), c.SecretLevel(secrets.AllowAll))
 		if len(c.Limits) > 0 {
-			keys := make([]string, 0, len(c.Limits))
-			for k := range c.Limits {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
+			keys := slices.Sorted(maps.Keys(c.Limits))
 			parts := make([]string, 0, len(keys))
 			for _, k := range keys {
-				parts = append(parts, k+" "+string(c.Limits[k]))
+				parts = append(parts, string(k)+" "+string(c.Limits[k]))
 			}
 			fmt.Fprintf(w, "  limits:   %s\n", strings.Join(parts, ", "))
 		}
@@ -142,12 +139,7 @@ func printFit(w io.Writer, f *sandbox.PolicyFit, policyFile string) {
 	fmt.Fprintf(w, "  under %s:\n", which)
 	fmt.Fprintf(w, "    network %-10s %s\n", f.Network, f.NetworkLevel)
 	fmt.Fprintf(w, "    secrets %-10s %s\n", f.Secrets, f.SecretsLevel)
-	names := make([]string, 0, len(f.Limits))
-	for n := range f.Limits {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(f.Limits)) {
 		l := f.Limits[n]
 		v := strconv.FormatFloat(l.Value, 'f', -1, 64)
 		if l.Unit == "ms" {

@@ -80,7 +80,7 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 		opts = append(opts, sandbox.WithSecrets(list))
 	}
 	if *f.secretMode != "" {
-		var sp secrets.SecretPolicy
+		var sp secrets.Policy
 		switch *f.secretMode {
 		case string(secrets.DenyAll):
 			sp = secrets.DenyAllSecrets()

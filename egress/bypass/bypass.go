@@ -243,7 +243,7 @@ func (e *env) run(ctx context.Context, script string) (string, int, error) {
 		Stderr:    out,
 		Limits:    policy.ResourceLimits{Timeout: 30 * time.Second},
 		Network:   policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{"127.0.0.1:1"}},
-		Secrets:   secrets.SecretPolicy{Mode: secrets.AllowAll},
+		Secrets:   secrets.Policy{Mode: secrets.AllowAll},
 		Egress:    &backend.Egress{Socket: e.sock, CAFile: e.caFile, CA: e.caPEM},
 	})
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // stdout joins the stream events of one execution, decoding base64 ones.
@@ -200,7 +199,7 @@ func TestSubmitLimits(t *testing.T) {
 	}
 
 	// A file-size limit the host backend enforces stops a large write.
-	if rec.Capabilities().Limits["file_size_bytes"] == secrets.Strong {
+	if rec.Capabilities().Limits["file_size_bytes"] == policy.Strong {
 		c.submit("lim-3", "head -c 100000 /dev/zero > big; echo rc=$?", map[string]any{"limits": map[string]any{"file_size_bytes": 4096}})
 		if res, _ := c.untilResult("lim-3", nil); res.str("stdout") == "rc=0\n" {
 			t.Fatalf("file size limit not applied: %s", res.raw)

@@ -15,8 +15,8 @@ import (
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 // handle answers one client frame. Every reply to a request carries its
@@ -106,7 +106,7 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		sec = *req.Secrets
 	}
 	caps := s.exec.Capabilities()
-	if caps.NetworkLevel(net.Mode) == secrets.Unsupported || caps.SecretLevel(sec.Mode) == secrets.Unsupported {
+	if caps.NetworkLevel(net.Mode) == policy.Unsupported || caps.SecretLevel(sec.Mode) == policy.Unsupported {
 		release()
 		s.m.rejected("unsupported")
 		msg := fmt.Sprintf("executor %s cannot enforce network %q with secrets %q", s.exec.Name(), net.Mode, sec.Mode)

@@ -47,7 +47,7 @@ type options struct {
 	outboxBytes     int
 	limits          protocol.ArchiveLimits
 	network         policy.NetworkPolicy
-	secrets         secrets.SecretPolicy
+	secrets         secrets.Policy
 	maxOutput       int64
 	ceiling         policy.ResourceLimits
 	cleanupInterval time.Duration
@@ -123,7 +123,7 @@ func WithArtifactLimits(l protocol.ArchiveLimits) Option {
 
 // WithDefaultPolicies sets the network and secret policies of a submission
 // that names none (default: deny-all for both).
-func WithDefaultPolicies(n policy.NetworkPolicy, s secrets.SecretPolicy) Option {
+func WithDefaultPolicies(n policy.NetworkPolicy, s secrets.Policy) Option {
 	return func(o *options) error { o.network, o.secrets = n, s; return nil }
 }
 

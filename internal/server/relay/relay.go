@@ -344,18 +344,18 @@ func (r *Relay) Name() string { return "relay" }
 func (r *Relay) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation: backend.IsolationRemote,
-		Network: map[policy.NetworkMode]secrets.EnforcementLevel{
-			policy.NetworkAllowAll: secrets.Strong,
+		Network: map[policy.NetworkMode]policy.EnforcementLevel{
+			policy.NetworkAllowAll: policy.Strong,
 		},
-		Secrets: map[secrets.Mode]secrets.EnforcementLevel{
-			secrets.AllowAll:  secrets.Strong,
-			secrets.DenyAll:   secrets.BestEffort,
-			secrets.Allowlist: secrets.BestEffort,
+		Secrets: map[secrets.Mode]policy.EnforcementLevel{
+			secrets.AllowAll:  policy.Strong,
+			secrets.DenyAll:   policy.BestEffort,
+			secrets.Allowlist: policy.BestEffort,
 		},
 		CapturesWrites: true,
-		Limits: map[string]secrets.EnforcementLevel{
-			"timeout":      secrets.Strong,
-			"output_bytes": secrets.Strong,
+		Limits: map[policy.LimitKey]policy.EnforcementLevel{
+			policy.LimitTimeout:     policy.Strong,
+			policy.LimitOutputBytes: policy.Strong,
 		},
 		Notes: []string{"commands run on attached pulse-workers; isolation is the worker pod's"},
 	}

@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestLimitKeysMatchFields holds LimitKeys to ResourceLimits: one key per
+// field, spelt as the field's JSON name, and IsSet sees exactly that field.
+func TestLimitKeysMatchFields(t *testing.T) {
+	typ := reflect.TypeFor[ResourceLimits]()
+	keys := LimitKeys()
+	if len(keys) != typ.NumField() {
+		t.Fatalf("%d limit keys for %d ResourceLimits fields", len(keys), typ.NumField())
+	}
+	byName := map[LimitKey]int{}
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		byName[LimitKey(name)] = i
+	}
+	for _, k := range keys {
+		i, ok := byName[k]
+		if !ok {
+			t.Errorf("limit key %q is no ResourceLimits JSON field", k)
+			continue
+		}
+		var l ResourceLimits
+		if l.IsSet(k) {
+			t.Errorf("zero limits set %q", k)
+		}
+		f := reflect.ValueOf(&l).Elem().Field(i)
+		if f.CanFloat() {
+			f.SetFloat(1)
+		} else {
+			f.SetInt(1)
+		}
+		for _, other := range keys {
+			if got := l.IsSet(other); got != (other == k) {
+				t.Errorf("with only %s set, IsSet(%s) = %v", k, other, got)
+			}
+		}
+	}
+	if (ResourceLimits{Pids: 1}).IsSet("bogus") {
+		t.Error("an unknown key is set")
+	}
+}
+
+func TestLimitKeyDefaulted(t *testing.T) {
+	d := ResourceLimits{}.WithDefaults()
+	for _, k := range LimitKeys() {
+		if k.Defaulted() != d.IsSet(k) {
+			t.Errorf("%s: Defaulted() = %v, but WithDefaults sets it: %v", k, k.Defaulted(), d.IsSet(k))
+		}
+	}
+}
