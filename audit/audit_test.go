@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -264,7 +265,7 @@ func TestRecordGivesUpOnLockWhenContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	if err := flock(holder, true); err != nil {
+	if err := flock.TryLock(holder); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -272,7 +273,7 @@ func TestRecordGivesUpOnLockWhenContextEnds(t *testing.T) {
 	if err := l.Record(ctx, Event{Action: "x"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Record while locked: %v, want DeadlineExceeded", err)
 	}
-	flock(holder, false)
+	flock.Unlock(holder)
 	if err := l.Record(context.Background(), Event{Action: "x"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -123,7 +124,7 @@ func TestRecordBatchIsAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	if err := flock(holder, true); err != nil {
+	if err := flock.TryLock(holder); err != nil {
 		t.Fatal(err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
@@ -131,7 +132,7 @@ func TestRecordBatchIsAllOrNothing(t *testing.T) {
 	if err := l.RecordBatch(tctx, []Event{{Action: "a"}, {Action: "b"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("batch while locked: %v, want DeadlineExceeded", err)
 	}
-	flock(holder, false)
+	flock.Unlock(holder)
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Fatal("a batch that gave up on the lock wrote")
 	}

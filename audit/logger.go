@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/secrets"
 )
 
@@ -198,14 +199,14 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	// Read the chain head now, so that a file that is not a log (or a
 	// rotated file that is not) is reported by Open rather than by the
 	// first Record, and a torn tail is repaired before anyone relies on it.
-	if err := flock(lockf, true); err != nil {
+	if err := flock.Lock(context.Background(), lockf); err != nil {
 		l.f.Close()
 		lockf.Close()
 		headf.Close()
 		return nil, fmt.Errorf("audit: lock: %w", err)
 	}
 	_, err = l.current()
-	flock(lockf, false)
+	flock.Unlock(lockf)
 	if err != nil {
 		l.f.Close()
 		lockf.Close()
@@ -325,10 +326,10 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	if err := flockCtx(ctx, l.lockf); err != nil {
+	if err := flock.Lock(ctx, l.lockf); err != nil {
 		return fmt.Errorf("audit: lock: %w", err)
 	}
-	defer flock(l.lockf, false)
+	defer flock.Unlock(l.lockf)
 
 	size, err := l.current()
 	if err != nil {

@@ -3,12 +3,15 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/pulse-agent/pulse/internal/flock"
 )
 
 // Verification errors; a *VerifyError wraps one of them.
@@ -125,8 +128,8 @@ func Verify(path string, opts ...VerifyOption) (Report, error) {
 func readHeadLocked(path string, k *Key) (head, bool, error) {
 	if lf, err := os.OpenFile(path+".lock", os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
 		defer lf.Close()
-		if flockShared(lf) == nil {
-			defer flock(lf, false)
+		if flock.LockShared(context.Background(), lf) == nil {
+			defer flock.Unlock(lf)
 		}
 	}
 	return readHeadFile(path, k)

@@ -100,13 +100,13 @@ func batchOps() []Op {
 func perCall(tx *Tx, op Op) error {
 	switch op.Kind {
 	case KindWrite:
-		return tx.Write(op.Path, op.Data, op.Mode)
+		return tx.Write(context.Background(), op.Path, op.Data, op.Mode)
 	case KindMkdir:
-		return tx.Mkdir(op.Path, op.Mode)
+		return tx.Mkdir(context.Background(), op.Path, op.Mode)
 	case KindSymlink:
-		return tx.Symlink(op.Target, op.Path)
+		return tx.Symlink(context.Background(), op.Target, op.Path)
 	case KindDelete:
-		return tx.Delete(op.Path)
+		return tx.Delete(context.Background(), op.Path)
 	}
 	return fmt.Errorf("unknown kind %q", op.Kind)
 }
@@ -126,11 +126,11 @@ func sentinel(err error) error {
 func TestStageMatchesPerCall(t *testing.T) {
 	wsA, wsB := batchFixture(t), batchFixture(t)
 	fA, fB := openFS(t, wsA), openFS(t, wsB)
-	txA, err := fA.Begin("per call")
+	txA, err := fA.Begin(t.Context(), "per call")
 	if err != nil {
 		t.Fatal(err)
 	}
-	txB, err := fB.Begin("batch")
+	txB, err := fB.Begin(t.Context(), "batch")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,18 +160,18 @@ func TestStageMatchesPerCall(t *testing.T) {
 	}
 	// What a fresh process reads from disk is the same.
 	fB2 := openFS(t, wsB)
-	txB2, err := fB2.Tx(txB.ID())
+	txB2, err := fB2.Tx(t.Context(), txB.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a, b := txA.Changes(), txB2.Changes(); !reflect.DeepEqual(a, b) {
 		t.Fatalf("changes after reopening differ:\nper call %+v\nbatch    %+v", a, b)
 	}
-	dA, err := txA.Diff()
+	dA, err := txA.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dB, err := txB2.Diff()
+	dB, err := txB2.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,17 +212,17 @@ func TestStageMatchesPerCall(t *testing.T) {
 func TestStageBatchThenSingleCalls(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, err := f.Begin("mixed")
+	tx, err := f.Begin(t.Context(), "mixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if errs, err := tx.Stage(context.Background(), []Op{WriteOp("d/a", []byte("a"), 0), WriteOp("d/b", []byte("b"), 0)}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs, err)
 	}
-	if err := tx.Write("d/a", []byte("a2"), 0); err != nil {
+	if err := tx.Write(t.Context(), "d/a", []byte("a2"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Delete("d/b"); err != nil {
+	if err := tx.Delete(t.Context(), "d/b"); err != nil {
 		t.Fatal(err)
 	}
 	if errs, err := tx.Stage(context.Background(), []Op{WriteOp("d/c", []byte("c"), 0)}); err != nil || errs[0] != nil {
@@ -244,7 +244,7 @@ func TestStageBatchThenSingleCalls(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	tx2, _ := f.Begin("cancelled")
+	tx2, _ := f.Begin(ctx, "cancelled")
 	if _, err := tx2.Stage(ctx, []Op{WriteOp("x", nil, 0)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stage with a cancelled context: %v", err)
 	}
@@ -275,14 +275,14 @@ func stateFiles(t *testing.T, ws, id string) map[string]int64 {
 func TestStageLimits(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws, WithMaxStagedBytes(10_000), WithMaxChanges(12), WithMaxFileBytes(3000))
-	other, err := f.Begin("other")
+	other, err := f.Begin(t.Context(), "other")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Write("held", make([]byte, 2000), 0); err != nil {
+	if err := other.Write(t.Context(), "held", make([]byte, 2000), 0); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := f.Begin("limits")
+	tx, err := f.Begin(t.Context(), "limits")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestStageLimits(t *testing.T) {
 		}
 	}
 	info := func() TxInfo {
-		infos, err := f.List()
+		infos, err := f.List(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,8 +365,8 @@ func TestStageLimits(t *testing.T) {
 	// Once the other transaction is gone, its bytes are free again, also
 	// to a batch (which recounts before refusing).
 	f2 := openFS(t, ws)
-	o2, _ := f2.Tx(other.ID())
-	if err := o2.Discard(); err != nil {
+	o2, _ := f2.Tx(t.Context(), other.ID())
+	if err := o2.Discard(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if errs, err := tx.Stage(context.Background(), []Op{WriteOp("k1", make([]byte, 1001), 0)}); err != nil || errs[0] != nil {
@@ -380,11 +380,11 @@ func TestStageLimits(t *testing.T) {
 func TestReplayTornBatch(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, err := f.Begin("torn")
+	tx, err := f.Begin(t.Context(), "torn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Write("first", []byte("1"), 0); err != nil {
+	if err := tx.Write(t.Context(), "first", []byte("1"), 0); err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(ws, StateDir, "tx", tx.ID(), "stage.log")
@@ -432,7 +432,7 @@ func TestReplayTornBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	f2 := openFS(t, ws)
-	tx2, err := f2.Tx(tx.ID())
+	tx2, err := f2.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,11 +468,11 @@ func TestCrashWhileStagingBatch(t *testing.T) {
 			ws := newWS(t)
 			writeFile(t, ws, "victim", "delete me\n", 0o644)
 			f := openFS(t, ws)
-			tx, err := f.Begin("batch crash")
+			tx, err := f.Begin(t.Context(), "batch crash")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tx.Write("before", []byte("staged before"), 0); err != nil {
+			if err := tx.Write(t.Context(), "before", []byte("staged before"), 0); err != nil {
 				t.Fatal(err)
 			}
 			cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=batch", failpointEnv(tc.fp, 1))
@@ -482,7 +482,7 @@ func TestCrashWhileStagingBatch(t *testing.T) {
 				t.Fatalf("helper not killed: %v\n%s", err, out)
 			}
 			f2 := openFS(t, ws)
-			tx2, err := f2.Tx(tx.ID())
+			tx2, err := f2.Tx(t.Context(), tx.ID())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -539,11 +539,11 @@ func BenchmarkStage1000Files(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, mode := range []string{"batch", "single"} {
 			ws := b.TempDir()
-			f, err := Open(ws, WithMaxStagedBytes(1<<30))
+			f, err := Open(b.Context(), ws, WithMaxStagedBytes(1<<30))
 			if err != nil {
 				b.Fatal(err)
 			}
-			tx, err := f.Begin("bench")
+			tx, err := f.Begin(b.Context(), "bench")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -560,7 +560,7 @@ func BenchmarkStage1000Files(b *testing.B) {
 				batch += time.Since(start)
 			} else {
 				for _, op := range ops {
-					if err := tx.Write(op.Path, op.Data, 0); err != nil {
+					if err := tx.Write(b.Context(), op.Path, op.Data, 0); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -608,18 +608,18 @@ func BenchmarkStage1000Files(b *testing.B) {
 func TestStageInterleavesWithOtherWriters(t *testing.T) {
 	ws := newWS(t)
 	fA, fB := openFS(t, ws), openFS(t, ws)
-	tx, err := fA.Begin("two writers")
+	tx, err := fA.Begin(t.Context(), "two writers")
 	if err != nil {
 		t.Fatal(err)
 	}
-	txB, err := fB.Tx(tx.ID())
+	txB, err := fB.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < 30; i++ {
-			if err := txB.Write(fmt.Sprintf("single/s%02d", i), []byte("s"), 0); err != nil {
+			if err := txB.Write(t.Context(), fmt.Sprintf("single/s%02d", i), []byte("s"), 0); err != nil {
 				done <- err
 				return
 			}
@@ -639,7 +639,7 @@ func TestStageInterleavesWithOtherWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	f3 := openFS(t, ws)
-	infos, err := f3.List()
+	infos, err := f3.List(t.Context())
 	if err != nil || len(infos) != 1 {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}

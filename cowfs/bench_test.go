@@ -21,13 +21,13 @@ func BenchmarkCommit1000Files(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ws := b.TempDir()
-		f, err := Open(ws, WithMaxStagedBytes(1<<30))
+		f, err := Open(b.Context(), ws, WithMaxStagedBytes(1<<30))
 		if err != nil {
 			b.Fatal(err)
 		}
-		tx, _ := f.Begin("bench")
+		tx, _ := f.Begin(b.Context(), "bench")
 		for j := 0; j < 1000; j++ {
-			if err := tx.Write(fmt.Sprintf("d/f%04d", j), data, 0); err != nil {
+			if err := tx.Write(b.Context(), fmt.Sprintf("d/f%04d", j), data, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -73,14 +73,14 @@ func BenchmarkStage50MiB(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ws := b.TempDir()
-		f, err := Open(ws)
+		f, err := Open(b.Context(), ws)
 		if err != nil {
 			b.Fatal(err)
 		}
-		tx, _ := f.Begin("bench")
+		tx, _ := f.Begin(b.Context(), "bench")
 		b.StartTimer()
 		start := time.Now()
-		if err := tx.Write("big.bin", data, 0); err != nil {
+		if err := tx.Write(b.Context(), "big.bin", data, 0); err != nil {
 			b.Fatal(err)
 		}
 		cow += time.Since(start)
@@ -125,11 +125,11 @@ func BenchmarkCommit50000Files(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ws := b.TempDir()
-		f, err := Open(ws, WithMaxStagedBytes(1<<30))
+		f, err := Open(b.Context(), ws, WithMaxStagedBytes(1<<30))
 		if err != nil {
 			b.Fatal(err)
 		}
-		tx, _ := f.Begin("bench")
+		tx, _ := f.Begin(b.Context(), "bench")
 		src := b.TempDir()
 		var ops []Op
 		for j := 0; j < n; j++ {

@@ -19,7 +19,7 @@ func TestConflictReasons(t *testing.T) {
 	}{
 		{
 			name:  "created",
-			stage: func(tx *Tx) error { return tx.Write("new.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "new.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				writeFile(t, ws, "new.txt", "theirs\n", 0o644)
 			},
@@ -27,7 +27,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "deleted",
-			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "a.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				if err := os.Remove(filepath.Join(ws, "a.txt")); err != nil {
 					t.Fatal(err)
@@ -37,7 +37,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "replaced by another file",
-			stage: func(tx *Tx) error { return tx.Delete("a.txt") },
+			stage: func(tx *Tx) error { return tx.Delete(t.Context(), "a.txt") },
 			mutate: func(t *testing.T, ws string) {
 				// Same bytes, new inode: an editor's save-by-rename.
 				writeFile(t, ws, "tmp", "original\n", 0o644)
@@ -49,7 +49,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "modified with same size and mtime",
-			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "a.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				p := filepath.Join(ws, "a.txt")
 				fi, err := os.Stat(p)
@@ -73,7 +73,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "mode changed",
-			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "a.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				if err := os.Chmod(filepath.Join(ws, "a.txt"), 0o600); err != nil {
 					t.Fatal(err)
@@ -83,7 +83,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "symlink swapped in for the staged path",
-			stage: func(tx *Tx) error { return tx.Write("a.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "a.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				p := filepath.Join(ws, "a.txt")
 				if err := os.Rename(p, filepath.Join(ws, "moved.txt")); err != nil {
@@ -97,7 +97,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "parent directory swapped for a symlink",
-			stage: func(tx *Tx) error { return tx.Write("d/x.txt", []byte("mine\n"), 0) },
+			stage: func(tx *Tx) error { return tx.Write(t.Context(), "d/x.txt", []byte("mine\n"), 0) },
 			mutate: func(t *testing.T, ws string) {
 				if err := os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "e")); err != nil {
 					t.Fatal(err)
@@ -110,7 +110,7 @@ func TestConflictReasons(t *testing.T) {
 		},
 		{
 			name:  "file appears in a directory staged for deletion",
-			stage: func(tx *Tx) error { return tx.Delete("d") },
+			stage: func(tx *Tx) error { return tx.Delete(t.Context(), "d") },
 			mutate: func(t *testing.T, ws string) {
 				writeFile(t, ws, "d/late.txt", "late\n", 0o644)
 			},
@@ -123,7 +123,7 @@ func TestConflictReasons(t *testing.T) {
 			writeFile(t, ws, "a.txt", "original\n", 0o644)
 			writeFile(t, ws, "d/keep.txt", "keep\n", 0o644)
 			f := openFS(t, ws)
-			tx, err := f.Begin(tc.name)
+			tx, err := f.Begin(t.Context(), tc.name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestConflictReasons(t *testing.T) {
 				t.Fatalf("a refused commit changed the workspace:\nbefore %v\nafter  %v", before, after)
 			}
 			// The transaction is kept for inspection.
-			infos, err := f.List()
+			infos, err := f.List(t.Context())
 			if err != nil || len(infos) != 1 || infos[0].ID != tx.ID() || infos[0].State != StateOpen {
 				t.Fatalf("after conflict List = %+v, %v", infos, err)
 			}
@@ -202,8 +202,8 @@ func TestUndoConflict(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "a.txt", "one\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("edit")
-	if err := tx.Write("a.txt", []byte("two\n"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "edit")
+	if err := tx.Write(t.Context(), "a.txt", []byte("two\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Commit(context.Background()); err != nil {
@@ -219,7 +219,7 @@ func TestUndoConflict(t *testing.T) {
 		t.Fatalf("refused undo changed a.txt to %q", got)
 	}
 	// The refused undo left no transaction behind, and the entry is kept.
-	infos, _ := f.List()
+	infos, _ := f.List(t.Context())
 	if len(infos) != 1 || infos[0].State != StateCommitted || infos[0].ID != tx.ID() {
 		t.Fatalf("List after refused undo = %+v", infos)
 	}
@@ -228,25 +228,25 @@ func TestUndoConflict(t *testing.T) {
 func TestInvalidPaths(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("bad paths")
+	tx, _ := f.Begin(t.Context(), "bad paths")
 	for _, p := range []string{"", ".", "../x", "a/../../x", ".pulse/cow/lock", ".PULSE/x", "/etc/passwd", "a\x00b"} {
-		if err := tx.Write(p, []byte("x"), 0); !errors.Is(err, ErrInvalidPath) {
+		if err := tx.Write(t.Context(), p, []byte("x"), 0); !errors.Is(err, ErrInvalidPath) {
 			t.Errorf("Write(%q) = %v, want ErrInvalidPath", p, err)
 		}
 	}
 	for _, target := range []string{"/etc/passwd", "../../outside", "../.pulse/cow/lock", "../.PULSE"} {
-		if err := tx.Symlink(target, "sub/link"); !errors.Is(err, ErrInvalidPath) {
+		if err := tx.Symlink(t.Context(), target, "sub/link"); !errors.Is(err, ErrInvalidPath) {
 			t.Errorf("Symlink(%q) = %v, want ErrInvalidPath", target, err)
 		}
 	}
 	// An absolute path inside the workspace is accepted.
-	if err := tx.Write(filepath.Join(f.Workspace(), "ok.txt"), []byte("x"), 0); err != nil {
+	if err := tx.Write(t.Context(), filepath.Join(f.Workspace(), "ok.txt"), []byte("x"), 0); err != nil {
 		t.Fatalf("absolute path inside the workspace: %v", err)
 	}
 	writeFile(t, ws, "file", "x", 0o644)
 	// Writing under a file stages the file's replacement by a directory,
 	// which is what a command's overlay holding file/child means.
-	if err := tx.Write("file/child", []byte("x"), 0); err != nil {
+	if err := tx.Write(t.Context(), "file/child", []byte("x"), 0); err != nil {
 		t.Errorf("write under a file: %v", err)
 	}
 	var sawFile bool
@@ -258,10 +258,10 @@ func TestInvalidPaths(t *testing.T) {
 	if !sawFile {
 		t.Errorf("file not staged for replacement: %+v", tx.Changes())
 	}
-	if err := tx.Delete("missing"); !errors.Is(err, ErrNotFound) {
+	if err := tx.Delete(t.Context(), "missing"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("delete of a missing path: %v", err)
 	}
-	if _, err := f.Tx("../../etc"); !errors.Is(err, ErrNotFound) {
+	if _, err := f.Tx(t.Context(), "../../etc"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Tx with a path as id: %v", err)
 	}
 }
@@ -269,41 +269,41 @@ func TestInvalidPaths(t *testing.T) {
 func TestLimits(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws, WithMaxFileBytes(100), WithMaxStagedBytes(150), WithMaxOpenTransactions(2))
-	a, _ := f.Begin("a")
-	b, err := f.Begin("b")
+	a, _ := f.Begin(t.Context(), "a")
+	b, err := f.Begin(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var le *LimitError
-	if _, err := f.Begin("c"); !errors.As(err, &le) || le.Name != LimitOpenTx || le.Value != 2 || !errors.Is(err, ErrLimit) {
+	if _, err := f.Begin(t.Context(), "c"); !errors.As(err, &le) || le.Name != LimitOpenTx || le.Value != 2 || !errors.Is(err, ErrLimit) {
 		t.Fatalf("third Begin: %v", err)
 	}
-	if err := a.Write("big", make([]byte, 101), 0); !errors.As(err, &le) || le.Name != LimitFileBytes {
+	if err := a.Write(t.Context(), "big", make([]byte, 101), 0); !errors.As(err, &le) || le.Name != LimitFileBytes {
 		t.Fatalf("oversize file: %v", err)
 	}
-	if err := a.Write("x", make([]byte, 100), 0); err != nil {
+	if err := a.Write(t.Context(), "x", make([]byte, 100), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Write("y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+	if err := b.Write(t.Context(), "y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
 		t.Fatalf("over total: %v", err)
 	}
 	// Rewriting a path counts only the difference.
-	if err := a.Write("x", make([]byte, 90), 0); err != nil {
+	if err := a.Write(t.Context(), "x", make([]byte, 90), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Write("y", make([]byte, 60), 0); err != nil {
+	if err := b.Write(t.Context(), "y", make([]byte, 60), 0); err != nil {
 		t.Fatalf("after shrinking x: %v", err)
 	}
-	if err := a.Discard(); err != nil {
+	if err := a.Discard(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Write("z", make([]byte, 80), 0); err != nil {
+	if err := b.Write(t.Context(), "z", make([]byte, 80), 0); err != nil {
 		t.Fatalf("after discard freed space: %v", err)
 	}
 	// A new FS counts the staged bytes from disk.
 	f2 := openFS(t, ws, WithMaxStagedBytes(150))
-	b2, _ := f2.Tx(b.ID())
-	if err := b2.Write("w", make([]byte, 20), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+	b2, _ := f2.Tx(t.Context(), b.ID())
+	if err := b2.Write(t.Context(), "w", make([]byte, 20), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
 		t.Fatalf("reopened FS lost the count: %v", err)
 	}
 }
@@ -311,8 +311,8 @@ func TestLimits(t *testing.T) {
 func TestTornStageLogIsCut(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("torn")
-	if err := tx.Write("a", []byte("a"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "torn")
+	if err := tx.Write(t.Context(), "a", []byte("a"), 0); err != nil {
 		t.Fatal(err)
 	}
 	log := filepath.Join(ws, StateDir, "tx", tx.ID(), "stage.log")
@@ -323,11 +323,11 @@ func TestTornStageLogIsCut(t *testing.T) {
 	fl.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, '{'}) // a frame cut short
 	fl.Close()
 	f2 := openFS(t, ws)
-	tx2, err := f2.Tx(tx.ID())
+	tx2, err := f2.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatalf("torn tail: %v", err)
 	}
-	if err := tx2.Write("b", []byte("b"), 0); err != nil {
+	if err := tx2.Write(t.Context(), "b", []byte("b"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tx2.Changes()); n != 2 {
@@ -347,7 +347,7 @@ func TestReplaceTypes(t *testing.T) {
 	writeFile(t, ws, "dir/sub/two", "2", 0o644)
 	writeFile(t, ws, "file", "f", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("types")
+	tx, _ := f.Begin(t.Context(), "types")
 	// A directory becomes a file, and a file becomes a directory.
 	must := func(err error) {
 		t.Helper()
@@ -355,10 +355,10 @@ func TestReplaceTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(tx.Delete("dir"))
-	must(tx.Write("dir", []byte("now a file"), 0))
-	must(tx.Delete("file"))
-	must(tx.Write("file/inside", []byte("now a dir"), 0))
+	must(tx.Delete(t.Context(), "dir"))
+	must(tx.Write(t.Context(), "dir", []byte("now a file"), 0))
+	must(tx.Delete(t.Context(), "file"))
+	must(tx.Write(t.Context(), "file/inside", []byte("now a dir"), 0))
 	before := snapshotTree(t, ws)
 	if _, err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
@@ -381,21 +381,21 @@ func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := openFS(t, ws)
-	tx, _ := f.Begin("through a link")
-	if err := tx.Delete("link/x.txt"); !errors.Is(err, ErrInvalidPath) {
+	tx, _ := f.Begin(t.Context(), "through a link")
+	if err := tx.Delete(t.Context(), "link/x.txt"); !errors.Is(err, ErrInvalidPath) {
 		t.Fatalf("Delete through a symlinked dir: %v", err)
 	}
 	// Writing beneath the link is refused: the user's link is never
 	// replaced implicitly. Staged as a directory first, it is replaced;
 	// the path is literal, so link/x.txt is new even though real/x.txt
 	// exists.
-	if err := tx.Write("link/x.txt", []byte("mine\n"), 0); !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), `"link/x.txt"`) {
+	if err := tx.Write(t.Context(), "link/x.txt", []byte("mine\n"), 0); !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), `"link/x.txt"`) {
 		t.Fatalf("Write through a symlinked dir: %v", err)
 	}
-	if err := tx.Mkdir("link", 0); err != nil {
+	if err := tx.Mkdir(t.Context(), "link", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Write("link/x.txt", []byte("mine\n"), 0); err != nil {
+	if err := tx.Write(t.Context(), "link/x.txt", []byte("mine\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]Change{}
@@ -408,7 +408,7 @@ func TestNoWriteOrDeleteThroughSymlinkedDir(t *testing.T) {
 	if c := got["link/x.txt"]; !c.New {
 		t.Fatalf("link/x.txt change = %+v, want new", c)
 	}
-	d, err := tx.Diff()
+	d, err := tx.Diff(t.Context())
 	if err != nil || !strings.Contains(d, "deleted file mode 120000") || strings.Contains(d, "-x\n") {
 		t.Fatalf("diff shows the link's target or hides the link's removal:\n%s", d)
 	}
@@ -440,16 +440,16 @@ func TestStagingThroughEscapingSymlinkIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := openFS(t, ws)
-	tx, _ := f.Begin("up")
+	tx, _ := f.Begin(t.Context(), "up")
 	check := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, ErrInvalidPath) || !strings.Contains(err.Error(), `"up/x"`) || !strings.Contains(err.Error(), "outside the workspace") {
 			t.Fatalf("%s through up -> ..: %v", what, err)
 		}
 	}
-	check("Write", tx.Write("up/x", []byte("x"), 0))
-	check("Mkdir", tx.Mkdir("up/x", 0))
-	check("Symlink", tx.Symlink("y", "up/x"))
+	check("Write", tx.Write(t.Context(), "up/x", []byte("x"), 0))
+	check("Mkdir", tx.Mkdir(t.Context(), "up/x", 0))
+	check("Symlink", tx.Symlink(t.Context(), "y", "up/x"))
 	errs, err := tx.Stage(context.Background(), []Op{WriteOp("up/x", []byte("x"), 0), WriteOp("fine", []byte("f"), 0)})
 	if err != nil || errs[1] != nil {
 		t.Fatal(err, errs)
@@ -470,8 +470,8 @@ func TestDeleteThroughLaterSymlinkIsConflict(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "d/x.txt", "x\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("late link")
-	if err := tx.Delete("d/x.txt"); err != nil {
+	tx, _ := f.Begin(t.Context(), "late link")
+	if err := tx.Delete(t.Context(), "d/x.txt"); err != nil {
 		t.Fatal(err)
 	}
 	// d is swapped for a symlink to a directory holding the same inode.
@@ -496,11 +496,11 @@ func TestDeleteThroughLaterSymlinkIsConflict(t *testing.T) {
 func TestOneTxManyGoroutines(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("parallel")
+	tx, _ := f.Begin(t.Context(), "parallel")
 	errs := make(chan error, 16)
 	for g := 0; g < 16; g++ {
 		go func(g int) {
-			errs <- tx.Write(filepath.Join("p", string(rune('a'+g))), []byte{byte(g)}, 0)
+			errs <- tx.Write(t.Context(), filepath.Join("p", string(rune('a'+g))), []byte{byte(g)}, 0)
 		}(g)
 	}
 	for g := 0; g < 16; g++ {

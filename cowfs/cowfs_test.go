@@ -41,7 +41,7 @@ func readFile(t *testing.T, ws, rel string) string {
 
 func openFS(t *testing.T, ws string, opts ...Option) *FS {
 	t.Helper()
-	f, err := Open(ws, opts...)
+	f, err := Open(t.Context(), ws, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,18 +55,18 @@ func TestStageCommitByteExact(t *testing.T) {
 	writeFile(t, ws, "mod.txt", "old\n", 0o644)
 	writeFile(t, ws, "gone.txt", "bye\n", 0o644)
 	f := openFS(t, ws)
-	tx, err := f.Begin("smoke")
+	tx, err := f.Begin(t.Context(), "smoke")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := []byte{0, 1, 2, 0xff, '\n', 0, 'x'}
 	steps := []error{
-		tx.Write("mod.txt", []byte("new\n"), 0),
-		tx.Write("bin/data.bin", bin, 0o600),
-		tx.Write("empty", nil, 0o755),
-		tx.Delete("gone.txt"),
-		tx.Mkdir("newdir", 0o700),
-		tx.Symlink("../mod.txt", "bin/link"),
+		tx.Write(t.Context(), "mod.txt", []byte("new\n"), 0),
+		tx.Write(t.Context(), "bin/data.bin", bin, 0o600),
+		tx.Write(t.Context(), "empty", nil, 0o755),
+		tx.Delete(t.Context(), "gone.txt"),
+		tx.Mkdir(t.Context(), "newdir", 0o700),
+		tx.Symlink(t.Context(), "../mod.txt", "bin/link"),
 	}
 	for i, err := range steps {
 		if err != nil {
@@ -81,7 +81,7 @@ func TestStageCommitByteExact(t *testing.T) {
 	}
 	// Another FS (as another process would) sees the transaction.
 	f2 := openFS(t, ws)
-	tx2, err := f2.Tx(tx.ID())
+	tx2, err := f2.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestStageCommitByteExact(t *testing.T) {
 	if l, err := os.Readlink(filepath.Join(ws, "bin/link")); err != nil || l != "../mod.txt" {
 		t.Fatalf("link = %q %v", l, err)
 	}
-	if err := tx.Write("x", []byte("y"), 0); !errors.Is(err, ErrClosed) {
+	if err := tx.Write(t.Context(), "x", []byte("y"), 0); !errors.Is(err, ErrClosed) {
 		// tx (the first handle) must notice the commit made through tx2.
 		t.Fatalf("write after commit: %v", err)
 	}
@@ -158,11 +158,11 @@ func TestStageCommitByteExact(t *testing.T) {
 func TestSetuidIsDropped(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("suid")
-	if err := tx.Write("prog", []byte("#!/bin/sh\n"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
+	tx, _ := f.Begin(t.Context(), "suid")
+	if err := tx.Write(t.Context(), "prog", []byte("#!/bin/sh\n"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Mkdir("shared", 0o775|os.ModeSetgid|os.ModeSetuid); err != nil {
+	if err := tx.Mkdir(t.Context(), "shared", 0o775|os.ModeSetgid|os.ModeSetuid); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Commit(context.Background()); err != nil {
@@ -182,15 +182,15 @@ func TestUndoDepthAndOrder(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws, WithUndoDepth(2))
 	for i := 1; i <= 3; i++ {
-		tx, _ := f.Begin(fmt.Sprint("v", i))
-		if err := tx.Write("a", []byte(fmt.Sprint(i)), 0); err != nil {
+		tx, _ := f.Begin(t.Context(), fmt.Sprint("v", i))
+		if err := tx.Write(t.Context(), "a", []byte(fmt.Sprint(i)), 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tx.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	infos, _ := f.List()
+	infos, _ := f.List(t.Context())
 	if len(infos) != 2 || infos[0].Description != "v2" || infos[1].Description != "v3" {
 		t.Fatalf("journal = %+v, want v2 and v3", infos)
 	}
@@ -213,7 +213,7 @@ func TestStateDirMustBeReal(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(ws, ".pulse")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(ws); err == nil {
+	if _, err := Open(t.Context(), ws); err == nil {
 		t.Fatal("Open accepted a .pulse symlink")
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -225,23 +225,23 @@ func TestDiscardKeepsWorkspace(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "a", "a", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("discard me")
-	if err := tx.Write("a", []byte("b"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "discard me")
+	if err := tx.Write(t.Context(), "a", []byte("b"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Delete("a"); err != nil {
+	if err := tx.Delete(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Discard(); err != nil {
+	if err := tx.Discard(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if readFile(t, ws, "a") != "a" {
 		t.Fatal("discard touched the workspace")
 	}
-	if _, err := f.Tx(tx.ID()); !errors.Is(err, ErrNotFound) {
+	if _, err := f.Tx(t.Context(), tx.ID()); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("discarded tx still found: %v", err)
 	}
-	if err := tx.Write("a", []byte("c"), 0); !errors.Is(err, ErrClosed) {
+	if err := tx.Write(t.Context(), "a", []byte("c"), 0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after discard: %v", err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(ws, StateDir, "trash")); len(entries) != 0 {
@@ -260,12 +260,12 @@ func TestOverlayShapes(t *testing.T) {
 	writeFile(t, ws, "lnk", "l", 0o644)
 	before := snapshotTree(t, ws)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("overlay")
+	tx, _ := f.Begin(t.Context(), "overlay")
 	for _, err := range []error{
-		tx.Write("tree", []byte("now a file"), 0),
-		tx.Write("plain/inside", []byte("i"), 0),
-		tx.Mkdir("plain", 0o750),
-		tx.Symlink("tree", "lnk"),
+		tx.Write(t.Context(), "tree", []byte("now a file"), 0),
+		tx.Write(t.Context(), "plain/inside", []byte("i"), 0),
+		tx.Mkdir(t.Context(), "plain", 0o750),
+		tx.Symlink(t.Context(), "tree", "lnk"),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -295,24 +295,24 @@ func TestStagedBytesSeenAcrossFS(t *testing.T) {
 	ws := newWS(t)
 	a := openFS(t, ws, WithMaxStagedBytes(150))
 	b := openFS(t, ws, WithMaxStagedBytes(150))
-	txb, _ := b.Begin("other process")
-	if err := txb.Write("x", make([]byte, 100), 0); err != nil {
+	txb, _ := b.Begin(t.Context(), "other process")
+	if err := txb.Write(t.Context(), "x", make([]byte, 100), 0); err != nil {
 		t.Fatal(err)
 	}
 	// a learns of txb's bytes as soon as it reads that transaction.
-	if _, err := a.Tx(txb.ID()); err != nil {
+	if _, err := a.Tx(t.Context(), txb.ID()); err != nil {
 		t.Fatal(err)
 	}
-	txa, _ := a.Begin("this process")
+	txa, _ := a.Begin(t.Context(), "this process")
 	var le *LimitError
-	if err := txa.Write("y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+	if err := txa.Write(t.Context(), "y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
 		t.Fatalf("write over the shared total: %v", err)
 	}
 	if _, err := txb.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// b committed txb; a still counts it until a refusal makes it recount.
-	if err := txa.Write("y", make([]byte, 60), 0); err != nil {
+	if err := txa.Write(t.Context(), "y", make([]byte, 60), 0); err != nil {
 		t.Fatalf("a counts bytes committed by another FS: %v", err)
 	}
 }

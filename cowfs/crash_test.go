@@ -25,7 +25,7 @@ func TestHelperProcess(t *testing.T) {
 	// The kill at a failpoint is set up by the package itself, from
 	// FailpointEnv, as for any program using cowfs.
 	code := func() int {
-		f, err := Open(os.Getenv("PULSE_COWFS_WS"))
+		f, err := Open(t.Context(), os.Getenv("PULSE_COWFS_WS"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
@@ -38,7 +38,7 @@ func TestHelperProcess(t *testing.T) {
 			}
 			return 0
 		}
-		tx, err := f.Tx(os.Getenv("PULSE_COWFS_TX"))
+		tx, err := f.Tx(t.Context(), os.Getenv("PULSE_COWFS_TX"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
@@ -56,7 +56,7 @@ func TestHelperProcess(t *testing.T) {
 		}
 		if mode == "stage" {
 			for i := 0; i < 10; i++ {
-				if err := tx.Write(fmt.Sprintf("s%02d", i), []byte(fmt.Sprint("staged ", i)), 0); err != nil {
+				if err := tx.Write(t.Context(), fmt.Sprintf("s%02d", i), []byte(fmt.Sprint("staged ", i)), 0); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					return 4
 				}
@@ -120,12 +120,12 @@ func newCrashFixture(t *testing.T) *crashFixture {
 		fx.old[p] = str(c)
 		fx.new[p] = str(c)
 	}
-	f, err := Open(fx.ws)
+	f, err := Open(t.Context(), fx.ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, err := f.Begin("fifty")
+	tx, err := f.Begin(t.Context(), "fifty")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func newCrashFixture(t *testing.T) *crashFixture {
 	for i := 0; i < 25; i++ {
 		p := fmt.Sprintf("f%02d.txt", i)
 		c := strings.Repeat(fmt.Sprintf("new %d\n", i), 70+i)
-		if err := tx.Write(p, []byte(c), 0); err != nil {
+		if err := tx.Write(t.Context(), p, []byte(c), 0); err != nil {
 			t.Fatal(err)
 		}
 		fx.new[p] = str(c)
@@ -144,14 +144,14 @@ func newCrashFixture(t *testing.T) *crashFixture {
 			p = "newdir/" + p
 		}
 		c := fmt.Sprintf("\x00binary %d\xff", i)
-		if err := tx.Write(p, []byte(c), 0o600); err != nil {
+		if err := tx.Write(t.Context(), p, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		fx.old[p], fx.new[p] = nil, str(c)
 	}
 	for i := 25; i < 35; i++ {
 		p := fmt.Sprintf("f%02d.txt", i)
-		if err := tx.Delete(p); err != nil {
+		if err := tx.Delete(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}
 		fx.new[p] = nil
@@ -257,7 +257,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 				if n := fx.checkEach(t); n != 0 {
 					t.Fatalf("%d files changed before the commit point", n)
 				}
-				tx, err := f.Tx(fx.id)
+				tx, err := f.Tx(t.Context(), fx.id)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -266,7 +266,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 				}
 			}
 			fx.checkAllNew(t)
-			infos, err := f.List()
+			infos, err := f.List(t.Context())
 			if err != nil || len(infos) != 1 || infos[0].State != StateCommitted || infos[0].ID != fx.id {
 				t.Fatalf("List after recovery = %+v, %v", infos, err)
 			}
@@ -338,7 +338,7 @@ func (fx *crashFixture) checkQuarantined(t *testing.T, wal []byte) {
 		if n := fx.checkEach(t); n != applied {
 			t.Fatalf("a refused recovery changed files: %d new, %d before", n, applied)
 		}
-		infos, err := f.List()
+		infos, err := f.List(t.Context())
 		if err != nil || len(infos) != 1 || infos[0].State != StateQuarantined || infos[0].Reason == "" {
 			t.Fatalf("List = %+v, %v", infos, err)
 		}
@@ -346,14 +346,14 @@ func (fx *crashFixture) checkQuarantined(t *testing.T, wal []byte) {
 		if err != nil || string(got) != string(wal) {
 			t.Fatalf("quarantined WAL was changed or removed: %v", err)
 		}
-		tx, err := f.Tx(fx.id)
+		tx, err := f.Tx(t.Context(), fx.id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tx.Commit(context.Background()); !errors.Is(err, ErrRecovery) {
 			t.Fatalf("Commit of a quarantined tx: %v", err)
 		}
-		if err := tx.Discard(); !errors.Is(err, ErrRecovery) {
+		if err := tx.Discard(t.Context()); !errors.Is(err, ErrRecovery) {
 			t.Fatalf("Discard of a quarantined tx: %v", err)
 		}
 	}
@@ -417,12 +417,12 @@ func TestTwoProcessesCommitOverlapping(t *testing.T) {
 	f := openFS(t, ws)
 	var ids [2]string
 	for k := range ids {
-		tx, err := f.Begin(fmt.Sprintf("writer %d", k))
+		tx, err := f.Begin(t.Context(), fmt.Sprintf("writer %d", k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 20; i++ {
-			if err := tx.Write(fmt.Sprintf("f%02d", i), []byte(strings.Repeat(fmt.Sprintf("writer %d\n", k), 100)), 0); err != nil {
+			if err := tx.Write(t.Context(), fmt.Sprintf("f%02d", i), []byte(strings.Repeat(fmt.Sprintf("writer %d\n", k), 100)), 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -459,7 +459,7 @@ func TestTwoProcessesCommitOverlapping(t *testing.T) {
 			t.Fatalf("f%02d is not wholly the winner's: %q", i, got[:20])
 		}
 	}
-	infos, _ := f.List()
+	infos, _ := f.List(t.Context())
 	var open int
 	for _, in := range infos {
 		if in.State == StateOpen && in.ID == ids[1-winner] {
@@ -485,7 +485,7 @@ func TestCrashWhileStaging(t *testing.T) {
 			t.Parallel()
 			ws := newWS(t)
 			f := openFS(t, ws)
-			tx, err := f.Begin("staging crash")
+			tx, err := f.Begin(t.Context(), "staging crash")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -496,11 +496,11 @@ func TestCrashWhileStaging(t *testing.T) {
 				t.Fatalf("helper not killed: %v\n%s", err, out)
 			}
 			f2 := openFS(t, ws)
-			infos, err := f2.List()
+			infos, err := f2.List(t.Context())
 			if err != nil || len(infos) != 1 || infos[0].ID != tx.ID() || infos[0].State != StateOpen || infos[0].Changes != tc.want {
 				t.Fatalf("after the crash List = %+v, %v", infos, err)
 			}
-			tx2, err := f2.Tx(tx.ID())
+			tx2, err := f2.Tx(t.Context(), tx.ID())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -528,7 +528,7 @@ func TestCrashDuringUndo(t *testing.T) {
 			t.Parallel()
 			fx := newCrashFixture(t)
 			f := openFS(t, fx.ws)
-			tx, err := f.Tx(fx.id)
+			tx, err := f.Tx(t.Context(), fx.id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -552,7 +552,7 @@ func TestCrashDuringUndo(t *testing.T) {
 					t.Fatalf("%s not restored by the recovered undo", p)
 				}
 			}
-			if infos, err := f2.List(); err != nil || len(infos) != 0 {
+			if infos, err := f2.List(t.Context()); err != nil || len(infos) != 0 {
 				t.Fatalf("List after recovered undo = %+v, %v", infos, err)
 			}
 			if _, err := f2.Undo(context.Background()); !errors.Is(err, ErrNotFound) {

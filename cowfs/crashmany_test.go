@@ -34,7 +34,7 @@ func richTx(t *testing.T, ws string) string {
 	writeFile(t, ws, "becomes-dir", "was a file\n", 0o644)
 	os.Chmod(filepath.Join(ws, "data"), 0o755)
 	f := openFS(t, ws)
-	tx, err := f.Begin("rich")
+	tx, err := f.Begin(t.Context(), "rich")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCrashAtManyPoints(t *testing.T) {
 	hits := map[int]int{}
 	failpointHook = func(fp int) { hits[fp]++ }
 	f := openFS(t, ref)
-	tx, _ := f.Tx(id)
+	tx, _ := f.Tx(t.Context(), id)
 	_, err := tx.Commit(context.Background())
 	failpointHook = nil
 	if err != nil {
@@ -154,14 +154,14 @@ func TestCrashAtManyPoints(t *testing.T) {
 				}
 			}
 			fx.checkNoTemps(t)
-			infos, err := f.List()
+			infos, err := f.List(t.Context())
 			if err != nil || len(infos) != 1 {
 				t.Fatalf("List = %+v, %v", infos, err)
 			}
 			switch {
 			case nNew == len(paths) && infos[0].State == StateCommitted:
 			case nOld == len(paths) && infos[0].State == StateOpen:
-				tx, err := f.Tx(id)
+				tx, err := f.Tx(t.Context(), id)
 				if err != nil {
 					t.Fatal(err)
 				}

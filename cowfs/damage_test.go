@@ -68,14 +68,14 @@ func TestCommitRefusesDamagedStagedBytes(t *testing.T) {
 				ws := newWS(t)
 				writeFile(t, ws, "victim.txt", "old content\n", 0o644)
 				f := openFS(t, ws)
-				tx, _ := f.Begin("damage")
+				tx, _ := f.Begin(t.Context(), "damage")
 				data := []byte(strings.Repeat("new content\n", 100))
 				if batch {
 					errs, err := tx.Stage(context.Background(), []Op{WriteOp("victim.txt", data, 0)})
 					if err != nil || errs[0] != nil {
 						t.Fatal(err, errs)
 					}
-				} else if err := tx.Write("victim.txt", data, 0); err != nil {
+				} else if err := tx.Write(t.Context(), "victim.txt", data, 0); err != nil {
 					t.Fatal(err)
 				}
 				damageFile(t, blobFiles(t, ws, tx.ID())[0], damage)
@@ -87,14 +87,14 @@ func TestCommitRefusesDamagedStagedBytes(t *testing.T) {
 				if !equalTrees(before, snapshotTree(t, ws)) {
 					t.Fatal("a refused commit changed the workspace")
 				}
-				infos, err := f.List()
+				infos, err := f.List(t.Context())
 				if err != nil || len(infos) != 1 || infos[0].State != StateOpen {
 					t.Fatalf("List = %+v, %v", infos, err)
 				}
 				if _, err := os.Stat(filepath.Join(ws, StateDir, "tx", tx.ID(), "wal")); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("the WAL was written: %v", err)
 				}
-				if err := tx.Discard(); err != nil {
+				if err := tx.Discard(t.Context()); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -110,8 +110,8 @@ func TestApplyChecksBytesWhileCopying(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "victim.txt", "old content\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("damage")
-	if err := tx.Write("victim.txt", []byte("new content\n"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "damage")
+	if err := tx.Write(t.Context(), "victim.txt", []byte("new content\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	blob := blobFiles(t, ws, tx.ID())[0]
@@ -130,7 +130,7 @@ func TestApplyChecksBytesWhileCopying(t *testing.T) {
 		t.Fatalf("victim.txt = %q", got)
 	}
 	// Rolled back: the transaction is pending again, with the reason.
-	infos, err := f.List()
+	infos, err := f.List(t.Context())
 	if err != nil || len(infos) != 1 || infos[0].State != StateOpen || !strings.Contains(infos[0].Reason, "victim.txt") {
 		t.Fatalf("List = %+v, %v", infos, err)
 	}
@@ -177,8 +177,8 @@ func TestUndoRefusesDamagedSavedCopy(t *testing.T) {
 			ws := newWS(t)
 			writeFile(t, ws, "a.txt", strings.Repeat("before\n", 10), 0o644)
 			f := openFS(t, ws)
-			tx, _ := f.Begin("edit")
-			if err := tx.Write("a.txt", []byte("after\n"), 0); err != nil {
+			tx, _ := f.Begin(t.Context(), "edit")
+			if err := tx.Write(t.Context(), "a.txt", []byte("after\n"), 0); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tx.Commit(context.Background()); err != nil {
@@ -196,7 +196,7 @@ func TestUndoRefusesDamagedSavedCopy(t *testing.T) {
 			if got := readFile(t, ws, "a.txt"); got != "after\n" {
 				t.Fatalf("a.txt = %q", got)
 			}
-			infos, _ := f.List()
+			infos, _ := f.List(t.Context())
 			if len(infos) != 1 || infos[0].State != StateCommitted {
 				t.Fatalf("List after refused undo = %+v", infos)
 			}
@@ -213,7 +213,7 @@ func TestRecoveryFinishesDirectoryWithWrongMode(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "was-file", "x", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("dirs")
+	tx, _ := f.Begin(t.Context(), "dirs")
 	for _, op := range []Op{MkdirOp("explicit", 0o750), WriteOp("implicit/f", []byte("f"), 0), MkdirOp("was-file", 0o711)} {
 		if errs, err := tx.Stage(context.Background(), []Op{op}); err != nil || errs[0] != nil {
 			t.Fatal(err, errs)

@@ -86,8 +86,8 @@ func sidesEqual(a, b *side) bool {
 //	directory "path": old mode 040755, new mode 040777
 //
 // New and removed directories are not shown, as in git.
-func (t *Tx) Diff() (string, error) {
-	unlock, err := t.fs.lock(context.Background())
+func (t *Tx) Diff(ctx context.Context) (string, error) {
+	unlock, err := t.fs.lock(ctx)
 	if err != nil {
 		return "", err
 	}

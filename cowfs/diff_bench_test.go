@@ -40,16 +40,16 @@ func BenchmarkDiffVsGit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f, err := Open(ws)
+			f, err := Open(b.Context(), ws)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer f.Close()
-			tx, err := f.Begin("bench")
+			tx, err := f.Begin(b.Context(), "bench")
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := tx.Write("big.txt", []byte(nw), 0); err != nil {
+			if err := tx.Write(b.Context(), "big.txt", []byte(nw), 0); err != nil {
 				b.Fatal(err)
 			}
 			var cow, ref time.Duration
@@ -57,7 +57,7 @@ func BenchmarkDiffVsGit(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				d, err := tx.Diff()
+				d, err := tx.Diff(b.Context())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -44,7 +44,7 @@ func TestDiffBoundedMemoryOnLargeFiles(t *testing.T) {
 	writeFile(t, ws, "big.txt", big, 0o644)
 	writeFile(t, ws, "gone.txt", big, 0o644)
 	f := openFS(t, ws, WithMaxFileBytes(64<<20))
-	tx, err := f.Begin("large")
+	tx, err := f.Begin(t.Context(), "large")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +54,18 @@ func TestDiffBoundedMemoryOnLargeFiles(t *testing.T) {
 		{"big.txt", bigNew},
 		{"new-big.txt", big},
 	} {
-		if err := tx.Write(w.p, []byte(w.data), 0); err != nil {
+		if err := tx.Write(t.Context(), w.p, []byte(w.data), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := tx.Delete("gone.txt"); err != nil {
+	if err := tx.Delete(t.Context(), "gone.txt"); err != nil {
 		t.Fatal(err)
 	}
 
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	d, err := tx.Diff()
+	d, err := tx.Diff(t.Context())
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatal(err)
@@ -104,14 +104,14 @@ func TestDiffSummarisesBinaryAndEqualLargeFiles(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef\n", DiffMaxBytes/17+1)
 	writeFile(t, ws, "big", big, 0o644)
 	f := openFS(t, ws, WithMaxFileBytes(64<<20))
-	tx, _ := f.Begin("summaries")
-	if err := tx.Write("bin", []byte("\x00\x02\x03"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "summaries")
+	if err := tx.Write(t.Context(), "bin", []byte("\x00\x02\x03"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Write("big", []byte(big), 0o755); err != nil {
+	if err := tx.Write(t.Context(), "big", []byte(big), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := tx.Diff()
+	d, err := tx.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +133,10 @@ func TestDiffSummarisesPastItsOutputBound(t *testing.T) {
 	writeFile(t, ws, "a.txt", "one\n", 0o644)
 	writeFile(t, ws, "b.txt", "one\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("bound")
-	tx.Write("a.txt", []byte("two\n"), 0)
-	tx.Write("b.txt", []byte("two\n"), 0)
-	d, err := tx.Diff()
+	tx, _ := f.Begin(t.Context(), "bound")
+	tx.Write(t.Context(), "a.txt", []byte("two\n"), 0)
+	tx.Write(t.Context(), "b.txt", []byte("two\n"), 0)
+	d, err := tx.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +152,8 @@ func TestDiffRefusesDamagedStagedBytes(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "a.txt", "one\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("damaged")
-	if err := tx.Write("a.txt", []byte("two\n"), 0); err != nil {
+	tx, _ := f.Begin(t.Context(), "damaged")
+	if err := tx.Write(t.Context(), "a.txt", []byte("two\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	blobs, err := filepath.Glob(filepath.Join(ws, ".pulse", "cow", "tx", "*", "blobs", "*"))
@@ -163,7 +163,7 @@ func TestDiffRefusesDamagedStagedBytes(t *testing.T) {
 	if err := os.WriteFile(blobs[0], []byte("twx\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := tx.Diff()
+	d, err := tx.Diff(t.Context())
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), `"a.txt"`) {
 		t.Fatalf("Diff of a damaged blob: %q, %v", d, err)
 	}

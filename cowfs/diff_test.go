@@ -100,7 +100,7 @@ func TestDiffAppliesWithPatch(t *testing.T) {
 			writeFile(t, ws, "mode-only", "secret\n", 0o600)
 			writeFile(t, ws, "mode-and-text", "a\nb\n", 0o640)
 			f := openFS(t, ws)
-			tx, _ := f.Begin("roundtrip")
+			tx, _ := f.Begin(t.Context(), "roundtrip")
 			must := func(err error) {
 				t.Helper()
 				if err != nil {
@@ -108,24 +108,24 @@ func TestDiffAppliesWithPatch(t *testing.T) {
 				}
 			}
 			for _, p := range files {
-				must(tx.Write(p, []byte(mutate(r, readFile(t, ws, p), 1+r.Intn(12))), 0))
+				must(tx.Write(t.Context(), p, []byte(mutate(r, readFile(t, ws, p), 1+r.Intn(12))), 0))
 			}
-			must(tx.Write("empty-to-text", []byte("now text\n"), 0))
-			must(tx.Write("text-to-empty", nil, 0))
-			must(tx.Write("new/dir/created.txt", []byte(genText(r, 40, seed%2 == 0)), 0))
-			must(tx.Write("new-empty", nil, 0))
-			must(tx.Delete("deleted.txt"))
+			must(tx.Write(t.Context(), "empty-to-text", []byte("now text\n"), 0))
+			must(tx.Write(t.Context(), "text-to-empty", nil, 0))
+			must(tx.Write(t.Context(), "new/dir/created.txt", []byte(genText(r, 40, seed%2 == 0)), 0))
+			must(tx.Write(t.Context(), "new-empty", nil, 0))
+			must(tx.Delete(t.Context(), "deleted.txt"))
 			// Names GNU patch misreads unless quoted the way git does.
-			must(tx.Write("with space.txt", []byte("spaced\n"), 0))
-			must(tx.Write("caf\u00e9/tab\tname", []byte("odd\n"), 0))
-			must(tx.Write(`quote"back\slash`, []byte("q\n"), 0))
+			must(tx.Write(t.Context(), "with space.txt", []byte("spaced\n"), 0))
+			must(tx.Write(t.Context(), "caf\u00e9/tab\tname", []byte("odd\n"), 0))
+			must(tx.Write(t.Context(), `quote"back\slash`, []byte("q\n"), 0))
 			// Permission changes, which patch applies from the mode lines,
 			// and a directory's, which it must skip.
-			must(tx.Write("mode-only", []byte("secret\n"), 0o666))
-			must(tx.Write("mode-and-text", []byte("a\nB\n"), 0o600))
-			must(tx.Write("new-private", []byte("p\n"), 0o600))
-			must(tx.Mkdir("src", 0o700))
-			d, err := tx.Diff()
+			must(tx.Write(t.Context(), "mode-only", []byte("secret\n"), 0o666))
+			must(tx.Write(t.Context(), "mode-and-text", []byte("a\nB\n"), 0o600))
+			must(tx.Write(t.Context(), "new-private", []byte("p\n"), 0o600))
+			must(tx.Mkdir(t.Context(), "src", 0o700))
+			d, err := tx.Diff(t.Context())
 			must(err)
 
 			copyDir := t.TempDir()
@@ -163,13 +163,13 @@ func TestDiffFormat(t *testing.T) {
 	writeFile(t, ws, "bin", "\x00\x01", 0o644)
 	writeFile(t, ws, "script", "echo\n", 0o644)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("format")
-	tx.Write("a.txt", []byte("one\nTWO"), 0)
-	tx.Write("bin", []byte("\x00\x02"), 0)
-	tx.Write("script", []byte("echo\n"), 0o755)
-	tx.Write("b.txt", []byte("hi\n"), 0)
-	tx.Symlink("a.txt", "link")
-	d, err := tx.Diff()
+	tx, _ := f.Begin(t.Context(), "format")
+	tx.Write(t.Context(), "a.txt", []byte("one\nTWO"), 0)
+	tx.Write(t.Context(), "bin", []byte("\x00\x02"), 0)
+	tx.Write(t.Context(), "script", []byte("echo\n"), 0o755)
+	tx.Write(t.Context(), "b.txt", []byte("hi\n"), 0)
+	tx.Symlink(t.Context(), "a.txt", "link")
+	d, err := tx.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,36 +260,36 @@ func TestDiffShowsEveryPermissionChange(t *testing.T) {
 	f := openFS(t, ws)
 
 	// Alone, the widening that was invisible: 0600 to 0666, same bytes.
-	tx, _ := f.Begin("chmod")
-	if err := tx.Write(".env", []byte("DB_PASSWORD=x\n"), 0o666); err != nil {
+	tx, _ := f.Begin(t.Context(), "chmod")
+	if err := tx.Write(t.Context(), ".env", []byte("DB_PASSWORD=x\n"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	d, err := tx.Diff()
+	d, err := tx.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "diff --git a/.env b/.env\nold mode 100600\nnew mode 100666\n"; d != want {
 		t.Fatalf("mode-only diff = %q, want %q", d, want)
 	}
-	if err := tx.Discard(); err != nil {
+	if err := tx.Discard(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 
-	tx, _ = f.Begin("modes")
+	tx, _ = f.Begin(t.Context(), "modes")
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(tx.Write(".env", []byte("DB_PASSWORD=x\n"), 0o666))
-	must(tx.Write("run.sh", []byte("echo\n"), 0o755)) // exec bit kept, group bits changed
-	must(tx.Write("new-key", []byte("k\n"), 0o600))
-	must(tx.Delete("gone"))
-	must(tx.Mkdir("d", 0o777))
-	must(tx.Mkdir("shared dir", 0o775|os.ModeSetgid))
-	must(tx.Mkdir("unchanged", 0o755))
-	d, err = tx.Diff()
+	must(tx.Write(t.Context(), ".env", []byte("DB_PASSWORD=x\n"), 0o666))
+	must(tx.Write(t.Context(), "run.sh", []byte("echo\n"), 0o755)) // exec bit kept, group bits changed
+	must(tx.Write(t.Context(), "new-key", []byte("k\n"), 0o600))
+	must(tx.Delete(t.Context(), "gone"))
+	must(tx.Mkdir(t.Context(), "d", 0o777))
+	must(tx.Mkdir(t.Context(), "shared dir", 0o775|os.ModeSetgid))
+	must(tx.Mkdir(t.Context(), "unchanged", 0o755))
+	d, err = tx.Diff(t.Context())
 	must(err)
 	for _, want := range []string{
 		"diff --git a/.env b/.env\nold mode 100600\nnew mode 100666\n",

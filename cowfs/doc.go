@@ -36,7 +36,11 @@
 //     every reader.
 //   - Commits of all processes are serialised by flock(2) on
 //     .pulse/cow/lock, held from validation to the end of the commit, so
-//     no cooperating process can slip in between check and write.
+//     no cooperating process can slip in between check and write. Every
+//     method that takes the lock (all but the read-only views of a Stack
+//     or Tx already loaded) takes ctx first and stops waiting for it when
+//     ctx ends, returning ctx.Err(): a process stopped while holding the
+//     lock cannot hang a cancelled caller.
 //   - A commit interrupted at any instant (SIGKILL, power loss) leaves
 //     every file wholly old or wholly new, and the next Open rolls it
 //     forward so that all are new. A commit whose targets someone else

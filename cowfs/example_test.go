@@ -15,18 +15,19 @@ func Example() {
 	defer os.RemoveAll(ws)
 	os.WriteFile(filepath.Join(ws, "greeting.txt"), []byte("hello\n"), 0o644)
 
-	fsys, err := cowfs.Open(ws)
+	ctx := context.Background()
+	fsys, err := cowfs.Open(ctx, ws)
 	if err != nil {
 		panic(err)
 	}
 	defer fsys.Close()
-	tx, _ := fsys.Begin("be polite")
-	tx.Write("greeting.txt", []byte("hello, world\n"), 0)
+	tx, _ := fsys.Begin(ctx, "be polite")
+	tx.Write(ctx, "greeting.txt", []byte("hello, world\n"), 0)
 
-	diff, _ := tx.Diff()
+	diff, _ := tx.Diff(ctx)
 	fmt.Print(diff)
 
-	paths, err := tx.Commit(context.Background())
+	paths, err := tx.Commit(ctx)
 	fmt.Println(paths, err)
 	b, _ := os.ReadFile(filepath.Join(ws, "greeting.txt"))
 	fmt.Print(string(b))
@@ -47,13 +48,14 @@ func ExampleTx_Stage() {
 	ws, _ := os.MkdirTemp("", "cowfs-example")
 	defer os.RemoveAll(ws)
 
-	fsys, err := cowfs.Open(ws)
+	ctx := context.Background()
+	fsys, err := cowfs.Open(ctx, ws)
 	if err != nil {
 		panic(err)
 	}
 	defer fsys.Close()
-	tx, _ := fsys.Begin("overlay")
-	errs, err := tx.Stage(context.Background(), []cowfs.Op{
+	tx, _ := fsys.Begin(ctx, "overlay")
+	errs, err := tx.Stage(ctx, []cowfs.Op{
 		cowfs.WriteOp("src/a.txt", []byte("a\n"), 0o644),
 		cowfs.WriteOp("../outside", []byte("no\n"), 0),
 		cowfs.SymlinkOp("a.txt", "src/link"),

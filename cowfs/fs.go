@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -157,10 +157,12 @@ type FS struct {
 	opts  options
 	log   *slog.Logger
 
-	// opMu serialises this process's holders of the flock: the flock
+	// op serialises this process's holders of the flock: the flock
 	// alone excludes them too, but the race detector and the memory
-	// model only know Go's own primitives.
-	opMu sync.Mutex
+	// model only know Go's own primitives. It is a one-slot semaphore
+	// rather than a mutex so that waiting for it honours ctx, as the
+	// flock wait does.
+	op chan struct{}
 
 	mu          sync.Mutex
 	closed      bool
@@ -168,16 +170,16 @@ type FS struct {
 	counted     map[string]int64 // per transaction, the bytes included in staged
 	recoveryErr error
 
-	stackTxs  map[string]*Tx      // the pending stack as last read (stack.go), under opMu
+	stackTxs  map[string]*Tx      // the pending stack as last read (stack.go), while holding op
 	scache    stackCache          // what was derived from it (stack.go)
-	dirStamps map[string]dirStamp // under opMu (stack.go)
+	dirStamps map[string]dirStamp // while holding op (stack.go)
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
 // forward any commit a crashed process left half done. A commit that
 // cannot be rolled forward is quarantined, not fatal: Open still succeeds
 // and RecoveryErr reports it.
-func Open(workspace string, opts ...Option) (*FS, error) {
+func Open(ctx context.Context, workspace string, opts ...Option) (*FS, error) {
 	o := options{
 		logger:         slog.New(slog.DiscardHandler),
 		maxFileBytes:   DefaultMaxFileBytes,
@@ -195,12 +197,12 @@ func Open(workspace string, opts ...Option) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FS{ws: ws, opts: o, log: o.logger, counted: map[string]int64{}}
+	f := &FS{ws: ws, opts: o, log: o.logger, op: make(chan struct{}, 1), counted: map[string]int64{}}
 	if err := f.openState(); err != nil {
 		ws.root.Close()
 		return nil, err
 	}
-	if err := f.recover(context.Background()); err != nil {
+	if err := f.recover(ctx); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -278,40 +280,33 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 	if f.isClosed() {
 		return nil, ErrClosed
 	}
-	f.opMu.Lock()
+	select {
+	case f.op <- struct{}{}:
+	default:
+		select {
+		case f.op <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	release := func() { <-f.op }
 	lf, err := f.state.OpenFile("lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		f.opMu.Unlock()
+		release()
 		return nil, fmt.Errorf("cowfs: lock: %w", err)
 	}
-	wait := time.Millisecond
-	for {
-		err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
+	if err := flock.Lock(ctx, lf); err != nil {
+		lf.Close()
+		release()
+		if err == ctx.Err() {
+			return nil, err
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			lf.Close()
-			f.opMu.Unlock()
-			return nil, fmt.Errorf("cowfs: lock: %w", err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			lf.Close()
-			f.opMu.Unlock()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
+		return nil, fmt.Errorf("cowfs: lock: %w", err)
 	}
 	return func() {
-		syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+		flock.Unlock(lf)
 		lf.Close()
-		f.opMu.Unlock()
+		release()
 	}, nil
 }
 
@@ -385,8 +380,8 @@ func (f *FS) recount() error {
 
 // Begin starts a transaction. It is on disk, and visible to other
 // processes, when Begin returns.
-func (f *FS) Begin(description string) (*Tx, error) {
-	unlock, err := f.lock(context.Background())
+func (f *FS) Begin(ctx context.Context, description string) (*Tx, error) {
+	unlock, err := f.lock(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -590,11 +585,11 @@ func parseDone(name string) (seq uint64, id string, ok bool) {
 
 // Tx loads the transaction id, which may have been begun by another
 // process. Committed and discarded ids are not found.
-func (f *FS) Tx(id string) (*Tx, error) {
+func (f *FS) Tx(ctx context.Context, id string) (*Tx, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("%w: transaction %q", ErrNotFound, id)
 	}
-	unlock, err := f.lock(context.Background())
+	unlock, err := f.lock(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -608,8 +603,8 @@ func (f *FS) Tx(id string) (*Tx, error) {
 
 // List returns the open, committing and quarantined transactions, then
 // the committed ones kept for Undo (newest last).
-func (f *FS) List() ([]TxInfo, error) {
-	unlock, err := f.lock(context.Background())
+func (f *FS) List(ctx context.Context) ([]TxInfo, error) {
+	unlock, err := f.lock(ctx)
 	if err != nil {
 		return nil, err
 	}

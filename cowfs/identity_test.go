@@ -73,7 +73,7 @@ func TestDeviceNumberChangeIsNoConflict(t *testing.T) {
 		fx := newCrashFixture(t)
 		rewriteDev(t, filepath.Join(fx.ws, StateDir, "tx", fx.id, "stage.log"), 7)
 		f := openFS(t, fx.ws)
-		tx, err := f.Tx(fx.id)
+		tx, err := f.Tx(t.Context(), fx.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestDeviceNumberChangeIsNoConflict(t *testing.T) {
 	t.Run("undo", func(t *testing.T) {
 		fx := newCrashFixture(t)
 		f := openFS(t, fx.ws)
-		tx, _ := f.Tx(fx.id)
+		tx, _ := f.Tx(t.Context(), fx.id)
 		if _, err := tx.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -480,19 +480,19 @@ func TestDiffAppliesWithTools(t *testing.T) {
 			olds[p] = o
 		}
 		f := openFS(t, ws)
-		tx, err := f.Begin("random")
+		tx, err := f.Begin(t.Context(), "random")
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]string{}
 		for p, o := range olds {
 			nw := mutate(r, strings.Join(editLines(r, splitLines(o), r.Intn(20)), ""), r.Intn(5))
-			if err := tx.Write(p, []byte(nw), 0); err != nil {
+			if err := tx.Write(t.Context(), p, []byte(nw), 0); err != nil {
 				t.Fatal(err)
 			}
 			want[p] = nw
 		}
-		d, err := tx.Diff()
+		d, err := tx.Diff(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +511,7 @@ func TestDiffAppliesWithTools(t *testing.T) {
 				}
 			}
 		}
-		if err := tx.Discard(); err != nil {
+		if err := tx.Discard(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()

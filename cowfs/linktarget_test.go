@@ -64,7 +64,7 @@ func TestSymlinkThroughLinkCannotLeaveWorkspace(t *testing.T) {
 	}
 	writeFile(t, parent, "outside.txt", "HOST FILE", 0o644)
 	f := openFS(t, ws)
-	tx, err := f.Begin("links")
+	tx, err := f.Begin(t.Context(), "links")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestSymlinkThroughLinkCannotLeaveWorkspace(t *testing.T) {
 		if !errors.Is(errs[i+1], ErrInvalidPath) {
 			t.Errorf("Stage(%s -> %q) = %v, want ErrInvalidPath", op.Path, op.Target, errs[i+1])
 		}
-		if err := tx.Symlink(op.Target, op.Path); !errors.Is(err, ErrInvalidPath) {
+		if err := tx.Symlink(t.Context(), op.Target, op.Path); !errors.Is(err, ErrInvalidPath) {
 			t.Errorf("Symlink(%q, %q) = %v, want ErrInvalidPath", op.Target, op.Path, err)
 		}
 	}
@@ -109,11 +109,11 @@ func TestCommitRechecksStagedLinkTargets(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "keep.txt", "x", 0o644)
 	f := openFS(t, ws)
-	tx, err := f.Begin("tampered")
+	tx, err := f.Begin(t.Context(), "tampered")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Symlink("keep.txt", "ok"); err != nil {
+	if err := tx.Symlink(t.Context(), "keep.txt", "ok"); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshotTree(t, ws)
@@ -210,11 +210,11 @@ func TestUndoRestoresReplacedLinkOfAnyTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := openFS(t, ws)
-	tx, err := f.Begin("replace link")
+	tx, err := f.Begin(t.Context(), "replace link")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Write("py", []byte("#!/bin/sh\n"), 0o755); err != nil {
+	if err := tx.Write(t.Context(), "py", []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Commit(context.Background()); err != nil {

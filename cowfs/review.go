@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -36,7 +37,7 @@ type Unstaged struct {
 // what is now gone. Each path must be staged (ErrNotFound otherwise).
 // Nothing in the workspace changes, and the staged bytes stay until the
 // transaction ends, so Restage can undo it.
-func (t *Tx) Unstage(paths ...string) (Unstaged, error) {
+func (t *Tx) Unstage(ctx context.Context, paths ...string) (Unstaged, error) {
 	rels := make([]string, 0, len(paths))
 	for _, p := range paths {
 		rel, err := cleanRel(t.fs.ws.dir, p)
@@ -47,7 +48,7 @@ func (t *Tx) Unstage(paths ...string) (Unstaged, error) {
 	}
 	var out []string
 	var saved []change
-	err := t.stageOp(func() ([]stageRec, error) {
+	err := t.stageOp(ctx, func() ([]stageRec, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		gone := map[string]bool{}
@@ -118,8 +119,8 @@ func (t *Tx) Unstage(paths ...string) (Unstaged, error) {
 // (the snapshot each change was first staged against included, so a
 // commit still notices what changed in the workspace since). A path
 // staged again meanwhile keeps its newer change.
-func (t *Tx) Restage(u Unstaged) error {
-	return t.stageOp(func() ([]stageRec, error) {
+func (t *Tx) Restage(ctx context.Context, u Unstaged) error {
+	return t.stageOp(ctx, func() ([]stageRec, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		var recs []stageRec

@@ -14,17 +14,17 @@ import (
 func TestUnstageCommitsTheRest(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("old\n"), 0o644)
-	f, err := Open(ws)
+	f, err := Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, err := f.Begin("mixed")
+	tx, err := f.Begin(t.Context(), "mixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for p, data := range map[string]string{"keep.txt": "new\n", "dir/sub/rejected.txt": "no\n", "dir/sub/also.txt": "no\n", "other.txt": "x"} {
-		if err := tx.Write(p, []byte(data), 0o644); err != nil {
+		if err := tx.Write(t.Context(), p, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,11 +32,11 @@ func TestUnstageCommitsTheRest(t *testing.T) {
 	if got := tx.ContentHashes()["keep.txt"]; got != hex.EncodeToString(sum[:]) {
 		t.Fatalf("content hash %s", got)
 	}
-	if _, err := tx.Unstage("missing.txt"); !errors.Is(err, ErrNotFound) {
+	if _, err := tx.Unstage(t.Context(), "missing.txt"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unstage of a path not staged: %v", err)
 	}
 	before := tx.Changes()
-	u, err := tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt")
+	u, err := tx.Unstage(t.Context(), "dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,22 +44,22 @@ func TestUnstageCommitsTheRest(t *testing.T) {
 		t.Fatalf("unstaged %q, want %q", u.Paths, want)
 	}
 	// Restage puts them back as they were; unstage again for the commit.
-	if err := tx.Restage(u); err != nil {
+	if err := tx.Restage(t.Context(), u); err != nil {
 		t.Fatal(err)
 	}
 	if after := tx.Changes(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("restaged %+v, want %+v", after, before)
 	}
-	if u, err = tx.Unstage("dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt"); err != nil || len(u.Paths) != 5 {
+	if u, err = tx.Unstage(t.Context(), "dir/sub/rejected.txt", "dir/sub/also.txt", "other.txt"); err != nil || len(u.Paths) != 5 {
 		t.Fatalf("%+v %v", u, err)
 	}
 	// Another process sees the same transaction.
-	f2, err := Open(ws)
+	f2, err := Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f2.Close()
-	tx2, err := f2.Tx(tx.ID())
+	tx2, err := f2.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +81,16 @@ func TestUnstageTakesADeletedAncestorAlong(t *testing.T) {
 	ws := t.TempDir()
 	os.MkdirAll(filepath.Join(ws, "d"), 0o755)
 	os.WriteFile(filepath.Join(ws, "d", "f"), []byte("x"), 0o644)
-	f, err := Open(ws)
+	f, err := Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, _ := f.Begin("rm")
-	if err := tx.Delete("d"); err != nil {
+	tx, _ := f.Begin(t.Context(), "rm")
+	if err := tx.Delete(t.Context(), "d"); err != nil {
 		t.Fatal(err)
 	}
-	u, err := tx.Unstage("d/f")
+	u, err := tx.Unstage(t.Context(), "d/f")
 	if err != nil || !reflect.DeepEqual(u.Paths, []string{"d", "d/f"}) {
 		t.Fatalf("%q %v", u.Paths, err)
 	}

@@ -104,7 +104,7 @@ func diskFixture(t *testing.T, ws string) (*crashFixture, *FS) {
 		fx.old[p], fx.new[p] = str(c), str(c)
 	}
 	f := openFS(t, ws)
-	tx, _ := f.Begin("disk")
+	tx, _ := f.Begin(t.Context(), "disk")
 	fx.id = tx.ID()
 	var ops []Op
 	for i := 0; i < 20; i++ {
@@ -156,9 +156,9 @@ func TestFullDiskRefusedBeforeCommitPoint(t *testing.T) {
 	ws := loopFS(t, 32<<20)
 	writeFile(t, ws, "big", "old", 0o644)
 	f := openFS(t, ws, WithMaxFileBytes(1<<30), WithMaxStagedBytes(1<<30))
-	tx, _ := f.Begin("too big")
+	tx, _ := f.Begin(t.Context(), "too big")
 	// The staged copy takes 60% of the room; the commit needs as much again.
-	if err := tx.Write("big", bytes.Repeat([]byte("x"), int(freeBytes(t, ws)*6/10)), 0); err != nil {
+	if err := tx.Write(t.Context(), "big", bytes.Repeat([]byte("x"), int(freeBytes(t, ws)*6/10)), 0); err != nil {
 		t.Fatal(err)
 	}
 	_, err := tx.Commit(context.Background())
@@ -168,7 +168,7 @@ func TestFullDiskRefusedBeforeCommitPoint(t *testing.T) {
 	if got := readFile(t, ws, "big"); got != "old" {
 		t.Fatalf("big = %.10q", got)
 	}
-	if infos, _ := f.List(); len(infos) != 1 || infos[0].State != StateOpen {
+	if infos, _ := f.List(t.Context()); len(infos) != 1 || infos[0].State != StateOpen {
 		t.Fatalf("List = %+v", infos)
 	}
 }
@@ -188,7 +188,7 @@ func TestFullDiskRollsBack(t *testing.T) {
 		}
 	}
 	defer func() { failpointHook = nil }()
-	tx, _ := f.Tx(fx.id)
+	tx, _ := f.Tx(t.Context(), fx.id)
 	_, err := tx.Commit(context.Background())
 	failpointHook = nil
 	if free == nil {
@@ -198,7 +198,7 @@ func TestFullDiskRollsBack(t *testing.T) {
 		t.Fatalf("Commit on a disk that filled up: %v", err)
 	}
 	fx.checkAllOld(t)
-	if infos, _ := f.List(); len(infos) != 1 || infos[0].State != StateOpen || !strings.Contains(infos[0].Reason, "no space") {
+	if infos, _ := f.List(t.Context()); len(infos) != 1 || infos[0].State != StateOpen || !strings.Contains(infos[0].Reason, "no space") {
 		t.Fatalf("List = %+v", infos)
 	}
 	free()
@@ -225,12 +225,12 @@ func TestFullDiskDuringRecovery(t *testing.T) {
 				t.Fatalf("RecoveryErr = %v", err)
 			}
 			fx.checkAllOld(t)
-			infos, _ := f2.List()
+			infos, _ := f2.List(t.Context())
 			if len(infos) != 1 || infos[0].State != StateOpen {
 				t.Fatalf("List = %+v", infos)
 			}
 			free()
-			tx, _ := f2.Tx(fx.id)
+			tx, _ := f2.Tx(t.Context(), fx.id)
 			if _, err := tx.Commit(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +249,7 @@ func openNoRecover(t *testing.T, ws string) *FS {
 		t.Fatal(err)
 	}
 	f := &FS{ws: w, opts: options{logger: slog.New(slog.DiscardHandler), maxFileBytes: DefaultMaxFileBytes, maxStagedBytes: DefaultMaxStagedBytes,
-		maxOpenTx: DefaultMaxOpenTx, maxChanges: DefaultMaxChanges, undoDepth: DefaultUndoDepth}, counted: map[string]int64{}}
+		maxOpenTx: DefaultMaxOpenTx, maxChanges: DefaultMaxChanges, undoDepth: DefaultUndoDepth}, op: make(chan struct{}, 1), counted: map[string]int64{}}
 	f.log = f.opts.logger
 	if err := f.openState(); err != nil {
 		t.Fatal(err)
@@ -269,19 +269,19 @@ func TestDiscardStuckCommit(t *testing.T) {
 			f.Close()
 			fx.crashAt(t, pt[0], pt[1])
 			f2 := openNoRecover(t, fx.ws)
-			tx, err := f2.Tx(fx.id)
+			tx, err := f2.Tx(t.Context(), fx.id)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st, _ := f2.txState(fx.id); st != StateCommitting {
 				t.Fatalf("state %s, want committing", st)
 			}
-			if err := tx.Discard(); err != nil {
+			if err := tx.Discard(t.Context()); err != nil {
 				t.Fatalf("Discard of a stuck commit: %v", err)
 			}
 			fx.checkAllOld(t)
 			f3 := openFS(t, fx.ws)
-			if infos, err := f3.List(); err != nil || len(infos) != 0 {
+			if infos, err := f3.List(t.Context()); err != nil || len(infos) != 0 {
 				t.Fatalf("List = %+v, %v", infos, err)
 			}
 		})
@@ -302,7 +302,7 @@ func TestStateRemovedMidCommit(t *testing.T) {
 		}
 	}
 	defer func() { failpointHook = nil }()
-	tx, _ := f.Tx(fx.id)
+	tx, _ := f.Tx(t.Context(), fx.id)
 	if _, err := tx.Commit(context.Background()); err == nil {
 		t.Fatal("Commit succeeded without its state")
 	}
@@ -345,7 +345,7 @@ func TestEditorRaceIsConflict(t *testing.T) {
 					}
 				}
 				defer func() { failpointHook = nil }()
-				tx, _ := f.Tx(fx.id)
+				tx, _ := f.Tx(t.Context(), fx.id)
 				_, err := tx.Commit(context.Background())
 				failpointHook = nil
 				var ce *ConflictError
@@ -354,7 +354,7 @@ func TestEditorRaceIsConflict(t *testing.T) {
 				}
 				fx.old["f07"] = str("editor\n")
 				fx.checkAllOld(t)
-				if infos, _ := f.List(); len(infos) != 1 || infos[0].State != StateOpen {
+				if infos, _ := f.List(t.Context()); len(infos) != 1 || infos[0].State != StateOpen {
 					t.Fatalf("List = %+v", infos)
 				}
 			})
@@ -384,7 +384,7 @@ func TestEditorRaceMeasured(t *testing.T) {
 			writeFile(t, ws, fmt.Sprintf("f%02d", i), "base\n", 0o644)
 		}
 		f := openFS(t, ws)
-		tx, _ := f.Begin("race")
+		tx, _ := f.Begin(t.Context(), "race")
 		var ops []Op
 		for i := 0; i < 30; i++ {
 			ops = append(ops, WriteOp(fmt.Sprintf("f%02d", i), []byte("ours\n"), 0))

@@ -42,9 +42,9 @@ func TestStageLogDamage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ws := newWS(t)
 			f := openFS(t, ws)
-			tx, _ := f.Begin("log")
+			tx, _ := f.Begin(t.Context(), "log")
 			for _, p := range []string{"a", "b", "c"} {
-				if err := tx.Write(p, []byte(p), 0); err != nil {
+				if err := tx.Write(t.Context(), p, []byte(p), 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -63,11 +63,11 @@ func TestStageLogDamage(t *testing.T) {
 				}
 			}
 			f2 := openFS(t, ws)
-			infos, err := f2.List()
+			infos, err := f2.List(t.Context())
 			if err != nil || len(infos) != 1 {
 				t.Fatalf("List = %+v, %v", infos, err)
 			}
-			tx2, err := f2.Tx(tx.ID())
+			tx2, err := f2.Tx(t.Context(), tx.ID())
 			if d.ok {
 				if err != nil || infos[0].State != StateOpen {
 					t.Fatalf("Tx = %v, List = %+v", err, infos)
@@ -101,20 +101,20 @@ func TestStageLogDamage(t *testing.T) {
 func TestCrashBetweenLogAndSeal(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws)
-	tx, _ := f.Begin("seal crash")
+	tx, _ := f.Begin(t.Context(), "seal crash")
 	cmd := helperCmd(ws, tx.ID(), "PULSE_COWFS_HELPER=stage", failpointEnv(fpStageLogSynced, 3))
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Fatalf("helper was not killed: %s", out)
 	}
 	f2 := openFS(t, ws)
-	tx2, err := f2.Tx(tx.ID())
+	tx2, err := f2.Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := len(tx2.Changes()); n != 3 {
 		t.Fatalf("%d changes, want 3", n)
 	}
-	if err := tx2.Write("more", []byte("m"), 0); err != nil {
+	if err := tx2.Write(t.Context(), "more", []byte("m"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx2.Commit(context.Background()); err != nil {

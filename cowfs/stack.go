@@ -1096,7 +1096,7 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := f.Tx(id)
+	t, err := f.Tx(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1120,14 +1120,14 @@ func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
 		if t.Empty() {
 			continue
 		}
-		tx, err := f.Tx(t.ID)
+		tx, err := f.Tx(ctx, t.ID)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return ids, err
 		}
-		if err := tx.Discard(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := tx.Discard(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			return ids, err
 		}
 		ids = append(ids, t.ID)
@@ -1137,8 +1137,8 @@ func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
 
 // Refresh brings the transaction up to date with its stage log, which
 // another process may have appended to.
-func (t *Tx) Refresh() error {
-	unlock, err := t.fs.lock(context.Background())
+func (t *Tx) Refresh(ctx context.Context) error {
+	unlock, err := t.fs.lock(ctx)
 	if err != nil {
 		return err
 	}

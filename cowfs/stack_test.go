@@ -14,7 +14,7 @@ import (
 // command's overlay.
 func stageCmd(t *testing.T, f *FS, desc string, ops ...Op) string {
 	t.Helper()
-	tx, err := f.Begin(desc)
+	tx, err := f.Begin(t.Context(), desc)
 	if err != nil {
 		t.Fatal(err)
 	}

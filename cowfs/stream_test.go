@@ -42,7 +42,7 @@ func TestStageStreamed(t *testing.T) {
 	const size = 48 << 20
 	ws := newWS(t)
 	f := openFS(t, ws, WithMaxFileBytes(1<<30), WithMaxStagedBytes(1<<30))
-	tx, err := f.Begin("stream")
+	tx, err := f.Begin(t.Context(), "stream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestStageStreamed(t *testing.T) {
 		t.Fatalf("temps left: %v", tmps)
 	}
 	// A fresh FS sees it (durable, named by the stage log).
-	tx2, err := openFS(t, ws).Tx(tx.ID())
+	tx2, err := openFS(t, ws).Tx(t.Context(), tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func (r *failingReader) Read(p []byte) (int, error) {
 func TestStageStreamedRefusals(t *testing.T) {
 	ws := newWS(t)
 	f := openFS(t, ws, WithMaxFileBytes(1000))
-	tx, err := f.Begin("refusals")
+	tx, err := f.Begin(t.Context(), "refusals")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -397,8 +397,8 @@ func (t *Tx) appendRecs(recs []stageRec) error {
 // transaction. fn returns the records to append; their effect on the
 // staged bytes and the change count is checked against the limits before
 // anything is written.
-func (t *Tx) stageOp(fn func() ([]stageRec, error)) error {
-	unlock, err := t.fs.lock(context.Background())
+func (t *Tx) stageOp(ctx context.Context, fn func() ([]stageRec, error)) error {
+	unlock, err := t.fs.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -608,7 +608,7 @@ func (t *Tx) replaceRecs(rel string, before snapshot) ([]stageRec, error) {
 // replacement (with everything beneath, each entry checked at commit).
 // The bytes are on disk, and survive a crash of this process, when Write
 // returns.
-func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
+func (t *Tx) Write(ctx context.Context, p string, data []byte, mode os.FileMode) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
@@ -617,7 +617,7 @@ func (t *Tx) Write(p string, data []byte, mode os.FileMode) error {
 		return &LimitError{Name: LimitFileBytes, Value: t.fs.opts.maxFileBytes}
 	}
 	sha := sha256Hex(data)
-	return t.stageOp(func() ([]stageRec, error) {
+	return t.stageOp(ctx, func() ([]stageRec, error) {
 		recs, err := t.planWrite(rel, sha, int64(len(data)), mode)
 		if err != nil {
 			return nil, err
@@ -679,12 +679,12 @@ func (t *Tx) putBlob(sha string, data []byte) error {
 // zero; setuid is dropped, setgid and sticky kept). On an existing
 // directory it stages a mode change; a file or symlink at rel is staged
 // for replacement.
-func (t *Tx) Mkdir(p string, mode os.FileMode) error {
+func (t *Tx) Mkdir(ctx context.Context, p string, mode os.FileMode) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) { return t.planMkdir(rel, mode) })
+	return t.stageOp(ctx, func() ([]stageRec, error) { return t.planMkdir(rel, mode) })
 }
 
 func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
@@ -713,7 +713,7 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 // climb out of whatever that name links to) or name .pulse are refused,
 // so a committed link never leads a later reader outside the workspace.
 // Parents and an entry at rel are handled as by Write.
-func (t *Tx) Symlink(target, p string) error {
+func (t *Tx) Symlink(ctx context.Context, target, p string) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
@@ -721,7 +721,7 @@ func (t *Tx) Symlink(target, p string) error {
 	if err := checkLinkTarget(rel, target); err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) { return t.planSymlink(rel, target) })
+	return t.stageOp(ctx, func() ([]stageRec, error) { return t.planSymlink(rel, target) })
 }
 
 func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {
@@ -743,12 +743,12 @@ func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {
 // it. A path that neither exists nor is staged is ErrNotFound; a path
 // reached through a symlinked directory is refused (removing it would
 // remove what the link points at).
-func (t *Tx) Delete(p string) error {
+func (t *Tx) Delete(ctx context.Context, p string) error {
 	rel, err := cleanRel(t.fs.ws.dir, p)
 	if err != nil {
 		return err
 	}
-	return t.stageOp(func() ([]stageRec, error) { return t.planDelete(rel) })
+	return t.stageOp(ctx, func() ([]stageRec, error) { return t.planDelete(rel) })
 }
 
 func (t *Tx) planDelete(rel string) ([]stageRec, error) {
@@ -891,8 +891,8 @@ func (c *change) public() Change {
 // or by recovery) is rolled back first, from the entries kept beside its
 // targets and its saved copies, so the workspace is whole again; only
 // then is it deleted. Holding the lock means no process is applying it.
-func (t *Tx) Discard() error {
-	unlock, err := t.fs.lock(context.Background())
+func (t *Tx) Discard(ctx context.Context) error {
+	unlock, err := t.fs.lock(ctx)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func TestPolicyMatchesAbsolutePathsAsWorkspacePaths(t *testing.T) {
 	if b, err := sb.ReadFile(ctx, filepath.Join(ws, "private/key")); err == nil {
 		t.Errorf("absolute read of a denied path allowed: %q", b)
 	}
-	tx, _ := sb.Begin("t")
+	tx, _ := sb.Begin(ctx, "t")
 	if err := sb.Stage(ctx, tx, filepath.Join(ws, "private/key"), []byte("pwned"), 0o644); err == nil {
 		t.Errorf("absolute Stage of a write-denied path allowed")
 	}
@@ -183,7 +183,7 @@ func TestOverlayAskRuleGoesToTheApprover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	tx, _ := sb.Begin("manual")
+	tx, _ := sb.Begin(t.Context(), "manual")
 	if err := sb.Stage(context.Background(), tx, ".github/workflows/x.yml", []byte("x"), 0o644); err == nil {
 		t.Fatal("Stage should have been refused by the approver")
 	}

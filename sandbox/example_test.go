@@ -49,7 +49,7 @@ func Example() {
 	}
 	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
 
-	tx, err := sb.Begin("say hello")
+	tx, err := sb.Begin(ctx, "say hello")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -58,7 +58,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	diff, err := sb.Preview(tx)
+	diff, err := sb.Preview(ctx, tx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -138,7 +138,7 @@ func ExampleSandbox_Preview() {
 	}
 	defer sb.Close()
 
-	tx, err := sb.Begin("retitle")
+	tx, err := sb.Begin(ctx, "retitle")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -147,7 +147,7 @@ func ExampleSandbox_Preview() {
 		fmt.Println(err)
 		return
 	}
-	diff, err := sb.Preview(tx)
+	diff, err := sb.Preview(ctx, tx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -183,7 +183,7 @@ func ExampleSandbox_Commit() {
 	}
 	defer sb.Close()
 
-	tx, err := sb.Begin("notes")
+	tx, err := sb.Begin(ctx, "notes")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -241,7 +241,7 @@ rules:
 	fmt.Print(res.Stdout)
 	_, err = sb.Execute(ctx, sandbox.Command{Args: []string{"curl", "https://example.com"}})
 	fmt.Println("curl denied:", errors.Is(err, sandbox.ErrPolicyDenied))
-	tx, err := sb.Begin("secrets")
+	tx, err := sb.Begin(ctx, "secrets")
 	if err != nil {
 		fmt.Println(err)
 		return

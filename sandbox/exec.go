@@ -334,7 +334,7 @@ func (x *execution) prepare(ctx context.Context) error {
 		// is refused rather than run and its writes dropped. Otherwise
 		// the transaction is begun once there is something to stage: a
 		// command that wrote nothing makes none (no fsyncs).
-		if err := x.beginTx(); err != nil {
+		if err := x.beginTx(ctx); err != nil {
 			return err
 		}
 	}
@@ -419,11 +419,11 @@ func (x *execution) pendingStack(ctx context.Context) (*backend.Pending, error) 
 // in: before the command runs when the store bounds open transactions
 // (see prepare), else when stageOverlay has writes to stage. close
 // discards it unless it holds staged writes.
-func (x *execution) beginTx() error {
+func (x *execution) beginTx(ctx context.Context) error {
 	if !x.s.caps.CapturesWrites || x.tx != nil {
 		return nil
 	}
-	tx, err := x.s.cow.Begin(x.s.scrubber.Redact(fmt.Sprintf("exec %s: %s", x.id, x.cmdStr)))
+	tx, err := x.s.cow.Begin(ctx, x.s.scrubber.Redact(fmt.Sprintf("exec %s: %s", x.id, x.cmdStr)))
 	if err != nil {
 		return fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err)
 	}
@@ -549,9 +549,10 @@ func (x *execution) close(ctx context.Context) {
 	x.overlay.Release()
 	x.eg.close()
 	x.out.release()
-	// The transaction is left open only when it holds staged writes.
+	// The transaction is left open only when it holds staged writes;
+	// removed even when the command was cancelled.
 	if x.tx != nil && x.tx.Empty() {
-		_ = x.tx.Discard()
+		_ = x.tx.Discard(context.WithoutCancel(ctx))
 	}
 	if st := x.lc.State(); st != lifecycle.Finalized && st != lifecycle.RecoveryRequired {
 		x.step(ctx, lifecycle.Cleaning)

@@ -207,7 +207,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode os.
 		return "", err
 	}
 	if err := tx.Write(ctx, p, data, mode); err != nil {
-		_ = tx.tx.Discard()
+		_ = tx.tx.Discard(context.WithoutCancel(ctx))
 		return "", err
 	}
 	return tx.ID(), nil

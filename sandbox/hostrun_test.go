@@ -96,7 +96,7 @@ func TestAutoCommitNeverAppliesWhatGitRunsOnTheHost(t *testing.T) {
 
 	// Code committing through the SDK (an agent's harness, the MCP
 	// commit tool) is not a person: refused without an Approver.
-	tx, err := sb.Transaction(res.Transaction)
+	tx, err := sb.Transaction(ctx, res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestSDKCommitOfAHookAsksTheApprover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sb.Transaction(res.Transaction)
+	tx, err := sb.Transaction(ctx, res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}

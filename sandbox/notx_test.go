@@ -100,11 +100,11 @@ func TestNoTransactionWithoutWrites(t *testing.T) {
 		if be.duringN != 1 {
 			t.Errorf("bounded store: %d transactions while the command ran, want its own", be.duringN)
 		}
-		tx, err := sb.Begin("holds the only slot")
+		tx, err := sb.Begin(ctx, "holds the only slot")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Discard()
+		defer tx.Discard(ctx)
 		be.ran = false
 		var le *cowfs.LimitError
 		if _, err := sb.Execute(ctx, Command{Args: []string{"true"}}); !errors.As(err, &le) {

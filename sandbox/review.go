@@ -145,7 +145,7 @@ func OpenReview(ctx context.Context, workspace string, opts ...ReviewOption) (*R
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: review: %w", err)
 	}
-	cow, err := cowfs.Open(abs, cowfs.WithLogger(o.logger))
+	cow, err := cowfs.Open(ctx, abs, cowfs.WithLogger(o.logger))
 	if err != nil {
 		al.Close()
 		return nil, fmt.Errorf("sandbox: review: %w", err)
@@ -283,14 +283,14 @@ func (r *Review) CommitPaths(ctx context.Context, id string, accept []string) ([
 		return r.commitTx(ctx, tx, "")
 	}
 	hashes := tx.ContentHashes()
-	u, err := tx.Unstage(reject...)
+	u, err := tx.Unstage(ctx, reject...)
 	if err != nil {
 		r.refused(ctx, "reject", id, id, err)
 		return nil, err
 	}
 	paths, err := tx.Commit(ctx)
 	if err != nil {
-		if rerr := tx.Restage(u); rerr != nil {
+		if rerr := tx.Restage(ctx, u); rerr != nil {
 			err = fmt.Errorf("%w (and the rejected files could not be put back: %v)", err, rerr)
 		}
 		r.commitRefused(ctx, tx, "", err)
@@ -303,7 +303,7 @@ func (r *Review) CommitPaths(ctx context.Context, id string, accept []string) ([
 }
 
 func (r *Review) tx(ctx context.Context, action, id string) (*cowfs.Tx, error) {
-	tx, err := r.cow.Tx(id)
+	tx, err := r.cow.Tx(ctx, id)
 	if err != nil {
 		r.refused(ctx, action, id, id, err)
 		return nil, err
@@ -356,7 +356,7 @@ func (r *Review) Discard(ctx context.Context, id string) error {
 
 func (r *Review) discardTx(ctx context.Context, tx *cowfs.Tx) error {
 	changes := tx.Changes()
-	if err := tx.Discard(); err != nil {
+	if err := tx.Discard(ctx); err != nil {
 		r.refused(ctx, "discard", tx.ID(), tx.ID(), err)
 		return err
 	}
@@ -386,7 +386,7 @@ func (r *Review) Reject(ctx context.Context, id string, paths []string) ([]strin
 
 func (r *Review) rejectTx(ctx context.Context, tx *cowfs.Tx, paths []string) ([]string, error) {
 	hashes := tx.ContentHashes()
-	u, err := tx.Unstage(paths...)
+	u, err := tx.Unstage(ctx, paths...)
 	if err != nil {
 		target := tx.ID()
 		if len(paths) == 1 {
@@ -426,8 +426,8 @@ func (r *Review) Undo(ctx context.Context) (*cowfs.TxInfo, error) {
 
 // Pending lists the open transactions in the order they were staged:
 // the pending stack, oldest first.
-func (r *Review) Pending() ([]cowfs.TxInfo, error) {
-	all, err := r.cow.List()
+func (r *Review) Pending(ctx context.Context) ([]cowfs.TxInfo, error) {
+	all, err := r.cow.List(ctx)
 	if err != nil {
 		return nil, err
 	}

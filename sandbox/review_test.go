@@ -24,17 +24,17 @@ func sha(s string) string {
 // sandbox, as a command's overlay would end up.
 func stageFiles(t *testing.T, ws string, files map[string]string) string {
 	t.Helper()
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, err := f.Begin("test")
+	tx, err := f.Begin(t.Context(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for p, data := range files {
-		if err := tx.Write(p, []byte(data), 0o644); err != nil {
+		if err := tx.Write(t.Context(), p, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func TestReviewActionsAreAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	pending, err := r.Pending()
+	pending, err := r.Pending(ctx)
 	if err != nil || len(pending) != 2 || pending[0].ID != keep || pending[1].ID != drop {
 		t.Fatalf("pending %+v %v", pending, err)
 	}
@@ -114,7 +114,7 @@ func TestSDKCommitAndDiscardGoThroughReview(t *testing.T) {
 	ws := t.TempDir()
 	ctx := context.Background()
 	sb := newHost(t, ws, WithSessionID("sess-1"))
-	tx, err := sb.Begin("sdk")
+	tx, err := sb.Begin(ctx, "sdk")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestSDKCommitAndDiscardGoThroughReview(t *testing.T) {
 	if _, err := sb.Commit(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	tx2, _ := sb.Begin("sdk 2")
+	tx2, _ := sb.Begin(ctx, "sdk 2")
 	if err := sb.Stage(ctx, tx2, "y.txt", []byte("y\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRefusedPartialCommitPutsRejectedBack(t *testing.T) {
 	if _, err := r.CommitPaths(context.Background(), id, []string{"a.txt"}); !errors.Is(err, cowfs.ErrConflict) {
 		t.Fatalf("commit: %v", err)
 	}
-	tx, err := r.FS().Tx(id)
+	tx, err := r.FS().Tx(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

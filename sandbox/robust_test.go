@@ -92,7 +92,7 @@ func TestNoWallOfPendingTransactions(t *testing.T) {
 			t.Fatalf("command %d ran but its writes were not staged: %+v", i, res)
 		}
 	}
-	txs, _ := sb.Transactions()
+	txs, _ := sb.Transactions(t.Context())
 	if counting.execs != 40 || len(txs) != 40 {
 		t.Fatalf("%d commands ran but %d transactions hold their writes", counting.execs, len(txs))
 	}

@@ -170,7 +170,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		s.ownsAudit = true
 	}
 
-	s.cow, err = cowfs.Open(abs, append([]cowfs.Option{cowfs.WithLogger(o.logger)}, o.cowOpts...)...)
+	s.cow, err = cowfs.Open(ctx, abs, append([]cowfs.Option{cowfs.WithLogger(o.logger)}, o.cowOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}

@@ -234,11 +234,11 @@ func TestIsolatedWritesArePendingAndWorkspaceUntouched(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "b.txt")); !os.IsNotExist(err) {
 		t.Fatal("new file landed before commit")
 	}
-	tx, err := sb.Transaction(res.Transaction)
+	tx, err := sb.Transaction(t.Context(), res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
-	diff, err := sb.Preview(tx)
+	diff, err := sb.Preview(t.Context(), tx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestAutoCommitReportsConflictInsteadOfOverwriting(t *testing.T) {
 		t.Fatalf("res=%+v err=%v", res, err)
 	}
 	writeFile(t, ws, "f.txt", "theirs\n")
-	tx, err := sb2.Transaction(res.Transaction)
+	tx, err := sb2.Transaction(t.Context(), res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestStageRefusesSecretsAndDeniedPaths(t *testing.T) {
 	pol.Rules = append(pol.Rules, policy.Rule{Action: policy.Delete, Target: "keep.txt", Decision: policy.Deny})
 	sb := newHost(t, ws, WithPolicy(pol), WithSecrets([]secrets.Secret{{Value: "hunter2hunter2"}}))
 	ctx := context.Background()
-	tx, err := sb.Begin("manual edit")
+	tx, err := sb.Begin(ctx, "manual edit")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestResultCommandAndErrorsAreScrubbed(t *testing.T) {
 		if be.req.Shell != script {
 			t.Errorf("the backend got %q: scrubbing must not change what runs", be.req.Shell)
 		}
-		infos, err := sb.Transactions()
+		infos, err := sb.Transactions(ctx)
 		if err != nil || len(infos) != 1 {
 			t.Fatalf("transactions = %v, %v", infos, err)
 		}

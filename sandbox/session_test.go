@@ -129,7 +129,7 @@ func checkSession(t *testing.T, sb *Sandbox, steps int) {
 
 // discardID discards one pending transaction through the facade.
 func (s *Sandbox) discardID(ctx context.Context, id string) error {
-	tx, err := s.Transaction(id)
+	tx, err := s.Transaction(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -193,11 +193,11 @@ func TestTxChecksThePolicyAtStageAndAtCommit(t *testing.T) {
 	if err := tx.Write(ctx, "ok.txt", []byte("fine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := sb.Transaction(tx.ID())
+	raw, err := sb.Transaction(ctx, tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.Write(".github/x", []byte("y"), 0o644); err != nil {
+	if err := raw.Write(ctx, ".github/x", []byte("y"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Commit(ctx); !errors.Is(err, ErrPolicyDenied) {

@@ -37,12 +37,12 @@ func BenchmarkExecuteOnStackNamespace(b *testing.B) {
 		return sb
 	}
 	stacked := b.TempDir()
-	f, err := cowfs.Open(stacked)
+	f, err := cowfs.Open(ctx, stacked)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := range 200 {
-		tx, err := f.Begin(fmt.Sprintf("step %d", i))
+		tx, err := f.Begin(ctx, fmt.Sprintf("step %d", i))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,7 +24,7 @@ type Tx struct {
 
 // BeginTx starts a transaction on top of the pending stack.
 func (s *Sandbox) BeginTx(ctx context.Context, description string) (*Tx, error) {
-	tx, err := s.Begin(description)
+	tx, err := s.Begin(ctx, description)
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func (s *Sandbox) BeginTx(ctx context.Context, description string) (*Tx, error) 
 // OpenTx reopens a pending transaction by id (for example
 // Result.Transaction).
 func (s *Sandbox) OpenTx(ctx context.Context, id string) (*Tx, error) {
-	tx, err := s.Transaction(id)
+	tx, err := s.Transaction(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (t *Tx) Discard(ctx context.Context) error {
 // its changes: staging checks each path, but a transaction may have been
 // staged by another process or through cowfs directly.
 func (s *Sandbox) recheck(ctx context.Context, tx *cowfs.Tx, execID string) error {
-	if err := tx.Refresh(); err != nil {
+	if err := tx.Refresh(ctx); err != nil {
 		return err
 	}
 	hit := s.changesDenied(tx)

@@ -23,33 +23,33 @@ var errReviewRequired = errors.New("sandbox: the policy asks for review of this 
 
 // Begin starts a copy-on-write transaction for writes made through Stage
 // and StageDelete.
-func (s *Sandbox) Begin(description string) (*cowfs.Tx, error) {
+func (s *Sandbox) Begin(ctx context.Context, description string) (*cowfs.Tx, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
-	tx, err := s.cow.Begin(s.scrubber.Redact(description))
+	tx, err := s.cow.Begin(ctx, s.scrubber.Redact(description))
 	return tx, s.scrubErr(err)
 }
 
 // Transaction reopens a pending transaction by id (for example the one in
 // Result.Transaction).
-func (s *Sandbox) Transaction(id string) (*cowfs.Tx, error) {
+func (s *Sandbox) Transaction(ctx context.Context, id string) (*cowfs.Tx, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
-	tx, err := s.cow.Tx(id)
+	tx, err := s.cow.Tx(ctx, id)
 	return tx, s.scrubErr(err)
 }
 
 // Transactions lists the transactions of the workspace.
-func (s *Sandbox) Transactions() ([]cowfs.TxInfo, error) {
+func (s *Sandbox) Transactions(ctx context.Context) ([]cowfs.TxInfo, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
-	infos, err := s.cow.List()
+	infos, err := s.cow.List(ctx)
 	for i := range infos {
 		infos[i].Description = s.scrubber.Redact(infos[i].Description)
 		infos[i].Reason = s.scrubber.Redact(infos[i].Reason)
@@ -98,9 +98,9 @@ func (s *Sandbox) stageOp(ctx context.Context, tx *cowfs.Tx, a policy.Action, pa
 				Detail: "staged content contains a configured secret"})
 			return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(path))
 		}
-		err = tx.Write(path, data, mode)
+		err = tx.Write(ctx, path, data, mode)
 	} else {
-		err = tx.Delete(path)
+		err = tx.Delete(ctx, path)
 	}
 	if err != nil {
 		return err
@@ -123,8 +123,8 @@ func (s *Sandbox) checkSideEffects(ctx context.Context, op cowfs.Op) error {
 
 // Preview returns tx's changes as a git-style unified diff, scrubbed of
 // the configured secrets (the workspace side of a diff may hold one).
-func (s *Sandbox) Preview(tx *cowfs.Tx) (string, error) {
-	d, err := tx.Diff()
+func (s *Sandbox) Preview(ctx context.Context, tx *cowfs.Tx) (string, error) {
+	d, err := tx.Diff(ctx)
 	return s.scrubber.Redact(d), s.scrubErr(err)
 }
 
@@ -305,7 +305,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		// kept for review).
 		// The transaction is begun here, with something to stage (unless
 		// prepare took it already).
-		batchErr := x.beginTx()
+		batchErr := x.beginTx(context.WithoutCancel(ctx))
 		tx = x.tx
 		if batchErr == nil {
 			errs, batchErr = tx.Stage(context.WithoutCancel(ctx), ops)
@@ -320,7 +320,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		// What the transaction would really do is checked once more: a
 		// path the checks above missed is not a reason to trust the rest.
 		if hit := s.changesDenied(tx); hit != "" {
-			if err := tx.Discard(); err != nil {
+			if err := tx.Discard(context.WithoutCancel(ctx)); err != nil {
 				s.log.Error("discarding a refused transaction", "tx", tx.ID(), "err", err)
 			}
 			tx, x.tx = nil, nil
@@ -357,7 +357,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		return nil
 	}
 	if len(res.Staged) == 0 {
-		return tx.Discard()
+		return tx.Discard(context.WithoutCancel(ctx)) // an empty transaction goes even when ctx was cancelled
 	}
 	res.Transaction = tx.ID()
 	// What git on the host will run is judged on what the commit would

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -295,7 +296,7 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		dir := filepath.Join(b.o.stateDir, e.Name())
 		lf, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_NOFOLLOW, 0)
 		if err == nil {
-			err = unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			err = flock.TryLock(lf)
 			if err != nil {
 				lf.Close()
 				continue // a live run holds it
@@ -382,7 +383,7 @@ func (b *Backend) newRun() (*run, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flock.TryLock(lock); err != nil {
 		lock.Close()
 		os.RemoveAll(dir)
 		return nil, err

@@ -34,13 +34,13 @@ func auditLines(t *testing.T, ws string) []audit.Event {
 // through the facade's review path and each leaves its events.
 func TestCowDecisionsAreAudited(t *testing.T) {
 	ws := t.TempDir()
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, _ := f.Begin("two files")
-	tx.Write("keep.txt", []byte("keep\n"), 0o644)
-	tx.Write("drop.txt", []byte("drop\n"), 0o644)
+	tx, _ := f.Begin(t.Context(), "two files")
+	tx.Write(t.Context(), "keep.txt", []byte("keep\n"), 0o644)
+	tx.Write(t.Context(), "drop.txt", []byte("drop\n"), 0o644)
 	f.Close()
 	other := stageTx(t, ws, "other.txt", "other\n")
 

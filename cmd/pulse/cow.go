@@ -113,7 +113,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	c := cowCLI{env: env, json: *asJSON}
 	if sub == "list" || sub == "diff" {
 		// Looking changes nothing and is not audited.
-		f, err := cowfs.Open(ws)
+		f, err := cowfs.Open(ctx, ws)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
 			return exitFailure
@@ -123,16 +123,16 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 			fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
 		}
 		if sub == "list" {
-			return c.list(f)
+			return c.list(ctx, f)
 		}
 		if handled, code := c.stackDiff(ctx, f, pos); handled {
 			return code
 		}
-		tx, err := f.Tx(pos[0])
+		tx, err := f.Tx(ctx, pos[0])
 		if err != nil {
 			return c.fail(err)
 		}
-		d, err := tx.Diff()
+		d, err := tx.Diff(ctx)
 		if err != nil {
 			return c.fail(err)
 		}
@@ -256,8 +256,8 @@ func (c cowCLI) fail(err error) int {
 	return exitFailure
 }
 
-func (c cowCLI) list(f *cowfs.FS) int {
-	infos, err := f.List()
+func (c cowCLI) list(ctx context.Context, f *cowfs.FS) int {
+	infos, err := f.List(ctx)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -275,7 +275,7 @@ func (c cowCLI) list(f *cowfs.FS) int {
 			desc += " [" + i.Reason + "]"
 		}
 		if i.State == cowfs.StateOpen {
-			if tx, err := f.Tx(i.ID); err == nil && len(runsOnHost(tx.Changes())) > 0 {
+			if tx, err := f.Tx(ctx, i.ID); err == nil && len(runsOnHost(tx.Changes())) > 0 {
 				desc += " [runs on the host: read it with pulse cow diff]"
 			}
 		}
@@ -343,7 +343,7 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		var changes []cowfs.Change
 		for _, t := range st.Txs {
 			ids = append(ids, t.ID)
-			if tx, err := f.Tx(t.ID); err == nil {
+			if tx, err := f.Tx(ctx, t.ID); err == nil {
 				changes = append(changes, tx.Changes()...)
 			}
 		}
@@ -358,7 +358,7 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		if t.ID != pos[0] {
 			continue
 		}
-		tx, err := f.Tx(t.ID)
+		tx, err := f.Tx(ctx, t.ID)
 		if err != nil {
 			return true, c.fail(err)
 		}

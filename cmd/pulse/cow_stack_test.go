@@ -15,12 +15,12 @@ func TestCowStack(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "w.txt"), []byte("w\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stage := func(ops ...cowfs.Op) string {
-		tx, err := f.Begin("cmd")
+		tx, err := f.Begin(t.Context(), "cmd")
 		if err != nil {
 			t.Fatal(err)
 		}

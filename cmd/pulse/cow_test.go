@@ -12,16 +12,16 @@ import (
 
 func stageTx(t *testing.T, ws, rel, content string) string {
 	t.Helper()
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, err := f.Begin("cli test")
+	tx, err := f.Begin(t.Context(), "cli test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Write(rel, []byte(content), 0o644); err != nil {
+	if err := tx.Write(t.Context(), rel, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return tx.ID()

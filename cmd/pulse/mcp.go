@@ -205,7 +205,7 @@ func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in path
 	if !utf8.Valid(data) {
 		out.Encoding, out.Content = "base64", base64.StdEncoding.EncodeToString(data)
 	}
-	out.PendingTransactions = t.pendingFor(in.Path)
+	out.PendingTransactions = t.pendingFor(ctx, in.Path)
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out.Content}}}
 	if len(out.PendingTransactions) > 0 {
 		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf(
@@ -215,7 +215,7 @@ func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in path
 }
 
 // pendingFor lists the pending transactions that stage a change to p.
-func (t *mcpTools) pendingFor(p string) []string {
+func (t *mcpTools) pendingFor(ctx context.Context, p string) []string {
 	rel := filepath.ToSlash(filepath.Clean(p))
 	if filepath.IsAbs(p) {
 		r, err := filepath.Rel(t.sb.Workspace(), p)
@@ -224,7 +224,7 @@ func (t *mcpTools) pendingFor(p string) []string {
 		}
 		rel = filepath.ToSlash(r)
 	}
-	txs, err := t.pending("")
+	txs, err := t.pending(ctx, "")
 	if err != nil {
 		return nil
 	}
@@ -286,14 +286,14 @@ func (t *mcpTools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in wri
 	default:
 		return nil, writeFileOut{}, fmt.Errorf("encoding must be utf-8 or base64, got %q", in.Encoding)
 	}
-	tx, err := t.sb.Begin("write_file " + in.Path)
+	tx, err := t.sb.Begin(ctx, "write_file "+in.Path)
 	if err != nil {
 		return nil, writeFileOut{}, err
 	}
 	if err := t.sb.Stage(ctx, tx, in.Path, data, t.modeOf(in.Path)); err != nil {
 		// Nothing was staged; the empty transaction would only be noise
 		// in the review list.
-		_ = tx.Discard()
+		_ = tx.Discard(context.WithoutCancel(ctx))
 		return nil, writeFileOut{}, err
 	}
 	return nil, writeFileOut{Path: in.Path, Transaction: tx.ID(), SizeBytes: len(data)}, nil
@@ -328,15 +328,15 @@ type diffOut struct {
 
 // pending returns the transaction id names, or every pending one, oldest
 // first.
-func (t *mcpTools) pending(id string) ([]*cowfs.Tx, error) {
+func (t *mcpTools) pending(ctx context.Context, id string) ([]*cowfs.Tx, error) {
 	if id != "" {
-		tx, err := t.sb.Transaction(id)
+		tx, err := t.sb.Transaction(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		return []*cowfs.Tx{tx}, nil
 	}
-	infos, err := t.sb.Transactions()
+	infos, err := t.sb.Transactions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func (t *mcpTools) pending(id string) ([]*cowfs.Tx, error) {
 		if info.State != cowfs.StateOpen || info.Changes == 0 {
 			continue
 		}
-		tx, err := t.sb.Transaction(info.ID)
+		tx, err := t.sb.Transaction(ctx, info.ID)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, cowfs.ErrNotFound) {
 			continue // committed or discarded by someone else meanwhile
 		}
@@ -358,15 +358,15 @@ func (t *mcpTools) pending(id string) ([]*cowfs.Tx, error) {
 	return txs, nil
 }
 
-func (t *mcpTools) diff(_ context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, diffOut, error) {
-	txs, err := t.pending(in.ID)
+func (t *mcpTools) diff(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, diffOut, error) {
+	txs, err := t.pending(ctx, in.ID)
 	if err != nil {
 		return nil, diffOut{}, err
 	}
 	out := diffOut{Transactions: []txDiff{}}
 	var text strings.Builder
 	for _, tx := range txs {
-		d, err := t.sb.Preview(tx)
+		d, err := t.sb.Preview(ctx, tx)
 		if err != nil {
 			return nil, diffOut{}, fmt.Errorf("transaction %s: %w", tx.ID(), err)
 		}
@@ -389,7 +389,7 @@ type commitOut struct {
 }
 
 func (t *mcpTools) commit(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, commitOut, error) {
-	txs, err := t.pending(in.ID)
+	txs, err := t.pending(ctx, in.ID)
 	if err != nil {
 		return nil, commitOut{}, err
 	}
@@ -415,7 +415,7 @@ type discardOut struct {
 }
 
 func (t *mcpTools) discard(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, discardOut, error) {
-	txs, err := t.pending(in.ID)
+	txs, err := t.pending(ctx, in.ID)
 	if err != nil {
 		return nil, discardOut{}, err
 	}

@@ -47,13 +47,13 @@ func requireBrowser(t *testing.T) (node, dir, chromium string) {
 
 func stageFiles(t *testing.T, ws string, files map[string]string) string {
 	t.Helper()
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	must(t, err)
 	defer f.Close()
-	tx, err := f.Begin("browser test")
+	tx, err := f.Begin(t.Context(), "browser test")
 	must(t, err)
 	for p, d := range files {
-		must(t, tx.Write(p, []byte(d), 0o644))
+		must(t, tx.Write(t.Context(), p, []byte(d), 0o644))
 	}
 	return tx.ID()
 }

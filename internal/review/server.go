@@ -313,7 +313,7 @@ const timelineLen = 200
 func (s *Server) state(ctx context.Context) (stateView, error) {
 	r := s.cfg.Review
 	st := stateView{Workspace: r.FS().Workspace(), Session: SessionID(s.token), Pending: []txView{}}
-	pend, err := r.Pending()
+	pend, err := r.Pending(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -327,7 +327,7 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 		return st, err
 	}
 	for _, info := range pend {
-		tx, err := r.FS().Tx(info.ID)
+		tx, err := r.FS().Tx(ctx, info.ID)
 		if err != nil {
 			continue // committed or discarded meanwhile
 		}
@@ -336,7 +336,7 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 			d, err = stk.TxDiff(info.ID)
 		}
 		if stk == nil || err != nil {
-			d, err = tx.Diff()
+			d, err = tx.Diff(ctx)
 		}
 		if err != nil {
 			return st, err
@@ -357,7 +357,7 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 		s.mu.Unlock()
 		st.Pending = append(st.Pending, tv)
 	}
-	all, err := r.FS().List()
+	all, err := r.FS().List(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -498,10 +498,10 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 }
 
 // fingerprint changes whenever the staged state or the audit log does.
-func (s *Server) fingerprint() string {
+func (s *Server) fingerprint(ctx context.Context) string {
 	r := s.cfg.Review
 	var b strings.Builder
-	if all, err := r.FS().List(); err == nil {
+	if all, err := r.FS().List(ctx); err == nil {
 		for _, i := range all {
 			fmt.Fprintf(&b, "%s %s %d %d;", i.ID, i.State, i.Changes, i.Bytes)
 		}
@@ -522,7 +522,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// Taken before the stream opens: a change that lands right after the
 	// client sees the first line must still produce an event.
-	last := s.fingerprint()
+	last := s.fingerprint(r.Context())
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "retry: 1000\n\n")
@@ -539,7 +539,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, ": keep-alive\n\n")
 			fl.Flush()
 		case <-t.C:
-			if fp := s.fingerprint(); fp != last {
+			if fp := s.fingerprint(r.Context()); fp != last {
 				last = fp
 				io.WriteString(w, "event: change\ndata: {}\n\n")
 				fl.Flush()

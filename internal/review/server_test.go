@@ -23,17 +23,17 @@ func noEnv(string) string { return "" }
 
 func stage(t *testing.T, ws string, files map[string]string) string {
 	t.Helper()
-	f, err := cowfs.Open(ws)
+	f, err := cowfs.Open(t.Context(), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tx, err := f.Begin("test")
+	tx, err := f.Begin(t.Context(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for p, d := range files {
-		if err := tx.Write(p, []byte(d), 0o644); err != nil {
+		if err := tx.Write(t.Context(), p, []byte(d), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
