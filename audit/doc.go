@@ -36,4 +36,19 @@
 //   - OCSF and ECS return an event as an OCSF 1.3 or ECS 8.11 object
 //     (mapping in SCHEMA.md).
 //   - Files are created with mode 0600.
+//
+// Where each part lives:
+//   - logger.go: Open, the options, Record and RecordBatch (lock, read the
+//     head, chain, rotate if due, write, update the head record), Sync and
+//     Close.
+//   - chain.go: the hash chain — linking events into lines (chain), the
+//     hash (chainHash, keyed by Key.hashOf), and reading the chain head
+//     back from the end of the file, repairing a torn tail (current,
+//     readHead, lastLine) and checking it against the head record.
+//   - rotate.go: rotation (rotate, rotatedName), finding the rotated files
+//     (Files), and following a rotation made by another process (reopen).
+//   - head.go: the head record's format. event.go: the event and its
+//     canonical encoding. key.go: keys. verify.go: Verify. export.go:
+//     OCSF and ECS.
+//   - The append lock is taken with internal/flock, which honours ctx.
 package audit

@@ -14,9 +14,9 @@
 // never end (context.Background) waits in the kernel, which is fairer and
 // cheaper.
 //
-// Lock and LockShared try once even when ctx is already done: a caller
-// that must finish its work after a cancel (an audit record of a cancelled
-// command) still gets a free lock; it only does not wait for a held one.
+// Lock and LockShared try once before they look at ctx: ctx bounds the
+// wait for a held lock, not the taking of a free one (a caller that must
+// not start once ctx is done checks ctx itself, as audit's Record does).
 //
 // The locks belong to the open file description, as flock(2) says: two
 // opens of the same file exclude each other, even in one process, and a
