@@ -392,4 +392,33 @@
 // transaction as the ops before it leave it, all before anything is
 // written; an op over a limit is refused alone, its error in Stage's
 // result, and none of its bytes reach the pack.
+//
+// # Where each part lives
+//
+//   - fs.go: Open, the options, the workspace lock (FS.lock, on
+//     internal/flock, honouring ctx), Begin, Tx, List, the limits'
+//     accounting.
+//   - tx.go: Tx and its staging calls (Write, Mkdir, Symlink, Delete,
+//     Discard), each one stageOp: plan the records, append them.
+//   - plan.go: what a staging call records — the effect of each kind of
+//     change on the transaction, the parent directories it implies, the
+//     removal of a tree.
+//   - stagelog.go: the stage log — its records, appending them as one
+//     durable unit (appendRecs), replaying them and cutting a torn tail
+//     (refreshLocked, replayLog), checking a decoded change. seal.go: the
+//     seal that bounds a cut; record.go: the frame format; batch.go: Stage
+//     and its pack files.
+//   - wal.go: the WAL's format (encodeWAL, decodeWAL) and its op
+//     predicates, and writing it in place (the commit point).
+//   - commit.go: Commit in its phases (newWAL, validate, writeWAL,
+//     applyWAL), the structural and symlink checks, finish (after-images,
+//     the move into the undo journal, pruning it). apply.go: the applier
+//     that performs a WAL on the workspace and rolls it back.
+//   - recover.go: what Open does with a commit a crash left: roll forward
+//     or quarantine.
+//   - undo.go: Undo, an inverse transaction committed like any other.
+//   - stack.go: the pending stack; review.go: Unstage and Restage;
+//     diff.go and linediff.go: Diff; workspace.go: reading the workspace
+//     (snapshots, the symlink rule); rename.go: renameat2; failpoint.go:
+//     the crash-test failpoints.
 package cowfs

@@ -1,0 +1,127 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// recover runs at Open, under the lock: it empties the trash, drops
+// half-built transactions and aborted commit attempts, rolls forward every
+// commit whose WAL is in place, and quarantines the ones it cannot.
+func (f *FS) recover(ctx context.Context) error {
+	unlock, err := f.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if names, err := f.readDirNames("trash"); err == nil {
+		for _, n := range names {
+			f.state.RemoveAll("trash/" + n)
+		}
+	}
+	if d, err := f.state.Open("tx"); err == nil {
+		names, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, n := range names {
+			if len(n) > 5 && n[:5] == ".new-" {
+				f.state.RemoveAll("tx/" + n)
+			}
+		}
+	}
+	ids, err := f.txIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		dir := "tx/" + id
+		if st, reason := f.txState(id); st == StateQuarantined {
+			errs = append(errs, fmt.Errorf("%w: transaction %s is quarantined: %s", ErrRecovery, id, reason))
+			continue
+		} else if st == StateOpen {
+			// A commit that died before its WAL was in place never began.
+			f.state.Remove(dir + "/wal.tmp")
+			f.state.RemoveAll(dir + "/prev")
+			continue
+		}
+		if err := f.rollForward(dir, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := f.prune(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := f.recount(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.recoveryErr = errors.Join(errs...)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *FS) rollForward(dir, id string) error {
+	b, err := f.state.ReadFile(dir + "/wal")
+	if err != nil {
+		return f.quarantine(id, fmt.Sprintf("unreadable WAL: %v", err))
+	}
+	w, err := decodeWAL(b)
+	if err != nil {
+		return f.quarantine(id, err.Error())
+	}
+	if w.ID != id {
+		return f.quarantine(id, fmt.Sprintf("WAL names transaction %s", w.ID))
+	}
+	if err := f.checkLinks(w, true); err != nil {
+		return f.quarantine(id, err.Error())
+	}
+	for i := range w.Ops {
+		op := &w.Ops[i]
+		if op.Kind != KindWrite {
+			continue
+		}
+		if cur, err := f.ws.snap(op.Path, nil); err == nil && matchesAfter(op, cur) {
+			continue // already written; its blob is not needed
+		}
+		if err := f.checkBlob(dir, &op.change); err != nil {
+			f.newApplier(dir, w, true).dropTemps()
+			return f.quarantine(id, err.Error())
+		}
+	}
+	a := f.newApplier(dir, w, true)
+	afters, err := a.apply()
+	if err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			a.dropTemps()
+			return f.quarantine(id, ce.Error())
+		}
+		// It cannot be finished (a full disk, say): take it back, so the
+		// workspace is whole and the transaction pending again.
+		if rerr := f.abandon(a, err); rerr != nil {
+			return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, errors.Join(err, rerr))
+		}
+		return fmt.Errorf("%w: transaction %s could not be rolled forward; it was rolled back and is pending: %w", ErrRecovery, id, err)
+	}
+	if err := a.cleanup(); err != nil {
+		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
+	}
+	if err := f.finish(dir, w, afters); err != nil {
+		var ae *afterError
+		if errors.As(err, &ae) && f.abandon(a, err) == nil {
+			return fmt.Errorf("%w: transaction %s could not be rolled forward; it was rolled back and is pending: %w", ErrRecovery, id, err)
+		}
+		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
+	}
+	f.log.Info("cowfs: rolled an interrupted commit forward", "tx", id, "changes", len(w.Ops))
+	return nil
+}
+
+func (f *FS) quarantine(id, reason string) error {
+	f.log.Error("cowfs: quarantined an interrupted commit", "tx", id, "reason", reason)
+	if err := f.replaceFileSync("tx/"+id+"/quarantine", []byte(reason+"\n")); err != nil {
+		f.log.Error("cowfs: cannot write quarantine marker", "tx", id, "err", err)
+	}
+	return fmt.Errorf("%w: transaction %s quarantined: %s", ErrRecovery, id, reason)
+}
