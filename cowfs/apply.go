@@ -97,7 +97,7 @@ func (a *applier) sync() error {
 		if err != nil {
 			return fmt.Errorf("sync %q: %w", d, err)
 		}
-		err = unix.Syncfs(int(fl.Fd()))
+		err = syncFS(int(fl.Fd()))
 		fl.Close()
 		if err != nil {
 			return fmt.Errorf("sync %q: %w", d, err)
@@ -452,7 +452,7 @@ func (a *applier) publish(i int) error {
 		return conflict(op.Path, reason)
 	}
 	failpoint(fpApplyChecked)
-	err = f.ws.rename2(tmp, op.Path, unix.RENAME_EXCHANGE)
+	err = f.ws.rename2(tmp, op.Path, renameExchange)
 	if err == errNoExchange {
 		// The file system cannot exchange: save the before file first,
 		// then rename over it. A change landing between the check above
@@ -477,7 +477,7 @@ func (a *applier) publish(i int) error {
 		if reason := compare(op.Before, was); reason != "" {
 			// Someone changed the target between validation and the
 			// exchange: give it back and refuse.
-			if xerr := f.ws.rename2(tmp, op.Path, unix.RENAME_EXCHANGE); xerr != nil {
+			if xerr := f.ws.rename2(tmp, op.Path, renameExchange); xerr != nil {
 				return fmt.Errorf("%w (and the exchange could not be undone, the changed file is at %q: %v)", conflict(op.Path, reason), tmp, xerr)
 			}
 			return conflict(op.Path, reason)
@@ -713,7 +713,7 @@ func (a *applier) uncreate(i int) error {
 	}
 	if exchanges(op) {
 		if s, err := f.ws.snap(tmp, nil); err == nil && compare(op.Before, s) == "" {
-			if err := f.ws.rename2(tmp, op.Path, unix.RENAME_EXCHANGE); err == nil {
+			if err := f.ws.rename2(tmp, op.Path, renameExchange); err == nil {
 				f.ws.removeJunk(tmp)
 				return nil
 			}
@@ -797,7 +797,7 @@ func (a *applier) restore(i int, over bool) error {
 	}
 	var err error
 	if over {
-		if err = f.ws.rename2(tmp, op.Path, unix.RENAME_EXCHANGE); err == errNoExchange {
+		if err = f.ws.rename2(tmp, op.Path, renameExchange); err == errNoExchange {
 			err = f.ws.root.Rename(tmp, op.Path)
 		}
 	} else {

@@ -34,7 +34,7 @@ func (w *workspace) rename2(old, new string, flags uint) error {
 	defer d.Close()
 	fd := int(d.Fd())
 	for {
-		err = unix.Renameat2(fd, path.Base(old), fd, path.Base(new), flags)
+		err = renameat(fd, path.Base(old), path.Base(new), flags)
 		if err != unix.EINTR {
 			break
 		}
@@ -42,7 +42,7 @@ func (w *workspace) rename2(old, new string, flags uint) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
+	case flagsUnsupported(err):
 		return errNoExchange
 	}
 	return &fs.PathError{Op: "renameat2", Path: new, Err: err}
@@ -53,7 +53,7 @@ func (w *workspace) rename2(old, new string, flags uint) error {
 // alone. Without renameat2 support it checks with Lstat first, which
 // leaves a window of one system call.
 func (w *workspace) renameNoReplace(old, new string) error {
-	err := w.rename2(old, new, unix.RENAME_NOREPLACE)
+	err := w.rename2(old, new, renameNoReplace)
 	if err != errNoExchange {
 		return err
 	}

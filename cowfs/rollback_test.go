@@ -89,7 +89,7 @@ func freeBytes(t *testing.T, p string) int64 {
 	if err := syscall.Statfs(p, &st); err != nil {
 		t.Fatal(err)
 	}
-	return int64(st.Bavail) * st.Bsize
+	return int64(st.Bavail) * int64(st.Bsize)
 }
 
 // diskFixture is a workspace with 20 files, and a transaction rewriting

@@ -233,8 +233,8 @@ func statSnap(fi fs.FileInfo) snapshot {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		s.Ino = st.Ino
 		s.Dev = uint64(st.Dev)
-		s.MtimeNS = st.Mtim.Nano()
-		s.Mode = st.Mode & 0o7777
+		s.MtimeNS = mtimeNS(st)
+		s.Mode = uint32(st.Mode) & 0o7777
 	}
 	if s.Type == typeFile {
 		s.Size = fi.Size()

@@ -37,7 +37,7 @@ func scanTree(root string) (map[string]fileStamp, error) {
 		st := fileStamp{size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
 		if sys, ok := info.Sys().(*syscall.Stat_t); ok {
 			st.ino = sys.Ino
-			st.ctime = sys.Ctim
+			st.ctime = ctimeOf(sys)
 		}
 		if info.IsDir() {
 			// A directory's size and times change with its entries,

@@ -87,7 +87,7 @@ func shareWithCommands(dir string) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &os.PathError{Op: "stat", Path: dir, Err: err}
 	}
-	err = grantACL(fd, st.Mode)
+	err = grantACL(fd, uint32(st.Mode))
 	switch {
 	case err == nil:
 		return nil
@@ -100,7 +100,7 @@ func shareWithCommands(dir string) error {
 			}
 		}
 		if st.Mode&0o2070 != 0o2070 {
-			if err := unix.Fchmod(fd, st.Mode&0o7777|0o2070); err != nil {
+			if err := unix.Fchmod(fd, uint32(st.Mode)&0o7777|0o2070); err != nil {
 				return &os.PathError{Op: "chmod", Path: dir, Err: err}
 			}
 		}
