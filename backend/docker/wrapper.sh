@@ -53,9 +53,11 @@ B=1000 G=19999
 um=$(umask)
 umask 077
 u=$((20000 + RANDOM))
-mkdir -p "$P/uid" 2>/dev/null
+# Each process costs: what exists already is not made again.
+[ -d "$P/uid" ] || mkdir -p "$P/uid" 2>/dev/null
 while ! mkdir "$P/uid/$u" 2>/dev/null && [ $u -lt 60000 ]; do u=$((u + 1)); done
-if [ $u -ge 60000 ] || ! mkdir -p "$P/run" "$O" || ! chmod 0711 "$P/run" || ! mkdir "$T" || ! chown "$u:$u" "$T"; then
+if [ ! -d "$P/run" ]; then mkdir -p "$P/run" && chmod 0711 "$P/run"; fi
+if [ $u -ge 60000 ] || ! mkdir -p "$O"; then
 	rmdir "$P/uid/$u" 2>/dev/null
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
 	printf '\036PULSE-END-%s\036%s\n' "$nonce" 0
@@ -102,7 +104,7 @@ if [ ! -d "$P/base" ]; then
 		baseman "$P/base.tmp" 2>&8 &&
 		mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed
 fi
-cp -a "$P/base" "$R" 2>&8 && chown -Rh "$u:$u" "$R" 2>&8 && chmod 0700 "$R" 2>&8 &&
+cp -a "$P/base" "$R" 2>&8 && mkdir "$T" && chown -Rh "$u:$u" "$R" "$T" 2>&8 && chmod 0700 "$R" 2>&8 &&
 	cp "$P/base.manifest" "$R.before" 2>&8
 cprc=$?
 unlock
@@ -121,10 +123,20 @@ rc=$?
 # nothing else can be hit. Until none is left: then nothing changes the
 # copy while root reads it. kill's status cannot tell (kill -1 succeeds
 # whenever another process exists, even if it may signal none), so the
-# real uids in /proc do; a zombie counts until it is reaped.
-left() { cat /proc/[0-9]*/status 2>/dev/null | awk -v u="$1" '$1 == "Uid:" && $2 == u { f = 1 } END { exit !f }'; }
+# real uids in /proc do; a zombie counts until it is reaped. Read with
+# the shell's own read: no process to start when nothing is left.
+left() {
+	for f in /proc/[0-9]*/status; do
+		while read -r k v _; do
+			[ "$k" = Uid: ] || continue
+			[ "$v" = "$1" ] && return 0
+			break
+		done <"$f"
+	done 2>/dev/null
+	return 1
+}
 i=0
-while as "$u" kill -9 -1 2>/dev/null; left "$u" && [ $i -lt 1000 ]; do usleep 1000; i=$((i + 1)); done
+while left "$u" && [ $i -lt 1000 ]; do as "$u" kill -9 -1 2>/dev/null; usleep 1000; i=$((i + 1)); done
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 
