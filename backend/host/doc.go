@@ -32,8 +32,10 @@
 //     orphaned below it (setsid, then its parent exits), and when the
 //     command ends, is timed out or cancelled, or the owner dies
 //     (PR_SET_PDEATHSIG), SIGKILLs every descendant; it costs a process
-//     start per command, and a command that kills its subreaper (its
-//     parent, the same user) first escapes it (reaper_linux.go). Where not
+//     start per command, Result.Metrics then include the subreaper's own
+//     (a few MiB of MaxRSS, milliseconds of CPU), and a command that kills
+//     its subreaper (its parent, the same user) first escapes it
+//     (reaper_linux.go). Where not
 //     even that can run, only the group is killed: a setsid'd process
 //     escapes, and Exec waits at most the wait delay for output pipes it
 //     holds. Capabilities().Notes says which applies. A command run by
