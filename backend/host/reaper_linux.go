@@ -27,9 +27,10 @@ import (
 // command as its child. A process that leaves the command's process group
 // and is orphaned (setsid, then its parent exits) is reparented to the
 // reaper, not to init; when the command ends, or the reaper is told to
-// stop (SIGTERM: a timeout, a cancel, Close, or its owner's death through
-// PR_SET_PDEATHSIG), it SIGKILLs every descendant it has, reaps them, and
-// exits as the command did. No binary has to call anything for this: the
+// stop (reaperStop: a timeout, a cancel, Close, or its owner's death
+// through PR_SET_PDEATHSIG), it SIGKILLs every descendant it has, reaps
+// them, and exits as the command did. Other signals it gets are passed
+// on to the command. No binary has to call anything for this: the
 // package's init runs the reaper when the program is started as one.
 //
 // It is weaker than a cgroup: the command runs as the same user as its
@@ -51,6 +52,13 @@ const (
 	// each exit (the command's environment never has it either, unless it
 	// asked for its own GORACE).
 	reaperRace = "GORACE=atexit_sleep_ms=0"
+	// reaperStop tells the reaper to kill the command's processes and
+	// end (a timeout, a cancel, Close; its owner's death, as its
+	// PR_SET_PDEATHSIG). A real-time signal the Go runtime leaves alone
+	// and no one sends by chance, so that every usual signal a caller
+	// sends (Start's Signal goes to the reaper's pid) is forwarded to the
+	// command as it is.
+	reaperStop = syscall.Signal(40) // SIGRTMIN+6 of the C library
 	// reaperStopGrace bounds how long a reaper that was told to stop may
 	// take before its process group is SIGKILLed as it would be without
 	// one.
@@ -102,13 +110,13 @@ func underReaper(cmd *exec.Cmd) {
 	cmd.Env = env
 	// The reaper outlives a dead owner only long enough to kill the
 	// command's processes.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	cmd.SysProcAttr.Pdeathsig = reaperStop
 }
 
 // stopReaper tells the reaper pid to kill the command's processes and
 // waits, a bounded time, until it has exited (ended).
 func stopReaper(pid int, ended <-chan struct{}) {
-	_ = syscall.Kill(pid, syscall.SIGTERM)
+	_ = syscall.Kill(pid, reaperStop)
 	t := time.NewTimer(reaperStopGrace)
 	defer t.Stop()
 	select {
@@ -131,7 +139,16 @@ func hasVar(env []string, name string) bool {
 // the command did.
 func runReaper(gate, path string, argv []string) int {
 	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM)
+	signal.Notify(stop, reaperStop)
+	// Signals for the command: held until it runs, then passed on. One
+	// the reaper was started with ignored (nohup) stays ignored, and so
+	// the command inherits it ignored as it would without a reaper.
+	fwd := make(chan os.Signal, 16)
+	for _, sig := range forwarded {
+		if !signal.Ignored(sig) {
+			signal.Notify(fwd, sig)
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		os.Stderr.WriteString("pulse: cannot track the command's processes: " + err.Error() + "\n")
 		return 126
@@ -149,7 +166,7 @@ func runReaper(gate, path string, argv []string) int {
 	}
 	select {
 	case <-stop:
-		return 128 + int(syscall.SIGTERM) // stopped before the command started
+		return 128 + int(reaperStop) // stopped before the command started
 	default:
 	}
 	// syscall's, not os's: os would first probe for pidfds with a process
@@ -169,6 +186,11 @@ func runReaper(gate, path string, argv []string) int {
 		<-stop
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}()
+	go func() {
+		for sig := range fwd {
+			_ = syscall.Kill(pid, sig.(syscall.Signal))
+		}
+	}()
 	var status unix.WaitStatus
 	for {
 		var ws unix.WaitStatus
@@ -184,6 +206,7 @@ func runReaper(gate, path string, argv []string) int {
 			break
 		}
 	}
+	signal.Stop(fwd)
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	killDescendants()
 	if status.Signaled() {
@@ -191,6 +214,15 @@ func runReaper(gate, path string, argv []string) int {
 	}
 	return status.ExitStatus()
 }
+
+// forwarded are the signals the reaper passes on to the command: those a
+// caller sends that can be caught, but SIGURG and SIGPROF (the Go
+// runtime's own: preemption and profiling would reach the command),
+// SIGPIPE (the runtime's handling of it would change) and SIGCHLD (the
+// reaper's children's).
+var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+	syscall.SIGTERM, syscall.SIGALRM, syscall.SIGCONT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	syscall.SIGWINCH, syscall.SIGVTALRM, syscall.SIGXCPU, syscall.SIGXFSZ}
 
 // killDescendants SIGKILLs every descendant of this process and reaps
 // them, until none is left or a few seconds have passed. One that forks

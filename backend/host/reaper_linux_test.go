@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/backendtest"
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -150,4 +151,18 @@ func TestReaperKillsWhatADeadOwnerLeft(t *testing.T) {
 	}
 	cmd.Wait()
 	waitGone(t, pid)
+}
+
+// The whole conformance suite holds with the subreaper between the
+// backend and the command: signals from Start's Signal reach the command,
+// exit codes, limits and kills are as they are without it.
+func TestConformanceUnderSubreaper(t *testing.T) {
+	newReaped(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		b, err := host.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
 }
