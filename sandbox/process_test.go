@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -98,7 +99,10 @@ func TestStartKillTree(t *testing.T) {
 	ws := t.TempDir()
 	sb := newIsolated(t, ws)
 	ctx := context.Background()
-	p, err := sb.Start(ctx, Command{Shell: `echo x > before.txt; ( while :; do sleep 0.05; done ) & ( sh -c 'while :; do sleep 0.05; done' ) & echo up; wait`})
+	// The loops carry a mark of this run, so the check below sees only
+	// them, not the same test running elsewhere on the machine.
+	mark := fmt.Sprintf("killtree-%d-%d", os.Getpid(), time.Now().UnixNano())
+	p, err := sb.Start(ctx, Command{Shell: `echo x > before.txt; ( while :; do sleep 0.05; : ` + mark + `; done ) & ( sh -c 'while :; do sleep 0.05; : ` + mark + `; done' ) & echo up; wait`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +124,7 @@ func TestStartKillTree(t *testing.T) {
 	}
 	// Every process of the sandbox ran in its own pid namespace under its
 	// init; none is left on the host.
-	if out, _ := exec.Command("pgrep", "-f", "while :; do sleep 0.05").Output(); len(out) != 0 {
+	if out, _ := exec.Command("pgrep", "-f", mark).Output(); len(out) != 0 {
 		t.Errorf("processes left running after Kill: %s", out)
 	}
 	if err := p.Kill(); err != nil {
