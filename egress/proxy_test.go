@@ -295,10 +295,13 @@ func TestAllowedThroughConnectAndPlainHTTP(t *testing.T) {
 	if string(b) != "hello allowed.test /tunnel" {
 		t.Errorf("tunnel: %q", b)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ev = w.lastEvent(); ev.Method != "CONNECT" && time.Now().Before(deadline); ev = w.lastEvent() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Waited for, then checked below (the wait's own verdict is not).
+	_ = testenv.Poll(5*time.Second, func() error {
+		if ev = w.lastEvent(); ev.Method != "CONNECT" {
+			return errors.New("no CONNECT event yet")
+		}
+		return nil
+	})
 	if ev.Method != "CONNECT" || !ev.Allowed || ev.Host != "allowed.test" || ev.Addr != fmt.Sprintf("127.0.0.1:%d", w.httpPort) || ev.Received == 0 {
 		t.Errorf("CONNECT event %+v", ev)
 	}

@@ -385,10 +385,13 @@ func TestAttachedOnlyOnEvidence(t *testing.T) {
 				}
 				wantEnd(t, f.run(t, &sandboxv1.Exec{Command: "true"}), 0)
 			}
-			deadline := time.Now().Add(waitLimit)
-			for !strings.Contains(logs.String(), "msg=attached") && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			// Waited for, then checked below (the wait's own verdict is not).
+			_ = testenv.Poll(waitLimit, func() error {
+				if !strings.Contains(logs.String(), "msg=attached") {
+					return errors.New("not attached yet")
+				}
+				return nil
+			})
 			if out := logs.String(); !strings.Contains(out, "msg=attached") || !strings.Contains(out, tc.evidence) {
 				t.Errorf("want attached with %s:\n%s", tc.evidence, out)
 			}

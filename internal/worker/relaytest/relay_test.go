@@ -2,9 +2,11 @@ package relaytest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -124,10 +126,13 @@ func TestRoutesFramesByReqID(t *testing.T) {
 	if string(res.Stdout) != "o" || string(res.Stderr) != "e" || res.End.GetExitCode() != 3 {
 		t.Errorf("result = %+v", res)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(conn.Stray()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Waited for, then checked below (the wait's own verdict is not).
+	_ = testenv.Poll(10*time.Second, func() error {
+		if len(conn.Stray()) == 0 {
+			return errors.New("no stray frame yet")
+		}
+		return nil
+	})
 	if s := conn.Stray(); len(s) != 1 || s[0].GetEnd().GetExitCode() != 4 {
 		t.Errorf("stray = %v, want the second End", s)
 	}
