@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,8 +128,11 @@ func monoNow() int64 {
 // is already gone, though the init itself may still be exiting.
 func TestExecReturnsWithNamespaceEmpty(t *testing.T) {
 	nb := newBackend(t)
+	// A duration of this run's own, so the scan below sees only its
+	// processes, not those of the same test running elsewhere on the machine.
+	mark := fmt.Sprintf("31.%d%d", os.Getpid(), time.Now().UnixNano()%1000000)
 	res, _, _ := runCmd(t, nb, &backend.Request{Workspace: t.TempDir(),
-		Shell: `setsid sleep 31.4159 >/dev/null 2>&1 < /dev/null & (sleep 31.4159 >/dev/null 2>&1 &) ; exit 3`})
+		Shell: `setsid sleep ` + mark + ` >/dev/null 2>&1 < /dev/null & (sleep ` + mark + ` >/dev/null 2>&1 &) ; exit 3`})
 	if res.Termination != backend.Exited || res.ExitCode != 3 {
 		t.Fatalf("%s %d, want exited 3", res.Termination, res.ExitCode)
 	}
@@ -138,7 +142,7 @@ func TestExecReturnsWithNamespaceEmpty(t *testing.T) {
 	}
 	for _, e := range ents {
 		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cl), "31.4159") {
+		if err == nil && strings.Contains(string(cl), mark) {
 			t.Fatalf("process %s (%q) outlived Exec", e.Name(), cl)
 		}
 	}
