@@ -3,19 +3,13 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
-	"github.com/pulse-agent/pulse/backend/remote"
-	"github.com/pulse-agent/pulse/internal/server"
-	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -30,40 +24,7 @@ func TestOverlayLostIsAuditedAsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hb.Close() })
-	dir := t.TempDir()
-	st, err := store.Open(context.Background(), filepath.Join(dir, "db.sqlite3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const token = "overlay-lost-test-token"
-	srv, err := server.New(context.Background(), server.NewLocal(hb, 4, nil), st,
-		server.WithTokens(token), server.WithWorkspaceRoot(filepath.Join(dir, "workspaces")),
-		server.WithDefaultPolicies(policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.AllowAllSecrets()))
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
-		st.Close()
-	})
-	rb, err := remote.New(remote.WithURL("ws://"+ln.Addr().String()+"/"), remote.WithToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rb.Close() })
-	if err := rb.Probe(context.Background()); err != nil {
-		t.Fatalf("Probe: %v", err)
-	}
+	rb := startRemote(t, hb, 4, policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.AllowAllSecrets())
 	// The server's executor runs on the bare host, so only allow-all
 	// network and secrets are enforced (strongly) there.
 	pol, err := policy.Parse([]byte("version: 1\ndefaults: {shell: allow, network: allow, secrets: allow}\nnetwork: {mode: allow-all}\n"))
