@@ -3,19 +3,17 @@ package namespace
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/netns"
 )
 
 var _ backend.TerminalStarter = (*Backend)(nil)
@@ -151,42 +149,21 @@ func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if !c.newNet {
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	target, err := os.Open(filepath.Join("/proc", strconv.Itoa(c.init), "ns", "net"))
-	if err != nil {
+	var conn net.Conn
+	var derr error
+	err := netns.Do(c.init, func() { conn, derr = d.DialContext(ctx, "tcp", addr) })
+	switch {
+	case errors.Is(err, netns.ErrNoNamespace):
 		return nil, backend.ErrProcessDone
+	case errors.Is(err, netns.ErrEnter):
+		return nil, fmt.Errorf("%w: namespace: entering the sandbox's network needs CAP_SYS_ADMIN (root): %v", backend.ErrUnsupported, err)
+	case err != nil:
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, fmt.Errorf("namespace: expose: %w", err)
+	case derr != nil:
+		return nil, fmt.Errorf("namespace: expose: in the sandbox: %w", derr)
 	}
-	defer target.Close()
-	type dialed struct {
-		conn net.Conn
-		err  error
-	}
-	ch := make(chan dialed, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- dialed{nil, fmt.Errorf("namespace: expose: %w", err)}
-			return
-		}
-		defer self.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- dialed{nil, fmt.Errorf("%w: namespace: entering the sandbox's network needs CAP_SYS_ADMIN (root): %v", backend.ErrUnsupported, err)}
-			return
-		}
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		// Back to the host's network before the thread runs anything
-		// else; a thread that cannot go back is never unlocked, so the
-		// runtime ends it with this goroutine.
-		if serr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); serr == nil {
-			runtime.UnlockOSThread()
-		}
-		if err != nil {
-			err = fmt.Errorf("namespace: expose: in the sandbox: %w", err)
-		}
-		ch <- dialed{conn, err}
-	}()
-	r := <-ch
-	return r.conn, r.err
+	return conn, nil
 }
