@@ -117,8 +117,9 @@
 //     directory outside the workspace is refused by Start with
 //     ErrInvalidRequest.
 //   - StartTTY (backends that implement backend.TerminalStarter): with
-//     Request.TTY the command's tty is /dev/pts/0 of the sandbox's own
-//     devpts, `stty size` says the size asked for, the terminal echoes
+//     Request.TTY the command's tty is a new /dev/pts/N (of the
+//     sandbox's own devpts where it has one) and its controlling
+//     terminal, `stty size` says the size asked for, the terminal echoes
 //     input and ends lines with \r\n, and Resize reaches the command as
 //     SIGWINCH with the new size; Resize after the end is ErrProcessDone.
 //   - Close: Close ends a running execution, which still returns a Result

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,12 +142,12 @@ func testStartRefused(t *testing.T, s *suite) {
 	}
 }
 
-// testStartTTY: with Request.TTY the command runs on a new terminal of the
-// sandbox's own (the first of its devpts: /dev/pts/0, not the caller's),
-// of the size asked for; input is echoed by the terminal, output comes
-// with its line discipline (\r\n), and Resize reaches the command as
-// SIGWINCH with the new size. Skipped where the backend makes no
-// terminals.
+// testStartTTY: with Request.TTY the command runs on a new terminal
+// (/dev/pts/N: of the sandbox's own devpts where it has one), which is its
+// controlling terminal (/dev/tty) and of the size asked for; input is
+// echoed by the terminal, output comes with its line discipline (\r\n),
+// and Resize reaches the command as SIGWINCH with the new size. Skipped
+// where the backend makes no terminals.
 func testStartTTY(t *testing.T, s *suite) {
 	e := s.setup(t)
 	ts, ok := e.b.(backend.TerminalStarter)
@@ -156,7 +157,7 @@ func testStartTTY(t *testing.T, s *suite) {
 	stdinR, stdinW := io.Pipe()
 	out := &recorder{}
 	p := e.start(&backend.Request{
-		Shell: `tty; stty size; trap 'stty size; exit 5' WINCH; echo ready; read line; echo "got $line"; while :; do sleep 0.05; done`,
+		Shell: `tty; stty size </dev/tty; trap 'stty size; exit 5' WINCH; echo ready; read line; echo "got $line"; while :; do sleep 0.05; done`,
 		Stdin: stdinR, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80}})
 	e.waitFor(out, "ready\r\n")
 	if _, err := io.WriteString(stdinW, "hello\n"); err != nil {
@@ -174,7 +175,10 @@ func testStartTTY(t *testing.T, s *suite) {
 	if res.ExitCode != 5 {
 		t.Errorf("exit %d, want 5 (the WINCH trap); output %q", res.ExitCode, got)
 	}
-	for _, want := range []string{"/dev/pts/0\r\n", "24 80\r\n", "hello\r\ngot hello\r\n", "30 100\r\n"} {
+	if !regexp.MustCompile(`^/dev/pts/[0-9]+\r\n`).MatchString(got) {
+		t.Errorf("terminal output %q does not start with the command's tty, /dev/pts/N", got)
+	}
+	for _, want := range []string{"\r\n24 80\r\n", "hello\r\ngot hello\r\n", "30 100\r\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("terminal output %q lacks %q", got, want)
 		}

@@ -15,7 +15,10 @@
 //     USER of the account, LANG=C.UTF-8, TERM=dumb, then Request.Env on
 //     top. Nothing of the caller's environment is inherited.
 //   - The command leads its own session (so it has no controlling
-//     terminal: the caller's cannot be opened through /dev/tty) and
+//     terminal: the caller's cannot be opened through /dev/tty; with
+//     Request.TTY, a started command's controlling terminal is a new
+//     pseudo-terminal the backend opens from /dev/ptmx for it, whose
+//     master it keeps: see tty_linux.go) and
 //     process group, and starts in a cgroup of
 //     its own where a v2 hierarchy is writable (/sys/fs/cgroup, or
 //     /sys/fs/cgroup/unified beside v1 controllers; no controller needs to

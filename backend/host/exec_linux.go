@@ -53,9 +53,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	return b.exec(ctx, req, nil)
 }
 
-// exec is Exec; onStart, when set, is called with the command's pid once
-// it runs (Start uses it).
-func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(pid int)) (*backend.Result, error) {
+// exec is Exec; onStart, when set, is called with the command's pid (and
+// its terminal, nil without Request.TTY) once it runs (Start uses it).
+func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(pid int, term *pty)) (*backend.Result, error) {
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(p
 }
 
 // run starts the planned process and supervises it to its end.
-func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func(), onStart func(pid int)) (*backend.Result, error) {
+func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeStdin func(), onStart func(pid int, term *pty)) (*backend.Result, error) {
 	x, err := b.command(req, p, closeStdin)
 	if err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, p *plan, closeS
 		return nil, err
 	}
 	if onStart != nil {
-		onStart(x.pid)
+		onStart(x.pid, x.term)
 	}
 	reason := x.supervise(ctx)
 	return x.reap(reason), nil
@@ -123,6 +123,7 @@ type hostExec struct {
 	stdinR, stdinW *os.File      // nil without stdin
 	gateR, gateW   *os.File      // nil without a file size limit
 	tree           *tree         // nil without a cgroup
+	term           *pty          // nil without Request.TTY (tty_linux.go)
 	reaped         bool          // started under a subreaper (reaper_linux.go)
 
 	pid       int
@@ -149,19 +150,31 @@ func (b *Backend) command(req *backend.Request, p *plan, closeStdin func()) (*ho
 	var capOnce sync.Once
 	onCap := func() { capOnce.Do(func() { close(x.capHit) }) }
 	x.stdout, x.stderr = outputs(req.Stdout, req.Stderr, p.limits.OutputBytes, onCap)
+	if req.TTY != nil {
+		// The terminal is the command's stdin, stdout and stderr, and
+		// the controlling terminal of its session (stdin, fd 0, in the
+		// child); all it shows arrives on Stdout.
+		t, err := openPTY(req.TTY)
+		if err != nil {
+			return nil, err
+		}
+		x.term = t
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = t.slave, t.slave, t.slave
+		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
+	}
 	// A stream nobody reads goes to /dev/null with no pipe and no copier:
 	// there is nothing to cap when nothing is delivered.
-	if req.Stdout != nil {
+	if req.Stdout != nil && x.term == nil {
 		cmd.Stdout = x.stdout
 	}
-	if req.Stderr != nil {
+	if req.Stderr != nil && x.term == nil {
 		cmd.Stderr = x.stderr
 	}
 
 	// Stdin goes through a pipe this backend owns rather than through
 	// os/exec's copier, so that Exec can return as soon as the command has
 	// ended even when the caller's reader still blocks.
-	if req.Stdin != nil {
+	if req.Stdin != nil && x.term == nil {
 		var err error
 		if x.stdinR, x.stdinW, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("host: %w: stdin pipe: %w", backend.ErrUnavailable, err)
@@ -172,6 +185,7 @@ func (b *Backend) command(req *backend.Request, p *plan, closeStdin func()) (*ho
 		var err error
 		if x.gateR, x.gateW, err = os.Pipe(); err != nil {
 			closeFiles(x.stdinR, x.stdinW)
+			x.closeTerm()
 			return nil, fmt.Errorf("host: %w: gate pipe: %w", backend.ErrUnavailable, err)
 		}
 		cmd.ExtraFiles = []*os.File{x.gateR}
@@ -191,10 +205,12 @@ func (b *Backend) command(req *backend.Request, p *plan, closeStdin func()) (*ho
 func (x *hostExec) start() error {
 	if err := closeInheritedOnExec(); err != nil {
 		closeFiles(x.stdinR, x.stdinW, x.gateR, x.gateW)
+		x.closeTerm()
 		return fmt.Errorf("host: %w: %w", backend.ErrUnavailable, err)
 	}
 	if err := x.startInTree(); err != nil {
 		closeFiles(x.stdinR, x.stdinW, x.gateR, x.gateW)
+		x.closeTerm()
 		class := backend.ErrUnavailable
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
 			class = backend.ErrInvalidRequest
@@ -203,6 +219,10 @@ func (x *hostExec) start() error {
 	}
 	x.pid = x.cmd.Process.Pid
 	closeFiles(x.stdinR, x.gateR)
+	if x.term != nil {
+		x.term.dropSlave()
+		x.term.startCopy(x.stdout)
+	}
 	x.log.Debug("started", "pid", x.pid, "path", x.p.path, "dir", x.p.dir)
 
 	go func() {
@@ -269,6 +289,7 @@ func (x *hostExec) openGate() error {
 		<-x.ended
 		_ = x.cmd.Wait()
 		closeFiles(x.stdinW)
+		x.closeTerm()
 		return fmt.Errorf("host: %w: set RLIMIT_FSIZE: %w", backend.ErrUnavailable, err)
 	}
 	x.gateW.Close()
@@ -277,6 +298,13 @@ func (x *hostExec) openGate() error {
 
 func (x *hostExec) feedStdin() {
 	x.stdinDone = make(chan struct{})
+	if x.term != nil && x.req.Stdin != nil {
+		go func() {
+			defer close(x.stdinDone)
+			x.term.feed(x.req.Stdin)
+		}()
+		return
+	}
 	if x.stdinW == nil {
 		close(x.stdinDone)
 		return
@@ -335,7 +363,7 @@ func (x *hostExec) supervise(ctx context.Context) backend.TerminationReason {
 	select {
 	case <-x.stdinDone:
 	default:
-		x.stdinW.Close()
+		closeFiles(x.stdinW)
 		x.closeStdin()
 	}
 	return reason
@@ -346,6 +374,11 @@ func (x *hostExec) supervise(ctx context.Context) backend.TerminationReason {
 func (x *hostExec) reap(reason backend.TerminationReason) *backend.Result {
 	log, pid, duration := x.log, x.pid, x.duration
 	waitErr := x.cmd.Wait()
+	if x.term != nil {
+		// Everything holding the terminal is dead: what it still shows
+		// is read to EIO, a bounded time.
+		x.term.drain(x.b.waitDelay)
+	}
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
 		log.Warn("output pipes still open after the process group was killed; a process escaped the group", "pid", pid, "wait_delay", x.b.waitDelay)
 	}

@@ -14,7 +14,13 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
-var _ backend.Starter = (*Backend)(nil)
+var _ backend.TerminalStarter = (*Backend)(nil)
+
+// StartsTerminals implements backend.TerminalStarter: the backend opens
+// a new terminal from /dev/ptmx for the command (tty_linux.go).
+func (b *Backend) StartsTerminals() bool {
+	return unix.Access("/dev/ptmx", unix.R_OK|unix.W_OK) == nil
+}
 
 // Start implements backend.Starter: the command runs exactly as under
 // Exec (its own session, cgroup and output caps), and the handle signals
@@ -22,11 +28,15 @@ var _ backend.Starter = (*Backend)(nil)
 // reused its pid after it ended.
 func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
 	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
-		return b.exec(ctx, req, func(pid int) {
+		return b.exec(ctx, req, func(pid int, term *pty) {
 			c := &control{pidfd: -1}
 			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 				c.pidfd = fd
 				runtime.AddCleanup(c, func(fd int) { unix.Close(fd) }, fd)
+			}
+			if term != nil {
+				started(&ttyControl{control: c, term: term})
+				return
 			}
 			started(c)
 		})

@@ -173,8 +173,15 @@ func runReaper(gate, path string, argv []string) int {
 	// of its own, a cost on every command. A group of its own, so that the
 	// command's `kill 0` does not reach the reaper; killed should the
 	// reaper die.
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: files,
-		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}})
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// On a terminal (Request.TTY) the reaper leads the terminal's
+	// session: the command's group becomes its foreground group, so that
+	// the command reads from it (a background group is stopped by
+	// SIGTTIN) and gets what the terminal sends (SIGWINCH, ^C).
+	if _, err := unix.IoctlGetInt(0, unix.TIOCGPGRP); err == nil {
+		sys.Foreground, sys.Ctty = true, 0
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: files, Sys: sys})
 	if err != nil {
 		os.Stderr.WriteString("pulse: " + path + ": " + err.Error() + "\n")
 		return 127
