@@ -18,7 +18,7 @@ import (
 
 func writeEvents(t *testing.T, path string, n int, opts ...Option) {
 	t.Helper()
-	l, err := Open(path, opts...)
+	l, err := Open(t.Context(), path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func writeEvents(t *testing.T, path string, n int, opts ...Option) {
 func TestRecordAndVerify(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
 	sc := secrets.NewScrubber([]string{"s3cr3t-token"})
-	l, err := Open(path, WithScrubber(sc), WithSessionID("sess-1"), WithDurability(SyncEachEvent))
+	l, err := Open(t.Context(), path, WithScrubber(sc), WithSessionID("sess-1"), WithDurability(SyncEachEvent))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestRecordAndVerify(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600", st.Mode().Perm())
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestHashRuleAsDocumented(t *testing.T) {
 func TestOpenRefusesToChainOntoGarbage(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
 	os.WriteFile(path, []byte("this is not an audit log\n"), 0o600)
-	if l, err := Open(path); !errors.Is(err, ErrMalformed) {
+	if l, err := Open(t.Context(), path); !errors.Is(err, ErrMalformed) {
 		if l != nil {
 			l.Close()
 		}
@@ -107,7 +107,7 @@ func TestOpenRefusesToChainOntoGarbage(t *testing.T) {
 	}
 	// The same when the garbage appears after Open.
 	path2 := t.TempDir() + "/audit.jsonl"
-	l, err := Open(path2)
+	l, err := Open(t.Context(), path2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,11 @@ func TestChainContinuesAfterCrashBetweenRenameAndCreate(t *testing.T) {
 	if err := os.Rename(path, rotatedName(path, 4)); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := Verify(path); err != nil || rep.LastSeq != 4 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.LastSeq != 4 {
 		t.Fatalf("rotated-only log: %+v %v", rep, err)
 	}
 	writeEvents(t, path, 2)
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.LastSeq != 6 || len(rep.Files) != 2 {
 		t.Fatalf("report %+v err %v", rep, err)
 	}
@@ -137,7 +137,7 @@ func TestChainContinuesAfterCrashBetweenRenameAndCreate(t *testing.T) {
 
 func TestSyncEveryFlushesInBackground(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
-	l, err := Open(path, WithDurability(SyncEvery(time.Millisecond)))
+	l, err := Open(t.Context(), path, WithDurability(SyncEvery(time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +162,15 @@ func TestSyncEveryFlushesInBackground(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	if _, err := Open(t.TempDir()+"/a", WithMaxSize(-1)); err == nil {
+	if _, err := Open(t.Context(), t.TempDir()+"/a", WithMaxSize(-1)); err == nil {
 		t.Fatal("negative max size accepted")
 	}
-	if _, err := Open(t.TempDir() + "/no/such/dir/a"); err == nil {
+	if _, err := Open(t.Context(), t.TempDir()+"/no/such/dir/a"); err == nil {
 		t.Fatal("Open in a missing directory succeeded")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	l, _ := Open(t.TempDir() + "/a")
+	l, _ := Open(t.Context(), t.TempDir()+"/a")
 	defer l.Close()
 	if err := l.Record(ctx, Event{Action: "x"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Record with a cancelled context: %v", err)
@@ -179,7 +179,7 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestRecordRefusesOversizedEvent(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
-	l, err := Open(path)
+	l, err := Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestRecordRefusesOversizedEvent(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := Verify(path); err != nil || rep.LastSeq != 1 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.LastSeq != 1 {
 		t.Fatalf("after refusal: %+v %v", rep, err)
 	}
 }
@@ -206,7 +206,7 @@ func TestOpenRefusesSymlink(t *testing.T) {
 	if err := os.Symlink(victim, dir+"/audit.jsonl"); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := Open(dir + "/audit.jsonl"); err == nil {
+	if l, err := Open(t.Context(), dir+"/audit.jsonl"); err == nil {
 		l.Close()
 		t.Fatal("Open followed a symlink")
 	}
@@ -220,7 +220,7 @@ func TestOpenRefusesSymlink(t *testing.T) {
 func TestEveryStringFieldIsScrubbed(t *testing.T) {
 	const secret = "hunter2-very-secret"
 	path := t.TempDir() + "/audit.jsonl"
-	l, err := Open(path, WithScrubber(secrets.NewScrubber([]string{secret})))
+	l, err := Open(t.Context(), path, WithScrubber(secrets.NewScrubber([]string{secret})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestEveryStringFieldIsScrubbed(t *testing.T) {
 
 func TestRecordGivesUpOnLockWhenContextEnds(t *testing.T) {
 	path := t.TempDir() + "/audit.jsonl"
-	l, err := Open(path)
+	l, err := Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestRecordGivesUpOnLockWhenContextEnds(t *testing.T) {
 	if err := l.Record(context.Background(), Event{Action: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := Verify(path); err != nil || rep.LastSeq != 1 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.LastSeq != 1 {
 		t.Fatalf("%+v %v", rep, err)
 	}
 }

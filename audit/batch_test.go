@@ -47,7 +47,7 @@ func readEvents(t *testing.T, path string) []Event {
 func TestRecordBatchChainsScrubsAndKeepsOrder(t *testing.T) {
 	const secret = "tok-4f9a-secret"
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := Open(path, WithScrubber(secrets.NewScrubber([]string{secret})), WithSessionID("sess-b"), WithDurability(SyncEachEvent))
+	l, err := Open(t.Context(), path, WithScrubber(secrets.NewScrubber([]string{secret})), WithSessionID("sess-b"), WithDurability(SyncEachEvent))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestRecordBatchChainsScrubsAndKeepsOrder(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.Events != 5 || rep.LastSeq != 5 {
 		t.Fatalf("report %+v, err %v", rep, err)
 	}
@@ -103,7 +103,7 @@ func TestRecordBatchChainsScrubsAndKeepsOrder(t *testing.T) {
 func TestRecordBatchIsAllOrNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeEvents(t, path, 3)
-	l, err := Open(path)
+	l, err := Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestRecordBatchIsAllOrNothing(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := Verify(path); err != nil || rep.LastSeq != 5 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.LastSeq != 5 {
 		t.Fatalf("after refusals: %+v %v", rep, err)
 	}
 	l.Close()
@@ -161,7 +161,7 @@ func TestRecordBatchIsAllOrNothing(t *testing.T) {
 func TestRecordBatchGoesWholeIntoOneFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	const limit = 4000
-	l, err := Open(path, WithMaxSize(limit), WithDurability(NoSync))
+	l, err := Open(t.Context(), path, WithMaxSize(limit), WithDurability(NoSync))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestRecordBatchGoesWholeIntoOneFile(t *testing.T) {
 	if err := l.Record(ctx, Event{Action: "shell", Target: "last"}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.Events != 61 || rep.LastSeq != 61 {
 		t.Fatalf("report %+v, err %v", rep, err)
 	}
@@ -217,7 +217,7 @@ func TestRecordBatchGoesWholeIntoOneFile(t *testing.T) {
 func TestCrashMidBatchLeavesAVerifiablePrefix(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeEvents(t, path, 2)
-	l, err := Open(path, WithDurability(NoSync))
+	l, err := Open(t.Context(), path, WithDurability(NoSync))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +245,12 @@ func TestCrashMidBatchLeavesAVerifiablePrefix(t *testing.T) {
 	if err := os.Truncate(path, int64(cut)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if !errors.Is(err, ErrTornTail) || rep.BadSeq != 7 {
 		t.Fatalf("torn batch: %+v %v, want ErrTornTail at seq 7", rep, err)
 	}
 	writeEvents(t, path, 1)
-	rep, err = Verify(path)
+	rep, err = Verify(t.Context(), path)
 	if err != nil || rep.Events != 7 || rep.LastSeq != 7 {
 		t.Fatalf("after repair: %+v %v", rep, err)
 	}
@@ -272,7 +272,7 @@ func TestHelperAppendMixed(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("PULSE_AUDIT_HELPER_N"))
 	size, _ := strconv.Atoi(os.Getenv("PULSE_AUDIT_HELPER_BATCH"))
 	id := os.Getenv("PULSE_AUDIT_HELPER_ID")
-	l, err := Open(path, WithDurability(NoSync), WithMaxSize(64<<10), WithSessionID(id))
+	l, err := Open(t.Context(), path, WithDurability(NoSync), WithMaxSize(64<<10), WithSessionID(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestBatchesInterleaveWithRecords(t *testing.T) {
 			t.Fatalf("helper: %v", err)
 		}
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func BenchmarkRecord(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			dir := b.TempDir()
-			l, err := Open(filepath.Join(dir, "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
+			l, err := Open(b.Context(), filepath.Join(dir, "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func BenchmarkRecord(b *testing.B) {
 
 func BenchmarkVerify(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "audit.jsonl")
-	l, err := Open(path, WithDurability(NoSync))
+	l, err := Open(b.Context(), path, WithDurability(NoSync))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func BenchmarkVerify(b *testing.B) {
 	b.SetBytes(st.Size())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := Verify(path); err != nil {
+		if _, err := Verify(b.Context(), path); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -153,7 +153,7 @@ func BenchmarkRecordBatch(b *testing.B) {
 		{"each-event", SyncEachEvent},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			l, err := Open(filepath.Join(b.TempDir(), "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
+			l, err := Open(b.Context(), filepath.Join(b.TempDir(), "audit.jsonl"), WithDurability(c.d), WithScrubber(sc))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,7 +16,7 @@ import (
 func FuzzVerify(f *testing.F) {
 	dir := f.TempDir()
 	good := filepath.Join(dir, "audit.jsonl")
-	l, err := Open(good, WithDurability(NoSync))
+	l, err := Open(f.Context(), good, WithDurability(NoSync))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -37,18 +37,18 @@ func TestHeadShowsACutTail(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "audit.jsonl")
 			writeEvents(t, path, 5)
-			if rep, err := Verify(path); err != nil || !rep.Head || rep.HeadSeq != 5 {
+			if rep, err := Verify(t.Context(), path); err != nil || !rep.Head || rep.HeadSeq != 5 {
 				t.Fatalf("intact: %+v %v", rep, err)
 			}
 			c.cut(t, path)
-			rep, err := Verify(path)
+			rep, err := Verify(t.Context(), path)
 			if !errors.Is(err, ErrTruncated) || rep.BadSeq != c.wantBad {
 				t.Fatalf("after cut: %+v %v, want ErrTruncated at seq %d", rep, err, c.wantBad)
 			}
 			// The next writer records the break in the chain, so the head
 			// it then writes does not bless the shorter log.
 			writeEvents(t, path, 2)
-			rep, err = Verify(path)
+			rep, err = Verify(t.Context(), path)
 			if !errors.Is(err, ErrTruncated) || rep.BadSeq != c.wantBad {
 				t.Fatalf("after appending on: %+v %v, want ErrTruncated at seq %d", rep, err, c.wantBad)
 			}
@@ -66,11 +66,11 @@ func TestUnkeyedLogWithoutHeadStillVerifies(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeEvents(t, path, 3)
 	os.Remove(path + HeadSuffix)
-	if rep, err := Verify(path); err != nil || rep.Head {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.Head {
 		t.Fatalf("no head: %+v %v", rep, err)
 	}
 	writeEvents(t, path, 1)
-	if rep, err := Verify(path); err != nil || !rep.Head || rep.HeadSeq != 4 || rep.Events != 4 {
+	if rep, err := Verify(t.Context(), path); err != nil || !rep.Head || rep.HeadSeq != 4 || rep.Events != 4 {
 		t.Fatalf("head recreated: %+v %v", rep, err)
 	}
 }
@@ -82,11 +82,11 @@ func TestHeadBehindTheLogIsAccepted(t *testing.T) {
 	old, _ := os.ReadFile(path + HeadSuffix)
 	writeEvents(t, path, 2)
 	os.WriteFile(path+HeadSuffix, old, 0o600)
-	if rep, err := Verify(path); err != nil || rep.HeadSeq != 2 || rep.LastSeq != 4 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.HeadSeq != 2 || rep.LastSeq != 4 {
 		t.Fatalf("%+v %v", rep, err)
 	}
 	writeEvents(t, path, 1)
-	if rep, err := Verify(path); err != nil || rep.HeadSeq != 5 {
+	if rep, err := Verify(t.Context(), path); err != nil || rep.HeadSeq != 5 {
 		t.Fatalf("%+v %v", rep, err)
 	}
 }
@@ -104,7 +104,7 @@ func TestHeadRewrittenLastLine(t *testing.T) {
 	canon, _ := e.canonical()
 	forged := string(canon[:len(canon)-1]) + hashKey + chainHash(prev.Hash, canon) + "\"}"
 	writeLines(t, path, [][]byte{lines[0], lines[1], []byte(forged)})
-	if _, err := Verify(path); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "head record") {
+	if _, err := Verify(t.Context(), path); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "head record") {
 		t.Fatalf("forged last line: %v", err)
 	}
 }
@@ -114,7 +114,7 @@ func TestKeyedChain(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeEvents(t, path, 2)             // before a key was configured
 	writeEvents(t, path, 3, WithKey(k)) // then keyed
-	rep, err := Verify(path, VerifyKey(k))
+	rep, err := Verify(t.Context(), path, VerifyKey(k))
 	if err != nil || rep.KeyID != k.ID() || rep.UnkeyedEvents != 2 || rep.Events != 5 {
 		t.Fatalf("keyed: %+v %v", rep, err)
 	}
@@ -123,21 +123,21 @@ func TestKeyedChain(t *testing.T) {
 			t.Fatalf("event %d key_id %q", i+1, e.KeyID)
 		}
 	}
-	if _, err := Verify(path); !errors.Is(err, ErrKeyRequired) {
+	if _, err := Verify(t.Context(), path); !errors.Is(err, ErrKeyRequired) {
 		t.Fatalf("without the key: %v", err)
 	}
-	if _, err := Verify(path, VerifyKey(testKey(t, 8))); !errors.Is(err, ErrKeyRequired) {
+	if _, err := Verify(t.Context(), path, VerifyKey(testKey(t, 8))); !errors.Is(err, ErrKeyRequired) {
 		t.Fatalf("with another key: %v", err)
 	}
 	// A writer without the key (or with another) refuses to append: it
 	// would break the chain for good.
-	if l, err := Open(path); !errors.Is(err, ErrKeyRequired) {
+	if l, err := Open(t.Context(), path); !errors.Is(err, ErrKeyRequired) {
 		if l != nil {
 			l.Close()
 		}
 		t.Fatalf("open without the key: %v", err)
 	}
-	if _, err := Open(path, WithKey(testKey(t, 8))); !errors.Is(err, ErrKeyRequired) {
+	if _, err := Open(t.Context(), path, WithKey(testKey(t, 8))); !errors.Is(err, ErrKeyRequired) {
 		t.Fatalf("open with another key: %v", err)
 	}
 }
@@ -160,7 +160,7 @@ func TestKeyedChainResistsRewriting(t *testing.T) {
 		canon, _ := e.canonical()
 		lines[3] = []byte(string(canon[:len(canon)-1]) + hashKey + chainHash(prev.Hash, canon) + "\"}")
 		writeLines(t, path, lines)
-		if rep, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTampered) || rep.BadSeq != 4 {
+		if rep, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTampered) || rep.BadSeq != 4 {
 			t.Fatalf("%+v %v", rep, err)
 		}
 	})
@@ -173,7 +173,7 @@ func TestKeyedChainResistsRewriting(t *testing.T) {
 		canon, _ := e.canonical()
 		lines[3] = []byte(string(canon[:len(canon)-1]) + hashKey + chainHash(prev.Hash, canon) + "\"}")
 		writeLines(t, path, lines)
-		if rep, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTampered) || rep.BadSeq != 4 {
+		if rep, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTampered) || rep.BadSeq != 4 {
 			t.Fatalf("%+v %v", rep, err)
 		}
 	})
@@ -183,7 +183,7 @@ func TestKeyedChainResistsRewriting(t *testing.T) {
 		writeLines(t, path, lines[:2])
 		last, _ := ParseLine(lines[1])
 		os.WriteFile(path+HeadSuffix, encodeHead(nil, 2, last.Hash), 0o600)
-		if _, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
+		if _, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -193,7 +193,7 @@ func TestKeyedChainResistsRewriting(t *testing.T) {
 		writeLines(t, path, lines[:2])
 		last, _ := ParseLine(lines[1])
 		os.WriteFile(path+HeadSuffix, encodeHead(testKey(t, 9), 2, last.Hash), 0o600)
-		if _, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrKeyRequired) {
+		if _, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrKeyRequired) {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -208,19 +208,19 @@ func TestKeyedChainResistsRewriting(t *testing.T) {
 		cur, _ = decodeHead(encodeHead(k, 4, last.Hash), k)
 		h = bytes.Replace(h, []byte(cur.Hash), []byte(last.Hash), 1)
 		os.WriteFile(path+HeadSuffix, h, 0o600)
-		if _, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
+		if _, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("head removed", func(t *testing.T) {
 		path := setup(t)
 		os.Remove(path + HeadSuffix)
-		if _, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
+		if _, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTampered) {
 			t.Fatalf("%v", err)
 		}
 		// ...and the next keyed writer says so in the chain.
 		writeEvents(t, path, 1, WithKey(k))
-		if rep, err := Verify(path, VerifyKey(k)); !errors.Is(err, ErrTruncated) || rep.BadSeq != 5 {
+		if rep, err := Verify(t.Context(), path, VerifyKey(k)); !errors.Is(err, ErrTruncated) || rep.BadSeq != 5 {
 			t.Fatalf("%+v %v", rep, err)
 		}
 	})

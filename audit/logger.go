@@ -159,8 +159,9 @@ type Logger struct {
 
 // Open opens (creating with mode 0600 if needed) the log at path for
 // appending. The directory must exist. It fails with an error wrapping
-// ErrMalformed when the file's last line is not an audit event.
-func Open(path string, opts ...Option) (*Logger, error) {
+// ErrMalformed when the file's last line is not an audit event. ctx
+// bounds the wait for the append lock, which another process may hold.
+func Open(ctx context.Context, path string, opts ...Option) (*Logger, error) {
 	o := options{durability: SyncEvery(100 * time.Millisecond)}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -190,7 +191,7 @@ func Open(path string, opts ...Option) (*Logger, error) {
 	// Read the chain head now, so that a file that is not a log (or a
 	// rotated file that is not) is reported by Open rather than by the
 	// first Record, and a torn tail is repaired before anyone relies on it.
-	if err := flock.Lock(context.Background(), lockf); err != nil {
+	if err := flock.Lock(ctx, lockf); err != nil {
 		l.f.Close()
 		lockf.Close()
 		headf.Close()

@@ -82,14 +82,19 @@ func (e *VerifyError) Unwrap() error { return e.Err }
 // keyed log (events with key_id) needs its key (VerifyKey), or fails
 // with ErrKeyRequired. ExpectAnchor checks in addition against a seq and
 // hash kept from an earlier Verify, somewhere the writer of the log
-// cannot reach.
-func Verify(path string, opts ...VerifyOption) (Report, error) {
+// cannot reach. ctx bounds the wait for the append lock and is checked
+// between files; a cancelled Verify returns ctx's error, not a verdict.
+func Verify(ctx context.Context, path string, opts ...VerifyOption) (Report, error) {
 	var rep Report
 	var vo verifyOptions
 	for _, o := range opts {
 		o(&vo)
 	}
-	h, hasHead, herr := readHeadLocked(path, vo.key)
+	hr, err := readHeadLocked(ctx, path, vo.key)
+	if err != nil {
+		return rep, err
+	}
+	h, hasHead, herr := hr.h, hr.ok, hr.err
 	files, err := rotatedFiles(path)
 	if err != nil {
 		return rep, err
@@ -110,6 +115,9 @@ func Verify(path string, opts ...VerifyOption) (Report, error) {
 		v.headSeq = h.Seq
 	}
 	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("audit: verify: %w", err)
+		}
 		if err := v.file(f); err != nil {
 			return rep, err
 		}
@@ -124,15 +132,28 @@ func Verify(path string, opts ...VerifyOption) (Report, error) {
 // readHeadLocked reads the head record under a shared hold of the append
 // lock (when the lock file can be opened), so that it is never read half
 // rewritten. Lines appended after it only make the log longer than the
-// head, which Verify accepts.
-func readHeadLocked(path string, k *Key) (head, bool, error) {
+// head, which Verify accepts. It fails only when ctx ended the wait for
+// the lock; what it read, and the head's own error, are in headRead.
+func readHeadLocked(ctx context.Context, path string, k *Key) (headRead, error) {
 	if lf, err := os.OpenFile(path+".lock", os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
 		defer lf.Close()
-		if flock.LockShared(context.Background(), lf) == nil {
+		if err := flock.LockShared(ctx, lf); err == nil {
 			defer flock.Unlock(lf)
+		} else if cerr := ctx.Err(); cerr != nil {
+			return headRead{}, fmt.Errorf("audit: verify: %w", cerr)
 		}
 	}
-	return readHeadFile(path, k)
+	var r headRead
+	r.h, r.ok, r.err = readHeadFile(path, k)
+	return r, nil
+}
+
+// headRead is what readHeadLocked found: the head record, whether there
+// is one, and why it could not be used.
+type headRead struct {
+	h   head
+	ok  bool
+	err error
 }
 
 func (v *verifier) checkHead(lastFile string, h head, ok bool, err error) error {

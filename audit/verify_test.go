@@ -90,7 +90,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			} else {
 				writeLines(t, path, c.tamper(readLines(t, path)))
 			}
-			rep, err := Verify(path)
+			rep, err := Verify(t.Context(), path)
 			if !errors.Is(err, c.kind) {
 				t.Fatalf("err = %v, want %v", err, c.kind)
 			}
@@ -126,12 +126,12 @@ func TestVerifyNotALog(t *testing.T) {
 	} {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, []byte(content), 0o600)
-		_, err := Verify(p)
+		_, err := Verify(t.Context(), p)
 		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), ":1:") {
 			t.Errorf("%s: err = %v, want ErrMalformed naming line 1", name, err)
 		}
 	}
-	if _, err := Verify(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Verify(t.Context(), filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -150,13 +150,13 @@ func TestRotationKeepsOneChain(t *testing.T) {
 			t.Fatalf("%s: %v size %d", f, err, st.Size())
 		}
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.Events != 100 || rep.LastSeq != 100 {
 		t.Fatalf("report %+v, err %v", rep, err)
 	}
 	// Deleting a middle rotated file breaks the chain at its first seq.
 	os.Remove(rotated[1])
-	if _, err := Verify(path); !errors.Is(err, ErrTampered) {
+	if _, err := Verify(t.Context(), path); !errors.Is(err, ErrTampered) {
 		t.Fatalf("removed rotated file not detected: %v", err)
 	}
 }
@@ -167,11 +167,11 @@ func TestTornTailIsRepairedByNextAppend(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"time":"2026-01-01T00:00:00Z","seq":6,"act`)
 	f.Close()
-	if _, err := Verify(path); !errors.Is(err, ErrTornTail) {
+	if _, err := Verify(t.Context(), path); !errors.Is(err, ErrTornTail) {
 		t.Fatalf("torn tail: %v", err)
 	}
 	writeEvents(t, path, 1)
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.LastSeq != 6 {
 		t.Fatalf("after repair: %+v %v", rep, err)
 	}
@@ -192,7 +192,7 @@ func TestConcurrentLoggersInOneProcess(t *testing.T) {
 		}
 		go func() {
 			defer wg.Done()
-			l, err := Open(path, WithDurability(NoSync), WithMaxSize(8<<10))
+			l, err := Open(t.Context(), path, WithDurability(NoSync), WithMaxSize(8<<10))
 			if err != nil {
 				t.Error(err)
 				return
@@ -207,7 +207,7 @@ func TestConcurrentLoggersInOneProcess(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil || rep.LastSeq != 800 {
 		t.Fatalf("report %+v err %v", rep, err)
 	}
@@ -222,7 +222,7 @@ func TestHelperAppend(t *testing.T) {
 		t.Skip("helper process only: run by TestTwoProcessesAppend")
 	}
 	n, _ := strconv.Atoi(os.Getenv("PULSE_AUDIT_HELPER_N"))
-	l, err := Open(path, WithDurability(NoSync), WithMaxSize(256<<10), WithSessionID(os.Getenv("PULSE_AUDIT_HELPER_ID")))
+	l, err := Open(t.Context(), path, WithDurability(NoSync), WithMaxSize(256<<10), WithSessionID(os.Getenv("PULSE_AUDIT_HELPER_ID")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestTwoProcessesAppend(t *testing.T) {
 			t.Fatalf("helper: %v", err)
 		}
 	}
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,37 +303,37 @@ func TestTwoProcessesAppend(t *testing.T) {
 func TestVerifyAnchorCatchesTailTruncation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	writeEvents(t, path, 6)
-	rep, err := Verify(path)
+	rep, err := Verify(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	anchor := ExpectAnchor(rep.LastSeq, rep.LastHash)
-	if _, err := Verify(path, anchor); err != nil {
+	if _, err := Verify(t.Context(), path, anchor); err != nil {
 		t.Fatalf("intact log fails its own anchor: %v", err)
 	}
 	writeEvents(t, path, 2) // growing past the anchor is fine
-	if _, err := Verify(path, anchor); err != nil {
+	if _, err := Verify(t.Context(), path, anchor); err != nil {
 		t.Fatalf("grown log fails the anchor: %v", err)
 	}
 	// Cut the last four lines: the head record shows it...
 	lines := readLines(t, path)
 	writeLines(t, path, lines[:4])
-	if rep, err := Verify(path); !errors.Is(err, ErrTruncated) || rep.BadSeq != 5 {
+	if rep, err := Verify(t.Context(), path); !errors.Is(err, ErrTruncated) || rep.BadSeq != 5 {
 		t.Fatalf("truncated chain: %+v %v", rep, err)
 	}
 	// ...and so does the anchor, with the head removed as well.
 	os.Remove(path + HeadSuffix)
-	if _, err := Verify(path); err != nil {
+	if _, err := Verify(t.Context(), path); err != nil {
 		t.Fatalf("cut chain without its head: %v", err)
 	}
-	rep, err = Verify(path, anchor)
+	rep, err = Verify(t.Context(), path, anchor)
 	if !errors.Is(err, ErrTampered) || rep.BadSeq != 5 || !strings.Contains(err.Error(), "removed from the end") {
 		t.Fatalf("err %v, report %+v", err, rep)
 	}
 	// A rewritten log with a fresh chain of the same length fails too.
 	os.Remove(path)
 	writeEvents(t, path, 6)
-	if _, err := Verify(path, anchor); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "rewritten") {
+	if _, err := Verify(t.Context(), path, anchor); !errors.Is(err, ErrTampered) || !strings.Contains(err.Error(), "rewritten") {
 		t.Fatalf("rewritten log: %v", err)
 	}
 }
@@ -384,7 +384,7 @@ func TestVerifyDetectsRandomMutations(t *testing.T) {
 			}
 		}
 		writeLines(t, path, lines)
-		rep, err := Verify(path)
+		rep, err := Verify(t.Context(), path)
 		if err == nil {
 			t.Fatalf("iteration %d: mutation of line %d not detected", iter, first+1)
 		}

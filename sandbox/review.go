@@ -141,7 +141,7 @@ func OpenReview(ctx context.Context, workspace string, opts ...ReviewOption) (*R
 			return nil, err
 		}
 	}
-	al, err := audit.Open(filepath.Join(state, "audit.jsonl"), audit.WithKey(key), audit.WithLogger(o.logger))
+	al, err := audit.Open(ctx, filepath.Join(state, "audit.jsonl"), audit.WithKey(key), audit.WithLogger(o.logger))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: review: %w", err)
 	}

@@ -46,7 +46,7 @@ func stageFiles(t *testing.T, ws string, files map[string]string) string {
 func reviewEvents(t *testing.T, ws string, opts ...audit.VerifyOption) map[string][]audit.Event {
 	t.Helper()
 	path := filepath.Join(ws, ".pulse", "audit.jsonl")
-	if _, err := audit.Verify(path, opts...); err != nil {
+	if _, err := audit.Verify(t.Context(), path, opts...); err != nil {
 		t.Fatalf("audit log: %v", err)
 	}
 	data, err := os.ReadFile(path)

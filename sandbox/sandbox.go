@@ -162,7 +162,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		if err != nil {
 			return nil, err
 		}
-		s.audit, err = audit.Open(path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger),
+		s.audit, err = audit.Open(ctx, path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger),
 			audit.WithKey(key))
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)

@@ -79,7 +79,7 @@ func verifyAudit(t *testing.T, sb *Sandbox) []audit.Event {
 	if err := sb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := audit.Verify(path); err != nil {
+	if _, err := audit.Verify(t.Context(), path); err != nil {
 		t.Fatalf("audit log does not verify: %v", err)
 	}
 	data, err := os.ReadFile(path)

@@ -78,7 +78,7 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		return usageError(env, fset, "wants one FILE")
 	}
 	if sub == "export" {
-		return auditExport(env, pos[0], *format)
+		return auditExport(ctx, env, pos[0], *format)
 	}
 	if sub == "verify" {
 		var opts []audit.VerifyOption
@@ -91,12 +91,12 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 			}
 			opts = append(opts, audit.ExpectAnchor(seq, hash))
 		}
-		return auditVerify(env, pos[0], opts...)
+		return auditVerify(ctx, env, pos[0], opts...)
 	}
 	return auditTail(ctx, env, pos[0], *lines, *follow)
 }
 
-func auditVerify(env *cliEnv, path string, opts ...audit.VerifyOption) int {
+func auditVerify(ctx context.Context, env *cliEnv, path string, opts ...audit.VerifyOption) int {
 	key, err := audit.LoadKey(env.getenv)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
@@ -105,7 +105,7 @@ func auditVerify(env *cliEnv, path string, opts ...audit.VerifyOption) int {
 	if key != nil {
 		opts = append(opts, audit.VerifyKey(key))
 	}
-	rep, err := audit.Verify(path, opts...)
+	rep, err := audit.Verify(ctx, path, opts...)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit verify: %v\n", err)
 		if rep.BadSeq > 0 {
@@ -395,7 +395,7 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0
 // OCSF or ECS JSON object a line. The chain is verified first: a broken
 // chain is reported on stderr and the export still runs (exit 1), since
 // a SIEM wants even a damaged log's events.
-func auditExport(env *cliEnv, path, format string) int {
+func auditExport(ctx context.Context, env *cliEnv, path, format string) int {
 	var conv func(audit.Event, string) map[string]any
 	switch format {
 	case "ocsf":
@@ -412,7 +412,7 @@ func auditExport(env *cliEnv, path, format string) int {
 	if err == nil && key != nil {
 		vopts = append(vopts, audit.VerifyKey(key))
 	}
-	if _, err := audit.Verify(path, vopts...); err != nil {
+	if _, err := audit.Verify(ctx, path, vopts...); err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit export: warning: %v\n", err)
 		code = exitFailure
 	}

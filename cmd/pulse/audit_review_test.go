@@ -15,7 +15,7 @@ import (
 func auditLines(t *testing.T, ws string) []audit.Event {
 	t.Helper()
 	path := filepath.Join(ws, ".pulse", "audit.jsonl")
-	if _, err := audit.Verify(path); err != nil {
+	if _, err := audit.Verify(t.Context(), path); err != nil {
 		t.Fatalf("audit log: %v", err)
 	}
 	data, _ := os.ReadFile(path)

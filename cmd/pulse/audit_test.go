@@ -17,7 +17,7 @@ import (
 
 func writeAuditLog(t *testing.T, path string, n int, opts ...audit.Option) {
 	t.Helper()
-	l, err := audit.Open(path, opts...)
+	l, err := audit.Open(t.Context(), path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -366,17 +366,17 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 			st.Undoable = true
 		}
 	}
-	st.Chain, st.Timeline = s.chain(r.AuditPath())
+	st.Chain, st.Timeline = s.chain(ctx, r.AuditPath())
 	return st, nil
 }
 
 // chain verifies the audit log and reads its newest events.
-func (s *Server) chain(path string) (chainView, []eventView) {
+func (s *Server) chain(ctx context.Context, path string) (chainView, []eventView) {
 	var opts []audit.VerifyOption
 	if s.cfg.AuditKey != nil {
 		opts = append(opts, audit.VerifyKey(s.cfg.AuditKey))
 	}
-	rep, err := audit.Verify(path, opts...)
+	rep, err := audit.Verify(ctx, path, opts...)
 	cv := chainView{Status: "verified", Events: rep.Events, Keyed: rep.KeyID != ""}
 	switch {
 	case err == nil && rep.Events == 0:

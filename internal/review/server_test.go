@@ -199,7 +199,7 @@ func TestStateChangesNeedSameOrigin(t *testing.T) {
 func auditOf(t *testing.T, ws string) []audit.Event {
 	t.Helper()
 	path := filepath.Join(ws, ".pulse", "audit.jsonl")
-	if _, err := audit.Verify(path); err != nil {
+	if _, err := audit.Verify(t.Context(), path); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
