@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,12 +8,12 @@ import (
 	"maps"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/lifecycle"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -569,7 +568,7 @@ func (x *execution) close(ctx context.Context) {
 type outputs struct {
 	stdout, stderr io.WriteCloser // the scrubbers the backend writes to
 
-	outBuf, errBuf         lockedBuffer
+	outBuf, errBuf         syncio.Buffer // when the caller gave no writer; the backend may write both at once
 	collectOut, collectErr bool
 	queues                 []*outWriter
 	giveUp                 chan struct{}
@@ -643,23 +642,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// lockedBuffer collects output when the caller gave no writer; the
-// backend may write stdout and stderr from different goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

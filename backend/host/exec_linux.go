@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/syncio"
 )
 
 // supported says Exec works on this system.
@@ -496,7 +497,7 @@ func closeFiles(fs ...*os.File) {
 // from both at once.
 func outputs(out, errw io.Writer, limit int64, onCap func()) (*capWriter, *capWriter) {
 	if out != nil && sameWriter(out, errw) {
-		lw := &lockedWriter{w: out}
+		lw := &syncio.Writer{W: out}
 		out, errw = lw, lw
 	}
 	return &capWriter{w: out, left: limit, onCap: onCap}, &capWriter{w: errw, left: limit, onCap: onCap}
@@ -511,17 +512,6 @@ func sameWriter(a, b io.Writer) bool {
 		return false
 	}
 	return a == b
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // capWriter passes at most left bytes to w and drops the rest, reporting
