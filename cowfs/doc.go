@@ -107,6 +107,56 @@
 // A transaction that cannot be read is left out of the stack and listed
 // in Stack.Damaged (and logged), never merged.
 //
+// # Lanes
+//
+// The stack above is that of one lane. Every transaction records, in its
+// begin record, the lane that made it ("lane", absent for the default
+// lane: transactions from before lanes, and every FS opened without
+// WithLane, so the CLI and existing workspaces see what they always saw).
+// FS.Fork makes a new lane, a small immutable record lanes/<id> naming
+// its parent lane and the fork point; nothing is copied. A lane's stack
+// is its own transactions on top of what its parent's stack held at the
+// fork: the parent's transactions created up to the fork point (and,
+// through the parent, the grandparent's up to the parent's fork point,
+// and so on), less the ones listed as excluded — commands of the parent
+// still running at the fork (their transactions empty), or unreadable
+// then. From the fork on, the two diverge: neither sees what the other
+// makes. Order is creation time throughout, so a lane's own transactions
+// sit above what it inherited.
+//
+// A transaction leaves every lane's stack when it is committed or
+// discarded. A parent committing a shared transaction changes nothing
+// in a fork's view (the workspace holds it now); discarding one takes it
+// out of the fork's view too. Either is refused (*StackError) while a
+// transaction of any lane that sees it depends on it: one above it in a
+// stack that holds it (discard), or anywhere in such a stack (commit).
+// So:
+//
+//   - CommitAll commits the lane's whole stack, inherited transactions
+//     included (they reach the workspace, which is what the parent then
+//     sees), refused while another lane's transaction outside it depends
+//     on one of them.
+//   - DiscardAll drops the lane's own transactions only; what it
+//     inherited belongs to the parent. Refused while another lane's
+//     transaction was made on top of one of them.
+//   - Squash takes only the lane's own transactions, and only a run that
+//     every other lane sees alike and no lane excludes (the result sits
+//     where the topmost was, so on the same side of every fork point): no
+//     fork's view ever changes because its parent squashed.
+//   - Committing or discarding one transaction by id works from any lane
+//     (List shows each one's lane), with the dependency check above.
+//
+// A lane record is one frame (record.go) holding {"v":1,"id","parent",
+// "cut","exclude"}: cut is the fork point in Unix nanoseconds, exclude a
+// list of transaction ids. It is written as lanes/.new-<id>, fsynced,
+// renamed into place and lanes/ fsynced, before Fork returns; a crash
+// before the rename leaves a hidden file that is never read. It is never
+// changed afterwards. A lane whose record is damaged or missing cannot
+// be opened (ErrLane) and its stack cannot be read; its own transactions
+// are in no other lane's stack (List still shows them, and they can be
+// committed or discarded by id). A lane is a few hundred bytes; lane
+// records are not removed.
+//
 // # Symlinks
 //
 // A committed link never leads a reader outside the workspace or into
@@ -187,6 +237,7 @@
 //	tx/.new-<id>/              a transaction being created; removed by Open
 //	done/<seq>-<id>/           a committed transaction kept for Undo (same files)
 //	trash/                     directories being removed; emptied by Open
+//	lanes/<id>                 a forked lane (record file, one record; see Lanes)
 //
 // and, beside a target in the workspace, while a commit applies only:
 //
@@ -223,7 +274,7 @@
 // sealed log says "sealed":true; logs from before seals have none.
 //
 // The stage log holds {"op":"begin","id","desc","created","undoes",
-// "squashes","sealed"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}
+// "squashes","lane","sealed"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}
 // and {"op":"whiteout","path"} records (a set of the path clears a
 // whiteout), each
 // appended and fsynced before Write, Delete, Mkdir, Symlink or Stage
@@ -417,7 +468,7 @@
 //   - recover.go: what Open does with a commit a crash left: roll forward
 //     or quarantine.
 //   - undo.go: Undo, an inverse transaction committed like any other.
-//   - stack.go: the pending stack; review.go: Unstage and Restage;
+//   - stack.go: the pending stack; lane.go: lanes and Fork; review.go: Unstage and Restage;
 //     diff.go and linediff.go: Diff; workspace.go: reading the workspace
 //     (snapshots, the symlink rule); rename.go: renameat2; failpoint.go:
 //     the crash-test failpoints.

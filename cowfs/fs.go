@@ -43,6 +43,7 @@ type options struct {
 	maxOpenTx      int
 	maxChanges     int
 	undoDepth      int
+	lane           string // lane.go
 }
 
 // Option configures an FS.
@@ -138,6 +139,7 @@ const (
 // TxInfo describes a transaction.
 type TxInfo struct {
 	ID          string    `json:"id"`
+	Lane        string    `json:"lane,omitempty"` // DefaultLane when empty (lane.go)
 	Description string    `json:"description"`
 	State       TxState   `json:"state"`
 	Created     time.Time `json:"created"`
@@ -173,6 +175,7 @@ type FS struct {
 	stackTxs  map[string]*Tx      // the pending stack as last read (stack.go), while holding op
 	scache    stackCache          // what was derived from it (stack.go)
 	dirStamps map[string]dirStamp // while holding op (stack.go)
+	laneCache map[string]laneRec  // while holding op (lane.go)
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
@@ -203,6 +206,10 @@ func Open(ctx context.Context, workspace string, opts ...Option) (*FS, error) {
 		return nil, err
 	}
 	if err := f.recover(ctx); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.checkLaneOpen(ctx); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -393,7 +400,7 @@ func (f *FS) Begin(ctx context.Context, description string) (*Tx, error) {
 	if f.opts.maxOpenTx > 0 && len(ids) >= f.opts.maxOpenTx {
 		return nil, &LimitError{Name: LimitOpenTx, Value: int64(f.opts.maxOpenTx)}
 	}
-	t := &Tx{fs: f, id: newID(), desc: description, created: time.Now().UTC(), changes: map[string]*change{}}
+	t := &Tx{fs: f, id: newID(), lane: f.opts.lane, desc: description, created: time.Now().UTC(), changes: map[string]*change{}}
 	if err := f.createTx(t, nil, nil); err != nil {
 		return nil, err
 	}
@@ -415,7 +422,7 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 		}
 	}
 	var buf []byte
-	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes, Squashes: t.squashes, Sealed: true}
+	begin := stageRec{Op: "begin", ID: t.id, Desc: t.desc, Created: t.created.UnixNano(), Undoes: t.undoes, Squashes: t.squashes, Lane: t.lane, Sealed: true}
 	all := append([]stageRec{begin}, recs...)
 	for _, r := range all {
 		p, err := json.Marshal(r)

@@ -98,6 +98,7 @@ func (t *Tx) Empty() bool {
 // StackTx is one transaction of the pending stack, as Stack read it.
 type StackTx struct {
 	ID          string
+	Lane        string // the lane that made it (DefaultLane: "")
 	Description string
 	Created     time.Time
 	Changes     int
@@ -132,6 +133,10 @@ type Stack struct {
 	fs      *FS
 	Txs     []*StackTx // bottom first
 	Damaged []DamagedTx
+
+	lane  string
+	all   []*StackTx // every lane's, bottom first (lane.go)
+	lanes *laneSet
 
 	key  string // the ids and log lengths of the non-empty Txs: equal keys, equal views
 	view *fold  // of all of Txs, built on first use
@@ -295,6 +300,24 @@ func (f *FS) stackLocked() (*Stack, error) {
 		}
 		return a.ID < b.ID
 	})
+	// The lane's stack: its own transactions and what it inherited at
+	// each fork (lane.go). Without forks every transaction is the
+	// default lane's, and no lane file is read.
+	st.lane, st.all = f.opts.lane, st.Txs
+	st.lanes = &laneSet{recs: map[string]laneRec{}}
+	forked := f.opts.lane != DefaultLane
+	for _, t := range st.all {
+		forked = forked || t.Lane != DefaultLane
+	}
+	if forked {
+		if st.lanes, err = f.readLanesLocked(); err != nil {
+			return nil, err
+		}
+		if err := st.lanes.check(f.opts.lane); err != nil {
+			return nil, err
+		}
+		st.Txs = st.laneTxs(f.opts.lane)
+	}
 	// Empty transactions (commands still running) change nothing in the
 	// view, so they are not part of the key.
 	var kb strings.Builder
@@ -382,7 +405,7 @@ func (f *FS) dropLocked(id string) error {
 func (t *Tx) stackTx() *StackTx {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := &StackTx{ID: t.id, Description: t.desc, Created: t.created, Changes: len(t.changes),
+	s := &StackTx{ID: t.id, Lane: t.lane, Description: t.desc, Created: t.created, Changes: len(t.changes),
 		Whiteouts: len(t.whiteouts), Bytes: t.bytes, Squashes: t.squashes, dir: t.dir(), offset: t.offset}
 	s.changes = make([]change, 0, len(t.changes))
 	for _, c := range t.changes {
@@ -494,7 +517,7 @@ func (s *Stack) fold() *fold {
 		return s.view
 	}
 	c.mu.Unlock()
-	v := s.foldN(len(s.Txs))
+	v := foldOf(s.Txs)
 	c.mu.Lock()
 	c.key, c.view, c.last = s.key, v, nil
 	c.mu.Unlock()
@@ -502,10 +525,10 @@ func (s *Stack) fold() *fold {
 	return v
 }
 
-// foldN folds the n bottom transactions.
-func (s *Stack) foldN(n int) *fold {
+// foldOf folds txs, bottom first.
+func foldOf(txs []*StackTx) *fold {
 	v := newFold()
-	for _, t := range s.Txs[:n] {
+	for _, t := range txs {
 		v.apply(t)
 	}
 	return v
@@ -786,33 +809,59 @@ func dependents(t *StackTx, others []*StackTx) ([]string, string) {
 }
 
 // CheckCommit refuses (a *StackError) to commit transaction id alone
-// while another pending transaction changes the same paths: one below it
-// would be overtaken, one above it was made on top of it and would no
-// longer match the workspace. Independent transactions commit alone.
-func (s *Stack) CheckCommit(id string) error {
-	i := s.index(id)
-	if i < 0 {
-		return nil
+// while another pending transaction changes the same paths, in any lane
+// whose stack holds id: one below it would be overtaken, one above it was
+// made on top of it and would no longer match the workspace. Independent
+// transactions commit alone.
+func (s *Stack) CheckCommit(id string) error { return s.checkSet("commit", []string{id}) }
+
+// CheckDiscard refuses (a *StackError) to discard transaction id while a
+// transaction above it, in any lane whose stack holds id, changes the
+// same paths (its command saw id).
+func (s *Stack) CheckDiscard(id string) error { return s.checkSet("discard", []string{id}) }
+
+// checkSet refuses to commit or discard the transactions ids together
+// while, in some lane's stack, a transaction not among them depends on
+// one of them: for a commit anywhere in that stack, for a discard above
+// it.
+func (s *Stack) checkSet(op string, ids []string) error {
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
 	}
-	others := append(append([]*StackTx{}, s.Txs[:i]...), s.Txs[i+1:]...)
-	if ids, p := dependents(s.Txs[i], others); len(ids) > 0 {
-		return &StackError{Op: "commit", ID: id, Others: ids, Path: p}
+	for _, lane := range s.lanes.all() {
+		st := s.laneTxs(lane)
+		for i, t := range st {
+			if !in[t.ID] || t.Empty() {
+				continue
+			}
+			cand := st
+			if op == "discard" {
+				cand = st[i+1:]
+			}
+			var others []*StackTx
+			for _, o := range cand {
+				if !in[o.ID] {
+					others = append(others, o)
+				}
+			}
+			if deps, p := dependents(t, others); len(deps) > 0 {
+				return &StackError{Op: op, ID: t.ID, Others: deps, Path: p}
+			}
+		}
 	}
 	return nil
 }
 
-// CheckDiscard refuses (a *StackError) to discard transaction id while a
-// transaction above it, made by a command that saw it, changes the same
-// paths.
-func (s *Stack) CheckDiscard(id string) error {
-	i := s.index(id)
-	if i < 0 {
-		return nil
+// laneTxs is lane's stack, bottom first.
+func (s *Stack) laneTxs(lane string) []*StackTx {
+	var out []*StackTx
+	for _, t := range s.all {
+		if s.lanes.sees(lane, t) {
+			out = append(out, t)
+		}
 	}
-	if ids, p := dependents(s.Txs[i], s.Txs[i+1:]); len(ids) > 0 {
-		return &StackError{Op: "discard", ID: id, Others: ids, Path: p}
-	}
-	return nil
+	return out
 }
 
 // Diff renders the whole stack against the workspace as it is now, in
@@ -889,13 +938,29 @@ func (s *Stack) sideIn(v *fold, p string, limit int64) (side, error) {
 
 // TxDiff renders transaction id relative to the stack below it: what the
 // command that made it changed in what it saw.
+//
+// A transaction of another lane is shown against that lane's stack.
 func (s *Stack) TxDiff(id string) (string, error) {
+	txs := s.Txs
 	i := s.index(id)
+	if i < 0 {
+		for _, t := range s.all {
+			if t.ID == id {
+				txs = s.laneTxs(t.Lane)
+				break
+			}
+		}
+		for j, t := range txs {
+			if t.ID == id {
+				i = j
+			}
+		}
+	}
 	if i < 0 {
 		return "", fmt.Errorf("%w: transaction %q is not pending", ErrNotFound, id)
 	}
-	below, upto := s.foldN(i), s.foldN(i+1)
-	t := s.Txs[i]
+	below, upto := foldOf(txs[:i]), foldOf(txs[:i+1])
+	t := txs[i]
 	seen := map[string]bool{}
 	var paths []string
 	add := func(p string) {
@@ -977,13 +1042,20 @@ func squashRecs(v *fold) ([]stageRec, map[string]string) {
 	return recs, blobs
 }
 
-// Squash replaces the bottom transactions of the stack (up to n; all when
-// n <= 0) by one with the same effect on the view and on a commit. The new
-// transaction takes the place of the topmost one it replaces, so the
-// transactions above stay above. Empty transactions (commands still
-// running) are left in place. It returns the new transaction's id and the
-// ones it replaced; nothing happens (and "" is returned) with fewer than
-// two to squash.
+// Squash replaces the bottom transactions of the lane's stack (up to n;
+// all when n <= 0) by one with the same effect on the view and on a
+// commit. The new transaction takes the place of the topmost one it
+// replaces, so the transactions above stay above. Empty transactions
+// (commands still running) are left in place. It returns the new
+// transaction's id and the ones it replaced; nothing happens (and "" is
+// returned) with fewer than two to squash.
+//
+// Only the lane's own transactions are squashed, and only a run that
+// every other lane sees alike (all of it or none of it, never a
+// transaction a fork excluded): what a lane inherited belongs to its
+// parent, and a fork's view never changes because its parent squashed.
+// So with forks a squash may take fewer than n, or the first such run
+// higher up.
 //
 // The squash is durable before the originals go: a crash in between
 // leaves both, and the next Stack removes the originals.
@@ -993,23 +1065,71 @@ func (f *FS) Squash(ctx context.Context, n int) (string, []string, error) {
 		return "", nil, err
 	}
 	defer unlock()
-	return f.squashLocked(n)
-}
-
-func (f *FS) squashLocked(n int) (string, []string, error) {
 	st, err := f.stackLocked()
 	if err != nil {
 		return "", nil, err
 	}
-	var pick []*StackTx
-	for _, t := range st.Txs {
-		if n > 0 && len(pick) == n {
-			break
-		}
-		if !t.Empty() {
-			pick = append(pick, t)
+	return f.squashLocked(st.squashRun(n))
+}
+
+// squashRun picks the bottom run of up to n (all: n <= 0) non-empty
+// transactions of the stack that may become one: the lane's own,
+// adjacent but for empty ones, seen alike by every other lane, excluded
+// by none. A run of one is returned only when there is no longer one.
+func (s *Stack) squashRun(n int) []*StackTx {
+	excluded := map[string]bool{}
+	for _, r := range s.lanes.recs {
+		for _, id := range r.Exclude {
+			excluded[id] = true
 		}
 	}
+	others := s.lanes.all()
+	sig := func(t *StackTx) string {
+		var b strings.Builder
+		for _, l := range others {
+			if l != s.lane && s.lanes.sees(l, t) {
+				b.WriteString(l + ",")
+			}
+		}
+		return b.String()
+	}
+	var best, run []*StackTx
+	var runSig string
+	for _, t := range s.Txs {
+		if t.Empty() {
+			continue
+		}
+		if t.Lane != s.lane || excluded[t.ID] {
+			if len(run) > len(best) {
+				best = run
+			}
+			run = nil
+			continue
+		}
+		ts := sig(t)
+		if len(run) > 0 && (ts != runSig || n > 0 && len(run) == n) {
+			if len(run) >= 2 {
+				return run
+			}
+			if len(run) > len(best) {
+				best = run
+			}
+			run = nil
+		}
+		if len(run) == 0 {
+			runSig = ts
+		}
+		run = append(run, t)
+	}
+	if len(run) >= 2 || len(run) > len(best) {
+		return run
+	}
+	return best
+}
+
+// squashLocked replaces pick (bottom first, non-empty) by one transaction
+// of the FS's lane.
+func (f *FS) squashLocked(pick []*StackTx) (string, []string, error) {
 	if len(pick) < 2 {
 		if len(pick) == 1 {
 			return pick[0].ID, nil, nil
@@ -1025,7 +1145,7 @@ func (f *FS) squashLocked(n int) (string, []string, error) {
 	recs, blobs := squashRecs(v)
 	top := pick[len(pick)-1]
 	desc := fmt.Sprintf("squash of %d transactions (%s .. %s)", len(pick), pick[0].Description, top.Description)
-	t := &Tx{fs: f, id: newID(), desc: desc, created: top.Created, squashes: ids, changes: map[string]*change{}}
+	t := &Tx{fs: f, id: newID(), lane: f.opts.lane, desc: desc, created: top.Created, squashes: ids, changes: map[string]*change{}}
 	if err := f.createTx(t, recs, blobs); err != nil {
 		return "", nil, err
 	}
@@ -1078,20 +1198,26 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 		return nil, nil, err
 	}
 	var ids []string
+	var pick []*StackTx
 	for _, t := range st.Txs {
 		if !t.Empty() {
 			ids = append(ids, t.ID)
+			pick = append(pick, t)
 		}
 	}
 	if len(ids) == 0 {
 		unlock()
 		return nil, nil, nil
 	}
+	if err := st.checkSet("commit", ids); err != nil {
+		unlock()
+		return nil, nil, err
+	}
 	if err := f.precheckFold(st.fold()); err != nil {
 		unlock()
 		return nil, nil, err
 	}
-	id, _, err := f.squashLocked(0)
+	id, _, err := f.squashLocked(pick)
 	unlock()
 	if err != nil {
 		return nil, nil, err
@@ -1107,17 +1233,29 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 	return paths, ids, nil
 }
 
-// DiscardAll discards every non-empty pending transaction and returns
-// their ids. Empty ones belong to commands still running and are left.
+// DiscardAll discards every non-empty pending transaction of the lane
+// (its own: what it inherited belongs to its parent) and returns their
+// ids. Empty ones belong to commands still running and are left. It is
+// refused (a *StackError, nothing discarded) while a transaction of
+// another lane was made on top of one of them.
 func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
 	st, err := f.Stack(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var own []string
+	for _, t := range st.Txs {
+		if !t.Empty() && t.Lane == f.opts.lane {
+			own = append(own, t.ID)
+		}
+	}
+	if err := st.checkSet("discard", own); err != nil {
+		return nil, err
+	}
 	var ids []string
 	for i := len(st.Txs) - 1; i >= 0; i-- {
 		t := st.Txs[i]
-		if t.Empty() {
+		if t.Empty() || t.Lane != f.opts.lane {
 			continue
 		}
 		tx, err := f.Tx(ctx, t.ID)

@@ -26,6 +26,9 @@ type stageRec struct {
 	// Squashes, on a begin record, lists the transactions this one
 	// replaces (see stack.go).
 	Squashes []string `json:"squashes,omitempty"`
+	// Lane, on a begin record, is the lane that made the transaction
+	// (lane.go); absent for the default lane.
+	Lane string `json:"lane,omitempty"`
 }
 
 func decodeStageRec(p []byte) (stageRec, error) {
@@ -35,6 +38,9 @@ func decodeStageRec(p []byte) (stageRec, error) {
 	}
 	switch r.Op {
 	case "begin":
+		if r.Lane != DefaultLane && !validID(r.Lane) {
+			return r, fmt.Errorf("%w: bad lane %q", errCorrupt, r.Lane)
+		}
 	case "batch":
 		if r.N < 1 {
 			return r, fmt.Errorf("%w: batch of %d records", errCorrupt, r.N)
@@ -317,7 +323,7 @@ func (t *Tx) apply(r stageRec) {
 	switch r.Op {
 	case "begin":
 		t.desc, t.created, t.undoes, t.sealed = r.Desc, time.Unix(0, r.Created).UTC(), r.Undoes, r.Sealed
-		t.squashes = r.Squashes
+		t.squashes, t.lane = r.Squashes, r.Lane
 	case "whiteout":
 		t.applyWhiteout(r.Path)
 	case "set":

@@ -60,8 +60,9 @@ type change struct {
 // several goroutines; the same transaction may be opened by several
 // processes, each seeing the others' staged changes on its next call.
 type Tx struct {
-	fs *FS
-	id string
+	fs   *FS
+	id   string
+	lane string // set by Begin or the begin record (lane.go)
 
 	mu      sync.Mutex
 	desc    string
@@ -100,7 +101,7 @@ func (t *Tx) Description() string {
 func (t *Tx) dir() string { return "tx/" + t.id }
 
 func (t *Tx) info() TxInfo {
-	return TxInfo{ID: t.id, Description: t.desc, State: StateOpen, Created: t.created,
+	return TxInfo{ID: t.id, Lane: t.lane, Description: t.desc, State: StateOpen, Created: t.created,
 		Changes: len(t.changes), Bytes: t.bytes}
 }
 

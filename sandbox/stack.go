@@ -66,6 +66,11 @@ func (s *Sandbox) pending(ctx context.Context, execID string) (*cowfs.Stack, err
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: squashing the pending stack: %w", err)
 	}
+	if len(gone) == 0 {
+		// Nothing could be squashed (a fork's stack that is mostly
+		// inherited): run on it as it is.
+		return st, nil
+	}
 	s.record(ctx, squashEvent(audit.Event{ExecutionID: execID, Action: "squash"}, id, gone))
 	return s.pending(ctx, execID)
 }
