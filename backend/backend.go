@@ -417,6 +417,22 @@ type Egress struct {
 	CA []byte
 }
 
+// SystemBundles are the usual paths of a Linux system's CA bundle, the
+// first found being the system's trust store.
+var SystemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// SystemRoots is this machine's CA bundle (PEM, ending in a newline), or
+// nil when it has none: what a sandbox keeps trusting next to its own CA,
+// so hosts reached untouched are verified as outside it.
+func SystemRoots() []byte {
+	for _, p := range SystemBundles {
+		if b, err := os.ReadFile(p); err == nil {
+			return append(b, '\n')
+		}
+	}
+	return nil
+}
+
 // ProxyEnv is the environment that points a command at a proxy reachable
 // at proxyURL, and at the CA bundle at caPath ("" for none).
 func ProxyEnv(proxyURL, caPath string) map[string]string {

@@ -179,7 +179,7 @@ func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.Netw
 	be := &backend.Egress{Socket: filepath.Join(dir, "proxy.sock")}
 	if len(s.inject) > 0 {
 		be.CAFile, be.CA = filepath.Join(dir, "ca.pem"), s.ca.CertPEM()
-		if err := os.WriteFile(be.CAFile, append(systemRoots(), s.ca.CertPEM()...), 0o644); err != nil {
+		if err := os.WriteFile(be.CAFile, append(backend.SystemRoots(), s.ca.CertPEM()...), 0o644); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("sandbox: egress CA: %w", err)
 		}
@@ -261,17 +261,6 @@ func (s *Sandbox) recordEgress(ctx context.Context, execID string, ev egress.Eve
 	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: ev.Host, Port: ev.Port, Protocol: "tcp",
 		Decision: decision, Reason: reason, Backend: s.backend.Name(), EnforcementLevel: string(policy.Strong),
 		DurationMS: float64(ev.Duration.Microseconds()) / 1000, Detail: detail})
-}
-
-// systemRoots is the host's CA bundle: the command keeps trusting the
-// real servers of every host it reaches untouched.
-func systemRoots() []byte {
-	for _, p := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
-		if b, err := os.ReadFile(p); err == nil {
-			return append(b, '\n')
-		}
-	}
-	return nil
 }
 
 // setupEgress resolves the injected secrets and, when there are any,

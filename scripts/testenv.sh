@@ -57,17 +57,36 @@ if ! command -v docker >/dev/null 2>&1 || ! engine_answers; then
 	fi
 fi
 
-if ! docker image inspect "$image" >/dev/null 2>&1; then
+# The egress bypass suite runs curl inside the sandbox (TLS through the
+# proxy, the sandbox CA in the trust store), so the image brings the host's
+# curl with its libraries; an image built before that is built again.
+image_has_curl() {
+	docker run --rm --network none --entrypoint /usr/local/bin/curl "$image" --version >/dev/null 2>&1
+}
+if ! docker image inspect "$image" >/dev/null 2>&1 || ! image_has_curl; then
 	# The image is built around a static busybox from the host; a fresh
-	# Debian machine does not have one.
-	if ! [ -x /bin/busybox ] && [ "$(id -u)" = 0 ]; then
-		say "installing busybox-static from apt (the sandbox image is built around it)"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq busybox-static >/dev/null
+	# Debian machine does not have one. curl comes from the host too.
+	if [ "$(id -u)" = 0 ]; then
+		pkgs=""
+		[ -x /bin/busybox ] || pkgs="$pkgs busybox-static"
+		command -v curl >/dev/null 2>&1 || pkgs="$pkgs curl"
+		[ -f /etc/ssl/certs/ca-certificates.crt ] || pkgs="$pkgs ca-certificates"
+		if [ -n "$pkgs" ]; then
+			say "installing$pkgs from apt (the sandbox image is built from them)"
+			export DEBIAN_FRONTEND=noninteractive
+			apt-get update -qq
+			# shellcheck disable=SC2086
+			apt-get install -y -qq $pkgs >/dev/null
+		fi
+	fi
+	with=()
+	if command -v curl >/dev/null 2>&1; then
+		with=(--with curl)
+	else
+		say "no curl on this machine and this is not root: the image gets none, and the egress suite's curl checks skip (or fail in CI)"
 	fi
 	say "building the sandbox image $image"
-	go run ./cmd/pulse image build --tag "$image"
+	go run ./cmd/pulse image build --tag "$image" "${with[@]}"
 fi
 say "Docker engine and image $image are ready"
 

@@ -32,6 +32,8 @@ type box struct {
 	idle []*worker // pooled execs waiting for a command
 
 	sync syncState // what the container's base holds (sync.go)
+
+	trust *trustStore // allowlist containers' trust store (egress.go)
 }
 
 // box returns the warm container for key, creating it the first time.
@@ -86,6 +88,13 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		p := l.Pids
 		res.PidsLimit = &p
 	}
+	if key.network == policy.NetworkAllowlist {
+		t, err := newTrustStore() // egress.go
+		if err != nil {
+			return "", err
+		}
+		bx.trust = t
+	}
 	yes := true
 	cfg := &container.Config{
 		Image: b.o.image,
@@ -130,12 +139,13 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 				"device": "tmpfs",
 				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
 			}}},
-		}}, append(b.toolsMounts(), cacheMounts(key.caches)...)...),
+		}}, append(append(b.toolsMounts(), cacheMounts(key.caches)...), bx.trust.mounts()...)...),
 		Init:      &yes,
 		Resources: res,
 	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
+		bx.trust.remove()
 		return "", fmt.Errorf("docker: creating container from %s: %v: %w", b.o.image, err, backend.ErrUnavailable)
 	}
 	id := created.ID
@@ -143,6 +153,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		rctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_ = b.remove(rctx, id)
+		bx.trust.remove()
 		return "", err
 	}
 	if err := b.injectTools(ctx, id); err != nil {

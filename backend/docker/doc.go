@@ -30,6 +30,10 @@
 //     not an internal Docker network). That needs root on the engine's
 //     machine; elsewhere allowlist is unsupported and refused with
 //     backend.ErrUnsupported, as is an allowlist request without Egress.
+//     The sandbox CA of injected secrets is in the container's trust
+//     store (/etc/ssl/certs/ca-certificates.crt, a read-only bind of a
+//     host file holding this machine's CA bundle and the CA) and in the
+//     CA variables, which name the same file.
 //   - Scripts run from the workspace and /tmp (both tmpfs mounted with
 //     exec: noexec stops ./script.sh but no interpreter). Every place the
 //     container can write is bounded: /tmp (512m), the working copies and
@@ -88,7 +92,6 @@
 // command runs under the image's bash, else its sh, else the injected sh.
 // Without a static busybox on the host the image's own /bin/sh and tools
 // run the scripts (the image pulse image build makes has them). The
-// allowlist's CA set-up runs sh, cat, mkdir and mv of the image. The
 // wrapper drops to each command's uid with nsenter -S/-G and hands it
 // its copy with chown -h, so the scripts' busybox needs those.
 //

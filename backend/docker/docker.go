@@ -322,6 +322,7 @@ func (b *Backend) Close() error {
 		if err := b.remove(ctx, bx.id); err != nil {
 			errs = append(errs, err)
 		}
+		bx.trust.remove()
 	}
 	b.wg.Wait()
 	if b.ownCli {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/docker/docker/api/types/mount"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/internal/bridge"
@@ -23,11 +27,86 @@ import (
 // machine. Without it allowlist is unsupported (Capabilities), and an
 // allowlist Exec fails closed.
 
-// egressCAPath is where the command finds its CA bundle: the image's own
-// roots plus the sandbox CA, written by the command's wrapper into /tmp
-// (the root filesystem is read-only, and a file under /pulse would be
-// taken for a workspace file).
-const egressCAPath = "/tmp/pulse-egress/ca.pem"
+// trustStorePath is the trust store of an allowlist container: the
+// system bundle path of Debian, Ubuntu, Alpine and Arch, which curl,
+// OpenSSL, Go and most other TLS clients read when no variable says
+// otherwise. The proxy variables' CA paths (SSL_CERT_FILE and the rest)
+// point at it too.
+const trustStorePath = "/etc/ssl/certs/ca-certificates.crt"
+
+// trustStore is the host side of an allowlist container's trust store: a
+// file of this machine's CA bundle plus every sandbox CA a command of the
+// container was given, bound read-only over trustStorePath when the
+// container is created (the root filesystem is read-only and a command
+// may run without a shell, so nothing inside could write it). The image's
+// own bundle at that path is shadowed: the bundle is this machine's
+// roots, as on the namespace backend. The file only grows while the
+// container lives, in place (the bind holds its inode): a command's CA is
+// appended before the command starts, and a command running beside it
+// sees the earlier CAs whole. It is removed with the container.
+type trustStore struct {
+	mu   sync.Mutex
+	dir  string
+	file string
+	has  map[string]bool // CA PEMs already appended
+}
+
+// newTrustStore writes the file for a new allowlist container; nil (and
+// no bind) when this machine has no CA bundle to start it with, since an
+// empty trust store would break TLS to every allowed host.
+func newTrustStore() (*trustStore, error) {
+	roots := backend.SystemRoots()
+	if len(roots) == 0 {
+		return nil, nil
+	}
+	dir, err := os.MkdirTemp("", "pulse-docker-trust-")
+	if err != nil {
+		return nil, fmt.Errorf("docker: egress trust store: %w", err)
+	}
+	t := &trustStore{dir: dir, file: filepath.Join(dir, "ca-certificates.crt"), has: map[string]bool{}}
+	if err := os.WriteFile(t.file, roots, 0o644); err != nil {
+		t.remove()
+		return nil, fmt.Errorf("docker: egress trust store: %w", err)
+	}
+	return t, nil
+}
+
+// mounts is the bind of the trust store into the container.
+func (t *trustStore) mounts() []mount.Mount {
+	if t == nil {
+		return nil
+	}
+	return []mount.Mount{{Type: mount.TypeBind, Source: t.file, Target: trustStorePath, ReadOnly: true}}
+}
+
+// add appends ca (PEM) unless it is there already.
+func (t *trustStore) add(ca []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.has[string(ca)] {
+		return nil
+	}
+	f, err := os.OpenFile(t.file, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("docker: egress trust store: %w", err)
+	}
+	_, err = f.Write(append(append([]byte{}, ca...), '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("docker: egress trust store: %w", err)
+	}
+	t.has[string(ca)] = true
+	return nil
+}
+
+// remove deletes the host file; nil-safe.
+func (t *trustStore) remove() {
+	if t != nil {
+		os.RemoveAll(t.dir)
+	}
+}
 
 // bridgeEgress prepares an allowlist request: a listener in the
 // container's network namespace relaying to the proxy, and a request
@@ -38,6 +117,16 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 	}
 	if !egressCapable() {
 		return nil, nil, fmt.Errorf("docker: the egress bridge needs root on the engine's machine: %w", backend.ErrUnsupported)
+	}
+	ca := ""
+	if len(req.Egress.CA) > 0 {
+		if bx.trust == nil {
+			return nil, nil, fmt.Errorf("docker: this machine has no CA bundle to make the container's trust store from, so the sandbox CA cannot be trusted: %w", backend.ErrUnsupported)
+		}
+		if err := bx.trust.add(req.Egress.CA); err != nil {
+			return nil, nil, fmt.Errorf("%v: %w", err, backend.ErrUnavailable)
+		}
+		ca = trustStorePath
 	}
 	info, err := b.cli.ContainerInspect(ctx, bx.id)
 	if err != nil || info.State == nil || info.State.Pid <= 0 {
@@ -80,20 +169,6 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 	r.Env = make(map[string]string, len(req.Env)+16)
 	for k, v := range req.Env {
 		r.Env[k] = v
-	}
-	ca := ""
-	if len(req.Egress.CA) > 0 {
-		ca = egressCAPath
-		r.Env["PULSE_EGRESS_CA"] = string(req.Egress.CA)
-		// The wrapper writes the bundle, drops the variable and runs
-		// the command as asked.
-		const prep = `umask 022; mkdir -p /tmp/pulse-egress && { cat /etc/ssl/certs/ca-certificates.crt 2>/dev/null; printf '%s\n' "$PULSE_EGRESS_CA"; } > /tmp/pulse-egress/ca.pem.$$ && mv -f /tmp/pulse-egress/ca.pem.$$ ` + egressCAPath + `; unset PULSE_EGRESS_CA; `
-		if r.Shell != "" {
-			r.Args = []string{"/bin/sh", "-c", prep + `if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi; exec /bin/sh -c "$1"`, "sh", r.Shell}
-			r.Shell = ""
-		} else {
-			r.Args = append([]string{"/bin/sh", "-c", prep + `exec "$@"`, "sh"}, r.Args...)
-		}
 	}
 	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(port), ca) {
 		r.Env[k] = v

@@ -78,8 +78,10 @@ func mountEgress(cfg *childConfig) error {
 			return fmt.Errorf("egress CA: %w", err)
 		}
 		// The bundle holds the system roots too, so it also stands in
-		// for the system trust store, for tools that read only that.
-		for _, p := range systemBundles {
+		// for the system trust store, for tools that read only that
+		// (regular files only: a symlink would be followed to the
+		// host's file).
+		for _, p := range backend.SystemBundles {
 			if st, err := os.Lstat(cfg.Root + p); err == nil && st.Mode().IsRegular() {
 				// Not bindReadOnly: the file exists, on a read-only
 				// mount, so there is no mount point to create.
@@ -94,10 +96,6 @@ func mountEgress(cfg *childConfig) error {
 	}
 	return nil
 }
-
-// systemBundles are the system trust stores the CA bundle is bound over
-// (regular files only: a symlink would be followed to the host's file).
-var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // startForwarder listens on 127.0.0.1:Port inside the sandbox's network
 // namespace (in the init, after pivot_root) and relays every connection

@@ -20,7 +20,7 @@ func init() {
 	register(command{
 		name:    "doctor",
 		summary: "show each backend, whether it is available here, and what it enforces",
-		usage:   []string{"pulse doctor [--policy FILE] [--unsafe-host] [--json]", "pulse doctor network [--backend NAME] [--json]"},
+		usage:   []string{"pulse doctor [--policy FILE] [--unsafe-host] [--json]", "pulse doctor network [--backend NAME] [--json]", "pulse doctor --attack [--backend NAME] [--json]"},
 		help: `For each backend in the order 'pulse exec --backend auto' tries them: whether it
 is available and why not, its isolation, the level (strong, best-effort,
 unsupported) at which it enforces each network and secret mode and each limit,
@@ -29,7 +29,7 @@ built-in one): the effective modes and limits and whether it would refuse.
 --json prints an array of {name, available, reason, selectable, capabilities,
 policy: {network, network_level, secrets, secrets_level, limits, refused}}.
 
-'pulse doctor network' runs the egress bypass suite on the namespace and
+'pulse doctor network' (or 'pulse doctor --attack') runs the egress bypass suite on the namespace and
 Docker backends: allowed requests through the proxy, and every known way
 around the network allowlist (relayed CONNECT, SNI and Host header
 mismatches, direct TCP, UDP and DNS, IPv6, rebinding, the secret's
@@ -42,6 +42,13 @@ Every server it uses is on 127.0.0.1.`,
 func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 	if len(args) > 0 && args[0] == "network" {
 		return runDoctorNetwork(ctx, env, args[1:]) // doctor_network.go
+	}
+	// --attack is the other spelling of `doctor network`, anywhere among
+	// the flags.
+	for i, a := range args {
+		if a == "--attack" || a == "-attack" {
+			return runDoctorNetwork(ctx, env, slices.Delete(slices.Clone(args), i, i+1))
+		}
 	}
 	fs := newFlagSet(env, "doctor")
 	unsafeHost := fs.Bool("unsafe-host", false, "report the host backend as selectable")
