@@ -276,6 +276,12 @@ type Result struct {
 	// Overlay is what the command wrote to the workspace, when the backend
 	// captures writes; nil otherwise.
 	Overlay *Overlay `json:"overlay,omitempty"`
+	// Network are the connections through the backend's own egress proxy
+	// (Egress.Inject), nil when the caller's proxy carried them.
+	Network []NetworkEvent `json:"network,omitempty"`
+	// NetworkDropped counts the connections left out of Network, which
+	// is bounded.
+	NetworkDropped int `json:"network_dropped,omitempty"`
 }
 
 // Metrics are resource figures of one execution; zero when unknown.
@@ -415,6 +421,40 @@ type Egress struct {
 	// CA is the sandbox's own CA alone, PEM, set with CAFile: for a
 	// backend whose sandbox has roots of its own to add it to.
 	CA []byte
+	// Inject are the secrets bound to hosts, for a backend whose
+	// commands reach the network through a proxy of its own elsewhere
+	// (remote: the server's), which must inject them; a backend that
+	// uses Socket ignores them (the proxy there holds them already).
+	Inject []Injection
+}
+
+// Injection is a secret bound to hosts: the command's environment holds
+// Placeholder under Name, and the proxy puts Value into the headers of
+// requests to Hosts only.
+type Injection struct {
+	Name        string
+	Placeholder string
+	Value       string
+	Hosts       []string
+}
+
+// NetworkEvent is one connection (or plain-HTTP request) through an
+// egress proxy the backend ran itself: the facade audits it as it does
+// its own proxy's.
+type NetworkEvent struct {
+	Method string
+	Host   string
+	Port   int
+	// Addr is the address dialled ("" when nothing was).
+	Addr    string
+	Allowed bool
+	// Rule is the allowlist entry that allowed it, Reason why it was
+	// refused (or failed after being allowed).
+	Rule, Reason string
+	// Injected names the secrets put into its headers.
+	Injected       []string
+	Sent, Received int64
+	Duration       time.Duration
 }
 
 // SystemBundles are the usual paths of a Linux system's CA bundle, the

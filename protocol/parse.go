@@ -92,6 +92,9 @@ type SubmitRequest struct {
 	OmitOutput bool
 	// RawCommand is the command as submitted, echoed in the result.
 	RawCommand json.RawMessage
+	// Inject are the secrets bound to hosts (inject.go); their values
+	// are never logged.
+	Inject []Injection
 }
 
 // ParseSubmit validates a submit payload, as the server receives it.
@@ -247,6 +250,11 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 			return nil, invalid("secrets mode %q is unknown", sp.Mode)
 		}
 		r.Secrets = &sp
+	}
+	if v, ok := p["inject"]; ok && string(v) != "null" {
+		if r.Inject, err = parseInject(v); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

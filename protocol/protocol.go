@@ -102,7 +102,7 @@ const (
 )
 
 // Features are the features the Go server lists, in its order.
-var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks}
+var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks, FeatureInject}
 
 // Bounds of submit fields. A client checks them before it sends, so that
 // a request the server would refuse is refused locally.

@@ -76,6 +76,11 @@ type Result struct {
 	Artifact      bool   `json:"artifact"`
 	LastSeq       int64  `json:"last_seq"`
 	OutputOmitted bool   `json:"output_omitted,omitempty"`
+	// Network (FeatureInject) are the connections through the server's
+	// egress proxy, at most MaxNetworkEvents; NetworkDropped counts the
+	// rest.
+	Network        []NetworkEvent `json:"network,omitempty"`
+	NetworkDropped int            `json:"network_dropped,omitempty"`
 }
 
 // ResultMetrics are a result's resource measurements.

@@ -83,6 +83,8 @@ type Submit struct {
 	// ResultOutputOmit.
 	ResultOutput string   `json:"result_output,omitempty"`
 	Requires     []string `json:"requires,omitempty"`
+	// Inject (FeatureInject) are secrets bound to hosts (inject.go).
+	Inject []Injection `json:"inject,omitempty"`
 }
 
 // ExecutionRef is the payload of cancel, status and download_artifact.

@@ -177,6 +177,11 @@ func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.Netw
 		OnEvent:       func(ev egress.Event) { s.recordEgress(ctx, execID, ev, r) },
 	}
 	be := &backend.Egress{Socket: filepath.Join(dir, "proxy.sock")}
+	// A backend whose commands reach the network through a proxy of its
+	// own (remote) injects the same secrets, with the same placeholders.
+	for _, in := range s.inject {
+		be.Inject = append(be.Inject, backend.Injection{Name: in.Name, Placeholder: in.Placeholder, Value: in.Value, Hosts: in.Hosts})
+	}
 	if len(s.inject) > 0 {
 		be.CAFile, be.CA = filepath.Join(dir, "ca.pem"), s.ca.CertPEM()
 		if err := os.WriteFile(be.CAFile, append(backend.SystemRoots(), s.ca.CertPEM()...), 0o644); err != nil {
@@ -228,6 +233,24 @@ func (r *egressRun) refusedHosts() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.refused...)
+}
+
+// recordBackendEgress audits the connections through a proxy the backend
+// ran itself (a remote server's, Result.Network) as recordEgress does
+// this process's.
+func (s *Sandbox) recordBackendEgress(ctx context.Context, execID string, br *backend.Result, r *egressRun) {
+	if br == nil || r == nil {
+		return
+	}
+	for _, ev := range br.Network {
+		s.recordEgress(ctx, execID, egress.Event{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
+			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
+			Sent: ev.Sent, Received: ev.Received, Duration: ev.Duration}, r)
+	}
+	if br.NetworkDropped > 0 {
+		s.log.Warn("the backend's egress proxy reported only some connections", "execution_id", execID,
+			"reported", len(br.Network), "not_reported", br.NetworkDropped)
+	}
 }
 
 func (s *Sandbox) recordEgress(ctx context.Context, execID string, ev egress.Event, r *egressRun) {

@@ -9,11 +9,16 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 type fixedResolver map[string]string
@@ -116,4 +121,90 @@ func TestAllowlistNeedsNetworkAllowedOrAllowHosts(t *testing.T) {
 
 func networkAllowlist(entries ...string) policy.NetworkPolicy {
 	return policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: entries}
+}
+
+// Through a real pulse-server (namespace executor): the secret bound to a
+// host is injected by the server's proxy, the command holds only the
+// placeholder, the placeholder headed elsewhere is refused, and every
+// connection the server's proxy saw is in this side's audit log.
+func TestRemoteEgressInjectionEndToEnd(t *testing.T) {
+	const token = "tok_remote_e2e_0123456789abcdef"
+	var seen []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") == "Bearer "+token {
+			io.WriteString(w, "authorized\n")
+			return
+		}
+		io.WriteString(w, "hello\n")
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(t.TempDir(), "ns")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	testenv.MustHaveNamespace(t, nb.Probe)
+	rb := startRemote(t, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
+	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb),
+		WithAllowHosts("localhost:"+port, "127.0.0.1:"+port),
+		WithInjectedSecret("API_TOKEN", token, "localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	script := fmt.Sprintf(`echo "token is $API_TOKEN"
+p=${HTTP_PROXY#http://}; p=${p%%/}
+get() { exec 3<>/dev/tcp/${p%%:*}/${p##*:}; printf "GET http://$1/ HTTP/1.1\r\nHost: $1\r\nAuthorization: Bearer $API_TOKEN\r\nConnection: close\r\n\r\n" >&3; cat <&3; exec 3<&-; }
+get localhost:%s
+get 127.0.0.1:%s
+`, port, port)
+	res, err := sb.Execute(context.Background(), Command{Shell: script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Stdout + res.Stderr
+	if !strings.Contains(out, "token is pulse-placeholder-API_TOKEN-") || strings.Contains(out, token) {
+		t.Errorf("the command did not hold the placeholder only: %q", out)
+	}
+	if !strings.Contains(out, "authorized") {
+		t.Errorf("the secret was not injected for its host: %q", out)
+	}
+	if !strings.Contains(out, "403 Forbidden") {
+		t.Errorf("the placeholder to an unbound host was not refused: %q", out)
+	}
+	mu.Lock()
+	if len(seen) != 1 || seen[0] != "Bearer "+token {
+		t.Errorf("the server saw Authorization %q; want the real token once", seen)
+	}
+	mu.Unlock()
+	var allowed, denied int
+	for _, e := range verifyAudit(t, sb) {
+		if e.Action != "network" || e.Destination == "*" {
+			continue
+		}
+		switch {
+		case e.Decision == "allow" && e.Destination == "localhost" && strings.Contains(e.Detail, "injected API_TOKEN"):
+			allowed++
+		case e.Decision == "deny" && e.Destination == "127.0.0.1":
+			denied++
+		}
+	}
+	if allowed != 1 || denied != 1 {
+		t.Errorf("audit: %d injected allowed, %d denied network events; want 1, 1", allowed, denied)
+	}
+	if want := "127.0.0.1:" + port; !slices.Contains(res.NetworkRefused, want) {
+		t.Errorf("NetworkRefused = %v, want %s", res.NetworkRefused, want)
+	}
+	data, err := os.ReadFile(sb.AuditPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), token) {
+		t.Error("the audit log holds the real token")
+	}
 }

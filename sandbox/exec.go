@@ -450,6 +450,7 @@ func (x *execution) finish(ctx context.Context, br *backend.Result, err error) (
 	// error, and nothing is staged.
 	lost := err != nil && br != nil && errors.Is(err, backend.ErrOverlayLost)
 	outErr := x.settle(ctx, err == nil || lost)
+	s.recordBackendEgress(ctx, x.id, br, x.eg) // egress.go
 	if err != nil && !lost {
 		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})

@@ -335,6 +335,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if info.features[protocol.FeatureLimits] {
 		payload.Limits = wireLimits(req.Limits)
 	}
+	if payload.Inject, err = b.wireInject(req, netPol, info.features); err != nil { // inject.go
+		return nil, err
+	}
 	lim := req.Limits.WithDefaults()
 	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
 	x.err = capWriter{w: req.Stderr, limit: lim.OutputBytes}
@@ -711,6 +714,7 @@ func (x *run) result() (*backend.Result, error) {
 	if p.PID != nil {
 		res.PID = *p.PID
 	}
+	res.Network, res.NetworkDropped = networkEvents(p.Network), p.NetworkDropped // inject.go
 	cancelled := p.Error == protocol.StatusCancelled || res.Termination == backend.Cancelled
 	switch {
 	case x.capHit && cancelled:

@@ -3,45 +3,85 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // withEgress gives an allowlist request the egress proxy its backend
 // needs (the facade does this for local callers): a proxy on a private
-// unix socket for this one execution, whose every connection is logged.
-// Injected secrets are not part of the protocol, so none are bound here.
-// stop ends the proxy once the execution is over.
-func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, stop func(), err error) {
+// unix socket for this one execution. The secrets a client bound to
+// hosts (req.Egress.Inject, from submit's inject) are injected by it,
+// with a CA of this execution's own put where the command's TLS clients
+// look. Every connection is logged (never a secret's value) and
+// collected; stop ends the proxy once the execution is over and returns
+// the connections, at most protocol.MaxNetworkEvents of them, and how
+// many more there were.
+func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, stop func() ([]backend.NetworkEvent, int), err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if req.Network.Mode != policy.NetworkAllowlist || req.Egress != nil {
-		return req, func() {}, nil
+	none := func() ([]backend.NetworkEvent, int) { return nil, 0 }
+	if req.Network.Mode != policy.NetworkAllowlist || (req.Egress != nil && req.Egress.Socket != "") {
+		return req, none, nil
+	}
+	var inject []egress.Injection
+	if req.Egress != nil {
+		for _, in := range req.Egress.Inject {
+			inject = append(inject, egress.Injection{Name: in.Name, Value: in.Value, Placeholder: in.Placeholder, Hosts: in.Hosts})
+		}
 	}
 	dir, err := os.MkdirTemp("", "pulse-egress-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("egress: %w", err)
 	}
+	be := &backend.Egress{Socket: filepath.Join(dir, "proxy.sock")}
+	var ca *egress.CA
+	if len(inject) > 0 {
+		if ca, err = egress.NewCA(); err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, fmt.Errorf("egress: %w", err)
+		}
+		be.CAFile, be.CA = filepath.Join(dir, "ca.pem"), ca.CertPEM()
+		if err := os.WriteFile(be.CAFile, append(backend.SystemRoots(), be.CA...), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, fmt.Errorf("egress CA: %w", err)
+		}
+	}
+	var mu sync.Mutex
+	var events []backend.NetworkEvent
+	dropped := 0
 	p, err := egress.New(egress.Config{
 		Policy: req.Network,
+		Inject: inject,
+		CA:     ca,
 		Logger: log,
 		OnEvent: func(ev egress.Event) {
 			log.Info("egress", "execution_id", req.ExecutionID, "method", ev.Method, "host", ev.Host, "port", ev.Port,
-				"allowed", ev.Allowed, "rule", ev.Rule, "reason", ev.Reason, "sent", ev.Sent, "received", ev.Received)
+				"allowed", ev.Allowed, "rule", ev.Rule, "reason", ev.Reason, "injected", ev.Injected, "sent", ev.Sent, "received", ev.Received)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(events) >= protocol.MaxNetworkEvents {
+				dropped++
+				return
+			}
+			events = append(events, backend.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
+				Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
+				Sent: ev.Sent, Received: ev.Received, Duration: ev.Duration})
 		},
 	})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("%w: %v", backend.ErrInvalidRequest, err)
 	}
-	sock := filepath.Join(dir, "proxy.sock")
-	l, err := net.Listen("unix", sock)
+	l, err := net.Listen("unix", be.Socket)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("egress: %w", err)
@@ -49,10 +89,45 @@ func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, sto
 	done := make(chan struct{})
 	go func() { p.Serve(l); close(done) }()
 	r := *req
-	r.Egress = &backend.Egress{Socket: sock}
-	return &r, func() {
+	r.Egress = be
+	return &r, func() ([]backend.NetworkEvent, int) {
+		// Close waits for the connections, so every event is in.
 		p.Close()
 		<-done
 		os.RemoveAll(dir)
+		mu.Lock()
+		defer mu.Unlock()
+		return events, dropped
 	}, nil
+}
+
+// injectInto is a submit's inject for the backend request: the
+// placeholders in the command's environment (whatever the client put
+// there under those names), the values for the proxy alone. Only an
+// allowlist command has the proxy; otherwise the values are not kept.
+func injectInto(np policy.NetworkPolicy, env map[string]string, ins []protocol.Injection) (map[string]string, *backend.Egress) {
+	if len(ins) == 0 || np.Mode != policy.NetworkAllowlist {
+		return env, nil
+	}
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	e := &backend.Egress{}
+	for _, in := range ins {
+		env[in.Env] = in.Placeholder
+		e.Inject = append(e.Inject, backend.Injection{Name: in.Env, Placeholder: in.Placeholder, Value: in.Value, Hosts: in.Hosts})
+	}
+	return env, e
+}
+
+// networkEvents are a result's network list.
+func networkEvents(evs []backend.NetworkEvent) []protocol.NetworkEvent {
+	var out []protocol.NetworkEvent
+	for _, ev := range evs {
+		out = append(out, protocol.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
+			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
+			Sent: ev.Sent, Received: ev.Received, DurationMS: ev.Duration.Milliseconds()})
+	}
+	return out
 }

@@ -96,7 +96,9 @@ func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		return nil, err
 	}
 	res, err := l.b.Exec(ctx, req)
-	stopEgress()
+	if evs, dropped := stopEgress(); res != nil {
+		res.Network, res.NetworkDropped = evs, dropped
+	}
 	if err != nil {
 		return res, err
 	}

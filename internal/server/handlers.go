@@ -160,6 +160,7 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		Network:     net,
 		Secrets:     sec,
 	}
+	breq.Env, breq.Egress = injectInto(net, req.Env, req.Inject) // egress.go
 	if req.Stdin != nil {
 		breq.Stdin = bytes.NewReader(req.Stdin)
 	}
