@@ -224,21 +224,3 @@ func (d *detectorSet) next(t []byte, from int) (start, end int, rep []byte) {
 	}
 	return -1, -1, nil
 }
-
-func replaceAllDet(d *detectorSet, b []byte) ([]byte, bool) {
-	st, en, rep := d.next(b, 0)
-	if st < 0 {
-		return b, false
-	}
-	var out bytes.Buffer
-	out.Grow(len(b))
-	prev := 0
-	for st >= 0 {
-		out.Write(b[prev:st])
-		out.Write(rep)
-		prev = en
-		st, en, rep = d.next(b, en)
-	}
-	out.Write(b[prev:])
-	return out.Bytes(), true
-}

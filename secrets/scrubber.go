@@ -306,10 +306,10 @@ func (s *Scrubber) RedactBytes(b []byte) []byte {
 }
 
 func (s *Scrubber) redact(b []byte) ([]byte, bool) {
-	out, changed := replaceAll(s.lit, s.reps, b)
+	out, changed := replaceAll(literalStage{s.lit, s.reps}, b)
 	if s.det != nil {
 		var c2 bool
-		out, c2 = replaceAllDet(s.det, out)
+		out, c2 = replaceAll(detectorStage{s.det}, out)
 		changed = changed || c2
 	}
 	return out, changed
@@ -340,19 +340,22 @@ func (s *Scrubber) ContainsBytes(b []byte) bool {
 	return false
 }
 
-func replaceAll(m *matcher, reps [][]byte, b []byte) ([]byte, bool) {
-	st, en, p := m.next(b, 0)
-	if st < 0 {
+// replaceAll replaces every leftmost-longest match of st in b. It returns b
+// itself when there is none. Generic rather than over the interface, so
+// that a literal or detector stage is not boxed on every call.
+func replaceAll[S stage](st S, b []byte) ([]byte, bool) {
+	start, end, rep := st.find(b, 0)
+	if start < 0 {
 		return b, false
 	}
 	var out bytes.Buffer
 	out.Grow(len(b))
 	prev := 0
-	for st >= 0 {
-		out.Write(b[prev:st])
-		out.Write(reps[p])
-		prev = en
-		st, en, p = m.next(b, en)
+	for start >= 0 {
+		out.Write(b[prev:start])
+		out.Write(rep)
+		prev = end
+		start, end, rep = st.find(b, end)
 	}
 	out.Write(b[prev:])
 	return out.Bytes(), true
