@@ -61,33 +61,16 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 // GenesisHash is the prev_hash of the first event of a log.
 const GenesisHash = "0000000000000000000000000000000000000000000000000000000000000000"
 
-// wireEvent fixes the field order of a line; hash is appended last by hand
-// so that the bytes it covers are exactly the bytes before it.
+// wireEvent is how an Event is written: Event's own members in Event's
+// order, except that time is the fixed-width UTC string and hash is left
+// out, because it is appended by hand so that the bytes it covers are
+// exactly the bytes before it. The outer fields hide Event's of the same
+// name (encoding/json: the shallower field wins). Event must not get a
+// MarshalJSON method: wireEvent would inherit it.
 type wireEvent struct {
-	Time             string  `json:"time"`
-	Seq              uint64  `json:"seq"`
-	SessionID        string  `json:"session_id,omitempty"`
-	ExecutionID      string  `json:"execution_id,omitempty"`
-	Action           string  `json:"action"`
-	Target           string  `json:"target,omitempty"`
-	Decision         string  `json:"decision,omitempty"`
-	IsolationLevel   string  `json:"isolation_level,omitempty"`
-	Detail           string  `json:"detail,omitempty"`
-	ExitCode         *int    `json:"exit_code,omitempty"`
-	DurationMS       float64 `json:"duration_ms,omitempty"`
-	ContainerID      string  `json:"container_id,omitempty"`
-	Reason           string  `json:"reason,omitempty"`
-	Destination      string  `json:"destination,omitempty"`
-	Port             int     `json:"port,omitempty"`
-	Protocol         string  `json:"protocol,omitempty"`
-	EnforcementLevel string  `json:"enforcement_level,omitempty"`
-	Backend          string  `json:"backend,omitempty"`
-	Actor            string  `json:"actor,omitempty"`
-	Via              string  `json:"via,omitempty"`
-	TxID             string  `json:"tx_id,omitempty"`
-	ContentSHA256    string  `json:"sha256,omitempty"`
-	KeyID            string  `json:"key_id,omitempty"`
-	PrevHash         string  `json:"prev_hash"`
+	Time string `json:"time"`
+	*Event
+	Hash *struct{} `json:"hash,omitempty"` // always nil
 }
 
 // scrub passes every free-text field through s.
@@ -102,15 +85,7 @@ func (e *Event) scrub(s *secrets.Scrubber) {
 // canonical returns the bytes the hash covers: the line's JSON object
 // without its final "hash" member.
 func (e *Event) canonical() ([]byte, error) {
-	w := wireEvent{
-		Time: e.Time.UTC().Format(TimeFormat), Seq: e.Seq, SessionID: e.SessionID,
-		ExecutionID: e.ExecutionID, Action: e.Action, Target: e.Target, Decision: e.Decision,
-		IsolationLevel: e.IsolationLevel, Detail: e.Detail, ExitCode: e.ExitCode,
-		DurationMS: e.DurationMS, ContainerID: e.ContainerID, Reason: e.Reason,
-		Destination: e.Destination, Port: e.Port, Protocol: e.Protocol,
-		EnforcementLevel: e.EnforcementLevel, Backend: e.Backend, Actor: e.Actor, Via: e.Via, TxID: e.TxID,
-		ContentSHA256: e.ContentSHA256, KeyID: e.KeyID, PrevHash: e.PrevHash,
-	}
+	w := wireEvent{Time: e.Time.UTC().Format(TimeFormat), Event: e}
 	return json.Marshal(&w)
 }
 
@@ -160,9 +135,10 @@ var ErrMalformed = errors.New("malformed audit line")
 // checks the shape, not the chain: use Verify for that.
 func ParseLine(line []byte) (Event, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
-	// Pointers tell a missing chain field from a zero one.
+	// Pointers tell a missing chain field from a zero one; they hide
+	// Event's fields of the same name.
 	var w struct {
-		wireEvent
+		Event
 		Time     *string `json:"time"`
 		Seq      *uint64 `json:"seq"`
 		PrevHash *string `json:"prev_hash"`
@@ -178,12 +154,7 @@ func ParseLine(line []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: bad time %q", ErrMalformed, *w.Time)
 	}
-	return Event{
-		Time: ts, Seq: *w.Seq, SessionID: w.SessionID, ExecutionID: w.ExecutionID,
-		Action: w.Action, Target: w.Target, Decision: w.Decision, IsolationLevel: w.IsolationLevel,
-		Detail: w.Detail, ExitCode: w.ExitCode, DurationMS: w.DurationMS, ContainerID: w.ContainerID,
-		Reason: w.Reason, Destination: w.Destination, Port: w.Port, Protocol: w.Protocol,
-		EnforcementLevel: w.EnforcementLevel, Backend: w.Backend, Actor: w.Actor, Via: w.Via, TxID: w.TxID,
-		ContentSHA256: w.ContentSHA256, KeyID: w.KeyID, PrevHash: *w.PrevHash, Hash: *w.Hash,
-	}, nil
+	e := w.Event
+	e.Time, e.Seq, e.PrevHash, e.Hash = ts, *w.Seq, *w.PrevHash, *w.Hash
+	return e, nil
 }
