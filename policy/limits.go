@@ -1,6 +1,9 @@
 package policy
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // ResourceLimits bounds what one command may consume. A zero field means
 // "the default" for Timeout and OutputBytes (see WithDefaults), and for
@@ -47,24 +50,16 @@ const (
 // that cannot enforce these limits is not refused for limits nobody asked
 // for.
 func (l ResourceLimits) WithIsolationDefaults() ResourceLimits {
-	if l.Pids == 0 {
-		l.Pids = DefaultPids
-	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = DefaultMemoryBytes
-	}
+	l.Pids = cmp.Or(l.Pids, DefaultPids)
+	l.MemoryBytes = cmp.Or(l.MemoryBytes, DefaultMemoryBytes)
 	return l
 }
 
 // WithDefaults returns l with a zero Timeout and OutputBytes replaced by
 // DefaultTimeout and DefaultOutputBytes, so that no command runs unbounded.
 func (l ResourceLimits) WithDefaults() ResourceLimits {
-	if l.Timeout == 0 {
-		l.Timeout = DefaultTimeout
-	}
-	if l.OutputBytes == 0 {
-		l.OutputBytes = DefaultOutputBytes
-	}
+	l.Timeout = cmp.Or(l.Timeout, DefaultTimeout)
+	l.OutputBytes = cmp.Or(l.OutputBytes, DefaultOutputBytes)
 	return l
 }
 

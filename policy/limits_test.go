@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLimitKeysMatchFields holds LimitKeys to ResourceLimits: one key per
@@ -52,5 +53,20 @@ func TestLimitKeyDefaulted(t *testing.T) {
 		if k.Defaulted() != d.IsSet(k) {
 			t.Errorf("%s: Defaulted() = %v, but WithDefaults sets it: %v", k, k.Defaulted(), d.IsSet(k))
 		}
+	}
+}
+
+// TestDefaultsFillOnlyZero: the defaults replace a zero field and keep
+// any other value, including a negative one.
+func TestDefaultsFillOnlyZero(t *testing.T) {
+	if got, want := (ResourceLimits{}).WithDefaults(), (ResourceLimits{Timeout: DefaultTimeout, OutputBytes: DefaultOutputBytes}); got != want {
+		t.Errorf("WithDefaults of zero = %+v, want %+v", got, want)
+	}
+	if got, want := (ResourceLimits{}).WithIsolationDefaults(), (ResourceLimits{Pids: DefaultPids, MemoryBytes: DefaultMemoryBytes}); got != want {
+		t.Errorf("WithIsolationDefaults of zero = %+v, want %+v", got, want)
+	}
+	set := ResourceLimits{Timeout: time.Second, MemoryBytes: -1, Pids: 3, OutputBytes: 5}
+	if got := set.WithDefaults().WithIsolationDefaults(); got != set {
+		t.Errorf("defaults changed set limits: %+v, want %+v", got, set)
 	}
 }
