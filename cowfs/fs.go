@@ -62,46 +62,35 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithMaxFileBytes bounds the size of one staged file.
 func WithMaxFileBytes(n int64) Option {
-	return func(o *options) error {
-		if n <= 0 {
-			return fmt.Errorf("cowfs: max file bytes %d must be positive", n)
-		}
-		o.maxFileBytes = n
-		return nil
-	}
+	return positive("max file bytes", n, func(o *options) *int64 { return &o.maxFileBytes })
 }
 
 // WithMaxStagedBytes bounds the bytes staged by all open transactions of
 // the workspace together.
 func WithMaxStagedBytes(n int64) Option {
-	return func(o *options) error {
-		if n <= 0 {
-			return fmt.Errorf("cowfs: max staged bytes %d must be positive", n)
-		}
-		o.maxStagedBytes = n
-		return nil
-	}
+	return positive("max staged bytes", n, func(o *options) *int64 { return &o.maxStagedBytes })
 }
 
 // WithMaxOpenTransactions bounds how many transactions may be open at once
 // in the workspace (by default there is no bound).
 func WithMaxOpenTransactions(n int) Option {
-	return func(o *options) error {
-		if n <= 0 {
-			return fmt.Errorf("cowfs: max open transactions %d must be positive", n)
-		}
-		o.maxOpenTx = n
-		return nil
-	}
+	return positive("max open transactions", n, func(o *options) *int { return &o.maxOpenTx })
 }
 
 // WithMaxChanges bounds how many paths one transaction may change.
 func WithMaxChanges(n int) Option {
+	return positive("max changes", n, func(o *options) *int { return &o.maxChanges })
+}
+
+// positive is the option that sets the bound field(o) to n. A bound of zero
+// would refuse everything rather than mean "unbounded", so n must be
+// positive.
+func positive[T int | int64](what string, n T, field func(*options) *T) Option {
 	return func(o *options) error {
 		if n <= 0 {
-			return fmt.Errorf("cowfs: max changes %d must be positive", n)
+			return fmt.Errorf("cowfs: %s %d must be positive", what, n)
 		}
-		o.maxChanges = n
+		*field(o) = n
 		return nil
 	}
 }
@@ -469,28 +458,29 @@ func (f *FS) linkOrCopy(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := f.state.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	return f.createSync(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
 		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	})
 }
 
 // writeFileSync writes name in the state directory and fsyncs it.
 func (f *FS) writeFileSync(name string, data []byte) error {
+	return f.createSync(name, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// createSync creates (or truncates) name in the state directory, mode
+// 0600, lets fill write it, and fsyncs it before it is closed, so that a
+// caller that goes on to rename or record it knows its bytes are on disk.
+func (f *FS) createSync(name string, fill func(io.Writer) error) error {
 	fl, err := f.state.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := fl.Write(data); err != nil {
+	if err := fill(fl); err != nil {
 		fl.Close()
 		return err
 	}
