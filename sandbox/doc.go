@@ -54,6 +54,14 @@
 //     the per-command events stay). A damaged transaction is left out of
 //     the view and audited. A capturing backend that cannot stack
 //     (Capabilities.StacksPending) is refused a non-empty stack.
+//   - Fork returns a sandbox whose stack starts as this one's, without
+//     copying anything (a lane of the transaction store: see cowfs,
+//     "Lanes"); from then on each side's commands see the shared base and
+//     their own side's transactions only. A fork's CommitAll commits its
+//     whole stack, its DiscardAll only its own transactions; a shared
+//     transaction that the other side built on cannot be committed or
+//     discarded alone (ErrStackDependency). The fork shares the backend
+//     and audit log, released when the last of them is closed.
 //   - A Tx (BeginTx, OpenTx) stages paths under the same checks as a
 //     command's writes, and every commit checks each change against the
 //     policy again, so a denied path never lands however it was staged.

@@ -53,6 +53,7 @@ type ReviewOption func(*reviewOptions) error
 
 type reviewOptions struct {
 	via, session, actor string
+	lane                string
 	key                 *audit.Key
 	keySet              bool
 	getenv              func(string) string
@@ -92,6 +93,13 @@ func ReviewGetenv(getenv func(string) string) ReviewOption {
 		}
 		return nil
 	}
+}
+
+// ReviewLane reviews lane id of the workspace's transaction store (a
+// forked sandbox's, Sandbox.Lane): CommitAll, DiscardAll and Squash work
+// on its stack. The default is the default lane.
+func ReviewLane(id string) ReviewOption {
+	return func(o *reviewOptions) error { o.lane = id; return nil }
 }
 
 // ReviewLogger sets the operational logger.
@@ -145,7 +153,7 @@ func OpenReview(ctx context.Context, workspace string, opts ...ReviewOption) (*R
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: review: %w", err)
 	}
-	cow, err := cowfs.Open(ctx, abs, cowfs.WithLogger(o.logger))
+	cow, err := cowfs.Open(ctx, abs, cowfs.WithLogger(o.logger), cowfs.WithLane(o.lane))
 	if err != nil {
 		al.Close()
 		return nil, fmt.Errorf("sandbox: review: %w", err)

@@ -60,6 +60,7 @@ type Sandbox struct {
 	pendCache pendingCache // stack.go
 	procs     processTable // process.go
 	exposed   exposeTable  // expose.go
+	shared    *shared      // fork.go: the backend and audit log, with forks
 
 	mu      sync.Mutex
 	closed  bool
@@ -107,7 +108,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		return nil, fmt.Errorf("sandbox: workspace: %w", err)
 	}
 
-	s := &Sandbox{o: o, workspace: abs, log: o.logger}
+	s := &Sandbox{o: o, workspace: abs, log: o.logger, shared: &shared{refs: 1}}
 	if s.caches, err = o.cacheList(); err != nil {
 		return nil, err
 	}
@@ -356,15 +357,10 @@ func (s *Sandbox) Close() error {
 
 func (s *Sandbox) release() error {
 	var errs []error
-	if s.ownsBE && s.backend != nil {
-		errs = append(errs, s.backend.Close())
-	}
 	if s.cow != nil {
 		errs = append(errs, s.cow.Close())
 	}
-	if s.ownsAudit && s.audit != nil {
-		errs = append(errs, s.audit.Close())
-	}
+	errs = append(errs, s.releaseShared())
 	return errors.Join(errs...)
 }
 

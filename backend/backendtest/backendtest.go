@@ -114,6 +114,7 @@ var cases = []testCase{
 	{"StackDiscardHides", testStackDiscardHides},
 	{"StackReplaceAcrossSteps", testStackReplaceAcrossSteps},
 	{"StackLongSession", testStackLongSession},
+	{"StackForkIndependent", testStackForkIndependent},
 	{"ReconcileSparesLive", testReconcileSparesLive},
 	{"StartWait", testStartWait},
 	{"StartKillTree", testStartKillTree},

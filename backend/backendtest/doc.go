@@ -91,7 +91,8 @@
 //     change, and what the command then writes at a hidden path is
 //     captured without deleting anything.
 //   - StackSeesPending, StackDiscardHides, StackReplaceAcrossSteps,
-//     StackLongSession (backends with Capabilities.StacksPending): each
+//     StackLongSession, StackForkIndependent (backends with
+//     Capabilities.StacksPending): each
 //     command's Overlay becomes the next layer of Request.Pending, as the
 //     facade does it. A command sees exactly the workspace now plus the
 //     layers given: an earlier command's pending files, directories and
@@ -101,7 +102,9 @@
 //     Deleted, a pending file it leaves alone is not reported). Modes,
 //     renames, rm -r of a directory and a file replaced by a directory
 //     and back hold across steps; 200 commands in a row keep stacking.
-//     The real workspace is never written.
+//     Two stacks that share their bottom layers and then diverge (a
+//     forked sandbox) run alternately on one workspace, each command
+//     seeing only its own stack. The real workspace is never written.
 //   - ReconcileSparesLive: Reconcile succeeds on a fresh backend and, run
 //     while an execution is live, leaves it alone: the command finishes,
 //     its output and its writes intact.

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,6 +92,9 @@ type want struct {
 	tgt  string
 }
 
+// unhashed numbers the pending files that come without a SHA.
+var unhashed atomic.Uint64
+
 // desired computes what base should hold: the workspace now, with the
 // pending view over it, without the hidden paths (and what is beneath
 // them), whichever of the two holds them.
@@ -137,7 +141,10 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 		case backend.PendingSymlink:
 			out[e.Path] = want{kind: 'l', tgt: e.Target, sig: "l|" + e.Target}
 		case backend.PendingFile:
-			sig := "p|" + e.Path + "|" + fmt.Sprint(e.Size)
+			// Without a content hash nothing says base holds these
+			// bytes (another stack's file of the same size may be
+			// there): a signature no model entry equals, so it is sent.
+			sig := fmt.Sprintf("p|%s|%d|%d", e.Path, e.Size, unhashed.Add(1))
 			if e.SHA != "" {
 				sig = contentSig(e.Mode, e.SHA)
 			}

@@ -24,12 +24,13 @@ func init() {
 		summary: "review staged changes: list, diff, commit, discard or reject parts of a transaction or the whole pending stack, squash, undo a commit",
 		usage: []string{
 			"pulse cow list [--json] [--workspace DIR]",
-			"pulse cow diff [ID] [--json] [--workspace DIR]",
-			"pulse cow commit ID|--all [--json] [--workspace DIR]",
-			"pulse cow discard ID|--all [--json] [--workspace DIR]",
+			"pulse cow diff [ID] [--lane LANE] [--json] [--workspace DIR]",
+			"pulse cow commit ID|--all [--lane LANE] [--json] [--workspace DIR]",
+			"pulse cow discard ID|--all [--lane LANE] [--json] [--workspace DIR]",
 			"pulse cow reject ID PATH... [--json] [--workspace DIR]",
-			"pulse cow squash [--json] [--workspace DIR]",
+			"pulse cow squash [--lane LANE] [--json] [--workspace DIR]",
 			"pulse cow undo [--json] [--workspace DIR]",
+			"pulse cow lanes [--json] [--workspace DIR]",
 		},
 		help: `Exit code 1: a conflict (the file changed since it was staged; nothing is
 overwritten), an unknown id, or no staged state in the workspace.
@@ -39,12 +40,16 @@ workspace; diff ID shows that transaction against the stack below it.
 commit --all applies the stack in order as one commit; discard --all drops it;
 committing or discarding one transaction alone is refused while another
 pending transaction changes the same paths. squash merges the stack into one.
---json: list prints an array of {id, description, state, created, committed,
-changes, bytes}; diff {id, changes, diff} (without an ID {stack, diff});
+A forked sandbox (SDK: Sandbox.Fork) has a lane of its own: its stack is the
+transactions it inherited plus its own. Without --lane the stack commands work
+on the default lane (every sandbox made by sandbox.New); --lane LANE on a
+fork's stack; list shows each transaction's lane; lanes lists the forks.
+--json: list prints an array of {id, lane, description, state, created,
+committed, changes, bytes}; lanes an array of {id, parent, forked}; diff {id, changes, diff} (without an ID {stack, diff});
 commit {id, committed} (--all {committed_transactions, committed}); discard
 {id, discarded} (--all {discarded}); squash {id, squashed}; a failure
 {error, exit_code} and, for a conflict, conflict: {path, reason}.`,
-		subcommands: []string{"list", "diff", "commit", "discard", "reject", "squash", "undo"},
+		subcommands: []string{"list", "diff", "commit", "discard", "reject", "squash", "undo", "lanes"},
 		run:         runCow,
 	})
 }
@@ -60,13 +65,14 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		return commandHelp(env, "cow")
 	}
 	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
-	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" && sub != "squash" {
+	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" && sub != "squash" && sub != "lanes" {
 		return usageError(env, newFlagSet(env, "cow"), fmt.Sprintf("unknown subcommand %q", sub))
 	}
 	fset := newFlagSet(env, "cow "+sub)
 	asJSON := fset.Bool("json", false, "print JSON")
 	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
 	all := fset.Bool("all", false, "commit or discard the whole pending stack, in order")
+	lane := fset.String("lane", "", "the lane (a forked sandbox's) whose stack diff, commit --all, discard --all and squash work on")
 	// Flags may come before or after the id.
 	pos, code, done := parseInterleaved(env, fset, args[1:])
 	if done {
@@ -77,6 +83,9 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if *all && (sub != "commit" && sub != "discard") {
 		return usageError(env, fset, "--all is for commit and discard")
+	}
+	if *lane != "" && sub != "diff" && sub != "squash" && !*all {
+		return usageError(env, fset, "--lane is for diff, squash, commit --all and discard --all")
 	}
 	if *all && len(pos) != 0 {
 		return usageError(env, fset, "wants a transaction ID or --all, not both")
@@ -111,9 +120,9 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		return exitFailure
 	}
 	c := cowCLI{env: env, json: *asJSON}
-	if sub == "list" || sub == "diff" {
+	if sub == "list" || sub == "diff" || sub == "lanes" {
 		// Looking changes nothing and is not audited.
-		f, err := cowfs.Open(ctx, ws)
+		f, err := cowfs.Open(ctx, ws, cowfs.WithLane(*lane))
 		if err != nil {
 			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
 			return exitFailure
@@ -124,6 +133,9 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		if sub == "list" {
 			return c.list(ctx, f)
+		}
+		if sub == "lanes" {
+			return c.lanes(ctx, f)
 		}
 		if handled, code := c.stackDiff(ctx, f, pos); handled {
 			return code
@@ -145,7 +157,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		return c.print(out, hostRunWarning(hostRun)+d)
 	}
 	// Decisions go through the facade's one audited review path.
-	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env))
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env), sandbox.ReviewLane(*lane))
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
 		return exitFailure
@@ -271,6 +283,9 @@ func (c cowCLI) list(ctx context.Context, f *cowfs.FS) int {
 	fmt.Fprintln(tw, "ID\tSTATE\tCHANGES\tBYTES\tCREATED\tDESCRIPTION")
 	for _, i := range infos {
 		desc := i.Description
+		if i.Lane != cowfs.DefaultLane {
+			desc += " [lane " + i.Lane + "]"
+		}
 		if i.Reason != "" {
 			desc += " [" + i.Reason + "]"
 		}
@@ -281,6 +296,34 @@ func (c cowCLI) list(ctx context.Context, f *cowfs.FS) int {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", i.ID, i.State, i.Changes, i.Bytes,
 			i.Created.Local().Format(time.DateTime), desc)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// lanes lists the forked lanes.
+func (c cowCLI) lanes(ctx context.Context, f *cowfs.FS) int {
+	ls, err := f.Lanes(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		if ls == nil {
+			ls = []cowfs.LaneInfo{}
+		}
+		return c.print(ls, "")
+	}
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANE\tPARENT\tFORKED")
+	for _, l := range ls {
+		parent, forked := l.Parent, l.Forked.Local().Format(time.DateTime)
+		if parent == cowfs.DefaultLane {
+			parent = "default"
+		}
+		if l.Err != "" {
+			parent, forked = "?", "damaged: "+l.Err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.ID, parent, forked)
 	}
 	tw.Flush()
 	return exitOK
@@ -354,21 +397,15 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		}
 		return true, c.print(out, hostRunWarning(hostRun)+d)
 	}
-	for _, t := range st.Txs {
-		if t.ID != pos[0] {
-			continue
-		}
-		tx, err := f.Tx(ctx, t.ID)
-		if err != nil {
-			return true, c.fail(err)
-		}
-		d, err := st.TxDiff(t.ID)
+	// A transaction of any lane, against the stack below it in its lane.
+	if d, err := st.TxDiff(pos[0]); err == nil {
+		tx, err := f.Tx(ctx, pos[0])
 		if err != nil {
 			return true, c.fail(err)
 		}
 		changes := tx.Changes()
 		hostRun := runsOnHost(changes)
-		out := map[string]any{"id": t.ID, "changes": changes, "diff": d, "relative_to": "the pending stack below it"}
+		out := map[string]any{"id": pos[0], "changes": changes, "diff": d, "relative_to": "the pending stack below it"}
 		if len(hostRun) > 0 {
 			out["runs_on_host"] = hostRun
 		}
