@@ -9,9 +9,13 @@
 //
 // What the proxy promises, per connection:
 //
-//   - HTTP CONNECT and plain-HTTP forwarding only. A CONNECT target must be
+//   - HTTP CONNECT, plain-HTTP forwarding and SOCKS5 CONNECT (on the same
+//     socket: a first byte of 5 is SOCKS; no authentication; BIND and UDP
+//     ASSOCIATE are refused; socks.go). A CONNECT target must be
 //     host:port; a plain-HTTP request must carry an absolute http:// URI
-//     whose host and port agree with its one Host header.
+//     whose host and port agree with its one Host header; a SOCKS5 name is
+//     resolved by the proxy, never by the command, and goes through the
+//     same checks as a CONNECT target.
 //   - The destination is checked against the policy (policy.NetworkPolicy
 //     CheckHost) before anything else; a name not in the allowlist is
 //     never looked up, so DNS carries nothing out. A listed name is
@@ -27,8 +31,9 @@
 //     target is cut.
 //   - A refusal is an HTTP 403 with the header X-Pulse-Egress: denied and
 //     a short body of stable lines: what was blocked, by which rule, how
-//     to allow it, and that retrying will not help. A refusal after the
-//     tunnel is open (SNI, relay) closes the connection.
+//     to allow it, and that retrying will not help (SOCKS5: reply 2, "not
+//     allowed by ruleset", with the reason in the Event only). A refusal
+//     after the tunnel is open (SNI, relay) closes the connection.
 //   - One Event per connection (per request for plain HTTP and inside
 //     terminated tunnels): host, port, dialled address, decision, rule or
 //     reason, bytes each way. The facade turns each into an audit

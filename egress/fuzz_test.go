@@ -25,6 +25,10 @@ func FuzzRequests(f *testing.F) {
 		"CONNECT allowed.test:1 HTTP/1.1\r\n\r\n\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",
 		"GET / HTTP/1.1\r\nHost: 127.0.0.1:1\r\nHost: x\r\n\r\n",
 		"CONNECT [::ffff:127.0.0.1]:1 HTTP/1.1\r\n\r\n",
+		string(socksRequest(1, "127.0.0.1", 1)) + "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		string(socksRequest(1, "other.test", 1)),
+		string(socksRequest(1, "10.0.0.1", 443)),
+		string(socksRequest(3, "127.0.0.1", 1)),
 	} {
 		f.Add([]byte(s))
 	}

@@ -271,6 +271,11 @@ func (p *Proxy) serveConn(raw net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
+	_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
+	if first, err := br.Peek(1); err == nil && first[0] == socksVersion {
+		p.serveSOCKS(ctx, c, br) // socks.go
+		return
+	}
 	p.serveRequests(ctx, c, br, nil)
 }
 
@@ -287,7 +292,9 @@ type tunnel struct {
 func (p *Proxy) serveRequests(ctx context.Context, c *countConn, br *bufio.Reader, tun *tunnel) {
 	for {
 		start := time.Now()
-		sent0, recv0 := c.in.Load(), c.out.Load()
+		// What br holds already is this request's (or the next's),
+		// not the last one's.
+		sent0, recv0 := c.in.Load()-int64(br.Buffered()), c.out.Load()
 		_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
 		hosts, err := hostHeaders(br)
 		if err != nil {
@@ -447,7 +454,11 @@ func splitHost(s string, def int) (string, int, error) {
 	if strings.ContainsAny(host, " /\\@%?#\x00") {
 		return "", 0, errors.New("malformed host")
 	}
-	return strings.TrimSuffix(strings.ToLower(host), "."), port, nil
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return "", 0, errors.New("empty host")
+	}
+	return host, port, nil
 }
 
 func isIP(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
@@ -575,6 +586,29 @@ func (p *Proxy) connect(ctx context.Context, c *countConn, br *bufio.Reader, req
 		deny(what, req.RequestURI, 0, "the CONNECT target must be host:port")
 		return
 	}
+	p.tunnel(ctx, c, br, what, host, port, httpReplies, ev, deny, finish)
+}
+
+// replies are what a tunnel's client is told once its target is allowed:
+// HTTP for CONNECT, SOCKS5 replies for SOCKS (socks.go). Refusals go
+// through the caller's deny.
+type replies struct {
+	established    []byte
+	upstreamFailed func(w io.Writer, what string, err error)
+}
+
+var httpReplies = replies{
+	established: []byte("HTTP/1.1 200 Connection established\r\n\r\n"),
+	upstreamFailed: func(w io.Writer, what string, err error) {
+		body := fmt.Sprintf("pulse egress: %s was allowed, but the upstream failed: %v\n", what, err)
+		_, _ = fmt.Fprintf(w, "HTTP/1.1 502 Bad Gateway\r\n%s: upstream-failed\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", DeniedHeader, len(body), body)
+	},
+}
+
+// tunnel checks host:port, dials the checked address and relays, for a
+// CONNECT or a SOCKS5 CONNECT alike.
+func (p *Proxy) tunnel(ctx context.Context, c *countConn, br *bufio.Reader, what, host string, port int, rp replies, ev *Event,
+	deny func(what, host string, port int, reason string), finish func()) {
 	target, chk := p.check(ctx, host, port)
 	ev.Host, ev.Port = host, port
 	if !chk.Allowed {
@@ -583,14 +617,13 @@ func (p *Proxy) connect(ctx context.Context, c *countConn, br *bufio.Reader, req
 	}
 	ev.Allowed, ev.Rule, ev.Addr = true, chk.Rule, target.String()
 	if p.bound(host) {
-		p.terminate(ctx, c, br, host, port, ev, deny, finish)
+		p.terminate(ctx, c, br, host, port, rp, finish)
 		return
 	}
 	up, err := p.cfg.Dial(ctx, "tcp", target.String())
 	if err != nil {
 		ev.Reason = "upstream: " + err.Error()
-		body := fmt.Sprintf("pulse egress: %s was allowed, but the upstream failed: %v\n", what, err)
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\n%s: upstream-failed\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", DeniedHeader, len(body), body)
+		rp.upstreamFailed(c, what, err)
 		finish()
 		return
 	}
@@ -599,7 +632,7 @@ func (p *Proxy) connect(ctx context.Context, c *countConn, br *bufio.Reader, req
 	// proxy (or this connection).
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	if _, err := c.Write(rp.established); err != nil {
 		finish()
 		return
 	}
@@ -741,9 +774,8 @@ func (p *Proxy) bound(host string) bool {
 // checked, has its placeholders replaced and is sent to the real server
 // over TLS verified against UpstreamRoots. A command that does not speak
 // TLS there gets its plain requests served the same way.
-func (p *Proxy) terminate(ctx context.Context, c *countConn, br *bufio.Reader, host string, port int, ev *Event,
-	deny func(what, host string, port int, reason string), finish func()) {
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+func (p *Proxy) terminate(ctx context.Context, c *countConn, br *bufio.Reader, host string, port int, rp replies, finish func()) {
+	if _, err := c.Write(rp.established); err != nil {
 		finish()
 		return
 	}

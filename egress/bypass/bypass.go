@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,10 +257,15 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	return s.w.Write(b)
 }
 
-// prelude defines px (open fd 3 to the proxy named by HTTP_PROXY).
+// prelude defines px (open fd 3 to the proxy named by HTTP_PROXY), send
+// (send a printf format to it, print the answer) and socks (send a
+// SOCKS5 greeting and request, then $2; print the reply's first four
+// bytes in hex as "SOCKS 05 00 05 CODE", then the rest).
 const prelude = `p=${HTTP_PROXY#http://}; p=${p%/}; ph=${p%:*}; pp=${p##*:}
 px() { exec 3<>/dev/tcp/$ph/$pp || { echo NO-PROXY; exit 0; }; }
 send() { px; printf "$1" >&3; timeout 10 cat <&3; exec 3<&-; }
+socks() { px; f=$(mktemp); printf "\x05\x01\x00$1$2" >&3; timeout 10 cat <&3 > "$f"; exec 3<&-
+  echo SOCKS $(head -c 4 "$f" | od -An -tx1); tail -c +11 "$f"; rm -f "$f"; }
 `
 
 type attack struct {
@@ -315,7 +321,14 @@ func (e *env) expand(s string) string {
 		hostIP = e.hostIPs[0]
 	}
 	return strings.NewReplacer("{HTTP}", e.httpAddr, "{HH}", hh, "{HP}", hp, "{EVIL}", e.evilAddr, "{EP}", ep,
-		"{TP}", tp, "{HOSTIP}", hostIP, "{HOSTIP6}", bracket(hostIP)).Replace(s)
+		"{TP}", tp, "{HOSTIP}", hostIP, "{HOSTIP6}", bracket(hostIP), "{HPX}", portEscape(hp), "{EPX}", portEscape(ep)).Replace(s)
+}
+
+// portEscape is a port as the two bytes of a SOCKS5 request, in printf
+// escapes.
+func portEscape(port string) string {
+	n, _ := strconv.Atoi(port)
+	return fmt.Sprintf(`\x%02x\x%02x`, n>>8, n&0xff)
 }
 
 func bracket(ip string) string {
@@ -336,6 +349,26 @@ var attacks = []attack{
 		[]string{"pulse-bypass-ok"})},
 	{"allowed name via the proxy variables works (curl)", func(ctx context.Context, e *env) Result {
 		return e.withCurl(ctx, `curl -sS --max-time 10 http://allowed.test:{HP}/`, "pulse-bypass-ok")
+	}},
+	{"allowed address via SOCKS5 works", expect(
+		`socks '\x05\x01\x00\x01\x7f\x00\x00\x01{HPX}' 'GET / HTTP/1.1\r\nHost: {HTTP}\r\nConnection: close\r\n\r\n'`,
+		[]string{"SOCKS 05 00 05 00", "pulse-bypass-ok"})},
+	{"allowed name via SOCKS5 works (the proxy resolves it)", expect(
+		`socks '\x05\x01\x00\x03\x0callowed.test{HPX}' 'GET / HTTP/1.1\r\nHost: allowed.test:{HP}\r\nConnection: close\r\n\r\n'`,
+		[]string{"SOCKS 05 00 05 00", "pulse-bypass-ok"})},
+	{"unlisted host via SOCKS5 is refused", expect(
+		`socks '\x05\x01\x00\x01\x7f\x00\x00\x01{EPX}' 'GET / HTTP/1.1\r\n\r\n'`,
+		[]string{"SOCKS 05 00 05 02"}, "pulse-bypass-evil")},
+	{"a listed name resolving to a denied address via SOCKS5 is refused", expect(
+		`socks '\x05\x01\x00\x03\x0brebind.test{HPX}' ''`, []string{"SOCKS 05 00 05 02"})},
+	{"SOCKS5 UDP ASSOCIATE and BIND are refused", expect(
+		`socks '\x05\x03\x00\x01\x7f\x00\x00\x01{HPX}' ''; socks '\x05\x02\x00\x01\x7f\x00\x00\x01{HPX}' ''`,
+		[]string{"SOCKS 05 00 05 07"}, "SOCKS 05 00 05 00")},
+	{"a relayed request inside a SOCKS5 tunnel is cut", expect(
+		`socks '\x05\x01\x00\x01\x7f\x00\x00\x01{HPX}' 'CONNECT {EVIL} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n'`,
+		[]string{"SOCKS 05 00 05 00"}, "pulse-bypass-evil", "pulse-bypass-ok")},
+	{"allowed name via SOCKS5 works (curl --socks5-hostname)", func(ctx context.Context, e *env) Result {
+		return e.withCurl(ctx, `curl -sS --max-time 10 --proxy "socks5h://${HTTP_PROXY#http://}" http://allowed.test:{HP}/`, "pulse-bypass-ok")
 	}},
 	{"unlisted host via CONNECT is refused", expect(
 		`send 'CONNECT {EVIL} HTTP/1.1\r\n\r\n'`, []string{"403", denied, "retrying will not help"}, "pulse-bypass-evil")},
