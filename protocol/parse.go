@@ -95,6 +95,11 @@ type SubmitRequest struct {
 	// Inject are the secrets bound to hosts (inject.go); their values
 	// are never logged.
 	Inject []Injection
+	// Process: start the command with a handle (Submit.Process); its
+	// input then comes through stdin requests.
+	Process bool
+	// TTY is the terminal to run a process on, nil for none.
+	TTY *TTYSize
 }
 
 // ParseSubmit validates a submit payload, as the server receives it.
@@ -222,6 +227,28 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 				return nil, invalid("requires entry %q is not a program name", name)
 			}
 		}
+	}
+	if v, ok := p["process"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &r.Process); err != nil {
+			return nil, invalid("process is not a boolean")
+		}
+		if r.Process && r.Stdin != nil {
+			return nil, invalid("a process takes its input through stdin requests, not the stdin field")
+		}
+	}
+	if v, ok := p["tty"]; ok && string(v) != "null" {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(v, &obj); err != nil || obj == nil {
+			return nil, invalid("tty is not an object")
+		}
+		sz, err := parseTTY(obj)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Process {
+			return nil, invalid("tty needs process")
+		}
+		r.TTY = &sz
 	}
 	if v, ok := p["network"]; ok && string(v) != "null" {
 		var np policy.NetworkPolicy

@@ -93,6 +93,10 @@ func FuzzMessage(f *testing.F) {
 		`{"action":"attach","payload":{"execution_id":"e","after_seq":4}}`,
 		`{"action":"status"}`, `[]`, `{"action":null}`, `{"action":"x","payload":{"request_id":"../x"}}`,
 		`{"action":"submit","payload":{"execution_id":"e","command":"x","cwd":"../../.."}}`,
+		`{"action":"submit","payload":{"execution_id":"e","command":"sh","process":true,"tty":{"rows":24,"cols":80}}}`,
+		`{"action":"signal","payload":{"execution_id":"e","signal":"TERM"}}`,
+		`{"action":"stdin","payload":{"execution_id":"e","offset":3,"data":"aGk=","eof":true}}`,
+		`{"action":"resize","payload":{"execution_id":"e","rows":30,"cols":100}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -110,9 +114,33 @@ func FuzzMessage(f *testing.F) {
 		if id, err := m.ExecutionID(); err == nil && !ValidID(id) {
 			t.Fatalf("invalid execution id accepted: %q", id)
 		}
+		if sr, err := ParseSignal(m.Payload); err == nil {
+			if name, ok := SignalName(sr.Signal); !ok || Signals[name] != sr.Signal || !ValidID(sr.ExecutionID) {
+				t.Fatalf("signal accepted: %+v", sr)
+			}
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("signal error %v does not wrap ErrInvalid", err)
+		}
+		if in, err := ParseStdin(m.Payload); err == nil {
+			if in.Offset < 0 || len(in.Data) > MaxStdinChunk || !ValidID(in.ExecutionID) {
+				t.Fatalf("stdin accepted: offset %d, %d bytes", in.Offset, len(in.Data))
+			}
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("stdin error %v does not wrap ErrInvalid", err)
+		}
+		if rs, err := ParseResize(m.Payload); err == nil {
+			if rs.Rows == 0 || rs.Cols == 0 || !ValidID(rs.ExecutionID) {
+				t.Fatalf("resize accepted: %+v", rs)
+			}
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("resize error %v does not wrap ErrInvalid", err)
+		}
 		r, err := ParseSubmit(m.Payload)
 		if err != nil {
 			return
+		}
+		if r.TTY != nil && (!r.Process || r.TTY.Rows == 0 || r.TTY.Cols == 0) || r.Process && r.Stdin != nil {
+			t.Fatalf("process submit accepted: %+v", r)
 		}
 		if !ValidID(r.ExecutionID) || (r.Shell == "") == (len(r.Args) == 0) {
 			t.Fatalf("bad submit accepted: %+v", r)

@@ -17,6 +17,11 @@ const (
 	ActionDownload     = "download_artifact"
 	ActionReconcile    = "reconcile"
 	ActionCapabilities = "capabilities"
+	// ActionSignal, ActionStdin and ActionResize act on a process
+	// submission (FeatureProcess) while it runs.
+	ActionSignal = "signal"
+	ActionStdin  = "stdin"
+	ActionResize = "resize"
 )
 
 // Types of server frames.
@@ -42,6 +47,9 @@ const (
 	StatusFailed       = "FAILED"
 	StatusUnknown      = "UNKNOWN"
 	StatusCapabilities = "CAPABILITIES"
+	StatusSignalled    = "SIGNALLED"
+	StatusStdin        = "STDIN"
+	StatusResized      = "RESIZED"
 )
 
 // Values of a result's "error" field. The Python server had none of
@@ -71,6 +79,15 @@ const (
 	MsgInternal     = "Remote execution failed with an internal error."
 )
 
+// Error messages of the additive process actions and dials.
+const (
+	MsgNotProcess = "Execution is not a process."
+	MsgNotExposed = "Port is not exposed."
+	MsgDialFailed = "Nothing accepted the connection inside the sandbox."
+	MsgBusy       = "Another stdin request is being written."
+	MsgStdinEnded = "Stdin is closed."
+)
+
 // Codes of error frames: the additive "code" field.
 const (
 	CodeInvalid     = "INVALID"
@@ -83,6 +100,15 @@ const (
 	CodeDuplicate   = "DUPLICATE"
 	CodeUnsupported = "UNSUPPORTED"
 	CodeInternal    = "INTERNAL"
+	// CodeNotExposed: a dial to a port the execution's network policy
+	// does not list in expose.
+	CodeNotExposed = "PORT_NOT_EXPOSED"
+	// CodeDialFailed: nothing accepted the connection inside the
+	// sandbox.
+	CodeDialFailed = "DIAL_FAILED"
+	// CodeBusy: another stdin request of the execution is being written;
+	// the client sends again shortly.
+	CodeBusy = "BUSY"
 )
 
 // Feature names of the capabilities reply: the additive fields a server
@@ -99,9 +125,22 @@ const (
 	// FeatureSymlinks: upload_artifact accepts symlinks that stay inside
 	// the workspace.
 	FeatureSymlinks = "symlinks"
+	// FeatureProcess: submit takes process, and the signal, stdin and
+	// resize actions act on such an execution. Listed only by a server
+	// whose executor keeps a handle on what it runs.
+	FeatureProcess = "process"
+	// FeatureTTY: submit takes tty (with process). Listed only when the
+	// executor makes terminals.
+	FeatureTTY = "tty"
+	// FeatureDial: a WebSocket upgrade carrying HeaderDialExecution and
+	// HeaderDialPort is a TCP connection to a port inside a process
+	// submission's sandbox.
+	FeatureDial = "dial"
 )
 
-// Features are the features the Go server lists, in its order.
+// Features are the features the Go server lists whatever its executor,
+// in its order; FeatureProcess, FeatureDial and FeatureTTY follow them
+// when the executor can.
 var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks, FeatureInject}
 
 // Bounds of submit fields. A client checks them before it sends, so that

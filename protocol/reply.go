@@ -29,6 +29,8 @@ type Reply struct {
 	MaxStdinBytes int64                 `json:"max_stdin_bytes"`
 	// Orphans: reconcile.
 	Orphans int `json:"orphans_cleaned"`
+	// Received: stdin, how many bytes of input the server has taken.
+	Received int64 `json:"received"`
 }
 
 // RequestIDOf returns the request id the reply echoes, "" for null.

@@ -85,6 +85,14 @@ type Submit struct {
 	Requires     []string `json:"requires,omitempty"`
 	// Inject (FeatureInject) are secrets bound to hosts (inject.go).
 	Inject []Injection `json:"inject,omitempty"`
+	// Process (FeatureProcess) starts the command as a process with a
+	// handle: STARTING answers once it runs, its input comes through
+	// stdin requests (Stdin must then be empty), and signal, resize and
+	// dials reach it while it runs.
+	Process bool `json:"process,omitempty"`
+	// TTY (FeatureTTY, with Process) runs the command on a new
+	// pseudo-terminal of this size inside the sandbox.
+	TTY *TTYSize `json:"tty,omitempty"`
 }
 
 // ExecutionRef is the payload of cancel, status and download_artifact.

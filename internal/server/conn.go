@@ -114,6 +114,10 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if r.Header.Get(protocol.HeaderDialExecution) != "" || r.Header.Get(protocol.HeaderDialPort) != "" {
+		s.serveDial(w, r, tenant) // process.go
+		return
+	}
 	// Origin checks defend cookie-authenticated endpoints against
 	// cross-site pages; a browser cannot set the Authorization header on a
 	// WebSocket handshake, so the bearer check above already excludes

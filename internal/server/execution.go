@@ -65,6 +65,8 @@ type execution struct {
 	status    string // the final status once finished
 	finished  bool
 	wake      chan struct{}
+	// proc is set for a process submission (process.go).
+	proc *processState
 }
 
 // streamWriter feeds one stream of an execution; the backend calls Write
@@ -233,12 +235,13 @@ func (e *execution) text(stream string) string {
 }
 
 // run executes e and records its end. It owns one concurrency slot.
-func (s *Server) run(ctx context.Context, e *execution, req *backend.Request) {
+func (s *Server) run(ctx context.Context, e *execution, req *backend.Request,
+	exec func(context.Context, *backend.Request) (*backend.Result, error)) {
 	defer s.wg.Done()
 	start := s.o.now()
 	req.Stdout = streamWriter{e: e, stream: "stdout"}
 	req.Stderr = streamWriter{e: e, stream: "stderr"}
-	res, err := s.exec.Exec(ctx, req)
+	res, err := exec(ctx, req)
 	e.flushCarry()
 	close(e.done)
 	cause := context.Cause(ctx)

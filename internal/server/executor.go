@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
@@ -81,29 +82,100 @@ func (l *Local) Capabilities() backend.Capabilities {
 // is the operator's choice, so they are not checked here.
 func (l *Local) Available(requires []string) error { return nil }
 
+// ProcessStarter is an Executor that can also start a command with a
+// handle (backend.Starter's contract): the server runs process
+// submissions (protocol.FeatureProcess) with it.
+type ProcessStarter interface {
+	Executor
+	// StartsProcesses reports whether Start works here; the local
+	// executor depends on its backend.
+	StartsProcesses() bool
+	// StartsTerminals reports whether Start honours Request.TTY.
+	StartsTerminals() bool
+	// Start returns once the command runs; the Process's Wait returns
+	// what Exec would have.
+	Start(ctx context.Context, req *backend.Request) (backend.Process, error)
+}
+
+var _ ProcessStarter = (*Local)(nil)
+
 // Exec implements Executor.
 func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
-	var snap *artifact.Snapshot
+	r, err := l.begin(req)
+	if err != nil {
+		return nil, err
+	}
+	return r.end(l.b.Exec(ctx, r.req))
+}
+
+// StartsProcesses implements ProcessStarter.
+func (l *Local) StartsProcesses() bool {
+	_, ok := l.b.(backend.Starter)
+	return ok
+}
+
+// StartsTerminals implements ProcessStarter.
+func (l *Local) StartsTerminals() bool {
+	ts, ok := l.b.(backend.TerminalStarter)
+	return ok && ts.StartsTerminals()
+}
+
+// Start implements ProcessStarter: the same command as Exec, the snapshot
+// and egress proxy around it ending when the process does.
+func (l *Local) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
+	st, ok := l.b.(backend.Starter)
+	if !ok {
+		return nil, fmt.Errorf("backend %s runs no background processes: %w", l.b.Name(), backend.ErrUnsupported)
+	}
+	r, err := l.begin(req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := st.Start(ctx, r.req)
+	if err != nil {
+		r.stopEgress()
+		return nil, err
+	}
+	return &localProcess{Process: p, r: r}, nil
+}
+
+// localRun is what the local executor puts around one command: the
+// snapshot of a workspace written in place, and the egress proxy.
+type localRun struct {
+	l          *Local
+	req        *backend.Request
+	snap       *artifact.Snapshot
+	stopEgress func() ([]backend.NetworkEvent, int)
+}
+
+func (l *Local) begin(req *backend.Request) (*localRun, error) {
+	r := &localRun{l: l}
 	if !l.b.Capabilities().CapturesWrites {
 		s, err := artifact.Take(req.Workspace)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot workspace: %w", err)
 		}
-		snap = s
+		r.snap = s
 	}
 	req, stopEgress, err := withEgress(req, l.log) // egress.go
 	if err != nil {
 		return nil, err
 	}
-	res, err := l.b.Exec(ctx, req)
-	if evs, dropped := stopEgress(); res != nil {
+	r.req, r.stopEgress = req, stopEgress
+	return r, nil
+}
+
+// end turns the backend's answer into the executor's: the egress proxy
+// stopped, and what a backend writing in place changed read back.
+func (r *localRun) end(res *backend.Result, err error) (*backend.Result, error) {
+	if evs, dropped := r.stopEgress(); res != nil {
 		res.Network, res.NetworkDropped = evs, dropped
 	}
 	if err != nil {
 		return res, err
 	}
-	if snap != nil {
-		ov, err := snap.Diff(req.Workspace, l.maxOverlay)
+	if r.snap != nil {
+		ov, err := r.snap.Diff(r.req.Workspace, r.l.maxOverlay)
 		if err != nil {
 			// The command ran: its result stands, and the error says that
 			// what it wrote is gone.
@@ -112,4 +184,19 @@ func (l *Local) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		res.Overlay = ov
 	}
 	return res, nil
+}
+
+// localProcess is a started command of the local executor: Wait ends
+// the run around it once.
+type localProcess struct {
+	backend.Process
+	r    *localRun
+	once sync.Once
+	res  *backend.Result
+	err  error
+}
+
+func (p *localProcess) Wait() (*backend.Result, error) {
+	p.once.Do(func() { p.res, p.err = p.r.end(p.Process.Wait()) })
+	return p.res, p.err
 }

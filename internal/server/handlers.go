@@ -45,10 +45,16 @@ func (c *conn) handle(data []byte) {
 		err = c.download(ctx, m)
 	case protocol.ActionReconcile:
 		err = c.reconcile(ctx, m)
+	case protocol.ActionSignal:
+		err = c.signal(ctx, m)
+	case protocol.ActionStdin:
+		err = c.stdin(ctx, m)
+	case protocol.ActionResize:
+		err = c.resize(ctx, m)
 	case protocol.ActionCapabilities:
 		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, map[string]any{
 			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
-			"features": protocol.Features, "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
+			"features": c.s.features(), "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
 		}))
 	default:
 		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnknown, protocol.CodeUnknown))
@@ -117,10 +123,16 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
 		return nil
 	}
+	if msg := s.processRefusal(req); msg != "" {
+		release()
+		s.m.rejected("unsupported")
+		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
+		return nil
+	}
 
 	lk := s.idLock(req.ExecutionID)
 	lk.Lock()
-	e, err := c.register(ctx, req)
+	e, err := c.register(ctx, req, net)
 	lk.Unlock()
 	if err != nil {
 		release()
@@ -146,7 +158,10 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		shown.Timeout = 0
 		ack["limits"] = shown
 	}
-	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusStarting, ack))
+	starting := protocol.ResponseFrame(m.RequestID, protocol.StatusStarting, ack)
+	if !req.Process {
+		c.out.push(starting)
+	}
 	s.log.Info("execution started", "execution_id", e.id, "tenant", c.tenant, "correlation_id", req.CorrelationID)
 
 	breq := &backend.Request{
@@ -164,18 +179,29 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 	if req.Stdin != nil {
 		breq.Stdin = bytes.NewReader(req.Stdin)
 	}
+	if req.TTY != nil {
+		breq.TTY = &backend.TTY{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+	}
+	exec := s.exec.Exec
+	if req.Process {
+		// STARTING answers once the command runs (or an error frame says
+		// why it did not).
+		exec = func(ctx context.Context, breq *backend.Request) (*backend.Result, error) {
+			return s.startProcess(ctx, e, breq, func(err error) { e.ackProcess(c, m.RequestID, starting, err) })
+		}
+	}
 	s.wg.Add(2)
 	go s.persistLoop(e)
 	go func() {
 		defer e.cancel(nil)
-		s.run(relay.WithRequires(e.ctx, req.Requires), e, breq)
+		s.run(relay.WithRequires(e.ctx, req.Requires), e, breq, exec)
 	}()
 	return nil
 }
 
 // register claims the execution id: in memory, then in the store, and
 // makes sure its workspace exists.
-func (c *conn) register(ctx context.Context, req *protocol.SubmitRequest) (*execution, error) {
+func (c *conn) register(ctx context.Context, req *protocol.SubmitRequest, network policy.NetworkPolicy) (*execution, error) {
 	s := c.s
 	e := &execution{
 		id: req.ExecutionID, tenant: c.tenant, encoding: req.Encoding, command: req.RawCommand,
@@ -184,6 +210,12 @@ func (c *conn) register(ctx context.Context, req *protocol.SubmitRequest) (*exec
 		subs: map[*conn]struct{}{c: {}}, carry: map[string][]byte{}, out: map[string][]byte{},
 		omit: req.OmitOutput, outN: map[string]int64{},
 		maxOutput: s.o.maxOutput, wake: make(chan struct{}, 1),
+	}
+	if req.Process {
+		// The submitter is subscribed once the command runs
+		// (ackProcess), after its acknowledgement.
+		e.proc = newProcessState(network)
+		delete(e.subs, c)
 	}
 	// The execution's context hangs off the server's, not the
 	// connection's: a client that goes away does not stop its command.
@@ -233,20 +265,30 @@ func (s *Server) lookup(id, tenant string) *execution {
 	return nil
 }
 
+// live returns the running execution id of c's tenant, or answers for
+// it and returns nil: "Execution is not running: STATUS" for one of the
+// tenant's that ended, notFound for any other id. Another tenant's
+// execution and one that never existed answer the same, so ids leak
+// nothing across tenants.
+func (c *conn) live(ctx context.Context, requestID, id, notFound string) *execution {
+	if e := c.s.lookup(id, c.tenant); e != nil {
+		return e
+	}
+	if rec, err := c.s.store.Get(ctx, id, c.tenant); err == nil {
+		c.out.push(protocol.ErrorFrame(requestID, "Execution is not running: "+rec.Status, protocol.CodeNotRunning))
+		return nil
+	}
+	c.out.push(protocol.ErrorFrame(requestID, notFound, protocol.CodeNotFound))
+	return nil
+}
+
 func (c *conn) cancelExec(ctx context.Context, m *protocol.Message) error {
 	id, err := m.ExecutionID()
 	if err != nil {
 		return err
 	}
-	e := c.s.lookup(id, c.tenant)
+	e := c.live(ctx, m.RequestID, id, protocol.MsgUnauthorized)
 	if e == nil {
-		// Another tenant's execution and one that never existed answer
-		// the same, so ids leak nothing across tenants.
-		if rec, err := c.s.store.Get(ctx, id, c.tenant); err == nil {
-			c.out.push(protocol.ErrorFrame(m.RequestID, "Execution is not running: "+rec.Status, protocol.CodeNotRunning))
-			return nil
-		}
-		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnauthorized, protocol.CodeNotFound))
 		return nil
 	}
 	e.cancel(errCancelled)

@@ -42,6 +42,7 @@ func newMetrics() *metrics {
 var knownActions = map[string]bool{
 	protocol.ActionSubmit: true, protocol.ActionCancel: true, protocol.ActionStatus: true, protocol.ActionAttach: true, protocol.ActionUpload: true,
 	protocol.ActionDownload: true, protocol.ActionReconcile: true, protocol.ActionCapabilities: true,
+	protocol.ActionSignal: true, protocol.ActionStdin: true, protocol.ActionResize: true, "dial": true,
 }
 
 func (m *metrics) action(a string) {
