@@ -29,34 +29,9 @@ func (c *conn) handle(data []byte) {
 		return
 	}
 	c.s.m.action(m.Action)
-	ctx := c.ctx
-	switch m.Action {
-	case protocol.ActionSubmit:
-		err = c.submit(ctx, m)
-	case protocol.ActionCancel:
-		err = c.cancelExec(ctx, m)
-	case protocol.ActionStatus:
-		err = c.status(ctx, m)
-	case protocol.ActionAttach:
-		err = c.attach(ctx, m)
-	case protocol.ActionUpload:
-		err = c.upload(ctx, m)
-	case protocol.ActionDownload:
-		err = c.download(ctx, m)
-	case protocol.ActionReconcile:
-		err = c.reconcile(ctx, m)
-	case protocol.ActionSignal:
-		err = c.signal(ctx, m)
-	case protocol.ActionStdin:
-		err = c.stdin(ctx, m)
-	case protocol.ActionResize:
-		err = c.resize(ctx, m)
-	case protocol.ActionCapabilities:
-		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, map[string]any{
-			"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
-			"features": c.s.features(), "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
-		}))
-	default:
+	if h := handlers[m.Action]; h != nil {
+		err = h(c, c.ctx, m)
+	} else {
 		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnknown, protocol.CodeUnknown))
 	}
 	if err != nil {
@@ -69,6 +44,45 @@ func (c *conn) handle(data []byte) {
 		}
 		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgInvalid, code))
 	}
+}
+
+// handler answers one action; an error wrapping protocol.ErrInvalid is
+// answered as an invalid request, any other as an internal error.
+type handler func(c *conn, ctx context.Context, m *protocol.Message) error
+
+// handlers are the actions a client may send.
+var handlers = map[string]handler{
+	protocol.ActionSubmit:       (*conn).submit,
+	protocol.ActionCancel:       withID((*conn).cancelExec),
+	protocol.ActionStatus:       withID((*conn).status),
+	protocol.ActionAttach:       withID((*conn).attach),
+	protocol.ActionUpload:       withID((*conn).upload),
+	protocol.ActionDownload:     withID((*conn).download),
+	protocol.ActionReconcile:    (*conn).reconcile,
+	protocol.ActionCapabilities: (*conn).capabilities,
+	protocol.ActionSignal:       (*conn).signal, // process.go
+	protocol.ActionStdin:        (*conn).stdin,
+	protocol.ActionResize:       (*conn).resize,
+}
+
+// withID is h for an action about one execution: the payload's
+// execution_id, validated, is h's id.
+func withID(h func(c *conn, ctx context.Context, m *protocol.Message, id string) error) handler {
+	return func(c *conn, ctx context.Context, m *protocol.Message) error {
+		id, err := m.ExecutionID()
+		if err != nil {
+			return err
+		}
+		return h(c, ctx, m, id)
+	}
+}
+
+func (c *conn) capabilities(_ context.Context, m *protocol.Message) error {
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, map[string]any{
+		"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
+		"features": c.s.features(), "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
+	}))
+	return nil
 }
 
 func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
@@ -282,11 +296,7 @@ func (c *conn) live(ctx context.Context, requestID, id, notFound string) *execut
 	return nil
 }
 
-func (c *conn) cancelExec(ctx context.Context, m *protocol.Message) error {
-	id, err := m.ExecutionID()
-	if err != nil {
-		return err
-	}
+func (c *conn) cancelExec(ctx context.Context, m *protocol.Message, id string) error {
 	e := c.live(ctx, m.RequestID, id, protocol.MsgUnauthorized)
 	if e == nil {
 		return nil
@@ -303,11 +313,7 @@ func (c *conn) cancelExec(ctx context.Context, m *protocol.Message) error {
 	return nil
 }
 
-func (c *conn) status(ctx context.Context, m *protocol.Message) error {
-	id, err := m.ExecutionID()
-	if err != nil {
-		return err
-	}
+func (c *conn) status(ctx context.Context, m *protocol.Message, id string) error {
 	rec, err := c.s.store.Get(ctx, id, c.tenant)
 	if errors.Is(err, store.ErrNotFound) {
 		c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusNotFound, nil))
@@ -333,11 +339,7 @@ func (c *conn) status(ctx context.Context, m *protocol.Message) error {
 	return nil
 }
 
-func (c *conn) attach(ctx context.Context, m *protocol.Message) error {
-	id, err := m.ExecutionID()
-	if err != nil {
-		return err
-	}
+func (c *conn) attach(ctx context.Context, m *protocol.Message, id string) error {
 	var after int64
 	if v, ok := m.Payload["after_seq"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &after); err != nil || after < 0 {
@@ -388,11 +390,7 @@ func (c *conn) attach(ctx context.Context, m *protocol.Message) error {
 	return nil
 }
 
-func (c *conn) upload(ctx context.Context, m *protocol.Message) error {
-	id, err := m.ExecutionID()
-	if err != nil {
-		return err
-	}
+func (c *conn) upload(ctx context.Context, m *protocol.Message, id string) error {
 	var b64 string
 	if json.Unmarshal(m.Payload["data"], &b64) != nil || b64 == "" {
 		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUpload, protocol.CodeUpload))
@@ -428,11 +426,7 @@ func (c *conn) upload(ctx context.Context, m *protocol.Message) error {
 	return nil
 }
 
-func (c *conn) download(ctx context.Context, m *protocol.Message) error {
-	id, err := m.ExecutionID()
-	if err != nil {
-		return err
-	}
+func (c *conn) download(ctx context.Context, m *protocol.Message, id string) error {
 	if _, err := c.s.store.Get(ctx, id, c.tenant); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgNotFound, protocol.CodeNotFound))
