@@ -74,6 +74,12 @@ func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.Policy) {
 		}
 	}
 	net = s.withAllowHosts(net, s.o.policy.Allowed(policy.Network))
+	if s.o.network != nil {
+		// Inbound only and valid in every mode: a backend that checks
+		// Expose itself (remote: pulse-server) sees the same ports as
+		// the facade's own check.
+		net.Expose = s.o.network.Expose
+	}
 	sec := secrets.DenyAllSecrets()
 	if s.o.policy.Allowed(policy.Secrets) {
 		switch {

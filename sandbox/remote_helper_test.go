@@ -22,6 +22,16 @@ import (
 // probed remote backend connected to it. Everything is closed with t.
 func startRemote(t *testing.T, exec backend.Backend, maxOverlay int64, net0 policy.NetworkPolicy, sec secrets.Policy) *remote.Backend {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startRemoteOn(t, ln, exec, maxOverlay, net0, sec)
+}
+
+// startRemoteOn is startRemote serving on ln.
+func startRemoteOn(t *testing.T, ln net.Listener, exec backend.Backend, maxOverlay int64, net0 policy.NetworkPolicy, sec secrets.Policy) *remote.Backend {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "db.sqlite3"))
 	if err != nil {
@@ -33,10 +43,6 @@ func startRemote(t *testing.T, exec backend.Backend, maxOverlay int64, net0 poli
 		server.WithDefaultPolicies(net0, sec))
 	if err != nil {
 		st.Close()
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}

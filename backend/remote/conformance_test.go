@@ -10,9 +10,10 @@ import (
 	"github.com/pulse-agent/pulse/internal/server"
 )
 
-// stdinReason is why three cases cannot run: the protocol has no stdin
-// action, so stdin is read whole and uploaded before the command starts.
-const stdinReason = "pulse-server's protocol carries stdin only whole, before the command starts: " +
+// stdinReason is why three cases cannot run: Exec sends stdin whole with
+// the submission (only a started process streams its input), so it is
+// read to its end before the command starts.
+const stdinReason = "Exec carries stdin only whole, before the command starts: " +
 	"a stdin that ends only after the command has printed (or never ends) cannot be sent"
 
 func TestConformance(t *testing.T) {

@@ -56,13 +56,28 @@
 //     the server lost (OVERLAY_LOST) or that could not be downloaded
 //     returns its Result with ErrOverlay and backend.ErrOverlayLost.
 //
-// Stdin: Exec reads Request.Stdin whole (at most WithMaxStdinBytes and
+// Stdin of Exec: Exec reads Request.Stdin whole (at most WithMaxStdinBytes and
 // the server's max_stdin_bytes) and sends it in the submit's stdin field
 // when the server lists that feature in its capabilities reply. Against a
 // server without it, the input is uploaded as a file beside the workspace
 // that the command takes as fd 0 and removes before running; the file
 // never appears in the overlay. Either way a stdin that does not end
 // before the command starts cannot be sent.
+//
+// Background processes (backend.Starter, TerminalStarter): against a
+// server that lists the process feature, Start submits the command with
+// "process": true and returns once the server says it runs. Output,
+// reconnection, cancellation (Kill is a cancel: the server's executor
+// ends the whole tree), the Result and the overlay are Exec's. Input is
+// streamed from Request.Stdin as it is written, in stdin requests that
+// carry their offset, so a request sent again after a lost connection
+// delivers nothing twice. Signal and Resize are one request each;
+// DialPort (for the facade's Expose) is a dial through the server to a
+// port the execution's network policy exposes, refused with
+// ErrPortNotExposed otherwise. Against a server without the feature (the
+// relay, an older server) Start returns backend.ErrUnsupported. A
+// process handle belongs to the token that started it: the server
+// answers any other as if the execution did not exist.
 //
 // Limits: the timeout travels as timeout_s; the output cap is applied
 // here and sent too. Memory, CPU, pids and file-size limits travel in the

@@ -197,6 +197,13 @@ func (x *run) limit(deadline time.Time) time.Time {
 // server lost it, and ErrOverlay with backend.ErrOverlayLost (and the
 // Result) when it ran but its writes could not be kept or fetched.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	return b.exec(ctx, req, nil)
+}
+
+// exec is Exec, and with started set the run of a started process
+// (process.go): submitted as a process, its input streamed, started
+// called once it runs.
+func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(backend.Control)) (*backend.Result, error) {
 	if req == nil {
 		return nil, invalid("nil request")
 	}
@@ -250,11 +257,16 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if caps.SecretLevel(secPol.Mode) == policy.Unsupported {
 		return nil, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
 	}
+	if started != nil {
+		if err := checkProcess(req, info); err != nil {
+			return nil, err
+		}
+	}
 
 	var extra []extraFile
 	var stdinData []byte
 	stdinName := ""
-	if req.Stdin != nil {
+	if req.Stdin != nil && started == nil {
 		limit := b.o.maxStdin
 		if info.features[protocol.FeatureStdin] && info.maxStdin > 0 {
 			limit = min(limit, info.maxStdin)
@@ -338,6 +350,12 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	if payload.Inject, err = b.wireInject(req, netPol, info.features); err != nil { // inject.go
 		return nil, err
 	}
+	if started != nil {
+		payload.Process = true
+		if req.TTY != nil {
+			payload.TTY = &protocol.TTYSize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		}
+	}
 	lim := req.Limits.WithDefaults()
 	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
 	x.err = capWriter{w: req.Stderr, limit: lim.OutputBytes}
@@ -345,6 +363,12 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 		return nil, err
 	}
 	b.log.Debug("remote execution started", "execution_id", x.id)
+	if started != nil {
+		pc := b.control(x.id, info)
+		started(pc)
+		go pc.pump(req.Stdin)
+		defer pc.stop(stdin.close)
+	}
 	if err := x.wait(); err != nil {
 		return nil, err
 	}
@@ -523,6 +547,8 @@ func (x *run) submitted(r *reply) error {
 		return fmt.Errorf("remote: %s: %w", r.Message, backend.ErrUnsupported)
 	case r.Code == protocol.CodeInvalid || r.Code == "":
 		return fmt.Errorf("remote: the server refused the submission as invalid (%s): %w", r.Message, backend.ErrInvalidRequest)
+	case r.Code == protocol.CodeInternal:
+		return fmt.Errorf("remote: the server failed to start the command (%s): %w", r.Message, backend.ErrUnavailable)
 	}
 	return fmt.Errorf("remote: submit answered %s %q %q: %w", r.Status, r.Code, r.Message, ErrProtocol)
 }

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -81,6 +82,12 @@ func startRelayServer(t *testing.T, opts ...relay.Option) string {
 	return ts.url
 }
 
+// relayProcessReason is why the relay runs no started processes: its
+// pulse-workers run each command as a series of Execs, with no handle to
+// signal it or feed it input, so the server lists no process feature and
+// Start is refused with ErrUnsupported (TestConformanceRelay/RefusesProcesses).
+const relayProcessReason = "the relay executor keeps no handle on a worker's command, so the server lists no process feature"
+
 // TestConformanceRelay runs the suite against pulse-server relaying to a
 // pulse-worker process.
 func TestConformanceRelay(t *testing.T) {
@@ -97,12 +104,21 @@ func TestConformanceRelay(t *testing.T) {
 		backendtest.Skip("StreamingOutput", stdinReason),
 		backendtest.Skip("StdinNotRead", stdinReason),
 		backendtest.Skip("ReconcileSparesLive", stdinReason),
+		backendtest.Skip("StartWait", relayProcessReason),
+		backendtest.Skip("StartKillTree", relayProcessReason),
+		backendtest.Skip("StartSignal", relayProcessReason),
 		backendtest.WithOverlayLoss("the relay's archive limit is lowered below the size of the file the command writes, "+
 			"so comparing the workspace collected from the worker fails and the server reports OVERLAY_LOST",
 			func(t *testing.T) backend.Backend {
 				return newBackend(t, startRelayServer(t, relay.WithArchiveLimits(protocol.ArchiveLimits{MaxUnpacked: backendtest.LostFileBytes / 2})))
 			}),
 	)
+	t.Run("RefusesProcesses", func(t *testing.T) {
+		_, err := newBackend(t, url).Start(context.Background(), &backend.Request{Shell: "true", Workspace: t.TempDir()})
+		if !errors.Is(err, backend.ErrUnsupported) {
+			t.Errorf("Start on the relay = %v, want ErrUnsupported", err)
+		}
+	})
 }
 
 // TestRelayCutMidStream: reattach works the same when the command runs on

@@ -167,6 +167,15 @@ func (b *Backend) Executor() string {
 // which Capabilities then reports. Its error wraps backend.ErrUnavailable
 // and one of ErrUnreachable, ErrUnauthorized, ErrTLS or ErrVersion.
 func (b *Backend) Probe(ctx context.Context) error {
+	return b.onLink(ctx, func(l *link) error {
+		_, err := b.fetchCapabilities(ctx, l)
+		return err
+	})
+}
+
+// onLink runs f on a new connection, closed after it: the shared part of
+// the calls that ask the server one thing (Probe, Reconcile).
+func (b *Backend) onLink(ctx context.Context, f func(l *link) error) error {
 	if b.isClosed() {
 		return fmt.Errorf("remote: %w", backend.ErrClosed)
 	}
@@ -175,8 +184,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return err
 	}
 	defer l.close()
-	_, err = b.fetchCapabilities(ctx, l)
-	return err
+	return f(l)
 }
 
 // fetchCapabilities asks the server over l and caches the answer.
@@ -302,23 +310,17 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // executions that ended or were never submitted; the server spares live
 // executions and fresh uploads.
 func (b *Backend) Reconcile(ctx context.Context) error {
-	if b.isClosed() {
-		return fmt.Errorf("remote: %w", backend.ErrClosed)
-	}
-	l, err := b.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer l.close()
-	r, err := l.call(ctx, protocol.ActionReconcile, &protocol.Empty{}, nil)
-	if err != nil {
-		return b.unreachable("reconcile", err)
-	}
-	if r.Status != protocol.StatusReconciled {
-		return fmt.Errorf("remote: reconcile answered %q %q: %w", r.Status, r.Message, ErrProtocol)
-	}
-	b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)
-	return nil
+	return b.onLink(ctx, func(l *link) error {
+		r, err := l.call(ctx, protocol.ActionReconcile, &protocol.Empty{}, nil)
+		if err != nil {
+			return b.unreachable("reconcile", err)
+		}
+		if r.Status != protocol.StatusReconciled {
+			return fmt.Errorf("remote: reconcile answered %q %q: %w", r.Status, r.Message, ErrProtocol)
+		}
+		b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)
+		return nil
+	})
 }
 
 // Close cancels every running execution, waits for the server to confirm

@@ -1,0 +1,186 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/secrets"
+)
+
+// droppingListener remembers the connections it accepted, so that a test
+// can cut every connection between the client and the server at once.
+type droppingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *droppingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *droppingListener) dropAll() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.Close()
+	}
+	n := len(l.conns)
+	l.conns = nil
+	return n
+}
+
+// TestExposeHTTPServerRemote is issue 19's done-when on the remote
+// backend, through a real pulse-server on 127.0.0.1 whose executor is the
+// namespace backend (deny-all network): an HTTP server started in the
+// sandbox is reached through Expose (an unlisted port refused), every
+// connection between the client and the server is cut while it runs and
+// the client reconnects, its log is read from offset 0 — each byte once —
+// Kill leaves nothing of it running, and the files it wrote are listed and
+// read through the pending stack.
+func TestExposeHTTPServerRemote(t *testing.T) {
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (httpd) not installed")
+	}
+	nb, err := namespace.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	testenv.MustHaveNamespace(t, nb.Probe)
+	testenv.MustHaveRoot(t, "the server dials into the sandbox's network namespace")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := &droppingListener{Listener: ln}
+	rb := startRemoteOn(t, dl, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
+	pol := policy.Default()
+	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8001}}
+	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb), WithPolicy(pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+
+	ctx := context.Background()
+	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox httpd -f -v -p 127.0.0.1:8001 -h site",
+		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Output(0)
+	readUntil(t, r, "serving\n")
+	r.Close()
+	if _, err := sb.Expose(ctx, 9000); !errors.Is(err, ErrPortNotExposed) {
+		t.Fatalf("unlisted port: err = %v, want ErrPortNotExposed", err)
+	}
+	addr, err := sb.Expose(ctx, 8001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() {
+		t.Helper()
+		var body []byte
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + "/index.html")
+			if err == nil {
+				body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server not reachable through %s: %v", addr, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if string(body) != "hello from the sandbox\n" {
+			t.Errorf("body %q", body)
+		}
+	}
+	get()
+	readUntil(t, p.Output(0), "response:200")
+	// Cut every connection to the server: the process runs on, and the
+	// client reattaches from the last event it had.
+	if n := dl.dropAll(); n == 0 {
+		t.Fatal("no connection to cut")
+	}
+	get()
+	// The second response's log line arrives over the new connection.
+	var log string
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Count(log, "response:200") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		log = readAvailable(t, p, p.OutputSize())
+	}
+	if !strings.HasPrefix(log, "serving\n") || strings.Count(log, "serving\n") != 1 || strings.Count(log, "response:200") != 2 {
+		t.Errorf("log from offset 0 after reconnecting = %q, want serving once and two responses", log)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "httpd -f -v -p 127.0.0.1:8001").Output(); len(out) != 0 {
+		t.Errorf("httpd left running after Kill: %s", out)
+	}
+	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
+		t.Error("the exposed address still answers with no process behind it")
+	}
+	ents, err := sb.List(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ents); !slices.Equal(got, []string{"served.txt", "site/"}) {
+		t.Errorf("List(.) = %v, want served.txt and site/", got)
+	}
+	if got, err := sb.ReadFile(ctx, "served.txt"); err != nil || string(got) != "up\n" {
+		t.Errorf("served.txt = %q, %v", got, err)
+	}
+	var allowed, denied int
+	for _, e := range verifyAudit(t, sb) {
+		if e.Action == "expose" && e.Decision == "allow" {
+			allowed++
+		}
+		if e.Action == "expose" && e.Decision == "deny" {
+			denied++
+		}
+	}
+	if allowed != 1 || denied != 1 {
+		t.Errorf("expose events: %d allowed, %d denied; want 1, 1", allowed, denied)
+	}
+}
+
+// readAvailable reads the first n bytes of p's log.
+func readAvailable(t *testing.T, p *Process, n int64) string {
+	t.Helper()
+	r := p.Output(0)
+	defer r.Close()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
