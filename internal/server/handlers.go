@@ -111,6 +111,12 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		s.m.rejected("invalid")
 		return err
 	}
+	if msg := s.processRefusal(req); msg != "" {
+		release()
+		s.m.rejected("unsupported")
+		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
+		return nil
+	}
 	if err := s.exec.Available(req.Requires); err != nil {
 		release()
 		s.m.rejected("capacity")
@@ -134,12 +140,6 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 			msg += "; pulse-workers cannot restrict a command's network, so the fleet needs network allow-all: allow network " +
 				"and secrets in the policy (pulse exec --policy examples/fleet-policy.yaml --secrets allow-all)"
 		}
-		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
-		return nil
-	}
-	if msg := s.processRefusal(req); msg != "" {
-		release()
-		s.m.rejected("unsupported")
 		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -115,8 +116,24 @@ func TestProcessRefusedToStart(t *testing.T) {
 	if r.Type != protocol.TypeError || r.str("code") == "" || r.str("status") == protocol.StatusStarting {
 		t.Fatalf("submit of a missing program: %s", r.raw)
 	}
-	if r := a.submit("p3", "true", map[string]any{"process": true, "tty": map[string]any{"rows": 24, "cols": 80}}); r.str("code") != protocol.CodeUnsupported {
-		t.Errorf("tty on the host backend: %s", r.raw)
+}
+
+// TestProcessRefusedWithoutHandle: the relay keeps no handle on what a
+// worker runs, so a process submission is refused before anything runs
+// and the features say so.
+func TestProcessRefusedWithoutHandle(t *testing.T) {
+	rl, err := relay.New([]string{"worker-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startServer(t, t.TempDir(), rl)
+	a := h.dial(tokenA)
+	caps, _ := a.do(protocol.ActionCapabilities, nil)
+	if feats, _ := caps.Payload["features"].([]any); slices.Contains(feats, any(protocol.FeatureProcess)) {
+		t.Errorf("the relay lists %v", feats)
+	}
+	if r := a.submit("p3", "true", map[string]any{"process": true}); r.str("code") != protocol.CodeUnsupported {
+		t.Errorf("process on the relay: %s", r.raw)
 	}
 }
 
