@@ -2,8 +2,6 @@ package remote
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,9 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pulse-agent/pulse/backend/host"
-	"github.com/pulse-agent/pulse/internal/server"
-	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/internal/server/cli"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/internal/testenv/testproc"
 )
@@ -35,41 +31,18 @@ const (
 	serverPortEnv = "PULSE_TEST_SERVER_PORT"
 )
 
-// serverMain is pulse-server on the host backend as its serve function
-// puts it together — store, Reconcile of what a killed predecessor left,
-// the local executor, the HTTP server on 127.0.0.1 — until SIGTERM or a
-// kill.
+// serverMain is pulse-server — its real command line, internal/server/cli's
+// Run — on the host backend (as --unsafe-host), the database and
+// workspaces in serverDirEnv, on 127.0.0.1 at serverPortEnv, until SIGTERM
+// or a kill.
 func serverMain() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, "pulse-server:", err)
-		os.Exit(1)
-	}
 	dir := os.Getenv(serverDirEnv)
-	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite3"))
-	if err != nil {
-		fail(err)
-	}
-	defer st.Close()
-	b, err := host.New()
-	if err != nil {
-		fail(err)
-	}
-	defer b.Close()
-	if err := b.Reconcile(ctx); err != nil {
-		fail(err)
-	}
-	srv, err := server.New(ctx, server.NewLocal(b, 0, nil), st, serverOptions(dir)...)
-	if err != nil {
-		fail(err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", os.Getenv(serverPortEnv)))
-	if err != nil {
-		fail(err)
-	}
-	hs := newHTTPServer(srv)
-	go hs.Serve(ln)
-	<-ctx.Done()
-	hs.Close()
+	vars := map[string]string{"PULSE_REMOTE_TOKEN": testToken}
+	code := cli.Run(ctx, []string{"--development", "--backend", "host", "--unsafe-host",
+		"--host", "127.0.0.1", "--port", os.Getenv(serverPortEnv), "--max-concurrency", "32",
+		"--workspace-root", filepath.Join(dir, "workspaces"), "--database", filepath.Join(dir, "db.sqlite3")},
+		cli.Env{Getenv: func(k string) string { return vars[k] }, Stdout: os.Stderr, Stderr: os.Stderr})
+	stop()
+	os.Exit(code)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,11 @@ import (
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/internal/testenv/testproc"
 )
+
+// run is Run with its Env spelled out.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, onListen func(api, workers string)) int {
+	return Run(ctx, args, Env{Getenv: getenv, Stdout: stdout, Stderr: stderr, OnListen: onListen})
+}
 
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -55,12 +61,12 @@ func TestUsageErrors(t *testing.T) {
 	for _, tc := range cases {
 		var stderr bytes.Buffer
 		code := run(context.Background(), tc.args, env(tc.env), &bytes.Buffer{}, &stderr, nil)
-		if code != exitUsage || !strings.Contains(stderr.String(), tc.want) {
+		if code != ExitUsage || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%s: code %d, stderr %q; want usage error with %q", tc.name, code, stderr.String(), tc.want)
 		}
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"--version"}, env(nil), &out, &bytes.Buffer{}, nil); code != exitOK || !strings.HasPrefix(out.String(), "pulse-server ") {
+	if code := run(context.Background(), []string{"--version"}, env(nil), &out, &bytes.Buffer{}, nil); code != ExitOK || !strings.HasPrefix(out.String(), "pulse-server ") {
 		t.Errorf("--version: %d %q", code, out.String())
 	}
 }
@@ -92,8 +98,8 @@ func TestStartupProblemsAllAtOnce(t *testing.T) {
 		var stderr bytes.Buffer
 		code := run(context.Background(), tc.args, env(tc.env), &bytes.Buffer{}, &stderr, nil)
 		out := stderr.String()
-		if code != exitUsage {
-			t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, exitUsage, out)
+		if code != ExitUsage {
+			t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, ExitUsage, out)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(out, w) {
@@ -215,10 +221,10 @@ func TestServesWithUnsafeHost(t *testing.T) {
 		t.Fatalf("stdout %q", out)
 	}
 	s.cancel()
-	if code := <-s.code; code != exitOK {
+	if code := <-s.code; code != ExitOK {
 		t.Fatalf("exit code %d after SIGTERM-equivalent", code)
 	}
-	s.code <- exitOK // for the cleanup
+	s.code <- ExitOK // for the cleanup
 }
 
 func TestProductionRefusesWeakToken(t *testing.T) {
@@ -227,7 +233,7 @@ func TestProductionRefusesWeakToken(t *testing.T) {
 	code := run(context.Background(), []string{"--backend", "host", "--unsafe-host", "--port", "0",
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db")},
 		env(map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"}), &bytes.Buffer{}, &stderr, nil)
-	if code != exitUsage || !strings.Contains(stderr.String(), "insecure token") {
+	if code != ExitUsage || !strings.Contains(stderr.String(), "insecure token") {
 		t.Fatalf("code %d, stderr %s", code, stderr.String())
 	}
 }
