@@ -90,14 +90,14 @@ func TestPolicyMatchesAbsolutePathsAsWorkspacePaths(t *testing.T) {
 	if b, err := sb.ReadFile(ctx, filepath.Join(ws, "private/key")); err == nil {
 		t.Errorf("absolute read of a denied path allowed: %q", b)
 	}
-	tx, _ := sb.Begin(ctx, "t")
-	if err := sb.Stage(ctx, tx, filepath.Join(ws, "private/key"), []byte("pwned"), 0o644); err == nil {
+	tx, _ := sb.BeginTx(ctx, "t")
+	if err := tx.Write(ctx, filepath.Join(ws, "private/key"), []byte("pwned"), 0o644); err == nil {
 		t.Errorf("absolute Stage of a write-denied path allowed")
 	}
-	if err := sb.StageDelete(ctx, tx, filepath.Join(ws, "private")); err == nil {
+	if err := tx.Delete(ctx, filepath.Join(ws, "private")); err == nil {
 		t.Errorf("absolute StageDelete of a delete-denied dir allowed")
 	}
-	if _, err := sb.Commit(ctx, tx); err != nil {
+	if _, err := tx.Commit(ctx); err != nil {
 		t.Log("commit:", err)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "private/key")); err != nil {
@@ -183,8 +183,8 @@ func TestOverlayAskRuleGoesToTheApprover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	tx, _ := sb.Begin(t.Context(), "manual")
-	if err := sb.Stage(context.Background(), tx, ".github/workflows/x.yml", []byte("x"), 0o644); err == nil {
+	tx, _ := sb.BeginTx(t.Context(), "manual")
+	if err := tx.Write(context.Background(), ".github/workflows/x.yml", []byte("x"), 0o644); err == nil {
 		t.Fatal("Stage should have been refused by the approver")
 	}
 	askedByStage := asked

@@ -49,22 +49,22 @@ func Example() {
 	}
 	fmt.Printf("exit %d: %s", res.ExitCode, res.Stdout)
 
-	tx, err := sb.Begin(ctx, "say hello")
+	tx, err := sb.BeginTx(ctx, "say hello")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := sb.Stage(ctx, tx, "hello.txt", []byte("hello\n"), 0o644); err != nil {
+	if err := tx.Write(ctx, "hello.txt", []byte("hello\n"), 0o644); err != nil {
 		fmt.Println(err)
 		return
 	}
-	diff, err := sb.Preview(ctx, tx)
+	diff, err := tx.Diff(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Print(diff)
-	committed, err := sb.Commit(ctx, tx)
+	committed, err := tx.Commit(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -125,9 +125,9 @@ func ExampleSandbox_Execute() {
 	// exit 3, stdout "done\n", in place true, changed [out.txt]
 }
 
-// Preview shows a pending transaction as a unified diff before anything
+// Diff shows a pending transaction as a unified diff before anything
 // lands; Discard drops it.
-func ExampleSandbox_Preview() {
+func ExampleTx_Diff() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
@@ -138,22 +138,22 @@ func ExampleSandbox_Preview() {
 	}
 	defer sb.Close()
 
-	tx, err := sb.Begin(ctx, "retitle")
+	tx, err := sb.BeginTx(ctx, "retitle")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := sb.Stage(ctx, tx, "README.md", []byte("# pulse demo\n"), 0o644); err != nil {
+	if err := tx.Write(ctx, "README.md", []byte("# pulse demo\n"), 0o644); err != nil {
 		fmt.Println(err)
 		return
 	}
-	diff, err := sb.Preview(ctx, tx)
+	diff, err := tx.Diff(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Print(diff)
-	if err := sb.Discard(ctx, tx); err != nil {
+	if err := tx.Discard(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -169,10 +169,11 @@ func ExampleSandbox_Preview() {
 	// on disk: # demo
 }
 
-// Commit applies a pending transaction to the workspace, crash-safe; a
+// Commit applies a pending transaction to the workspace, crash-safe, after
+// checking each change against the policy again; a
 // file changed on disk since it was staged would fail it with
 // ErrConflict instead of being overwritten.
-func ExampleSandbox_Commit() {
+func ExampleTx_Commit() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
@@ -183,19 +184,19 @@ func ExampleSandbox_Commit() {
 	}
 	defer sb.Close()
 
-	tx, err := sb.Begin(ctx, "notes")
+	tx, err := sb.BeginTx(ctx, "notes")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := sb.Stage(ctx, tx, "NOTES.md", []byte("staged, then committed\n"), 0o644); err != nil {
+	if err := tx.Write(ctx, "NOTES.md", []byte("staged, then committed\n"), 0o644); err != nil {
 		fmt.Println(err)
 		return
 	}
 	if _, err := os.Stat(filepath.Join(ws, "NOTES.md")); errors.Is(err, os.ErrNotExist) {
 		fmt.Println("not on disk while pending")
 	}
-	committed, err := sb.Commit(ctx, tx)
+	committed, err := tx.Commit(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -241,12 +242,12 @@ rules:
 	fmt.Print(res.Stdout)
 	_, err = sb.Execute(ctx, sandbox.Command{Args: []string{"curl", "https://example.com"}})
 	fmt.Println("curl denied:", errors.Is(err, sandbox.ErrPolicyDenied))
-	tx, err := sb.Begin(ctx, "secrets")
+	tx, err := sb.BeginTx(ctx, "secrets")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	err = sb.Stage(ctx, tx, ".env", []byte("TOKEN=x\n"), 0o600)
+	err = tx.Write(ctx, ".env", []byte("TOKEN=x\n"), 0o600)
 	fmt.Println(".env denied:", errors.Is(err, sandbox.ErrPolicyDenied))
 	// Output:
 	// allowed

@@ -96,11 +96,11 @@ func TestAutoCommitNeverAppliesWhatGitRunsOnTheHost(t *testing.T) {
 
 	// Code committing through the SDK (an agent's harness, the MCP
 	// commit tool) is not a person: refused without an Approver.
-	tx, err := sb.Transaction(ctx, res.Transaction)
+	tx, err := sb.OpenTx(ctx, res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Commit(ctx, tx); !errors.Is(err, ErrRunsOnHost) {
+	if _, err := tx.Commit(ctx); !errors.Is(err, ErrRunsOnHost) {
 		t.Fatalf("SDK Commit of a hook: err = %v, want ErrRunsOnHost", err)
 	}
 	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/pre-commit")); err == nil {
@@ -228,16 +228,16 @@ func TestSDKCommitOfAHookAsksTheApprover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sb.Transaction(ctx, res.Transaction)
+	tx, err := sb.OpenTx(ctx, res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
 	asked, answer = nil, false
-	if _, err := sb.Commit(ctx, tx); !errors.Is(err, ErrRunsOnHost) || !slices.Equal(asked, []string{"write .git/hooks/post-merge"}) {
+	if _, err := tx.Commit(ctx); !errors.Is(err, ErrRunsOnHost) || !slices.Equal(asked, []string{"write .git/hooks/post-merge"}) {
 		t.Fatalf("refused approval: err = %v, asked %q", err, asked)
 	}
 	answer = true
-	if _, err := sb.Commit(ctx, tx); err != nil {
+	if _, err := tx.Commit(ctx); err != nil {
 		t.Fatalf("approved: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/post-merge")); err != nil {

@@ -100,7 +100,7 @@ func TestNoTransactionWithoutWrites(t *testing.T) {
 		if be.duringN != 1 {
 			t.Errorf("bounded store: %d transactions while the command ran, want its own", be.duringN)
 		}
-		tx, err := sb.Begin(ctx, "holds the only slot")
+		tx, err := sb.BeginTx(ctx, "holds the only slot")
 		if err != nil {
 			t.Fatal(err)
 		}

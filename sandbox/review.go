@@ -27,7 +27,7 @@ const (
 )
 
 // Review is the one path every review action takes, wherever it comes
-// from — Sandbox.Commit and Discard, `pulse cow`, the `pulse review` page:
+// from — Tx.Commit and Discard, `pulse cow`, the `pulse review` page:
 // commit, discard, undo and per-path reject are applied through cowfs and
 // each is audited with who decided (the OS user), through which entry
 // point and session, on which transaction, which paths with the SHA-256

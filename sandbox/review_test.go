@@ -114,21 +114,21 @@ func TestSDKCommitAndDiscardGoThroughReview(t *testing.T) {
 	ws := t.TempDir()
 	ctx := context.Background()
 	sb := newHost(t, ws, WithSessionID("sess-1"))
-	tx, err := sb.Begin(ctx, "sdk")
+	tx, err := sb.BeginTx(ctx, "sdk")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Stage(ctx, tx, "x.txt", []byte("x\n"), 0o644); err != nil {
+	if err := tx.Write(ctx, "x.txt", []byte("x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Commit(ctx, tx); err != nil {
+	if _, err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tx2, _ := sb.Begin(ctx, "sdk 2")
-	if err := sb.Stage(ctx, tx2, "y.txt", []byte("y\n"), 0o644); err != nil {
+	tx2, _ := sb.BeginTx(ctx, "sdk 2")
+	if err := tx2.Write(ctx, "y.txt", []byte("y\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Discard(ctx, tx2); err != nil {
+	if err := tx2.Discard(ctx); err != nil {
 		t.Fatal(err)
 	}
 	evs := reviewEvents(t, ws)

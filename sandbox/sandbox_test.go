@@ -234,11 +234,11 @@ func TestIsolatedWritesArePendingAndWorkspaceUntouched(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "b.txt")); !os.IsNotExist(err) {
 		t.Fatal("new file landed before commit")
 	}
-	tx, err := sb.Transaction(t.Context(), res.Transaction)
+	tx, err := sb.OpenTx(t.Context(), res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
-	diff, err := sb.Preview(t.Context(), tx)
+	diff, err := tx.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestIsolatedWritesArePendingAndWorkspaceUntouched(t *testing.T) {
 			t.Fatalf("diff lacks %q:\n%s", want, diff)
 		}
 	}
-	if _, err := sb.Commit(context.Background(), tx); err != nil {
+	if _, err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if readFile(t, ws, "a.txt") != "one\ntwo\n" || readFile(t, ws, "bin.dat") != "\x00\xff" {
@@ -278,11 +278,11 @@ func TestAutoCommitReportsConflictInsteadOfOverwriting(t *testing.T) {
 		t.Fatalf("res=%+v err=%v", res, err)
 	}
 	writeFile(t, ws, "f.txt", "theirs\n")
-	tx, err := sb2.Transaction(t.Context(), res.Transaction)
+	tx, err := sb2.OpenTx(t.Context(), res.Transaction)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb2.Commit(context.Background(), tx); !errors.Is(err, ErrConflict) {
+	if _, err := tx.Commit(context.Background()); !errors.Is(err, ErrConflict) {
 		t.Fatalf("commit over a changed file: err = %v, want ErrConflict", err)
 	}
 	if readFile(t, ws, "f.txt") != "theirs\n" {
@@ -431,20 +431,20 @@ func TestStageRefusesSecretsAndDeniedPaths(t *testing.T) {
 	pol.Rules = append(pol.Rules, policy.Rule{Action: policy.Delete, Target: "keep.txt", Decision: policy.Deny})
 	sb := newHost(t, ws, WithPolicy(pol), WithSecrets([]secrets.Secret{{Value: "hunter2hunter2"}}))
 	ctx := context.Background()
-	tx, err := sb.Begin(ctx, "manual edit")
+	tx, err := sb.BeginTx(ctx, "manual edit")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Stage(ctx, tx, "a.txt", []byte("pw=hunter2hunter2"), 0o644); !errors.Is(err, ErrSecretInContent) {
+	if err := tx.Write(ctx, "a.txt", []byte("pw=hunter2hunter2"), 0o644); !errors.Is(err, ErrSecretInContent) {
 		t.Fatalf("err = %v, want ErrSecretInContent", err)
 	}
-	if err := sb.StageDelete(ctx, tx, "keep.txt"); !errors.Is(err, ErrPolicyDenied) {
+	if err := tx.Delete(ctx, "keep.txt"); !errors.Is(err, ErrPolicyDenied) {
 		t.Fatalf("err = %v, want ErrPolicyDenied", err)
 	}
-	if err := sb.Stage(ctx, tx, "a.txt", []byte("fine\n"), 0o644); err != nil {
+	if err := tx.Write(ctx, "a.txt", []byte("fine\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Commit(ctx, tx); err != nil {
+	if _, err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if readFile(t, ws, "a.txt") != "fine\n" {

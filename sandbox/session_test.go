@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -129,11 +130,11 @@ func checkSession(t *testing.T, sb *Sandbox, steps int) {
 
 // discardID discards one pending transaction through the facade.
 func (s *Sandbox) discardID(ctx context.Context, id string) error {
-	tx, err := s.Transaction(ctx, id)
+	tx, err := s.OpenTx(ctx, id)
 	if err != nil {
 		return err
 	}
-	return s.Discard(ctx, tx)
+	return tx.Discard(ctx)
 }
 
 func TestSessionNamespace(t *testing.T) {
@@ -193,7 +194,13 @@ func TestTxChecksThePolicyAtStageAndAtCommit(t *testing.T) {
 	if err := tx.Write(ctx, "ok.txt", []byte("fine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := sb.Transaction(ctx, tx.ID())
+	// Staged around the facade, through cowfs itself.
+	cow, err := cowfs.Open(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cow.Close()
+	raw, err := cow.Tx(ctx, tx.ID())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,10 +165,14 @@ func (s *Sandbox) PreviewStack(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The workspace side of a diff may hold a configured secret.
+	var d string
 	if id == "" {
-		return st.Diff()
+		d, err = st.Diff()
+	} else {
+		d, err = st.TxDiff(id)
 	}
-	return st.TxDiff(id)
+	return s.scrubber.Redact(d), s.scrubErr(err)
 }
 
 // CommitAll applies the whole pending stack, in order, as one crash-safe

@@ -21,9 +21,10 @@ import (
 // policy wants a person to look at.
 var errReviewRequired = errors.New("sandbox: the policy asks for review of this command's writes")
 
-// Begin starts a copy-on-write transaction for writes made through Stage
-// and StageDelete.
-func (s *Sandbox) Begin(ctx context.Context, description string) (*cowfs.Tx, error) {
+// beginTx starts a copy-on-write transaction of the sandbox's lane. The
+// facade hands it out only wrapped in a Tx (transaction.go), whose every
+// staging call and commit goes through the policy.
+func (s *Sandbox) beginTx(ctx context.Context, description string) (*cowfs.Tx, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -32,9 +33,8 @@ func (s *Sandbox) Begin(ctx context.Context, description string) (*cowfs.Tx, err
 	return tx, s.scrubErr(err)
 }
 
-// Transaction reopens a pending transaction by id (for example the one in
-// Result.Transaction).
-func (s *Sandbox) Transaction(ctx context.Context, id string) (*cowfs.Tx, error) {
+// openTx reopens a pending transaction by id.
+func (s *Sandbox) openTx(ctx context.Context, id string) (*cowfs.Tx, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -55,17 +55,6 @@ func (s *Sandbox) Transactions(ctx context.Context) ([]cowfs.TxInfo, error) {
 		infos[i].Reason = s.scrubber.Redact(infos[i].Reason)
 	}
 	return infos, s.scrubErr(err)
-}
-
-// Stage writes data to path in tx after the policy allows the write and
-// the content is checked for configured secrets (ErrSecretInContent).
-func (s *Sandbox) Stage(ctx context.Context, tx *cowfs.Tx, path string, data []byte, mode os.FileMode) error {
-	return s.scrubErr(s.stageOp(ctx, tx, policy.Write, path, data, mode))
-}
-
-// StageDelete stages the deletion of path in tx after the policy allows it.
-func (s *Sandbox) StageDelete(ctx context.Context, tx *cowfs.Tx, path string) error {
-	return s.scrubErr(s.stageOp(ctx, tx, policy.Delete, path, nil, 0))
 }
 
 // stageOp stages one write (a is policy.Write: data with mode) or
@@ -121,25 +110,8 @@ func (s *Sandbox) checkSideEffects(ctx context.Context, op cowfs.Op) error {
 	return fmt.Errorf("%w: %s %q %s", ErrPolicyDenied, op.Kind, op.Path, detail)
 }
 
-// Preview returns tx's changes as a git-style unified diff, scrubbed of
-// the configured secrets (the workspace side of a diff may hold one).
-func (s *Sandbox) Preview(ctx context.Context, tx *cowfs.Tx) (string, error) {
-	d, err := tx.Diff(ctx)
-	return s.scrubber.Redact(d), s.scrubErr(err)
-}
-
-// Commit applies tx to the workspace through the crash-safe commit
-// protocol. A file changed by someone else since it was staged fails the
-// commit with an error wrapping ErrConflict; nothing is overwritten and
-// the transaction stays pending.
-//
-// A transaction that changes what git runs on the host (hooks, config;
-// see policy.RunsOnHost) is committed only when the Approver (a person's
-// hook) approves each such path; without one Commit refuses it with
-// ErrRunsOnHost. Code — an agent's harness, an MCP tool call — is not a
-// person: such a transaction is for `pulse cow commit` or `pulse review`
-// (Review), after someone has read it.
-func (s *Sandbox) Commit(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
+// commitSDK is Tx.Commit: the host-run approval, then commit.
+func (s *Sandbox) commitSDK(ctx context.Context, tx *cowfs.Tx) ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -166,8 +138,8 @@ func (s *Sandbox) commit(ctx context.Context, tx *cowfs.Tx, execID string) ([]st
 	return r.commitTx(ctx, tx, execID)
 }
 
-// Discard drops tx and its staged bytes.
-func (s *Sandbox) Discard(ctx context.Context, tx *cowfs.Tx) error {
+// discardSDK is Tx.Discard.
+func (s *Sandbox) discardSDK(ctx context.Context, tx *cowfs.Tx) error {
 	if err := s.enter(); err != nil {
 		return err
 	}

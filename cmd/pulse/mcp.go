@@ -286,11 +286,11 @@ func (t *mcpTools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in wri
 	default:
 		return nil, writeFileOut{}, fmt.Errorf("encoding must be utf-8 or base64, got %q", in.Encoding)
 	}
-	tx, err := t.sb.Begin(ctx, "write_file "+in.Path)
+	tx, err := t.sb.BeginTx(ctx, "write_file "+in.Path)
 	if err != nil {
 		return nil, writeFileOut{}, err
 	}
-	if err := t.sb.Stage(ctx, tx, in.Path, data, t.modeOf(in.Path)); err != nil {
+	if err := tx.Write(ctx, in.Path, data, t.modeOf(in.Path)); err != nil {
 		// Nothing was staged; the empty transaction would only be noise
 		// in the review list.
 		_ = tx.Discard(context.WithoutCancel(ctx))
@@ -328,25 +328,25 @@ type diffOut struct {
 
 // pending returns the transaction id names, or every pending one, oldest
 // first.
-func (t *mcpTools) pending(ctx context.Context, id string) ([]*cowfs.Tx, error) {
+func (t *mcpTools) pending(ctx context.Context, id string) ([]*sandbox.Tx, error) {
 	if id != "" {
-		tx, err := t.sb.Transaction(ctx, id)
+		tx, err := t.sb.OpenTx(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		return []*cowfs.Tx{tx}, nil
+		return []*sandbox.Tx{tx}, nil
 	}
 	infos, err := t.sb.Transactions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
-	var txs []*cowfs.Tx
+	var txs []*sandbox.Tx
 	for _, info := range infos {
 		if info.State != cowfs.StateOpen || info.Changes == 0 {
 			continue
 		}
-		tx, err := t.sb.Transaction(ctx, info.ID)
+		tx, err := t.sb.OpenTx(ctx, info.ID)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, cowfs.ErrNotFound) {
 			continue // committed or discarded by someone else meanwhile
 		}
@@ -366,7 +366,7 @@ func (t *mcpTools) diff(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*
 	out := diffOut{Transactions: []txDiff{}}
 	var text strings.Builder
 	for _, tx := range txs {
-		d, err := t.sb.Preview(ctx, tx)
+		d, err := tx.Diff(ctx)
 		if err != nil {
 			return nil, diffOut{}, fmt.Errorf("transaction %s: %w", tx.ID(), err)
 		}
@@ -395,7 +395,7 @@ func (t *mcpTools) commit(ctx context.Context, _ *mcp.CallToolRequest, in idIn) 
 	}
 	out := commitOut{Committed: []committedTx{}}
 	for _, tx := range txs {
-		paths, err := t.sb.Commit(ctx, tx)
+		paths, err := tx.Commit(ctx)
 		if err != nil {
 			if len(out.Committed) > 0 {
 				return nil, out, fmt.Errorf("transaction %s not committed (%d before it were): %w", tx.ID(), len(out.Committed), err)
@@ -421,7 +421,7 @@ func (t *mcpTools) discard(ctx context.Context, _ *mcp.CallToolRequest, in idIn)
 	}
 	out := discardOut{Discarded: []string{}}
 	for _, tx := range txs {
-		if err := t.sb.Discard(ctx, tx); err != nil {
+		if err := tx.Discard(ctx); err != nil {
 			return nil, out, fmt.Errorf("transaction %s not discarded: %w", tx.ID(), err)
 		}
 		out.Discarded = append(out.Discarded, tx.ID())
