@@ -41,7 +41,13 @@
 //     rather than a directory on the engine's disk.
 //   - The command has stdin, stdout and stderr and no other descriptor;
 //     the caller's stdin, a terminal or not, reaches it only as a stream
-//     the backend copies into the exec.
+//     the backend copies into the exec. With Request.TTY (Start), those
+//     three are instead a new terminal the engine makes in the container
+//     (an exec with Tty, /dev/pts/N of the container's devpts, root's,
+//     mode 0620), the controlling terminal of the command's session; the
+//     command still runs as its own uid with no capability, in its copy,
+//     reported and killed as any other (tty.go). Its output is stdout and
+//     stderr as one, as the terminal shows them.
 //   - The command's environment is exactly the minimal base plus
 //     Request.Env (env -i), so secrets are enforced strongly.
 //   - The workspace is copied in (a tar through the API, .pulse/ left

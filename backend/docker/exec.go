@@ -244,7 +244,7 @@ func commandArgs(req *backend.Request, id, nonce string, limits policy.ResourceL
 }
 
 func poolable(req *backend.Request, args []string) bool {
-	if req.Stdin != nil {
+	if req.Stdin != nil || req.TTY != nil {
 		return false
 	}
 	n := 0
@@ -402,6 +402,9 @@ wait:
 // startFresh runs the wrapper in an exec of its own: for commands with
 // stdin, or too large for a pooled exec.
 func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []string) (abandon func(), inspect func() (int, bool), err error) {
+	if req.TTY != nil {
+		return b.startTTY(bx, j, req, args) // tty.go
+	}
 	ctx := context.Background()
 	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
 		User:         wrapperUser,

@@ -16,17 +16,42 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
-var _ backend.Starter = (*Backend)(nil)
+var _ backend.TerminalStarter = (*Backend)(nil)
 
 // Start implements backend.Starter: the command runs exactly as under
 // Exec, in the sandbox's container, and the handle reaches it through
-// execs of its own (a signal, a relay to a port).
+// execs of its own (a signal, a relay to a port, a terminal's resize).
 func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
 	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
 		return b.exec(ctx, req, func(containerID, id string) {
-			started(&control{b: b, container: containerID, id: id})
+			c := &control{b: b, container: containerID, id: id}
+			if req.TTY != nil {
+				run, _ := ttyRuns.Load(id)
+				r, _ := run.(*ttyRun)
+				started(&ttyControl{control: c, run: r})
+				return
+			}
+			started(c)
 		})
 	})
+}
+
+// StartsTerminals implements backend.TerminalStarter: the engine makes
+// the terminal in the container (tty.go).
+func (b *Backend) StartsTerminals() bool { return true }
+
+// ttyControl is the control of a command on a terminal.
+type ttyControl struct {
+	*control
+	run *ttyRun // nil when the command was over before Start returned
+}
+
+// Resize implements backend.Resizer.
+func (c *ttyControl) Resize(rows, cols uint16) error {
+	if c.run == nil {
+		return backend.ErrProcessDone
+	}
+	return c.run.resize(rows, cols)
 }
 
 // signalScript sends signal $2 to the command $1's main process, as the

@@ -117,8 +117,18 @@ cd "$R/$dir" 2>/dev/null || finish nodir 125
 # The command gets stdin, stdout and stderr only: the exec starts with
 # nothing else, and whatever the wrapper opened (its log on 8) is closed
 # before it (a shell opens no descriptor above 9).
-setsid nsenter -S "$u" -G "$G" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
-rc=$?
+if [ "${PULSE_TTY:-}" = 1 ]; then
+	# A command on a terminal runs in an exec of its own that the engine
+	# gives a terminal (tty.go), started by the host once it reads the
+	# uid here; the host sends its exit status on this exec's stdin (EOF:
+	# the host is gone, and whatever runs is killed below).
+	printf '\036PULSE-TTY-%s\036%s\n' "$nonce" "$u"
+	read -r rc || rc=137
+	case $rc in '' | *[!0-9]*) rc=126 ;; esac
+else
+	setsid nsenter -S "$u" -G "$G" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
+	rc=$?
+fi
 # Every process of the command's uid, setsid's included; as that uid, so
 # nothing else can be hit. Until none is left: then nothing changes the
 # copy while root reads it. kill's status cannot tell (kill -1 succeeds

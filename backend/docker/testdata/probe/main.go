@@ -22,6 +22,8 @@ func main() {
 	switch os.Args[1] {
 	case "tiocsti":
 		err = tiocsti()
+	case "ttyinject":
+		err = ttyInject()
 	case "ptrace":
 		err = ptrace(os.Args[2])
 	case "iouring":
@@ -88,6 +90,18 @@ func tiocsti() error {
 		}
 	}
 	return first
+}
+
+// ttyInject types into the controlling terminal the command was given
+// (a command started with a terminal).
+func ttyInject() error {
+	fd, err := unix.Open("/dev/tty", unix.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	c := byte('x')
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+	return errnoErr(e)
 }
 
 func ptrace(pid string) error {

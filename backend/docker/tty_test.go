@@ -1,0 +1,109 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDockerTTYCommandIsolated: a command on a terminal keeps what every
+// command of the backend has: a uid of its own (20000+), the shared group
+// only, no capability, the seccomp filter (TIOCSTI into the terminal it
+// controls is refused), its writes reported; and a concurrent command's
+// uid can neither read nor write its terminal.
+func TestDockerTTYCommandIsolated(t *testing.T) {
+	b := newDocker(t)
+	ws := probeWorkspace(t)
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	out := &syncBuffer{}
+	p, err := b.Start(context.Background(), &backend.Request{
+		ExecutionID: "tty", Workspace: ws, Stdin: stdinR, Stdout: out,
+		TTY:     &backend.TTY{Rows: 24, Cols: 80},
+		Network: policy.DenyAllNetwork(), Limits: policy.ResourceLimits{Timeout: 2 * time.Minute},
+		Shell: `echo "uid=$(id -u) groups=$(id -G)"; grep CapEff /proc/self/status; ./probe ttyinject
+echo "tty=$(tty)"; echo made >made.txt; read -r l; echo "got $l"`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	var tty string
+	for time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`tty=(/dev/pts/[0-9]+)\r\n`).FindStringSubmatch(out.String()); m != nil {
+			tty = m[1]
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if tty == "" {
+		_ = p.Kill()
+		t.Fatalf("the command did not report its terminal: %q", out.String())
+	}
+	// Another command, another uid: the terminal is not its to open.
+	r := execShell(t, b, t.TempDir(), `if echo OTHER >`+tty+`; then echo wrote; fi 2>/dev/null; if head -c1 `+tty+`; then echo read; fi 2>/dev/null; echo checked`)
+	if strings.Contains(r.stdout, "wrote") || strings.Contains(r.stdout, "read") || !strings.Contains(r.stdout, "checked") {
+		t.Errorf("a concurrent command reached the terminal %s: %q (stderr %q)", tty, r.stdout, r.stderr)
+	}
+	if _, err := io.WriteString(stdinW, "fine\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if res.ExitCode != 0 || !strings.Contains(got, "got fine\r\n") {
+		t.Fatalf("exit %d, terminal %q", res.ExitCode, got)
+	}
+	if m := regexp.MustCompile(`uid=(\d+) groups=(\d+)\r\n`).FindStringSubmatch(got); m == nil || len(m[1]) != 5 || m[1] < "20000" || m[2] != "19999" {
+		t.Errorf("the command's ids: %q, want a uid of 20000 and up and group 19999 only", got)
+	}
+	if !strings.Contains(got, "CapEff:\t0000000000000000") {
+		t.Errorf("the command has capabilities: %q", got)
+	}
+	if !strings.Contains(got, "refused: operation not permitted") || strings.Contains(got, "ESCAPED") {
+		t.Errorf("TIOCSTI into its terminal was not refused: %q", got)
+	}
+	if strings.Contains(got, "OTHER") {
+		t.Errorf("a concurrent command wrote to the terminal: %q", got)
+	}
+	if res.Overlay == nil || !hasFile(res.Overlay, "made.txt") {
+		t.Errorf("the command's write is not in its overlay: %+v", res.Overlay)
+	}
+}
+
+func hasFile(ov *backend.Overlay, name string) bool {
+	for _, f := range ov.Files {
+		if f.Path == name {
+			return true
+		}
+	}
+	return false
+}
