@@ -61,8 +61,7 @@ type forwarder struct {
 // is closed. Exposing a port again returns the same address. The address
 // stays open until the sandbox closes; ctx bounds only the set-up. A
 // backend that cannot reach into its sandboxes' network fails the
-// connections, not Expose (the namespace backend needs a root caller
-// for a sandbox with a network of its own; see backend.Process.DialPort).
+// connections, not Expose (see backend.Process.DialPort).
 func (s *Sandbox) Expose(ctx context.Context, port int) (string, error) {
 	addr, err := s.expose(ctx, port)
 	return addr, s.scrubErr(err)

@@ -38,9 +38,11 @@
 // Start (backend.Starter) runs a command exactly as Exec does and hands
 // back a handle: signals go to the command's host pid (the init's child
 // whose innermost pid the init reported), and DialPort connects to a port
-// inside the sandbox from an OS thread locked into its network namespace
-// for the dial (root only: setns into a network namespace needs
-// CAP_SYS_ADMIN over the caller's own user namespace too).
+// inside the sandbox through the init, which connects from inside its
+// network and hands the socket back over a socket pair (expose_linux.go):
+// so it works for an unprivileged caller too, which could not enter the
+// namespace itself (setns needs CAP_SYS_ADMIN over the caller's own user
+// namespace).
 //
 // The command inherits, from the init thread that forks it, no_new_privs,
 // an empty capability set (bounding, ambient, inheritable and effective,

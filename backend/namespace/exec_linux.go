@@ -412,6 +412,7 @@ func (x *nsExec) release() {
 func (x *nsExec) releaseRun() {
 	b, p, cg := x.b, x.p, x.cg
 	closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	p.dialer.close()
 	if !x.reapLater {
 		b.removeRun(p.run)
 		return

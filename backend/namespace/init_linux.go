@@ -76,6 +76,7 @@ func initSandbox(version string, status *os.File) error {
 	if err := closeFromOnExec(3); err != nil {
 		return err
 	}
+	go serveDials(dialFd) // expose_linux.go
 	f := os.NewFile(configFd, "config")
 	if f == nil {
 		return errors.New("no config pipe")

@@ -3,7 +3,6 @@ package namespace
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/internal/netns"
 )
 
 var _ backend.TerminalStarter = (*Backend)(nil)
@@ -27,7 +25,7 @@ func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Proc
 	}
 	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
 		return b.exec(ctx, req, func(p *initProc, nsPid int) {
-			c := &control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet}
+			c := &control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet, dialer: p.dialer}
 			if req.TTY != nil {
 				started(&ttyControl{control: c, cfg: p.cfgW})
 				return
@@ -67,6 +65,7 @@ type control struct {
 	init   int  // host pid of the sandbox's init
 	nsPid  int  // the command's pid inside the sandbox
 	newNet bool // the sandbox has a network namespace of its own
+	dialer *initDialer
 }
 
 // Signal sends sig to the command: its host pid is the child of the init
@@ -136,34 +135,17 @@ func innermostPid(pid int) int {
 }
 
 // DialPort connects to 127.0.0.1:port as the sandbox sees it. A sandbox
-// on the host's network (allow-all) is dialled directly. Otherwise the
-// dial runs on an OS thread locked into the sandbox's network namespace
-// for its length: the socket is made (and keeps) the namespace of the
-// thread that made it, and the runtime starts no thread from a locked
-// one. Entering a network namespace takes CAP_SYS_ADMIN in its owner and
-// in the caller's own user namespace, so this works for a root caller;
-// others get ErrUnsupported.
+// on the host's network (allow-all) is dialled directly; one with a
+// network of its own through its init, which connects from inside and
+// hands the socket back (expose_linux.go): that works for an
+// unprivileged caller too, which cannot enter the namespace itself.
 func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var d net.Dialer
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("%w: port %d", backend.ErrInvalidRequest, port)
+	}
 	if !c.newNet {
-		return d.DialContext(ctx, "tcp", addr)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	}
-	var conn net.Conn
-	var derr error
-	err := netns.Do(c.init, func() { conn, derr = d.DialContext(ctx, "tcp", addr) })
-	switch {
-	case errors.Is(err, netns.ErrNoNamespace):
-		return nil, backend.ErrProcessDone
-	case errors.Is(err, netns.ErrEnter):
-		return nil, fmt.Errorf("%w: namespace: entering the sandbox's network needs CAP_SYS_ADMIN (root): %v", backend.ErrUnsupported, err)
-	case err != nil:
-		if conn != nil {
-			conn.Close()
-		}
-		return nil, fmt.Errorf("namespace: expose: %w", err)
-	case derr != nil:
-		return nil, fmt.Errorf("namespace: expose: in the sandbox: %w", derr)
-	}
-	return conn, nil
+	return c.dialer.dial(ctx, port)
 }

@@ -34,6 +34,7 @@ type initProc struct {
 	stdinW  *os.File
 	stdoutR *os.File
 	stderrR *os.File
+	dialer  *initDialer // asks the init for connections inside (expose_linux.go)
 }
 
 func closeAll(fs ...*os.File) {
@@ -57,6 +58,7 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 		closeAll(childEnds...)
 		if err != nil {
 			closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+			p.dialer.close()
 			r.remove()
 		}
 	}()
@@ -77,6 +79,12 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	if err != nil {
 		return nil, err
 	}
+	dialC, dialer, err := newDialPair()
+	if err != nil {
+		return nil, err
+	}
+	p.dialer = dialer
+	childEnds = append(childEnds, dialC)
 
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"pulse-namespace-init"}
@@ -89,7 +97,7 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 		cmd.Env = append(cmd.Env, traceEnv+"=1")
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
-	cmd.ExtraFiles = []*os.File{cfgR, stW}
+	cmd.ExtraFiles = []*os.File{cfgR, stW, dialC} // configFd, statusFd, dialFd
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
 	if newNet {
 		flags |= unix.CLONE_NEWNET
@@ -156,6 +164,7 @@ func (p *initProc) discard() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
 	closeAll(p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	p.dialer.close()
 	p.run.remove()
 }
 

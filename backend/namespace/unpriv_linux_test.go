@@ -49,6 +49,22 @@ func init() { helpers["unpriv"] = unprivHelper }
 // TestUnprivilegedUser runs the backend as uid 65534, the way an ordinary
 // user gets it: only its own uid mapped, no cgroup, no capabilities.
 func TestUnprivilegedUser(t *testing.T) {
+	s := runUnprivileged(t, "unpriv")
+	// Inside, uid 0 is the unprivileged caller: "0 65534 1".
+	// Files the command made unreadable (chmod 000) still come back,
+	// with the mode it set.
+	if !strings.Contains(s, `EXIT 0 FILES 3 d:d---------:"" d/g:-rw-r--r--:"x\n" f:----------:"made\n"`) || !strings.Contains(strings.Join(strings.Fields(s), " "), "0 65534 1") {
+		t.Fatalf("unprivileged run: %q", s)
+	}
+}
+
+// runUnprivileged runs helper in a copy of this test binary as uid 65534,
+// the way an ordinary user gets the backend: only its own uid mapped, no
+// cgroup, no capabilities. The helper gets a workspace of that user's as
+// its argument; its output is returned. It skips where unprivileged user
+// namespaces are not allowed (the helper prints PROBE).
+func runUnprivileged(t *testing.T, helper string) string {
+	t.Helper()
 	testenv.MustHaveRoot(t, "starts a process as another user; the other tests already run unprivileged")
 	newBackend(t) // skips when namespaces do not work here at all
 	const nobody = 65534
@@ -88,7 +104,7 @@ func TestUnprivilegedUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := []string{helperEnv + "=unpriv", "TMPDIR=" + state, "HOME=/nonexistent", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
+	env := []string{helperEnv + "=" + helper, "TMPDIR=" + state, "HOME=/nonexistent", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
 	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	cmd := exec.Command(bin, ws)
 	cmd.Env, cmd.SysProcAttr = env, attr
@@ -108,10 +124,5 @@ func TestUnprivilegedUser(t *testing.T) {
 	if strings.HasPrefix(s, "PROBE") {
 		t.Skipf("unprivileged user namespaces are not allowed here: %s", s)
 	}
-	// Inside, uid 0 is the unprivileged caller: "0 65534 1".
-	// Files the command made unreadable (chmod 000) still come back,
-	// with the mode it set.
-	if !strings.Contains(s, `EXIT 0 FILES 3 d:d---------:"" d/g:-rw-r--r--:"x\n" f:----------:"made\n"`) || !strings.Contains(strings.Join(strings.Fields(s), " "), "0 65534 1") {
-		t.Fatalf("unprivileged run: %q", s)
-	}
+	return s
 }

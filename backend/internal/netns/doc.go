@@ -2,6 +2,6 @@
 // process: the one place that holds the rule for entering a namespace on
 // a locked OS thread and coming back (a thread that cannot come back is
 // never unlocked, so the runtime ends it and nothing else runs there by
-// mistake). Used by the namespace backend (Expose dials into a sandbox)
-// and the Docker backend (the egress bridge listens in a container).
+// mistake). Used by the Docker backend (the egress bridge listens in a
+// container).
 package netns
