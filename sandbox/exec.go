@@ -208,6 +208,7 @@ type execution struct {
 	mounted []backend.Cache
 	tx      *cowfs.Tx
 	out     *outputs
+	tap     io.Writer // a started process's output log, fed stdout and stderr as they arrive (Start)
 	eg      *egressRun
 	req     *backend.Request
 	inPlace bool
@@ -337,7 +338,7 @@ func (x *execution) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	x.out = newOutputs(ctx, s.scrubber, x.cmd.Stdout, x.cmd.Stderr)
+	x.out = newOutputs(ctx, s.scrubber, x.cmd.Stdout, x.cmd.Stderr, x.tap)
 	if x.eg, err = s.startEgress(ctx, x.id, x.net); err != nil {
 		return err
 	}
@@ -565,7 +566,10 @@ func (x *execution) close(ctx context.Context) {
 // it; a nil writer collects into the Result. A caller's writer is fed from
 // a queue of its own, so that one that blocks is given up on a grace
 // period after ctx ends instead of holding the command, the backend and
-// Close forever.
+// Close forever. A tap (a started process's output log) gets both
+// streams as the scrubbers pass them on, in the goroutines of the
+// backend's copiers, before any queue: so it holds them in the order they
+// arrived, which the two queues' goroutines would not keep.
 type outputs struct {
 	stdout, stderr io.WriteCloser // the scrubbers the backend writes to
 
@@ -577,9 +581,12 @@ type outputs struct {
 	closed                 bool
 }
 
-func newOutputs(ctx context.Context, scrubber *secrets.Scrubber, stdout, stderr io.Writer) *outputs {
-	o := &outputs{collectOut: stdout == nil, collectErr: stderr == nil, giveUp: make(chan struct{})}
+func newOutputs(ctx context.Context, scrubber *secrets.Scrubber, stdout, stderr, tap io.Writer) *outputs {
+	o := &outputs{collectOut: stdout == nil && tap == nil, collectErr: stderr == nil && tap == nil, giveUp: make(chan struct{})}
 	out, errw := io.Writer(&o.outBuf), io.Writer(&o.errBuf)
+	if tap != nil {
+		out, errw = io.Discard, io.Discard // collected in the tap instead
+	}
 	if stdout != nil {
 		q := newOutWriter(stdout)
 		o.queues, out = append(o.queues, q), q
@@ -587,6 +594,9 @@ func newOutputs(ctx context.Context, scrubber *secrets.Scrubber, stdout, stderr 
 	if stderr != nil {
 		q := newOutWriter(stderr)
 		o.queues, errw = append(o.queues, q), q
+	}
+	if tap != nil {
+		out, errw = io.MultiWriter(tap, out), io.MultiWriter(tap, errw)
 	}
 	o.stopWatch = context.AfterFunc(ctx, func() {
 		time.AfterFunc(writerGrace, func() {

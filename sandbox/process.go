@@ -131,7 +131,7 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 		return nil, err
 	}
 	s.procs.keepLog(log)
-	x.cmd.Stdout, x.cmd.Stderr = teeWriter(log, callerOut), teeWriter(log, callerErr)
+	x.cmd.Stdout, x.cmd.Stderr, x.tap = callerOut, callerErr, log
 	closeCtx = runCtx
 	if err := x.prepare(runCtx); err != nil {
 		_, err = x.fail(runCtx, err)
@@ -164,15 +164,6 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 		close(p.done)
 	}()
 	return p, nil
-}
-
-// teeWriter writes to the log, then to the caller's writer when there is
-// one.
-func teeWriter(log *outputLog, w io.Writer) io.Writer {
-	if w == nil {
-		return log
-	}
-	return io.MultiWriter(log, w)
 }
 
 // ID is the process's execution id, as the audit log has it.
@@ -243,7 +234,17 @@ func (p *Process) Resize(rows, cols uint16) error {
 func (p *Process) Stdin() io.WriteCloser { return p.stdin }
 
 // Output reads what the process printed, stdout and stderr interleaved
-// in the order they arrived, from byte offset on. It follows the
+// in the order they arrived, from byte offset on. What is guaranteed:
+// each stream's bytes are in order; across the two, chunks are in the
+// order the backend read them from the command (one terminal, with
+// Command.TTY: exactly the order printed; otherwise two pipes, each read
+// by a copier of its own — host and namespace — or the engine's one
+// multiplexed stream — Docker — so that output printed to one stream
+// while the other's copier had not yet read what came before it can be
+// logged first). When secrets are scrubbed, up to the scrubber's
+// HoldBack bytes at the tail of one stream, which could begin a secret,
+// wait for more of that stream (or its end) and are logged after what
+// came later on the other; nothing waits for the caller's writers. It follows the
 // process: a Read waits for more until the process has ended, then
 // returns io.EOF after the last byte. A caller that reconnects with the
 // count of bytes it has read so far as offset reads every byte exactly

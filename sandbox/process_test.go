@@ -372,3 +372,57 @@ func TestStartTTY(t *testing.T) {
 		t.Errorf("Resize after the end = %v", err)
 	}
 }
+
+// TestStartOutputOrderAcrossStreams: the output log takes stdout and
+// stderr in the order the command printed them, and a caller's writer
+// that blocks holds nothing of the log back: stdout goes to a writer that
+// blocks until the end, stderr to none, and each line is printed only
+// once the one before is in the log.
+func TestStartOutputOrderAcrossStreams(t *testing.T) {
+	sb := newIsolated(t, t.TempDir())
+	ctx := context.Background()
+	bw := &blockingWriter{release: make(chan struct{})}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(bw.release)
+		}
+	}
+	defer release()
+	p, err := sb.Start(ctx, Command{Shell: `echo out1; read a; echo out2; read b; echo err1 >&2; read c; echo out3; read d; echo err2 >&2`,
+		Stdout: bw, Limits: &policy.ResourceLimits{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	want := "out1\nout2\nerr1\nout3\nerr2\n"
+	lines := strings.SplitAfter(want, "\n")
+	var have string
+	for i, l := range lines[:len(lines)-1] {
+		have += l
+		deadline := time.Now().Add(time.Minute)
+		for {
+			b, err := io.ReadAll(io.LimitReader(p.Output(0), p.OutputSize()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) == have {
+				break
+			}
+			if !strings.HasPrefix(have, string(b)) || time.Now().After(deadline) {
+				t.Fatalf("output log %q, want %q next", b, have)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if i < len(lines)-2 {
+			if _, err := io.WriteString(p.Stdin(), "go\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	release()
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
