@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // setWatchTiming sets the watcher's polling for one test.
@@ -143,4 +145,42 @@ func TestWatchPolling(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvents(t, events, map[string]FileOp{"made.txt": FileSettled, "api.txt": FileSettled})
+}
+
+// TestWatchHostWrites: on a backend that writes the workspace in place
+// (host), what a command writes is reported through the workspace's
+// inotify watches; policy-denied paths are not.
+func TestWatchHostWrites(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("inotify is Linux's")
+	}
+	setWatchTiming(t, time.Hour, false)
+	pol := policy.Default()
+	pol.Rules = append([]policy.Rule{{Action: policy.Read, Target: "a-secret.txt", Decision: policy.Deny}}, pol.Rules...)
+	sb := newHost(t, t.TempDir(), WithPolicy(pol))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := sb.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Execute(ctx, Command{Shell: "echo s > a-secret.txt; mkdir -p d; echo x > d/x.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]FileOp{}
+	timeout := time.After(time.Minute)
+	for got["d/x.txt"] != FileCreated {
+		select {
+		case ev := <-events:
+			if ev.Path == "a-secret.txt" {
+				t.Fatalf("an event for a path the policy denies reading: %v", ev)
+			}
+			got[ev.Path] = ev.Op
+		case <-timeout:
+			t.Fatalf("events so far %v", got)
+		}
+	}
+	if got["d"] != FileCreated {
+		t.Errorf("events %v, want d created too", got)
+	}
 }
