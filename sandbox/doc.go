@@ -81,7 +81,8 @@
 //   - List, Stat and ReadFile read through the pending stack; WriteFile
 //     stages a transaction of its own under a command's write checks;
 //     Watch reports what lands on (or leaves) the stack, by comparing the
-//     pending view every WatchInterval.
+//     pending view when inotify says the stack (or the workspace) changed,
+//     or every WatchInterval without inotify.
 //   - Many Execute calls may run at once on one Sandbox; Close kills the
 //     live processes, stops exposing ports and waits for the calls.
 //
