@@ -54,8 +54,9 @@ func (l *droppingListener) dropAll() int {
 // sandbox is reached through Expose (an unlisted port refused), every
 // connection between the client and the server is cut while it runs and
 // the client reconnects, its log is read from offset 0 — each byte once —
-// Kill leaves nothing of it running, and the files it wrote are listed and
-// read through the pending stack.
+// Kill leaves nothing of it running, Watch sees the file it wrote join the
+// pending stack, the files are listed and read, and a file written
+// through the files API reaches the next remote command.
 func TestExposeHTTPServerRemote(t *testing.T) {
 	if _, err := exec.LookPath("busybox"); err != nil {
 		t.Skip("busybox (httpd) not installed")
@@ -140,8 +141,24 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	if !strings.HasPrefix(log, "serving\n") || strings.Count(log, "serving\n") != 1 || strings.Count(log, "response:200") != 2 {
 		t.Errorf("log from offset 0 after reconnecting = %q, want serving once and two responses", log)
 	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	events, err := sb.Watch(wctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
+	}
+	// The process's writes join the pending stack when it ends.
+	timeout := time.After(20 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case ev := <-events:
+			seen = ev.Path == "served.txt" && ev.Op == FileCreated
+		case <-timeout:
+			t.Fatal("Watch saw no served.txt created after the process ended")
+		}
 	}
 	if out, _ := exec.Command("pgrep", "-f", "httpd -f -v -p 127.0.0.1:8001").Output(); len(out) != 0 {
 		t.Errorf("httpd left running after Kill: %s", out)
@@ -158,6 +175,14 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	}
 	if got, err := sb.ReadFile(ctx, "served.txt"); err != nil || string(got) != "up\n" {
 		t.Errorf("served.txt = %q, %v", got, err)
+	}
+	// A file written through the files API reaches the next remote
+	// command with the pending stack.
+	if _, err := sb.WriteFile(ctx, "note.txt", []byte("from the client\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Execute(ctx, Command{Shell: "cat note.txt served.txt"}); err != nil || res.Stdout != "from the client\nup\n" {
+		t.Errorf("a remote command after WriteFile: %+v, %v", res, err)
 	}
 	var allowed, denied int
 	for _, e := range verifyAudit(t, sb) {
