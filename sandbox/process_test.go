@@ -282,23 +282,7 @@ func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 	if again, err := sb.Expose(ctx, 8000); err != nil || again != addr {
 		t.Errorf("second Expose = %q, %v; want %q", again, err, addr)
 	}
-	var body []byte
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/index.html")
-		if err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not reachable through %s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if string(body) != "hello from the sandbox\n" {
+	if body := getOK(t, "http://"+addr+"/index.html"); body != "hello from the sandbox\n" {
 		t.Errorf("body %q", body)
 	}
 	// The server's log (httpd -v logs each response to stderr), read

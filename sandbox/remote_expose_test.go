@@ -3,13 +3,13 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +18,6 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
-
-// droppingListener remembers the connections it accepted, so that a test
-// can cut every connection between the client and the server at once.
-type droppingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (l *droppingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.mu.Lock()
-		l.conns = append(l.conns, c)
-		l.mu.Unlock()
-	}
-	return c, err
-}
-
-func (l *droppingListener) dropAll() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range l.conns {
-		c.Close()
-	}
-	n := len(l.conns)
-	l.conns = nil
-	return n
-}
 
 // TestExposeHTTPServerRemote is issue 19's done-when on the remote
 // backend, through a real pulse-server on 127.0.0.1 whose executor is the
@@ -72,7 +43,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dl := &droppingListener{Listener: ln}
+	dl := &testenv.Listener{Listener: ln}
 	rb := startRemoteOn(t, dl, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
 	pol := policy.Default()
 	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8001}}
@@ -103,23 +74,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	}
 	get := func() {
 		t.Helper()
-		var body []byte
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			resp, err := http.Get("http://" + addr + "/index.html")
-			if err == nil {
-				body, err = io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err == nil && resp.StatusCode == 200 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server not reachable through %s: %v", addr, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if string(body) != "hello from the sandbox\n" {
+		if body := getOK(t, "http://"+addr+"/index.html"); body != "hello from the sandbox\n" {
 			t.Errorf("body %q", body)
 		}
 	}
@@ -127,7 +82,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	readUntil(t, p.Output(0), "response:200")
 	// Cut every connection to the server: the process runs on, and the
 	// client reattaches from the last event it had.
-	if n := dl.dropAll(); n == 0 {
+	if n := dl.DropAll(); n == 0 {
 		t.Fatal("no connection to cut")
 	}
 	get()
@@ -208,4 +163,27 @@ func readAvailable(t *testing.T, p *Process, n int64) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// getOK GETs url until it answers 200 (the server inside the sandbox may
+// not listen yet) and returns the body.
+func getOK(t *testing.T, url string) string {
+	t.Helper()
+	var last error
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if rerr == nil && resp.StatusCode == http.StatusOK {
+				return string(body)
+			}
+			err = fmt.Errorf("HTTP %d, %v", resp.StatusCode, rerr)
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer: %v", url, last)
+	return ""
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/internal/server"
 	"github.com/pulse-agent/pulse/internal/server/store"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -35,38 +36,10 @@ type testServer struct {
 	srv    *server.Server
 	st     *store.Store
 	hs     *http.Server
-	ln     *trackingListener
+	ln     *testenv.Listener
 	closed bool
 	// exec replaces the host executor when set.
 	exec server.Executor
-}
-
-// trackingListener remembers the connections it accepted, so that a
-// simulated crash can drop them: http.Server.Close leaves hijacked
-// (WebSocket) connections open.
-type trackingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (l *trackingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.mu.Lock()
-		l.conns = append(l.conns, c)
-		l.mu.Unlock()
-	}
-	return c, err
-}
-
-func (l *trackingListener) dropAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range l.conns {
-		c.Close()
-	}
-	l.conns = nil
 }
 
 func hostExecutor(t testing.TB) server.Executor {
@@ -120,7 +93,7 @@ func (ts *testServer) start(t testing.TB, ln net.Listener, extra ...server.Optio
 		st.Close()
 		t.Fatal(err)
 	}
-	ts.srv, ts.st, ts.ln = srv, st, &trackingListener{Listener: ln}
+	ts.srv, ts.st, ts.ln = srv, st, &testenv.Listener{Listener: ln}
 	ts.addr = ln.Addr().String()
 	ts.url = "ws://" + ts.addr + "/"
 	ts.hs = newHTTPServer(srv)
@@ -138,7 +111,7 @@ func (ts *testServer) stop() {
 	defer cancel()
 	ts.srv.Shutdown(ctx)
 	ts.hs.Close()
-	ts.ln.dropAll()
+	ts.ln.DropAll()
 	ts.st.Close()
 }
 
@@ -148,7 +121,7 @@ func (ts *testServer) stop() {
 func (ts *testServer) crash() *server.Server {
 	ts.closed = true
 	ts.hs.Close()
-	ts.ln.dropAll()
+	ts.ln.DropAll()
 	ts.st.Close()
 	return ts.srv
 }

@@ -56,7 +56,7 @@ func startRelayServer(t *testing.T, opts ...relay.Option) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{dir: dir, srv: srv, st: st, ln: &trackingListener{Listener: ln}, addr: ln.Addr().String()}
+	ts := &testServer{dir: dir, srv: srv, st: st, ln: &testenv.Listener{Listener: ln}, addr: ln.Addr().String()}
 	ts.url = "ws://" + ts.addr + "/"
 	ts.hs = newHTTPServer(srv)
 	go ts.hs.Serve(ts.ln)

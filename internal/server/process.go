@@ -217,16 +217,13 @@ func (c *conn) signal(ctx context.Context, m *protocol.Message) error {
 	if err != nil {
 		return err
 	}
-	e, p := c.process(ctx, m.RequestID, r.ExecutionID)
-	if p == nil {
-		return nil
-	}
-	if err := p.Signal(r.Signal); err != nil {
-		c.answerProcessErr(m.RequestID, m.Action, e, err)
-		return nil
-	}
-	c.s.log.Info("process signalled", "execution_id", e.id, "tenant", c.tenant, "signal", r.Signal.String())
-	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusSignalled, map[string]any{"execution_id": e.id}))
+	c.act(ctx, m, r.ExecutionID, protocol.StatusSignalled, func(e *execution, p backend.Process) error {
+		err := p.Signal(r.Signal)
+		if err == nil {
+			c.s.log.Info("process signalled", "execution_id", e.id, "tenant", c.tenant, "signal", r.Signal.String())
+		}
+		return err
+	})
 	return nil
 }
 
@@ -235,16 +232,24 @@ func (c *conn) resize(ctx context.Context, m *protocol.Message) error {
 	if err != nil {
 		return err
 	}
-	e, p := c.process(ctx, m.RequestID, r.ExecutionID)
-	if p == nil {
-		return nil
-	}
-	if err := p.Resize(r.Rows, r.Cols); err != nil {
-		c.answerProcessErr(m.RequestID, m.Action, e, err)
-		return nil
-	}
-	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusResized, map[string]any{"execution_id": e.id}))
+	c.act(ctx, m, r.ExecutionID, protocol.StatusResized, func(_ *execution, p backend.Process) error {
+		return p.Resize(r.Rows, r.Cols)
+	})
 	return nil
+}
+
+// act does one thing to a running process and answers status, or why it
+// could not.
+func (c *conn) act(ctx context.Context, m *protocol.Message, id, status string, do func(*execution, backend.Process) error) {
+	e, p := c.process(ctx, m.RequestID, id)
+	if p == nil {
+		return
+	}
+	if err := do(e, p); err != nil {
+		c.answerProcessErr(m.RequestID, m.Action, e, err)
+		return
+	}
+	c.out.push(protocol.ResponseFrame(m.RequestID, status, map[string]any{"execution_id": e.id}))
 }
 
 // stdin writes input to a process. The write waits for the command to
