@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/egress"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -60,5 +63,55 @@ func TestLocalAllowlistGetsAnEgressProxy(t *testing.T) {
 		t.Errorf("deny-all changed: %v", err)
 	} else {
 		stop()
+	}
+}
+
+// A client's secret bound to a host is put into requests to that host by
+// the execution's proxy, which has a CA of its own for TLS; the value is
+// in no log line, and the connection comes back from stop.
+func TestLocalEgressInjectsAndReportsConnections(t *testing.T) {
+	const value = "v4lue-of-the-secret-0123456789"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+value {
+			io.WriteString(w, "authorized")
+			return
+		}
+		io.WriteString(w, "anonymous")
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	ph := egress.NewPlaceholder("TOKEN")
+	var logs syncio.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	req := &backend.Request{ExecutionID: "e2", Network: policy.NetworkPolicy{Mode: policy.NetworkAllowlist,
+		Allow: []string{"localhost:" + port}},
+		Egress: &backend.Egress{Inject: []backend.Injection{{Name: "TOKEN", Placeholder: ph, Value: value, Hosts: []string{"localhost"}}}}}
+	r, stop, err := withEgress(req, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Egress.Socket == "" || r.Egress.CAFile == "" || len(r.Egress.CA) == 0 {
+		t.Fatalf("egress %+v: no socket or CA", r.Egress)
+	}
+	c, err := net.Dial("unix", r.Egress.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET http://localhost:%s/ HTTP/1.1\r\nHost: localhost:%s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", port, port, ph)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	c.Close()
+	if string(b) != "authorized" {
+		t.Errorf("answer %q", b)
+	}
+	evs, dropped := stop()
+	if len(evs) != 1 || dropped != 0 || !evs[0].Allowed || evs[0].Host != "localhost" || len(evs[0].Injected) != 1 || evs[0].Injected[0] != "TOKEN" {
+		t.Errorf("events %+v, %d dropped", evs, dropped)
+	}
+	if strings.Contains(logs.String(), value) || !strings.Contains(logs.String(), "TOKEN") {
+		t.Errorf("log: %s", logs.String())
 	}
 }
