@@ -58,18 +58,24 @@ if ! command -v docker >/dev/null 2>&1 || ! engine_answers; then
 fi
 
 # The egress bypass suite runs curl inside the sandbox (TLS through the
-# proxy, the sandbox CA in the trust store), so the image brings the host's
-# curl with its libraries; an image built before that is built again.
+# proxy, the sandbox CA in the trust store): the namespace backend's
+# sandboxes see the host's, and the image brings the host's curl with its
+# libraries; an image built before that is built again.
+if ! command -v curl >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+	say "installing curl from apt (the egress bypass suite runs it in the sandbox)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq curl >/dev/null
+fi
 image_has_curl() {
 	docker run --rm --network none --entrypoint /usr/local/bin/curl "$image" --version >/dev/null 2>&1
 }
-if ! docker image inspect "$image" >/dev/null 2>&1 || ! image_has_curl; then
+if ! docker image inspect "$image" >/dev/null 2>&1 || { command -v curl >/dev/null 2>&1 && ! image_has_curl; }; then
 	# The image is built around a static busybox from the host; a fresh
-	# Debian machine does not have one. curl comes from the host too.
+	# Debian machine does not have one.
 	if [ "$(id -u)" = 0 ]; then
 		pkgs=""
 		[ -x /bin/busybox ] || pkgs="$pkgs busybox-static"
-		command -v curl >/dev/null 2>&1 || pkgs="$pkgs curl"
 		[ -f /etc/ssl/certs/ca-certificates.crt ] || pkgs="$pkgs ca-certificates"
 		if [ -n "$pkgs" ]; then
 			say "installing$pkgs from apt (the sandbox image is built from them)"
