@@ -38,6 +38,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/egress"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -223,8 +224,9 @@ func (e *env) start() (func(), error) {
 // run executes script in the sandbox with the allowlist and the proxy,
 // and returns its output.
 func (e *env) run(ctx context.Context, script string) (string, int, error) {
-	var buf strings.Builder
-	out := &syncWriter{w: &buf}
+	// The backend's copiers may write both streams at once, and a
+	// command that outlives Exec may still be writing.
+	out := &syncio.Buffer{}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	res, err := e.b.Exec(ctx, &backend.Request{
@@ -241,20 +243,7 @@ func (e *env) run(ctx context.Context, script string) (string, int, error) {
 	if err != nil {
 		return "", -1, err
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	return buf.String(), res.ExitCode, nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
+	return out.String(), res.ExitCode, nil
 }
 
 // prelude defines px (open fd 3 to the proxy named by HTTP_PROXY), send
