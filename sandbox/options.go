@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -31,8 +32,9 @@ type options struct {
 	backend       backend.Backend
 	backendName   string
 	unsafeHost    bool
-	noPrestart    bool // select.go
-	fullProbe     bool // select.go: pulse doctor probes every time
+	noPrestart    bool          // select.go
+	keepWarm      time.Duration // select.go
+	fullProbe     bool          // select.go: pulse doctor probes every time
 	autoCommit    bool
 	auditPath     string
 	auditLogger   *audit.Logger

@@ -54,6 +54,9 @@ func candidates() []candidate {
 				if o.limits != nil {
 					opts = append(opts, docker.WithContainerLimits(*o.limits))
 				}
+				if o.keepWarm > 0 {
+					opts = append(opts, docker.WithReuse(o.keepWarm))
+				}
 				return docker.New(opts...)
 			},
 		},
@@ -94,6 +97,24 @@ func candidates() []candidate {
 // WithBackend.
 func WithoutPrestart() Option {
 	return func(o *options) error { o.noPrestart = true; return nil }
+}
+
+// WithKeepWarm lets the backend the sandbox selects keep what it started
+// for a later process on the same workspace, for up to idle unused: on
+// Docker the container, which a later sandbox with the same settings
+// takes over instead of making one (docker.WithReuse; idle at least a
+// minute). A CLI process, which runs one command and ends, uses it so
+// that the next command does not pay for a new container. Commands still
+// see exactly the workspace plus the pending stack; a process that dies
+// while it holds a container leaves it to be removed, never reused.
+func WithKeepWarm(idle time.Duration) Option {
+	return func(o *options) error {
+		if idle < time.Minute {
+			return fmt.Errorf("sandbox: WithKeepWarm: idle lifetime %s is under a minute", idle)
+		}
+		o.keepWarm = idle
+		return nil
+	}
 }
 
 // probeCacheFile is where a backend remembers, per machine and user, that

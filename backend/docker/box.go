@@ -34,6 +34,12 @@ type box struct {
 	sync syncState // what the container's base holds (sync.go)
 
 	trust *trustStore // allowlist containers' trust store (egress.go)
+
+	key      boxKey
+	slot     *warmSlot // held while a warm container is this process's (warm.go)
+	started  string    // the container's State.StartedAt, for a warm one
+	poisoned bool      // guarded by sync.mu: what base holds is unknowable; never reuse
+	retired  bool      // guarded by sync.mu: its container was removed
 }
 
 // box returns the warm container for key, creating it the first time.
@@ -46,10 +52,10 @@ func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
 	}
 	bx, ok := b.boxes[key]
 	if !ok {
-		bx = &box{ready: make(chan struct{})}
+		bx = &box{ready: make(chan struct{}), key: key}
 		b.boxes[key] = bx
 		b.mu.Unlock()
-		bx.id, bx.err = b.create(ctx, key, bx)
+		bx.id, bx.err = b.open(ctx, key, bx)
 		if bx.err != nil {
 			b.mu.Lock()
 			if b.boxes[key] == bx {
@@ -69,12 +75,45 @@ func (b *Backend) box(ctx context.Context, key boxKey) (*box, error) {
 	return bx, bx.err
 }
 
+// open readies bx's container: without reuse a new one; with it the
+// released container of a free slot, or a new one in that slot, or, when
+// every slot is held, a new one of this process's only.
+func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error) {
+	// An allowlist container's trust store is a file of this process's
+	// (egress.go), bound in when it is made: such containers are not
+	// handed on.
+	if b.o.reuseIdle == 0 || key.network == policy.NetworkAllowlist {
+		return b.create(ctx, key, bx, nil)
+	}
+	s, st, err := b.acquireWarm(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if s == nil {
+		return b.create(ctx, key, bx, nil)
+	}
+	bx.slot = s
+	if st != nil {
+		bx.sync.model, bx.started = st.Model, st.Started
+		b.log.Debug("reusing warm sandbox container", "container", st.Container, "slot", s.path)
+		return st.Container, nil
+	}
+	id, err := b.create(ctx, key, bx, s)
+	if err != nil {
+		bx.slot = nil
+		s.release()
+	}
+	return id, err
+}
+
 // wrapperCaps are what the wrapper, root in the container, needs to give
 // each command a working copy owned by the command's own uid and to drop
 // to that uid; the command itself keeps none of them.
 var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
 
-func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, error) {
+// create makes, starts and seeds a container for key; with a slot, a warm
+// one that outlives this process (warm.go).
+func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlot) (string, error) {
 	netMode := container.NetworkMode("none")
 	if key.network == policy.NetworkAllowAll {
 		netMode = "bridge"
@@ -96,6 +135,10 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		bx.trust = t
 	}
 	yes := true
+	labels, idleCmd := b.labels, b.idleCmd() // tools.go
+	if slot != nil {
+		labels, idleCmd = b.warmLabels(slot), b.warmIdleCmd()
+	}
 	cfg := &container.Config{
 		Image: b.o.image,
 		// root, so that the wrapper's exec (User 0) holds the few
@@ -104,10 +147,10 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		// command runs under such a uid with no capabilities; the sleep
 		// that keeps the container up is no command's.
 		User:            "0:0",
-		Cmd:             b.idleCmd(), // tools.go
+		Cmd:             idleCmd,
 		Env:             b.scriptEnv(),
 		WorkingDir:      "/pulse",
-		Labels:          b.labels,
+		Labels:          labels,
 		NetworkDisabled: key.network != policy.NetworkAllowAll,
 	}
 	hc := &container.HostConfig{
@@ -142,6 +185,9 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 		}}, append(append(b.toolsMounts(), cacheMounts(key.caches)...), bx.trust.mounts()...)...),
 		Init:      &yes,
 		Resources: res,
+		// A warm container ends itself when idle; the engine then
+		// removes it with its volumes.
+		AutoRemove: slot != nil,
 	}
 	created, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
@@ -161,6 +207,15 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box) (string, erro
 	}
 	if err := b.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return fail(fmt.Errorf("docker: starting container: %v: %w", err, backend.ErrUnavailable))
+	}
+	if slot != nil {
+		// A later holder checks the container was not restarted, which
+		// would have emptied its tmpfs.
+		insp, err := b.cli.ContainerInspect(ctx, id)
+		if err != nil || insp.State == nil {
+			return fail(fmt.Errorf("docker: inspecting the new container: %v: %w", err, backend.ErrUnavailable))
+		}
+		bx.started = insp.State.StartedAt
 	}
 	pr, pw := io.Pipe()
 	var hidden map[string]bool

@@ -9,6 +9,14 @@
 //     pulse.session, and the owning process's pid and start time) so that
 //     Reconcile removes the leftovers of dead processes on this host and
 //     Close removes its own.
+//   - With WithReuse, containers outlive their process: Close hands each
+//     on, with the model of its copy of the workspace, under the
+//     workspace's .pulse/docker/, and a Backend of a later process with
+//     the same settings takes it over (one process at a time, by a lock
+//     file; concurrent ones take other slots). A process that died while
+//     it held one leaves it unreleased, and it is removed, never reused.
+//     A warm container ends itself after its idle lifetime, and
+//     Reconcile and Collect remove expired and unreleased ones (warm.go).
 //   - Hardened by default: network none for deny-all, all capabilities
 //     dropped (the wrapper, root in the container, keeps CHOWN,
 //     DAC_OVERRIDE, FOWNER, SETUID and SETGID), no-new-privileges,

@@ -56,7 +56,8 @@ type options struct {
 	limits      policy.ResourceLimits
 	tmpfsSize   string
 	scratchSize string
-	tools       string // tools.go
+	tools       string        // tools.go
+	reuseIdle   time.Duration // warm.go; 0: no reuse across processes
 }
 
 // Option configures a Backend.
@@ -146,6 +147,7 @@ type Backend struct {
 	labels  map[string]string
 	closeCh chan struct{}
 	tools   string // the static busybox injected into containers, "" for none (tools.go)
+	imageID string // the image's id, when Probe read it (warm.go keys on it)
 
 	mu     sync.Mutex
 	closed bool
@@ -238,13 +240,17 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return fmt.Errorf("docker: no engine answers at %s (%v); as root, start one with scripts/testenv.sh or `dockerd &`: %w",
 			b.cli.DaemonHost(), err, backend.ErrUnavailable)
 	}
-	if _, err := b.cli.ImageInspect(ctx, b.o.image); err != nil {
+	insp, err := b.cli.ImageInspect(ctx, b.o.image)
+	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("docker: image %q is missing; build it with `pulse image build --tag %s`: %w",
 				b.o.image, b.o.image, backend.ErrUnavailable)
 		}
 		return fmt.Errorf("docker: inspecting image %q: %v: %w", b.o.image, err, backend.ErrUnavailable)
 	}
+	b.mu.Lock()
+	b.imageID = insp.ID
+	b.mu.Unlock()
 	return nil
 }
 
@@ -298,7 +304,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 }
 
 // Close implements backend.Backend: it removes the backend's containers,
-// which ends every command still running, and waits for Exec calls.
+// which ends every command still running, and waits for Exec calls. With
+// WithReuse it ends the running commands, waits for them, and hands each
+// warm container on to a later process instead (warm.go).
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -314,9 +322,14 @@ func (b *Backend) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
+	var warm []*box
 	for _, bx := range boxes {
 		<-bx.ready
 		if bx.id == "" {
+			continue
+		}
+		if bx.slot != nil {
+			warm = append(warm, bx)
 			continue
 		}
 		if err := b.remove(ctx, bx.id); err != nil {
@@ -325,6 +338,11 @@ func (b *Backend) Close() error {
 		bx.trust.remove()
 	}
 	b.wg.Wait()
+	for _, bx := range warm {
+		if err := b.releaseWarm(ctx, bx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if b.ownCli {
 		errs = append(errs, b.cli.Close())
 	}
@@ -342,8 +360,10 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 }
 
 // Reconcile implements backend.Backend: it removes containers labelled by
-// a process on this host that is no longer alive. Containers of live
-// processes, and of other hosts sharing the engine, are left alone.
+// a process on this host that is no longer alive, and warm containers
+// (WithReuse) that expired or whose holder died. Containers of live
+// processes, warm ones held or fresh, and those of other hosts sharing
+// the engine, are left alone.
 func (b *Backend) Reconcile(ctx context.Context) error {
 	_, err := b.Collect(ctx)
 	return err
@@ -360,7 +380,20 @@ func (b *Backend) Collect(ctx context.Context) ([]string, error) {
 	var errs []error
 	var removed []string
 	for _, c := range list {
-		if c.Labels[LabelHost] != host || c.Labels[LabelSandbox] == b.id {
+		if c.Labels[LabelHost] != host {
+			continue
+		}
+		if _, ok := c.Labels[LabelWarm]; ok {
+			gone, err := b.collectWarm(ctx, c)
+			if err != nil {
+				errs = append(errs, err)
+			} else if gone {
+				b.log.Info("removed a warm sandbox container", "container", c.ID, "slot", c.Labels[LabelWarm])
+				removed = append(removed, c.ID)
+			}
+			continue
+		}
+		if c.Labels[LabelSandbox] == b.id {
 			continue
 		}
 		pid, err := strconv.Atoi(c.Labels[LabelPID])

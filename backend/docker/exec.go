@@ -102,14 +102,16 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(c
 	defer stop()
 	seq, err := b.syncBase(ctx, bx, req)
 	if err != nil {
+		b.retire(bx)
 		return nil, err
 	}
-	res, err := b.run(ctx, bx, req, onStart)
+	res, m, err := b.run(ctx, bx, req, onStart)
 	var ov *backend.Overlay
 	if res != nil {
 		ov = res.Overlay
 	}
-	b.finishSync(bx, seq, ov)
+	b.finishSync(bx, seq, ov, m)
+	b.retire(bx)
 	return res, err
 }
 
@@ -257,7 +259,9 @@ func poolable(req *backend.Request, args []string) bool {
 	return n <= maxPooledArgs
 }
 
-func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStart func(containerID, id string)) (*backend.Result, error) {
+// run runs the command in bx and says what is known of what its wrapper
+// merged into base.
+func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStart func(containerID, id string)) (*backend.Result, merged, error) {
 	limits := req.Limits.WithDefaults()
 	id, nonce := randomID(), randomID()
 	args := commandArgs(req, id, nonce, limits, b.shell())
@@ -298,7 +302,7 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStar
 		var err error
 		abandon, inspect, err = b.startFresh(bx, j, req, args)
 		if err != nil {
-			return nil, err
+			return nil, mergedKnown, err
 		}
 	}
 	if onStart != nil {
@@ -343,13 +347,20 @@ wait:
 	res.Truncated = stdout.truncated() || stderr.truncated()
 	var oc *outcome
 	var err, lost error
+	m := mergedKnown
 	switch {
 	case !j.out.complete():
+		// The wrapper may not have ended: it may merge into base later.
+		m = mergedUnsettled
 		err = errors.New("the exec wrapper ended without reporting (was the container removed?)")
 	case j.out.overflow:
+		m = mergedUnknown
 		err = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
 	default:
 		oc, err = parseOutTar(bytes.NewReader(j.out.report()), int64(maxOverlayBytes))
+		if err != nil {
+			m = mergedUnknown
+		}
 	}
 	if err != nil {
 		// The command ran; what it wrote cannot be read back. Say so on
@@ -372,7 +383,7 @@ wait:
 		res.Metrics = oc.metrics
 		switch {
 		case oc.status == "nodir":
-			return nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
+			return nil, m, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
 		case strings.HasPrefix(oc.status, "exit "):
 			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
 				res.ExitCode = code
@@ -396,7 +407,7 @@ wait:
 		res.ExitCode = -1
 		res.TimedOut = r == backend.Timeout
 	}
-	return res, lost
+	return res, m, lost
 }
 
 // startFresh runs the wrapper in an exec of its own: for commands with

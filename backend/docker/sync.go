@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -37,14 +38,35 @@ import (
 // A command that ran while another was running in the same container may
 // have merged in either order: the paths it wrote are marked unknown in
 // the model, and the next sync sends them again.
+//
+// When what base holds is unknown but nothing can change it any more (a
+// sync script that failed, a wrapper whose report could not be read), the
+// model is nil and the next sync rebuilds base from scratch. When
+// something may still change it (an exec that was abandoned or whose end
+// was not seen), the container is poisoned: no later command runs in it,
+// and it is removed once the commands running in it have ended.
 
 // syncState is the model of one container's base.
 type syncState struct {
-	mu      sync.Mutex // held by a sync from diff to model update
-	model   map[string]string
+	mu      sync.Mutex        // held by a sync from diff to model update
+	model   map[string]string // nil: unknown, base is rebuilt by the next sync
 	running int
 	seq     uint64
 }
+
+// merged says what is known of what a command's wrapper merged into base.
+type merged int
+
+const (
+	// mergedKnown: the overlay (none: nothing) is exactly what was merged.
+	mergedKnown merged = iota
+	// mergedUnknown: the wrapper has ended, but what it merged is not
+	// known; base is rebuilt before the next command.
+	mergedUnknown
+	// mergedUnsettled: the wrapper may still be running and change base;
+	// the container is never used again.
+	mergedUnsettled
+)
 
 // signature of a workspace entry: what changes when its content may have.
 func wsSig(info fs.FileInfo, target string) string {
@@ -164,7 +186,12 @@ lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
 mkdir -p "$S" && tar -x -f - -C "$S" || exit 2
 lock
 rc=0
-if [ ! -d "$P/base" ]; then
+if [ -e "$S/reset" ]; then
+	# What base holds is unknown: it is made again from what came.
+	chmod -R u+rwx "$P/base" /pulse/seed 2>/dev/null
+	rm -rf "$P/base" /pulse/seed && mkdir -m 0700 "$P/base" || rc=7
+fi
+if [ $rc = 0 ] && [ ! -d "$P/base" ]; then
 	# 0700, as the wrapper makes it: commands (other uids) never enter base.
 	cp -a /pulse/seed "$P/base.tmp" && chmod 0700 "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
 fi
@@ -188,7 +215,11 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	if err != nil {
 		return 0, err
 	}
+	if bx.poisoned {
+		return 0, fmt.Errorf("docker: the sandbox container's state is unknown after an earlier failure: %w", backend.ErrUnavailable)
+	}
 	have := ss.model
+	reset := have == nil
 	var del []string
 	var put []string
 	for p, w := range want {
@@ -204,7 +235,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 			del = append(del, p)
 		}
 	}
-	if len(put) == 0 && len(del) == 0 {
+	if len(put) == 0 && len(del) == 0 && !reset {
 		return b.startSeq(ss), nil
 	}
 	sort.Strings(put)
@@ -220,6 +251,11 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	}
 	if _, err := io.WriteString(tw, delList); err != nil {
 		return 0, err
+	}
+	if reset {
+		if err := tw.WriteHeader(&tar.Header{Name: "reset", Typeflag: tar.TypeReg, Mode: 0o600, ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return 0, err
+		}
 	}
 	for _, p := range put {
 		w := want[p]
@@ -258,8 +294,14 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 		return 0, err
 	}
 	if err := b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript, "pulse-sync", randomID()}, &buf); err != nil {
-		// What base holds is unknown now: send everything next time.
-		ss.model = map[string]string{}
+		var ee *exitError
+		if errors.As(err, &ee) {
+			// The script ended, part way: rebuild base next time.
+			ss.model = nil
+		} else {
+			// It may still run and change base later.
+			b.poisonLocked(bx)
+		}
 		return 0, fmt.Errorf("docker: bringing the container up to date with the workspace and the pending stack: %w", err)
 	}
 	model := make(map[string]string, len(want))
@@ -277,21 +319,23 @@ func (b *Backend) startSeq(ss *syncState) uint64 {
 }
 
 // finishSync records what the command's wrapper merged into base.
-func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay) {
+func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay, m merged) {
 	ss := &bx.sync
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.running--
-	concurrent := ss.seq != seq || ss.running > 0
-	if ov == nil {
-		if concurrent {
-			return
-		}
+	switch m {
+	case mergedUnsettled:
+		b.poisonLocked(bx)
+		return
+	case mergedUnknown:
+		ss.model = nil
 		return
 	}
-	if ss.model == nil {
-		ss.model = map[string]string{}
+	if ov == nil || ss.model == nil {
+		return // nothing merged, or base is rebuilt anyway
 	}
+	concurrent := ss.seq != seq || ss.running > 0
 	for _, p := range ov.Deleted {
 		removeTree(ss.model, p)
 		if concurrent {
@@ -314,6 +358,43 @@ func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay) {
 			sum := sha256.Sum256(f.Data)
 			ss.model[f.Path] = contentSig(f.Mode, hex.EncodeToString(sum[:]))
 		}
+	}
+}
+
+// poisonLocked (bx.sync.mu held) marks bx unusable: no new command
+// starts in it, and its container is removed when the last running one
+// has ended (retire).
+func (b *Backend) poisonLocked(bx *box) {
+	if !bx.poisoned {
+		b.log.Warn("sandbox container state unknown; it will be replaced", "container", bx.id)
+	}
+	bx.poisoned = true
+	b.mu.Lock()
+	if b.boxes[bx.key] == bx {
+		delete(b.boxes, bx.key)
+	}
+	b.mu.Unlock()
+}
+
+// retire removes a poisoned box's container once nothing runs in it.
+func (b *Backend) retire(bx *box) {
+	bx.sync.mu.Lock()
+	gone := bx.poisoned && bx.sync.running == 0 && !bx.retired
+	if gone {
+		bx.retired = true
+	}
+	bx.sync.mu.Unlock()
+	if !gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.remove(ctx, bx.id); err != nil {
+		b.log.Warn("removing a sandbox container whose state is unknown", "container", bx.id, "err", err)
+	}
+	bx.trust.remove()
+	if bx.slot != nil {
+		bx.slot.release()
 	}
 }
 
@@ -392,7 +473,7 @@ func (b *Backend) execWithStdin(ctx context.Context, id string, cmd []string, r 
 		}
 		if !insp.Running {
 			if insp.ExitCode != 0 {
-				return fmt.Errorf("exit %d: %s", insp.ExitCode, strings.TrimSpace(out.String()))
+				return &exitError{code: insp.ExitCode, out: strings.TrimSpace(out.String())}
 			}
 			return nil
 		}
@@ -400,3 +481,11 @@ func (b *Backend) execWithStdin(ctx context.Context, id string, cmd []string, r 
 	}
 	return fmt.Errorf("exec did not end")
 }
+
+// exitError is a script that ended with a non-zero status.
+type exitError struct {
+	code int
+	out  string
+}
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.out) }

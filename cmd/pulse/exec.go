@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/remote"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
@@ -86,6 +87,17 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	// One command per process: an init started ahead for a next one
 	// would only be killed at exit.
 	opts = append(opts, sandbox.WithoutPrestart())
+	// On Docker the container outlives this process, for the next
+	// command in this workspace (PULSE_DOCKER_IDLE: how long unused; 0
+	// turns it off).
+	keep, err := keepWarm(env.getenv("PULSE_DOCKER_IDLE"))
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
+		return exitUsage
+	}
+	if keep > 0 {
+		opts = append(opts, sandbox.WithKeepWarm(keep))
+	}
 	// A large upload to a pulse-server shows a progress line on a terminal.
 	prog := newProgress(env)
 	defer prog.close()
@@ -152,6 +164,22 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		summarize(env.stderr, res, diff, env.prog+" cow", wsFlag)
 	}
 	return execExitCode(res)
+}
+
+// keepWarm is how long a Docker container stays for a later pulse exec:
+// PULSE_DOCKER_IDLE as a duration (at least a minute), 0 for not at all.
+func keepWarm(v string) (time.Duration, error) {
+	if v == "" {
+		return docker.DefaultReuseIdle, nil
+	}
+	if v == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || (d != 0 && d < time.Minute) {
+		return 0, fmt.Errorf("PULSE_DOCKER_IDLE=%q: want a duration of at least 1m, or 0", v)
+	}
+	return d, nil
 }
 
 func execExitCode(res *sandbox.Result) int {

@@ -1,0 +1,280 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// reuseFor is WithReuse without its one-minute floor, so that a test can
+// watch a container's idle end.
+func reuseFor(d time.Duration) Option {
+	return func(o *options) error { o.reuseIdle = d; return nil }
+}
+
+// warmOf lists the warm containers whose slot is under ws, running or not.
+func warmOf(t *testing.T, b *Backend, ws string) []string {
+	t.Helper()
+	list, err := b.cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelWarm))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list {
+		if strings.HasPrefix(c.Labels[LabelWarm], ws+"/") {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
+}
+
+// gone says whether the container no longer exists.
+func gone(b *Backend, id string) bool {
+	_, err := b.cli.ContainerInspect(context.Background(), id)
+	return cerrdefs.IsNotFound(err)
+}
+
+// slotFiles are the released states under ws.
+func slotFiles(t *testing.T, ws string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(ws, ".pulse", "docker", "*", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A later Backend takes over the container an earlier one released, and
+// its command sees exactly the workspace as it is now: not what the
+// earlier command wrote (no pending stack here), but a host edit made in
+// between.
+func TestDockerWarmTakeOverSyncsToTheWorkspaceNow(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"README": "hello\n"})
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	r := execShell(t, b1, ws, `echo one > a.txt; echo changed > README`)
+	if r.res.ExitCode != 0 || r.res.Overlay == nil || len(r.res.Overlay.Files) != 2 {
+		t.Fatalf("first command: exit %d, overlay %+v, stderr %q", r.res.ExitCode, r.res.Overlay, r.stderr)
+	}
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	first := warmOf(t, b1, ws)
+	if len(first) != 1 || len(slotFiles(t, ws)) != 1 {
+		t.Fatalf("after Close: warm containers %v, released states %v; want one of each", first, slotFiles(t, ws))
+	}
+	writeFiles(t, ws, map[string]string{"host.txt": "edit\n"})
+
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	r = execShell(t, b2, ws, `ls; cat README host.txt`)
+	if r.res.ExitCode != 0 || r.stdout != "README\nhost.txt\nhello\nedit\n" {
+		t.Fatalf("second command: exit %d, stdout %q, stderr %q", r.res.ExitCode, r.stdout, r.stderr)
+	}
+	if len(slotFiles(t, ws)) != 0 {
+		t.Errorf("the slot is held but its state is still on disk: %v", slotFiles(t, ws))
+	}
+	if now := warmOf(t, b2, ws); len(now) != 1 || now[0] != first[0] {
+		t.Errorf("warm containers %v, want the first one (%.12s) taken over", now, first[0])
+	}
+}
+
+// A holder that lost its slot without releasing it (as a process killed
+// mid-command does: the lock goes with it, the state was never written
+// back) leaves a container nobody reuses: the next holder removes it and
+// makes a new one.
+func TestDockerWarmUnreleasedContainerIsReplaced(t *testing.T) {
+	ws := t.TempDir()
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b1, ws, `echo left > left.txt`)
+	old := warmOf(t, b1, ws)
+	if len(old) != 1 {
+		t.Fatalf("warm containers %v, want one", old)
+	}
+	b1.mu.Lock()
+	for _, bx := range b1.boxes {
+		bx.slot.release() // the lock is gone, nothing written back
+		bx.slot = nil     // and Close will not release it
+		bx.id = ""
+	}
+	b1.mu.Unlock()
+
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	r := execShell(t, b2, ws, `ls`)
+	if r.res.ExitCode != 0 || r.stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want an empty workspace", r.res.ExitCode, r.stdout, r.stderr)
+	}
+	if !gone(b2, old[0]) {
+		t.Errorf("the unreleased container %.12s is still there", old[0])
+	}
+	if now := warmOf(t, b2, ws); len(now) != 1 || now[0] == old[0] {
+		t.Errorf("warm containers %v, want one new one", now)
+	}
+}
+
+// Two Backends at once in one workspace (two CLI processes) get two
+// containers; each released one is taken over again later.
+func TestDockerWarmConcurrentHoldersGetTheirOwn(t *testing.T) {
+	ws := t.TempDir()
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b1, ws, `true`)
+	execShell(t, b2, ws, `true`)
+	both := warmOf(t, b1, ws)
+	if len(both) != 2 {
+		t.Fatalf("warm containers %v, want two", both)
+	}
+	for _, b := range []*Backend{b1, b2} {
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b3 := newDocker(t, WithReuse(2*time.Minute))
+	b4 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b3, ws, `true`)
+	execShell(t, b4, ws, `true`)
+	if now := warmOf(t, b3, ws); len(now) != 2 || !(now[0] == both[0] && now[1] == both[1] || now[0] == both[1] && now[1] == both[0]) {
+		t.Errorf("warm containers %v, want the two released ones %v", now, both)
+	}
+}
+
+// A warm container ends itself after its idle lifetime, and the engine
+// removes it.
+func TestDockerWarmIdleContainerEndsItself(t *testing.T) {
+	ws := t.TempDir()
+	b := newDocker(t, reuseFor(6*time.Second))
+	execShell(t, b, ws, `true`)
+	ids := warmOf(t, b, ws)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 {
+		t.Fatalf("warm containers %v, want one", ids)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for !gone(b, ids[0]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("container %.12s still there long after its idle lifetime", ids[0])
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// Collect (Reconcile, `pulse gc`) leaves a held and a fresh released
+// container alone, and removes one whose idle lifetime is over and one
+// whose holder went away without releasing it.
+func TestDockerWarmCollect(t *testing.T) {
+	ws := t.TempDir()
+	held := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, held, ws, `true`)
+	fresh := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, fresh, ws, `true`)
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gc := newDocker(t)
+	removed, err := gc.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range removed {
+		for _, w := range warmOf(t, gc, ws) {
+			if id == w {
+				t.Fatalf("Collect removed %.12s, held or fresh", id)
+			}
+		}
+	}
+	if n := len(warmOf(t, gc, ws)); n != 2 {
+		t.Fatalf("%d warm containers, want 2", n)
+	}
+
+	// The released one's last use an hour ago: expired.
+	states := slotFiles(t, ws)
+	if len(states) != 1 {
+		t.Fatalf("released states %v, want one", states)
+	}
+	data, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st warmState
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	st.LastUsed = time.Now().Add(-time.Hour)
+	data, _ = json.Marshal(&st)
+	if err := os.WriteFile(states[0], data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The held one's holder goes away without releasing it.
+	var heldID string
+	held.mu.Lock()
+	for _, bx := range held.boxes {
+		heldID = bx.id
+		bx.slot.release()
+		bx.slot, bx.id = nil, ""
+	}
+	held.mu.Unlock()
+
+	removed, err = gc.Collect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{st.Container: true, heldID: true}
+	n := 0
+	for _, id := range removed {
+		if want[id] {
+			n++
+		}
+	}
+	if n != 2 || len(warmOf(t, gc, ws)) != 0 {
+		t.Errorf("removed %v, want %.12s (expired) and %.12s (unreleased); left %v", removed, st.Container, heldID, warmOf(t, gc, ws))
+	}
+}
+
+// A command whose report cannot be read leaves base in a state the
+// backend does not know: the next command's sync rebuilds base, so what
+// the lost command wrote is not seen (the sessions contract), in the
+// same process and after a takeover.
+func TestDockerLostOverlayDoesNotLeakIntoTheNextCommand(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"keep.txt": "kept\n"})
+	b := newDocker(t, WithReuse(2*time.Minute))
+	old := maxOverlayBytes
+	maxOverlayBytes = 1 << 10
+	var out strings.Builder
+	r, err := b.Exec(context.Background(), shellReq(ws, `head -c 4096 /dev/zero > big.bin`, &out))
+	maxOverlayBytes = old
+	if err == nil || r == nil || r.Overlay != nil {
+		t.Fatalf("want the overlay lost: result %+v, err %v", r, err)
+	}
+	got := execShell(t, b, ws, `ls`)
+	if got.stdout != "keep.txt\n" {
+		t.Fatalf("after a lost overlay: ls = %q, want only keep.txt", got.stdout)
+	}
+	maxOverlayBytes = 1 << 10
+	_, _ = b.Exec(context.Background(), shellReq(ws, `head -c 4096 /dev/zero > big2.bin`, &out))
+	maxOverlayBytes = old
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	got = execShell(t, b2, ws, `ls`)
+	if got.stdout != "keep.txt\n" {
+		t.Fatalf("after a takeover: ls = %q, want only keep.txt", got.stdout)
+	}
+}
+
+func shellReq(ws, script string, out *strings.Builder) *backend.Request {
+	return &backend.Request{ExecutionID: "test", Workspace: ws, Shell: script, Stdout: out, Stderr: out, Network: policy.DenyAllNetwork()}
+}
