@@ -137,6 +137,7 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 		return nil, nil, fmt.Errorf("docker: egress bridge: %v: %w", err, backend.ErrUnavailable)
 	}
 	sock := req.Egress.Socket
+	stopForwards := b.forwardLoopback(info.State.Pid, req, sock) // loopfwd.go
 	// The container outlives the command: a connection a leftover process
 	// holds open is closed with the bridge, not left relaying.
 	var mu sync.Mutex
@@ -174,6 +175,7 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 		r.Env[k] = v
 	}
 	return &r, func() {
+		stopForwards()
 		l.Close()
 		mu.Lock()
 		stopped = true

@@ -33,6 +33,9 @@ type egressConfig struct {
 	Socket string `json:"socket"`
 	CAFile string `json:"ca_file,omitempty"`
 	Port   int    `json:"port"`
+	// Forward are the allowlist's loopback targets the init also listens
+	// on, tunnelled through the proxy (backend.LoopbackForwards).
+	Forward []string `json:"forward,omitempty"`
 }
 
 // prepareEgress checks an allowlist request and adds the proxy variables
@@ -60,7 +63,7 @@ func prepareEgress(req *backend.Request, env map[string]string) (*egressConfig, 
 	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(egressPort), ca) {
 		env[k] = v
 	}
-	return &egressConfig{Socket: e.Socket, CAFile: e.CAFile, Port: egressPort}, nil
+	return &egressConfig{Socket: e.Socket, CAFile: e.CAFile, Port: egressPort, Forward: backend.LoopbackForwards(req.Network, egressPort)}, nil
 }
 
 // mountEgress binds the proxy's socket and CA bundle into the new root
@@ -119,5 +122,22 @@ func startForwarder(cfg *childConfig) error {
 			go bridge.ToUnix(c, egressSocket)
 		}
 	}()
+	// Clients that never use a proxy for a loopback address (Go's
+	// net/http) reach an allowed 127.0.0.1:PORT here, through the proxy.
+	for _, target := range e.Forward {
+		fl, err := net.Listen("tcp", target)
+		if err != nil {
+			return fmt.Errorf("egress forwarder for %s: %w", target, err)
+		}
+		go func() {
+			for {
+				c, err := fl.Accept()
+				if err != nil {
+					return
+				}
+				go bridge.Tunnel(c, egressSocket, target)
+			}
+		}()
+	}
 	return nil
 }

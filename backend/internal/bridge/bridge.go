@@ -4,7 +4,6 @@
 package bridge
 
 import (
-	"io"
 	"net"
 )
 
@@ -20,15 +19,7 @@ func ToUnix(c net.Conn, sock string) {
 		return
 	}
 	defer u.Close()
-	done := make(chan struct{})
-	go func() {
-		io.Copy(u, c)
-		closeWrite(u)
-		close(done)
-	}()
-	io.Copy(c, u)
-	closeWrite(c)
-	<-done
+	join(c, u, u)
 }
 
 func closeWrite(c net.Conn) {

@@ -1,0 +1,83 @@
+package bridge
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+)
+
+// fakeProxy answers each CONNECT on a Unix socket: 200 and an echo of
+// what follows for allowed, 403 and a close for anything else; it
+// records the targets asked for.
+func fakeProxy(t *testing.T, allowed string) (sock string, targets chan string) {
+	sock = filepath.Join(t.TempDir(), "proxy.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	targets = make(chan string, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				targets <- req.Method + " " + req.Host
+				if req.Host != allowed {
+					io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+				b, _ := io.ReadAll(br)
+				c.Write(append([]byte("echo:"), b...))
+			}()
+		}
+	}()
+	return sock, targets
+}
+
+// A connection is tunnelled as a CONNECT to its target; a refused
+// CONNECT closes the connection with nothing relayed.
+func TestTunnelConnectsThroughTheProxy(t *testing.T) {
+	sock, targets := fakeProxy(t, "127.0.0.1:4000")
+	for _, tc := range []struct{ target, want string }{
+		{"127.0.0.1:4000", "echo:ping"},
+		{"127.0.0.1:5000", ""},
+	} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if b, err := l.Accept(); err == nil {
+				Tunnel(b, sock, tc.target)
+			}
+		}()
+		a, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		a.Write([]byte("ping"))
+		closeWrite(a)
+		got, _ := io.ReadAll(a)
+		a.Close()
+		if string(got) != tc.want {
+			t.Errorf("%s: read %q, want %q", tc.target, got, tc.want)
+		}
+		if asked := <-targets; asked != "CONNECT "+tc.target {
+			t.Errorf("proxy was asked %q, want CONNECT %s", asked, tc.target)
+		}
+	}
+}
