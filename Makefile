@@ -6,7 +6,7 @@ FUZZTIME ?= 10s
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test testenv check fmt vet lint cross unit fuzz bench build
+.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build
 
 test: testenv check
 
@@ -43,3 +43,10 @@ fuzz:
 
 bench:
 	@./scripts/bench.sh
+
+# The agent-loop battery on a clone of this repository (bench/agent/run.sh):
+# each step through pulse exec on namespace and Docker against the same
+# command run directly. N runs each (default 3).
+bench-agent:
+	@./scripts/testenv.sh
+	@./bench/agent/run.sh
