@@ -1,75 +1,18 @@
 package main
 
 import (
-	"archive/zip"
-	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
-
-// goMirror writes a GOPROXY directory (the module proxy protocol's file
-// layout, as `go mod download` leaves in $GOMODCACHE/cache/download)
-// holding one module, example.com/greet v1.0.0, and returns it with the
-// go.sum lines that check that module.
-func goMirror(t *testing.T) (dir, gosum string) {
-	t.Helper()
-	dir = t.TempDir()
-	v := filepath.Join(dir, "example.com", "greet", "@v")
-	must(t, os.MkdirAll(v, 0o755))
-	mod := "module example.com/greet\n\ngo 1.21\n"
-	src := "package greet\n\n// Hello greets.\nfunc Hello() string { return \"hello from the mirror\" }\n"
-	files := map[string]string{"example.com/greet@v1.0.0/go.mod": mod, "example.com/greet@v1.0.0/greet.go": src}
-	var zb bytes.Buffer
-	zw := zip.NewWriter(&zb)
-	for _, name := range sortedKeys(files) {
-		w, err := zw.Create(name)
-		must(t, err)
-		_, err = w.Write([]byte(files[name]))
-		must(t, err)
-	}
-	must(t, zw.Close())
-	for name, data := range map[string]string{
-		"list": "v1.0.0\n", "v1.0.0.info": `{"Version":"v1.0.0","Time":"2026-01-01T00:00:00Z"}`,
-		"v1.0.0.mod": mod, "v1.0.0.zip": zb.String(),
-	} {
-		must(t, os.WriteFile(filepath.Join(v, name), []byte(data), 0o644))
-	}
-	gosum = fmt.Sprintf("example.com/greet v1.0.0 %s\nexample.com/greet v1.0.0/go.mod %s\n",
-		hash1(files), hash1(map[string]string{"go.mod": mod}))
-	return dir, gosum
-}
-
-// hash1 is the go.sum hash ("h1:", golang.org/x/mod/sumdb/dirhash) of
-// the named files.
-func hash1(files map[string]string) string {
-	h := sha256.New()
-	for _, name := range sortedKeys(files) {
-		fmt.Fprintf(h, "%x  %s\n", sha256.Sum256([]byte(files[name])), name)
-	}
-	return "h1:" + base64.StdEncoding.EncodeToString(h.Sum(nil))
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
 
 // testGoModulesFromMirror: a Go module mirror served on this machine's
 // 127.0.0.1 (a GOPROXY directory behind a test HTTP server) reaches `go
@@ -79,7 +22,7 @@ func sortedKeys(m map[string]string) []string {
 // so a later command builds its package list offline, with the network
 // denied and GOPROXY=off.
 func testGoModulesFromMirror(t *testing.T, goBin string, flags ...string) {
-	dir, gosum := goMirror(t)
+	dir, gosum := testenv.GoMirror(t)
 	var hits atomic.Int64
 	files := http.FileServer(http.Dir(dir))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,11 +33,7 @@ func testGoModulesFromMirror(t *testing.T, goBin string, flags ...string) {
 	addr := srv.Listener.Addr().String()
 
 	ws := t.TempDir()
-	for name, data := range map[string]string{
-		"go.mod":  "module example.com/app\n\ngo 1.21\n\nrequire example.com/greet v1.0.0\n",
-		"go.sum":  gosum,
-		"main.go": "package main\n\nimport \"example.com/greet\"\n\nfunc main() { println(greet.Hello()) }\n",
-	} {
+	for name, data := range testenv.GoMirrorApp(gosum) {
 		must(t, os.WriteFile(filepath.Join(ws, name), []byte(data), 0o644))
 	}
 	pol := filepath.Join(t.TempDir(), "policy.yaml")

@@ -24,6 +24,7 @@
 //
 // # Helpers
 //
+//   - GoMirror: a GOPROXY directory of one module and its go.sum lines.
 //   - NewPKI: a CA, a server certificate for 127.0.0.1, ::1 and localhost,
 //     and a client certificate, as tls.Certificates, a pool and PEM files
 //     in t.TempDir().
