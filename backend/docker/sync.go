@@ -114,8 +114,13 @@ type want struct {
 	tgt  string
 }
 
-// unhashed numbers the pending files that come without a SHA.
-var unhashed atomic.Uint64
+// unhashed numbers the pending files that come without a SHA; with
+// unhashedRun, which tells this process's numbers from those of another
+// whose model a warm container carries over (warm.go).
+var (
+	unhashed    atomic.Uint64
+	unhashedRun = randomID()
+)
 
 // desired computes what base should hold: the workspace now, with the
 // pending view over it, without the hidden paths (and what is beneath
@@ -166,7 +171,7 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 			// Without a content hash nothing says base holds these
 			// bytes (another stack's file of the same size may be
 			// there): a signature no model entry equals, so it is sent.
-			sig := fmt.Sprintf("p|%s|%d|%d", e.Path, e.Size, unhashed.Add(1))
+			sig := fmt.Sprintf("p|%s|%d|%s.%d", e.Path, e.Size, unhashedRun, unhashed.Add(1))
 			if e.SHA != "" {
 				sig = contentSig(e.Mode, e.SHA)
 			}
