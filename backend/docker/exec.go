@@ -33,8 +33,11 @@ var wrapperScript string
 // and a process that left the command's group by setsid dies too. The
 // command may not have started yet (the kill raced the start), so it
 // waits for the pgid file, or for the wrapper to finish, a bounded time.
+// It leaves out/ID/killed behind, which keeps a terminal exec (tty.go)
+// that starts later from running the command at all.
 const killScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
 while [ $i -lt 1000 ]; do
+	[ -d "$O" ] && [ ! -e "$O/killed" ] && : >"$O/killed"
 	u=$(cat "$O/uid" 2>/dev/null)
 	if [ -n "$u" ] && [ -e "$T/pgid" ]; then nsenter -S "$u" -G "$u" kill -9 -1 2>/dev/null; exit 0; fi
 	[ -e "$O/status" ] && exit 0

@@ -46,12 +46,18 @@ import (
 // command's uid can open it.
 
 // ttyScript runs in the terminal exec, as root: DIR UID GID FSIZE PGID
-// TIME ROWS COLS, then the command's environment and argv (as the
-// wrapper's).
-const ttyScript = `d=$1 u=$2 g=$3 f=$4 p=$5 t=$6 r=$7 c=$8; shift 8
+// TIME ROWS COLS KILLED, then the command's environment and argv (as the
+// wrapper's). KILLED exists once the command was killed (killScript):
+// a terminal exec that starts only after that runs nothing.
+const ttyScript = `d=$1 u=$2 g=$3 f=$4 p=$5 t=$6 r=$7 c=$8 k=$9; shift 9
+[ -e "$k" ] && exit 137
 cd "$d" || exit 125
 stty rows "$r" cols "$c" 2>/dev/null
 exec nsenter -S "$u" -G "$g" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$f" "$p" "$t" "$@"`
+
+// ttyBeforeLaunch, when set (by a test), runs before the terminal exec is
+// created: an engine slow to start it.
+var ttyBeforeLaunch func(containerID, id string)
 
 // ttyRuns are the terminals of running commands, by command id, for
 // Start's Resize.
@@ -60,6 +66,7 @@ var ttyRuns sync.Map // string -> *ttyRun
 // ttyRun is one command's terminal exec.
 type ttyRun struct {
 	b     *Backend
+	id    string        // the command's
 	ready chan struct{} // closed once execID is set, or the exec failed
 	// execID is the terminal exec; "" when it could not be started.
 	execID string
@@ -124,7 +131,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
 	}
-	run := &ttyRun{b: b, ready: make(chan struct{}), done: make(chan struct{})}
+	run := &ttyRun{b: b, id: id, ready: make(chan struct{}), done: make(chan struct{})}
 	ttyRuns.Store(id, run)
 	var (
 		mu     sync.Mutex
@@ -139,7 +146,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 			status = b.runTerminal(bx, run, req, j, []string{
 				path.Join("/work/run", id, dir), uid, strconv.Itoa(commandGID), fsize,
 				"/work/run/" + id + ".t/pgid", "/work/run/" + id + ".t/time",
-				strconv.Itoa(int(sz.Rows)), strconv.Itoa(int(sz.Cols)),
+				strconv.Itoa(int(sz.Rows)), strconv.Itoa(int(sz.Cols)), "/work/out/" + id + "/killed",
 			}, args[4:], func(c func()) { mu.Lock(); termHJ = c; mu.Unlock() })
 		}
 		// The wrapper goes on: it kills what is left of the uid and
@@ -201,6 +208,9 @@ func (b *Backend) runTerminal(bx *box, run *ttyRun, req *backend.Request, j *job
 		close(run.ready)
 		fmt.Fprintf(j.err.w, "pulse: docker: starting the command's terminal: %v\n", err)
 		return 126
+	}
+	if ttyBeforeLaunch != nil {
+		ttyBeforeLaunch(bx.id, run.id)
 	}
 	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
 		User:         wrapperUser,

@@ -107,3 +107,48 @@ func hasFile(ov *backend.Overlay, name string) bool {
 	}
 	return false
 }
+
+// TestDockerTTYKilledBeforeItsTerminal: a command killed while its
+// terminal exec has not started yet (the engine slower than the kill
+// script waits) never runs: the kill leaves a mark the terminal exec
+// checks first.
+func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	// Until the kill script has given up waiting for the command.
+	ttyBeforeLaunch = func(containerID, id string) {
+		for range 1200 {
+			code, err := b.runScript(context.Background(), containerID,
+				`[ -e /work/out/$1/killed ] && ! ps | grep -v grep | grep -q pulse-kill`, "gone", id)
+			if err == nil && code == 0 {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { ttyBeforeLaunch = nil })
+	out := &syncBuffer{}
+	p, err := b.Start(context.Background(), &backend.Request{
+		ExecutionID: "tty-kill", Workspace: ws, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80},
+		Network: policy.DenyAllNetwork(), Limits: policy.ResourceLimits{Timeout: 2 * time.Minute},
+		Shell: `touch /tmp/tty-ran-marker; sleep 600`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Termination != backend.Cancelled {
+		t.Errorf("termination %q, want %q", res.Termination, backend.Cancelled)
+	}
+	ttyBeforeLaunch = nil
+	r := execShell(t, b, ws, `if [ -e /tmp/tty-ran-marker ]; then echo RAN; else echo absent; fi`)
+	if !strings.Contains(r.stdout, "absent") {
+		t.Fatalf("the killed command ran: %q (terminal %q)", r.stdout, out.String())
+	}
+}
