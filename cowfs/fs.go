@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -538,34 +539,22 @@ func (f *FS) readDirNames(dir string) ([]string, error) {
 	return out, nil
 }
 
-func (f *FS) txIDs() ([]string, error) {
-	names, err := f.readDirNames("tx")
-	if err != nil {
-		return nil, fmt.Errorf("cowfs: list: %w", err)
-	}
-	out := names[:0]
-	for _, n := range names {
-		if validID(n) {
-			out = append(out, n)
-		}
-	}
-	return out, nil
-}
+func (f *FS) txIDs() ([]string, error) { return f.stateNames("tx", validID) }
 
 // doneEntries lists the undo journal, oldest first. Names are
 // "<20-digit sequence>-<id>".
 func (f *FS) doneEntries() ([]string, error) {
-	names, err := f.readDirNames("done")
+	return f.stateNames("done", func(n string) bool { _, _, ok := parseDone(n); return ok })
+}
+
+// stateNames lists a state directory (readDirNames), keeping the names
+// keep accepts: what else is there is not cowfs's.
+func (f *FS) stateNames(dir string, keep func(string) bool) ([]string, error) {
+	names, err := f.readDirNames(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cowfs: list: %w", err)
 	}
-	out := names[:0]
-	for _, n := range names {
-		if _, _, ok := parseDone(n); ok {
-			out = append(out, n)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(names, func(n string) bool { return !keep(n) }), nil
 }
 
 func parseDone(name string) (seq uint64, id string, ok bool) {

@@ -151,35 +151,36 @@ func (t *Tx) parents(rel string) ([]stageRec, error) {
 	return recs, nil
 }
 
-// replaceRecs returns what staging a non-directory at rel needs besides
-// its own record: its parents, and, when a directory is there (in the
-// workspace or staged), the removal of everything beneath it.
-func (t *Tx) replaceRecs(rel string, before snapshot) ([]stageRec, error) {
+// replaceRecs returns what is at rel now (before the change), and what
+// staging a non-directory there needs besides its own record: its parents,
+// and, when a directory is there (in the workspace or staged), the removal
+// of everything beneath it.
+func (t *Tx) replaceRecs(rel string) (snapshot, []stageRec, error) {
+	before, err := t.before(rel)
+	if err != nil {
+		return before, nil, err
+	}
 	if before.Type == typeOther {
-		return nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
+		return before, nil, fmt.Errorf("%w: %q is a special file", ErrInvalidPath, rel)
 	}
 	recs, err := t.parents(rel)
 	if err != nil {
-		return nil, err
+		return before, nil, err
 	}
 	if c := t.cur(rel); before.Type == typeDir || c != nil && c.Kind == KindMkdir {
 		below, err := t.removalRecs(rel, false)
 		if err != nil {
-			return nil, err
+			return before, nil, err
 		}
 		recs = append(recs, below...)
 	}
-	return recs, nil
+	return before, recs, nil
 }
 
 // planWrite returns the records staging a write of rel; the last one is
 // the write's own.
 func (t *Tx) planWrite(rel, sha string, size int64, mode os.FileMode) ([]stageRec, error) {
-	before, err := t.before(rel)
-	if err != nil {
-		return nil, err
-	}
-	recs, err := t.replaceRecs(rel, before)
+	before, recs, err := t.replaceRecs(rel)
 	if err != nil {
 		return nil, err
 	}
@@ -220,11 +221,7 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 }
 
 func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {
-	before, err := t.before(rel)
-	if err != nil {
-		return nil, err
-	}
-	recs, err := t.replaceRecs(rel, before)
+	before, recs, err := t.replaceRecs(rel)
 	if err != nil {
 		return nil, err
 	}

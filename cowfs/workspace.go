@@ -192,30 +192,33 @@ func openWorkspace(dir string) (*workspace, error) {
 	return &workspace{dir: real, root: r}, nil
 }
 
+// modeBits pairs the special mode bits of fs.FileMode with their Unix
+// values, for both directions of the conversion.
+var modeBits = [...]struct {
+	goBit   fs.FileMode
+	unixBit uint32
+}{
+	{fs.ModeSetuid, syscall.S_ISUID},
+	{fs.ModeSetgid, syscall.S_ISGID},
+	{fs.ModeSticky, syscall.S_ISVTX},
+}
+
 func unixMode(m fs.FileMode) uint32 {
 	u := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		u |= syscall.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		u |= syscall.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= syscall.S_ISVTX
+	for _, b := range modeBits {
+		if m&b.goBit != 0 {
+			u |= b.unixBit
+		}
 	}
 	return u
 }
 
 func fileMode(u uint32) fs.FileMode {
 	m := fs.FileMode(u & 0o777)
-	if u&syscall.S_ISUID != 0 {
-		m |= fs.ModeSetuid
-	}
-	if u&syscall.S_ISGID != 0 {
-		m |= fs.ModeSetgid
-	}
-	if u&syscall.S_ISVTX != 0 {
-		m |= fs.ModeSticky
+	for _, b := range modeBits {
+		if u&b.unixBit != 0 {
+			m |= b.goBit
+		}
 	}
 	return m
 }
