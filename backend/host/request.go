@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/pulse-agent/pulse/backend"
@@ -54,14 +53,10 @@ func (b *Backend) prepare(req *backend.Request) (*plan, error) {
 	default:
 		return nil, fmt.Errorf("host: %w: unknown secret mode %q", backend.ErrUnsupported, req.Secrets.Mode)
 	}
-	if (len(req.Args) == 0) == (req.Shell == "") {
-		return nil, invalid("exactly one of Args and Shell must be set")
+	if err := backend.CheckCommand(req); err != nil {
+		return nil, fmt.Errorf("host: %w", err)
 	}
-	l := req.Limits
-	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 {
-		return nil, invalid("negative resource limit")
-	}
-	p := &plan{limits: l.WithDefaults()}
+	p := &plan{limits: req.Limits.WithDefaults()}
 
 	dir, err := workDir(req.Workspace, req.Dir)
 	if err != nil {
@@ -69,29 +64,14 @@ func (b *Backend) prepare(req *backend.Request) (*plan, error) {
 	}
 	p.dir = dir
 
-	env, err := b.environ(req.Env)
-	if err != nil {
-		return nil, err
-	}
-	p.env = env
+	p.env = b.environ(req.Env)
 
 	if req.Shell != "" {
-		if strings.IndexByte(req.Shell, 0) >= 0 {
-			return nil, invalid("shell script contains a NUL byte")
-		}
 		p.path = b.shell
 		p.argv = []string{filepath.Base(b.shell), "-c", req.Shell}
 		return p, nil
 	}
-	for _, a := range req.Args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return nil, invalid("argument contains a NUL byte")
-		}
-	}
 	name := req.Args[0]
-	if name == "" {
-		return nil, invalid("empty program name")
-	}
 	// The program is found with the command's own PATH, not the caller's,
 	// and a relative path with a slash is relative to the working
 	// directory, as a shell would do it.
@@ -105,7 +85,7 @@ func (b *Backend) prepare(req *backend.Request) (*plan, error) {
 		}
 		p.path = path
 	} else {
-		path, err := lookPath(name, envValue(env, "PATH"))
+		path, err := lookPath(name, envValue(p.env, "PATH"))
 		if err != nil {
 			return nil, invalid("%v", err)
 		}
@@ -149,31 +129,17 @@ func workDir(workspace, rel string) (string, error) {
 
 // environ builds the command's environment from scratch: the base, then
 // the request's variables over it.
-func (b *Backend) environ(extra map[string]string) ([]string, error) {
-	m := map[string]string{
+func (b *Backend) environ(extra map[string]string) []string {
+	base := map[string]string{
 		"PATH": DefaultPath,
 		"HOME": b.home,
 		"LANG": "C.UTF-8",
 		"TERM": "dumb",
 	}
 	if b.user != "" {
-		m["USER"] = b.user
+		base["USER"] = b.user
 	}
-	for k, v := range extra {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, invalid("bad environment variable name %q", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return nil, invalid("environment variable %s holds a NUL byte", k)
-		}
-		m[k] = v
-	}
-	env := make([]string, 0, len(m))
-	for k, v := range m {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	return env, nil
+	return backend.Environ(base, extra)
 }
 
 func envValue(env []string, key string) string {

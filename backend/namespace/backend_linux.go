@@ -439,10 +439,7 @@ func removeAll(dir string) error {
 // run's paths).
 func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	var c childConfig
-	if req == nil {
-		return c, fmt.Errorf("%w: nil request", backend.ErrInvalidRequest)
-	}
-	if err := checkCommand(req); err != nil {
+	if err := backend.CheckCommand(req); err != nil {
 		return c, err
 	}
 	ws, err := checkWorkspace(req.Workspace)
@@ -454,9 +451,6 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		return c, err
 	}
 	if err := checkDirExists(ws, dir); err != nil {
-		return c, err
-	}
-	if err := checkEnv(req.Env); err != nil {
 		return c, err
 	}
 	newNet, err := networkNamespace(req.Network)
@@ -473,9 +467,6 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		return c, err
 	}
 	lim := req.Limits
-	if lim.Timeout < 0 || lim.OutputBytes < 0 || lim.MemoryBytes < 0 || lim.Pids < 0 || lim.CPUs < 0 || lim.FileSizeBytes < 0 {
-		return c, fmt.Errorf("%w: negative limit", backend.ErrInvalidRequest)
-	}
 
 	// HOME is set by exec, to the home the init mounted.
 	env := map[string]string{
@@ -528,26 +519,6 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	}
 	b.rlimitFallbacks(&c, lim)
 	return c, nil
-}
-
-// checkCommand refuses a request whose argv or script the init cannot
-// pass to execve.
-func checkCommand(req *backend.Request) error {
-	if (len(req.Args) == 0) == (req.Shell == "") {
-		return fmt.Errorf("%w: exactly one of Args and Shell must be set", backend.ErrInvalidRequest)
-	}
-	if len(req.Args) > 0 && req.Args[0] == "" {
-		return fmt.Errorf("%w: empty program name", backend.ErrInvalidRequest)
-	}
-	for _, a := range req.Args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return fmt.Errorf("%w: argument contains NUL", backend.ErrInvalidRequest)
-		}
-	}
-	if strings.IndexByte(req.Shell, 0) >= 0 {
-		return fmt.Errorf("%w: shell script contains NUL", backend.ErrInvalidRequest)
-	}
-	return nil
 }
 
 // checkWorkspace resolves the workspace to the directory the overlay's

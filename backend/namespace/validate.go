@@ -32,34 +32,6 @@ func cleanDir(dir string) (string, error) {
 	return c, nil
 }
 
-// validEnvName reports whether name can be passed to execve as NAME=value
-// without changing the meaning of the environment.
-func validEnvName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c == '=' || c == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// checkEnv refuses an environment execve would mangle.
-func checkEnv(env map[string]string) error {
-	for k, v := range env {
-		if !validEnvName(k) {
-			return fmt.Errorf("%w: bad environment name %q", backend.ErrInvalidRequest, k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return fmt.Errorf("%w: environment value of %q contains NUL", backend.ErrInvalidRequest, k)
-		}
-	}
-	return nil
-}
-
 // networkNamespace says whether the command gets its own empty network
 // namespace. An unset mode is deny-all: fail closed.
 func networkNamespace(p policy.NetworkPolicy) (bool, error) {
