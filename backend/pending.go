@@ -39,6 +39,9 @@ type Pending struct {
 
 	idxOnce sync.Once
 	idx     *pendingIndex
+
+	checkOnce sync.Once // CheckPending
+	checkErr  error
 }
 
 // PendingLayer is one pending transaction. The same ID always means the
@@ -241,11 +244,19 @@ func (e *PendingEntry) SameContent(data []byte) bool {
 
 // CheckPending validates what a backend is about to lay over a
 // workspace: clean relative paths outside .pulse, known kinds, valid
-// layer ids. A backend calls it before using a request's Pending.
+// layer ids. A backend calls it before using a request's Pending. The
+// answer is kept with p (a Pending is never modified once a backend has
+// it, see Lookup), so a stack of thousands of entries reused by command
+// after command is checked once.
 func CheckPending(p *Pending) error {
 	if p == nil {
 		return nil
 	}
+	p.checkOnce.Do(func() { p.checkErr = checkPending(p) })
+	return p.checkErr
+}
+
+func checkPending(p *Pending) error {
 	check := func(e *PendingEntry) error {
 		if !pathguard.IsWorkspacePath(e.Path) {
 			return fmt.Errorf("%w: pending path %q", ErrInvalidRequest, e.Path)

@@ -226,6 +226,14 @@ func (f *FS) stackLocked() (*Stack, error) {
 			t = &Tx{fs: f, id: id, changes: map[string]*change{}}
 		} else if t.unchangedLocked() {
 			txs = append(txs, t)
+			if dirfd >= 0 {
+				// Stamped now if its directory is old enough, so
+				// that the next read takes the two-fstatat path: a
+				// transaction read within 2 s of its last change
+				// (the next command's, in a session) would
+				// otherwise never be.
+				f.stampAt(dirfd, t)
+			}
 			continue
 		}
 		if err := t.refreshLocked(false); err != nil {
