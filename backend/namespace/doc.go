@@ -21,7 +21,12 @@
 // mounted with fsconfig "lowerdir+" (Linux 6.8), one layer at a time, so
 // a stack of hundreds of layers fits (overlayfs takes up to 500). The
 // overlay is read back against the view the command saw, not the bare
-// workspace. Layers unused for a day are removed.
+// workspace. Each complete run of 32 layers from the bottom is mounted as
+// one directory holding their merged entries (named by the run's layer
+// ids, built once), so a stack of 200 mounts 14 directories; a run in
+// which a directory is made over a lower layer's file or whiteout would
+// need an opaque directory and is mounted layer by layer instead. Layers
+// unused for a day are removed.
 //
 // The sandbox is a session of its own with no controlling terminal (the
 // init calls setsid, and so does the command): nothing in it can open the

@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,8 +28,17 @@ const layersDir = "layers"
 // layerMaxAge is how long an unused layer is kept.
 const layerMaxAge = 24 * time.Hour
 
+// mergeRun is how many pending layers become one lower directory: a
+// command on a stack of hundreds of transactions mounts a few dozen
+// directories, not hundreds (each lower directory costs the mount, and
+// every lookup through it, some time).
+const mergeRun = 32
+
 // pendingLayers makes sure a directory exists for every layer of p and
-// returns them, bottom first.
+// returns them, bottom first. Each complete run of mergeRun layers from
+// the bottom is one directory holding their merged entries, when they
+// can be merged (see mergeLayers); the layers above the last complete run
+// are one directory each.
 func (b *Backend) pendingLayers(p *backend.Pending) ([]string, error) {
 	if p == nil || len(p.Layers) == 0 {
 		return nil, nil
@@ -39,27 +49,110 @@ func (b *Backend) pendingLayers(p *backend.Pending) ([]string, error) {
 	}
 	out := make([]string, 0, len(p.Layers))
 	built := false
-	for i := range p.Layers {
-		l := &p.Layers[i]
-		dir := filepath.Join(root, l.ID)
+	ensure := func(id string, make func() (*backend.PendingLayer, bool)) (bool, error) {
+		dir := filepath.Join(root, id)
 		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
 			if time.Since(st.ModTime()) > time.Hour {
 				now := time.Now()
 				_ = os.Chtimes(dir, now, now)
 			}
 			out = append(out, dir)
-			continue
+			return true, nil
+		}
+		l, ok := make()
+		if !ok {
+			return false, nil
 		}
 		if err := buildLayer(root, dir, l); err != nil {
-			return nil, fmt.Errorf("namespace: pending layer %s: %w", l.ID, err)
+			return false, fmt.Errorf("namespace: pending layer %s: %w", id, err)
 		}
 		built = true
 		out = append(out, dir)
+		return true, nil
+	}
+	for i := 0; i < len(p.Layers); {
+		if run := p.Layers[i:min(i+mergeRun, len(p.Layers))]; len(run) == mergeRun {
+			ok, err := ensure(mergedID(run), func() (*backend.PendingLayer, bool) { return mergeLayers(run) })
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				i += mergeRun
+				continue
+			}
+		}
+		l := &p.Layers[i]
+		if _, err := ensure(l.ID, func() (*backend.PendingLayer, bool) { return l, true }); err != nil {
+			return nil, err
+		}
+		i++
 	}
 	if built {
 		pruneLayers(root)
 	}
 	return out, nil
+}
+
+// mergedID names the merge of a run of layers: layer ids change with
+// their content, so the same ids in the same order are the same merge.
+func mergedID(run []backend.PendingLayer) string {
+	h := sha256.New()
+	for _, l := range run {
+		io.WriteString(h, l.ID)
+		h.Write([]byte{0})
+	}
+	return "merged-" + hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// mergeLayers lays a run of layers, bottom first, into one with the same
+// effect as a stack of overlayfs lower directories: a file, symlink or
+// whiteout replaces what the layers below had at its path and beneath; a
+// directory over a directory merges with it. A directory over a
+// non-directory of a layer below would need an opaque directory (the
+// layers beneath the run must not show through it), so such a run is not
+// merged (ok false) and its layers are mounted one by one.
+func mergeLayers(run []backend.PendingLayer) (*backend.PendingLayer, bool) {
+	m := map[string]backend.PendingEntry{}
+	kids := map[string]map[string]bool{}
+	var drop func(p string)
+	drop = func(p string) {
+		for q := range kids[p] {
+			drop(q)
+		}
+		delete(kids, p)
+		delete(m, p)
+		if k := kids[path.Dir(p)]; k != nil {
+			delete(k, p)
+		}
+	}
+	for _, l := range run {
+		for _, e := range l.Entries {
+			if e.Kind == backend.PendingDir {
+				if prev, ok := m[e.Path]; ok && prev.Kind != backend.PendingDir {
+					return nil, false
+				}
+				for d := path.Dir(e.Path); d != "."; d = path.Dir(d) {
+					if prev, ok := m[d]; ok && prev.Kind != backend.PendingDir {
+						return nil, false
+					}
+				}
+			} else {
+				drop(e.Path)
+			}
+			m[e.Path] = e
+			d := path.Dir(e.Path)
+			if kids[d] == nil {
+				kids[d] = map[string]bool{}
+			}
+			kids[d][e.Path] = true
+		}
+	}
+	out := &backend.PendingLayer{ID: mergedID(run), Entries: make([]backend.PendingEntry, 0, len(m))}
+	for _, e := range m {
+		out.Entries = append(out.Entries, e)
+	}
+	sort.Slice(out.Entries, func(i, j int) bool { return out.Entries[i].Path < out.Entries[j].Path })
+	return out, true
 }
 
 // buildLayer writes l as an overlayfs lower directory: files, directories
