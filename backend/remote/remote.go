@@ -265,9 +265,21 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 		c.Notes = append(c.Notes, "UNSAFE: the server runs commands directly on its host")
 	}
 	if info.features[protocol.FeatureStdin] {
-		c.Notes = append(c.Notes, "stdin is sent whole with the submission (no interactive input)")
+		c.Notes = append(c.Notes, "Exec sends stdin whole with the submission (no interactive input)")
 	} else {
-		c.Notes = append(c.Notes, "stdin is sent whole as a file beside the workspace (the server has no stdin field; no interactive input)")
+		c.Notes = append(c.Notes, "Exec sends stdin whole as a file beside the workspace (the server has no stdin field; no interactive input)")
+	}
+	if info.features[protocol.FeatureProcess] {
+		note := "started processes (Start) take their input while they run and can be signalled"
+		if info.features[protocol.FeatureTTY] {
+			note += ", run on a terminal"
+		}
+		if info.features[protocol.FeatureDial] {
+			note += ", and be reached on exposed ports"
+		}
+		c.Notes = append(c.Notes, note)
+	} else {
+		c.Notes = append(c.Notes, "the server runs no background processes: Start and Expose are unsupported")
 	}
 	for _, n := range server.Notes {
 		c.Notes = append(c.Notes, "server: "+n)
