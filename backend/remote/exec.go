@@ -41,21 +41,18 @@ func checkRequest(req *backend.Request) (string, error) {
 		// A cache is a directory on this machine; the server has none.
 		return "", fmt.Errorf("remote: caches: %w", backend.ErrUnsupported)
 	}
-	if (len(req.Args) == 0) == (req.Shell == "") {
-		return "", invalid("exactly one of Args and Shell must be set")
+	if err := backend.CheckCommand(req); err != nil {
+		return "", fmt.Errorf("remote: %w", err)
 	}
-	if len(req.Args) > 0 && req.Args[0] == "" {
-		return "", invalid("empty program name")
+	// What the protocol refuses beyond the backend contract: a blank
+	// script, a command, environment or timeout over its bounds, a
+	// variable name it does not take.
+	if strings.TrimSpace(req.Shell) == "" && len(req.Args) == 0 {
+		return "", invalid("shell script is empty")
 	}
 	n := len(req.Shell)
 	for _, a := range req.Args {
 		n += len(a) + 4
-		if strings.ContainsRune(a, 0) {
-			return "", invalid("argument holds a NUL byte")
-		}
-	}
-	if strings.ContainsRune(req.Shell, 0) || strings.TrimSpace(req.Shell) == "" && len(req.Args) == 0 {
-		return "", invalid("shell script is empty or holds a NUL byte")
 	}
 	if n > protocol.MaxCommandLen-4096 {
 		return "", invalid("command longer than %d bytes", protocol.MaxCommandLen-4096)
@@ -80,12 +77,12 @@ func checkRequest(req *backend.Request) (string, error) {
 	if len(req.Env) > protocol.MaxEnvEntries {
 		return "", invalid("more than %d environment variables", protocol.MaxEnvEntries)
 	}
-	for k, v := range req.Env {
-		if !protocol.ValidEnvName(k) || strings.ContainsRune(v, 0) {
+	for k := range req.Env {
+		if !protocol.ValidEnvName(k) {
 			return "", invalid("environment variable %q is malformed", k)
 		}
 	}
-	if req.Limits.Timeout < 0 || req.Limits.Timeout > protocol.MaxTimeout {
+	if req.Limits.Timeout > protocol.MaxTimeout {
 		return "", invalid("timeout %v not in (0, %v]", req.Limits.Timeout, protocol.MaxTimeout)
 	}
 	return dir, nil
