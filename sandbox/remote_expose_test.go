@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
+	osexec "os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
@@ -20,16 +22,10 @@ import (
 )
 
 // TestExposeHTTPServerRemote is issue 19's done-when on the remote
-// backend, through a real pulse-server on 127.0.0.1 whose executor is the
-// namespace backend (deny-all network): an HTTP server started in the
-// sandbox is reached through Expose (an unlisted port refused), every
-// connection between the client and the server is cut while it runs and
-// the client reconnects, its log is read from offset 0 — each byte once —
-// Kill leaves nothing of it running, Watch sees the file it wrote join the
-// pending stack, the files are listed and read, and a file written
-// through the files API reaches the next remote command.
+// backend (remoteExposeDoneWhen) behind a pulse-server whose executor is
+// the namespace backend, deny-all network.
 func TestExposeHTTPServerRemote(t *testing.T) {
-	if _, err := exec.LookPath("busybox"); err != nil {
+	if _, err := osexec.LookPath("busybox"); err != nil {
 		t.Skip("busybox (httpd) not installed")
 	}
 	nb, err := namespace.New()
@@ -38,15 +34,39 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	}
 	t.Cleanup(func() { nb.Close() })
 	testenv.MustHaveNamespace(t, nb.Probe)
-	testenv.MustHaveRoot(t, "the server dials into the sandbox's network namespace")
+	remoteExposeDoneWhen(t, nb, 8001)
+}
+
+// TestExposeHTTPServerRemoteDocker is the same behind a pulse-server on
+// the Docker backend (network none; the image has busybox).
+func TestExposeHTTPServerRemoteDocker(t *testing.T) {
+	db, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	testenv.MustHaveDocker(t, db.Probe)
+	remoteExposeDoneWhen(t, db, 8002)
+}
+
+// remoteExposeDoneWhen: through a real pulse-server on 127.0.0.1 whose
+// executor is exec, an HTTP server started in the sandbox on port is
+// reached through Expose (an unlisted port refused), every connection
+// between the client and the server is cut while it runs and the client
+// reconnects, its log is read from offset 0 — each byte once — Kill
+// leaves nothing of it running, Watch sees the file it wrote join the
+// pending stack, the files are listed and read, and a file written
+// through the files API reaches the next remote command.
+func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
+	httpd := fmt.Sprintf("httpd -f -v -p 127.0.0.1:%d", port)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dl := &testenv.Listener{Listener: ln}
-	rb := startRemoteOn(t, dl, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
+	rb := startRemoteOn(t, dl, exec, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
 	pol := policy.Default()
-	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8001}}
+	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{port}}
 	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb), WithPolicy(pol))
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +77,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox httpd -f -v -p 127.0.0.1:8001 -h site",
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox " + httpd + " -h site",
 		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +88,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	if _, err := sb.Expose(ctx, 9000); !errors.Is(err, ErrPortNotExposed) {
 		t.Fatalf("unlisted port: err = %v, want ErrPortNotExposed", err)
 	}
-	addr, err := sb.Expose(ctx, 8001)
+	addr, err := sb.Expose(ctx, port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +135,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 			t.Fatal("Watch saw no served.txt created after the process ended")
 		}
 	}
-	if out, _ := exec.Command("pgrep", "-f", "httpd -f -v -p 127.0.0.1:8001").Output(); len(out) != 0 {
+	if out, _ := osexec.Command("pgrep", "-f", httpd).Output(); len(out) != 0 {
 		t.Errorf("httpd left running after Kill: %s", out)
 	}
 	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
