@@ -3,8 +3,9 @@
 # `docker exec` of `true` into a warm container of the same image, run
 # alternately, N times each, in the same run. Prints the medians and
 # their ratio (x-vs-docker-exec, pulse ÷ docker exec; below 1 is faster).
-# Each pulse exec is a new process, so it pays for its own container
-# unless a warm one is reused across processes.
+# Each pulse exec is a new process; the first makes the container, and
+# every later one takes over the container the one before it left
+# (backend/docker/warm.go), as a CLI-driven agent's commands do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-15}
