@@ -37,6 +37,9 @@ out, 125 when the sandbox could not run it, 128+N when pulse got signal N.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
 listed after it.
+On Docker the container stays for the next pulse exec in this workspace,
+which takes it over (PULSE_DOCKER_IDLE: how long it may stay unused,
+default 5m; 0: a container per command).
 --json prints {execution_id, command, backend, exit_code, termination_reason,
 duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
 {max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused}.`,

@@ -11,12 +11,15 @@ import (
 func init() {
 	register(command{
 		name:    "gc",
-		summary: "remove the Docker sandbox containers that processes which ended left behind",
+		summary: "remove the Docker sandbox containers that processes which ended left behind, and expired warm ones",
 		usage:   []string{"pulse gc [--json]"},
 		help: `Removes every Docker sandbox container on this host's engine whose owning pulse
 process has ended (a crash, a kill -9), with its volumes: what Reconcile does
-when a sandbox opens, on demand. Containers of live processes, and of other
-hosts sharing the engine, are left alone. --json prints {removed: [ID...]}.
+when a sandbox opens, on demand. It also removes the warm containers pulse
+exec leaves for the next command (PULSE_DOCKER_IDLE) whose idle lifetime is
+over, or whose holder died while it held them. Containers of live
+processes, warm ones in use or still fresh, and those of other hosts
+sharing the engine, are left alone. --json prints {removed: [ID...]}.
 Exit code 1 when the engine does not answer or a removal fails.`,
 		run: runGC,
 	})
