@@ -57,7 +57,9 @@ seed() {
 	cp -r "$modcache/cache/download" "$1/cache/"
 }
 
+# All clones now, of one HEAD.
 clone "$tmp/direct"
+for be in $BACKENDS; do clone "$tmp/ws-$be"; done
 mkdir -p "$tmp/direct-cache/go-build"
 seed "$tmp/direct-cache/go-mod"
 # The Docker container holds the workspace twice (its base and the
@@ -123,7 +125,6 @@ for be in $BACKENDS; do
 	esac
 	ws=$tmp/ws-$be
 	if [ -z "$why" ]; then
-		clone "$ws"
 		export PULSE_CACHE_DIR=$tmp/cache-$be
 		mkdir -p "$PULSE_CACHE_DIR/go-build"
 		seed "$PULSE_CACHE_DIR/go-mod"
