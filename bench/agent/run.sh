@@ -178,7 +178,8 @@ for be in $BACKENDS; do
 		if [ $ok = 1 ]; then m=yes matched=$((matched + 1)); fi
 		p=$(median "${a[@]}") d=$(median "${b[@]}")
 		awk -v s="$name" -v be="$be" -v m="$m" -v p="$p" -v d="$d" -v cd="$cd0" -v cp="$cp0" \
-			'BEGIN {printf "%-11s %-10s %-6s %10.1f %10.1f %8.2f %12.1f %12.1f\n", s, be, m, d/1e3, p/1e3, p/d, cd/1e3, cp/1e3}'
+			'BEGIN {c1 = cd ? sprintf("%.1f", cd/1e3) : "-"; c2 = cp ? sprintf("%.1f", cp/1e3) : "-"
+			printf "%-11s %-10s %-6s %10.1f %10.1f %8.2f %12s %12s\n", s, be, m, d/1e3, p/1e3, p/d, c1, c2}'
 	done <<<"$steps"
 done
 echo "$matched of $total steps matched the direct run"
