@@ -1,9 +1,14 @@
 package namespace
 
 import (
-	"io/fs"
+	"bytes"
+	"encoding/binary"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // etcSecrets are hidden even when world-readable would let them through.
@@ -37,35 +42,90 @@ func etcMasks() []string {
 		for _, p := range etcSecrets {
 			add(p)
 		}
-		_ = filepath.WalkDir("/etc", func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			if d.Type()&fs.ModeSymlink != 0 {
-				return nil
-			}
-			info, err := d.Info()
-			if err != nil {
-				return nil
-			}
-			perm := info.Mode().Perm()
-			if d.IsDir() {
-				if p != "/etc" && perm&0o005 != 0o005 {
-					add(p)
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if perm&0o004 == 0 {
-				add(p)
-			}
-			if info.Name() != "" && isSSHHostKey(p) {
-				add(p)
-			}
-			return nil
-		})
+		walkPrivate("/etc", add)
 	})
 	return maskList
+}
+
+// walkPrivate calls add, in lexical order, for what under root the world
+// cannot read: a directory without world r-x (not descended into), any
+// other entry without world r, and SSH host keys. Symlinks are left
+// alone; entries that cannot be read are skipped. root itself is never
+// added. It reads each directory with getdents and stats its entries
+// relative to the directory's descriptor: the same answers as
+// filepath.WalkDir with Lstat (the test compares them), without a path
+// lookup and a FileInfo per entry, which made the walk a sixth of a CLI
+// run's CPU.
+func walkPrivate(root string, add func(string)) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	walkDirFd(fd, root, buf, add)
+}
+
+// walkDirFd walks the open directory fd (path dir) and closes it.
+func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
+	type ent struct {
+		name string
+		typ  uint8
+	}
+	var ents []ent
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				ents = append(ents, ent{s, b[18]})
+			}
+			b = b[reclen:]
+		}
+	}
+	slices.SortFunc(ents, func(a, b ent) int { return strings.Compare(a.name, b.name) })
+	defer unix.Close(fd)
+	for _, e := range ents {
+		if e.typ == unix.DT_LNK {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		p := dir + "/" + e.name
+		perm := st.Mode & 0o777
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			continue
+		case unix.S_IFDIR:
+			if perm&0o005 != 0o005 {
+				add(p)
+				continue
+			}
+			sub, err := unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			walkDirFd(sub, p, buf, add)
+			continue
+		}
+		if perm&0o004 == 0 {
+			add(p)
+		}
+		if isSSHHostKey(p) {
+			add(p)
+		}
+	}
 }
 
 // prewarmMasks starts computing etcMasks in the background, so that the
