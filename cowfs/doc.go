@@ -122,7 +122,9 @@
 // still running at the fork (their transactions empty), or unreadable
 // then. From the fork on, the two diverge: neither sees what the other
 // makes. Order is creation time throughout, so a lane's own transactions
-// sit above what it inherited.
+// sit above what it inherited. Begin dates a transaction after every fork
+// point, so a clock stepped back cannot slip a parent's later
+// transaction under a fork's cut.
 //
 // A transaction leaves every lane's stack when it is committed or
 // discarded. A parent committing a shared transaction changes nothing

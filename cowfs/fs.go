@@ -390,7 +390,18 @@ func (f *FS) Begin(ctx context.Context, description string) (*Tx, error) {
 	if f.opts.maxOpenTx > 0 && len(ids) >= f.opts.maxOpenTx {
 		return nil, &LimitError{Name: LimitOpenTx, Value: int64(f.opts.maxOpenTx)}
 	}
-	t := &Tx{fs: f, id: newID(), lane: f.opts.lane, desc: description, created: time.Now().UTC(), changes: map[string]*change{}}
+	created := time.Now().UTC()
+	// A fork sees its parent's transactions created up to the fork point
+	// (lane.go): one begun later must sort after it even if the clock
+	// stepped back since.
+	if ls, err := f.readLanesLocked(); err == nil {
+		for _, r := range ls.recs {
+			if c := time.Unix(0, r.Cut+1).UTC(); !created.After(c) {
+				created = c
+			}
+		}
+	}
+	t := &Tx{fs: f, id: newID(), lane: f.opts.lane, desc: description, created: created, changes: map[string]*change{}}
 	if err := f.createTx(t, nil, nil); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // fork makes a lane of f's and opens it.
@@ -322,4 +323,40 @@ func FuzzLaneRecord(f *testing.F) {
 			t.Fatalf("round trip: %+v %v", r2, err)
 		}
 	})
+}
+
+// A transaction begun after a fork sorts after the fork point even when
+// the clock says otherwise (here: a fork point in the future).
+func TestForkPointOrdersLaterTransactions(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	stageCmd(t, f, "shared", WriteOp("a.txt", []byte("one\n"), 0o644))
+	id, err := f.Fork(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Move the fork point an hour ahead, as a clock stepped back after
+	// the fork would.
+	lf := filepath.Join(ws, StateDir, "lanes", id)
+	b, err := os.ReadFile(lf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := decodeLane(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Cut += int64(time.Hour)
+	if b, err = encodeLane(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lf, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f2 := openFS(t, ws) // reads the lane afresh
+	stageCmd(t, f2, "parent later", WriteOp("b.txt", []byte("b\n"), 0o644))
+	g := openFS(t, ws, WithLane(id))
+	if got := seen(t, stack(t, g), "b.txt"); got != "<ws>" {
+		t.Fatalf("the fork sees a transaction its parent began after the fork: %q", got)
+	}
 }
