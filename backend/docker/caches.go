@@ -57,7 +57,15 @@ func checkCaches(req *backend.Request) (string, error) {
 		if err := shareWithCommands(src); err != nil {
 			return "", fmt.Errorf("docker: cache %s: %w", c.Name, err)
 		}
-		parts = append(parts, src+"\x00"+c.Path)
+		// The directory's identity too: a cache removed and made again
+		// (pulse cache prune) is another directory, and a container's
+		// bind of the old one (a warm container's, warm.go) would show
+		// it deleted.
+		var st unix.Stat_t
+		if err := unix.Stat(src, &st); err != nil {
+			return "", fmt.Errorf("docker: cache %s: %v: %w", c.Name, err, backend.ErrInvalidRequest)
+		}
+		parts = append(parts, src+"\x00"+c.Path+"\x00"+fmt.Sprintf("%d.%d", st.Dev, st.Ino))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "\x00\x00"), nil
@@ -233,7 +241,8 @@ func cacheMounts(key string) []mount.Mount {
 	}
 	var out []mount.Mount
 	for _, p := range strings.Split(key, "\x00\x00") {
-		src, dst, _ := strings.Cut(p, "\x00")
+		f := strings.SplitN(p, "\x00", 3)
+		src, dst := f[0], f[1]
 		out = append(out, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true}})
 	}

@@ -278,3 +278,37 @@ func TestDockerLostOverlayDoesNotLeakIntoTheNextCommand(t *testing.T) {
 func shellReq(ws, script string, out *strings.Builder) *backend.Request {
 	return &backend.Request{ExecutionID: "test", Workspace: ws, Shell: script, Stdout: out, Stderr: out, Network: policy.DenyAllNetwork()}
 }
+
+// A cache directory removed and made again (pulse cache prune) between
+// two processes is another directory: the later command gets a container
+// that binds the new one, not the warm one whose bind shows it deleted.
+func TestDockerWarmCacheMadeAgainIsMountedAgain(t *testing.T) {
+	ws := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "c")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	withCache := func(r *backend.Request) {
+		r.Caches = []backend.Cache{{Name: "c", HostDir: dir, Path: "/cache/c"}}
+	}
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b1, ws, `echo one > /cache/c/a`, withCache); r.res.ExitCode != 0 {
+		t.Fatalf("first: exit %d: %s", r.res.ExitCode, r.stderr)
+	}
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b2, ws, `echo two > /cache/c/b`, withCache); r.res.ExitCode != 0 {
+		t.Fatalf("after the cache was made again: exit %d: %s", r.res.ExitCode, r.stderr)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "b")); err != nil || string(data) != "two\n" {
+		t.Errorf("the new cache directory holds %q, %v", data, err)
+	}
+}

@@ -126,8 +126,17 @@ for be in $BACKENDS; do
 	ws=$tmp/ws-$be
 	if [ -z "$why" ]; then
 		export PULSE_CACHE_DIR=$tmp/cache-$be
-		mkdir -p "$PULSE_CACHE_DIR/go-build"
-		seed "$PULSE_CACHE_DIR/go-mod"
+		if [ "$COLD" != 1 ]; then
+			# Both sides start from the same warm caches: the direct
+			# side's, filled by the warm-up, copied (writable by the
+			# sandbox's uids).
+			mkdir -p "$PULSE_CACHE_DIR"
+			cp -a "$tmp/direct-cache/go-build" "$tmp/direct-cache/go-mod" "$PULSE_CACHE_DIR/"
+			chmod -R a+rwX "$PULSE_CACHE_DIR/go-build"
+		else
+			mkdir -p "$PULSE_CACHE_DIR/go-build"
+			seed "$PULSE_CACHE_DIR/go-mod"
+		fi
 		envflags=()
 		for v in "${vars[@]}"; do envflags+=(--env "$v"); done
 		sandboxed() { "$pulse" exec "${flags[@]}" --policy "$tmp/policy.yaml" --workspace "$ws" "${envflags[@]}" -- bash -c "$1"; }
@@ -140,13 +149,6 @@ for be in $BACKENDS; do
 		echo "$be: skipped: $why"
 		if [ "${REQUIRE_ALL:-0}" = 1 ]; then failed=1; fi
 		continue
-	fi
-	if [ "$COLD" != 1 ]; then
-		# Both sides start from the same warm caches: the direct side's,
-		# filled by the warm-up, copied (writable by the sandbox's uids).
-		rm -rf "$PULSE_CACHE_DIR/go-build" "$PULSE_CACHE_DIR/go-mod"
-		cp -a "$tmp/direct-cache/go-build" "$tmp/direct-cache/go-mod" "$PULSE_CACHE_DIR/"
-		chmod -R a+rwX "$PULSE_CACHE_DIR/go-build"
 	fi
 	first=1
 	[ "$COLD" = 1 ] && first=0
