@@ -166,6 +166,10 @@ type FS struct {
 	scache    stackCache          // what was derived from it (stack.go)
 	dirStamps map[string]dirStamp // while holding op (stack.go)
 	laneCache map[string]laneRec  // while holding op (lane.go)
+	// lastStack is the last stack read without lanes, and lastIDs the
+	// transaction ids it was read from (stack.go); while holding op.
+	lastStack *Stack
+	lastIDs   []string
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
