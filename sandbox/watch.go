@@ -90,13 +90,15 @@ func (s *Sandbox) Watch(ctx context.Context, dir string) (<-chan FileEvent, erro
 	n := newWatchNotifier(s.guard.Root(), rel, s.log)
 	// The watcher is not counted as a running call: Close ends it.
 	s.running.Done()
+	// The intervals are read here, not in the goroutine, which may outlive
+	// the caller's interest (and a test's change of them) by a tick.
+	interval, safety := WatchInterval, watchSafetyInterval
 	go func() {
 		defer close(ch)
-		interval := WatchInterval
 		var wake <-chan struct{}
 		if n != nil {
 			defer n.close()
-			interval, wake = watchSafetyInterval, n.wake
+			interval, wake = safety, n.wake
 		}
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -124,7 +126,7 @@ func (s *Sandbox) Watch(ctx context.Context, dir string) (<-chan FileEvent, erro
 				continue // a stack being rewritten; look again
 			}
 			evs := diffViews(last, now, s.committedExists)
-			cutoff := time.Now().Add(-watchSafetyInterval)
+			cutoff := time.Now().Add(-safety)
 			for p, at := range settled {
 				if at.Before(cutoff) {
 					delete(settled, p)
