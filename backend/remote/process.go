@@ -97,9 +97,12 @@ func (c *procControl) stop(closeStdin func()) {
 	<-c.done
 }
 
-// once sends one action on a connection of its own.
+// once sends one action on a connection of its own. The call is not
+// cut short when the run ends: a signal that ends the command makes the
+// run end while its answer is on the way, and that answer is the
+// caller's (cutting it would report a delivered signal as ErrProcessDone).
 func (c *procControl) once(action string, p protocol.Payload) error {
-	ctx, cancel := context.WithTimeout(c.ctx, c.b.o.dialTimeout+10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.b.o.dialTimeout+10*time.Second)
 	defer cancel()
 	return c.b.onLink(ctx, func(l *link) error {
 		r, err := l.call(ctx, action, p, nil)
