@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 )
 
 // A record file (stage log, WAL, after-image) is a sequence of frames:
@@ -21,7 +22,10 @@ const (
 	maxRecord   = 1 << 20
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
+// crcTable is made on first use, not at package init: every process that
+// links cowfs (the namespace init too) would pay for the table otherwise,
+// and most never read or write a record.
+var crcTable = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // errCorrupt marks a record file that is damaged somewhere other than a
 // torn tail: bad length, bad checksum, bad payload.
@@ -30,7 +34,7 @@ var errCorrupt = errors.New("corrupt record")
 func appendFrame(dst, payload []byte) []byte {
 	var h [frameHeader]byte
 	binary.LittleEndian.PutUint32(h[0:4], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(h[4:8], crc32.Checksum(payload, crcTable))
+	binary.LittleEndian.PutUint32(h[4:8], crc32.Checksum(payload, crcTable()))
 	dst = append(dst, h[:]...)
 	return append(dst, payload...)
 }
@@ -56,7 +60,7 @@ func decodeFrames(buf []byte) (payloads [][]byte, good int, err error) {
 			return payloads, off, fmt.Errorf("frame at %d wants %d bytes, %d left: %w", off, n, len(buf)-off-frameHeader, io.ErrUnexpectedEOF)
 		}
 		p := buf[off+frameHeader : end]
-		if crc32.Checksum(p, crcTable) != sum {
+		if crc32.Checksum(p, crcTable()) != sum {
 			return payloads, off, fmt.Errorf("%w: frame at %d fails its checksum", errCorrupt, off)
 		}
 		payloads = append(payloads, p)

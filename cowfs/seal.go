@@ -39,7 +39,7 @@ func encodeSealSlot(seq, length uint64) []byte {
 	copy(b, sealMagic)
 	binary.LittleEndian.PutUint64(b[4:12], seq)
 	binary.LittleEndian.PutUint64(b[12:20], length)
-	binary.LittleEndian.PutUint32(b[20:24], crc32.Checksum(b[:20], crcTable))
+	binary.LittleEndian.PutUint32(b[20:24], crc32.Checksum(b[:20], crcTable()))
 	return b
 }
 
@@ -48,7 +48,7 @@ func encodeSealSlot(seq, length uint64) []byte {
 func decodeSeal(b []byte) (length, seq uint64, ok bool) {
 	for off := 0; off+sealSlot <= len(b) && off < 2*sealSlot; off += sealSlot {
 		s := b[off : off+sealSlot]
-		if string(s[:4]) != sealMagic || crc32.Checksum(s[:20], crcTable) != binary.LittleEndian.Uint32(s[20:24]) {
+		if string(s[:4]) != sealMagic || crc32.Checksum(s[:20], crcTable()) != binary.LittleEndian.Uint32(s[20:24]) {
 			continue
 		}
 		if q := binary.LittleEndian.Uint64(s[4:12]); !ok || q > seq {
