@@ -137,34 +137,9 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 		return nil, nil, fmt.Errorf("docker: egress bridge: %v: %w", err, backend.ErrUnavailable)
 	}
 	sock := req.Egress.Socket
-	stopForwards := b.forwardLoopback(info.State.Pid, req, sock) // loopfwd.go
-	// The container outlives the command: a connection a leftover process
-	// holds open is closed with the bridge, not left relaying.
-	var mu sync.Mutex
-	conns := map[net.Conn]struct{}{}
-	stopped := false
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
-				c.Close()
-				return
-			}
-			conns[c] = struct{}{}
-			mu.Unlock()
-			go func() {
-				bridge.ToUnix(c, sock)
-				mu.Lock()
-				delete(conns, c)
-				mu.Unlock()
-			}()
-		}
-	}()
+	rs := &relays{}
+	rs.serve(l, func(c net.Conn) { bridge.ToUnix(c, sock) })
+	b.forwardLoopback(rs, info.State.Pid, req, sock) // loopfwd.go
 	port := l.Addr().(*net.TCPAddr).Port
 	r := *req
 	r.Env = make(map[string]string, len(req.Env)+16)
@@ -174,14 +149,5 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 	for k, v := range backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(port), ca) {
 		r.Env[k] = v
 	}
-	return &r, func() {
-		stopForwards()
-		l.Close()
-		mu.Lock()
-		stopped = true
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}, nil
+	return &r, rs.stop, nil
 }

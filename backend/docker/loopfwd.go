@@ -3,7 +3,6 @@ package docker
 import (
 	"errors"
 	"net"
-	"sync"
 	"syscall"
 
 	"github.com/pulse-agent/pulse/backend"
@@ -15,18 +14,10 @@ import (
 // (backend.LoopbackForwards) and tunnels every connection to it through
 // the proxy on sock, for clients that never use a proxy for a loopback
 // address. A port another command of the same container forwards already
-// is left to it (while that command runs). stop closes the listeners and
-// the connections still open.
-func (b *Backend) forwardLoopback(pid int, req *backend.Request, sock string) (stop func()) {
-	targets := backend.LoopbackForwards(req.Network, 0)
-	if len(targets) == 0 {
-		return func() {}
-	}
-	var mu sync.Mutex
-	conns := map[net.Conn]struct{}{}
-	stopped := false
-	var ls []net.Listener
-	for _, target := range targets {
+// is left to it (while that command runs). The listeners and their
+// connections join rs, whose stop ends them.
+func (b *Backend) forwardLoopback(rs *relays, pid int, req *backend.Request, sock string) {
+	for _, target := range backend.LoopbackForwards(req.Network, 0) {
 		l, err := listenInNetnsOn(pid, target)
 		if err != nil {
 			if !errors.Is(err, syscall.EADDRINUSE) {
@@ -34,39 +25,6 @@ func (b *Backend) forwardLoopback(pid int, req *backend.Request, sock string) (s
 			}
 			continue
 		}
-		ls = append(ls, l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				if stopped {
-					mu.Unlock()
-					c.Close()
-					return
-				}
-				conns[c] = struct{}{}
-				mu.Unlock()
-				go func() {
-					bridge.Tunnel(c, sock, target)
-					mu.Lock()
-					delete(conns, c)
-					mu.Unlock()
-				}()
-			}
-		}()
-	}
-	return func() {
-		for _, l := range ls {
-			l.Close()
-		}
-		mu.Lock()
-		stopped = true
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
+		rs.serve(l, func(c net.Conn) { bridge.Tunnel(c, sock, target) })
 	}
 }

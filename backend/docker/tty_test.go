@@ -1,36 +1,17 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDockerTTYCommandIsolated: a command on a terminal keeps what every
 // command of the backend has: a uid of its own (20000+), the shared group
@@ -42,7 +23,7 @@ func TestDockerTTYCommandIsolated(t *testing.T) {
 	ws := probeWorkspace(t)
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
-	out := &syncBuffer{}
+	out := &syncio.Buffer{}
 	p, err := b.Start(context.Background(), &backend.Request{
 		ExecutionID: "tty", Workspace: ws, Stdin: stdinR, Stdout: out,
 		TTY:     &backend.TTY{Rows: 24, Cols: 80},
@@ -127,7 +108,7 @@ func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { ttyBeforeLaunch = nil })
-	out := &syncBuffer{}
+	out := &syncio.Buffer{}
 	p, err := b.Start(context.Background(), &backend.Request{
 		ExecutionID: "tty-kill", Workspace: ws, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80},
 		Network: policy.DenyAllNetwork(), Limits: policy.ResourceLimits{Timeout: 2 * time.Minute},
