@@ -30,7 +30,7 @@ cross:
 	GOOS=darwin GOARCH=arm64 $(GO) vet ./cowfs/ ./sandbox/ ./cmd/pulse/
 
 unit:
-	$(GO) test -race -timeout 30m ./...
+	$(GO) test -race -timeout 15m ./...
 
 testenv:
 	@./scripts/testenv.sh

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // fakeProxy answers each CONNECT on a Unix socket: 200 and an echo of
@@ -59,7 +60,11 @@ func TestTunnelConnectsThroughTheProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The listener is closed by the goroutine once it has accepted:
+		// closing it here, right after the dial, could reset a connection
+		// still in the accept queue, and then nothing reaches the proxy.
 		go func() {
+			defer l.Close()
 			if b, err := l.Accept(); err == nil {
 				Tunnel(b, sock, tc.target)
 			}
@@ -68,7 +73,6 @@ func TestTunnelConnectsThroughTheProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Close()
 		a.Write([]byte("ping"))
 		closeWrite(a)
 		got, _ := io.ReadAll(a)
@@ -76,8 +80,13 @@ func TestTunnelConnectsThroughTheProxy(t *testing.T) {
 		if string(got) != tc.want {
 			t.Errorf("%s: read %q, want %q", tc.target, got, tc.want)
 		}
-		if asked := <-targets; asked != "CONNECT "+tc.target {
-			t.Errorf("proxy was asked %q, want CONNECT %s", asked, tc.target)
+		select {
+		case asked := <-targets:
+			if asked != "CONNECT "+tc.target {
+				t.Errorf("proxy was asked %q, want CONNECT %s", asked, tc.target)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the proxy was never asked", tc.target)
 		}
 	}
 }
