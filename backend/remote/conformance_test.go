@@ -10,12 +10,6 @@ import (
 	"github.com/pulse-agent/pulse/internal/server"
 )
 
-// stdinReason is why three cases cannot run: Exec sends stdin whole with
-// the submission (only a started process streams its input), so it is
-// read to its end before the command starts.
-const stdinReason = "Exec carries stdin only whole, before the command starts: " +
-	"a stdin that ends only after the command has printed (or never ends) cannot be sent"
-
 func TestConformance(t *testing.T) {
 	// Mostly waiting on timeouts and processes: run beside the rest.
 	t.Parallel()
@@ -24,9 +18,6 @@ func TestConformance(t *testing.T) {
 		return newBackend(t, ts.url)
 	},
 		backendtest.WithTimeScale(2),
-		backendtest.Skip("StreamingOutput", stdinReason+" (streaming itself is proven by TestStreamsWhileRunning)"),
-		backendtest.Skip("StdinNotRead", stdinReason+" (an endless stdin is refused: TestStdinTooLarge)"),
-		backendtest.Skip("ReconcileSparesLive", stdinReason+" (TestReconcileSparesLive proves it without stdin)"),
 		backendtest.WithOverlayLoss(lossyServerHow, func(t *testing.T) backend.Backend {
 			return newBackend(t, startLossyServer(t).url)
 		}),

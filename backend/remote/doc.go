@@ -56,13 +56,19 @@
 //     the server lost (OVERLAY_LOST) or that could not be downloaded
 //     returns its Result with ErrOverlay and backend.ErrOverlayLost.
 //
-// Stdin of Exec: Exec reads Request.Stdin whole (at most WithMaxStdinBytes and
-// the server's max_stdin_bytes) and sends it in the submit's stdin field
-// when the server lists that feature in its capabilities reply. Against a
-// server without it, the input is uploaded as a file beside the workspace
-// that the command takes as fd 0 and removes before running; the file
-// never appears in the overlay. Either way a stdin that does not end
-// before the command starts cannot be sent.
+// Stdin of Exec: against a server that lists the process feature, Exec
+// submits the command as a process and streams Request.Stdin to it while
+// it runs, as Start does, so an input that ends only after the command has
+// printed (or never ends) works, and no size limit applies; input already
+// in memory (*bytes.Reader, *strings.Reader, *bytes.Buffer) still travels
+// whole with the submission, which saves a request. Otherwise Exec reads
+// Request.Stdin whole (at most WithMaxStdinBytes and the server's
+// max_stdin_bytes) and sends it in the submit's stdin field when the
+// server lists that feature in its capabilities reply. Against a server
+// without it, the input is uploaded as a file beside the workspace that
+// the command takes as fd 0 and removes before running; the file never
+// appears in the overlay. Either way a stdin that does not end before the
+// command starts cannot be sent to such a server.
 //
 // Background processes (backend.Starter, TerminalStarter): against a
 // server that lists the process feature, Start submits the command with

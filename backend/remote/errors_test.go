@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -166,12 +167,38 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
-// TestTooLarge: stdin and workspaces over the limits are refused before
-// anything is sent, and stdin is closed.
+// noProcesses is an executor that runs no processes with a handle: the
+// embedded interface hides the host executor's Start, so the server lists
+// no process feature and Exec must send stdin whole.
+type noProcesses struct{ server.Executor }
+
+// TestTooLarge: stdin (sent whole, to a server that runs no processes) and
+// workspaces over the limits are refused before anything is sent, and
+// stdin is closed. To a server that runs processes the same stdin streams:
+// no limit applies to it.
 func TestTooLarge(t *testing.T) {
 	ts := startServer(t)
-	t.Run("stdin", func(t *testing.T) {
+	t.Run("stdin-streamed", func(t *testing.T) {
 		b := newBackend(t, ts.url, WithMaxStdinBytes(1024))
+		in := &closeRecorder{Reader: strings.NewReader(strings.Repeat("x", 2048))}
+		var out bytes.Buffer
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "wc -c", Network: allowAll, Stdin: in, Stdout: &out})
+		if err != nil || res.ExitCode != 0 || strings.TrimSpace(out.String()) != "2048" {
+			t.Fatalf("Exec: %v, stdout %q; want 2048 bytes counted", err, out.String())
+		}
+		if !in.closed {
+			t.Error("stdin was not closed")
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		whole := &testServer{dir: t.TempDir(), exec: noProcesses{hostExecutor(t)}}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole.start(t, ln)
+		t.Cleanup(whole.stop)
+		b := newBackend(t, whole.url, WithMaxStdinBytes(1024))
 		in := &closeRecorder{Reader: strings.NewReader(strings.Repeat("x", 2048))}
 		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "cat", Network: allowAll, Stdin: in})
 		if !errors.Is(err, ErrTooLarge) || !errors.Is(err, backend.ErrUnsupported) || res != nil {

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -182,9 +183,11 @@ func (x *run) limit(deadline time.Time) time.Time {
 	return deadline
 }
 
-// Exec implements backend.Backend. The workspace (and stdin, whole) is
-// uploaded, the command submitted, its output streamed to the writers as
-// it arrives, and its writes downloaded as the overlay. A dropped
+// Exec implements backend.Backend. The workspace is uploaded, the command
+// submitted, its input streamed while it runs (a process submission, when
+// the server runs processes; otherwise, and for input already in memory,
+// stdin travels whole with the submission), its output streamed to the
+// writers as it arrives, and its writes downloaded as the overlay. A dropped
 // connection is re-established and the execution reattached from the last
 // event seen, so output arrives exactly once. Errors: ErrInvalidRequest,
 // ErrUnsupported (a policy mode the server cannot enforce; a workspace or
@@ -253,6 +256,12 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	}
 	if caps.SecretLevel(secPol.Mode) == policy.Unsupported {
 		return nil, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
+	}
+	if started == nil && streamsStdin(req, info) {
+		// Run as a process so the input streams while the command runs:
+		// an input that ends only after the command has printed, or never,
+		// cannot travel whole in the submission.
+		started = func(backend.Control) {}
 	}
 	if started != nil {
 		if err := checkProcess(req, info); err != nil {
@@ -382,6 +391,22 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	}
 	res.Overlay = withoutPath(ov, stdinName)
 	return res, nil
+}
+
+// streamsStdin reports whether Exec sends req's input as it is read (a
+// process submission, when the server runs processes) rather than whole
+// with the submission. Input already in memory goes whole: it cannot be
+// waiting on the command, and the submission carries it without another
+// request.
+func streamsStdin(req *backend.Request, info serverInfo) bool {
+	if req.Stdin == nil || req.TTY != nil || !info.features[protocol.FeatureProcess] {
+		return false
+	}
+	switch req.Stdin.(type) {
+	case *bytes.Reader, *strings.Reader, *bytes.Buffer:
+		return false
+	}
+	return true
 }
 
 // wireLimits is the submit's limits field: the limits set (positive),

@@ -90,6 +90,12 @@ const relayProcessReason = "the relay executor keeps no handle on a worker's com
 
 // TestConformanceRelay runs the suite against pulse-server relaying to a
 // pulse-worker process.
+// stdinReason is why three cases cannot run through a relay: its executor
+// runs no processes with a handle, so Exec sends stdin whole with the
+// submission, read to its end before the command starts.
+const stdinReason = "the relay runs no processes, so Exec carries stdin only whole, before the command starts: " +
+	"a stdin that ends only after the command has printed (or never ends) cannot be sent"
+
 func TestConformanceRelay(t *testing.T) {
 	// Mostly waiting on timeouts and processes: run beside the rest.
 	t.Parallel()

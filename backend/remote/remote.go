@@ -264,9 +264,12 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 	if server.Isolation == backend.IsolationHostUnsafe {
 		c.Notes = append(c.Notes, "UNSAFE: the server runs commands directly on its host")
 	}
-	if info.features[protocol.FeatureStdin] {
+	switch {
+	case info.features[protocol.FeatureProcess]:
+		c.Notes = append(c.Notes, "Exec streams stdin while the command runs (input in memory travels whole with the submission)")
+	case info.features[protocol.FeatureStdin]:
 		c.Notes = append(c.Notes, "Exec sends stdin whole with the submission (no interactive input)")
-	} else {
+	default:
 		c.Notes = append(c.Notes, "Exec sends stdin whole as a file beside the workspace (the server has no stdin field; no interactive input)")
 	}
 	if info.features[protocol.FeatureProcess] {
