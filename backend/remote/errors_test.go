@@ -156,13 +156,13 @@ func TestCapacity(t *testing.T) {
 		_, err := b.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Shell: "echo started; sleep 30", Network: allowAll, Stdout: &out})
 		done <- err
 	}()
-	<-started
+	awaitStart(t, started, done)
 	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "true", Network: allowAll})
 	if !errors.Is(err, ErrCapacity) || !errors.Is(err, backend.ErrUnavailable) || res != nil {
 		t.Errorf("second Exec: %v; want ErrCapacity", err)
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, endWithin, "Exec's return"); err != nil {
 		t.Errorf("cancelled Exec: %v", err)
 	}
 }

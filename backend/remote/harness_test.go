@@ -198,6 +198,24 @@ func (b *buffer) when(s string) <-chan struct{} {
 	return ch
 }
 
+// awaitStart waits until started is closed (the command printed its first
+// line). A command that ends first, with its outcome on done, or never
+// starts fails the test at once instead of leaving it waiting forever.
+func awaitStart[T any](t *testing.T, started <-chan struct{}, done <-chan T) {
+	t.Helper()
+	select {
+	case <-started:
+	case o := <-done:
+		t.Fatalf("the command ended before it started: %+v", o)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the command did not start within 2 minutes")
+	}
+}
+
+// endWithin is how long a test waits for an Exec to return once it has
+// done what should end it: a bound on a hung test, not a speed check.
+const endWithin = 2 * time.Minute
+
 // cutProxy forwards TCP connections to target and can cut them: each
 // accepted connection is closed, both ways, once cutAfter bytes have gone
 // from the server to the client (for the first cuts connections).

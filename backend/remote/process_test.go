@@ -106,10 +106,10 @@ func TestRealServerProcess(t *testing.T) {
 		_, err := b.Exec(context.Background(), &backend.Request{Workspace: ws, Shell: "echo started; sleep 3", Network: allowAll, Stdout: &out2})
 		done <- err
 	}()
-	<-started
+	awaitStart(t, started, done)
 	p.kill()
 	p.start()
-	err = <-done
+	err = testenv.Recv(t, done, endWithin, "Exec's return")
 	if !errors.Is(err, ErrExecutionLost) || !strings.Contains(err.Error(), "UNKNOWN") {
 		t.Fatalf("after a killed and restarted server: %v; want ErrExecutionLost (UNKNOWN)", err)
 	}

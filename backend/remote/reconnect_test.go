@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // seqOutput is what `seq 1 n` prints.
@@ -141,7 +142,7 @@ func TestServerRestartedMidCommand(t *testing.T) {
 		res, err := execShell(t, b, t.TempDir(), "echo started; sleep 30", &out, nil)
 		done <- outcome{res, err}
 	}()
-	<-started
+	awaitStart(t, started, done)
 	old := ts.crash()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -153,7 +154,7 @@ func TestServerRestartedMidCommand(t *testing.T) {
 		t.Skipf("cannot listen on %s again: %v", ts.addr, err)
 	}
 	ts.start(t, ln)
-	o := <-done
+	o := testenv.Recv(t, done, endWithin, "Exec's return")
 	if !errors.Is(o.err, ErrExecutionLost) || o.res != nil {
 		t.Fatalf("Exec after a restart: result %v, error %v; want ErrExecutionLost", o.res, o.err)
 	}
@@ -177,7 +178,7 @@ func TestServerLostRecord(t *testing.T) {
 		_, err := execShell(t, b, t.TempDir(), "echo started; sleep 30", &out, nil)
 		done <- err
 	}()
-	<-started
+	awaitStart(t, started, done)
 	old := ts.crash()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -190,7 +191,7 @@ func TestServerLostRecord(t *testing.T) {
 	}
 	ts.dir = t.TempDir()
 	ts.start(t, ln)
-	err = <-done
+	err = testenv.Recv(t, done, endWithin, "Exec's return")
 	if !errors.Is(err, ErrExecutionLost) || !strings.Contains(err.Error(), "no record") {
 		t.Fatalf("Exec against a fresh store: %v; want ErrExecutionLost saying there is no record", err)
 	}
@@ -208,14 +209,14 @@ func TestServerGoneMidCommand(t *testing.T) {
 		_, err := execShell(t, b, t.TempDir(), "echo started; sleep 30", &out, nil)
 		done <- err
 	}()
-	<-started
+	awaitStart(t, started, done)
 	old := ts.crash()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		old.Shutdown(ctx)
 	}()
-	err := <-done
+	err := testenv.Recv(t, done, endWithin, "Exec's return")
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, backend.ErrUnavailable) || errors.Is(err, ErrExecutionLost) {
 		t.Fatalf("Exec with the server gone: %v; want ErrUnreachable", err)
 	}
@@ -246,7 +247,7 @@ func TestStreamsWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !<-opened {
+	if !testenv.Recv(t, opened, endWithin, "the gate") {
 		t.Fatal("the first line had not arrived while the command waited: output is not streamed")
 	}
 	if res.ExitCode != 0 || out.String() != "first\nsecond\n" {
@@ -272,11 +273,11 @@ func TestReconcileSparesLive(t *testing.T) {
 		res, err := execShell(t, b, ws, "echo started; sleep 0.5; cat in.txt > after.txt; echo finished", &out, nil)
 		done <- outcome{res, err}
 	}()
-	<-started
+	awaitStart(t, started, done)
 	if err := b.Reconcile(context.Background()); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	o := <-done
+	o := testenv.Recv(t, done, endWithin, "Exec's return")
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
@@ -340,7 +341,7 @@ func TestCloseWithServerGone(t *testing.T) {
 		res, err := execShell(t, b, t.TempDir(), "echo started; sleep 30", &out, nil)
 		done <- outcome{res, err}
 	}()
-	<-started
+	awaitStart(t, started, done)
 	old := ts.crash()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -357,7 +358,7 @@ func TestCloseWithServerGone(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close did not return with the server gone")
 	}
-	o := <-done
+	o := testenv.Recv(t, done, endWithin, "Exec's return")
 	if o.err != nil || o.res.Termination != backend.Cancelled || o.res.ExitCode != -1 {
 		t.Errorf("Exec ended by Close: %+v, %v; want a cancelled result", o.res, o.err)
 	}

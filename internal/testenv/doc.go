@@ -31,6 +31,9 @@
 //   - Eventually: poll a condition until it holds or a deadline passes,
 //     failing with the condition's last error; for state another process
 //     or goroutine reaches in its own time, never to assert a duration.
+//   - Recv: receive from a channel or fail after a generous bound, so a
+//     lost wake-up fails the test with what it awaited instead of hanging
+//     the package until the test binary's timeout.
 //   - RunIfChild and Command: a TestMain dispatches on an environment
 //     variable to the real main function of a command, so tests run the
 //     worker or the server as a separate process of the test binary

@@ -3,10 +3,12 @@ package testenv
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +86,41 @@ func TestPoll(t *testing.T) {
 	if err := Poll(time.Millisecond, func() error { return errLast }); !errors.Is(err, errLast) {
 		t.Fatalf("Poll past its deadline: %v; want the last error wrapped", err)
 	}
+}
+
+func TestRecv(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	if got := Recv(t, ch, time.Minute, "a value"); got != 7 {
+		t.Fatalf("Recv = %d, want 7", got)
+	}
+	// Nothing arrives: Recv fails the test (here a recorder of Fatalf)
+	// instead of waiting on.
+	rec := &fatalRecorder{TB: t}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		Recv(rec, make(chan int), time.Millisecond, "the silent channel")
+		rec.returned = true
+	}()
+	<-ended
+	if rec.returned || !strings.Contains(rec.msg, "the silent channel") {
+		t.Fatalf("Recv of a silent channel: returned %v, failure %q; want a failure naming what was awaited", rec.returned, rec.msg)
+	}
+}
+
+// fatalRecorder records a Fatalf and ends its goroutine, as testing.T does.
+type fatalRecorder struct {
+	testing.TB
+	msg      string
+	returned bool
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }
 
 func TestPKI(t *testing.T) {
