@@ -19,8 +19,9 @@ NBULK=${NBULK:-$(((N + 2) / 3))}
 tmp=$(mktemp -d)
 srv=""
 trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-go build -o "$tmp/pulse" ./cmd/pulse
-go build -o "$tmp/pulse-server" ./cmd/pulse-server
+# pulse-namespace-init beside pulse is what an install of ./cmd/... has:
+# the namespace backend runs it as each sandbox's init.
+go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-server
 pulse=$tmp/pulse
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"

@@ -60,6 +60,15 @@ type Backend struct {
 	// path is the default PATH of commands (see sandboxPath).
 	path string
 	cg   cgroupSupport
+
+	// The separate init program, when one is installed and trusted
+	// (initprog_linux.go): looked for once; used once a probe ran with it;
+	// off once it failed the probe or the backend is closed.
+	progMu      sync.Mutex
+	progLooked  bool
+	progTrusted bool
+	progOff     bool
+	prog        *initProgram
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -204,15 +213,26 @@ func (b *Backend) Probe(ctx context.Context) error {
 	if err := staticProbe(); err != nil {
 		return err
 	}
-	key := ""
+	// refusedKey records a probe that found the separate init program
+	// unusable and passed with this binary as the init.
+	key, refusedKey := "", ""
 	if b.o.probeCache != "" {
 		var err error
-		if key, err = b.probeKey(); err != nil {
+		if key, err = b.probeKey(false); err != nil {
 			b.o.logger.Debug("namespace: probe cache unused", slog.Any("err", err))
 		}
 		if b.probeCached(key) {
+			b.trustInitProg()
 			b.probeOK = true
 			return nil
+		}
+		if b.foundInitProg() != nil {
+			refusedKey, _ = b.probeKey(true)
+			if b.probeCached(refusedKey) {
+				b.dropInitProg(nil)
+				b.probeOK = true
+				return nil
+			}
 		}
 	}
 	ws, err := os.MkdirTemp("", "pulse-namespace-probe-")
@@ -220,6 +240,29 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return fmt.Errorf("%w: namespace: temp dir: %v", backend.ErrUnavailable, err)
 	}
 	defer os.RemoveAll(ws)
+	trial := b.foundInitProg() != nil
+	if trial {
+		b.trustInitProg() // on trial: the probe runs with it
+	}
+	err = b.probeRun(ctx, ws)
+	if err != nil && trial {
+		// The separate init program cannot serve (another build, or it
+		// does not run here): this binary is the init from now on, and
+		// the probe says whether that works.
+		b.dropInitProg(err)
+		key = refusedKey
+		err = b.probeRun(ctx, ws)
+	}
+	if err != nil {
+		return err
+	}
+	b.probeOK = true
+	b.rememberProbe(key)
+	return nil
+}
+
+// probeRun runs the probe command, `true`, in workspace ws.
+func (b *Backend) probeRun(ctx context.Context, ws string) error {
 	res, err := b.exec(ctx, &backend.Request{
 		ExecutionID: "probe",
 		Workspace:   ws,
@@ -232,8 +275,6 @@ func (b *Backend) Probe(ctx context.Context) error {
 	if res.ExitCode != 0 {
 		return fmt.Errorf("%w: namespace: probe command `true` ended %s with code %d", backend.ErrUnavailable, res.Termination, res.ExitCode)
 	}
-	b.probeOK = true
-	b.rememberProbe(key)
 	return nil
 }
 
@@ -350,6 +391,7 @@ func (b *Backend) Close() error {
 		p.discard()
 	}
 	b.wg.Wait()
+	b.closeInitProg()
 	return nil
 }
 

@@ -76,6 +76,22 @@
 //
 //	func TestMain(m *testing.M) { namespace.Init(); os.Exit(m.Run()) }
 //
+// The init program. Each init is a Go process start, and re-running a large
+// binary pays all of its package initialisation again. When the program
+// cmd/pulse-namespace-init (InitProgramName) is installed beside the running
+// binary, as `go build -o bin/ ./cmd/...` and `go install ./cmd/...` put it,
+// the backend runs that instead: it links this package and nothing else. It
+// is used only when it is a regular file owned by root or by the binary's
+// owner, in a directory of the same, writable by nobody else (whoever could
+// replace it could replace the binary), and it is exec'd through a
+// descriptor, so the file checked is the file run. It must also be the same
+// code: the parent sends the identity of its own build of this package (the
+// Go version, golang.org/x/sys's version and a hash of the package's source,
+// embedded), and an init of any other identity refuses to set anything up.
+// The probe then falls back to this binary as the init and records that in
+// the probe cache, so an init left from another build costs one extra probe,
+// never a command run by code other than the parent's.
+//
 // Init never returns in a sandbox init: it sets the sandbox up, starts the
 // command (`bash -c`, `sh -c` where bash is missing, or the request's argv)
 // as its child with every restriction applied, reaps orphans, and reports

@@ -61,8 +61,12 @@ func Init() {
 // reaper. When the init exits, the kernel kills what is left.
 
 func initSandbox(version string, status *os.File) error {
+	version, parentID, _ := strings.Cut(version, " ")
 	if version != initVersion {
 		return fmt.Errorf("init protocol %q, want %q (parent and child binaries differ)", version, initVersion)
+	}
+	if err := checkInitIdentity(parentID); err != nil {
+		return err
 	}
 	if status == nil {
 		return errors.New("no status pipe")

@@ -20,7 +20,10 @@ const probeCacheMax = 8 << 10
 // features that staticProbe reads every time: the kernel itself, the
 // binary re-executed as the init, the caller's ids and the backend's
 // configuration. Any change makes a cached result not match.
-func (b *Backend) probeKey() (string, error) {
+//
+// refused is the key of a probe that passed only once the separate init
+// program was dropped (initprog_linux.go).
+func (b *Backend) probeKey(refused bool) (string, error) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return "", err
@@ -41,6 +44,15 @@ func (b *Backend) probeKey() (string, error) {
 	fmt.Fprintf(&k, "pulse namespace probe %s\n", initVersion)
 	fmt.Fprintf(&k, "kernel %q %q %q\n", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Version[:]), unix.ByteSliceToString(u.Machine[:]))
 	fmt.Fprintf(&k, "exe %q %d %d %d %d\n", exe, sys.Dev, sys.Ino, st.Size(), st.ModTime().UnixNano())
+	if prog := b.foundInitProg(); prog != nil {
+		how := "use"
+		if refused {
+			how = "refused"
+		}
+		fmt.Fprintf(&k, "init %s %s %s\n", how, prog.key, initIdentity())
+	} else {
+		fmt.Fprintf(&k, "init self\n")
+	}
 	fmt.Fprintf(&k, "ids %d %d\n", os.Getuid(), os.Getgid())
 	fmt.Fprintf(&k, "state %q\nhostname %q\nro %q\nrw %q\n", b.o.stateDir, b.o.hostname, b.o.readOnly, b.o.readWrite)
 	return k.String(), nil

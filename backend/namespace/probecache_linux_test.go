@@ -68,7 +68,7 @@ func TestProbeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	key, err := b.probeKey()
+	key, err := b.probeKey(false)
 	if err != nil {
 		t.Fatal(err)
 	}

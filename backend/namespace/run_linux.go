@@ -86,18 +86,27 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	p.dialer = dialer
 	childEnds = append(childEnds, dialC)
 
+	// The init is this binary again, or the small init program installed
+	// beside it (initprog_linux.go), told which build it must be.
 	cmd := exec.Command("/proc/self/exe")
+	mark := initVersion
+	extra := []*os.File{cfgR, stW, dialC} // configFd, statusFd, dialFd
+	if prog := b.initProg(); prog != nil {
+		cmd = exec.Command("/proc/self/fd/" + strconv.Itoa(initProgFd))
+		mark += " " + initIdentity()
+		extra = append(extra, prog.file) // initProgFd
+	}
 	cmd.Args = []string{"pulse-namespace-init"}
 	// The init's own environment; the command's is built from the
 	// request. A race-built binary would otherwise sleep a second at every
 	// exit, and one processor keeps the init's threads (which count as
 	// pids) few.
-	cmd.Env = []string{initEnv + "=" + initVersion, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
+	cmd.Env = []string{initEnv + "=" + mark, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
 	if b.o.phaseHook != nil {
 		cmd.Env = append(cmd.Env, traceEnv+"=1")
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
-	cmd.ExtraFiles = []*os.File{cfgR, stW, dialC} // configFd, statusFd, dialFd
+	cmd.ExtraFiles = extra
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP)
 	if newNet {
 		flags |= unix.CLONE_NEWNET

@@ -1,0 +1,255 @@
+package namespace
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// InitProgramName is the program the backend runs as each sandbox init
+// when it is installed beside the running binary (`go build -o bin/
+// ./cmd/...` and `go install ./cmd/...` put it there): cmd/pulse-namespace-init,
+// a main that calls Init and links nothing but this package. Every init is
+// a Go process start, and re-running a large binary (the pulse CLI links
+// the Docker client, the MCP SDK and OpenTelemetry) pays all of its
+// package initialisation and page faults again before Init runs; the
+// small program starts in well under half the time.
+//
+// It is used only when it can be trusted as much as the running binary,
+// and only when it is the same code: see findInitProgram and
+// initIdentity. Otherwise (and for any program that embeds the backend
+// without installing it) the init is this binary, through /proc/self/exe.
+const InitProgramName = "pulse-namespace-init"
+
+// initProgFd is where the init program's descriptor sits in the init
+// before its exec: passed as an extra file (after configFd, statusFd and
+// dialFd), it is exec'd as /proc/self/fd/6, so that the file checked is
+// the file run even if the path is replaced meanwhile. The init marks it
+// close-on-exec with everything else above stderr, so the command never
+// sees it.
+const initProgFd = 6
+
+// initProgram is a separate init program that passed findInitProgram.
+type initProgram struct {
+	file *os.File // open for reading; run through /proc/self/fd
+	path string   // where it was found, for messages
+	// key identifies the file for the probe cache: a replaced or
+	// rebuilt program probes again.
+	key string
+}
+
+// sources is this package's own source, hashed into initIdentity. The
+// test files are embedded too (a pattern cannot leave them out) but not
+// hashed.
+//
+//go:embed *.go
+var sources embed.FS
+
+// initIdentity names the code of this package's init side as built into
+// this binary: the Go version and a SHA-256 of the package's source files,
+// then golang.org/x/sys's version where the binary records its
+// dependencies ("-" where it does not, as test binaries). A separate init
+// program checks that the identity its parent sends is its own, and
+// refuses to set up a sandbox otherwise (checkInitIdentity), so that an
+// init program left from an older (or newer, or differently patched) build
+// beside a new binary never runs a command: its isolation code might not
+// be the code the parent was built with.
+var initIdentity = sync.OnceValue(func() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "go %s\n", runtime.Version())
+	ents, err := fs.ReadDir(sources, ".")
+	if err != nil {
+		panic("namespace: embedded sources: " + err.Error())
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), "_test.go") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		b, err := sources.ReadFile(n)
+		if err != nil {
+			panic("namespace: embedded sources: " + err.Error())
+		}
+		fmt.Fprintf(h, "file %q %d\n", n, len(b))
+		h.Write(b)
+	}
+	sys := "-"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "golang.org/x/sys" {
+				sys = d.Version + "/" + d.Sum
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]) + " " + sys
+})
+
+// errNoInitProgram: there is no separate init program to use (none
+// installed, or one that is not trusted); the init is this binary.
+var errNoInitProgram = errors.New("no separate init program")
+
+// findInitProgram looks for InitProgramName beside the running binary and
+// opens it when it is as trustworthy as that binary: a regular file (not
+// a symlink), executable, owned by root or by the binary's owner and
+// writable by nobody else, in a directory writable by nobody else.
+// Whoever could replace such a file could replace the binary itself.
+// Whether it is the same code is checked by the init itself (initIdentity).
+func findInitProgram() (*initProgram, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoInitProgram, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(exe, &st); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoInitProgram, err)
+	}
+	return openInitProgram(filepath.Join(filepath.Dir(exe), InitProgramName), st.Uid)
+}
+
+// openInitProgram opens path as the init program when it passes the
+// checks of findInitProgram, owner being the running binary's owner.
+func openInitProgram(path string, owner uint32) (*initProgram, error) {
+	trusted := func(what string, st *unix.Stat_t) error {
+		if st.Uid != 0 && st.Uid != owner {
+			return fmt.Errorf("%w: %s %s is owned by uid %d, neither root nor the binary's owner", errNoInitProgram, what, path, st.Uid)
+		}
+		if st.Mode&0o022 != 0 {
+			return fmt.Errorf("%w: %s %s is writable by group or others (mode %o)", errNoInitProgram, what, path, st.Mode&0o7777)
+		}
+		return nil
+	}
+	var dst unix.Stat_t
+	if err := unix.Stat(filepath.Dir(path), &dst); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoInitProgram, err)
+	}
+	if err := trusted("the directory of", &dst); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoInitProgram, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %v", errNoInitProgram, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 != 0o111 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s is not an executable regular file", errNoInitProgram, path)
+	}
+	if err := trusted("", &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	key := fmt.Sprintf("%q %d %d %d %d.%09d", path, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	return &initProgram{file: os.NewFile(uintptr(fd), path), path: path, key: key}, nil
+}
+
+// foundInitProg returns the separate init program found beside the
+// binary, nil when there is none or it was dropped. It is looked for once.
+func (b *Backend) foundInitProg() *initProgram {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	b.lookInitProgLocked()
+	if b.progOff {
+		return nil
+	}
+	return b.prog
+}
+
+func (b *Backend) lookInitProgLocked() {
+	if b.progLooked {
+		return
+	}
+	b.progLooked = true
+	p, err := findInitProgram()
+	if err != nil {
+		b.o.logger.Debug("namespace: the init is this binary", "why", err.Error())
+		return
+	}
+	b.prog = p
+}
+
+// initProg returns the separate init program inits are started from, nil
+// when the init is this binary: the program is run only once a probe has
+// run a sandbox with it (this backend's, or one the probe cache recorded
+// for this program and this build), or during that probe.
+func (b *Backend) initProg() *initProgram {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	b.lookInitProgLocked()
+	if b.progOff || !b.progTrusted {
+		return nil
+	}
+	return b.prog
+}
+
+// trustInitProg lets inits start from the separate init program (the
+// probe is running with it, or it passed one).
+func (b *Backend) trustInitProg() {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	if b.prog != nil && !b.progOff {
+		b.progTrusted = true
+	}
+}
+
+// dropInitProg stops using the separate init program (it failed the
+// probe: another build, or it cannot run here); this binary is the init
+// from then on.
+func (b *Backend) dropInitProg(why error) {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	if b.prog == nil || b.progOff {
+		return
+	}
+	b.progOff = true
+	if why != nil {
+		b.o.logger.Warn("namespace: not using the separate init program; the init is this binary", "path", b.prog.path, "err", why)
+	} else {
+		b.o.logger.Debug("namespace: the separate init program failed an earlier probe; the init is this binary", "path", b.prog.path)
+	}
+}
+
+// closeInitProg closes the init program's descriptor, once no init can
+// be started any more.
+func (b *Backend) closeInitProg() {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	if b.prog != nil {
+		b.prog.file.Close()
+		b.progOff = true
+	}
+}
+
+// checkInitIdentity is the init's side: the identity its parent sent
+// (empty when the parent runs itself as the init: the same binary) must
+// be its own. The dependency part is compared when both sides know it.
+func checkInitIdentity(parent string) error {
+	if parent == "" {
+		return nil
+	}
+	own := initIdentity()
+	src, sys, _ := strings.Cut(own, " ")
+	psrc, psys, _ := strings.Cut(parent, " ")
+	if psrc == src && (psys == sys || psys == "-" || sys == "-") {
+		return nil
+	}
+	return fmt.Errorf("the init program is not the build of the binary that started it (identity %q, the parent's %q); reinstall both from one build", own, parent)
+}

@@ -1,0 +1,283 @@
+package namespace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+func TestInitIdentity(t *testing.T) {
+	id := initIdentity()
+	if !regexp.MustCompile(`^[0-9a-f]{32} (-|v[^ ]+)$`).MatchString(id) {
+		t.Fatalf("initIdentity() = %q, want 32 hex digits and x/sys's version", id)
+	}
+	if initIdentity() != id {
+		t.Error("initIdentity changes between calls")
+	}
+	if err := checkInitIdentity(""); err != nil {
+		t.Errorf("no identity (the parent runs itself): %v", err)
+	}
+	if err := checkInitIdentity(id); err != nil {
+		t.Errorf("own identity refused: %v", err)
+	}
+	src, _, _ := strings.Cut(id, " ")
+	for _, other := range []string{strings.Repeat("0", 32) + " -", strings.Repeat("0", 32), "", " -"} {
+		if other == "" {
+			continue // the parent runs itself: no identity sent
+		}
+		if err := checkInitIdentity(other); err == nil {
+			t.Errorf("identity %q accepted", other)
+		}
+	}
+	// x/sys's version is compared when both sides record it.
+	if err := checkInitIdentity(src + " -"); err != nil {
+		t.Errorf("a parent that records no dependencies refused: %v", err)
+	}
+	if err := checkInitIdentity(src + " v0.0.1/h1:other"); err == nil && !strings.HasSuffix(id, " -") {
+		t.Error("a parent with another x/sys accepted")
+	}
+	// Every non-test source file of the package is in the hash.
+	ents, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+			if _, err := sources.ReadFile(n); err != nil {
+				t.Errorf("%s is not embedded for initIdentity: %v", n, err)
+			}
+		}
+	}
+}
+
+// copyFile copies src to dst with mode.
+func copyFile(t *testing.T, src, dst string, mode os.FileMode, edit func([]byte) []byte) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		b = edit(b)
+	}
+	if err := os.WriteFile(dst, b, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dst, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenInitProgramTrust(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(os.Getuid())
+	good := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "bin")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, InitProgramName)
+		copyFile(t, exe, p, 0o755, nil)
+		return p
+	}
+	p := good(t)
+	prog, err := openInitProgram(p, uid)
+	if err != nil {
+		t.Fatalf("a private executable in a private directory refused: %v", err)
+	}
+	prog.file.Close()
+
+	for _, tc := range []struct {
+		name  string
+		spoil func(t *testing.T, p string)
+	}{
+		{"group-writable file", func(t *testing.T, p string) { os.Chmod(p, 0o775) }},
+		{"world-writable file", func(t *testing.T, p string) { os.Chmod(p, 0o757) }},
+		{"not executable", func(t *testing.T, p string) { os.Chmod(p, 0o644) }},
+		{"world-writable directory", func(t *testing.T, p string) { os.Chmod(filepath.Dir(p), 0o777) }},
+		{"group-writable directory", func(t *testing.T, p string) { os.Chmod(filepath.Dir(p), 0o775) }},
+		{"symlink", func(t *testing.T, p string) {
+			real := filepath.Join(filepath.Dir(filepath.Dir(p)), "real")
+			if err := os.Rename(p, real); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(real, p); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"directory", func(t *testing.T, p string) {
+			os.Remove(p)
+			os.Mkdir(p, 0o755)
+		}},
+		{"missing", func(t *testing.T, p string) { os.Remove(p) }},
+		{"another owner", func(t *testing.T, p string) {
+			if os.Getuid() != 0 {
+				t.Skip("chown to another uid needs root")
+			}
+			if err := os.Chown(p, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := good(t)
+			tc.spoil(t, p)
+			prog, err := openInitProgram(p, uid)
+			if err == nil {
+				prog.file.Close()
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, errNoInitProgram) {
+				t.Errorf("error %v is not errNoInitProgram", err)
+			}
+		})
+	}
+}
+
+// withInitProgram gives b the program at p as if it had been found beside
+// the binary; trusted, as if a probe had passed with it.
+func withInitProgram(t *testing.T, b *Backend, p string, trusted bool) {
+	t.Helper()
+	prog, err := openInitProgram(p, uint32(os.Getuid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.progMu.Lock()
+	b.progLooked, b.prog, b.progTrusted = true, prog, trusted
+	b.progMu.Unlock()
+}
+
+// initCopies writes two copies of the test binary: one as it is (the same
+// build) and one whose embedded copy of this package's source differs by
+// one byte, as another build's would (its code is the same, so only the
+// identity check can tell them apart).
+func initCopies(t *testing.T) (same, other string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	same, other = filepath.Join(dir, "same"), filepath.Join(dir, "other")
+	copyFile(t, exe, same, 0o755, nil)
+	// Joined at run time, so that the test's own code and its embedded
+	// source do not hold the marker too.
+	marker := []byte(strings.Join([]string{"sources is", "this package's", "own source"}, " "))
+	copyFile(t, exe, other, 0o755, func(b []byte) []byte {
+		if n := bytes.Count(b, marker); n != 1 {
+			t.Fatalf("the comment marking the embedded source occurs %d times in the test binary, want 1", n)
+		}
+		i := bytes.Index(b, marker)
+		b[i] = 'S'
+		return b
+	})
+	return same, other
+}
+
+func TestSeparateInitProgram(t *testing.T) {
+	same, other := initCopies(t)
+	req := func(ws string) *backend.Request {
+		return &backend.Request{Workspace: ws, Shell: "echo hello > f; cat f",
+			Limits: policy.ResourceLimits{Timeout: 30 * time.Second}}
+	}
+
+	t.Run("same build runs the command", func(t *testing.T) {
+		b := newBackend(t)
+		withInitProgram(t, b, same, true)
+		for range 2 { // a cold init, then one started ahead
+			res, out, errs := runCmd(t, b, req(t.TempDir()))
+			if res.ExitCode != 0 || out != "hello\n" {
+				t.Fatalf("exit %d, stdout %q, stderr %q", res.ExitCode, out, errs)
+			}
+		}
+		if b.initProg() == nil {
+			t.Error("the init program was dropped")
+		}
+	})
+
+	t.Run("another build refuses to run anything", func(t *testing.T) {
+		b := newBackend(t)
+		withInitProgram(t, b, other, true)
+		var out bytes.Buffer
+		r := req(t.TempDir())
+		r.Stdout, r.Stderr = &out, io.Discard
+		res, err := b.Exec(context.Background(), r)
+		if err == nil {
+			t.Fatalf("Exec through another build's init succeeded: exit %d, stdout %q", res.ExitCode, out.String())
+		}
+		if out.Len() != 0 {
+			t.Errorf("the command ran: %q", out.String())
+		}
+	})
+
+	t.Run("probe falls back to this binary and remembers it", func(t *testing.T) {
+		cache := filepath.Join(t.TempDir(), "probe")
+		state := filepath.Join(t.TempDir(), "state")
+		for i := range 2 {
+			b, err := New(WithStateDir(state), WithProbeCache(cache))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			withInitProgram(t, b, other, false)
+			if err := b.Probe(context.Background()); err != nil {
+				t.Skipf("namespace backend unavailable here: %v", err)
+			}
+			if b.initProg() != nil {
+				t.Fatalf("probe %d: another build's init program still in use", i)
+			}
+			rec, _ := os.ReadFile(cache)
+			if !bytes.Contains(rec, []byte("init refused ")) {
+				t.Errorf("probe %d: the record does not say the init program was refused:\n%s", i, rec)
+			}
+			res, out, _ := runCmd(t, b, req(t.TempDir()))
+			if res.ExitCode != 0 || out != "hello\n" {
+				t.Fatalf("after the fallback: exit %d, stdout %q", res.ExitCode, out)
+			}
+		}
+	})
+
+	t.Run("probe trusts the same build and the cache remembers", func(t *testing.T) {
+		cache := filepath.Join(t.TempDir(), "probe")
+		state := filepath.Join(t.TempDir(), "state")
+		for i := range 2 {
+			b, err := New(WithStateDir(state), WithProbeCache(cache))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			withInitProgram(t, b, same, false)
+			if err := b.Probe(context.Background()); err != nil {
+				t.Skipf("namespace backend unavailable here: %v", err)
+			}
+			if b.initProg() == nil {
+				t.Fatalf("probe %d: the same build's init program is not used", i)
+			}
+			if rec, _ := os.ReadFile(cache); !bytes.Contains(rec, []byte("init use ")) {
+				t.Errorf("probe %d: the record does not name the init program:\n%s", i, rec)
+			}
+		}
+	})
+
+	t.Run("never used before a probe ran with it", func(t *testing.T) {
+		b := newBackend(t)
+		withInitProgram(t, b, other, false)
+		res, out, errs := runCmd(t, b, req(t.TempDir()))
+		if res.ExitCode != 0 || out != "hello\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q: an unprobed init program was run", res.ExitCode, out, errs)
+		}
+	})
+}
