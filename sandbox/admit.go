@@ -104,6 +104,11 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 	netLevel := s.caps.NetworkLevel(net.Mode)
 	secLevel := s.caps.SecretLevel(sec.Mode)
 	accepted := s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe
+	// The admission's events go out as one append (one lock, one write),
+	// whichever way it ends, before anything of the command starts.
+	var events []audit.Event
+	add := func(e audit.Event) { events = append(events, e) }
+	defer func() { s.recordBatch(ctx, "admission", events) }()
 
 	decision := func(denyAll bool) string {
 		if denyAll {
@@ -111,10 +116,10 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 		}
 		return "allow"
 	}
-	s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "any",
+	add(audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "any",
 		Decision: decision(net.Mode == policy.NetworkDenyAll), Backend: name,
 		EnforcementLevel: string(netLevel), Detail: "network policy mode applied: " + string(net.Mode)})
-	s.record(ctx, audit.Event{ExecutionID: execID, Action: "secrets", Target: "environment",
+	add(audit.Event{ExecutionID: execID, Action: "secrets", Target: "environment",
 		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
 		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
 
@@ -123,13 +128,13 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 			return nil
 		}
 		if accepted {
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
+			add(audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
 				IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
 				Reason: "UNSAFE_HOST",
 				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by unsafe host opt-in", kind, mode, level, name)})
 			return nil
 		}
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+		add(audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
 			Reason: "unsupported_policy",
 			Detail: fmt.Sprintf("backend cannot strongly enforce %s policy: %s", kind, mode)})
@@ -142,7 +147,7 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
 		return net, sec, err
 	}
-	if err := s.checkLimits(ctx, execID, cmdStr, limits, accepted); err != nil {
+	if err := s.checkLimits(execID, cmdStr, limits, accepted, add); err != nil {
 		return net, sec, err
 	}
 	if accepted && netLevel == policy.Unsupported {
@@ -158,8 +163,8 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 // says outright that it cannot enforce them; the others, only set when
 // asked for, must be listed by the backend as enforced. Best-effort
 // enforcement is accepted and audited, and so is anything the unsafe host
-// opt-in accepted.
-func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l policy.ResourceLimits, accepted bool) error {
+// opt-in accepted. Its audit events go to add.
+func (s *Sandbox) checkLimits(execID, cmdStr string, l policy.ResourceLimits, accepted bool, add func(audit.Event)) error {
 	name := s.backend.Name()
 	for _, k := range policy.LimitKeys() {
 		if !l.IsSet(k) {
@@ -170,17 +175,17 @@ func (s *Sandbox) checkLimits(ctx context.Context, execID, cmdStr string, l poli
 		case level == policy.Strong:
 			continue
 		case level == policy.BestEffort || (k.Defaulted() && !listed):
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
+			add(audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
 				Backend: name, EnforcementLevel: string(policy.BestEffort),
 				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", k, name)})
 			continue
 		case accepted:
-			s.record(ctx, audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
+			add(audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
 				Backend: name, EnforcementLevel: string(policy.Unsupported), Reason: "UNSAFE_HOST",
 				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", k, name)})
 			continue
 		}
-		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
+		add(audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(policy.Unsupported),
 			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", k)})
 		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
