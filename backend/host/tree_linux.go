@@ -134,8 +134,14 @@ func (t *tree) add(pid int) error {
 
 // kill kills every process in the tree and waits, a bounded time, until
 // it is empty. A process forking meanwhile cannot leave a child behind:
-// it is in the tree too, and killed on the next round.
+// it is in the tree too, and killed on the next round. A tree already
+// empty (the usual end of a command that left nothing behind) is left
+// as it is: nothing can enter an empty tree but by a write to its
+// cgroup.procs or a start into it, neither of which its commands can do.
 func killTree(dir string) error {
+	if populated(dir) == 0 {
+		return nil
+	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
 		return waitEmpty(dir)
 	}
@@ -156,6 +162,20 @@ func killTree(dir string) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// populated reads the tree's cgroup.events: 0 when it holds no process,
+// 1 when it does, -1 when the file cannot be read (cgroup.kill is then
+// tried, which says why).
+func populated(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	switch {
+	case err != nil:
+		return -1
+	case strings.Contains(string(b), "populated 0"):
+		return 0
+	}
+	return 1
 }
 
 func waitEmpty(dir string) error {
