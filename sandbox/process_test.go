@@ -21,19 +21,42 @@ import (
 )
 
 // readUntil reads r until the bytes read contain want (or r ends), and
-// returns what it read.
+// returns what it read. It fails the test when want has not come within
+// two minutes, a bound on a hung process (whose output reader would
+// otherwise block until the process ends, if ever), not a speed check.
 func readUntil(t *testing.T, r io.Reader, want string) string {
 	t.Helper()
-	var got bytes.Buffer
-	buf := make([]byte, 256)
-	for !strings.Contains(got.String(), want) {
-		n, err := r.Read(buf)
-		got.Write(buf[:n])
-		if err != nil {
-			t.Fatalf("output ended (%v) before %q; got %q", err, want, got.String())
-		}
+	type read struct {
+		got string
+		err error
 	}
-	return got.String()
+	done := make(chan read, 1)
+	go func() {
+		var got bytes.Buffer
+		buf := make([]byte, 256)
+		for !strings.Contains(got.String(), want) {
+			n, err := r.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				done <- read{got.String(), err}
+				return
+			}
+		}
+		done <- read{got.String(), nil}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			t.Fatalf("output ended (%v) before %q; got %q", res.err, want, res.got)
+		}
+		return res.got
+	case <-time.After(2 * time.Minute):
+		if c, ok := r.(io.Closer); ok {
+			c.Close() // ends the reading goroutine
+		}
+		t.Fatalf("no %q in the output within 2 minutes", want)
+		return ""
+	}
 }
 
 // TestStartStdinOutputWait: a process started on the namespace backend
@@ -124,8 +147,8 @@ func TestStartKillTree(t *testing.T) {
 	}
 	// Every process of the sandbox ran in its own pid namespace under its
 	// init; none is left on the host.
-	if out, _ := exec.Command("pgrep", "-f", mark).Output(); len(out) != 0 {
-		t.Errorf("processes left running after Kill: %s", out)
+	if left := processesMatching(t, mark); len(left) != 0 {
+		t.Errorf("processes left running after Kill: %q", left)
 	}
 	if err := p.Kill(); err != nil {
 		t.Errorf("second Kill: %v", err)
@@ -253,10 +276,15 @@ func exposePolicy() *policy.Policy {
 // pending stack; each exposure and refusal is audited.
 func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 	ctx := context.Background()
-	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
+	// The site directory carries a mark of this run, so the check for a
+	// surviving httpd below sees only this one, not the same test on the
+	// other backend or in another test process on the machine.
+	site := fmt.Sprintf("site-%d-%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p " + site + " && echo hello from the sandbox > " + site + "/index.html"}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox httpd -f -v -p 127.0.0.1:8000 -h site",
+	httpd := "httpd -f -v -p 127.0.0.1:8000 -h " + site
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox " + httpd,
 		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
@@ -294,8 +322,8 @@ func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := exec.Command("pgrep", "-f", "httpd -f -v -p 127.0.0.1:8000").Output(); len(out) != 0 {
-		t.Errorf("httpd left running after Kill: %s", out)
+	if left := processesMatching(t, httpd); len(left) != 0 {
+		t.Errorf("httpd left running after Kill: %q", left)
 	}
 	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
 		t.Error("the exposed address still answers with no process behind it")
@@ -304,8 +332,8 @@ func exposeDoneWhen(t *testing.T, sb *Sandbox) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(ents); !slices.Equal(got, []string{"served.txt", "site/"}) {
-		t.Errorf("List(.) = %v, want served.txt and site/", got)
+	if got := names(ents); !slices.Equal(got, []string{"served.txt", site + "/"}) {
+		t.Errorf("List(.) = %v, want served.txt and %s/", got, site)
 	}
 	if got, err := sb.ReadFile(ctx, "served.txt"); err != nil || string(got) != "up\n" {
 		t.Errorf("served.txt = %q, %v", got, err)
@@ -409,4 +437,30 @@ func TestStartOutputOrderAcrossStreams(t *testing.T) {
 	if _, err := p.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// processesMatching lists the command lines of the machine's processes
+// that contain pattern, read from /proc (as pgrep -f would, but with no
+// need for procps: where pgrep is missing, a check through it passes
+// whatever runs).
+func processesMatching(t *testing.T, pattern string) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("listing processes: %v", err)
+	}
+	var found []string
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")); strings.Contains(line, pattern) {
+			found = append(found, d.Name()+": "+line)
+		}
+	}
+	return found
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	osexec "os/exec"
 	"slices"
 	"strings"
@@ -58,7 +59,10 @@ func TestExposeHTTPServerRemoteDocker(t *testing.T) {
 // pending stack, the files are listed and read, and a file written
 // through the files API reaches the next remote command.
 func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
-	httpd := fmt.Sprintf("httpd -f -v -p 127.0.0.1:%d", port)
+	// The site directory carries a mark of this run, so the check for a
+	// surviving httpd sees only this one.
+	site := fmt.Sprintf("site-%d-%d", os.Getpid(), time.Now().UnixNano())
+	httpd := fmt.Sprintf("httpd -f -v -p 127.0.0.1:%d -h %s", port, site)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -74,10 +78,10 @@ func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
 	t.Cleanup(func() { sb.Close() })
 
 	ctx := context.Background()
-	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p site && echo hello from the sandbox > site/index.html"}); err != nil {
+	if _, err := sb.Execute(ctx, Command{Shell: "mkdir -p " + site + " && echo hello from the sandbox > " + site + "/index.html"}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox " + httpd + " -h site",
+	p, err := sb.Start(ctx, Command{Shell: "echo serving; echo up > served.txt; exec busybox " + httpd,
 		Limits: &policy.ResourceLimits{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +139,8 @@ func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
 			t.Fatal("Watch saw no served.txt created after the process ended")
 		}
 	}
-	if out, _ := osexec.Command("pgrep", "-f", httpd).Output(); len(out) != 0 {
-		t.Errorf("httpd left running after Kill: %s", out)
+	if left := processesMatching(t, httpd); len(left) != 0 {
+		t.Errorf("httpd left running after Kill: %q", left)
 	}
 	if _, err := http.Get("http://" + addr + "/index.html"); err == nil {
 		t.Error("the exposed address still answers with no process behind it")
@@ -145,8 +149,8 @@ func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(ents); !slices.Equal(got, []string{"served.txt", "site/"}) {
-		t.Errorf("List(.) = %v, want served.txt and site/", got)
+	if got := names(ents); !slices.Equal(got, []string{"served.txt", site + "/"}) {
+		t.Errorf("List(.) = %v, want served.txt and %s/", got, site)
 	}
 	if got, err := sb.ReadFile(ctx, "served.txt"); err != nil || string(got) != "up\n" {
 		t.Errorf("served.txt = %q, %v", got, err)
