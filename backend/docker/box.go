@@ -293,7 +293,7 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 			h := hdr(name+"/", tar.TypeDir, perm)
 			h.ModTime = info.ModTime()
 			if model != nil && rel != "." {
-				model[rel] = wsSig(info, "")
+				model[rel] = wsSig(info, "", now)
 			}
 			return tw.WriteHeader(h)
 		case d.Type()&fs.ModeSymlink != 0:
@@ -305,7 +305,7 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 			h.Linkname = target
 			h.ModTime = info.ModTime()
 			if model != nil {
-				model[rel] = wsSig(info, target)
+				model[rel] = wsSig(info, target, now)
 			}
 			return tw.WriteHeader(h)
 		case d.Type().IsRegular():
@@ -335,7 +335,7 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 				return fmt.Errorf("%s shrank while being copied", rel)
 			}
 			if model != nil {
-				model[rel] = wsSig(st, "")
+				model[rel] = wsSig(st, "", now)
 			}
 			return nil
 		default:

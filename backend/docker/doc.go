@@ -70,12 +70,24 @@
 //     is on disk now plus Request.Pending (sync.go): the backend keeps a
 //     model of what the baseline holds and sends only the entries that
 //     differ, so a discarded or refused write, or a host edit, costs that
-//     file's bytes once, never a copy of the workspace. Concurrent
-//     commands each get only their own changes; the paths written by a
-//     command that overlapped another are sent again by the next sync.
-//     Copy per command was chosen over snapshots of one shared directory
-//     because with a shared directory concurrent commands' writes cannot
-//     be told apart.
+//     file's bytes once, never a copy of the workspace. A host file is
+//     known by its mode, size, mtime, ctime and inode; one changed within
+//     a filesystem clock tick or two of being read is sent again next
+//     time (racyWindow). Concurrent commands each get only their own
+//     changes; the paths written by a command that overlapped another
+//     are sent again by the next sync. Copy per command was chosen over
+//     snapshots of one shared directory because with a shared directory
+//     concurrent commands' writes cannot be told apart.
+//   - A command's copy is kept for the next command of its uid (uids are
+//     reused once all of an earlier command's processes are gone) and
+//     brought to the baseline by changing only what differs, nothing at
+//     all when the baseline did not change since (a generation number in
+//     its manifest). What a command changed is found by ctime, which no
+//     process can set: only entries changed at or after a mark made just
+//     before the command are hashed (wrapper.sh). Unchanged files keep
+//     their inode and times across commands, so tools that cache by them
+//     (git's index, make, go's build cache keyed by the directory, which
+//     stays /work/run/UID) find their caches valid.
 //   - Timeouts, cancellation, Close and the output cap kill every process
 //     of the command's uid inside the container, setsid or not (a second
 //     exec signals them as that uid, so nothing else can be hit); output
@@ -109,9 +121,11 @@
 // wrapper drops to each command's uid with nsenter -S/-G and hands it
 // its copy with chown -h, so the scripts' busybox needs those.
 //
-// Known limits: the per-command copy costs time in proportion to the
-// number of files in the workspace, and the workspace lives in memory
-// (WithScratchSize); names containing a newline are not tracked; what a command leaves in its report is as
+// Known limits: each command's end lists and stats every entry of its
+// copy (no contents are read but the changed ones'), so its cost grows
+// with the number of files in the workspace; the first command of a uid
+// in a container copies the workspace; the workspace lives in memory
+// (WithScratchSize), once in the baseline and once per copy kept; names containing a newline are not tracked; what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed: a report
 // whose changes cannot be read (malformed, over the overlay limit) or that
 // never came leaves the command's Result standing, without an overlay, with

@@ -24,8 +24,15 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 )
 
+// wrapperScript runs one command (wrapper.sh), with the manifest helpers
+// it shares with the sync script in front (manifest.sh).
+var wrapperScript = manifestLib + wrapperBody
+
 //go:embed wrapper.sh
-var wrapperScript string
+var wrapperBody string
+
+//go:embed manifest.sh
+var manifestLib string
 
 // killScript kills every process of one command: all processes of the
 // uid the wrapper gave it (recorded in out/ID/uid, which only root can

@@ -69,7 +69,14 @@ const (
 )
 
 // signature of a workspace entry: what changes when its content may have.
-func wsSig(info fs.FileInfo, target string) string {
+// For a file that is its mode, size, mtime, ctime and inode: no write
+// leaves all of them as they were, since the kernel sets ctime on every
+// change and nothing else can, except one in the same tick of the
+// filesystem's clock as the stat that read them. So a file whose times
+// are within racyWindow of since (when the walk that stats it began) gets
+// a signature no later one equals, and is sent again by the next sync,
+// when it has aged (git's rule for "racy" index entries).
+func wsSig(info fs.FileInfo, target string, since time.Time) string {
 	m := info.Mode()
 	switch {
 	case m.IsDir():
@@ -78,13 +85,24 @@ func wsSig(info fs.FileInfo, target string) string {
 		return "l|" + target
 	case m.IsRegular():
 		var ino uint64
+		var ctime int64
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			ino = st.Ino
+			ctime = st.Ctim.Nano()
 		}
-		return fmt.Sprintf("w|%o|%d|%d|%d", tarMode(m), info.Size(), info.ModTime().UnixNano(), ino)
+		cut := since.Add(-racyWindow).UnixNano()
+		if ctime >= cut || info.ModTime().UnixNano() >= cut {
+			return fmt.Sprintf("r|%s.%d", unhashedRun, unhashed.Add(1))
+		}
+		return fmt.Sprintf("w|%o|%d|%d|%d|%d", tarMode(m), info.Size(), info.ModTime().UnixNano(), ctime, ino)
 	}
 	return ""
 }
+
+// racyWindow is longer than any filesystem's timestamp granularity (FAT's
+// two seconds being the coarsest), plus the lag of the kernel's coarse
+// clock behind time.Now.
+const racyWindow = 2*time.Second + 100*time.Millisecond
 
 func contentSig(mode fs.FileMode, sha string) string {
 	return fmt.Sprintf("f|%o|%s", tarMode(mode), sha)
@@ -131,6 +149,7 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 	for _, h := range hiddenList {
 		hidden[h] = true
 	}
+	since := time.Now()
 	err := pend.WalkBase(ws, hidden, func(rel, p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -154,7 +173,7 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 		default:
 			return nil
 		}
-		w.sig = wsSig(info, w.tgt)
+		w.sig = wsSig(info, w.tgt, since)
 		out[rel] = w
 		return nil
 	})
@@ -182,28 +201,52 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 }
 
 // syncScript brings base up to date from a tar on stdin: del (NUL
-// separated paths to remove first) and files/ (entries to create), under
-// the same lock the wrapper takes, then refreshes base.manifest, which
-// the wrapper uses as each command's "before".
-const syncScript = `set -u
+// separated paths to remove first), gone (the same, one a line, as the
+// manifest names them) and files/ (entries to create, with the
+// directories above them), under the same lock the wrapper takes, then
+// updates base.manifest, which the wrapper uses as each command's
+// "before", for what changed (made again from all of base only after a
+// reset). umask 0 for the tar: as a user other than root it applies the
+// umask, and base must get the modes of the archive as they are.
+var syncScript = manifestLib + `set -u
 P=/work S=$P/sync-$1
+umask 077
 lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
-mkdir -p "$S" && tar -x -f - -C "$S" || exit 2
+# files/ is made first, 0700: the tar need not hold it, and the copy of
+# files/. into base gives base its mode.
+mkdir -m 0700 "$S" "$S/files" && (umask 0 && exec tar -x -f - -C "$S") || exit 2
 lock
-rc=0
+rc=0 full=0
 if [ -e "$S/reset" ]; then
 	# What base holds is unknown: it is made again from what came.
 	chmod -R u+rwx "$P/base" /pulse/seed 2>/dev/null
 	rm -rf "$P/base" /pulse/seed && mkdir -m 0700 "$P/base" || rc=7
+	full=1
 fi
 if [ $rc = 0 ] && [ ! -d "$P/base" ]; then
 	# 0700, as the wrapper makes it: commands (other uids) never enter base.
 	cp -a /pulse/seed "$P/base.tmp" && chmod 0700 "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
+	full=1
 fi
 if [ $rc = 0 ]; then
 	if [ -s "$S/del" ]; then (cd "$P/base" && xargs -0 rm -rf <"$S/del") || rc=4; fi
-	if [ -d "$S/files" ]; then cp -a "$S/files/." "$P/base/" || rc=5; fi
-	(cd "$P/base" && find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$P/base.manifest" || rc=6
+	if [ -d "$S/files" ]; then cp -a "$S/files/." "$P/base/" && chmod 0700 "$P/base" || rc=5; fi
+fi
+if [ $rc = 0 ]; then
+	if [ $full = 0 ] && [ -e "$P/base.manifest" ]; then
+		if [ -d "$S/files" ]; then
+			(cd "$S/files" && find . ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$S/new" || full=1
+		else
+			: >"$S/new"
+		fi
+		[ -e "$S/gone" ] || : >"$S/gone"
+		[ $full = 0 ] && mfupdate "$P/base.manifest" "$S/gone" "$S/new" || full=1
+	else
+		full=1
+	fi
+	if [ $full = 1 ]; then
+		fullman "$P/base" "$P/base.manifest" || rc=6
+	fi
 fi
 rmdir "$P/lock"
 rm -rf "$S"
@@ -243,6 +286,24 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	if len(put) == 0 && len(del) == 0 && !reset {
 		return b.startSeq(ss), nil
 	}
+	// The directories above what is sent go with it, so that extracting
+	// it does not make them with modes of its own (which the copy into
+	// base would then give base's).
+	inPut := make(map[string]bool, len(put))
+	for _, p := range put {
+		inPut[p] = true
+	}
+	for _, p := range put {
+		for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+			if inPut[d] {
+				break
+			}
+			if w, ok := want[d]; ok && w.kind == 'd' {
+				inPut[d] = true
+				put = append(put, d)
+			}
+		}
+	}
 	sort.Strings(put)
 	sort.Strings(del)
 	// Only the topmost of the paths removed: rm -r takes the rest.
@@ -250,11 +311,31 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	now := time.Now()
-	delList := strings.Join(del, "\x00")
+	// "./" in front: a name may begin with "-", which rm would take for
+	// an option.
+	var dl strings.Builder
+	for i, p := range del {
+		if i > 0 {
+			dl.WriteByte(0)
+		}
+		dl.WriteString("./" + p)
+	}
+	delList := dl.String()
 	if err := tw.WriteHeader(&tar.Header{Name: "del", Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(delList)), ModTime: now, Format: tar.FormatPAX}); err != nil {
 		return 0, err
 	}
 	if _, err := io.WriteString(tw, delList); err != nil {
+		return 0, err
+	}
+	// gone: the same paths as the manifest names them, for its update.
+	var gone strings.Builder
+	for _, p := range del {
+		gone.WriteString("./" + p + "\n")
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "gone", Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(gone.Len()), ModTime: now, Format: tar.FormatPAX}); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(tw, gone.String()); err != nil {
 		return 0, err
 	}
 	if reset {

@@ -144,7 +144,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 			close(run.done)
 		} else {
 			status = b.runTerminal(bx, run, req, j, []string{
-				path.Join("/work/run", id, dir), uid, strconv.Itoa(commandGID), fsize,
+				path.Join("/work/run", uid, dir), uid, strconv.Itoa(commandGID), fsize,
 				"/work/run/" + id + ".t/pgid", "/work/run/" + id + ".t/time",
 				strconv.Itoa(int(sz.Rows)), strconv.Itoa(int(sz.Cols)), "/work/out/" + id + "/killed",
 			}, args[4:], func(c func()) { mu.Lock(); termHJ = c; mu.Unlock() })

@@ -16,46 +16,73 @@
 # where metadata operations cost a fraction of a disk's:
 #   /work/base/      the workspace as the next command will see it (copied
 #                    from /pulse/seed by the first command)
-#   /work/run/ID/    the copy command ID runs in
-#   /work/run/ID.t/  the command's pgid and time files
+#   /work/run/U/     the copy the commands of uid U run in, one at a time;
+#                    kept for the next command of U, which gets it brought
+#                    to base by changing only what differs (repair below)
+#   /work/run/U.man  manifest of run/U as its last command left it; absent
+#                    when that is not known (run/U is then made again)
+#   /work/run/ID.t/  command ID's pgid and time files
 #   /work/run/ID.*   the wrapper's manifests and lists
 #   /work/out/ID/    what goes back to the host: status, pgid, time,
 #                    deleted, warn, log, files-*.tar (the changed entries)
-#   /work/base.manifest  manifest of base (see manifest below)
+#   /work/base.manifest  manifest of base (see manifest below), kept up
+#                    to date by each change of base, not made again
 #   /work/lock/      held (mkdir is atomic) while base is copied or merged
 #   /work/uid/U      held by the command running as uid U
 # run/ID* and out/ID are removed before the wrapper exits.
 #
 # Who is who. The wrapper runs as root with a few capabilities (box.go).
-# Each command runs as a uid of its own (20000 and up, no capabilities),
-# and its copy and ID.t are that uid's, mode 0700: so the kernel keeps
-# concurrent commands from signalling, tracing or reading the memory of
-# each other and of the wrappers, and from entering each other's copies.
+# Each command runs as a uid no running command shares (20000 and up, no
+# capabilities), and its copy and ID.t are that uid's, mode 0700: so the
+# kernel keeps concurrent commands from signalling, tracing or reading the
+# memory of each other and of the wrappers, and from entering each
+# other's copies. A uid is taken again only by a later command, once
+# every process of the earlier one is gone (like the earlier command's
+# files in /tmp, which lasts across commands, its uid outlives it).
 # Its group is G, the one all commands share (commandGID in caches.go):
 # caches are shared through it, and the kernel's checks above go by uid.
 # base is the sandbox user's (1000), mode 0700, and only ever changed as
 # that user, so that a symlink a command merged into base cannot lead a
-# later merge into another command's copy. Once the command has ended,
-# every process of its uid is killed before root looks at its copy.
+# later merge into another command's copy; a copy is only ever changed
+# as its uid (or made anew by root), so that a symlink a command left in
+# it leads nowhere that uid could not write anyway. Once the command has
+# ended, every process of its uid is killed before root looks at its copy.
+#
+# What a command changed: every change of an entry (content, mode,
+# owner, links, a rename onto it) sets its ctime to the kernel's clock,
+# and no process can set ctime itself. The wrapper makes a mark file
+# after the copy is ready and before the command starts: an entry whose
+# ctime is earlier than the mark's was not touched by the command, and
+# only the others (ctime at or after the mark, so also those changed in
+# the mark's own clock tick) are hashed and compared with what the copy
+# held. Should the clock go back while the command runs (a second mark
+# after it is earlier than the first), every file is hashed.
 #
 # Why a copy per command: concurrent commands on one container each get
 # an overlay of their own writes only, measured against what they saw.
+# Why copies are kept: a copy made anew costs a copy, an ownership change
+# and a hash of every file, and gives every file a new inode and ctime,
+# so that tools that cache what they saw by those (git's index, make)
+# start from nothing each command.
 # Why the result goes through stdout: reading it back with the archive API
 # would cost as much again as the exec.
 set -u
 id=$1 dir=$2 fsize=$3 nonce=$4
 shift 4
 P=/work
-R=$P/run/$id
 O=$P/out/$id
-T=$R.t
+Q=$P/run/$id
+T=$Q.t
 B=1000 G=19999
+nl='
+'
 um=$(umask)
 umask 077
-u=$((20000 + RANDOM))
 # Each process costs: what exists already is not made again.
 [ -d "$P/uid" ] || mkdir -p "$P/uid" 2>/dev/null
+u=20000
 while ! mkdir "$P/uid/$u" 2>/dev/null && [ $u -lt 60000 ]; do u=$((u + 1)); done
+R=$P/run/$u
 if [ ! -d "$P/run" ]; then mkdir -p "$P/run" && chmod 0711 "$P/run"; fi
 if [ $u -ge 60000 ] || ! mkdir -p "$O"; then
 	rmdir "$P/uid/$u" 2>/dev/null
@@ -71,6 +98,9 @@ as() { a=$1; shift; nsenter -S "$a" -G "$a" "$@"; }
 lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
 unlock() { rmdir "$P/lock"; }
 
+# keep: the uid (and its copy) may serve a later command; not when a
+# process of it outlived the kill below.
+keep=1 kept=2
 # finish STATUS CODE: hand the out directory to the host and clean up.
 finish() {
 	echo "$1" >"$O/status"
@@ -79,36 +109,85 @@ finish() {
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
 	printf '\036PULSE-END-%s\036%s\n' "$nonce" "$(stat -c %s "$O.tar")"
 	cat "$O.tar"
-	rm -rf "$R" "$R".* "$O" "$O.tar"
-	rmdir "$P/uid/$u"
+	rm -rf "$Q".* "$O" "$O.tar"
+	# Copies are kept for the first uids only, which sequential commands
+	# use: those of concurrent ones would hold memory for nothing.
+	[ $keep = 1 ] && [ $u -lt $((20000 + kept)) ] || rm -rf "$R" "$R.man" "$R.gen"
+	[ $keep = 1 ] && rmdir "$P/uid/$u"
 	exit "$2"
 }
 
-# manifest DIR: one line per entry, .pulse/ excluded:
+# manifest DIR: one line per entry, .pulse/ excluded, after the
+# generation line (manifest.sh):
 #   S<mode-hex>|<type>|<name>   (for a symlink: '<name>' -> '<target>')
 #   <md5>  <name>               for regular files
-manifest() (
-	cd "$1" || exit 1
-	find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +
-)
-# baseman DIR: manifest DIR >/work/base.manifest, as the sandbox user, who
-# owns base.manifest (the sync script rewrites it).
-baseman() { as $B sh -c 'cd "$1" || exit 1; find . -path ./.pulse -prune -o ! -path . -exec stat -c "S%f|%F|%N" {} + -type f -exec md5sum {} + >"$2"' mf "$1" "$P/base.manifest"; }
+# baseman DIR: fullman of DIR into base.manifest, given to the sandbox
+# user, as whom the sync script reads and replaces it.
+baseman() { fullman "$1" "$P/base.manifest" && chown $B:$B "$P/base.manifest"; }
 
-
-# base.manifest is manifest(base) whenever the lock is free, so a command
-# gets its "before" for the price of copying one file.
+# base.manifest is manifest(base) whenever the lock is free.
 lock
 if [ ! -d "$P/base" ]; then
 	as $B sh -c 'cp -a /pulse/seed "$1.tmp" && chmod 0700 "$1.tmp"' base "$P/base" 2>&8 &&
 		baseman "$P/base.tmp" 2>&8 &&
 		mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed
 fi
-cp -a "$P/base" "$R" 2>&8 && mkdir "$T" && chown -Rh "$u:$u" "$R" "$T" 2>&8 && chmod 0700 "$R" 2>&8 &&
-	cp "$P/base.manifest" "$R.before" 2>&8
+# Repair: the copy the last command of this uid left is brought to base.
+# When base is of the generation the copy was equal to (R.gen), nothing
+# is to be done. Else the copy's manifest (R.man) and base's tell what
+# differs: removed, as the uid, what base does not hold as it is, and
+# extracted, as the uid, what base holds and the copy does not (read from
+# base as the sandbox user). Anything odd, or a step that fails (a
+# directory the command made read-only), and the copy is made anew.
+# Q.before is then the copy's manifest.
+{ read -r bg <"$P/base.manifest"; } 2>/dev/null || bg=
+{ read -r rg <"$R.gen"; } 2>/dev/null || rg=
+fresh=1
+if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
+	fresh=0
+	mv "$R.man" "$Q.before" || fresh=1
+elif [ -d "$R" ] && [ -s "$R.man" ]; then
+	fresh=0
+	awk -F '|' -v Q="$Q" "$AWKLIB"'
+	FILENAME == ARGV[1] { t = name(); if (t == 1) ws[N] = $0; else if (t == 2) wh[N] = $0; else if (t != 3) bad = 1; next }
+	{ t = name(); if (t == 1) hs[N] = $0; else if (t == 2) hh[N] = $0; else if (t != 3) bad = 1 }
+	END {
+		if (bad) exit 1
+		for (p in hs) if (!(p in ws) || ws[p] != hs[p] || wh[p] != hh[p]) drop[p] = 1
+		for (p in drop) if (!under(p, drop)) print p > (Q ".drop")
+		for (p in ws) if (!(p in hs) || (p in drop) || under(p, drop)) print p > (Q ".fix")
+	}' "$P/base.manifest" "$R.man" 2>&8 || fresh=1
+	# Directories before what is in them. (No pipes from awk: popen needs
+	# a /bin/sh, which an image need not have.)
+	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
+	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
+	if [ $fresh = 0 ] && [ -s "$Q.drop" ]; then
+		tr '\n' '\0' <"$Q.drop" | as $u sh -c 'cd "$1" && xargs -0 rm -rf' rm "$R" 2>&8 || fresh=1
+	fi
+	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then
+		tr '\n' '\0' <"$Q.fix" | xargs -0 sh -c 'f=$1 r=$2 u=$3; shift 3; cd /work/base || exit 1
+{ nsenter -S 1000 -G 1000 tar -c -f - --no-recursion "$@" || : >"$f"; } |
+	nsenter -S "$u" -G "$u" sh -c "umask 0 && exec tar -x -o -f - -C \"\$0\"" "$r" || : >"$f"' fix "$Q.fail" "$R" "$u" 2>&8
+		[ -e "$Q.fail" ] && fresh=1
+	fi
+	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
+fi
+rm -f "$R.man" "$R.gen"
+if [ $fresh = 1 ]; then
+	{ [ ! -e "$R" ] || rm -rf "$R"; } && cp -a "$P/base" "$R" 2>&8 && chown -Rh "$u:$u" "$R" 2>&8 && chmod 0700 "$R" 2>&8 &&
+		cp "$P/base.manifest" "$Q.before" 2>&8
+	cprc=$?
+else
+	cprc=0
+fi
+[ $cprc = 0 ] && mkdir "$T" && chown "$u:$u" "$T" 2>&8
 cprc=$?
 unlock
 [ $cprc = 0 ] || finish copy 125
+# The mark (see "What a command changed" above): after the copy is made
+# anew, a few clock ticks first, so that not every entry is at or after it.
+[ $fresh = 0 ] || usleep 20000
+: >"$Q.m0"
 cd "$R/$dir" 2>/dev/null || finish nodir 125
 # setsid makes the command the leader of a new process group whose id it
 # records, so that a kill from a second exec reaches its whole tree. time
@@ -147,54 +226,108 @@ left() {
 }
 i=0
 while left "$u" && [ $i -lt 1000 ]; do as "$u" kill -9 -1 2>/dev/null; usleep 1000; i=$((i + 1)); done
+left "$u" && keep=0
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
+: >"$Q.m1"
 
-manifest "$R" >"$R.after" 2>&8 || finish manifest "$rc"
-# changed: entries new or different in after; removed: entries gone, or
-# whose type changed, so that base drops them before the merge.
-awk -v R="$R" -v O="$O" '
+# after: the marks' ctimes, then the copy's entries with theirs; a name
+# holding a newline cannot be told in these lines, so it is only counted
+# (BAD), and the copy is not kept.
+(stat -c %z "$Q.m0" "$Q.m1" && cd "$R" && find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +) >"$Q.st" 2>&8 || finish manifest "$rc"
+# Candidates: entries at or after the mark (all, should the clock have
+# gone back), and new ones; they go to Q.cand, with what the copy held
+# of them before to Q.bcand, the regular files among them to Q.hash.
+# Entries of before no longer there are removed and deleted. The others
+# hold what they held before.
+awk -F '|' -v Q="$Q" -v O="$O" "$AWKLIB"'
+FILENAME == ARGV[1] {
+	if (FNR == 1) { m0 = $0; next }
+	if (FNR == 2) { all = $0 < m0; next }
+	if ($0 == "BAD") { bad = 1; next }
+	if (NF == 4 && $3 != "symbolic link") N = $4
+	else if (parse(substr($0, index($0, "|") + 1)) != 1) { odd = 1; next }
+	seen[N] = 1
+	if (all || $1 >= m0) { cand[N] = $0; nc++ }
+	next
+}
 {
-	side = FILENAME == ARGV[1] ? 1 : 2
-	if (substr($0, 1, 1) == "S") {
-		rest = substr($0, 2); i = index(rest, "|")
-		mode = substr(rest, 1, i - 1); rest = substr(rest, i + 1)
-		i = index(rest, "|"); typ = substr(rest, 1, i - 1); rest = substr(rest, i + 1)
-		sig = mode
-		if (typ == "symbolic link") {
-			i = index(rest, "'"'"' -> '"'"'")
-			if (i == 0) { print "odd symlink line" > (O "/warn"); next }
-			sig = mode "|" substr(rest, i + 6, length(rest) - i - 6)
-			rest = substr(rest, 2, i - 2)
-		}
-		if (side == 1) { bt[rest] = typ; bs[rest] = sig } else { at[rest] = typ; as[rest] = sig }
-	} else if (length($0) > 34 && substr($0, 33, 2) == "  ") {
-		p = substr($0, 35); h = substr($0, 1, 32)
-		if (side == 1) bh[p] = h; else ah[p] = h
-	} else {
-		print "odd manifest line" > (O "/warn")
-	}
+	t = name()
+	if (t == 0) { odd = 1; next }
+	if (t == 3) next
+	if (!(N in seen)) { if (!(N in gone)) { gone[N] = 1; print N > (Q ".removed"); print N > (O "/deleted") } }
+	else if (N in cand) print > (Q ".bcand")
 }
 END {
-	for (p in at) {
-		if (!(p in bt) || bs[p] != as[p] || bh[p] != ah[p]) print p > (R ".changed")
-		if ((p in bt) && bt[p] != at[p]) print p > (R ".removed")
+	printf "" > (Q ".cand"); printf "" > (Q ".bcand"); printf "" > (Q ".hash")
+	for (p in cand) {
+		print cand[p] > (Q ".cand")
+		l = cand[p]
+		if (parse(substr(l, index(l, "|") + 1)) == 1 && TYP == "regular file") print p > (Q ".hash")
 	}
-	for (p in bt) if (!(p in at)) { print p > (R ".removed"); print p > (O "/deleted") }
-}' "$R.before" "$R.after" 2>&8
+	if (odd) print "odd manifest line" > (O "/warn")
+	if (bad) print "a name holding a newline is not tracked" > (O "/warn")
+	if (odd || bad) print "" > (Q ".bad")
+}' "$Q.st" "$Q.before" 2>&8 || finish manifest "$rc"
+if [ -s "$Q.hash" ]; then
+	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish manifest "$rc"
+else
+	: >"$Q.md5"
+fi
+# changed: candidates new or different; removed: also those whose type
+# changed, so that base drops them before the merge; Q.new: the manifest
+# lines of the changed.
+awk -v Q="$Q" -v O="$O" "$AWKLIB"'
+FILENAME == ARGV[1] {
+	t = parse($0)
+	if (t == 1) { bs[N] = SIG; bt[N] = TYP } else if (t == 2) bh[N] = H
+	next
+}
+FILENAME == ARGV[2] { if (parse($0) == 2) nh[N] = H; next }
+{
+	i = index($0, "|")
+	l = substr($0, i + 1)
+	if (i == 0 || parse(l) != 1) { odd = 1; next }
+	p = N; as = SIG; at = TYP
+	ah = ""
+	if (at == "regular file") { if (p in nh) ah = nh[p]; else { odd = 1; ah = "?" } }
+	if (!(p in bt) || bs[p] != as || bh[p] != ah) {
+		print p > (Q ".changed")
+		print l > (Q ".new")
+		if (at == "regular file") print ah "  " p > (Q ".new")
+	}
+	if ((p in bt) && bt[p] != at) print p >> (Q ".removed")
+}
+END {
+	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
+}' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish manifest "$rc"
 # This busybox tar cannot read names from a file, so xargs hands them
 # over in batches, each batch its own files-PID.tar.
-if [ -s "$R.changed" ]; then
-	tr '\n' '\0' <"$R.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>>"$O/warn"
+if [ -s "$Q.changed" ]; then
+	tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>>"$O/warn"
 fi
-# base gets the modes of the archive as they are: tar as a user other
-# than root applies the umask, so it is the exec's again, not 077.
-umask "$um"
-if [ -s "$R.changed" ] || [ -s "$R.removed" ]; then
-	lock
-	if [ -s "$R.removed" ]; then tr '\n' '\0' <"$R.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8; fi
-	for f in "$O"/files-*.tar; do [ -s "$f" ] && as $B tar -x -f - -C "$P/base" <"$f" 2>&8; done
-	baseman "$P/base" 2>&8
-	unlock
+# base gets the modes of the archive as they are: umask 0, since tar as a
+# user other than root applies the umask. What the copy is kept with: when
+# base did not change while the command ran (its generation is still bg),
+# the copy is base after the merge, of its generation; else its own
+# manifest (before with the changes), of no generation.
+[ -e "$Q.removed" ] || : >"$Q.removed"
+[ -e "$Q.new" ] || : >"$Q.new"
+lock
+{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
+if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
+	mok=1
+	if [ -s "$Q.removed" ]; then tr '\n' '\0' <"$Q.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8 || mok=0; fi
+	for f in "$O"/files-*.tar; do [ -s "$f" ] && { as $B sh -c 'umask 0 && exec tar -x -f - -C "$1"' x "$P/base" <"$f" 2>&8 || mok=0; }; done
+	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" 2>&8 && chown $B:$B "$P/base.manifest"; } || baseman "$P/base" 2>&8
+	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
+		read -r ng <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after" && echo "$ng" >"$Q.gen"
+	else
+		mfupdate "$Q.before" "$Q.removed" "$Q.new" 2>&8 && mv "$Q.before" "$Q.after" && echo x >"$Q.gen"
+	fi
+else
+	mv "$Q.before" "$Q.after" && { if [ -n "$ng" ] && [ "$ng" = "$bg" ]; then echo "$ng"; else echo x; fi; } >"$Q.gen"
 fi
+unlock
+[ $keep = 1 ] && [ ! -e "$Q.bad" ] && [ -e "$Q.gen" ] && mv "$Q.after" "$R.man" && mv "$Q.gen" "$R.gen"
 finish "exit $rc" "$rc"

@@ -1,0 +1,154 @@
+package docker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A command's copy is kept for the next command of its uid, which gets it
+// brought to exactly the workspace: what the earlier command wrote is
+// gone when it is not pending (here: never), and an entry nobody changed
+// keeps its inode, so that tools that cache by inode and ctime (git's
+// index) find their cache valid. A copy that cannot be brought back as
+// its uid (a directory the command made read-only) is made anew.
+func TestDockerKeptCopyIsBroughtToTheWorkspace(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"README": "hello\n", "dir/x": "x\n"})
+	b := newDocker(t)
+	r1 := execShell(t, b, ws, `stat -c %i dir/x; echo w > new.txt; echo changed > README; ln -s README link`)
+	if r1.res.ExitCode != 0 || r1.res.Overlay == nil || len(r1.res.Overlay.Files) != 3 {
+		t.Fatalf("first command: exit %d, overlay %+v, stderr %q", r1.res.ExitCode, r1.res.Overlay, r1.stderr)
+	}
+	r2 := execShell(t, b, ws, `stat -c %i dir/x; ls; cat README`)
+	if r2.res.ExitCode != 0 || r2.stdout != r1.stdout+"README\ndir\nhello\n" {
+		t.Fatalf("second command: exit %d, stdout %q (first %q), stderr %q; want the same inode of dir/x and the workspace as it is",
+			r2.res.ExitCode, r2.stdout, r1.stdout, r2.stderr)
+	}
+	if ov := r2.res.Overlay; ov == nil || len(ov.Files)+len(ov.Deleted) != 0 {
+		t.Errorf("second command wrote nothing, overlay %+v", r2.res.Overlay)
+	}
+	r3 := execShell(t, b, ws, `mkdir -p made/deep && echo in > made/deep/f && chmod 0555 made`)
+	if r3.res.ExitCode != 0 {
+		t.Fatalf("third command: exit %d, stderr %q", r3.res.ExitCode, r3.stderr)
+	}
+	r4 := execShell(t, b, ws, `ls; cat README dir/x`)
+	if r4.res.ExitCode != 0 || r4.stdout != "README\ndir\nhello\nx\n" {
+		t.Fatalf("after a read-only directory: exit %d, stdout %q, stderr %q", r4.res.ExitCode, r4.stdout, r4.stderr)
+	}
+}
+
+// A command that rewrites a file and gives it back its size and times
+// (touch -r) is still seen to have changed it: the wrapper goes by ctime,
+// which no process can set.
+func TestDockerRewriteKeepingSizeAndMtimeIsCaptured(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"f.txt": "aaaa\n"})
+	b := newDocker(t)
+	execShell(t, b, ws, `true`) // the copy the next command gets repaired
+	r := execShell(t, b, ws, `cp -p f.txt /tmp/ref && printf 'bbbb\n' >f.txt && touch -r /tmp/ref f.txt && rm /tmp/ref`)
+	if r.res.ExitCode != 0 {
+		t.Fatalf("exit %d, stderr %q", r.res.ExitCode, r.stderr)
+	}
+	if r.res.Overlay == nil || len(r.res.Overlay.Files) != 1 || string(r.res.Overlay.Files[0].Data) != "bbbb\n" {
+		t.Fatalf("overlay %+v; want f.txt with bbbb", r.res.Overlay)
+	}
+}
+
+// A host edit that keeps the file's size, mtime and inode is seen by the
+// next command.
+func TestDockerHostEditKeepingSizeAndMtimeIsSeen(t *testing.T) {
+	ws := t.TempDir()
+	f := filepath.Join(ws, "f.txt")
+	writeFiles(t, ws, map[string]string{"f.txt": "aaaa\n"})
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(f, old, old); err != nil {
+		t.Fatal(err)
+	}
+	b := newDocker(t)
+	if r := execShell(t, b, ws, `cat f.txt`); r.stdout != "aaaa\n" {
+		t.Fatalf("first command: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	rewriteKeepingStat(t, f, "bbbb\n")
+	if r := execShell(t, b, ws, `cat f.txt`); r.stdout != "bbbb\n" {
+		t.Fatalf("after the host edit: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+}
+
+// rewriteKeepingStat writes data (of the file's size) in place and gives
+// the file back its times.
+func rewriteKeepingStat(t *testing.T, f, data string) {
+	t.Helper()
+	st, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != int64(len(data)) {
+		t.Fatalf("rewriteKeepingStat: %d bytes for a file of %d", len(data), st.Size())
+	}
+	h, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WriteAt([]byte(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wsSig tells apart two states of a file with the same size, mtime and
+// inode (by ctime), and trusts no stat made within racyWindow of the
+// file's last change: such a file may change again in the same clock
+// tick, leaving every time as it was.
+func TestWsSigCtimeAndRacyFiles(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, []byte("aaaa"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(f, old, old); err != nil {
+		t.Fatal(err)
+	}
+	sig := func(since time.Time) string {
+		st, err := os.Lstat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wsSig(st, "", since)
+	}
+	later := time.Now().Add(time.Minute) // a walk long after the change
+	s1 := sig(later)
+	if !strings.HasPrefix(s1, "w|") || s1 != sig(later) {
+		t.Fatalf("an aged file: signatures %q and %q, want one stable w| signature", s1, sig(later))
+	}
+	if now := time.Now(); strings.HasPrefix(sig(now), "w|") || sig(now) == sig(now) {
+		t.Errorf("a file changed just now got a trusted signature %q", sig(now))
+	}
+	time.Sleep(10 * time.Millisecond) // a ctime apart from the first on a coarse clock
+	rewriteKeepingStat(t, f, "bbbb")
+	if s2 := sig(later.Add(time.Minute)); s2 == s1 {
+		t.Errorf("rewritten with the same size, mtime and inode: signature %q unchanged", s2)
+	}
+}
+
+// After a sync that sent files (a host edit), base is still the sandbox
+// user's alone: a command can neither list it nor read or write in it.
+func TestDockerBaseStaysPrivateAfterASync(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"f.txt": "one\n"})
+	b := newDocker(t)
+	execShell(t, b, ws, `true`)
+	writeFiles(t, ws, map[string]string{"f.txt": "two\n", "d/new.txt": "new\n"})
+	r := execShell(t, b, ws, `cat f.txt; ls /work/base >/dev/null 2>&1 && echo BREACH list; cat /work/base/f.txt 2>/dev/null && echo BREACH read; echo x 2>/dev/null >/work/base/planted && echo BREACH write; true`)
+	if r.stdout != "two\n" {
+		t.Fatalf("stdout %q, stderr %q; want the host edit and no breach", r.stdout, r.stderr)
+	}
+}
