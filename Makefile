@@ -46,7 +46,8 @@ bench:
 
 # The agent-loop battery on a clone of this repository (bench/agent/run.sh):
 # each step through pulse exec on namespace and Docker against the same
-# command run directly. N runs each (default 3).
+# command run directly. N runs each (default 3; CI runs N=1). Exit 1 when
+# a step does not pass.
 bench-agent:
 	@./scripts/testenv.sh
 	@./bench/agent/run.sh

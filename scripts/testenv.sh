@@ -142,3 +142,18 @@ if command -v npm >/dev/null 2>&1 && ! [ -d "$review_browser/node_modules/playwr
 	say "installing playwright-core in $review_browser (npm ci)"
 	(cd "$review_browser" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The agent-loop battery (bench/agent/run.sh: `make bench-agent`, CI) runs
+# git, go, python3 and make directly and brings them into a toolchain
+# image; of those a fresh Debian machine may lack python3. As root it is
+# installed; without it the battery says so and fails.
+if ! command -v python3 >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		say "installing python3 from apt (the agent-loop battery runs it)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq python3 >/dev/null
+	else
+		say "python3 is missing and this is not root; the agent-loop battery will fail"
+	fi
+fi
