@@ -311,7 +311,9 @@ for be in $BACKENDS; do
 	case $be in
 	docker)
 		old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
-		if ! out=$("$pulse" image build --tag "$IMAGE" --with git --with go --with python3 --with make 2>&1); then
+		# The programs found on the direct side's PATH, so that both
+		# sides run the same ones.
+		if ! out=$(PATH=$path "$pulse" image build --tag "$IMAGE" --with git --with go --with python3 --with make 2>&1); then
 			why="pulse image build failed: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
 		elif [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null)" ]; then
 			# This battery's image of an earlier run, replaced.
