@@ -41,6 +41,15 @@
 //     or Tx already loaded) takes ctx first and stops waiting for it when
 //     ctx ends, returning ctx.Err(): a process stopped while holding the
 //     lock cannot hang a cancelled caller.
+//   - Every holder of the lock but a reader of the stack writes a new
+//     random generation into the lock file before it changes anything, so
+//     that a process that read the stack before knows with one read that
+//     it is unchanged (FS.Stack then reads no transaction again). A holder
+//     killed half way has already changed the generation. A pulse from
+//     before the generation writes none: its new and removed transactions
+//     are still seen (the tx directory is compared too), an append of its
+//     to a transaction another process has read is not, until the next
+//     change by a current one.
 //   - A commit interrupted at any instant (SIGKILL, power loss) leaves
 //     every file wholly old or wholly new, and the next Open rolls it
 //     forward so that all are new. A commit whose targets someone else
@@ -225,7 +234,7 @@
 //
 // Everything lives under <workspace>/.pulse/cow:
 //
-//	lock                       flock(2) target; empty
+//	lock                       flock(2) target; its first 16 bytes are the stack generation
 //	tx/<id>/                   one open (or committing) transaction; id is 16 hex digits
 //	tx/<id>/stage.log          record file: begin, then set/unstage records
 //	tx/<id>/seal               how long the stage log was when its last append returned (two slots)

@@ -170,6 +170,10 @@ type FS struct {
 	// transaction ids it was read from (stack.go); while holding op.
 	lastStack *Stack
 	lastIDs   []string
+	// lastGen is the generation lastStack was read at, and lastTxDir
+	// the tx directory then (stackgen.go); while holding op.
+	lastGen   []byte
+	lastTxDir dirStamp
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
@@ -277,9 +281,20 @@ func (f *FS) isClosed() bool {
 // change to the staging area and to the workspace made by cowfs, in this
 // and other processes. flock locks belong to the open file description,
 // so two goroutines (each opening the file) exclude each other too.
+//
+// Every holder but a reader of the stack (lockRead) is taken to change
+// the staging area: the lock gives the stack a new generation before the
+// holder does anything (stackgen.go).
 func (f *FS) lock(ctx context.Context) (func(), error) {
+	unlock, _, err := f.lockGen(ctx, true)
+	return unlock, err
+}
+
+// lockGen is lock; bump false leaves the generation as it is (making
+// one if there is none) and returns it.
+func (f *FS) lockGen(ctx context.Context, bump bool) (func(), []byte, error) {
 	if f.isClosed() {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	select {
 	case f.op <- struct{}{}:
@@ -287,28 +302,39 @@ func (f *FS) lock(ctx context.Context) (func(), error) {
 		select {
 		case f.op <- struct{}{}:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 	release := func() { <-f.op }
 	lf, err := f.state.OpenFile("lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("cowfs: lock: %w", err)
+		return nil, nil, fmt.Errorf("cowfs: lock: %w", err)
 	}
 	if err := flock.Lock(ctx, lf); err != nil {
 		lf.Close()
 		release()
 		if err == ctx.Err() {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("cowfs: lock: %w", err)
+		return nil, nil, fmt.Errorf("cowfs: lock: %w", err)
 	}
-	return func() {
+	unlock := func() {
 		flock.Unlock(lf)
 		lf.Close()
 		release()
-	}, nil
+	}
+	var gen []byte
+	if bump {
+		_, err = newGen(lf)
+	} else {
+		gen, err = readGen(lf)
+	}
+	if err != nil {
+		unlock()
+		return nil, nil, fmt.Errorf("cowfs: lock: %w", err)
+	}
+	return unlock, gen, nil
 }
 
 func newID() string {

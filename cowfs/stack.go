@@ -167,15 +167,35 @@ func (s *Stack) Key() string { return s.key }
 // committed is left out: the first two are reported in Damaged and
 // logged as warnings, never merged.
 func (f *FS) Stack(ctx context.Context) (*Stack, error) {
-	unlock, err := f.lock(ctx)
+	// A reader: the generation stays, and says whether anything changed
+	// since the last stack read (stackgen.go).
+	unlock, gen, err := f.lockGen(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return f.stackLocked()
+	if st := f.unchangedStack(gen); st != nil {
+		return st, nil
+	}
+	return f.stackAt(gen)
 }
 
-func (f *FS) stackLocked() (*Stack, error) {
+// stackLocked reads the stack for a holder of the lock that changes the
+// staging area.
+func (f *FS) stackLocked() (*Stack, error) { return f.stackAt(nil) }
+
+// stackAt reads the stack; gen is the generation the caller found under
+// the lock, nil when it holds the lock to change the staging area (the
+// stack read is then not kept as unchanged at any generation).
+func (f *FS) stackAt(gen []byte) (*Stack, error) {
+	// The tx directory is stamped before it is listed: a change after
+	// the stamp makes the next read's stamp differ.
+	var txDir dirStamp
+	stamped := false
+	if d, err := f.state.Open("tx"); err == nil {
+		txDir, stamped = txDirStamp(int(d.Fd()))
+		d.Close()
+	}
 	ids, err := f.txIDs()
 	if err != nil {
 		return nil, err
@@ -257,9 +277,10 @@ func (f *FS) stackLocked() (*Stack, error) {
 	// to read: the stack is the last one (its slices are never changed
 	// once made), without sorting and keying it again.
 	if last := f.lastStack; last != nil && fast == len(ids) && slices.Equal(ids, f.lastIDs) {
+		f.keepStack(last, ids, gen, txDir, stamped)
 		return &Stack{fs: f, Txs: last.Txs, lane: last.lane, all: last.all, lanes: last.lanes, key: last.key}, nil
 	}
-	f.lastStack, f.lastIDs = nil, nil
+	f.lastStack, f.lastIDs, f.lastGen = nil, nil, nil
 	// A squash writes its result before it removes what it replaced; a
 	// crash between the two leaves both, and the originals go now.
 	replaced := map[string]bool{}
@@ -346,7 +367,7 @@ func (f *FS) stackLocked() (*Stack, error) {
 	}
 	st.key = kb.String()
 	if !forked && len(st.Damaged) == 0 {
-		f.lastStack, f.lastIDs = st, slices.Clone(ids)
+		f.keepStack(st, ids, gen, txDir, stamped)
 	}
 	return st, nil
 }
@@ -355,8 +376,8 @@ func (f *FS) stackLocked() (*Stack, error) {
 // read in full: its identity and mtime (a wal or quarantine marker
 // appearing in it changes the mtime).
 type dirStamp struct {
-	ino, dev uint64
-	mtime    int64
+	ino, dev     uint64
+	mtime, ctime int64 // ctime: the tx directory's only (stackgen.go)
 }
 
 // stampAt records t's directory, unless its mtime is too recent to tell
