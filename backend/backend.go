@@ -218,6 +218,13 @@ type Request struct {
 	// non-empty stack on a capturing backend that does not. The host
 	// backend writes in place, has no pending stack and ignores it.
 	Pending *Pending
+	// Lane names the line of pending transactions Pending is the stack
+	// of ("" the workspace's default lane; a fork's own otherwise, see
+	// cowfs "Lanes"). A backend that keeps a workspace's state from one
+	// command to the next (a warm container) keeps it apart per lane, so
+	// that commands of two lanes running at once never see each other's
+	// writes.
+	Lane string
 
 	// Caches are persistent host directories the command sees read-write
 	// at their Path, outside the workspace view (see Cache), checked with

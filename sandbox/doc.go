@@ -61,7 +61,9 @@
 //     whole stack, its DiscardAll only its own transactions; a shared
 //     transaction that the other side built on cannot be committed or
 //     discarded alone (ErrStackDependency). The fork shares the backend
-//     and audit log, released when the last of them is closed.
+//     and audit log, released when the last of them is closed; a backend
+//     that keeps state between commands keeps it per lane (Docker: a
+//     warm container of the fork's own).
 //   - A Tx (BeginTx, OpenTx) stages paths under the same checks as a
 //     command's writes, and every commit checks each change against the
 //     policy again, so a denied path never lands however it was staged.

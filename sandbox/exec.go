@@ -358,6 +358,7 @@ func (x *execution) prepare(ctx context.Context) error {
 		Egress:      x.eg.backendEgress(),
 		Hidden:      x.hidden,
 		Pending:     pend,
+		Lane:        s.lane(),
 		Caches:      x.mounted,
 		// Large files come back as host paths, staged from disk by
 		// stageOverlay in bounded memory; released by close.

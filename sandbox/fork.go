@@ -83,7 +83,16 @@ func (s *Sandbox) Fork(ctx context.Context) (*Sandbox, error) {
 // Lane is the sandbox's lane of the workspace's transaction store: ""
 // for a sandbox made by New (the lane the CLI works on), a fork's id
 // otherwise.
-func (s *Sandbox) Lane() string { return s.cow.Lane() }
+func (s *Sandbox) Lane() string { return s.lane() }
+
+// lane is Lane; "" also for a sandbox without a transaction store (a
+// backend that writes in place).
+func (s *Sandbox) lane() string {
+	if s.cow == nil {
+		return cowfs.DefaultLane
+	}
+	return s.cow.Lane()
+}
 
 func laneName(id string) string {
 	if id == cowfs.DefaultLane {

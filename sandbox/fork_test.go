@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend/docker"
@@ -146,4 +147,54 @@ func TestForkDocker(t *testing.T) {
 	}
 	t.Cleanup(func() { sb.Close() })
 	checkFork(t, sb)
+}
+
+// A fork's commands run in a container of their own lane: never in the
+// container whose base holds another lane's stack, so that commands of
+// the two running at once cannot see each other's writes.
+func TestForkDockerOwnContainer(t *testing.T) {
+	db, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	testenv.MustHaveDocker(t, db.Probe)
+	ctx := context.Background()
+	sb, err := New(ctx, t.TempDir(), withGetenv(noEnv), WithBackend(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	host := func(s *Sandbox) string {
+		t.Helper()
+		res, err := s.Execute(ctx, Command{Shell: "cat /proc/sys/kernel/hostname"})
+		if err != nil || res.ExitCode != 0 || res.Stdout == "" {
+			t.Fatalf("lane %q: hostname: %+v %v", s.Lane(), res, err)
+		}
+		return res.Stdout
+	}
+	parent := host(sb)
+	fk, err := sb.Fork(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fk.Close() })
+	if got := host(fk); got == parent {
+		t.Fatalf("the fork's command ran in its parent's container %q", got)
+	}
+	if got := host(sb); got != parent {
+		t.Fatalf("the parent's second command ran in %q, its first in %q", got, parent)
+	}
+	// At the same time, the same path: each sees its own write only.
+	var wg sync.WaitGroup
+	for _, s := range []*Sandbox{sb, fk} {
+		wg.Go(func() {
+			me := "lane-" + laneName(s.Lane())
+			res, err := s.Execute(ctx, Command{Shell: "echo " + me + " > c.txt; sleep 1; cat c.txt"})
+			if err != nil || res.ExitCode != 0 || res.Stdout != me+"\n" {
+				t.Errorf("%s: %+v %v", me, res, err)
+			}
+		})
+	}
+	wg.Wait()
 }

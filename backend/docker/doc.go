@@ -4,8 +4,10 @@
 //
 // What it promises:
 //
-//   - One warm container per Backend and workspace (and network mode),
-//     created on first use and reused. It is labelled (pulse.sandbox,
+//   - One warm container per Backend and workspace (and network mode,
+//     and lane: a fork's commands never run in a container whose copy of
+//     the workspace holds another lane's stack), created on first use and
+//     reused. It is labelled (pulse.sandbox,
 //     pulse.session, and the owning process's pid and start time) so that
 //     Reconcile removes the leftovers of dead processes on this host and
 //     Close removes its own.

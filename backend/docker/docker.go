@@ -167,6 +167,10 @@ type boxKey struct {
 	// caches is the request's caches (host dir and path), for the bind
 	// mounts fixed at creation (caches.go).
 	caches string
+	// lane is the request's lane: a container's base holds one lane's
+	// stack, so two lanes never share one (a command of one would see
+	// the other's writes while both run).
+	lane string
 }
 
 // New returns a Docker backend. It does not contact the engine: Probe

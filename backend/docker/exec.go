@@ -95,7 +95,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(c
 	if err != nil {
 		return nil, err
 	}
-	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden), caches: cacheKey})
+	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden), caches: cacheKey, lane: req.Lane})
 	if err != nil {
 		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
 			return nil, err

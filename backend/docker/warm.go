@@ -146,6 +146,11 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
+	if key.lane != "" {
+		// A fork's containers apart from its parent's; the default
+		// lane's key is the one it always had.
+		h.Write([]byte("lane\x00" + key.lane))
+	}
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
