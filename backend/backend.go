@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -422,6 +423,12 @@ func (o *Overlay) Load() error {
 type Egress struct {
 	// Socket is the host path of the proxy's unix socket.
 	Socket string
+	// ServeConn, when set, is the same proxy serving one connection in
+	// this process (egress.Proxy.ServeConn; it closes the connection). A
+	// backend that accepts the sandbox's connections in this process
+	// (Docker) hands them to it instead of relaying them to Socket, so
+	// their bytes take one relay, not two. Socket stays required.
+	ServeConn func(net.Conn) `json:"-"`
 	// CAFile is the host path of a PEM bundle the command must trust
 	// (the system roots plus the sandbox's own CA), or "".
 	CAFile string

@@ -205,11 +205,33 @@ func (p *Proxy) track(c net.Conn) bool {
 }
 
 func (p *Proxy) untrack(c net.Conn) {
-	c.Close()
+	closeConn(c)
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
 	p.wg.Done()
+}
+
+// Lingering before a close: how long, and how much of what the command
+// still sends is read away.
+const (
+	lingerTimeout = 2 * time.Second
+	lingerBytes   = 1 << 20
+)
+
+// closeConn ends a connection the command may still be writing to. A TCP
+// socket closed with input unread sends a reset, and a reset can discard
+// what the command has not read yet: a refusal's explanation, a SOCKS
+// reply, the last bytes of a tunnel. So the write side is shut first (the
+// command reads to the end) and what the command still sends is read away
+// for a moment before the close. Close cuts the wait short: it closes
+// every tracked connection, and this one is tracked until it returns.
+func closeConn(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+		_, _ = io.CopyN(io.Discard, c, lingerBytes)
+	}
+	c.Close()
 }
 
 // Close stops every listener and connection and waits for their
@@ -650,8 +672,7 @@ func (p *Proxy) tunnel(ctx context.Context, c *countConn, br *bufio.Reader, what
 	}()
 	if reason := p.inspectTunnel(br, host, port); reason != "" {
 		ev.Allowed, ev.Reason = false, reason
-		up.Close()
-		c.Close()
+		up.Close() // ends the copy down, which shuts c's write side
 		<-down
 		finish()
 		return
@@ -667,8 +688,7 @@ func (p *Proxy) tunnel(ctx context.Context, c *countConn, br *bufio.Reader, what
 	var se *strayError
 	if errors.As(cerr, &se) {
 		ev.Allowed, ev.Reason = false, fmt.Sprintf("the placeholder of secret %s is bound to other hosts; it does not leave for %s", se.name, host)
-		up.Close()
-		c.Close()
+		up.Close() // as above; the rest the command sends is read away (closeConn), never forwarded
 	}
 	if cw, ok := up.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()

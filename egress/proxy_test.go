@@ -595,3 +595,33 @@ func TestCloseEndsIdleUpstreams(t *testing.T) {
 		t.Fatal("Close waited for an idle upstream")
 	}
 }
+
+// A command that keeps sending after its CONNECT (here 256 KiB the
+// proxy never reads) still gets the whole refusal: the proxy shuts its
+// side and reads the rest away instead of closing with input unread,
+// which would send a reset that can take the explanation with it.
+func TestRefusalReachesAClientStillSending(t *testing.T) {
+	w := newWorld(t)
+	c, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	evil := fmt.Sprintf("127.0.0.1:%d", w.evilPort)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c, "CONNECT "+evil+" HTTP/1.1\r\nHost: "+evil+"\r\n\r\n"+strings.Repeat("x", 256<<10))
+		sent <- err
+	}()
+	// Only once everything is written (the proxy has read what it will
+	// and answered), read the answer.
+	if err := <-sent; err != nil {
+		t.Fatalf("writing after the CONNECT: %v (the proxy reset the connection)", err)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading the refusal: %v (got %q)", err, b)
+	}
+	assertDenied(t, "CONNECT with 256 KiB after it", string(b))
+}

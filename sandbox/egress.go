@@ -201,6 +201,9 @@ func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.Netw
 	// The directory stays private (0700): the namespace sandbox's user is
 	// this process's uid mapped, and the Docker bridge is this process.
 	go func() { r.proxy.Serve(l); close(r.done) }()
+	// A backend that accepts the command's connections in this process
+	// hands them straight to the proxy (one relay, not two).
+	be.ServeConn = r.proxy.ServeConn
 	r.be = be
 	return r, nil
 }

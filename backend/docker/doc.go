@@ -36,7 +36,8 @@
 //   - Network allowlist: the container has network none, and the egress
 //     proxy of Request.Egress is bridged in: this process opens a
 //     listener on 127.0.0.1 inside the container's network namespace and
-//     relays it to the proxy's unix socket (egress.go says why this and
+//     hands its connections to the proxy (Egress.ServeConn, one relay) or
+//     relays them to the proxy's unix socket (egress.go says why this and
 //     not an internal Docker network). That needs root on the engine's
 //     machine; elsewhere allowlist is unsupported and refused with
 //     backend.ErrUnsupported, as is an allowlist request without Egress.

@@ -22,7 +22,8 @@ import (
 // container's network namespace (setns on one locked thread, then back) —
 // a bridged socket rather than an internal Docker network, because an
 // internal network still reaches every port of the host's bridge address
-// — and relays each connection to the proxy's unix socket. That needs
+// — and hands each connection to the proxy (Egress.ServeConn, when the
+// proxy runs in this process) or relays it to the proxy's unix socket. That needs
 // privilege over the container's namespace: root, with the engine on this
 // machine. Without it allowlist is unsupported (Capabilities), and an
 // allowlist Exec fails closed.
@@ -137,8 +138,15 @@ func (b *Backend) bridgeEgress(ctx context.Context, bx *box, req *backend.Reques
 		return nil, nil, fmt.Errorf("docker: egress bridge: %v: %w", err, backend.ErrUnavailable)
 	}
 	sock := req.Egress.Socket
+	// The listener is this process's, so with the proxy here too a
+	// connection goes to it at once: one relay (the proxy's) between the
+	// command and the server, not the bridge's and the proxy's.
+	relay := req.Egress.ServeConn
+	if relay == nil {
+		relay = func(c net.Conn) { bridge.ToUnix(c, sock) }
+	}
 	rs := &relays{}
-	rs.serve(l, func(c net.Conn) { bridge.ToUnix(c, sock) })
+	rs.serve(l, relay)
 	b.forwardLoopback(rs, info.State.Pid, req, sock) // loopfwd.go
 	port := l.Addr().(*net.TCPAddr).Port
 	r := *req

@@ -13,6 +13,7 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/egress/bypass"
+	"github.com/pulse-agent/pulse/egress/egresstest"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -20,9 +21,32 @@ import (
 // TestDockerEgressBypassSuite runs every attack of the egress bypass suite
 // in this backend's containers: network=none, with the proxy bridged into
 // the container's namespace on 127.0.0.1.
+//
+// The suite hands the proxy's ServeConn over, as the sandbox package does,
+// so the bridge gives connections to the proxy in process; it runs again
+// with only the proxy's socket (a proxy elsewhere, as pulse-server's
+// local executor sets it up), which the bridge relays to.
 func TestDockerEgressBypassSuite(t *testing.T) {
 	testenv.MustHaveRoot(t, "the egress bridge enters the container's network namespace")
 	b := newDocker(t)
+	t.Run("in process", func(t *testing.T) { runBypassSuite(t, b) })
+	t.Run("through the socket", func(t *testing.T) { runBypassSuite(t, socketOnly{b}) })
+}
+
+// socketOnly passes requests on without Egress.ServeConn.
+type socketOnly struct{ backend.Backend }
+
+func (s socketOnly) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	r := *req
+	if req.Egress != nil {
+		e := *req.Egress
+		e.ServeConn = nil
+		r.Egress = &e
+	}
+	return s.Backend.Exec(ctx, &r)
+}
+
+func runBypassSuite(t *testing.T, b backend.Backend) {
 	results, err := bypass.Run(context.Background(), b, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +143,14 @@ func TestDockerTrustStoreHoldsEachCAAndGoesWithTheContainer(t *testing.T) {
 	if _, err := os.Stat(files[0]); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the trust store file outlived its container: %v", err)
 	}
+}
+
+// BenchmarkDockerEgressDownload64MiB: curl's 64 MiB downloads (plain
+// HTTP through a CONNECT tunnel, and HTTPS) in a container whose only way
+// out is the egress proxy, against the host's curl going straight to the
+// server (egresstest; the image's curl is the host's version in the test
+// image, which the benchmark logs).
+func BenchmarkDockerEgressDownload64MiB(b *testing.B) {
+	testenv.MustHaveRoot(b, "the egress bridge enters the container's network namespace")
+	egresstest.BenchmarkCurlDownload(b, newDocker(b), testenv.Docker)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/egress/bypass"
+	"github.com/pulse-agent/pulse/egress/egresstest"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -70,4 +71,12 @@ func TestEgressCABundleIsTheTrustStore(t *testing.T) {
 	if !strings.Contains(out.String(), "http://127.0.0.1:3128 http://127.0.0.1:3128 http://127.0.0.1:3128") {
 		t.Errorf("proxy variables: %q", out.String())
 	}
+}
+
+// BenchmarkEgressDownload64MiB: curl's 64 MiB downloads (plain HTTP
+// through a CONNECT tunnel, and HTTPS) in a sandbox whose only way out is
+// the egress proxy, against the same curl on the host going straight to
+// the server (egresstest).
+func BenchmarkEgressDownload64MiB(b *testing.B) {
+	egresstest.BenchmarkCurlDownload(b, newBackend(b), testenv.Namespace)
 }

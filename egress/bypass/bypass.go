@@ -238,7 +238,9 @@ func (e *env) run(ctx context.Context, script string) (string, int, error) {
 		Limits:    policy.ResourceLimits{Timeout: 30 * time.Second},
 		Network:   policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{"127.0.0.1:1"}},
 		Secrets:   secrets.Policy{Mode: secrets.AllowAll},
-		Egress:    &backend.Egress{Socket: e.sock, CAFile: e.caFile, CA: e.caPEM},
+		// ServeConn as the sandbox package sets it, so a backend that
+		// hands connections to the proxy in process is attacked that way.
+		Egress: &backend.Egress{Socket: e.sock, ServeConn: e.proxy.ServeConn, CAFile: e.caFile, CA: e.caPEM},
 	})
 	if err != nil {
 		return "", -1, err
