@@ -64,11 +64,11 @@ type Backend struct {
 	// The separate init program, when one is installed and trusted
 	// (initprog_linux.go): looked for once; used once a probe ran with it;
 	// off once it failed the probe or the backend is closed.
-	progMu      sync.Mutex
-	progLooked  bool
-	progTrusted bool
-	progOff     bool
-	prog        *initProgram
+	progMu     sync.Mutex
+	progLooked bool
+	progState  int // progFound, progTrial, progTrusted
+	progOff    bool
+	prog       *initProgram
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -222,7 +222,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 			b.o.logger.Debug("namespace: probe cache unused", slog.Any("err", err))
 		}
 		if b.probeCached(key) {
-			b.trustInitProg()
+			b.setInitProg(progTrusted)
 			b.probeOK = true
 			return nil
 		}
@@ -242,9 +242,12 @@ func (b *Backend) Probe(ctx context.Context) error {
 	defer os.RemoveAll(ws)
 	trial := b.foundInitProg() != nil
 	if trial {
-		b.trustInitProg() // on trial: the probe runs with it
+		b.setInitProg(progTrial)
 	}
 	err = b.probeRun(ctx, ws)
+	if err == nil && trial {
+		b.setInitProg(progTrusted)
+	}
 	if err != nil && trial {
 		// The separate init program cannot serve (another build, or it
 		// does not run here): this binary is the init from now on, and

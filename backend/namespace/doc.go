@@ -85,12 +85,15 @@
 // owner, in a directory of the same, writable by nobody else (whoever could
 // replace it could replace the binary), and it is exec'd through a
 // descriptor, so the file checked is the file run. It must also be the same
-// code: the parent sends the identity of its own build of this package (the
-// Go version, golang.org/x/sys's version and a hash of the package's source,
-// embedded), and an init of any other identity refuses to set anything up.
-// The probe then falls back to this binary as the init and records that in
-// the probe cache, so an init left from another build costs one extra probe,
-// never a command run by code other than the parent's.
+// code: it is run only once a probe ran a sandbox with it, and the probe's
+// inits get the identity of the parent's build of this package (the Go
+// version, a hash of the package's source, embedded, and golang.org/x/sys's
+// version); an init of any other identity refuses to set anything up. The
+// probe then falls back to this binary as the init and records that in the
+// probe cache, so an init left from another build costs one extra probe,
+// never a command run by code other than the parent's. Once a probe passed
+// with that very file (held open; in the probe cache, named by its inode,
+// size, modification and change times), its inits skip the hash.
 //
 // Init never returns in a sandbox init: it sets the sandbox up, starts the
 // command (`bash -c`, `sh -c` where bash is missing, or the request's argv)

@@ -50,6 +50,17 @@ type initProgram struct {
 	key string
 }
 
+// The states of a found init program: found (not run yet), on trial (the
+// probe runs with it, and each init checks its identity), trusted (a
+// probe passed with this very file: this backend's, or the one the probe
+// cache records for its key; its inits need not hash their source again,
+// the file being the one that was checked, held open).
+const (
+	progFound = iota
+	progTrial
+	progTrusted
+)
+
 // sources is this package's own source, hashed into initIdentity. The
 // test files are embedded too (a pattern cannot leave them out) but not
 // hashed.
@@ -157,7 +168,9 @@ func openInitProgram(path string, owner uint32) (*initProgram, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	key := fmt.Sprintf("%q %d %d %d %d.%09d", path, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	// The change time too: it cannot be set back, so a file rewritten in
+	// place with its old size and modification time still differs.
+	key := fmt.Sprintf("%q %d %d %d %d.%09d %d.%09d", path, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	return &initProgram{file: os.NewFile(uintptr(fd), path), path: path, key: key}, nil
 }
 
@@ -187,26 +200,25 @@ func (b *Backend) lookInitProgLocked() {
 }
 
 // initProg returns the separate init program inits are started from, nil
-// when the init is this binary: the program is run only once a probe has
-// run a sandbox with it (this backend's, or one the probe cache recorded
-// for this program and this build), or during that probe.
-func (b *Backend) initProg() *initProgram {
+// when the init is this binary, and whether the init must check that it is
+// this build: the program is run only during a probe (checked) and once a
+// probe passed with it.
+func (b *Backend) initProg() (prog *initProgram, check bool) {
 	b.progMu.Lock()
 	defer b.progMu.Unlock()
 	b.lookInitProgLocked()
-	if b.progOff || !b.progTrusted {
-		return nil
+	if b.prog == nil || b.progOff || b.progState == progFound {
+		return nil, false
 	}
-	return b.prog
+	return b.prog, b.progState == progTrial
 }
 
-// trustInitProg lets inits start from the separate init program (the
-// probe is running with it, or it passed one).
-func (b *Backend) trustInitProg() {
+// setInitProg moves a found init program to state (progTrial, progTrusted).
+func (b *Backend) setInitProg(state int) {
 	b.progMu.Lock()
 	defer b.progMu.Unlock()
 	if b.prog != nil && !b.progOff {
-		b.progTrusted = true
+		b.progState = state
 	}
 }
 

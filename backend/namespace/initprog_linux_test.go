@@ -148,15 +148,15 @@ func TestOpenInitProgramTrust(t *testing.T) {
 }
 
 // withInitProgram gives b the program at p as if it had been found beside
-// the binary; trusted, as if a probe had passed with it.
-func withInitProgram(t *testing.T, b *Backend, p string, trusted bool) {
+// the binary, in state (progFound, progTrial, progTrusted).
+func withInitProgram(t *testing.T, b *Backend, p string, state int) {
 	t.Helper()
 	prog, err := openInitProgram(p, uint32(os.Getuid()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.progMu.Lock()
-	b.progLooked, b.prog, b.progTrusted = true, prog, trusted
+	b.progLooked, b.prog, b.progState = true, prog, state
 	b.progMu.Unlock()
 }
 
@@ -196,21 +196,21 @@ func TestSeparateInitProgram(t *testing.T) {
 
 	t.Run("same build runs the command", func(t *testing.T) {
 		b := newBackend(t)
-		withInitProgram(t, b, same, true)
+		withInitProgram(t, b, same, progTrusted)
 		for range 2 { // a cold init, then one started ahead
 			res, out, errs := runCmd(t, b, req(t.TempDir()))
 			if res.ExitCode != 0 || out != "hello\n" {
 				t.Fatalf("exit %d, stdout %q, stderr %q", res.ExitCode, out, errs)
 			}
 		}
-		if b.initProg() == nil {
+		if prog, _ := b.initProg(); prog == nil {
 			t.Error("the init program was dropped")
 		}
 	})
 
-	t.Run("another build refuses to run anything", func(t *testing.T) {
+	t.Run("another build refuses to run anything when checked", func(t *testing.T) {
 		b := newBackend(t)
-		withInitProgram(t, b, other, true)
+		withInitProgram(t, b, other, progTrial)
 		var out bytes.Buffer
 		r := req(t.TempDir())
 		r.Stdout, r.Stderr = &out, io.Discard
@@ -232,11 +232,11 @@ func TestSeparateInitProgram(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			withInitProgram(t, b, other, false)
+			withInitProgram(t, b, other, progFound)
 			if err := b.Probe(context.Background()); err != nil {
 				t.Skipf("namespace backend unavailable here: %v", err)
 			}
-			if b.initProg() != nil {
+			if prog, _ := b.initProg(); prog != nil {
 				t.Fatalf("probe %d: another build's init program still in use", i)
 			}
 			rec, _ := os.ReadFile(cache)
@@ -259,12 +259,12 @@ func TestSeparateInitProgram(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			withInitProgram(t, b, same, false)
+			withInitProgram(t, b, same, progFound)
 			if err := b.Probe(context.Background()); err != nil {
 				t.Skipf("namespace backend unavailable here: %v", err)
 			}
-			if b.initProg() == nil {
-				t.Fatalf("probe %d: the same build's init program is not used", i)
+			if prog, check := b.initProg(); prog == nil || check {
+				t.Fatalf("probe %d: the same build's init program is not trusted (in use: %v)", i, prog != nil)
 			}
 			if rec, _ := os.ReadFile(cache); !bytes.Contains(rec, []byte("init use ")) {
 				t.Errorf("probe %d: the record does not name the init program:\n%s", i, rec)
@@ -274,7 +274,7 @@ func TestSeparateInitProgram(t *testing.T) {
 
 	t.Run("never used before a probe ran with it", func(t *testing.T) {
 		b := newBackend(t)
-		withInitProgram(t, b, other, false)
+		withInitProgram(t, b, other, progFound)
 		res, out, errs := runCmd(t, b, req(t.TempDir()))
 		if res.ExitCode != 0 || out != "hello\n" {
 			t.Fatalf("exit %d, stdout %q, stderr %q: an unprobed init program was run", res.ExitCode, out, errs)

@@ -49,7 +49,8 @@ func (b *Backend) probeKey(refused bool) (string, error) {
 		if refused {
 			how = "refused"
 		}
-		fmt.Fprintf(&k, "init %s %s %s\n", how, prog.key, initIdentity())
+		// The identity of this build follows from the exe line.
+		fmt.Fprintf(&k, "init %s %s\n", how, prog.key)
 	} else {
 		fmt.Fprintf(&k, "init self\n")
 	}

@@ -91,9 +91,11 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	cmd := exec.Command("/proc/self/exe")
 	mark := initVersion
 	extra := []*os.File{cfgR, stW, dialC} // configFd, statusFd, dialFd
-	if prog := b.initProg(); prog != nil {
+	if prog, check := b.initProg(); prog != nil {
 		cmd = exec.Command("/proc/self/fd/" + strconv.Itoa(initProgFd))
-		mark += " " + initIdentity()
+		if check {
+			mark += " " + initIdentity()
+		}
 		extra = append(extra, prog.file) // initProgFd
 	}
 	cmd.Args = []string{"pulse-namespace-init"}
