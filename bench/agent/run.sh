@@ -287,6 +287,7 @@ check() {
 	esac
 }
 
+start=$SECONDS
 if [ "$COLD" != 1 ]; then
 	# Warm-up, untimed: every step once directly, which fills the Go
 	# build cache (the cold build); every side then starts from it.
@@ -297,12 +298,14 @@ if [ "$COLD" != 1 ]; then
 		[ "$kind" = alone ] || [ "$kind" = mirror ] && direct_reset
 	done <<<"$steps"
 	direct_reset
+	echo "warm-up (direct, untimed): $((SECONDS - start)) s" >&2
 fi
 
 printf '%-11s %-10s %-4s %10s %10s %8s %12s %12s\n' step backend pass direct-ms pulse-ms x-vs-dir cold-dir-ms cold-pulse-ms
 total=0 passed=0 failed=0 warns=""
 declare -A ok tp td
 for be in $BACKENDS; do
+	bestart=$SECONDS
 	flags=(--backend "$be")
 	why=""
 	upper=$(tr a-z A-Z <<<"$be")
@@ -410,7 +413,8 @@ for be in $BACKENDS; do
 			dd = d ? sprintf("%.1f", d/1e3) : "-"; r = d ? sprintf("%.2f", p/d) : "-"
 			printf "%-11s %-10s %-4s %10s %10.1f %8s %12s %12s\n", s, be, m, dd, p/1e3, r, c1, c2}'
 	done <<<"$steps"
+	echo "$be: $((SECONDS - bestart)) s (image build and resets included)" >&2
 done
 [ -z "$warns" ] || printf 'warnings (not failures):\n%s' "$warns"
-echo "$passed of $total steps passed; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$passed of $total steps passed in $((SECONDS - start)) s; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$passed" = "$total" ] && [ "$failed" = 0 ] && [ "$total" -gt 0 ]
