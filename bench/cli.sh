@@ -18,7 +18,7 @@ N=${N:-21}
 NBULK=${NBULK:-$(((N + 2) / 3))}
 tmp=$(mktemp -d)
 srv=""
-trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
 # pulse-namespace-init beside pulse is what an install of ./cmd/... has:
 # the namespace backend runs it as each sandbox's init.
 go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-server
@@ -31,6 +31,10 @@ echo hello >"$tmp/ws/README"
 export XDG_CACHE_HOME=$tmp/cache
 have_bwrap=1
 bwrap --unshare-all --ro-bind / / true 2>/dev/null || have_bwrap=0
+# Ratios against a few-ms reference depend on the machine's load (the
+# reference slows down more, in proportion, than pulse's fixed cost):
+# the run says what it was.
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # us runs its arguments (a shell snippet) and prints how long it took, in
 # microseconds, measured in this shell (no fork for the clock).
