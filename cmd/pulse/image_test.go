@@ -96,13 +96,36 @@ func TestDockerImageBuild(t *testing.T) {
 
 // toolchainTag is the image TestDockerToolchainImage builds, once per
 // test binary run: it copies a Go toolchain (~250 MB) and takes about
-// ten seconds.
-const toolchainTag = "pulse-sandbox-toolchain:test"
+// ten seconds. The tag is this process's own, so that test binaries
+// running at once on one engine neither use nor remove each other's
+// image, and TestMain removes it at the end (removeToolchainImage):
+// under a shared tag each run left the last run's image behind,
+// untagged.
+var toolchainTag = fmt.Sprintf("pulse-sandbox-toolchain:test-%d", os.Getpid())
 
 var toolchainOnce struct {
 	sync.Once
 	stderr string
 	code   int
+	built  bool
+}
+
+// removeToolchainImage removes the image buildToolchainImage built, if
+// it built one. Containers still using it keep it until they go.
+func removeToolchainImage() {
+	if !toolchainOnce.built {
+		return
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.ImageRemove(ctx, toolchainTag, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
+		fmt.Fprintf(os.Stderr, "removing the test image %s: %v\n", toolchainTag, err)
+	}
 }
 
 // buildToolchainImage builds toolchainTag with git, go, python3 and make
@@ -117,6 +140,7 @@ func buildToolchainImage(t *testing.T) {
 		}
 	}
 	toolchainOnce.Do(func() {
+		toolchainOnce.built = true // a failed build may have tagged it all the same
 		toolchainOnce.code, _, toolchainOnce.stderr = runCLI(t, "image", "build", "--tag", toolchainTag,
 			"--with", "git", "--with", "go", "--with", "python3", "--with", "make")
 	})

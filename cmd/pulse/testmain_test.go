@@ -26,5 +26,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeToolchainImage()
+	os.Exit(code)
 }
