@@ -57,6 +57,16 @@ if ! command -v docker >/dev/null 2>&1 || ! engine_answers; then
 	fi
 fi
 
+# `make unit` runs the tests with -race, which needs cgo and so a C
+# compiler: without one the go command turns cgo off and refuses -race.
+# A fresh Debian machine with only Go installed has none.
+if ! command -v gcc >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+	say "installing gcc from apt (go test -race needs cgo)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq gcc libc6-dev >/dev/null
+fi
+
 # The egress bypass suite runs curl inside the sandbox (TLS through the
 # proxy, the sandbox CA in the trust store): the namespace backend's
 # sandboxes see the host's, and the image brings the host's curl with its
@@ -145,7 +155,8 @@ fi
 
 # The agent-loop battery (bench/agent/run.sh: `make bench-agent`, CI) runs
 # git, go, python3 and make directly and brings them into a toolchain
-# image; of those a fresh Debian machine may lack python3. As root it is
+# image (so does cmd/pulse's toolchain image test, which fails in CI
+# without them); of those a fresh Debian machine may lack python3. As root it is
 # installed; without it the battery says so and fails.
 if ! command -v python3 >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ]; then
