@@ -281,3 +281,28 @@ func TestSeparateInitProgram(t *testing.T) {
 		}
 	})
 }
+
+// TestInitProgramKeepsHardening runs the forbidden-syscall helpers and the
+// descriptor check with a separate init program (a copy of this binary,
+// the same build): the command gets the same restrictions from it, and
+// not the program's own descriptor.
+func TestInitProgramKeepsHardening(t *testing.T) {
+	same, _ := initCopies(t)
+	b, exe := helperBackend(t)
+	withInitProgram(t, b, same, progTrusted)
+	for _, h := range []string{"mount", "ptrace", "userns", "clone3", "bpf", "keyctl", "caps"} {
+		t.Run(h, func(t *testing.T) {
+			out := runHelperIn(t, b, exe, h)
+			if !strings.HasPrefix(out, "refused:") {
+				t.Fatalf("%s was allowed inside the sandbox: %q", h, out)
+			}
+		})
+	}
+	res, out, errs := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: `ls /proc/self/fd | tr '\n' ' '`})
+	if res.ExitCode != 0 || out != "0 1 2 3 " {
+		t.Errorf("the command's descriptors: %q (exit %d, %s), want 0 1 2 and the one ls reads with", out, res.ExitCode, errs)
+	}
+	if prog, _ := b.initProg(); prog == nil {
+		t.Error("the init program was not used")
+	}
+}
