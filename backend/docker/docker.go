@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -240,12 +242,15 @@ func (b *Backend) Name() string { return "docker" }
 func (b *Backend) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := b.cli.Ping(ctx); err != nil {
-		return fmt.Errorf("docker: no engine answers at %s (%v); as root, start one with scripts/testenv.sh or `dockerd &`: %w",
-			b.cli.DaemonHost(), err, backend.ErrUnavailable)
-	}
+	// The image first: the client's version negotiation has pinged the
+	// engine by then, and a second ping would cost a round trip for
+	// nothing. Only a failure asks whether the engine is there at all.
 	insp, err := b.cli.ImageInspect(ctx, b.o.image)
 	if err != nil {
+		if _, perr := b.cli.Ping(ctx); perr != nil {
+			return fmt.Errorf("docker: no engine answers at %s (%v); as root, start one with scripts/testenv.sh or `dockerd &`: %w",
+				b.cli.DaemonHost(), perr, backend.ErrUnavailable)
+		}
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("docker: image %q is missing; build it with `pulse image build --tag %s`: %w",
 				b.o.image, b.o.image, backend.ErrUnavailable)
@@ -368,9 +373,59 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 // (WithReuse) that expired or whose holder died. Containers of live
 // processes, warm ones held or fresh, and those of other hosts sharing
 // the engine, are left alone.
+//
+// With WithReuse (a CLI, one process per command) it lists the engine's
+// containers at most once per reconcileEvery on this host: warm
+// containers end themselves when idle and a holder that died is found
+// by the next taker of its slot (warm.go), so only the leftovers of dead
+// processes wait, a bounded time; Collect (`pulse gc`) always looks.
 func (b *Backend) Reconcile(ctx context.Context) error {
+	stamp := ""
+	if b.o.reuseIdle > 0 {
+		stamp = reconcileStamp()
+		if recentStamp(stamp, reconcileEvery) {
+			return nil
+		}
+	}
 	_, err := b.Collect(ctx)
+	if err == nil && stamp != "" {
+		touchStamp(stamp)
+	}
 	return err
+}
+
+// reconcileEvery bounds how often Reconcile of a Backend with reuse lists
+// the engine's containers.
+const reconcileEvery = 30 * time.Second
+
+// reconcileStamp is the file whose mtime says when this user last
+// reconciled on this host.
+func reconcileStamp() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("pulse-docker-reconciled-%d", os.Geteuid()))
+}
+
+// recentStamp says whether p is this user's regular file, changed within
+// d (and not in the future: a clock set back does not stop reconciling).
+func recentStamp(p string, d time.Duration) bool {
+	st, err := os.Lstat(p)
+	if err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		return false
+	}
+	age := time.Since(st.ModTime())
+	return age >= 0 && age < d
+}
+
+// touchStamp sets p's mtime to now, never through a symlink.
+func touchStamp(p string) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write([]byte{'\n'})
+	_ = f.Close()
 }
 
 // Collect is Reconcile that also returns the IDs of the containers it

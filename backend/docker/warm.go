@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,8 +38,10 @@ import (
 //	         so concurrent CLI commands take different slots
 //	N.nonce  the pulse.warm.nonce label of the slot's current container,
 //	         written before that container is created
-//	N.json   the released state: container id, start time, the model of
-//	         its base, when it was last used (warmState)
+//	N.json   the released state: container id, start time, when it was
+//	         last used, the id of its model (warmState)
+//	N.model  the model of its base (sync.go), apart, so that Collect and
+//	         Reconcile, which read every slot's N.json, do not parse it
 //
 // N.json exists only while nobody holds the slot: a holder reads it and
 // removes it before it touches the container, and writes it back in
@@ -70,7 +73,7 @@ const warmSlots = 4
 
 // warmFormat is the version of N.json and of what a container's layout
 // means; a change makes older state unusable (its container is removed).
-const warmFormat = 1
+const warmFormat = 2
 
 // DefaultReuseIdle is the idle lifetime the CLI gives warm containers.
 const DefaultReuseIdle = 5 * time.Minute
@@ -109,7 +112,58 @@ type warmState struct {
 	Nonce     string            `json:"nonce"`
 	Started   string            `json:"started"`
 	LastUsed  time.Time         `json:"last_used"`
-	Model     map[string]string `json:"model"` // nil: base must be rebuilt (sync.go)
+	ModelID   string            `json:"model_id"` // of N.model; "": base must be rebuilt
+	Model     map[string]string `json:"-"`        // read from N.model; nil: base must be rebuilt (sync.go)
+}
+
+// N.model holds what base holds, with the id N.json names, so that a
+// model written for another release is never taken for this one: the
+// magic line with the id, then path NUL signature NUL for every entry (no
+// path or signature holds a NUL). Not JSON: a workspace of thousands of
+// files makes a model of hundreds of kilobytes, which every command reads
+// and writes, and JSON's escaping and maps cost tens of milliseconds.
+const warmModelMagic = "pulse-docker-model 1 "
+
+func encodeWarmModel(id string, model map[string]string) []byte {
+	n := len(warmModelMagic) + len(id) + 1
+	for p, sig := range model {
+		n += len(p) + len(sig) + 2
+	}
+	out := make([]byte, 0, n)
+	out = append(out, warmModelMagic...)
+	out = append(out, id...)
+	out = append(out, '\n')
+	for p, sig := range model {
+		out = append(out, p...)
+		out = append(out, 0)
+		out = append(out, sig...)
+		out = append(out, 0)
+	}
+	return out
+}
+
+// decodeWarmModel returns the model in data when it is one of id, else
+// nil (base is then rebuilt by the first sync).
+func decodeWarmModel(data []byte, id string) map[string]string {
+	head := warmModelMagic + id + "\n"
+	if id == "" || !bytes.HasPrefix(data, []byte(head)) {
+		return nil
+	}
+	data = data[len(head):]
+	m := make(map[string]string, bytes.Count(data, []byte{0})/2)
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, 0)
+		if i <= 0 {
+			return nil
+		}
+		j := bytes.IndexByte(data[i+1:], 0)
+		if j <= 0 {
+			return nil
+		}
+		m[string(data[:i])] = string(data[i+1 : i+1+j])
+		data = data[i+1+j+1:]
+	}
+	return m
 }
 
 // warmSlot is a slot this process holds.
@@ -252,7 +306,21 @@ func (b *Backend) takeOver(ctx context.Context, s *warmSlot, key boxKey) (*warmS
 		return nil, nil
 	}
 	s.nonce = st.Nonce
+	st.Model = readWarmModel(s, st.ModelID)
 	return &st, nil
+}
+
+// readWarmModel returns the model in s's N.model when it has the id id;
+// else nil, and base is rebuilt by the first sync.
+func readWarmModel(s *warmSlot, id string) map[string]string {
+	if id == "" {
+		return nil
+	}
+	data, err := os.ReadFile(s.file("model"))
+	if err != nil {
+		return nil
+	}
+	return decodeWarmModel(data, id)
 }
 
 // usable says why st's container cannot be taken over, "" when it can.
@@ -323,8 +391,17 @@ func (b *Backend) releaseWarm(ctx context.Context, bx *box) error {
 		return b.remove(ctx, bx.id)
 	}
 	st := warmState{Format: warmFormat, Key: s.key, Workspace: bx.key.workspace, Container: bx.id, Nonce: s.nonce,
-		Started: bx.started, LastUsed: time.Now(), Model: model}
-	data, err := json.Marshal(&st)
+		Started: bx.started, LastUsed: time.Now()}
+	var err error
+	if model != nil {
+		// The model first: N.json, which names it, is what releases.
+		st.ModelID = randomID()
+		err = writeFileAtomic(s.file("model"), encodeWarmModel(st.ModelID, model))
+	}
+	var data []byte
+	if err == nil {
+		data, err = json.Marshal(&st)
+	}
 	if err == nil {
 		err = writeFileAtomic(s.file("json"), data)
 	}

@@ -312,3 +312,102 @@ func TestDockerWarmCacheMadeAgainIsMountedAgain(t *testing.T) {
 		t.Errorf("the new cache directory holds %q, %v", data, err)
 	}
 }
+
+// A model file that is not the one the released state names (another
+// release's, or a torn write) is not trusted: base is made again from the
+// workspace, so what the earlier command wrote is not seen.
+func TestDockerWarmModelOfAnotherReleaseIsNotTrusted(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"README": "hello\n"})
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b1, ws, `echo one > a.txt`)
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	models, _ := filepath.Glob(filepath.Join(ws, ".pulse", "docker", "*", "*.model"))
+	if len(models) != 1 {
+		t.Fatalf("model files %v, want one", models)
+	}
+	// An empty model would say base holds nothing, so that a.txt, which
+	// base does hold, would never be removed.
+	if err := os.WriteFile(models[0], encodeWarmModel("other", map[string]string{}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b2, ws, `ls`); r.stdout != "README\n" {
+		t.Fatalf("after a foreign model: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+}
+
+// The reconcile stamp is trusted only as this user's regular file,
+// changed within the interval.
+func TestReconcileStamp(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "stamp")
+	if recentStamp(p, time.Minute) {
+		t.Fatal("a missing stamp is recent")
+	}
+	touchStamp(p)
+	if !recentStamp(p, time.Minute) {
+		t.Fatal("a stamp just touched is not recent")
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if recentStamp(p, time.Minute) {
+		t.Fatal("a stamp older than the interval is recent")
+	}
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(p, future, future); err != nil {
+		t.Fatal(err)
+	}
+	if recentStamp(p, time.Minute) {
+		t.Fatal("a stamp from the future is recent")
+	}
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if recentStamp(link, time.Minute) {
+		t.Fatal("a symlink counts as a stamp")
+	}
+	before, _ := os.Stat(target)
+	touchStamp(link)
+	if after, _ := os.Stat(target); !after.ModTime().Equal(before.ModTime()) || after.Size() != 0 {
+		t.Fatal("touchStamp wrote through a symlink")
+	}
+}
+
+// A model reads back as it was written, and nothing else does: another
+// id, a torn file, an empty name.
+func TestWarmModelEncoding(t *testing.T) {
+	m := map[string]string{"a": "d|755", "a/b c": "w|644|1|2|3|4", "l": "l|../x"}
+	data := encodeWarmModel("id1", m)
+	got := decodeWarmModel(data, "id1")
+	if len(got) != len(m) {
+		t.Fatalf("decoded %v, want %v", got, m)
+	}
+	for k, v := range m {
+		if got[k] != v {
+			t.Fatalf("decoded %v, want %v", got, m)
+		}
+	}
+	for name, bad := range map[string][]byte{
+		"other id":   data,
+		"torn":       data[:len(data)-3],
+		"empty name": append(append([]byte(nil), data...), 0, 'x', 0),
+	} {
+		id := "id1"
+		if name == "other id" {
+			id = "id2"
+		}
+		if decodeWarmModel(bad, id) != nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}

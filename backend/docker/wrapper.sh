@@ -148,6 +148,7 @@ if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
 	mv "$R.man" "$Q.before" || fresh=1
 elif [ -d "$R" ] && [ -s "$R.man" ]; then
 	fresh=0
+	mv "$R.man" "$Q.have" || fresh=1
 	awk -F '|' -v Q="$Q" "$AWKLIB"'
 	FILENAME == ARGV[1] { t = name(); if (t == 1) ws[N] = $0; else if (t == 2) wh[N] = $0; else if (t != 3) bad = 1; next }
 	{ t = name(); if (t == 1) hs[N] = $0; else if (t == 2) hh[N] = $0; else if (t != 3) bad = 1 }
@@ -156,7 +157,7 @@ elif [ -d "$R" ] && [ -s "$R.man" ]; then
 		for (p in hs) if (!(p in ws) || ws[p] != hs[p] || wh[p] != hh[p]) drop[p] = 1
 		for (p in drop) if (!under(p, drop)) print p > (Q ".drop")
 		for (p in ws) if (!(p in hs) || (p in drop) || under(p, drop)) print p > (Q ".fix")
-	}' "$P/base.manifest" "$R.man" 2>&8 || fresh=1
+	}' "$P/base.manifest" "$Q.have" 2>&8 || fresh=1
 	# Directories before what is in them. (No pipes from awk: popen needs
 	# a /bin/sh, which an image need not have.)
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
@@ -172,9 +173,8 @@ elif [ -d "$R" ] && [ -s "$R.man" ]; then
 	fi
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
 fi
-rm -f "$R.man" "$R.gen"
 if [ $fresh = 1 ]; then
-	{ [ ! -e "$R" ] || rm -rf "$R"; } && cp -a "$P/base" "$R" 2>&8 && chown -Rh "$u:$u" "$R" 2>&8 && chmod 0700 "$R" 2>&8 &&
+	{ [ ! -e "$R.man" ] || rm -f "$R.man"; } && { [ ! -e "$R" ] || rm -rf "$R"; } && cp -a "$P/base" "$R" 2>&8 && chown -Rh "$u:$u" "$R" 2>&8 && chmod 0700 "$R" 2>&8 &&
 		cp "$P/base.manifest" "$Q.before" 2>&8
 	cprc=$?
 else
@@ -269,6 +269,7 @@ END {
 	if (bad) print "a name holding a newline is not tracked" > (O "/warn")
 	if (odd || bad) print "" > (Q ".bad")
 }' "$Q.st" "$Q.before" 2>&8 || finish manifest "$rc"
+if [ -s "$Q.cand" ]; then
 if [ -s "$Q.hash" ]; then
 	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish manifest "$rc"
 else
@@ -301,6 +302,7 @@ FILENAME == ARGV[2] { if (parse($0) == 2) nh[N] = H; next }
 END {
 	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
 }' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish manifest "$rc"
+fi
 # This busybox tar cannot read names from a file, so xargs hands them
 # over in batches, each batch its own files-PID.tar.
 if [ -s "$Q.changed" ]; then
@@ -312,22 +314,26 @@ fi
 # the copy is base after the merge, of its generation; else its own
 # manifest (before with the changes), of no generation.
 [ -e "$Q.removed" ] || : >"$Q.removed"
-[ -e "$Q.new" ] || : >"$Q.new"
-lock
-{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
+man=$Q.before gen=x
 if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
+	[ -e "$Q.new" ] || : >"$Q.new"
+	lock
+	{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
 	mok=1
 	if [ -s "$Q.removed" ]; then tr '\n' '\0' <"$Q.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8 || mok=0; fi
 	for f in "$O"/files-*.tar; do [ -s "$f" ] && { as $B sh -c 'umask 0 && exec tar -x -f - -C "$1"' x "$P/base" <"$f" 2>&8 || mok=0; }; done
 	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" 2>&8 && chown $B:$B "$P/base.manifest"; } || baseman "$P/base" 2>&8
 	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
-		read -r ng <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after" && echo "$ng" >"$Q.gen"
+		{ read -r gen <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after"; } 2>&8 && man=$Q.after || man=
 	else
-		mfupdate "$Q.before" "$Q.removed" "$Q.new" 2>&8 && mv "$Q.before" "$Q.after" && echo x >"$Q.gen"
+		mfupdate "$Q.before" "$Q.removed" "$Q.new" 2>&8 || man=
 	fi
+	unlock
 else
-	mv "$Q.before" "$Q.after" && { if [ -n "$ng" ] && [ "$ng" = "$bg" ]; then echo "$ng"; else echo x; fi; } >"$Q.gen"
+	# Read without the lock: base.manifest is replaced by rename.
+	{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
+	[ -n "$ng" ] && [ "$ng" = "$bg" ] && gen=$ng
 fi
-unlock
-[ $keep = 1 ] && [ ! -e "$Q.bad" ] && [ -e "$Q.gen" ] && mv "$Q.after" "$R.man" && mv "$Q.gen" "$R.gen"
+# R.man last: only a copy with its manifest is used again.
+[ $keep = 1 ] && [ ! -e "$Q.bad" ] && [ -n "$man" ] && echo "$gen" >"$R.gen" && mv "$man" "$R.man"
 finish "exit $rc" "$rc"
