@@ -1,30 +1,71 @@
 #!/usr/bin/env bash
-# Docker CLI start-up cost: `pulse exec --backend docker -- true` against
-# `docker exec` of `true` into a warm container of the same image, run
-# alternately, N times each, in the same run. Prints the medians and
-# their ratio (x-vs-docker-exec, pulse ÷ docker exec; below 1 is faster).
-# Each pulse exec is a new process; the first makes the container, and
-# every later one takes over the container the one before it left
-# (backend/docker/warm.go), as a CLI-driven agent's commands do.
+# Docker CLI cost, in the same run as each reference, alternately, N
+# times each; prints the medians and their ratio (pulse ÷ reference;
+# below 1 is faster). Each pulse exec is a new process; the first makes
+# the container, and every later one takes over the container the one
+# before it left (backend/docker/warm.go), as a CLI-driven agent's
+# commands do.
+#   BenchmarkDockerCLITrue: `pulse exec --backend docker -- true` against
+#     `docker exec` of `true` into a warm container of the same image
+#     (x-vs-docker-exec).
+#   BenchmarkDockerCLIGitStatus: `git status` in a clone of this
+#     repository (HEAD, ~5,000 entries with .git) through `pulse exec
+#     --backend docker` against `git status` run directly in the same
+#     clone (x-vs-direct), with GIT_IMAGE (default: a `pulse image build
+#     --with git` image made here). GIT=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-15}
 image=${PULSE_DOCKER_IMAGE:-pulse-sandbox:latest}
 command -v docker >/dev/null || { echo "docker-cli: needs the docker CLI for the reference"; exit 1; }
 tmp=$(mktemp -d)
-cid=""
-trap 'rm -rf "$tmp"; [ -z "$cid" ] || docker rm -f "$cid" >/dev/null' EXIT
+cid="" built=""
+cleanup() {
+	# the warm containers pulse left for the workspaces under $tmp
+	docker ps -a --format '{{.ID}} {{.Label "pulse.warm"}}' | awk -v t="$tmp/" 'index($2, t) == 1 {print $1}' |
+		xargs -r docker rm -f >/dev/null
+	rm -rf "$tmp"
+	[ -z "$cid" ] || docker rm -f "$cid" >/dev/null
+	[ -z "$built" ] || docker rmi -f "$built" >/dev/null
+}
+trap cleanup EXIT
 go build -o "$tmp/pulse" ./cmd/pulse
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"
 cid=$(docker run -d --network none --read-only --user 1000:1000 "$image" /bin/sleep 2147483647)
 now() { date +%s%N; }
-pulse_ns=() docker_ns=()
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+report() { # NAME METRIC PULSE_NS... -- REF_NS...
+	local name=$1 metric=$2 p d
+	p=$(median "${pulse_ns[@]}") d=$(median "${ref_ns[@]}")
+	awk -v name="$name" -v m="$metric" -v p="$p" -v d="$d" -v n="$N" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
+		'BEGIN {printf "%s\t%d\t%.1f ms/pulse-exec\t%.1f ms/reference\t%.2f %s\t(load %s)\n", name, n, p/1e6, d/1e6, p/d, m, l}'
+}
+pulse_ns=() ref_ns=()
 for i in $(seq "$N"); do
 	t0=$(now); "$tmp/pulse" exec --backend docker --workspace "$tmp/ws" -- true >/dev/null 2>&1; t1=$(now)
 	docker exec "$cid" true; t2=$(now)
-	pulse_ns+=($((t1 - t0))) docker_ns+=($((t2 - t1)))
+	pulse_ns+=($((t1 - t0))) ref_ns+=($((t2 - t1)))
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-p=$(median "${pulse_ns[@]}") d=$(median "${docker_ns[@]}")
-awk -v p="$p" -v d="$d" -v n="$N" 'BEGIN {printf "BenchmarkDockerCLITrue\t%d\t%.1f ms/pulse-exec\t%.1f ms/docker-exec\t%.2f x-vs-docker-exec\n", n, p/1e6, d/1e6, p/d}'
+report BenchmarkDockerCLITrue x-vs-docker-exec
+
+[ "${GIT:-1}" = 1 ] || exit 0
+git_image=${GIT_IMAGE:-}
+if [ -z "$git_image" ]; then
+	git_image=pulse-bench-git:$$
+	"$tmp/pulse" image build --tag "$git_image" --with git >/dev/null 2>&1 || { echo "docker-cli: pulse image build --with git failed; set GIT_IMAGE or GIT=0"; exit 1; }
+	built=$git_image
+fi
+git clone -q . "$tmp/clone"
+# The clone's files age past the racy window (backend/docker/sync.go)
+# before the first command, as a workspace does that an agent works in.
+sleep 3
+ws=$tmp/clone
+PULSE_DOCKER_IMAGE=$git_image "$tmp/pulse" exec --backend docker --workspace "$ws" -- git status >/dev/null 2>&1 # makes the container
+pulse_ns=() ref_ns=()
+for i in $(seq "$N"); do
+	t0=$(now); PULSE_DOCKER_IMAGE=$git_image "$tmp/pulse" exec --backend docker --workspace "$ws" -- git status >/dev/null 2>&1; t1=$(now)
+	git -C "$ws" status >/dev/null; t2=$(now)
+	pulse_ns+=($((t1 - t0))) ref_ns+=($((t2 - t1)))
+done
+report BenchmarkDockerCLIGitStatus x-vs-direct

@@ -230,15 +230,20 @@ func TestDockerWarmCollect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{st.Container: true, heldID: true}
-	n := 0
-	for _, id := range removed {
-		if want[id] {
-			n++
+	// Collectors of other processes on this engine (other packages'
+	// tests, CLI runs) may look at these containers too: one takes a
+	// slot's lock while it does, so this Collect may take it for a live
+	// holder's and leave the container to that one, which removes it. So
+	// the check is that both go, by whichever collector, in a bound.
+	deadline := time.Now().Add(30 * time.Second)
+	for !(gone(gc, st.Container) && gone(gc, heldID)) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if _, err := gc.Collect(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if n != 2 || len(warmOf(t, gc, ws)) != 0 {
-		t.Errorf("removed %v, want %.12s (expired) and %.12s (unreleased); left %v", removed, st.Container, heldID, warmOf(t, gc, ws))
+	if !gone(gc, st.Container) || !gone(gc, heldID) || len(warmOf(t, gc, ws)) != 0 {
+		t.Errorf("first Collect removed %v; want %.12s (expired) and %.12s (unreleased) gone; left %v", removed, st.Container, heldID, warmOf(t, gc, ws))
 	}
 }
 
