@@ -165,8 +165,16 @@
 // changed afterwards. A lane whose record is damaged or missing cannot
 // be opened (ErrLane) and its stack cannot be read; its own transactions
 // are in no other lane's stack (List still shows them, and they can be
-// committed or discarded by id). A lane is a few hundred bytes; lane
-// records are not removed.
+// committed or discarded by id).
+//
+// A lane record goes once nothing needs it: no pending transaction of
+// the lane, no lane forked from it, no FS open on it and none open that
+// forked it (an open FS holds a shared flock on the record; the remover
+// holds the workspace lock and takes the record's flock exclusively).
+// FS.Close and Lanes remove such records, children before their parents,
+// by one unlink each and an fsync of lanes/; nothing is removed while a
+// pending transaction or a lane record cannot be read. A removed lane
+// cannot be opened again (ErrLane): it had nothing left to show.
 //
 // # Symlinks
 //

@@ -174,6 +174,9 @@ type FS struct {
 	// the tx directory then (stackgen.go); while holding op.
 	lastGen   []byte
 	lastTxDir dirStamp
+	// laneHolds are lane records flock'd shared while the FS is open
+	// (lanegc.go): its own lane's, and those of the lanes it forked.
+	laneHolds []*os.File
 }
 
 // Open opens (creating if needed) the staging area of workspace and rolls
@@ -259,6 +262,7 @@ func (f *FS) RecoveryErr() error {
 
 // Close releases the FS. Transactions stay on disk. Close is idempotent.
 func (f *FS) Close() error {
+	f.releaseLane()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

@@ -281,16 +281,23 @@ func (f *FS) Fork(ctx context.Context) (string, error) {
 	if err := f.syncState("lanes"); err != nil {
 		return "", err
 	}
+	if err := f.holdLaneLocked(r.ID); err != nil {
+		return "", fmt.Errorf("cowfs: fork: %w", err)
+	}
 	return r.ID, nil
 }
 
-// Lanes lists the forked lanes of the workspace (not the default one).
+// Lanes lists the forked lanes of the workspace (not the default one),
+// after removing the records nothing needs any more (lanegc.go).
 func (f *FS) Lanes(ctx context.Context) ([]LaneInfo, error) {
 	unlock, err := f.lock(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	if err := f.pruneLanesLocked(); err != nil {
+		return nil, err
+	}
 	ls, err := f.readLanesLocked()
 	if err != nil {
 		return nil, err
@@ -321,5 +328,11 @@ func (f *FS) checkLaneOpen(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return ls.check(f.opts.lane)
+	if err := ls.check(f.opts.lane); err != nil {
+		return err
+	}
+	if err := f.holdLaneLocked(f.opts.lane); err != nil {
+		return fmt.Errorf("%w %s: %w", ErrLane, f.opts.lane, err)
+	}
+	return nil
 }
