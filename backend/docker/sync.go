@@ -88,7 +88,7 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 		var ctime int64
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			ino = st.Ino
-			ctime = st.Ctim.Nano()
+			ctime = statCtime(st)
 		}
 		cut := since.Add(-racyWindow).UnixNano()
 		if ctime >= cut || info.ModTime().UnixNano() >= cut {

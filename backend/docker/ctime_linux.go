@@ -1,0 +1,6 @@
+package docker
+
+import "syscall"
+
+// statCtime is a file's ctime in nanoseconds.
+func statCtime(st *syscall.Stat_t) int64 { return st.Ctim.Nano() }
