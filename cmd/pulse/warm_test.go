@@ -209,7 +209,16 @@ func TestDockerGCRemovesExpiredWarmContainer(t *testing.T) {
 	data, _ = json.Marshal(st)
 	must(t, os.WriteFile(states[0], data, 0o600))
 	code, stdout, stderr = runCLI(t, "gc", "--json")
-	if code != exitOK || !strings.Contains(stdout, ids[0]) {
+	if code != exitOK {
 		t.Fatalf("gc of an expired warm container: exit %d, %s %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, ids[0]) {
+		// Any Reconcile on the engine (a Docker sandbox opening in another
+		// test package at the same time) removes an expired container too,
+		// and may have come first: then it is gone all the same.
+		if _, err := cli.ContainerInspect(context.Background(), ids[0]); !cerrdefs.IsNotFound(err) {
+			t.Fatalf("gc of an expired warm container left it (%v): %s %s", err, stdout, stderr)
+		}
+		t.Logf("the expired container %.12s was collected before this gc", ids[0])
 	}
 }
