@@ -154,19 +154,23 @@ func (c *client) sendRaw(b []byte) {
 	// As generous as recv: the server reads a frame of many megabytes (the
 	// stdin cap tests send 22 MB) slowly under the race detector on a loaded
 	// machine, and the write waits for it.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), frameWait)
 	defer cancel()
 	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
 }
 
+// frameWait bounds one frame's write or read. Generous: the server
+// decodes a frame of many megabytes (TestSubmitStdin's too-large stdin is
+// 22 MB of JSON, parsed three times) in 40 s under the race detector at a
+// load of 25 on 2 cores, and past 90 s when busier; the deadline only
+// decides how long a broken server takes to fail.
+const frameWait = 5 * time.Minute
+
 func (c *client) recv() msg {
 	c.t.Helper()
-	// Generous: a frame of many megabytes (the stdin cap tests send one)
-	// takes seconds to decode under the race detector on a loaded machine;
-	// the deadline only decides how long a broken server takes to fail.
-	m, err := c.tryRecv(90 * time.Second)
+	m, err := c.tryRecv(frameWait)
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}
