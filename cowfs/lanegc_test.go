@@ -1,8 +1,11 @@
 package cowfs
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -117,5 +120,67 @@ func TestLaneRecordKeptBesideDamagedTx(t *testing.T) {
 	}
 	if !laneExists(t, ws, x) {
 		t.Fatal("a lane record was removed while a pending transaction could not be read")
+	}
+}
+
+// TestLaneHelperProcess is the process TestLaneKeptWhileOpenInAnotherProcess
+// opens a lane in; it runs only when re-executed by that test.
+func TestLaneHelperProcess(t *testing.T) {
+	ws, lane := os.Getenv("PULSE_COWFS_LANE_WS"), os.Getenv("PULSE_COWFS_LANE")
+	if ws == "" {
+		t.Skip("helper process for the lane record tests; runs only when re-executed by them")
+	}
+	f, err := Open(t.Context(), ws, WithLane(lane))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(4)
+	}
+	defer f.Close()
+	fmt.Println("open")
+	select {} // until killed
+}
+
+// An FS open on a lane in another process keeps its record; once that
+// process is killed (no Close), the kernel drops its flock and the next
+// sweep removes the record.
+func TestLaneKeptWhileOpenInAnotherProcess(t *testing.T) {
+	ws := newWS(t)
+	ctx := t.Context()
+	f := openFS(t, ws)
+	x, err := f.Fork(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLaneHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PULSE_COWFS_LANE_WS="+ws, "PULSE_COWFS_LANE="+x)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "open\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	f.Close() // the forking FS lets go: only the other process holds x now
+	g := openFS(t, ws)
+	if _, err := g.Lanes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !laneExists(t, ws, x) {
+		t.Fatal("a lane open in another process lost its record")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if _, err := g.Lanes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if laneExists(t, ws, x) {
+		t.Fatal("the record of a lane whose only holder was killed was kept")
 	}
 }
