@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -693,7 +694,7 @@ func testReconcileSparesLive(t *testing.T, s *suite) {
 	}, out)
 	rerr := e.b.Reconcile(ctx)
 	pw.Close()
-	o := <-done
+	o := testenv.Recv(t, done, s.d(2*time.Minute), "Exec's return")
 	if rerr != nil {
 		t.Errorf("Reconcile during a live execution: %v", rerr)
 	}
@@ -715,7 +716,7 @@ func testClose(t *testing.T, s *suite) {
 	if err := e.b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	o := <-done
+	o := testenv.Recv(t, done, s.d(2*time.Minute), "Exec's return")
 	// Close may take the command's writes with it (a removed container):
 	// the contract's Result with ErrOverlayLost says so, and is a Result.
 	if o.err != nil && (o.res == nil || !errors.Is(o.err, backend.ErrOverlayLost)) {
@@ -762,6 +763,8 @@ func (e *env) execUntilStarted(ctx context.Context, req *backend.Request, out *r
 	case <-started:
 	case o := <-done:
 		e.t.Fatalf("the command ended before it said it started: %+v, %v", o.res, o.err)
+	case <-time.After(e.s.d(2 * time.Minute)):
+		e.t.Fatalf("the command did not say it started (stdout %q)", out.String())
 	}
 	return done
 }

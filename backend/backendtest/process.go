@@ -111,7 +111,10 @@ func testStartKillTree(t *testing.T, s *suite) {
 func testStartSignal(t *testing.T, s *suite) {
 	e := s.setup(t)
 	out := &recorder{}
-	p := e.start(&backend.Request{Shell: `trap 'echo caught; exit 7' USR1; echo armed; while :; do sleep 0.05; done`, Stdout: out})
+	// The time limit bounds a signal that never arrives: the loop would
+	// run, and Wait wait, forever.
+	p := e.start(&backend.Request{Shell: `trap 'echo caught; exit 7' USR1; echo armed; while :; do sleep 0.05; done`, Stdout: out,
+		Limits: policy.ResourceLimits{Timeout: s.d(60 * time.Second)}})
 	e.waitFor(out, "armed\n")
 	if err := p.Signal(syscall.SIGUSR1); err != nil {
 		if errors.Is(err, backend.ErrUnsupported) {
@@ -158,7 +161,9 @@ func testStartTTY(t *testing.T, s *suite) {
 	out := &recorder{}
 	p := e.start(&backend.Request{
 		Shell: `tty; stty size </dev/tty; trap 'stty size; exit 5' WINCH; echo ready; read line; echo "got $line"; while :; do sleep 0.05; done`,
-		Stdin: stdinR, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80}})
+		Stdin: stdinR, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80},
+		// Bounds a SIGWINCH that never arrives (the loop would run on).
+		Limits: policy.ResourceLimits{Timeout: s.d(60 * time.Second)}})
 	e.waitFor(out, "ready\r\n")
 	if _, err := io.WriteString(stdinW, "hello\n"); err != nil {
 		t.Fatal(err)
