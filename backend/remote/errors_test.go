@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +23,25 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
+
+// refusingAddr returns a 127.0.0.1 address whose port is bound by a socket
+// that never listens, until the test ends: connections to it are refused.
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
 
 func probe(b *Backend) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -42,10 +63,10 @@ func mustNew(t *testing.T, opts ...Option) *Backend {
 // own class, all of them ErrUnavailable, and a message naming the fix.
 func TestDistinctErrors(t *testing.T) {
 	ts := startServer(t)
-	// A port that was just free: nothing listens there.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	down := "ws://" + ln.Addr().String() + "/"
-	ln.Close()
+	// A port bound for the test's whole run but not listening: a dial is
+	// refused, and no other process can take the port meanwhile (as it
+	// could a port that was free a moment ago).
+	down := "ws://" + refusingAddr(t) + "/"
 	notPulse := httptest.NewServer(http.NotFoundHandler())
 	defer notPulse.Close()
 	for _, tc := range []struct {
