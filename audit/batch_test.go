@@ -259,6 +259,28 @@ func TestCrashMidBatchLeavesAVerifiablePrefix(t *testing.T) {
 	}
 }
 
+// meetHalfWay is called by each of two helper processes (the pairs
+// single/batch and agent/review) half-way through its appends: it waits
+// until the other is
+// half-way too, so the two are certain to interleave whatever the
+// scheduler does on a busy machine (without it, one process could finish
+// before the other started). Both halves of each process's events then
+// straddle the other's, which makes at least three runs.
+func meetHalfWay(t *testing.T, path, id string) {
+	t.Helper()
+	if err := os.WriteFile(path+".half-"+id, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := path + ".half-" + map[string]string{"single": "batch", "batch": "single", "agent": "review", "review": "agent"}[id]
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, err := os.Stat(other); err != nil; _, err = os.Stat(other) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached half-way", other)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 const batchHelperEnv = "PULSE_AUDIT_BATCH_HELPER_PATH"
 
 // TestHelperAppendMixed is the child process of
@@ -281,6 +303,9 @@ func TestHelperAppendMixed(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := 0; i < n; {
+		if i == n/2 {
+			meetHalfWay(t, path, id)
+		}
 		if size <= 1 {
 			if err := l.Record(ctx, Event{Action: "shell", Target: fmt.Sprint("cmd ", i)}); err != nil {
 				t.Fatal(err)

@@ -231,6 +231,9 @@ func TestHelperAppend(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i := 0; i < n; i++ {
+		if i == n/2 {
+			meetHalfWay(t, path, os.Getenv("PULSE_AUDIT_HELPER_ID"))
+		}
 		if err := l.Record(context.Background(), Event{Action: "shell", Target: fmt.Sprint("cmd ", i), Decision: "allow"}); err != nil {
 			t.Fatal(err)
 		}
