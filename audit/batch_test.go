@@ -261,11 +261,10 @@ func TestCrashMidBatchLeavesAVerifiablePrefix(t *testing.T) {
 
 // meetHalfWay is called by each of two helper processes (the pairs
 // single/batch and agent/review) half-way through its appends: it waits
-// until the other is
-// half-way too, so the two are certain to interleave whatever the
-// scheduler does on a busy machine (without it, one process could finish
-// before the other started). Both halves of each process's events then
-// straddle the other's, which makes at least three runs.
+// until the other is half-way too, so the two are certain to interleave
+// whatever the scheduler does on a busy machine (without it, one process
+// could finish before the other started). Both halves of each process's
+// events then straddle the other's, which makes at least three runs.
 func meetHalfWay(t *testing.T, path, id string) {
 	t.Helper()
 	if err := os.WriteFile(path+".half-"+id, nil, 0o600); err != nil {
