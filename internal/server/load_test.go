@@ -225,13 +225,16 @@ func TestCrashMarksRunningUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the child persisted the event (it does so in batches).
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(time.Minute); ; {
 		ev, err := st.Events(context.Background(), "doomed", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ev) > 0 || time.Now().After(deadline) {
+		if len(ev) > 0 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server process never persisted the command's first output")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
