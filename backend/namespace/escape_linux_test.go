@@ -186,19 +186,44 @@ func TestEscapeNoProcessOutlivesTimeout(t *testing.T) {
 	script := `(while :; do echo x >> ` + beat + `/beat; sleep 0.05; done) &
 (setsid sh -c 'while :; do echo y >> ` + beat + `/beat2; sleep 0.05; done' &) 
 sleep 100`
+	ran := func() bool {
+		_, errA := os.Stat(filepath.Join(beat, "beat"))
+		_, errB := os.Stat(filepath.Join(beat, "beat2"))
+		return errA == nil && errB == nil
+	}
 	for _, how := range []string{"timeout", "cancel"} {
 		t.Run(how, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req := &backend.Request{Workspace: t.TempDir(), Shell: script, Limits: policyTimeout(30 * time.Second)}
-			if how == "timeout" {
-				req.Limits = policyTimeout(400 * time.Millisecond)
-			} else {
-				go func() { time.Sleep(400 * time.Millisecond); cancel() }()
+			// The limit must outlast the writers' start, which takes longer
+			// the busier the machine: a run in which they never wrote is
+			// repeated with twice the limit (up to half a minute). A cancel
+			// comes once both have written (or after a minute, and then the
+			// check below fails saying they never ran).
+			run := func(limit time.Duration) *backend.Result {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				req := &backend.Request{Workspace: t.TempDir(), Shell: script, Limits: policyTimeout(30 * time.Second)}
+				if how == "timeout" {
+					req.Limits = policyTimeout(limit)
+				} else {
+					go func() {
+						for deadline := time.Now().Add(time.Minute); !ran() && time.Now().Before(deadline); {
+							time.Sleep(10 * time.Millisecond)
+						}
+						cancel()
+					}()
+				}
+				res, err := b.Exec(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
 			}
-			res, err := b.Exec(ctx, req)
-			if err != nil {
-				t.Fatal(err)
+			limit := 400 * time.Millisecond
+			res := run(limit)
+			for how == "timeout" && !ran() && limit < 30*time.Second {
+				t.Logf("the writers did not start within the %v limit; again with %v", limit, 2*limit)
+				limit *= 2
+				res = run(limit)
 			}
 			want := backend.Timeout
 			if how == "cancel" {
