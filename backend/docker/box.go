@@ -28,8 +28,11 @@ type box struct {
 	id    string
 	err   error
 
-	mu   sync.Mutex
-	idle []*worker // pooled execs waiting for a command
+	mu       sync.Mutex
+	idle     []*worker // pooled execs waiting for a command
+	chanBusy bool      // a command runs on the channel
+
+	channel string // the host directory of the request channel (channel.go), "" for none
 
 	sync syncState // what the container's base holds (sync.go)
 
@@ -95,6 +98,9 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 	bx.slot = s
 	if st != nil {
 		bx.sync.model, bx.started = st.Model, st.Started
+		if b.chanUsable() {
+			bx.channel = chanDir(s) // the warm key says it has one
+		}
 		b.log.Debug("reusing warm sandbox container", "container", st.Container, "slot", s.path)
 		return st.Container, nil
 	}
@@ -136,8 +142,18 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 	}
 	yes := true
 	labels, idleCmd := b.labels, b.idleCmd() // tools.go
+	var chanMounts []mount.Mount
 	if slot != nil {
 		labels, idleCmd = b.warmLabels(slot), b.warmIdleCmd()
+		if b.chanUsable() {
+			m, err := makeChan(slot) // channel.go
+			if err != nil {
+				return "", fmt.Errorf("docker: the warm container's request channel: %w", err)
+			}
+			chanMounts = append(chanMounts, m)
+			idleCmd = b.chanIdleCmd()
+			bx.channel = chanDir(slot)
+		}
 	}
 	cfg := &container.Config{
 		Image: b.o.image,
@@ -182,7 +198,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 				"device": "tmpfs",
 				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
 			}}},
-		}}, append(append(b.toolsMounts(), cacheMounts(key.caches)...), bx.trust.mounts()...)...),
+		}}, append(append(append(b.toolsMounts(), cacheMounts(key.caches)...), bx.trust.mounts()...), chanMounts...)...),
 		Init:      &yes,
 		Resources: res,
 		// A warm container ends itself when idle; the engine then

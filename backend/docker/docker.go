@@ -41,6 +41,7 @@ var hardenedNotes = []string{
 	"network: none for deny-all (loopback only), bridge for allow-all; allowlist: none, plus the egress proxy bridged in on 127.0.0.1",
 	"all capabilities dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, which only the wrapper around each command holds; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
+	"a warm container's request channel: a directory of FIFOs under the workspace's .pulse/docker/, bound in at " + chanMount + ", 0700 and root's (or a uid no process of the container has)",
 	"each command runs as a uid of its own (20000 and up), never root, with no capabilities, in a working copy only that uid can enter (0700)",
 	"concurrent commands of one container cannot signal, trace or read the memory of each other or of each other's wrapper, nor touch each other's working copy; they share /tmp (1777), the network, the container's limits and one group (gid 19999, through which caches are shared)",
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",

@@ -303,12 +303,24 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStar
 		abandon func()
 		inspect func() (int, bool)
 	)
-	if poolable(req, args) {
-		w = b.startPooled(bx, j, args)
+	if req.TTY == nil && bx.takeChan() {
+		var err error
+		abandon, err = b.startChan(bx, j, req.Stdin, args) // channel.go
+		if err != nil {
+			// Not started, and it will not be: an exec runs it.
+			b.log.Debug("request channel not taken; running an exec", "container", bx.id, "err", err)
+			abandon = nil
+			bx.putChan()
+		} else {
+			defer bx.putChan()
+		}
 	}
-	if w != nil {
-		abandon = func() { w.close() }
-	} else {
+	if abandon == nil && poolable(req, args) {
+		if w = b.startPooled(bx, j, args); w != nil {
+			abandon = func() { w.close() }
+		}
+	}
+	if abandon == nil {
 		var err error
 		abandon, inspect, err = b.startFresh(bx, j, req, args)
 		if err != nil {

@@ -151,6 +151,24 @@ func (b *Backend) newWorker(bx *box) (*worker, error) {
 	return w, nil
 }
 
+// takeChan reserves bx's channel for one command; false when it has none
+// or another command is on it.
+func (bx *box) takeChan() bool {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.channel == "" || bx.chanBusy {
+		return false
+	}
+	bx.chanBusy = true
+	return true
+}
+
+func (bx *box) putChan() {
+	bx.mu.Lock()
+	bx.chanBusy = false
+	bx.mu.Unlock()
+}
+
 func (bx *box) takeWorker() *worker {
 	bx.mu.Lock()
 	defer bx.mu.Unlock()

@@ -195,7 +195,7 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 		strconv.Itoa(warmFormat), img, key.workspace, string(key.network), key.hidden, key.caches,
 		strconv.FormatInt(l.MemoryBytes, 10), strconv.FormatFloat(l.CPUs, 'g', -1, 64), strconv.FormatInt(l.Pids, 10),
 		b.o.tmpfsSize, b.o.scratchSize, b.tools, strconv.FormatInt(int64(b.o.reuseIdle/time.Second), 10),
-		wrapperScript, syncScript, loopScript, killScript, seccompJSON(),
+		wrapperScript, syncScript, loopScript, killScript, seccompJSON(), b.chanKey(),
 	} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
@@ -217,6 +217,21 @@ func (b *Backend) warmIdleCmd() []string {
 for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) b=1; break;; esac; done
 if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi; done`
 	return []string{b.shell(), "-c", script, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10)}
+}
+
+// chanIdleCmd is warmIdleCmd for a container with a request channel: the
+// same idle end, and the listener (channel.go).
+func (b *Backend) chanIdleCmd() []string {
+	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), wrapperScript}
+}
+
+// chanKey is the warm key's part for the channel: containers with one and
+// without one are never taken for each other.
+func (b *Backend) chanKey() string {
+	if b.chanUsable() {
+		return chanVersion + chanLoop
+	}
+	return ""
 }
 
 // acquireWarm finds a slot for key: it takes over the released container

@@ -1,0 +1,279 @@
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/mount"
+	"golang.org/x/sys/unix"
+)
+
+// The request channel of a warm container. Every exec the engine starts
+// costs the runtime's set-up of a process in the container (runc exec),
+// tens of milliseconds, most of what `docker exec true` costs; a CLI
+// process, which runs one command and ends, would pay it for every
+// command. So a warm container's main process is also a listener: a
+// directory of the slot's (<slot>.chan, 0700, the CLI user's) is bound
+// into the container at chanMount, and holds
+//
+//	ctl       a FIFO the main process reads request ids from (chanLoop)
+//	ID.req    the wrapper's arguments, as `set -- 'ARG'...` (shell-quoted)
+//	ID.in     FIFOs for the command's stdin, stdout and stderr
+//	ID.out
+//	ID.err
+//
+// The host makes ID's files, then writes "ID\n" to ctl. The main process
+// claims ID by renaming ID.req to ID.run, and runs the wrapper exactly as
+// an exec would run it (as root with the container's capabilities, the
+// container's environment and limits), its stdio the three FIFOs; then it
+// waits for the next id. The wrapper's report ends stdout as on an exec
+// (exec.go). Should the claim not come (a main process that is busy,
+// gone, or on another machine than this directory), the host takes the
+// request back by renaming ID.req itself: exactly one of the two renames
+// succeeds, so a command runs once, through the channel or, taken back,
+// through an exec.
+//
+// Who can reach it: the directory is the CLI user's, mode 0700, so in the
+// container only root (the wrapper) and that uid may enter it; the
+// channel is used only when that uid is root or one no process of the
+// container runs as (not the sandbox user, not a command's uid), so no
+// command can write a request or read another's output. The host opens
+// the files with O_NOFOLLOW: whatever is in the directory, it writes and
+// reads only there.
+
+// chanMount is where a warm container sees its slot's channel directory.
+const chanMount = "/.pulse-chan"
+
+// chanVersion is part of the warm key: a container is taken over only by
+// a process that talks to its main process as it listens.
+const chanVersion = "chan1"
+
+// chanClaimWait is how long the host waits for the main process to claim
+// a request before it takes the request back and runs an exec instead.
+// Under load the claim may come later; taking it back is then only
+// slower, never wrong.
+var chanClaimWait = 2 * time.Second
+
+// chanLoop is a warm container's main process when it has a channel:
+// warmIdleCmd's idle end, with the poll's sleep replaced by a read of
+// ctl that times out. ARGS: IDLE WRAPPER.
+var chanLoop = `n=$1 W=$2 D=` + chanMount + ` i=0
+exec 3<>"$D/ctl"
+while [ $i -lt "$n" ]; do
+	if read -t ` + strconv.Itoa(warmPoll) + ` -r id <&3; then
+		i=0
+		case $id in '' | *[!0-9a-f]*) continue ;; esac
+		mv "$D/$id.req" "$D/$id.run" 2>/dev/null || continue
+		(exec <"$D/$id.in" >"$D/$id.out" 2>"$D/$id.err" 3<&- && . "$D/$id.run" && exec sh -c "$W" pulse-exec "$@")
+		continue
+	fi
+	b=0
+	for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) b=1; break;; esac; done
+	if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi
+done`
+
+// chanUsable says whether this process may give its warm containers a
+// channel: on Linux (a FIFO is shared with the container only through
+// the same kernel), with an engine on a local socket, with the
+// container's shell the injected busybox (read -t), and as a user whose
+// uid no process of the container runs as.
+func (b *Backend) chanUsable() bool {
+	if runtime.GOOS != "linux" || b.tools == "" || !strings.HasPrefix(b.cli.DaemonHost(), "unix://") {
+		return false
+	}
+	u := os.Geteuid()
+	return u == 0 || (u != sandboxUID && u < commandGID)
+}
+
+// chanDir is the host directory of slot s's channel.
+func chanDir(s *warmSlot) string { return s.path + ".chan" }
+
+// makeChan makes s's channel directory anew, with its ctl FIFO, for a new
+// container, and returns its mount.
+func makeChan(s *warmSlot) (mount.Mount, error) {
+	dir := chanDir(s)
+	if err := os.RemoveAll(dir); err != nil {
+		return mount.Mount{}, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return mount.Mount{}, err
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "ctl"), 0o600); err != nil {
+		return mount.Mount{}, err
+	}
+	return mount.Mount{Type: mount.TypeBind, Source: dir, Target: chanMount}, nil
+}
+
+// chanRun is one command on the channel.
+type chanRun struct {
+	dir, id string
+	opened  chan struct{} // closed when the host's ends are open (or given up)
+
+	mu        sync.Mutex
+	abandoned bool
+	files     []*os.File // the host's ends: in, out, err
+	holders   []*os.File // read-write ends that unblock the host's opens
+}
+
+func (c *chanRun) path(ext string) string { return filepath.Join(c.dir, c.id+"."+ext) }
+
+// errChanRefused: the request was taken back (or never reached the main
+// process); it did not run, and may run through an exec.
+var errChanRefused = errors.New("docker: request channel did not take the command")
+
+// startChan runs the wrapper with args through bx's channel. It returns
+// errChanRefused when the command did not start and will not (the
+// caller runs it through an exec instead).
+func (b *Backend) startChan(bx *box, j *job, stdin io.Reader, args []string) (abandon func(), err error) {
+	c := &chanRun{dir: bx.channel, id: args[0], opened: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.cleanup()
+		}
+	}()
+	for _, ext := range []string{"in", "out", "err"} {
+		if err := unix.Mkfifo(c.path(ext), 0o600); err != nil {
+			return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("set --")
+	for _, a := range args {
+		sb.WriteByte(' ')
+		sb.WriteString(shellQuote(a))
+	}
+	sb.WriteByte('\n')
+	if err := writeFileAtomic(c.path("req"), []byte(sb.String())); err != nil {
+		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+	}
+	// Non-blocking: no reader (no main process listening) is ENXIO at
+	// once, not a wait.
+	ctl, err := os.OpenFile(filepath.Join(c.dir, "ctl"), os.O_WRONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+	}
+	_, err = ctl.Write([]byte(c.id + "\n"))
+	ctl.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+	}
+	go c.open()
+	select {
+	case <-c.opened:
+	case <-time.After(chanClaimWait):
+		if os.Rename(c.path("req"), c.path("cancel")) == nil {
+			c.abandon()
+			<-c.opened
+			return nil, errChanRefused
+		}
+		// Claimed: the wrapper opens its ends next.
+	}
+	go c.serve(j, stdin)
+	return c.abandon, nil
+}
+
+// open opens the host's ends of the FIFOs, in the order the main process
+// opens the other ends, each waiting for its partner.
+func (c *chanRun) open() {
+	defer close(c.opened)
+	for _, f := range []struct {
+		ext  string
+		flag int
+	}{{"in", os.O_WRONLY}, {"out", os.O_RDONLY}, {"err", os.O_RDONLY}} {
+		c.mu.Lock()
+		gone := c.abandoned
+		c.mu.Unlock()
+		if gone {
+			return
+		}
+		fd, err := os.OpenFile(c.path(f.ext), f.flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			c.abandon()
+			return
+		}
+		c.mu.Lock()
+		c.files = append(c.files, fd)
+		gone = c.abandoned
+		c.mu.Unlock()
+		if gone {
+			fd.Close()
+			return
+		}
+	}
+}
+
+// serve passes stdin in and the wrapper's output on, once the ends are
+// open, and finishes the job when the wrapper's output has ended.
+func (c *chanRun) serve(j *job, stdin io.Reader) {
+	<-c.opened
+	c.mu.Lock()
+	files := append([]*os.File(nil), c.files...)
+	ok := !c.abandoned && len(files) == 3
+	c.mu.Unlock()
+	if ok {
+		in, out, errf := files[0], files[1], files[2]
+		go func() {
+			if stdin != nil {
+				_, _ = io.Copy(in, stdin)
+			}
+			in.Close()
+		}()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(j.err, errf)
+		}()
+		_, _ = io.Copy(j.out, out)
+		wg.Wait()
+	}
+	j.out.flush()
+	j.err.flush()
+	c.cleanup()
+	j.finish()
+}
+
+// abandon stops waiting for the main process: the host's ends are
+// closed, and an open still waiting for its partner gets one.
+func (c *chanRun) abandon() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned {
+		return
+	}
+	c.abandoned = true
+	for _, f := range c.files {
+		f.Close()
+	}
+	// A read-write end is a reader and a writer: every open of the
+	// FIFO returns at once.
+	for _, ext := range []string{"in", "out", "err"} {
+		if h, err := os.OpenFile(c.path(ext), os.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			c.holders = append(c.holders, h)
+		}
+	}
+}
+
+// cleanup closes everything and removes ID's files.
+func (c *chanRun) cleanup() {
+	c.mu.Lock()
+	for _, f := range c.files {
+		f.Close()
+	}
+	for _, h := range c.holders {
+		h.Close()
+	}
+	c.files, c.holders = nil, nil
+	c.mu.Unlock()
+	for _, ext := range []string{"in", "out", "err", "req", "run", "cancel"} {
+		_ = os.Remove(c.path(ext))
+	}
+}
