@@ -215,8 +215,14 @@ func TestDockerReconcileRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	if n := countContainers(t, b, sandbox); n != 1 {
+	// Every Docker sandbox that opens reconciles the whole engine, and
+	// `go test ./...` runs other packages' Docker tests beside this one:
+	// one of them may collect the dead helper's container first (0 here),
+	// and this Reconcile must then find nothing of it either.
+	if n := countContainers(t, b, sandbox); n > 1 {
 		t.Fatalf("the killed helper left %d containers, want 1", n)
+	} else if n == 0 {
+		t.Log("the dead helper's container was collected by a concurrent Reconcile before this one")
 	}
 	if err := b.Reconcile(context.Background()); err != nil {
 		t.Fatalf("Reconcile: %v", err)

@@ -253,7 +253,7 @@ func (b *Backend) acquireWarm(ctx context.Context, key boxKey) (*warmSlot, *warm
 		if err != nil {
 			return nil, nil, fmt.Errorf("docker: warm container state: %w", err)
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if err := lockSlot(f, s); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				continue // another process holds it
@@ -280,6 +280,33 @@ func (b *Backend) acquireWarm(ctx context.Context, key boxKey) (*warmSlot, *warm
 		return s, nil, nil
 	}
 	return nil, nil, nil
+}
+
+// releasedLockWait bounds how long lockSlot waits for the lock of a slot
+// whose container is released.
+const releasedLockWait = time.Second
+
+// lockSlot takes s's lock, open as f, without waiting for a holder. A
+// live holder has no N.json (a takeover removes it, a new container has
+// none until its release), so a lock that is taken while N.json is there
+// belongs to a collector looking at the released container (Collect,
+// which every sandbox opening on the engine runs) or to a taker about to
+// remove N.json: each a moment, after which the container can be taken
+// over (or is gone, or held), so lockSlot waits for it, boundedly,
+// instead of passing the slot over and starting a container of its own.
+// It returns unix.EWOULDBLOCK for a held slot.
+func lockSlot(f *os.File, s *warmSlot) error {
+	deadline := time.Now().Add(releasedLockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		if _, serr := os.Lstat(s.file("json")); serr != nil {
+			return err // held: nothing released
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // takeOver reads the held slot's released state and returns it when its

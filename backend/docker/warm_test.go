@@ -12,6 +12,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -86,6 +87,41 @@ func TestDockerWarmTakeOverSyncsToTheWorkspaceNow(t *testing.T) {
 	}
 	if now := warmOf(t, b2, ws); len(now) != 1 || now[0] != first[0] {
 		t.Errorf("warm containers %v, want the first one (%.12s) taken over", now, first[0])
+	}
+}
+
+// A collector (Collect, which every sandbox opening on the engine runs,
+// in any process) holds a released slot's lock while it looks at the
+// container: a holder coming just then waits for the look to end and
+// takes the container over, rather than passing the slot over and
+// starting a container of its own.
+func TestDockerWarmTakeOverWaitsOutACollectorsLook(t *testing.T) {
+	ws := t.TempDir()
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b1, ws, `true`)
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	first, states := warmOf(t, b1, ws), slotFiles(t, ws)
+	if len(first) != 1 || len(states) != 1 {
+		t.Fatalf("after Close: warm containers %v, released states %v; want one of each", first, states)
+	}
+	look, err := os.OpenFile(strings.TrimSuffix(states[0], ".json")+".lock", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+	if err := unix.Flock(int(look.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond) // a look, far shorter than the wait
+		unix.Flock(int(look.Fd()), unix.LOCK_UN)
+	}()
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b2, ws, `true`)
+	if now := warmOf(t, b2, ws); len(now) != 1 || now[0] != first[0] {
+		t.Errorf("warm containers %v, want the released one (%.12s) taken over", now, first[0])
 	}
 }
 
