@@ -370,17 +370,27 @@ func TestTunnelRelaysAreCut(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	denied := 0
-	for _, e := range w.events {
-		if e.Method == "CONNECT" && !e.Allowed && e.Reason != "" {
-			denied++
+	// A tunnel's event is recorded once the proxy is done with it, which
+	// can be after the client has read the end (long after on a loaded
+	// machine): waited for, then checked (the wait's own verdict is not).
+	denied := func() (n int, events string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, e := range w.events {
+			if e.Method == "CONNECT" && !e.Allowed && e.Reason != "" {
+				n++
+			}
 		}
+		return n, fmt.Sprintf("%+v", w.events)
 	}
-	if denied != 5 {
-		t.Errorf("%d tunnels audited as refused, want 5: %+v", denied, w.events)
+	_ = testenv.Poll(time.Minute, func() error {
+		if n, _ := denied(); n < 5 {
+			return errors.New("not every tunnel audited yet")
+		}
+		return nil
+	})
+	if n, events := denied(); n != 5 {
+		t.Errorf("%d tunnels audited as refused, want 5: %s", n, events)
 	}
 }
 
