@@ -266,15 +266,16 @@ func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	waitFor(t, func() bool { entries, _ = os.ReadDir(state); return len(entries) == 0 })
 }
 
+// waitFor polls cond; its bound is a failure's, not a timing check: a
+// sandbox's start or a helper process's can take many seconds on a
+// loaded machine under -race.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if cond() {
-			return
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never became true")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("condition never became true")
 }
 
 func TestConcurrentExecs(t *testing.T) {

@@ -277,7 +277,7 @@ func fileSize(path string) int64 {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	testenv.Eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error { // a failure's bound, not a timing check
 		if !cond() {
 			return errors.New("condition not met")
 		}
