@@ -110,14 +110,17 @@ func TestDockerWarmTakeOverWaitsOutACollectorsLook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer look.Close()
 	if err := unix.Flock(int(look.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		look.Close()
 		t.Fatal(err)
 	}
+	looked := make(chan struct{})
 	go func() {
+		defer close(looked)
 		time.Sleep(50 * time.Millisecond) // a look, far shorter than the wait
-		unix.Flock(int(look.Fd()), unix.LOCK_UN)
+		look.Close()                      // drops the lock
 	}()
+	defer func() { <-looked }()
 	b2 := newDocker(t, WithReuse(2*time.Minute))
 	execShell(t, b2, ws, `true`)
 	if now := warmOf(t, b2, ws); len(now) != 1 || now[0] != first[0] {
