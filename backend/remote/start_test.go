@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +33,14 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 // each byte once (the stdin requests carry their offset and are sent
 // again), its output reaches the writer once, and signals still reach it.
 func TestStartAcrossLostConnections(t *testing.T) {
+	// A shell cannot trap a signal that was ignored when it started, and
+	// the command the in-process server starts inherits this binary's
+	// dispositions: run under nohup, SIGHUP is ignored and the trap below
+	// never fires. Caught here while the test runs, the command starts
+	// with SIGHUP's default action whatever started the tests.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ts := startServer(t)
 	b := newBackend(t, ts.url)
 	stdinR, stdinW := io.Pipe()
@@ -52,6 +62,12 @@ func TestStartAcrossLostConnections(t *testing.T) {
 	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatalf("Signal after the cuts: %v", err)
 	}
+	// The trap's echo, before the next line: Signal returns once the
+	// signal is sent, and where the host backend runs the command under a
+	// subreaper (no cgroup) it is passed on a moment later; on a loaded
+	// machine the command could read "c" and end first, and the signal
+	// would be lost with it.
+	waitFor(t, out.when("hup\n"), "the trap's echo of the signal sent after the cuts")
 	io.WriteString(stdinW, "c\n")
 	waitFor(t, out.when("got c\n"), "the echo of a line written after the second cut")
 	stdinW.Close()
