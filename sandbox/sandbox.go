@@ -208,6 +208,15 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if err := s.backend.Reconcile(ctx); err != nil {
 		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
 	}
+	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
+		// A sandbox for one command (a CLI process): what the backend
+		// starts for it now starts while the rest of New and Execute's
+		// admission run, instead of after them. A command that brings
+		// limits of its own may not use it (the backend then starts
+		// another).
+		net, _ := s.effectivePolicies()
+		a.StartAhead(net, s.o.limits.WithDefaults())
+	}
 	ev := audit.Event{Action: "sandbox-init", Target: s.backend.Name(), Decision: "allow",
 		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
 		Detail: fmt.Sprintf("backend %s selected", s.backend.Name())}
@@ -228,6 +237,12 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 	s.record(ctx, ev)
 	return s, nil
+}
+
+// startAheader is a backend that can start, ahead of the first Exec, what
+// that Exec will run in (namespace.Backend.StartAhead).
+type startAheader interface {
+	StartAhead(policy.NetworkPolicy, policy.ResourceLimits)
 }
 
 // buildOptions applies opts and fills in the defaults.

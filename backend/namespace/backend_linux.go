@@ -46,6 +46,10 @@ type Backend struct {
 	// first; see pool.
 	warm    map[bool][]*initProc
 	filling map[bool]bool
+	// ahead is closed when the init StartAhead is starting for that
+	// network mode is in warm (or failed); an Exec waits for it rather
+	// than starting a second one.
+	ahead map[bool]chan struct{}
 	// inflight counts the running Execs of each network mode, and peak
 	// the most seen at once: the pool of that mode is kept that large
 	// (within the configured size), so a caller that runs one command at
@@ -84,7 +88,7 @@ func New(opts ...Option) (*Backend, error) {
 		o.stateDir = defaultStateDir()
 	}
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
-		warm: map[bool][]*initProc{}, filling: map[bool]bool{},
+		warm: map[bool][]*initProc{}, filling: map[bool]bool{}, ahead: map[bool]chan struct{}{},
 		inflight: map[bool]int{}, peak: map[bool]int{}}
 	prewarmMasks()
 	b.landlock = landlockABI()

@@ -89,6 +89,8 @@ type runCgroup struct {
 	memory string
 	v2mem  bool
 	pids   string
+	key    string // the limits it was made for (cgroupKey)
+	added  int    // the pid add put in it, 0 before
 }
 
 // initPidsSlack bounds how many tasks the init may hold before the backend
@@ -108,40 +110,21 @@ func (c *runCgroup) tightenPids(limit int64, initPid int) error {
 	return os.WriteFile(filepath.Join(c.pids, "pids.max"), []byte(strconv.FormatInt(limit+int64(len(ents)), 10)), 0)
 }
 
+type cgroupWrite struct{ ctrl, file, value string }
+
+// cgroupKey names what newCgroup would make for lim: two limits with the
+// same key get the same cgroups.
+func (b *Backend) cgroupKey(lim policy.ResourceLimits) string {
+	return fmt.Sprint(b.cgroupWrites(lim))
+}
+
 // newCgroup makes the cgroups a run's limits need; nil when it needs none.
 func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, error) {
-	type write struct{ ctrl, file, value string }
-	var writes []write
-	if lim.MemoryBytes > 0 && b.cg.memory {
-		if b.cg.dirs["memory"].v2 {
-			writes = append(writes, write{"memory", "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)},
-				write{"memory", "memory.swap.max", "0"})
-		} else {
-			// memsw (memory plus swap) exists only where swap accounting
-			// is on; without it the limit alone lets a command swap past
-			// it. Set after the memory limit, which it may not be below.
-			writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)},
-				write{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)})
-		}
-	}
-	if lim.Pids > 0 && b.cg.pids {
-		// The init's threads count too; until tightenPids knows how many
-		// there are, allow a bounded slack.
-		writes = append(writes, write{"pids", "pids.max", strconv.FormatInt(lim.Pids+initPidsSlack, 10)})
-	}
-	if lim.CPUs > 0 && b.cg.cpu {
-		const period = 100000
-		quota := strconv.FormatInt(int64(lim.CPUs*period), 10)
-		if b.cg.dirs["cpu"].v2 {
-			writes = append(writes, write{"cpu", "cpu.max", quota + " " + strconv.Itoa(period)})
-		} else {
-			writes = append(writes, write{"cpu", "cpu.cfs_period_us", strconv.Itoa(period)}, write{"cpu", "cpu.cfs_quota_us", quota})
-		}
-	}
+	writes := b.cgroupWrites(lim)
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	cg := &runCgroup{}
+	cg := &runCgroup{key: fmt.Sprint(writes)}
 	made := map[string]string{}
 	name := "pulse-" + filepath.Base(r.dir)
 	for _, w := range writes {
@@ -169,12 +152,53 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 	return cg, nil
 }
 
+// cgroupWrites lists the cgroup files, in order, that hold lim here.
+func (b *Backend) cgroupWrites(lim policy.ResourceLimits) []cgroupWrite {
+	type write = cgroupWrite
+	var writes []write
+	if lim.MemoryBytes > 0 && b.cg.memory {
+		if b.cg.dirs["memory"].v2 {
+			writes = append(writes, write{"memory", "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)},
+				write{"memory", "memory.swap.max", "0"})
+		} else {
+			// memsw (memory plus swap) exists only where swap accounting
+			// is on; without it the limit alone lets a command swap past
+			// it. Set after the memory limit, which it may not be below.
+			writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)},
+				write{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)})
+		}
+	}
+	if lim.Pids > 0 && b.cg.pids {
+		// The init's threads count too; until tightenPids knows how many
+		// there are, allow a bounded slack.
+		writes = append(writes, write{"pids", "pids.max", strconv.FormatInt(lim.Pids+initPidsSlack, 10)})
+	}
+	if lim.CPUs > 0 && b.cg.cpu {
+		const period = 100000
+		quota := strconv.FormatInt(int64(lim.CPUs*period), 10)
+		if b.cg.dirs["cpu"].v2 {
+			writes = append(writes, write{"cpu", "cpu.max", quota + " " + strconv.Itoa(period)})
+		} else {
+			writes = append(writes, write{"cpu", "cpu.cfs_period_us", strconv.Itoa(period)}, write{"cpu", "cpu.cfs_quota_us", quota})
+		}
+	}
+	return writes
+}
+
+// add moves the process pid into the cgroups. Moving a running process
+// waits for an RCU grace period in the kernel (the cgroup_threadgroup_rwsem
+// write side, unless the hierarchy is mounted favordynmods): milliseconds,
+// tens of them on a busy machine, which is why StartAhead does it before
+// the Exec rather than in it.
 func (c *runCgroup) add(pid int) error {
 	var errs []error
 	for _, d := range c.dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) == 0 {
+		c.added = pid
 	}
 	return errors.Join(errs...)
 }

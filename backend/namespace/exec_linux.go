@@ -123,8 +123,15 @@ func (x *nsExec) kill(why backend.TerminationReason) {
 // kills it.
 func (x *nsExec) acquire() error {
 	b, newNet := x.b, x.cfg.NewNet
+	b.waitAhead(newNet)
 	p := b.takeWarm(newNet)
 	x.counted = true
+	if p != nil && p.cg != nil && p.cg.key != b.cgroupKey(x.lim) {
+		// Started ahead for other limits: its cgroups are not this
+		// command's.
+		p.discard()
+		p = nil
+	}
 	if p == nil {
 		var err error
 		if p, err = b.startInit(newNet); err != nil {
@@ -148,7 +155,11 @@ func (x *nsExec) acquire() error {
 // fresh one. An init that cannot be configured is discarded.
 func (x *nsExec) configure() error {
 	b := x.b
-	cg, cgErr := b.newCgroup(x.p.run, x.lim)
+	cg, cgErr := x.p.cg, error(nil)
+	x.p.cg = nil // the run's now: release removes it
+	if cg == nil {
+		cg, cgErr = b.newCgroup(x.p.run, x.lim)
+	}
 	if cgErr != nil {
 		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
 	}
@@ -207,7 +218,7 @@ func (x *nsExec) send() error {
 	cfg.Root = filepath.Join(p.run.dir, "root")
 	cfg.Upper = filepath.Join(p.run.dir, "upper")
 	cfg.Work = filepath.Join(p.run.dir, "work")
-	if x.cg != nil {
+	if x.cg != nil && x.cg.added != p.cmd.Process.Pid {
 		if err := x.cg.add(p.cmd.Process.Pid); err != nil {
 			x.b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
 		}

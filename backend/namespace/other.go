@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // Init does nothing outside Linux; it exists so that mains can call it
@@ -57,3 +58,6 @@ func (b *Backend) Reconcile(context.Context) error { return nil }
 
 // Close implements backend.Backend.
 func (b *Backend) Close() error { return nil }
+
+// StartAhead does nothing: there is nothing to start here.
+func (b *Backend) StartAhead(policy.NetworkPolicy, policy.ResourceLimits) {}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // initProc is a started sandbox init, waiting for its config. Everything
@@ -35,6 +36,9 @@ type initProc struct {
 	stdoutR *os.File
 	stderrR *os.File
 	dialer  *initDialer // asks the init for connections inside (expose_linux.go)
+	// cg holds the init already, when StartAhead made it for the limits
+	// it was told; the Exec that takes the init takes it too.
+	cg *runCgroup
 }
 
 func closeAll(fs ...*os.File) {
@@ -176,6 +180,9 @@ func (p *initProc) discard() {
 	_ = p.cmd.Wait()
 	closeAll(p.stR, p.stdinW, p.stdoutR, p.stderrR)
 	p.dialer.close()
+	if p.cg != nil {
+		p.cg.remove()
+	}
 	p.run.remove()
 }
 
@@ -252,6 +259,83 @@ func (b *Backend) refill(newNet bool) {
 			}
 		}
 	}()
+}
+
+// StartAhead starts, in the background, the init that the next Exec
+// under network policy n and limits lim will use, unless one is ready or
+// being started for that network mode already, and puts it in the
+// cgroups lim needs. It does so under WithoutPrestart too: that is its
+// use, for a caller that runs one command and knows it is coming (a CLI
+// process, once its Probe has run), so that the init's start-up and its
+// move into its cgroups (which waits for the kernel: see add) overlap the
+// caller's remaining set-up instead of following it. The init is the same
+// as an Exec would start. An Exec that finds it still starting waits for
+// it rather than starting another; one whose limits need other cgroups
+// ends it and starts a fresh one; Close ends it unused. A policy the
+// backend would refuse starts nothing.
+func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) {
+	newNet, err := networkNamespace(n)
+	if err != nil {
+		return
+	}
+	lim = lim.WithDefaults().WithIsolationDefaults() // as Exec has them
+	b.mu.Lock()
+	if b.closed || len(b.warm[newNet]) > 0 || b.filling[newNet] {
+		b.mu.Unlock()
+		return
+	}
+	b.filling[newNet] = true
+	ready := make(chan struct{})
+	b.ahead[newNet] = ready
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		p, err := b.startInit(newNet)
+		if err == nil {
+			b.attachAhead(p, lim)
+		}
+		b.mu.Lock()
+		if err == nil && !b.closed {
+			b.warm[newNet] = append(b.warm[newNet], p)
+			p = nil
+		}
+		b.filling[newNet] = false
+		delete(b.ahead, newNet)
+		close(ready)
+		b.mu.Unlock()
+		if err != nil {
+			b.o.logger.Warn("namespace: starting an init ahead", slog.Any("err", err))
+		}
+		if p != nil {
+			p.discard()
+		}
+	}()
+}
+
+// attachAhead puts the init p in the cgroups lim needs. Failing only
+// leaves that to the Exec, which tries again (and warns).
+func (b *Backend) attachAhead(p *initProc, lim policy.ResourceLimits) {
+	cg, err := b.newCgroup(p.run, lim)
+	if err != nil || cg == nil {
+		return
+	}
+	if err := cg.add(p.cmd.Process.Pid); err != nil {
+		cg.remove()
+		return
+	}
+	p.cg = cg
+}
+
+// waitAhead waits for the init StartAhead is starting for this network
+// mode, if it is: it is further along than a new one would be.
+func (b *Backend) waitAhead(newNet bool) {
+	b.mu.Lock()
+	ready := b.ahead[newNet]
+	b.mu.Unlock()
+	if ready != nil {
+		<-ready
+	}
 }
 
 func (b *Backend) track(p *initProc, kill func(backend.TerminationReason)) bool {

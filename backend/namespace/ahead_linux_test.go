@@ -1,0 +1,120 @@
+package namespace
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// countStarts makes b count the inits it starts.
+func countStarts(b *Backend) *atomic.Int32 {
+	var n atomic.Int32
+	b.o.phaseHook = func(name string, _ int64) {
+		if name == "clone-exec" {
+			n.Add(1)
+		}
+	}
+	return &n
+}
+
+// inPulseCgroup reports whether /proc/self/cgroup text puts the process in
+// a run's cgroup of the controller ctrl (v1) or of the unified hierarchy.
+func inPulseCgroup(text, ctrl string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && strings.Contains(f[2], "pulse-") && (f[1] == "" || strings.Contains(","+f[1]+",", ","+ctrl+",")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStartAheadIsTheFirstExecsInit: under WithoutPrestart, StartAhead
+// starts one init, already in the cgroups of the limits it was given; the
+// Exec with those limits runs in it (no second init) and leaves none
+// behind.
+func TestStartAheadIsTheFirstExecsInit(t *testing.T) {
+	b := newBackend(t, WithoutPrestart())
+	starts := countStarts(b)
+	lim := policy.ResourceLimits{Pids: 200}
+	b.StartAhead(policy.DenyAllNetwork(), lim)
+	req := &backend.Request{Workspace: t.TempDir(), Shell: "cat /proc/self/cgroup", Limits: lim}
+	res, out, errs := runCmd(t, b, req)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, errs)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Fatalf("%d inits started for StartAhead and one Exec, want 1", n)
+	}
+	b.waitWarm()
+	if n := idleInits(b); n != 0 {
+		t.Fatalf("%d idle inits after the Exec under WithoutPrestart, want 0", n)
+	}
+	if b.cg.pids && !inPulseCgroup(out, "pids") {
+		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	}
+}
+
+// TestStartAheadForOtherLimitsIsReplaced: an init started ahead for other
+// cgroup limits than the Exec's is not used: the Exec starts a fresh one,
+// in its own limits' cgroups.
+func TestStartAheadForOtherLimitsIsReplaced(t *testing.T) {
+	b := newBackend(t, WithoutPrestart())
+	if !b.cg.pids {
+		t.Skip("no pids cgroup controller delegated here: both limits would need the same (no) cgroups")
+	}
+	starts := countStarts(b)
+	b.StartAhead(policy.DenyAllNetwork(), policy.ResourceLimits{Pids: 200})
+	req := &backend.Request{Workspace: t.TempDir(), Shell: "cat /proc/self/cgroup", Limits: policy.ResourceLimits{Pids: 150}}
+	res, out, errs := runCmd(t, b, req)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, errs)
+	}
+	if n := starts.Load(); n != 2 {
+		t.Fatalf("%d inits started, want 2 (the one started ahead, for other limits, and the Exec's)", n)
+	}
+	if !inPulseCgroup(out, "pids") {
+		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	}
+}
+
+// TestStartAheadUnusedIsEndedByClose: an init started ahead and never used
+// is ended by Close, with its run directory and its cgroups.
+func TestStartAheadUnusedIsEndedByClose(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	b := newBackend(t, WithStateDir(state), WithoutPrestart())
+	b.StartAhead(policy.DenyAllNetwork(), policy.ResourceLimits{Pids: 200})
+	b.waitWarm()
+	if n := idleInits(b); n != 1 {
+		t.Fatalf("%d idle inits after StartAhead, want 1", n)
+	}
+	var cgDirs []string
+	b.mu.Lock()
+	for _, ps := range b.warm {
+		for _, p := range ps {
+			if p.cg != nil {
+				cgDirs = append(cgDirs, p.cg.dirs...)
+			}
+		}
+	}
+	b.mu.Unlock()
+	if b.cg.pids && len(cgDirs) == 0 {
+		t.Fatal("the init started ahead has no cgroup, though pids limits can be held here")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(state); err != nil || len(ents) != 0 {
+		t.Fatalf("run directories left after Close: %v (%v)", ents, err)
+	}
+	for _, d := range cgDirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("cgroup %s left after Close (%v)", d, err)
+		}
+	}
+}
