@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // Names beside a target, in its directory, that only the commit of one
@@ -410,7 +412,7 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 		return snapshot{}, err
 	}
 	// fchmod, unlike the open mode, is not masked by the umask.
-	if err := dst.Chmod(fileMode(op.Mode)); err != nil {
+	if err := dst.Chmod(fsmode.FromUnix(op.Mode)); err != nil {
 		return snapshot{}, err
 	}
 	fi, err := dst.Stat()
@@ -573,7 +575,7 @@ func (f *FS) applyMkdir(id string, i int, op *walOp, cur snapshot) (snapshot, er
 		if err := f.ws.root.Mkdir(tmp, 0o700); err != nil {
 			return snapshot{}, err
 		}
-		if err := f.ws.root.Chmod(tmp, fileMode(op.Mode)); err != nil {
+		if err := f.ws.root.Chmod(tmp, fsmode.FromUnix(op.Mode)); err != nil {
 			f.ws.root.Remove(tmp)
 			return snapshot{}, err
 		}
@@ -589,7 +591,7 @@ func (f *FS) applyMkdir(id string, i int, op *walOp, cur snapshot) (snapshot, er
 	}
 	if !op.Implicit || op.Before.Type == typeAbsent {
 		if cur.Mode != op.Mode {
-			if err := f.ws.root.Chmod(op.Path, fileMode(op.Mode)); err != nil {
+			if err := f.ws.root.Chmod(op.Path, fsmode.FromUnix(op.Mode)); err != nil {
 				return snapshot{}, err
 			}
 		}
@@ -691,7 +693,7 @@ func (a *applier) uncreate(i int) error {
 		}
 		if op.Before.Type == typeDir {
 			if !op.Implicit && cur.Mode != op.Before.Mode {
-				return f.ws.root.Chmod(op.Path, fileMode(op.Before.Mode))
+				return f.ws.root.Chmod(op.Path, fsmode.FromUnix(op.Before.Mode))
 			}
 			return nil
 		}
@@ -791,7 +793,7 @@ func (a *applier) restore(i int, over bool) error {
 		if err := f.ws.root.Mkdir(tmp, 0o700); err != nil {
 			return fmt.Errorf("roll back %q: %w", op.Path, err)
 		}
-		if err := f.ws.root.Chmod(tmp, fileMode(b.Mode)); err != nil {
+		if err := f.ws.root.Chmod(tmp, fsmode.FromUnix(b.Mode)); err != nil {
 			return fmt.Errorf("roll back %q: %w", op.Path, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // effect returns how recs would change the staged bytes, and how many
@@ -184,7 +186,7 @@ func (t *Tx) planWrite(rel, sha string, size int64, mode os.FileMode) ([]stageRe
 	if err != nil {
 		return nil, err
 	}
-	m := unixMode(mode)
+	m := fsmode.ToUnix(mode)
 	if mode == 0 {
 		m = 0o644
 		if before.Type == typeFile {
@@ -211,7 +213,7 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := unixMode(mode)
+	m := fsmode.ToUnix(mode)
 	if mode == 0 {
 		m = 0o755
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"golang.org/x/sys/unix"
 )
 
@@ -615,7 +616,7 @@ func (s *Stack) entry(e *fentry) Entry {
 	out := Entry{Path: e.c.Path, Kind: e.c.Kind, Mode: fs.FileMode(e.c.Mode & 0o777), Size: e.c.Size,
 		Target: e.c.Target, SHA: e.c.Blob, fs: s.fs, dir: e.dir, c: e.c}
 	if e.c.Kind == KindMkdir {
-		out.Mode = fileMode(e.c.Mode)
+		out.Mode = fsmode.FromUnix(e.c.Mode)
 	}
 	return out
 }
@@ -759,7 +760,7 @@ func (s *Stack) layer(t *StackTx, id string, below *fold) Layer {
 			if fe := below.m[a]; fe != nil && fe.c.Kind == KindMkdir {
 				mode = fe.c.Mode
 			} else if fi, err := s.fs.ws.lstat(a); err == nil && fi.IsDir() {
-				mode = unixMode(fi.Mode())
+				mode = fsmode.ToUnix(fi.Mode())
 			}
 			l.Entries = append(l.Entries, s.entry(&fentry{c: change{Path: a, Kind: KindMkdir, Mode: mode}}))
 		}

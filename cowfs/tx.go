@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // ChangeKind is what a staged change does to its path.
@@ -254,7 +256,7 @@ func (t *Tx) Changes() []Change {
 }
 
 func (c *change) public() Change {
-	return Change{Path: c.Path, Kind: c.Kind, Mode: fileMode(c.Mode), Size: c.Size, Target: c.Target,
+	return Change{Path: c.Path, Kind: c.Kind, Mode: fsmode.FromUnix(c.Mode), Size: c.Size, Target: c.Target,
 		New: c.Before.Type == typeAbsent, Implicit: c.Implicit}
 }
 

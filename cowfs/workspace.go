@@ -192,37 +192,6 @@ func openWorkspace(dir string) (*workspace, error) {
 	return &workspace{dir: real, root: r}, nil
 }
 
-// modeBits pairs the special mode bits of fs.FileMode with their Unix
-// values, for both directions of the conversion.
-var modeBits = [...]struct {
-	goBit   fs.FileMode
-	unixBit uint32
-}{
-	{fs.ModeSetuid, syscall.S_ISUID},
-	{fs.ModeSetgid, syscall.S_ISGID},
-	{fs.ModeSticky, syscall.S_ISVTX},
-}
-
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	for _, b := range modeBits {
-		if m&b.goBit != 0 {
-			u |= b.unixBit
-		}
-	}
-	return u
-}
-
-func fileMode(u uint32) fs.FileMode {
-	m := fs.FileMode(u & 0o777)
-	for _, b := range modeBits {
-		if u&b.unixBit != 0 {
-			m |= b.goBit
-		}
-	}
-	return m
-}
-
 func statSnap(fi fs.FileInfo) snapshot {
 	s := snapshot{Type: typeOther}
 	switch {
