@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -294,16 +295,7 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 		if err != nil {
 			return err
 		}
-		perm := int64(info.Mode().Perm())
-		if info.Mode()&fs.ModeSetuid != 0 {
-			perm |= 0o4000
-		}
-		if info.Mode()&fs.ModeSetgid != 0 {
-			perm |= 0o2000
-		}
-		if info.Mode()&fs.ModeSticky != 0 {
-			perm |= 0o1000
-		}
+		perm := int64(fsmode.ToUnix(info.Mode()))
 		switch {
 		case d.IsDir():
 			h := hdr(name+"/", tar.TypeDir, perm)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // ErrBadOverlay is returned when what a command left in its out directory
@@ -176,16 +177,7 @@ func parseFilesTar(r io.Reader, files []backend.File, limit int64) ([]backend.Fi
 		if p == "" {
 			continue // the workspace root itself
 		}
-		perm := fs.FileMode(h.Mode) & fs.ModePerm
-		if h.Mode&0o4000 != 0 {
-			perm |= fs.ModeSetuid
-		}
-		if h.Mode&0o2000 != 0 {
-			perm |= fs.ModeSetgid
-		}
-		if h.Mode&0o1000 != 0 {
-			perm |= fs.ModeSticky
-		}
+		perm := fsmode.FromUnix(uint32(h.Mode))
 		f := backend.File{Path: p}
 		switch h.Typeflag {
 		case tar.TypeReg:

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // The container's /work/base is what the next command starts from. Before
@@ -109,17 +110,7 @@ func contentSig(mode fs.FileMode, sha string) string {
 }
 
 func tarMode(m fs.FileMode) int64 {
-	perm := int64(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		perm |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		perm |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		perm |= 0o1000
-	}
-	return perm
+	return int64(fsmode.ToUnix(m))
 }
 
 // want is one entry base should hold.
