@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -61,6 +63,31 @@ type NetworkEvent struct {
 	Sent       int64    `json:"sent"`
 	Received   int64    `json:"received"`
 	DurationMS int64    `json:"duration_ms"`
+}
+
+// WireNetwork is a backend result's network list as a result carries it
+// (the server's edge): field for field, the duration in whole
+// milliseconds. BackendNetwork is its inverse (the client's edge).
+func WireNetwork(evs []backend.NetworkEvent) []NetworkEvent {
+	var out []NetworkEvent
+	for _, ev := range evs {
+		out = append(out, NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
+			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
+			Sent: ev.Sent, Received: ev.Received, DurationMS: ev.Duration.Milliseconds()})
+	}
+	return out
+}
+
+// BackendNetwork is a result's network list as the backend contract
+// reports it; see WireNetwork.
+func BackendNetwork(evs []NetworkEvent) []backend.NetworkEvent {
+	var out []backend.NetworkEvent
+	for _, ev := range evs {
+		out = append(out, backend.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
+			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
+			Sent: ev.Sent, Received: ev.Received, Duration: time.Duration(ev.DurationMS) * time.Millisecond})
+	}
+	return out
 }
 
 // parseInject validates a submit's inject list.
