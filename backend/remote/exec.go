@@ -762,7 +762,7 @@ func (x *run) result() (*backend.Result, error) {
 	if p.PID != nil {
 		res.PID = *p.PID
 	}
-	res.Network, res.NetworkDropped = networkEvents(p.Network), p.NetworkDropped // inject.go
+	res.Network, res.NetworkDropped = protocol.BackendNetwork(p.Network), p.NetworkDropped
 	cancelled := p.Error == protocol.StatusCancelled || res.Termination == backend.Cancelled
 	switch {
 	case x.capHit && cancelled:

@@ -2,7 +2,6 @@ package remote
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -32,15 +31,4 @@ func (b *Backend) wireInject(req *backend.Request, np policy.NetworkPolicy, feat
 		out = append(out, protocol.Injection{Env: in.Name, Hosts: in.Hosts, Placeholder: in.Placeholder, Value: in.Value})
 	}
 	return out, nil
-}
-
-// networkEvents are a result's network list as the backend reports it.
-func networkEvents(evs []protocol.NetworkEvent) []backend.NetworkEvent {
-	var out []backend.NetworkEvent
-	for _, ev := range evs {
-		out = append(out, backend.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
-			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
-			Sent: ev.Sent, Received: ev.Received, Duration: time.Duration(ev.DurationMS) * time.Millisecond})
-	}
-	return out
 }

@@ -120,14 +120,3 @@ func injectInto(np policy.NetworkPolicy, env map[string]string, ins []protocol.I
 	}
 	return env, e
 }
-
-// networkEvents are a result's network list.
-func networkEvents(evs []backend.NetworkEvent) []protocol.NetworkEvent {
-	var out []protocol.NetworkEvent
-	for _, ev := range evs {
-		out = append(out, protocol.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
-			Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,
-			Sent: ev.Sent, Received: ev.Received, DurationMS: ev.Duration.Milliseconds()})
-	}
-	return out
-}

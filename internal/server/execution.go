@@ -277,7 +277,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request,
 			pid := res.PID
 			p.PID = &pid
 		}
-		p.Network, p.NetworkDropped = networkEvents(res.Network), res.NetworkDropped // egress.go
+		p.Network, p.NetworkDropped = protocol.WireNetwork(res.Network), res.NetworkDropped
 		p.Metrics = protocol.ResultMetrics{
 			MaxRSSBytes: res.Metrics.MaxRSSBytes,
 			UserCPUMS:   res.Metrics.UserCPU.Milliseconds(),
