@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -281,16 +280,9 @@ func (e *afterError) Unwrap() error { return e.err }
 // undo journal (or, for an undo, drops the entry it reverted), then trims
 // the journal to the undo depth.
 func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
-	var buf []byte
-	for _, a := range afters {
-		p, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		buf = appendFrame(buf, p)
-	}
-	if len(buf) == 0 {
-		buf = appendFrame(buf, []byte("{}"))
+	buf, err := encodeAfter(afters)
+	if err != nil {
+		return err
 	}
 	if err := f.replaceFileSync(dir+"/after", buf); err != nil {
 		// Nothing is marked done yet: the caller can still roll back.
@@ -392,13 +384,9 @@ func (f *FS) rebaseAfter(w *walFile, afters []snapshot) error {
 	if !changed {
 		return nil
 	}
-	var buf []byte
-	for _, a := range pa {
-		p, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		buf = appendFrame(buf, p)
+	buf, err := encodeAfter(pa)
+	if err != nil {
+		return err
 	}
 	return f.replaceFileSync("done/"+prev+"/after", buf)
 }

@@ -171,6 +171,25 @@ func matchesAfter(op *walOp, cur snapshot) bool {
 	return false
 }
 
+// encodeAfter frames the after-images of a commit, one per op in WAL
+// order: the one encoder of the after file that decodeAfter reads (the
+// commit writes it, and an undo rewrites its predecessor's). A commit
+// without ops gets a single "{}" frame, which decodeAfter skips.
+func encodeAfter(afters []snapshot) ([]byte, error) {
+	var buf []byte
+	for _, a := range afters {
+		p, err := json.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		buf = appendFrame(buf, p)
+	}
+	if len(buf) == 0 {
+		buf = appendFrame(buf, []byte("{}"))
+	}
+	return buf, nil
+}
+
 func decodeAfter(b []byte, n int) ([]snapshot, error) {
 	frames, _, err := decodeFrames(b)
 	if err != nil {
