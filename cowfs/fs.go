@@ -351,11 +351,16 @@ func newID() string {
 
 // validID reports whether id is a transaction id: 16 lowercase hex digits.
 // Ids reach file names, so anything else is refused before it does.
-func validID(id string) bool {
-	if len(id) != 16 {
+func validID(id string) bool { return lowerHex(id, 16) }
+
+// lowerHex reports whether s is n lowercase hex digits, as cowfs writes
+// transaction ids and SHA-256 sums (and so the only spelling it accepts
+// back from its state files).
+func lowerHex(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
-	for _, c := range id {
+	for _, c := range s {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return false
 		}

@@ -383,17 +383,7 @@ func checkChange(c *change) error {
 	return nil
 }
 
-func validSHA(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+func validSHA(s string) bool { return lowerHex(s, 64) }
 
 // isCleanRel reports whether rel is already in the form cleanRel returns.
 func isCleanRel(rel string) bool {
