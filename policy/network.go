@@ -21,6 +21,16 @@ const (
 	NetworkAllowlist NetworkMode = "allowlist"
 )
 
+// Valid reports whether m is one of the three network modes (the zero
+// value is not).
+func (m NetworkMode) Valid() bool {
+	switch m {
+	case NetworkDenyAll, NetworkAllowAll, NetworkAllowlist:
+		return true
+	}
+	return false
+}
+
 // NetworkPolicy is the network a command may reach. Backends report how
 // strongly they can enforce each Mode; the facade refuses to run a command
 // whose effective policy a backend cannot enforce strongly.

@@ -203,3 +203,16 @@ func FuzzParseAllowEntry(f *testing.F) {
 		}
 	})
 }
+
+func TestNetworkModeValid(t *testing.T) {
+	for _, m := range []NetworkMode{NetworkDenyAll, NetworkAllowAll, NetworkAllowlist} {
+		if !m.Valid() {
+			t.Errorf("%q is not Valid", m)
+		}
+	}
+	for _, m := range []NetworkMode{"", "open", "Deny-All", "deny_all"} {
+		if m.Valid() {
+			t.Errorf("%q is Valid", m)
+		}
+	}
+}

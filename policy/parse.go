@@ -426,9 +426,7 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 				return err
 			}
 			np.Mode = NetworkMode(s)
-			switch np.Mode {
-			case NetworkDenyAll, NetworkAllowAll, NetworkAllowlist:
-			default:
+			if !np.Mode.Valid() {
 				return fieldErr(v, name, "unknown mode %q (want deny-all, allow-all or allowlist)", s)
 			}
 		case "allow":

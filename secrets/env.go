@@ -35,8 +35,7 @@ func AllowSecrets(names ...string) Policy {
 
 // Validate reports a policy whose mode is unknown.
 func (p Policy) Validate() error {
-	switch p.Mode {
-	case DenyAll, AllowAll, Allowlist, "":
+	if p.Mode == "" || p.Mode.Valid() {
 		return nil
 	}
 	return fmt.Errorf("secrets: unknown secret mode %q", string(p.Mode))

@@ -13,6 +13,17 @@ const (
 	Allowlist Mode = "allowlist"
 )
 
+// Valid reports whether m is one of the three secret modes. The zero
+// value is not a mode, though Policy.Validate accepts it (it allows
+// nothing).
+func (m Mode) Valid() bool {
+	switch m {
+	case DenyAll, AllowAll, Allowlist:
+		return true
+	}
+	return false
+}
+
 // Policy says which secrets (by name, e.g. an environment variable)
 // a command may see.
 type Policy struct {
