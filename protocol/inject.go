@@ -93,9 +93,7 @@ func BackendNetwork(evs []NetworkEvent) []backend.NetworkEvent {
 // parseInject validates a submit's inject list.
 func parseInject(v json.RawMessage) ([]Injection, error) {
 	var ins []Injection
-	dec := json.NewDecoder(strings.NewReader(string(v)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ins); err != nil {
+	if err := decodeStrict(v, &ins); err != nil {
 		return nil, invalid("inject is not a list of {env, hosts, placeholder, value}")
 	}
 	if len(ins) > MaxInjections {

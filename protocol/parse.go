@@ -197,9 +197,7 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 	}
 	if v, ok := p["limits"]; ok && string(v) != "null" {
 		var l policy.ResourceLimits
-		dec := json.NewDecoder(strings.NewReader(string(v)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
+		if err := decodeStrict(v, &l); err != nil {
 			return nil, invalid("limits is not an object of resource limits")
 		}
 		if l.Timeout != 0 {
@@ -252,28 +250,20 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 	}
 	if v, ok := p["network"]; ok && string(v) != "null" {
 		var np policy.NetworkPolicy
-		dec := json.NewDecoder(strings.NewReader(string(v)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&np); err != nil {
+		if err := decodeStrict(v, &np); err != nil {
 			return nil, invalid("network is not a network policy")
 		}
-		switch np.Mode {
-		case policy.NetworkDenyAll, policy.NetworkAllowAll, policy.NetworkAllowlist:
-		default:
+		if !np.Mode.Valid() {
 			return nil, invalid("network mode %q is unknown", np.Mode)
 		}
 		r.Network = &np
 	}
 	if v, ok := p["secrets"]; ok && string(v) != "null" {
 		var sp secrets.Policy
-		dec := json.NewDecoder(strings.NewReader(string(v)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&sp); err != nil {
+		if err := decodeStrict(v, &sp); err != nil {
 			return nil, invalid("secrets is not a secret policy")
 		}
-		switch sp.Mode {
-		case secrets.DenyAll, secrets.AllowAll, secrets.Allowlist:
-		default:
+		if !sp.Mode.Valid() {
 			return nil, invalid("secrets mode %q is unknown", sp.Mode)
 		}
 		r.Secrets = &sp

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -202,4 +204,13 @@ var ErrInvalid = errors.New("invalid protocol message")
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// decodeStrict decodes one member of a client frame into dst, refusing
+// fields dst does not have: a name the server does not know (a typo, or
+// a newer client's field) must not pass as if it were honoured.
+func decodeStrict(v json.RawMessage, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.DisallowUnknownFields()
+	return dec.Decode(dst)
 }
