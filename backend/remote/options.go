@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // Environment variables read by FromEnv.
@@ -22,12 +24,13 @@ const (
 	EnvTLSCA   = "PULSE_TLS_CA"
 )
 
-// Defaults. The workspace limits are the server's defaults, so that a
-// workspace the server would refuse is refused here, before it is sent.
+// Defaults. The workspace limits are the server's defaults (protocol's),
+// so that a workspace the server would refuse is refused here, before it
+// is sent.
 const (
-	DefaultMaxCompressed int64 = 32 << 20
-	DefaultMaxUnpacked   int64 = 512 << 20
-	DefaultMaxMembers          = 10_000
+	DefaultMaxCompressed       = protocol.DefaultMaxCompressed
+	DefaultMaxUnpacked         = protocol.DefaultMaxUnpacked
+	DefaultMaxMembers          = protocol.DefaultMaxMembers
 	DefaultMaxStdin      int64 = 16 << 20
 	DefaultMaxOverlay    int64 = 512 << 20
 	// DefaultReconnect outlasts the server's detection of a dead
