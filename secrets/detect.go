@@ -33,12 +33,14 @@ func AllDetectors() []Detector {
 // A detector is found by a literal trigger at its start and then checked by
 // hand. The result for a start s must depend only on the bytes
 // t[s:s+maxLen]: that is what lets a stream decide a match once it holds
-// maxLen bytes past its start.
+// maxLen bytes past its start. detectorSet.next holds the rule: match is
+// given t cut at s+maxLen, so it cannot look further.
 type detectorSpec struct {
 	triggers []string
 	maxLen   int
 	// match returns the end of the match starting at s, or ok false and
-	// the position from which a later start could succeed (> s).
+	// the position from which a later start could succeed (> s). t ends
+	// at s+maxLen or before.
 	match func(t []byte, s int, trigger string) (end int, ok bool, resume int)
 }
 
@@ -72,10 +74,7 @@ var detectorSpecs = map[Detector]detectorSpec{
 			if trig == "github_pat_" {
 				min, under = 22, true
 			}
-			limit := s + githubMaxLen
-			if limit > len(t) {
-				limit = len(t)
-			}
+			limit := len(t)
 			i := s + len(trig)
 			for i < limit && (isAlnum(t[i]) || under && t[i] == '_') {
 				i++
@@ -90,10 +89,7 @@ var detectorSpecs = map[Detector]detectorSpec{
 		triggers: []string{"eyJ"},
 		maxLen:   jwtMaxLen,
 		match: func(t []byte, s int, _ string) (int, bool, int) {
-			limit := s + jwtMaxLen
-			if limit > len(t) {
-				limit = len(t)
-			}
+			limit := len(t)
 			run := func(i int) int {
 				for i < limit && isB64URL(t[i]) {
 					i++
@@ -130,10 +126,7 @@ var detectorSpecs = map[Detector]detectorSpec{
 		triggers: []string{"-----BEGIN "},
 		maxLen:   pemMaxLen,
 		match: func(t []byte, s int, trig string) (int, bool, int) {
-			limit := s + pemMaxLen
-			if limit > len(t) {
-				limit = len(t)
-			}
+			limit := len(t)
 			i := s + len(trig)
 			for i < limit && i-s < 64 && (t[i] >= 'A' && t[i] <= 'Z' || t[i] >= '0' && t[i] <= '9' || t[i] == ' ') {
 				i++
@@ -213,7 +206,7 @@ func (d *detectorSet) next(t []byte, from int) (start, end int, rep []byte) {
 			return -1, -1, nil
 		}
 		spec := detectorSpecs[d.owner[tp]]
-		e, ok, resume := spec.match(t, ts, d.names[tp])
+		e, ok, resume := spec.match(t[:min(ts+spec.maxLen, len(t))], ts, d.names[tp])
 		if ok {
 			return ts, e, d.reps[d.owner[tp]]
 		}
