@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -366,14 +367,18 @@ func TestEditorRaceIsConflict(t *testing.T) {
 // take the lock, against 100 commits: at a random moment during each it
 // rewrites one of the commit's files in place. An edit that completed
 // and is not in the file afterwards (nor refused the commit) is lost.
-// Without the checks around each replacement 27 of 100 were; the window
+// Without the checks around each replacement 27 of 100 were. The window
 // left (see the package documentation) is a write into a file the editor
 // opened before the exchange, landing after the check of the displaced
-// file; the test allows a few such losses and reports the count.
+// file: such a loss is reported, not failed. A loss of a write that had
+// ended before that check began fails, however rarely the scheduler
+// makes one: the checks must have seen it. (The editor says when its
+// write ended; the commit's hook says when the check of its file began.)
 func TestEditorRaceMeasured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("races 100 commits")
 	}
+	defer func() { failpointHook = nil }()
 	lost, conflicts := 0, 0
 	// The editor's moment is spread over about the time a commit takes
 	// here (the longest seen so far), so the rounds cover all of it.
@@ -393,9 +398,19 @@ func TestEditorRaceMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim := fmt.Sprintf("f%02d", round%30)
+		// When the victim's exchange is done and the check of the
+		// displaced file begins: the first exchange after which the
+		// victim holds the commit's bytes.
+		var checkFrom int64
+		failpointHook = func(fp int) {
+			if fp == fpApplyExchanged && checkFrom == 0 && readFile(t, ws, victim) == "ours\n" {
+				checkFrom = time.Now().UnixNano()
+			}
+		}
 		// The editor is a shell: it starts fast, and its redirection
-		// rewrites the file in place (O_TRUNC), as many editors do.
-		ed := exec.Command("sh", "-c", `echo ready; read x; sleep "$1"; printf 'editor\n' > "$2" && echo wrote`,
+		// rewrites the file in place (O_TRUNC), as many editors do; the
+		// time it prints is taken once its write has ended.
+		ed := exec.Command("sh", "-c", `echo ready; read x; sleep "$1"; printf 'editor\n' > "$2" && echo wrote && date +%s%N`,
 			"editor", fmt.Sprintf("%.6f", (span*time.Duration(round%25)/20).Seconds()), filepath.Join(ws, victim))
 		in, _ := ed.StdinPipe()
 		out, _ := ed.StdoutPipe()
@@ -409,10 +424,12 @@ func TestEditorRaceMeasured(t *testing.T) {
 		in.Write([]byte("g\n")) // go: the editor sleeps its delay and writes
 		start := time.Now()
 		_, err := tx.Commit(context.Background())
+		failpointHook = nil
 		span = min(max(span, time.Since(start)), 50*time.Millisecond)
 		res, _ := io.ReadAll(out)
 		ed.Wait()
 		got := readFile(t, ws, victim)
+		ended, wrote := strings.CutPrefix(string(res), "wrote\n")
 		switch {
 		case errors.Is(err, ErrConflict):
 			conflicts++
@@ -421,13 +438,18 @@ func TestEditorRaceMeasured(t *testing.T) {
 			}
 		case err != nil:
 			t.Fatal(err)
-		case string(res) == "wrote\n" && got != "editor\n":
+		case wrote && got != "editor\n":
 			lost++
+			end, perr := strconv.ParseInt(strings.TrimSpace(ended), 10, 64)
+			if perr != nil {
+				t.Fatalf("round %d: the editor's time %q: %v", round, ended, perr)
+			}
+			if checkFrom == 0 || end < checkFrom {
+				t.Errorf("round %d: the editor's write to %s ended %v before the check of the displaced file began, and is lost (%s = %q)",
+					round, victim, time.Duration(checkFrom-end), victim, got)
+			}
 		}
 		f.Close()
 	}
-	t.Logf("editor race: %d of 100 edits lost, %d commits refused as conflicts", lost, conflicts)
-	if lost > 3 {
-		t.Fatalf("%d of 100 editor writes lost", lost)
-	}
+	t.Logf("editor race: %d of 100 edits lost in the window after the check, %d commits refused as conflicts", lost, conflicts)
 }
