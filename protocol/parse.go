@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"math"
 	"path"
@@ -179,19 +178,9 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 		}
 	}
 	if v, ok := p["stdin"]; ok && string(v) != "null" {
-		var b64 string
-		if err := json.Unmarshal(v, &b64); err != nil {
-			return nil, invalid("stdin is not a base64 string")
-		}
-		if base64.StdEncoding.DecodedLen(len(b64)) > MaxStdinBytes+2 {
-			return nil, invalid("stdin is longer than %d bytes", MaxStdinBytes)
-		}
-		in, err := base64.StdEncoding.Strict().DecodeString(b64)
+		in, err := decodeBase64("stdin", v, MaxStdinBytes)
 		if err != nil {
-			return nil, invalid("stdin is not strict base64")
-		}
-		if len(in) > MaxStdinBytes {
-			return nil, invalid("stdin is longer than %d bytes", MaxStdinBytes)
+			return nil, err
 		}
 		r.Stdin = in
 	}

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -118,15 +117,8 @@ func ParseStdin(p map[string]json.RawMessage) (*StdinRequest, error) {
 		return nil, invalid("offset must be a non-negative integer")
 	}
 	if v, ok := p["data"]; ok && string(v) != "null" {
-		var b64 string
-		if err := json.Unmarshal(v, &b64); err != nil {
-			return nil, invalid("data is not a base64 string")
-		}
-		if base64.StdEncoding.DecodedLen(len(b64)) > MaxStdinChunk+2 {
-			return nil, invalid("data is longer than %d bytes", MaxStdinChunk)
-		}
-		if r.Data, err = base64.StdEncoding.Strict().DecodeString(b64); err != nil || len(r.Data) > MaxStdinChunk {
-			return nil, invalid("data is not strict base64 of at most %d bytes", MaxStdinChunk)
+		if r.Data, err = decodeBase64("data", v, MaxStdinChunk); err != nil {
+			return nil, err
 		}
 	}
 	if v, ok := p["eof"]; ok && string(v) != "null" {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,6 +205,29 @@ var ErrInvalid = errors.New("invalid protocol message")
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// decodeBase64 decodes the member name of a client frame, which must be a
+// string of standard padded base64 of at most limit bytes once decoded.
+// The length is judged before decoding, so an oversized member costs no
+// buffer; DecodedLen counts the padding as bytes, up to 2 more than the
+// data, hence the slack there and the exact check after.
+func decodeBase64(name string, v json.RawMessage, limit int) ([]byte, error) {
+	var b64 string
+	if err := json.Unmarshal(v, &b64); err != nil {
+		return nil, invalid("%s is not a base64 string", name)
+	}
+	if base64.StdEncoding.DecodedLen(len(b64)) > limit+2 {
+		return nil, invalid("%s is longer than %d bytes", name, limit)
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil {
+		return nil, invalid("%s is not strict base64", name)
+	}
+	if len(b) > limit {
+		return nil, invalid("%s is longer than %d bytes", name, limit)
+	}
+	return b, nil
 }
 
 // decodeStrict decodes one member of a client frame into dst, refusing
