@@ -126,14 +126,8 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(c
 }
 
 func validate(req *backend.Request) error {
-	if req == nil {
-		return fmt.Errorf("docker: nil request: %w", backend.ErrInvalidRequest)
-	}
-	if (len(req.Args) == 0) == (req.Shell == "") {
-		return fmt.Errorf("docker: exactly one of Args and Shell must be set: %w", backend.ErrInvalidRequest)
-	}
-	if len(req.Args) > 0 && req.Args[0] == "" {
-		return fmt.Errorf("docker: empty program name: %w", backend.ErrInvalidRequest)
+	if err := backend.CheckCommand(req); err != nil {
+		return fmt.Errorf("docker: %w", err)
 	}
 	if !filepath.IsAbs(req.Workspace) {
 		return fmt.Errorf("docker: workspace %q is not an absolute path: %w", req.Workspace, backend.ErrInvalidRequest)
@@ -143,16 +137,6 @@ func validate(req *backend.Request) error {
 	}
 	if _, err := containerDir(req.Dir); err != nil {
 		return err
-	}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return fmt.Errorf("docker: bad environment variable %q: %w", k, backend.ErrInvalidRequest)
-		}
-	}
-	for _, a := range append(append([]string{}, req.Args...), req.Shell) {
-		if strings.IndexByte(a, 0) >= 0 {
-			return fmt.Errorf("docker: NUL byte in command: %w", backend.ErrInvalidRequest)
-		}
 	}
 	switch req.Network.Mode {
 	case "", policy.NetworkDenyAll, policy.NetworkAllowAll:
@@ -170,10 +154,6 @@ func validate(req *backend.Request) error {
 		if !pathguard.IsWorkspacePath(h) || strings.IndexByte(h, '\\') >= 0 {
 			return fmt.Errorf("docker: hidden path %q is not a clean workspace path outside .pulse: %w", h, backend.ErrInvalidRequest)
 		}
-	}
-	l := req.Limits
-	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
-		return fmt.Errorf("docker: negative limit: %w", backend.ErrInvalidRequest)
 	}
 	return nil
 }
@@ -216,22 +196,13 @@ func closeStdin(req *backend.Request) {
 // buildEnv is the command's whole environment: the minimal base, then
 // req.Env; nothing of this process's environment.
 func buildEnv(env map[string]string) []string {
-	m := map[string]string{
+	return backend.Environ(map[string]string{
 		"PATH": basePath,
 		"HOME": "/tmp",
 		"LANG": "C.UTF-8",
 		"TERM": "dumb",
 		"USER": sandboxUser,
-	}
-	for k, v := range env {
-		m[k] = v
-	}
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	}, env)
 }
 
 // maxPooledArgs bounds the request a pooled exec takes (it travels as one
