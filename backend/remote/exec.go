@@ -232,7 +232,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	unhook := context.AfterFunc(b.ctx, stop)
 	defer unhook()
 
-	l, err := b.dial(octx)
+	l, err := b.takeLink(octx)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,8 @@ import (
 type link struct {
 	ws     *websocket.Conn
 	frames chan []byte
-	err    error // set before frames is closed
+	err    error         // set before frames is closed
+	done   chan struct{} // closed with frames
 	stop   context.CancelFunc
 	wmu    sync.Mutex
 	next   atomic.Int64
@@ -52,7 +53,7 @@ func (b *Backend) dial(ctx context.Context) (*link, error) {
 	// the overlay limit (base64 grows data by a third).
 	ws.SetReadLimit(b.o.maxOverlay/3*4 + 64<<20)
 	lctx, stop := context.WithCancel(context.Background())
-	l := &link{ws: ws, frames: make(chan []byte, 64), stop: stop}
+	l := &link{ws: ws, frames: make(chan []byte, 64), done: make(chan struct{}), stop: stop}
 	go l.readLoop(lctx)
 	if b.o.keepalive > 0 {
 		go l.keepalive(lctx, b.o.keepalive)
@@ -117,6 +118,7 @@ func isRemoteAlert(err error) bool {
 }
 
 func (l *link) readLoop(ctx context.Context) {
+	defer close(l.done)
 	defer close(l.frames)
 	for {
 		typ, data, err := l.ws.Read(ctx)
@@ -220,6 +222,17 @@ func (l *link) closedErr() error {
 		return errors.New("connection closed")
 	}
 	return l.err
+}
+
+// up says whether the connection has not ended yet, and holds no frame
+// nobody read (a spare one is idle: a frame on it answers nothing).
+func (l *link) up() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+		return len(l.frames) == 0
+	}
 }
 
 func (l *link) close() {

@@ -71,7 +71,19 @@ type Backend struct {
 	// legacy makes the client ignore the server's features, as against
 	// a server that lists none; only tests set it.
 	legacy bool
+	// spare is a connection a one-question call (Probe, Reconcile) left
+	// open, when it did, for the next call to use instead of dialling:
+	// a CLI process probes, reconciles and runs one command, and each
+	// dial is a TCP connect (and a TLS handshake) and an HTTP upgrade.
+	spare    *link
+	spareAt  time.Time
+	spareFor time.Duration // defaultSpareFor; a test's may be longer
 }
+
+// defaultSpareFor is how long a spare connection is used: the calls a
+// process makes one after another, not a connection idle long enough for
+// a proxy or the server to have dropped it.
+const defaultSpareFor = 2 * time.Second
 
 // serverInfo is the protocol side of a capabilities reply: which additive
 // submit fields the server honours.
@@ -145,7 +157,7 @@ func New(opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
 		o: o, u: u, client: &http.Client{Transport: tr}, log: o.log,
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, spareFor: defaultSpareFor,
 	}, nil
 }
 
@@ -173,18 +185,63 @@ func (b *Backend) Probe(ctx context.Context) error {
 	})
 }
 
-// onLink runs f on a new connection, closed after it: the shared part of
-// the calls that ask the server one thing (Probe, Reconcile).
+// onLink runs f on a connection (the spare one, else a new one), which is
+// kept as the spare when f succeeded: the shared part of the calls that
+// ask the server one thing (Probe, Reconcile).
 func (b *Backend) onLink(ctx context.Context, f func(l *link) error) error {
 	if b.isClosed() {
 		return fmt.Errorf("remote: %w", backend.ErrClosed)
 	}
-	l, err := b.dial(ctx)
+	l, err := b.takeLink(ctx)
 	if err != nil {
 		return err
 	}
-	defer l.close()
-	return f(l)
+	if err := f(l); err != nil {
+		l.close()
+		return err
+	}
+	b.keepLink(l)
+	return nil
+}
+
+// takeLink returns the spare connection when it is fresh and up, else
+// dials a new one.
+func (b *Backend) takeLink(ctx context.Context) (*link, error) {
+	b.mu.Lock()
+	l, at := b.spare, b.spareAt
+	b.spare = nil
+	b.mu.Unlock()
+	if l != nil {
+		if time.Since(at) < b.spareFor && l.up() {
+			return l, nil
+		}
+		l.close()
+	}
+	return b.dial(ctx)
+}
+
+// dropSpare closes the spare connection, if any.
+func (b *Backend) dropSpare() {
+	b.mu.Lock()
+	l := b.spare
+	b.spare = nil
+	b.mu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+// keepLink makes l the spare connection, or closes it when there is one
+// already or the backend is closed.
+func (b *Backend) keepLink(l *link) {
+	b.mu.Lock()
+	if b.closed || b.spare != nil {
+		b.mu.Unlock()
+		l.close()
+		return
+	}
+	b.spare, b.spareAt = l, time.Now()
+	b.mu.Unlock()
 }
 
 // fetchCapabilities asks the server over l and caches the answer.
@@ -348,7 +405,12 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	spare := b.spare
+	b.spare = nil
 	b.mu.Unlock()
+	if spare != nil {
+		spare.close()
+	}
 	b.cancel()
 	b.wg.Wait()
 	b.client.CloseIdleConnections()
