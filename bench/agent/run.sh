@@ -102,7 +102,18 @@ s.serve_forever()
 EOF
 python3 "$tmp/mirror.py" "$modcache/cache/download" "$tmp/mirror.port" 2>"$tmp/mirror.log" &
 mirror_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/mirror.port" ] && break; sleep 0.1; done
+# Up to a minute: python's start on a loaded 2-core machine is far below
+# that, and the bound is only how long a failure takes to say so.
+for _ in $(seq 600); do
+	[ -s "$tmp/mirror.port" ] && break
+	kill -0 "$mirror_pid" 2>/dev/null || break
+	sleep 0.1
+done
+if [ ! -s "$tmp/mirror.port" ]; then
+	echo "bench/agent: the module mirror did not start:" >&2
+	cat "$tmp/mirror.log" >&2
+	exit 1
+fi
 port=$(cat "$tmp/mirror.port")
 mirror=http://127.0.0.1:$port
 
