@@ -118,14 +118,15 @@
 // one for a caller that runs one command at a time, 16 after a burst of 16.
 // One background goroutine per mode starts them one after another. An idle
 // init costs about 0.4 MiB of private memory (1.3 MiB proportional set size
-// with the binary's shared pages), two threads, its namespaces and mounts,
-// and an empty run directory. Close ends them all; WithoutPrestart keeps
-// none. StartAhead starts one init for a first Exec the caller knows is
-// coming (the CLI calls it once its backend is chosen), already in the
-// cgroups of the limits it is told: moving a process into a cgroup waits
-// for an RCU grace period in the kernel, which then overlaps the init's
-// start instead of delaying the Exec. An Exec with other cgroup limits
-// ends that init and starts its own.
+// with the binary's shared pages), about nine threads (three of them the
+// spares a pids-limited command needs, made while it waits), its
+// namespaces and mounts, and an empty run directory. Close ends them all;
+// WithoutPrestart keeps none. StartAhead starts one init for a first Exec
+// the caller knows is coming (the CLI calls it once its backend is
+// chosen), already in the cgroups of the limits it is told: moving a
+// process into a cgroup waits for an RCU grace period in the kernel, which
+// then overlaps the init's start instead of delaying the Exec. An Exec
+// with other cgroup limits ends that init and starts its own.
 //
 // What stays on a cold start's critical path is kept small: the seccomp
 // program is compiled once per process and sent to each init, packed; the

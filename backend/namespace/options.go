@@ -47,15 +47,15 @@ func WithoutPrestart() Option {
 // DefaultPoolSize is how many idle inits per network mode the backend may
 // keep ready by default: enough for 16 commands at once to start mostly
 // warm. Each idle init costs about 0.4 MiB of private memory, 1.3 MiB
-// proportional set size with the binary's shared pages, and 2 threads (see
-// WithPoolSize).
+// proportional set size with the binary's shared pages, and about nine
+// threads (see WithPoolSize).
 const DefaultPoolSize = 16
 
 // WithPoolSize sets the most sandbox inits per network mode the backend
 // keeps started ahead (default DefaultPoolSize). It keeps as many as the
 // most Execs of that mode it has seen running at once, within n: one for a
 // caller that runs one command at a time, more after bursts. Each idle init
-// is a process (a Go runtime with 2 threads, about 0.4 MiB private memory,
+// is a process (a Go runtime with about nine threads, 0.4 MiB private memory,
 // 1.3 MiB proportional set size) with its own namespaces and mounts, and an
 // empty run directory. n must be at least 1; WithoutPrestart keeps none.
 func WithPoolSize(n int) Option {
