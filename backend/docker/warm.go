@@ -283,8 +283,8 @@ func (b *Backend) acquireWarm(ctx context.Context, key boxKey) (*warmSlot, *warm
 }
 
 // releasedLockWait bounds how long lockSlot waits for the lock of a slot
-// whose container is released.
-const releasedLockWait = time.Second
+// whose container is released (a variable for a test).
+var releasedLockWait = time.Second
 
 // lockSlot takes s's lock, open as f, without waiting for a holder. A
 // live holder has no N.json (a takeover removes it, a new container has
