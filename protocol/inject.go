@@ -65,6 +65,27 @@ type NetworkEvent struct {
 	DurationMS int64    `json:"duration_ms"`
 }
 
+// WireInject is a request's secret bindings as submit's inject carries
+// them (the client's edge); Name travels as env. BackendInject is its
+// inverse (the server's edge).
+func WireInject(ins []backend.Injection) []Injection {
+	var out []Injection
+	for _, in := range ins {
+		out = append(out, Injection{Env: in.Name, Hosts: in.Hosts, Placeholder: in.Placeholder, Value: in.Value})
+	}
+	return out
+}
+
+// BackendInject is submit's inject as the backend contract takes it; see
+// WireInject.
+func BackendInject(ins []Injection) []backend.Injection {
+	var out []backend.Injection
+	for _, in := range ins {
+		out = append(out, backend.Injection{Name: in.Env, Hosts: in.Hosts, Placeholder: in.Placeholder, Value: in.Value})
+	}
+	return out
+}
+
 // WireNetwork is a backend result's network list as a result carries it
 // (the server's edge): field for field, the duration in whole
 // milliseconds. BackendNetwork is its inverse (the client's edge).

@@ -43,3 +43,26 @@ func mustBeFull(t *testing.T, v any) {
 		}
 	}
 }
+
+// TestInjectRoundTrip: a secret binding with every field set comes back
+// whole through WireInject and BackendInject (the sample must set every
+// field of both structs, as above).
+func TestInjectRoundTrip(t *testing.T) {
+	in := backend.Injection{Name: "TOKEN", Placeholder: goodPlaceholder, Value: "s3cret", Hosts: []string{"api.example.com"}}
+	mustBeFull(t, in)
+	w := WireInject([]backend.Injection{in})
+	if len(w) != 1 {
+		t.Fatalf("WireInject gave %d bindings", len(w))
+	}
+	mustBeFull(t, w[0])
+	if w[0].Env != "TOKEN" {
+		t.Errorf("env = %q, want the binding's Name", w[0].Env)
+	}
+	back := BackendInject(w)
+	if len(back) != 1 || !reflect.DeepEqual(back[0], in) {
+		t.Fatalf("round trip = %+v, want %+v", back, in)
+	}
+	if WireInject(nil) != nil || BackendInject(nil) != nil {
+		t.Error("an empty list must stay nil (omitted from the submit)")
+	}
+}
