@@ -26,9 +26,5 @@ func (b *Backend) wireInject(req *backend.Request, np policy.NetworkPolicy, feat
 	if b.u.Scheme != "wss" && !loopback(b.u.Hostname()) {
 		return nil, fmt.Errorf("remote: secrets bound to hosts are sent to the server only over wss:// (or to this machine): %w", backend.ErrUnsupported)
 	}
-	var out []protocol.Injection
-	for _, in := range req.Egress.Inject {
-		out = append(out, protocol.Injection{Env: in.Name, Hosts: in.Hosts, Placeholder: in.Placeholder, Value: in.Value})
-	}
-	return out, nil
+	return protocol.WireInject(req.Egress.Inject), nil
 }

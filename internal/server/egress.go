@@ -113,10 +113,8 @@ func injectInto(np policy.NetworkPolicy, env map[string]string, ins []protocol.I
 	if env == nil {
 		env = map[string]string{}
 	}
-	e := &backend.Egress{}
 	for _, in := range ins {
 		env[in.Env] = in.Placeholder
-		e.Inject = append(e.Inject, backend.Injection{Name: in.Env, Placeholder: in.Placeholder, Value: in.Value, Hosts: in.Hosts})
 	}
-	return env, e
+	return env, &backend.Egress{Inject: protocol.BackendInject(ins)}
 }
