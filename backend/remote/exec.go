@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -406,7 +407,23 @@ func streamsStdin(req *backend.Request, info serverInfo) bool {
 	case *bytes.Reader, *strings.Reader, *bytes.Buffer:
 		return false
 	}
-	return true
+	return !emptyInput(req.Stdin)
+}
+
+// emptyInput says whether r is known to hold nothing: the null device
+// (a CLI run with </dev/null, as scripts and CI run it). Its input goes
+// whole, as none, instead of on a connection of its own.
+func emptyInput(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil || st.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err == nil && os.SameFile(st, null)
 }
 
 // wireLimits is the submit's limits field: the limits set (positive),

@@ -3,11 +3,13 @@ package remote
 import (
 	"context"
 	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // countingListener counts the connections it accepted.
@@ -62,5 +64,37 @@ func TestProbeReconcileExecShareOneConnection(t *testing.T) {
 	}
 	if n := cl.n.Load(); n != 2 {
 		t.Errorf("%d connections accepted after a second Exec, want 2", n)
+	}
+}
+
+// Input from the null device is known to be empty: it goes with the
+// submission (as none), not on a connection of its own. Other files,
+// pipes included, are streamed as before.
+func TestNullDeviceInputIsNotStreamed(t *testing.T) {
+	info := serverInfo{features: map[string]bool{protocol.FeatureProcess: true}}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if streamsStdin(&backend.Request{Stdin: null}, info) {
+		t.Error("stdin from /dev/null is streamed")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if !streamsStdin(&backend.Request{Stdin: r}, info) {
+		t.Error("stdin from a pipe is not streamed")
+	}
+	f, err := os.CreateTemp(t.TempDir(), "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !streamsStdin(&backend.Request{Stdin: f}, info) {
+		t.Error("stdin from a regular file is not streamed")
 	}
 }
