@@ -23,7 +23,7 @@ var outputBufs = sync.Pool{New: func() any { b := make([]byte, OutputChunk); ret
 // bytes, are what the copy costs. Every byte read is passed to w, in
 // order; a read error other than io.EOF is returned, as is w's.
 func ReadOutput(w io.Writer, r io.Reader) (int64, error) {
-	growPipe(r)
+	GrowPipe(r)
 	bp := outputBufs.Get().(*[]byte)
 	defer outputBufs.Put(bp)
 	buf := *bp

@@ -1,17 +1,16 @@
 package backend
 
 import (
-	"io"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// growPipe raises the buffer of r, when it is a pipe, to OutputChunk.
-// Failing is harmless (the size stays the default 64 KiB): a user over
-// the kernel's pipe-user-pages-soft allowance cannot grow pipes.
-func growPipe(r io.Reader) {
-	sc, ok := r.(syscall.Conn)
+// GrowPipe raises the buffer of f (either end), when it is a pipe, to
+// OutputChunk. Failing is harmless (the size stays the default 64 KiB): a
+// user over the kernel's pipe-user-pages-soft allowance cannot grow pipes.
+func GrowPipe(f any) {
+	sc, ok := f.(syscall.Conn)
 	if !ok {
 		return
 	}

@@ -137,6 +137,11 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
+		// The command's output reaches the CLI's stdout in chunks of
+		// backend.OutputChunk; into a default 64 KiB pipe each chunk
+		// is four writes, each a wake-up of this process and of the
+		// reader. Only the buffer's size changes.
+		backend.GrowPipe(env.stdout)
 	}
 	if *timeout > 0 {
 		l := policy.ResourceLimits{Timeout: *timeout}
