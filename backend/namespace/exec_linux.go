@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -161,13 +162,20 @@ func (x *nsExec) configure() error {
 		cg, cgErr = b.newCgroup(x.p.run, x.lim)
 	}
 	if cgErr != nil {
-		b.o.logger.Warn("namespace: cgroup limits not applied", slog.Any("err", cgErr))
+		// Fail closed: the probe said this machine enforces these limits,
+		// so a command must not run without them.
+		x.p.discard()
+		return fmt.Errorf("%w: namespace: cgroup limits: %v", backend.ErrUnavailable, cgErr)
 	}
 	x.cg = cg
 	if err := x.whiteouts(); err != nil {
 		return err
 	}
 	if err := x.send(); err != nil {
+		if errors.Is(err, errCgroupAttach) {
+			x.p.discard()
+			return fmt.Errorf("%w: namespace: %w", backend.ErrUnavailable, err)
+		}
 		b.o.logger.Info("namespace: an init started ahead is gone; starting another", slog.String("why", x.p.setupError()))
 		fresh, ferr := b.startInit(x.cfg.NewNet)
 		if ferr != nil {
@@ -183,6 +191,10 @@ func (x *nsExec) configure() error {
 			return err
 		}
 		if err := x.send(); err != nil {
+			if errors.Is(err, errCgroupAttach) {
+				x.p.discard()
+				return fmt.Errorf("%w: namespace: %w", backend.ErrUnavailable, err)
+			}
 			msg := x.p.setupError()
 			x.p.discard()
 			return fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, msg)
@@ -203,6 +215,11 @@ func (x *nsExec) whiteouts() error {
 	return nil
 }
 
+// errCgroupAttach: the init could not be moved into its run's cgroups.
+// The command must not start (it would run without its limits), and
+// another init would fare no better, so configure does not retry.
+var errCgroupAttach = errors.New("cgroup attach")
+
 // send completes the config with what belongs to the init (its home, its
 // run's paths), moves the init into the cgroup and writes the config.
 func (x *nsExec) send() error {
@@ -220,7 +237,9 @@ func (x *nsExec) send() error {
 	cfg.Work = filepath.Join(p.run.dir, "work")
 	if x.cg != nil && x.cg.added != p.cmd.Process.Pid {
 		if err := x.cg.add(p.cmd.Process.Pid); err != nil {
-			x.b.o.logger.Warn("namespace: cgroup attach", slog.Any("err", err))
+			// Before the config is written: the init has not started the
+			// command, and will not, outside its limits.
+			return fmt.Errorf("%w: %v", errCgroupAttach, err)
 		}
 	}
 	data, err := json.Marshal(cfg)

@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -165,5 +166,43 @@ func TestReconcileRemovesDeadCgroups(t *testing.T) {
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("cgroup of a live owner removed: %v", err)
+	}
+}
+
+// A limit the probe said this machine enforces must not be dropped when its
+// cgroup cannot be made at run time: the command does not run at all.
+func TestCgroupFailureFailsClosed(t *testing.T) {
+	b := newBackend(t)
+	d, ok := b.cg.dirs["pids"]
+	if !ok || !b.cg.pids {
+		t.Skip("needs a writable pids cgroup: none here")
+	}
+	// A regular file where the cgroup hierarchy was: every mkdir under it
+	// fails (ENOTDIR), as a full or vanished hierarchy would.
+	notDir := filepath.Join(t.TempDir(), "not-a-cgroup")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := d.base
+	d.base = notDir
+	b.cg.dirs["pids"] = d
+	ws := t.TempDir()
+	var out bytes.Buffer
+	res, err := b.Exec(t.Context(), &backend.Request{Workspace: ws, Shell: "echo ran",
+		Stdout: &out, Stderr: &out,
+		Limits: policy.ResourceLimits{Pids: 64, Timeout: 30 * time.Second}})
+	if !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Exec with a pids limit and no cgroup: res %+v err %v, want ErrUnavailable", res, err)
+	}
+	if strings.Contains(out.String(), "ran") {
+		t.Fatalf("the command ran without its limits: %q", out.String())
+	}
+	// The hierarchy back, the same backend runs the command.
+	d.base = good
+	b.cg.dirs["pids"] = d
+	res, got, _ := runCmd(t, b, &backend.Request{Workspace: ws, Shell: "echo ran",
+		Limits: policy.ResourceLimits{Pids: 64, Timeout: 30 * time.Second}})
+	if res.ExitCode != 0 || got != "ran\n" {
+		t.Fatalf("with the cgroup hierarchy back: %+v %q", res, got)
 	}
 }
