@@ -237,6 +237,10 @@ func (x *nsExec) send() error {
 	cfg.Work = filepath.Join(p.run.dir, "work")
 	if x.cg != nil && x.cg.added != p.cmd.Process.Pid {
 		if err := x.cg.add(p.cmd.Process.Pid); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				// The init started ahead is gone: configure replaces it.
+				return err
+			}
 			// Before the config is written: the init has not started the
 			// command, and will not, outside its limits.
 			return fmt.Errorf("%w: %v", errCgroupAttach, err)
