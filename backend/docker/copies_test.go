@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -137,6 +138,31 @@ func TestWsSigCtimeAndRacyFiles(t *testing.T) {
 	rewriteKeepingStat(t, f, "bbbb")
 	if s2 := sig(later.Add(time.Minute)); s2 == s1 {
 		t.Errorf("rewritten with the same size, mtime and inode: signature %q unchanged", s2)
+	}
+
+	// On a filesystem with sub-second times (t.TempDir's, here) a change
+	// is trusted once it is racyWindowFine old, not only after the two
+	// seconds a whole-second filesystem needs; a whole-second ctime takes
+	// the long window.
+	st, err := os.Lstat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctime := statCtime(st.Sys().(*syscall.Stat_t))
+	changed := time.Unix(0, ctime)
+	aged := changed.Add(racyWindowFine + 50*time.Millisecond)
+	young := changed.Add(racyWindowFine - 50*time.Millisecond)
+	if ctime%int64(time.Second) == 0 {
+		if a := sig(aged); strings.HasPrefix(a, "w|") {
+			t.Errorf("a whole-second ctime %v past the fine window only: signature %q, want the long window's", changed, a)
+		}
+		return
+	}
+	if a, b := sig(aged), sig(aged); !strings.HasPrefix(a, "w|") || a != b {
+		t.Errorf("sub-second ctime, stat %v after the change: signatures %q and %q, want one stable w| signature", aged.Sub(changed), a, b)
+	}
+	if a, b := sig(young), sig(young); strings.HasPrefix(a, "w|") || a == b {
+		t.Errorf("sub-second ctime, stat %v after the change: signatures %q and %q, want two that match nothing", young.Sub(changed), a, b)
 	}
 }
 

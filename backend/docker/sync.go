@@ -91,7 +91,11 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 			ino = st.Ino
 			ctime = statCtime(st)
 		}
-		cut := since.Add(-racyWindow).UnixNano()
+		window := racyWindow
+		if ctime%int64(time.Second) != 0 {
+			window = racyWindowFine
+		}
+		cut := since.Add(-window).UnixNano()
 		if ctime >= cut || info.ModTime().UnixNano() >= cut {
 			return fmt.Sprintf("r|%s.%d", unhashedRun, unhashed.Add(1))
 		}
@@ -104,6 +108,19 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 // two seconds being the coarsest), plus the lag of the kernel's coarse
 // clock behind time.Now.
 const racyWindow = 2*time.Second + 100*time.Millisecond
+
+// racyWindowFine is the window for a file whose ctime has a fraction of a
+// second: its filesystem keeps sub-second times, and every such one ticks
+// in 10 ms or less (exFAT's 10 ms being the coarsest; ext4, xfs, btrfs and
+// tmpfs take the kernel's coarse clock, a jiffy), while one that keeps
+// whole seconds (FAT, ext4 with small inodes, HFS+) reports none. A write
+// after the stat then gets a ctime at most a tick plus the coarse clock's
+// lag (a jiffy, at most 10 ms) before since: outside this window, so it
+// changes the signature. A whole-second ctime on a fine filesystem (one
+// tick in a few hundred) only takes the long window: the safe side. Without
+// it, every command within two seconds of an edit re-sent the edited files
+// (a commit's, a host editor's): ~35 ms a command for one small file.
+const racyWindowFine = 250 * time.Millisecond
 
 func contentSig(mode fs.FileMode, sha string) string {
 	return fmt.Sprintf("f|%o|%s", tarMode(mode), sha)
