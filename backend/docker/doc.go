@@ -76,7 +76,10 @@
 //     file's bytes once, never a copy of the workspace. A host file is
 //     known by its mode, size, mtime, ctime and inode; one changed within
 //     a filesystem clock tick or two of being read is sent again next
-//     time (racyWindow). Concurrent commands each get only their own
+//     time (racyWindow: 2.1 s where the filesystem keeps whole seconds,
+//     250 ms where a file's ctime has a fraction of a second, the
+//     filesystem's tick being 10 ms or less). Concurrent commands each
+//     get only their own
 //     changes; the paths written by a command that overlapped another
 //     are sent again by the next sync. Copy per command was chosen over
 //     snapshots of one shared directory because with a shared directory
