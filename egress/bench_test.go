@@ -9,12 +9,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -171,11 +171,11 @@ func BenchmarkDownload64MiB(b *testing.B) {
 		tcpCPU = append(tcpCPU, ratio(sides[3].cpu, sides[2].cpu))
 		sandbox = append(sandbox, ratio(sides[4].wall, sides[2].wall))
 	}
-	b.ReportMetric(median(https), "x-vs-direct-https")
-	b.ReportMetric(median(httpsCPU), "cpu-x-vs-direct-https")
-	b.ReportMetric(median(tcp), "x-vs-direct-tcp")
-	b.ReportMetric(median(tcpCPU), "cpu-x-vs-direct-tcp")
-	b.ReportMetric(median(sandbox), "x-vs-direct-tcp-sandbox")
+	b.ReportMetric(testenv.Median(https), "x-vs-direct-https")
+	b.ReportMetric(testenv.Median(httpsCPU), "cpu-x-vs-direct-https")
+	b.ReportMetric(testenv.Median(tcp), "x-vs-direct-tcp")
+	b.ReportMetric(testenv.Median(tcpCPU), "cpu-x-vs-direct-tcp")
+	b.ReportMetric(testenv.Median(sandbox), "x-vs-direct-tcp-sandbox")
 }
 
 // benchUnixRelay serves a proxy allowing allow on a unix socket and
@@ -216,18 +216,6 @@ func benchUnixRelay(b *testing.B, allow string) string {
 		}
 	}()
 	return tl.Addr().String()
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // processCPU is the user and system time this process has used so far.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -99,19 +98,13 @@ func BenchmarkExecuteOnStackNamespace(b *testing.B) {
 	}
 	if ref > 0 {
 		b.ReportMetric(float64(stack)/float64(ref), "x-vs-empty-stack")
-		b.ReportMetric(float64(median(stacks))/float64(median(refs)), "median-x-vs-empty-stack")
+		b.ReportMetric(float64(testenv.Median(stacks))/float64(testenv.Median(refs)), "median-x-vs-empty-stack")
 		if refCPU > 0 {
 			b.ReportMetric(float64(stackCPU)/float64(refCPU), "cpu-x-vs-empty-stack")
 		}
 		b.ReportMetric(float64(stack.Nanoseconds())/float64(b.N), "stack-ns/op")
 		b.ReportMetric(float64(first.Milliseconds()), "first-on-stack-ms")
 	}
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // cpuUsed is the CPU time this process and its reaped children have used.

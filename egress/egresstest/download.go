@@ -128,8 +128,8 @@ func BenchmarkCurlDownload(b *testing.B, be backend.Backend, c testenv.Capabilit
 		round++
 		httpR, httpsR = append(httpR, c[0]/a[0]), append(httpsR, c[1]/a[1])
 	}
-	b.ReportMetric(median(httpR), "x-vs-host-http")
-	b.ReportMetric(median(httpsR), "x-vs-host-https")
+	b.ReportMetric(testenv.Median(httpR), "x-vs-host-http")
+	b.ReportMetric(testenv.Median(httpsR), "x-vs-host-https")
 }
 
 // run runs script in a sandbox of be whose only way out is the proxy on
@@ -193,15 +193,3 @@ func noProxy(env []string) []string {
 }
 
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}

@@ -169,3 +169,22 @@ func TestPKI(t *testing.T) {
 		t.Fatal("a client without a certificate was accepted")
 	}
 }
+
+func TestMedian(t *testing.T) {
+	if got := Median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("odd count: %v, want 2", got)
+	}
+	if got := Median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("even count: %v, want 2.5", got)
+	}
+	in := []time.Duration{5, 1, 9, 3}
+	if got := Median(in); got != 4 {
+		t.Errorf("durations: %v, want 4", got)
+	}
+	if in[0] != 5 {
+		t.Errorf("Median sorted its argument: %v", in)
+	}
+	if got := Median[float64](nil); got != 0 {
+		t.Errorf("none: %v, want 0", got)
+	}
+}
