@@ -187,6 +187,29 @@ func initCopies(t *testing.T) (same, other string) {
 	return same, other
 }
 
+// probeTwiceWith probes two backends in turn, one probe cache and state
+// directory between them (the second probe reads what the first
+// recorded), each given the init program at prog as found beside the
+// binary, and hands each to check with the cache's record after its probe.
+func probeTwiceWith(t *testing.T, prog string, check func(i int, b *Backend, rec []byte)) {
+	t.Helper()
+	cache := filepath.Join(t.TempDir(), "probe")
+	state := filepath.Join(t.TempDir(), "state")
+	for i := range 2 {
+		b, err := New(WithStateDir(state), WithProbeCache(cache))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		withInitProgram(t, b, prog, progFound)
+		if err := b.Probe(context.Background()); err != nil {
+			t.Skipf("namespace backend unavailable here: %v", err)
+		}
+		rec, _ := os.ReadFile(cache)
+		check(i, b, rec)
+	}
+}
+
 func TestSeparateInitProgram(t *testing.T) {
 	same, other := initCopies(t)
 	req := func(ws string) *backend.Request {
@@ -224,22 +247,10 @@ func TestSeparateInitProgram(t *testing.T) {
 	})
 
 	t.Run("probe falls back to this binary and remembers it", func(t *testing.T) {
-		cache := filepath.Join(t.TempDir(), "probe")
-		state := filepath.Join(t.TempDir(), "state")
-		for i := range 2 {
-			b, err := New(WithStateDir(state), WithProbeCache(cache))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			withInitProgram(t, b, other, progFound)
-			if err := b.Probe(context.Background()); err != nil {
-				t.Skipf("namespace backend unavailable here: %v", err)
-			}
+		probeTwiceWith(t, other, func(i int, b *Backend, rec []byte) {
 			if prog, _ := b.initProg(); prog != nil {
 				t.Fatalf("probe %d: another build's init program still in use", i)
 			}
-			rec, _ := os.ReadFile(cache)
 			if !bytes.Contains(rec, []byte("init refused ")) {
 				t.Errorf("probe %d: the record does not say the init program was refused:\n%s", i, rec)
 			}
@@ -247,29 +258,18 @@ func TestSeparateInitProgram(t *testing.T) {
 			if res.ExitCode != 0 || out != "hello\n" {
 				t.Fatalf("after the fallback: exit %d, stdout %q", res.ExitCode, out)
 			}
-		}
+		})
 	})
 
 	t.Run("probe trusts the same build and the cache remembers", func(t *testing.T) {
-		cache := filepath.Join(t.TempDir(), "probe")
-		state := filepath.Join(t.TempDir(), "state")
-		for i := range 2 {
-			b, err := New(WithStateDir(state), WithProbeCache(cache))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			withInitProgram(t, b, same, progFound)
-			if err := b.Probe(context.Background()); err != nil {
-				t.Skipf("namespace backend unavailable here: %v", err)
-			}
+		probeTwiceWith(t, same, func(i int, b *Backend, rec []byte) {
 			if prog, check := b.initProg(); prog == nil || check {
 				t.Fatalf("probe %d: the same build's init program is not trusted (in use: %v)", i, prog != nil)
 			}
-			if rec, _ := os.ReadFile(cache); !bytes.Contains(rec, []byte("init use ")) {
+			if !bytes.Contains(rec, []byte("init use ")) {
 				t.Errorf("probe %d: the record does not name the init program:\n%s", i, rec)
 			}
-		}
+		})
 	})
 
 	t.Run("never used before a probe ran with it", func(t *testing.T) {

@@ -314,7 +314,8 @@ func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) 
 }
 
 // attachAhead puts the init p in the cgroups lim needs. Failing only
-// leaves that to the Exec, which tries again (and warns).
+// leaves that to the Exec, which tries again and, failing too, does not
+// run the command (configure).
 func (b *Backend) attachAhead(p *initProc, lim policy.ResourceLimits) {
 	cg, err := b.newCgroup(p.run, lim)
 	if err != nil || cg == nil {
