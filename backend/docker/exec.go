@@ -442,20 +442,17 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 		hj.Close()
 		j.finish()
 	}()
-	inspect = func() (int, bool) {
-		for range 500 {
-			insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
-			if err != nil {
-				return 0, false
-			}
-			if !insp.Running {
-				return insp.ExitCode, true
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		return 0, false
+	return func() { hj.Close() }, b.inspector(ec.ID), nil
+}
+
+// inspector is the inspect of startFresh and startTTY: the exit code of
+// the exec, once the engine reports it ended (within about a second of its
+// output's end), or false.
+func (b *Backend) inspector(id string) func() (int, bool) {
+	return func() (int, bool) {
+		code, err := b.execExit(context.Background(), id, 500, 2*time.Millisecond)
+		return code, err == nil
 	}
-	return func() { hj.Close() }, inspect, nil
 }
 
 func stderrOrDiscard(req *backend.Request) io.Writer {

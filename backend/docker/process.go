@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -116,20 +117,35 @@ func (b *Backend) runScript(ctx context.Context, containerID, script string, arg
 	}
 	_, _ = io.Copy(io.Discard, hj.Reader)
 	hj.Close()
-	for {
-		insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
+	return b.execExit(ctx, ec.ID, 0, 5*time.Millisecond)
+}
+
+// errExecRunning: execExit asked as many times as it was allowed and the
+// exec was still running.
+var errExecRunning = errors.New("exec did not end")
+
+// execExit waits for the exec id, whose output stream has ended, to be
+// reported ended by the engine (the two are not one event), asking every
+// interval, at most tries times (tries <= 0: until ctx is done), and
+// returns its exit code.
+func (b *Backend) execExit(ctx context.Context, id string, tries int, every time.Duration) (int, error) {
+	for n := 0; tries <= 0 || n < tries; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(every):
+			}
+		}
+		insp, err := b.cli.ContainerExecInspect(ctx, id)
 		if err != nil {
 			return 0, err
 		}
 		if !insp.Running {
 			return insp.ExitCode, nil
 		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
+	return 0, errExecRunning
 }
 
 // relayUser runs the relay to a port: nobody, with no capability; it

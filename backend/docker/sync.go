@@ -560,20 +560,14 @@ func (b *Backend) execWithStdin(ctx context.Context, id string, cmd []string, r 
 	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
 		return fmt.Errorf("exec output: %w", err)
 	}
-	for range 1000 {
-		insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
-		if err != nil {
-			return err
-		}
-		if !insp.Running {
-			if insp.ExitCode != 0 {
-				return &exitError{code: insp.ExitCode, out: strings.TrimSpace(out.String())}
-			}
-			return nil
-		}
-		time.Sleep(2 * time.Millisecond)
+	code, err := b.execExit(ctx, ec.ID, 1000, 2*time.Millisecond)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("exec did not end")
+	if code != 0 {
+		return &exitError{code: code, out: strings.TrimSpace(out.String())}
+	}
+	return nil
 }
 
 // exitError is a script that ended with a non-zero status.

@@ -172,19 +172,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 		ttyRuns.Delete(id)
 		j.finish()
 	}()
-	inspect = func() (int, bool) {
-		for range 500 {
-			insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
-			if err != nil {
-				return 0, false
-			}
-			if !insp.Running {
-				return insp.ExitCode, true
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		return 0, false
-	}
+	inspect = b.inspector(ec.ID)
 	abandon = func() {
 		hj.Close()
 		mu.Lock()
@@ -240,15 +228,8 @@ func (b *Backend) runTerminal(bx *box, run *ttyRun, req *backend.Request, j *job
 	// shows, stdout and stderr as one.
 	_, _ = io.Copy(j.out.w, hj.Reader)
 	hj.Close()
-	for range 1000 {
-		insp, err := b.cli.ContainerExecInspect(ctx, ec.ID)
-		if err != nil {
-			break
-		}
-		if !insp.Running {
-			return insp.ExitCode
-		}
-		time.Sleep(5 * time.Millisecond)
+	if code, err := b.execExit(ctx, ec.ID, 1000, 5*time.Millisecond); err == nil {
+		return code
 	}
 	return 137
 }
