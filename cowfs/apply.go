@@ -53,6 +53,7 @@ type applier struct {
 	// syncfs(2) of each makes everything written there durable at once.
 	syncDirs map[uint64]string
 	seenDir  map[string]bool
+	blobs    *blobReader // the staged bytes, while apply runs
 }
 
 func (f *FS) newApplier(dir string, w *walFile, recovering bool) *applier {
@@ -188,6 +189,8 @@ func (a *applier) apply() ([]snapshot, error) {
 			return nil, err
 		}
 	}
+	a.blobs = a.f.blobReader(a.dir)
+	defer func() { a.blobs.close(); a.blobs = nil }()
 	removes, creates := a.order()
 	for _, i := range removes {
 		if err := a.remove(i); err != nil {
@@ -367,8 +370,11 @@ func (a *applier) create(i int) (bool, error) {
 		after, err = a.writeTemp(i)
 	case KindSymlink:
 		tmp := tempName(a.w.ID, i, op.Path)
-		f.ws.removeJunk(tmp)
-		if err = f.ws.root.Symlink(op.Target, tmp); err == nil {
+		if err = f.ws.root.Symlink(op.Target, tmp); errors.Is(err, fs.ErrExist) {
+			f.ws.removeJunk(tmp) // a crashed attempt's
+			err = f.ws.root.Symlink(op.Target, tmp)
+		}
+		if err == nil {
 			after, err = f.ws.snap(tmp, nil)
 		}
 	}
@@ -385,14 +391,18 @@ func (a *applier) create(i int) (bool, error) {
 // all of them is.
 func (a *applier) writeTemp(i int) (snapshot, error) {
 	f, op := a.f, &a.w.Ops[i]
-	src, closer, err := f.openBlob(a.dir, &op.change)
+	src, closer, err := a.blobs.open(&op.change)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("%w: staged bytes of %q are missing: %v", ErrDamaged, op.Path, err)
 	}
 	defer closer.Close()
 	tmp := tempName(a.w.ID, i, op.Path)
-	f.ws.removeJunk(tmp)
 	dst, err := f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by a crashed attempt; the name is the commit's alone.
+		f.ws.removeJunk(tmp)
+		dst, err = f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -557,6 +567,11 @@ func (a *applier) cleanup() error {
 // temp names (a file, a symlink or an empty directory): the name is the
 // commit's alone.
 func (w *workspace) removeJunk(name string) {
+	// Mostly there is nothing: one lstat rather than Remove's two
+	// unlinks (file, then directory) that both fail.
+	if _, err := w.root.Lstat(name); isNotExist(err) {
+		return
+	}
 	w.root.Remove(name)
 }
 

@@ -374,33 +374,105 @@ func (f *FS) openBlob(dir string, c *change) (io.Reader, io.Closer, error) {
 		}
 		return fl, fl, nil
 	}
-	fl, err := f.state.Open(dir + "/blobs/" + c.Pack)
+	p, err := f.openPack(dir, c)
 	if err != nil {
 		return nil, nil, err
+	}
+	if _, err := p.fl.Seek(c.Off, io.SeekStart); err != nil {
+		p.fl.Close()
+		return nil, nil, err
+	}
+	// A LimitedReader over the file keeps io.Copy's copy_file_range path.
+	return io.LimitReader(p.fl, c.Size), p.fl, nil
+}
+
+// openPack opens the pack of write change c and checks that it holds
+// c's piece.
+func (f *FS) openPack(dir string, c *change) (packFile, error) {
+	fl, err := f.state.Open(dir + "/blobs/" + c.Pack)
+	if err != nil {
+		return packFile{}, err
 	}
 	fi, err := fl.Stat()
 	if err != nil {
 		fl.Close()
-		return nil, nil, err
+		return packFile{}, err
 	}
-	if fi.Size() < c.Off+c.Size {
+	p := packFile{fl, fi.Size()}
+	if err := p.holds(c); err != nil {
 		fl.Close()
-		return nil, nil, fmt.Errorf("pack %s holds %d bytes, %q needs %d at %d", c.Pack, fi.Size(), c.Path, c.Size, c.Off)
+		return packFile{}, err
 	}
-	if _, err := fl.Seek(c.Off, io.SeekStart); err != nil {
-		fl.Close()
-		return nil, nil, err
-	}
-	// A LimitedReader over the file keeps io.Copy's copy_file_range path.
-	return io.LimitReader(fl, c.Size), fl, nil
+	return p, nil
 }
 
-// checkBlob reads the staged bytes of write change c and checks their
-// size and SHA-256 against the record, so that a truncated, zeroed or
-// flipped blob is found before anything depends on it. The error wraps
+func (p packFile) holds(c *change) error {
+	if p.size < c.Off+c.Size {
+		return fmt.Errorf("pack %s holds %d bytes, %q needs %d at %d", c.Pack, p.size, c.Path, c.Size, c.Off)
+	}
+	return nil
+}
+
+// blobReader opens the staged bytes of one transaction's writes, keeping
+// each pack it opens open until close: the writes of a Stage batch share
+// one pack, and opening it again for each (four lookups through the
+// state root) cost a commit of many small files more than reading their
+// bytes. Packs are immutable, and a commit reads them under the lock.
+type blobReader struct {
+	f     *FS
+	dir   string
+	packs map[string]packFile
+}
+
+type packFile struct {
+	fl   *os.File
+	size int64
+}
+
+// noClose is the closer of a piece of a kept pack.
+type noClose struct{}
+
+func (noClose) Close() error { return nil }
+
+func (f *FS) blobReader(dir string) *blobReader {
+	return &blobReader{f: f, dir: dir, packs: map[string]packFile{}}
+}
+
+// open is openBlob through the kept packs.
+func (b *blobReader) open(c *change) (io.Reader, io.Closer, error) {
+	if c.Pack == "" {
+		return b.f.openBlob(b.dir, c)
+	}
+	p, ok := b.packs[c.Pack]
+	if !ok {
+		var err error
+		if p, err = b.f.openPack(b.dir, c); err != nil {
+			return nil, nil, err
+		}
+		b.packs[c.Pack] = p
+	} else if err := p.holds(c); err != nil {
+		return nil, nil, err
+	}
+	return io.NewSectionReader(p.fl, c.Off, c.Size), noClose{}, nil
+}
+
+// close closes the kept packs; nil-safe.
+func (b *blobReader) close() {
+	if b == nil {
+		return
+	}
+	for k, p := range b.packs {
+		p.fl.Close()
+		delete(b.packs, k)
+	}
+}
+
+// check reads the staged bytes of write change c and checks their size
+// and SHA-256 against the record, so that a truncated, zeroed or flipped
+// blob is found before anything depends on it. The error wraps
 // ErrDamaged and names the path.
-func (f *FS) checkBlob(dir string, c *change) error {
-	r, cl, err := f.openBlob(dir, c)
+func (b *blobReader) check(c *change) error {
+	r, cl, err := b.open(c)
 	if err != nil {
 		return fmt.Errorf("%w: staged bytes of %q are missing: %v", ErrDamaged, c.Path, err)
 	}
@@ -439,6 +511,8 @@ func (f *FS) checkBlobs(dir string, ops []walOp) error {
 		off, size  int64
 	}
 	seen := map[key]bool{}
+	b := f.blobReader(dir)
+	defer b.close()
 	for i := range ops {
 		c := &ops[i].change
 		if c.Kind != KindWrite {
@@ -448,7 +522,7 @@ func (f *FS) checkBlobs(dir string, ops []walOp) error {
 		if seen[k] {
 			continue
 		}
-		if err := f.checkBlob(dir, c); err != nil {
+		if err := b.check(c); err != nil {
 			return err
 		}
 		seen[k] = true

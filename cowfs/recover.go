@@ -76,6 +76,8 @@ func (f *FS) rollForward(dir, id string) error {
 	if err := f.checkLinks(w, true); err != nil {
 		return f.quarantine(id, err.Error())
 	}
+	blobs := f.blobReader(dir)
+	defer blobs.close()
 	for i := range w.Ops {
 		op := &w.Ops[i]
 		if op.Kind != KindWrite {
@@ -84,7 +86,7 @@ func (f *FS) rollForward(dir, id string) error {
 		if cur, err := f.ws.snap(op.Path, nil); err == nil && matchesAfter(op, cur) {
 			continue // already written; its blob is not needed
 		}
-		if err := f.checkBlob(dir, &op.change); err != nil {
+		if err := blobs.check(&op.change); err != nil {
 			f.newApplier(dir, w, true).dropTemps()
 			return f.quarantine(id, err.Error())
 		}
