@@ -179,3 +179,40 @@ func TestDockerBaseStaysPrivateAfterASync(t *testing.T) {
 		t.Fatalf("stdout %q, stderr %q; want the host edit and no breach", r.stdout, r.stderr)
 	}
 }
+
+// A directory renamed onto a new name brings what is in it with the
+// ctimes it had, from before the command's mark: it all comes back under
+// the new name, and the old name is deleted.
+func TestDockerRenamedDirectoryComesBackWhole(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a/b/f": "x\n", "a/g": "y\n"})
+	b := newDocker(t)
+	execShell(t, b, ws, `true`) // the copy the next command gets repaired
+	r := execShell(t, b, ws, `mv a c`)
+	if r.res.ExitCode != 0 || r.res.Overlay == nil {
+		t.Fatalf("exit %d, overlay %+v, stderr %q", r.res.ExitCode, r.res.Overlay, r.stderr)
+	}
+	got := map[string]string{}
+	for _, f := range r.res.Overlay.Files {
+		got[f.Path] = string(f.Data)
+		if f.Mode.IsDir() {
+			got[f.Path] = "dir"
+		}
+	}
+	want := map[string]string{"c": "dir", "c/b": "dir", "c/b/f": "x\n", "c/g": "y\n"}
+	for p, d := range want {
+		if got[p] != d {
+			t.Errorf("overlay %s = %q, want %q (overlay files %v)", p, got[p], d, got)
+		}
+	}
+	del := map[string]bool{}
+	for _, p := range r.res.Overlay.Deleted {
+		del[p] = true
+		if p == "c" || strings.HasPrefix(p, "c/") {
+			t.Errorf("deleted %s, which the command made", p)
+		}
+	}
+	if !del["a"] {
+		t.Errorf("deleted %q, want a among them", r.res.Overlay.Deleted)
+	}
+}

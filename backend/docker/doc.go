@@ -90,10 +90,12 @@
 //     all when the baseline did not change since (a generation number in
 //     its manifest). What a command changed is found by ctime, which no
 //     process can set: only entries changed at or after a mark made just
-//     before the command are hashed (wrapper.sh). Unchanged files keep
-//     their inode and times across commands, so tools that cache by them
-//     (git's index, make, go's build cache keyed by the directory, which
-//     stays /work/run/UID) find their caches valid.
+//     before the command are hashed, and a directory renamed during it
+//     brings what is in it back whole under its new name (wrapper.sh).
+//     Unchanged files keep their inode and times across commands, so
+//     tools that cache by them (git's index, make, go's build cache keyed
+//     by the directory, which stays /work/run/UID) find their caches
+//     valid.
 //   - Timeouts, cancellation, Close and the output cap kill every process
 //     of the command's uid inside the container, setsid or not (a second
 //     exec signals them as that uid, so nothing else can be hit); output
@@ -133,9 +135,10 @@
 // wrapper drops to each command's uid with nsenter -S/-G and hands it
 // its copy with chown -h, so the scripts' busybox needs those.
 //
-// Known limits: each command's end lists and stats every entry of its
-// copy (no contents are read but the changed ones'), so its cost grows
-// with the number of files in the workspace; the first command of a uid
+// Known limits: each command's end lists every entry of its copy (and
+// stats those changed in the last minute or so, reads the contents of
+// those changed since it began), so its cost grows with the number of
+// files in the workspace; the first command of a uid
 // in a container copies the workspace; the workspace lives in memory
 // (WithScratchSize), once in the baseline and once per copy kept; names containing a newline are not tracked; what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed: a report

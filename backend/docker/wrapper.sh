@@ -231,34 +231,66 @@ as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 : >"$Q.m1"
 
-# after: the marks' ctimes, then the copy's entries with theirs; a name
-# holding a newline cannot be told in these lines, so it is only counted
-# (BAD), and the copy is not kept.
-(stat -c %z "$Q.m0" "$Q.m1" && cd "$R" && find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +) >"$Q.st" 2>&8 || finish manifest "$rc"
-# Candidates: entries at or after the mark (all, should the clock have
-# gone back), and new ones; they go to Q.cand, with what the copy held
-# of them before to Q.bcand, the regular files among them to Q.hash.
-# Entries of before no longer there are removed and deleted. The others
-# hold what they held before.
-awk -F '|' -v Q="$Q" -v O="$O" "$AWKLIB"'
+# scan LIM: the copy's entries into Q.st, then the marks' ctimes (m2 made
+# after the scan) into Q.mk. With LIM, an entry whose ctime is LIM
+# minutes old or more (find -cmin: seconds, from the clock) gets only its
+# name, and the others their ctime and manifest line: stat and its
+# formatting of times being most of the scan's cost, an entry not changed
+# for minutes, which most are, costs a name. cands checks that the clock
+# cannot have let an entry changed since the mark through as old (else it
+# asks for a scan without LIM, as for anything odd). A name holding a
+# newline cannot be told in these lines, so it is only counted (BAD), and
+# the copy is not kept. Every -exec of find writes whole lines of its own,
+# and find writes none, so its output cannot interleave.
+scan() {
+	(cd "$R" && if [ -n "$1" ]; then
+		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
+	else
+		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
+	fi) >"$Q.st" && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" >"$Q.mk"
+}
+# cands LIM: from Q.mk, Q.st (made by scan LIM) and Q.before, the
+# candidates: entries at or after the mark (all, should the clock have
+# gone back), and new ones (a directory renamed onto a new name brings
+# what is in it with the ctimes it had); they go to Q.cand, with what the
+# copy held of them before to Q.bcand, the regular files among them to
+# Q.hash. Entries of before no longer there are removed and deleted. The
+# others hold what they held before. Q.redo: scan again without LIM.
+cands() {
+	awk -F '|' -v Q="$Q" -v O="$O" -v L="$1" "$AWKLIB"'
 FILENAME == ARGV[1] {
-	if (FNR == 1) { m0 = $0; next }
-	if (FNR == 2) { all = $0 < m0; next }
+	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
+	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
+	else {
+		all = m1 < m0 || z < m1
+		# find -cmin -L passes what is less than L*60 s old by its
+		# clock, read before m2 was made (the kernel stamps ctime from
+		# a clock up to a tick behind it: the 1).
+		if (L != "" && (all || s + 1 - s0 >= L * 60)) redo = 1
+	}
+	next
+}
+redo { exit }
+FILENAME == ARGV[2] {
 	if ($0 == "BAD") { bad = 1; next }
+	if (substr($0, 1, 2) == "./") { seen[$0] = 1; next }
 	if (NF == 4 && $3 != "symbolic link") N = $4
 	else if (parse(substr($0, index($0, "|") + 1)) != 1) { odd = 1; next }
-	seen[N] = 1
-	if (all || $1 >= m0) { cand[N] = $0; nc++ }
+	seen[N] = 2
+	if (all || $1 >= m0) { cand[N] = $0; nc++ } else old[N] = $0
 	next
 }
 {
 	t = name()
 	if (t == 0) { odd = 1; next }
 	if (t == 3) next
+	had[N] = 1
 	if (!(N in seen)) { if (!(N in gone)) { gone[N] = 1; print N > (Q ".removed"); print N > (O "/deleted") } }
 	else if (N in cand) print > (Q ".bcand")
 }
 END {
+	if (!redo) for (p in seen) if (!(p in had) && !(p in cand)) { if (seen[p] == 1) { redo = 1; break } cand[p] = old[p] }
+	if (redo) { print "" > (Q ".redo"); exit }
 	printf "" > (Q ".cand"); printf "" > (Q ".bcand"); printf "" > (Q ".hash")
 	for (p in cand) {
 		print cand[p] > (Q ".cand")
@@ -268,7 +300,18 @@ END {
 	if (odd) print "odd manifest line" > (O "/warn")
 	if (bad) print "a name holding a newline is not tracked" > (O "/warn")
 	if (odd || bad) print "" > (Q ".bad")
-}' "$Q.st" "$Q.before" 2>&8 || finish manifest "$rc"
+}' "$Q.mk" "$Q.st" "$Q.before"
+}
+# LIM: the command's whole minutes, plus one (its own report, which the
+# check in cands makes harmless should it lie). A command of about a
+# minute or more then scans twice, once in a while.
+lim=
+{ read -r _ _ e _ <"$O/time"; } 2>/dev/null || e=
+case ${e%.*} in '' | *[!0-9]*) ;; *) lim=$((${e%.*} / 60 + 1)) ;; esac
+if [ -z "$lim" ] || ! scan "$lim" 2>&8 || ! cands "$lim" 2>&8 || [ -e "$Q.redo" ]; then
+	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$O/deleted"
+	{ scan "" && cands ""; } 2>&8 || finish manifest "$rc"
+fi
 if [ -s "$Q.cand" ]; then
 if [ -s "$Q.hash" ]; then
 	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish manifest "$rc"
