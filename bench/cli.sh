@@ -8,7 +8,11 @@
 #     against the same `head -c` writing into that pipe directly
 #   - 1,000 files written and committed (--auto-commit, namespace) against
 #     bwrap running the same script in a tmpfs, and in a directory of the
-#     workspace's disk
+#     workspace's disk; then, where /dev/shm is a tmpfs, the same with the
+#     backend's state dir (the overlay's upper directory) on that tmpfs
+#     (as $XDG_RUNTIME_DIR is on a machine with a login session), and with
+#     the workspace there too, against bwrap on a tmpfs: the same file
+#     system on both sides, so what is left is pulse's own work
 #   - remote `true` (pulse-server on loopback, host executor) against the
 #     host CLI: the difference in ms rather than a ratio
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
@@ -84,7 +88,17 @@ pair BenchmarkCLIHostStdout256MiB x-vs-pipe "$NBULK" : "$hostx --policy $tmp/bul
 
 if [ "$have_bwrap" = 1 ]; then
 	files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
-	fresh="rm -rf $tmp/w1k && mkdir $tmp/w1k && echo hello >$tmp/w1k/README"
+	# Each run starts from a fresh workspace. The one before is moved
+	# aside, not deleted, until the end: ext4 without a journal (this
+	# machine class's root) skips inodes freed in the last 30 s to 3 min
+	# when it allocates, reading each one's inode table entry, so a loop
+	# that deletes the last run's 1,000 files makes every later creation
+	# slower, on both sides, more with each run (bwrap on the same disk
+	# went from 60 ms to 820 ms in one run). What pulse deletes itself
+	# (the overlay's upper directory, before it exits) stays measured.
+	mkdir "$tmp/old"
+	moved=0
+	fresh="[ ! -e $tmp/w1k ] || mv $tmp/w1k $tmp/old/\$((++moved)); mkdir $tmp/w1k && echo hello >$tmp/w1k/README"
 	pair BenchmarkCLICommit1000Files x-vs-bwrap-tmpfs "$NBULK" "$fresh" \
 		"$pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
 		"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
@@ -94,6 +108,26 @@ if [ "$have_bwrap" = 1 ]; then
 	pair BenchmarkCLICommit1000Files x-vs-bwrap-same-disk "$NBULK" "$fresh" \
 		"$pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
 		"bwrap --unshare-all --ro-bind / / --bind $tmp/w1k $tmp/w1k --chdir $tmp/w1k bash -c '$files'"
+	# Where the two runs above kept the overlay's upper directory: the
+	# default state dir ($XDG_RUNTIME_DIR, else the temp dir).
+	echo "BenchmarkCLICommit1000Files: workspace on $(stat -f -c %T "$tmp"), state dir on $(stat -f -c %T "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}")"
+	if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
+		shm=$(mktemp -d /dev/shm/pulse-bench.XXXXXX)
+		trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "$shm"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
+		mkdir -m 700 "$shm/run"
+		# The workspace on the disk, the upper directory on a tmpfs.
+		pair BenchmarkCLICommit1000FilesStateTmpfs x-vs-bwrap-tmpfs "$NBULK" "$fresh" \
+			"XDG_RUNTIME_DIR=$shm/run $pulse exec --backend namespace --auto-commit --workspace $tmp/w1k '$files'" \
+			"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
+		# Everything on the tmpfs, on both sides.
+		mkdir "$shm/old"
+		freshm="[ ! -e $shm/w1k ] || mv $shm/w1k $shm/old/\$((++moved)); mkdir $shm/w1k && echo hello >$shm/w1k/README"
+		pair BenchmarkCLICommit1000FilesAllTmpfs x-vs-bwrap-tmpfs "$NBULK" "$freshm" \
+			"XDG_RUNTIME_DIR=$shm/run $pulse exec --backend namespace --auto-commit --workspace $shm/w1k '$files'" \
+			"bwrap --unshare-all --ro-bind / / --bind $shm/w1k $shm/w1k --chdir $shm/w1k bash -c '$files'"
+	else
+		echo "BenchmarkCLICommit1000FilesStateTmpfs, BenchmarkCLICommit1000FilesAllTmpfs: /dev/shm is not a tmpfs here, skipped"
+	fi
 fi
 
 # Remote: pulse-server on loopback with the host executor; the reference
