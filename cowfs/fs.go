@@ -2,8 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/internal/flock"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -342,11 +341,7 @@ func (f *FS) lockGen(ctx context.Context, bump bool) (func(), []byte, error) {
 }
 
 func newID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b[:])
+	return randhex.String(8)
 }
 
 // validID reports whether id is a transaction id: 16 lowercase hex digits.

@@ -1,11 +1,10 @@
 package egress
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"strings"
 
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -24,15 +23,13 @@ type Injection struct {
 // random, so that it cannot be guessed from outside the sandbox, and
 // plain ASCII, so that it survives any header a tool builds from it.
 func NewPlaceholder(name string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
 	safe := strings.Map(func(r rune) rune {
 		if r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
 			return r
 		}
 		return '_'
 	}, name)
-	return "pulse-placeholder-" + safe + "-" + hex.EncodeToString(b[:])
+	return "pulse-placeholder-" + safe + "-" + randhex.String(16)
 }
 
 func (in Injection) boundTo(host string) bool {

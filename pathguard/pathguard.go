@@ -2,8 +2,6 @@ package pathguard
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/pulse-agent/pulse/internal/randhex"
 )
 
 // Error classes. Every error a Guard returns for a refused path wraps one
@@ -364,11 +364,10 @@ func (g *Guard) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
 
 func createTemp(r *os.Root, relDir, name string, perm os.FileMode) (string, *os.File, error) {
 	for range 10 {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		tmpName := "." + name + ".tmp-" + hex.EncodeToString(b[:])
+		suffix := randhex.String(8)
+		tmpName := "." + name + ".tmp-" + suffix
 		if len(tmpName) > MaxNameLen {
-			tmpName = ".pulse-tmp-" + hex.EncodeToString(b[:])
+			tmpName = ".pulse-tmp-" + suffix
 		}
 		tmp := path.Join(relDir, tmpName)
 		f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)

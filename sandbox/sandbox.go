@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/egress"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -465,9 +464,5 @@ func (s *Sandbox) recordBatch(ctx context.Context, what string, events []audit.E
 }
 
 func randomID() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("sandbox: crypto/rand: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
+	return randhex.String(12)
 }

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +19,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -492,9 +491,5 @@ func procStart(pid int) string {
 }
 
 func randomID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b[:])
+	return randhex.String(8)
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/flock"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -421,9 +420,7 @@ func (b *Backend) newRun() (*run, error) {
 	if !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
 		return nil, fmt.Errorf("state dir %s is not a directory owned by uid %d", b.o.stateDir, os.Getuid())
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	dir := filepath.Join(b.o.stateDir, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(rnd[:]))
+	dir := filepath.Join(b.o.stateDir, strconv.Itoa(os.Getpid())+"-"+randhex.String(8))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}

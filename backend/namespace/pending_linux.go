@@ -1,7 +1,6 @@
 package namespace
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/randhex"
 )
 
 // layersDir is where pending layers are built, under the state dir. A
@@ -160,9 +160,7 @@ func mergeLayers(run []backend.PendingLayer) (*backend.PendingLayer, bool) {
 // 0/0, which unprivileged users may make since Linux 5.8). It is built
 // under a temporary name and renamed into place.
 func buildLayer(root, dir string, l *backend.PendingLayer) error {
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(root, ".build-"+l.ID+"-"+hex.EncodeToString(rnd[:]))
+	tmp := filepath.Join(root, ".build-"+l.ID+"-"+randhex.String(6))
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}

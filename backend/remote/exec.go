@@ -3,9 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
@@ -98,12 +97,10 @@ func wireID(execID string) string {
 	if len(base) > 80 {
 		base = base[:80]
 	}
-	var r [8]byte
-	rand.Read(r[:])
 	if base == "" {
-		return "x-" + hex.EncodeToString(r[:])
+		base = "x"
 	}
-	return base + "-" + hex.EncodeToString(r[:])
+	return base + "-" + randhex.String(8)
 }
 
 // onceCloser closes req.Stdin exactly once.
@@ -314,7 +311,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	if err := backend.CheckPending(req.Pending); err != nil {
 		return nil, err
 	}
-	pk, err := packView(root, extra, packLimits{compressed: b.o.maxCompressed, unpacked: b.o.maxUnpacked, members: b.o.maxMembers,
+	pk, err := packView(root, extra, packLimits{compressed: b.o.workspace.MaxCompressed, unpacked: b.o.workspace.MaxUnpacked, members: b.o.workspace.MaxMembers,
 		symlinks: info.features[protocol.FeatureSymlinks], hidden: hidden}, req.Pending)
 	if err != nil {
 		return nil, err

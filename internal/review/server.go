@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
@@ -97,11 +97,7 @@ func New(cfg Config) (*Server, error) {
 
 // NewToken makes a random access token (192 bits, hex).
 func NewToken() (string, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
+	return randhex.String(24), nil
 }
 
 // Token is the secret the page's URL carries.
