@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -409,22 +410,9 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 	if req.TTY != nil {
 		return b.startTTY(bx, j, req, args) // tty.go
 	}
-	ctx := context.Background()
-	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
-		User:         wrapperUser,
-		AttachStdin:  req.Stdin != nil,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          b.scriptEnv(),
-		WorkingDir:   "/pulse",
-		Cmd:          append([]string{b.shell(), "-c", wrapperScript, "pulse-exec"}, args...),
-	})
+	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript, "pulse-exec"}, args...), req.Stdin != nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
-	}
-	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+		return nil, nil, err
 	}
 	if req.Stdin != nil {
 		go func() {
@@ -435,14 +423,39 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 	go func() {
 		_, err := stdcopy.StdCopy(j.out, j.err, hj.Reader)
 		if err != nil {
-			b.log.Warn("exec output stream ended with an error", "exec", ec.ID, "err", err)
+			b.log.Warn("exec output stream ended with an error", "exec", execID, "err", err)
 		}
 		j.out.flush()
 		j.err.flush()
 		hj.Close()
 		j.finish()
 	}()
-	return func() { hj.Close() }, b.inspector(ec.ID), nil
+	return func() { hj.Close() }, b.inspector(execID), nil
+}
+
+// attachScript starts one of the backend's scripts as the wrapper's user
+// in an exec of its own in bx's container, with env added to the
+// scripts' environment, and attaches to it (to its stdin only when stdin
+// is set). script is the script, its $0 and its arguments.
+func (b *Backend) attachScript(bx *box, script []string, stdin bool, env ...string) (string, types.HijackedResponse, error) {
+	ctx := context.Background()
+	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
+		User:         wrapperUser,
+		AttachStdin:  stdin,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          append(b.scriptEnv(), env...),
+		WorkingDir:   "/pulse",
+		Cmd:          append([]string{b.shell(), "-c"}, script...),
+	})
+	if err != nil {
+		return "", types.HijackedResponse{}, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", types.HijackedResponse{}, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+	}
+	return ec.ID, hj, nil
 }
 
 // inspector is the inspect of startFresh and startTTY: the exit code of

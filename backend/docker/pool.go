@@ -1,14 +1,12 @@
 package docker
 
 import (
-	"context"
 	"encoding/base64"
 	"io"
 	"strings"
 	"sync"
 
 	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
@@ -116,20 +114,7 @@ func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
 }
 
 func (b *Backend) newWorker(bx *box) (*worker, error) {
-	ctx := context.Background()
-	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
-		User:         wrapperUser,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          b.scriptEnv(),
-		WorkingDir:   "/pulse",
-		Cmd:          []string{b.shell(), "-c", loopScript, "pulse-loop", wrapperScript},
-	})
-	if err != nil {
-		return nil, err
-	}
-	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", wrapperScript}, true)
 	if err != nil {
 		return nil, err
 	}

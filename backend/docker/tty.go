@@ -114,22 +114,9 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 		return nil, nil, fmt.Errorf("docker: terminal size %dx%d: %w", sz.Rows, sz.Cols, backend.ErrInvalidRequest)
 	}
 	id, dir, fsize, nonce := args[0], args[1], args[2], args[3]
-	ctx := context.Background()
-	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
-		User:         wrapperUser,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          append(b.scriptEnv(), "PULSE_TTY=1"),
-		WorkingDir:   "/pulse",
-		Cmd:          append([]string{b.shell(), "-c", wrapperScript, "pulse-exec"}, args...),
-	})
+	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript, "pulse-exec"}, args...), true, "PULSE_TTY=1")
 	if err != nil {
-		return nil, nil, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
-	}
-	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("docker: starting exec: %v: %w", err, backend.ErrUnavailable)
+		return nil, nil, err
 	}
 	run := &ttyRun{b: b, id: id, ready: make(chan struct{}), done: make(chan struct{})}
 	ttyRuns.Store(id, run)
@@ -158,7 +145,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 	go func() {
 		_, err := stdcopy.StdCopy(ctl, j.err, hj.Reader)
 		if err != nil {
-			b.log.Warn("exec output stream ended with an error", "exec", ec.ID, "err", err)
+			b.log.Warn("exec output stream ended with an error", "exec", execID, "err", err)
 		}
 		ctl.flush()
 		j.out.flush()
@@ -172,7 +159,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 		ttyRuns.Delete(id)
 		j.finish()
 	}()
-	inspect = b.inspector(ec.ID)
+	inspect = b.inspector(execID)
 	abandon = func() {
 		hj.Close()
 		mu.Lock()

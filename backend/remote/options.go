@@ -51,22 +51,21 @@ var (
 )
 
 type options struct {
-	url           string
-	token         string
-	certFile      string
-	keyFile       string
-	caFile        string
-	log           *slog.Logger
-	maxCompressed int64
-	maxUnpacked   int64
-	maxMembers    int
-	maxStdin      int64
-	maxOverlay    int64
-	reconnect     time.Duration
-	cancelWait    time.Duration
-	keepalive     time.Duration
-	dialTimeout   time.Duration
-	progress      func(string)
+	url      string
+	token    string
+	certFile string
+	keyFile  string
+	caFile   string
+	log      *slog.Logger
+	// workspace bounds the upload, as the server's archive limits do.
+	workspace   protocol.ArchiveLimits
+	maxStdin    int64
+	maxOverlay  int64
+	reconnect   time.Duration
+	cancelWait  time.Duration
+	keepalive   time.Duration
+	dialTimeout time.Duration
+	progress    func(string)
 }
 
 // Option configures New.
@@ -99,7 +98,7 @@ func WithWorkspaceLimits(compressed, unpacked int64, members int) Option {
 		if compressed < 0 || unpacked < 0 || members < 0 {
 			return fmt.Errorf("negative workspace limit: %w", ErrConfig)
 		}
-		o.maxCompressed, o.maxUnpacked, o.maxMembers = compressed, unpacked, members
+		o.workspace = protocol.ArchiveLimits{MaxCompressed: compressed, MaxUnpacked: unpacked, MaxMembers: members}
 		return nil
 	}
 }

@@ -111,13 +111,9 @@ func New(opts ...Option) (*Backend, error) {
 			*v = d
 		}
 	}
-	def(&o.maxCompressed, DefaultMaxCompressed)
-	def(&o.maxUnpacked, DefaultMaxUnpacked)
+	o.workspace = o.workspace.WithDefaults()
 	def(&o.maxStdin, DefaultMaxStdin)
 	def(&o.maxOverlay, DefaultMaxOverlay)
-	if o.maxMembers <= 0 {
-		o.maxMembers = DefaultMaxMembers
-	}
 	if o.reconnect <= 0 {
 		o.reconnect = DefaultReconnect
 	}

@@ -106,18 +106,7 @@ func (s *Snapshot) DiffTar(r io.Reader, lim protocol.ArchiveLimits) (*backend.Ov
 		}
 	}
 	ov.Files = files
-	var gone []string
-	for rel := range s.entries {
-		if !seen[rel] {
-			gone = append(gone, rel)
-		}
-	}
-	sort.Strings(gone)
-	for _, rel := range gone {
-		if !parentIn(rel, gone) {
-			ov.Deleted = append(ov.Deleted, rel)
-		}
-	}
+	ov.Deleted = s.deleted(seen)
 	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
 	return ov, nil
 }

@@ -149,7 +149,14 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifact: diff: %w", err)
 	}
-	var gone []string
+	ov.Deleted = s.deleted(seen)
+	return ov, nil
+}
+
+// deleted lists, sorted, the snapshot's paths that are not in seen (what
+// is there now), a deleted directory once and not with its contents.
+func (s *Snapshot) deleted(seen map[string]bool) []string {
+	var gone, out []string
 	for rel := range s.entries {
 		if !seen[rel] {
 			gone = append(gone, rel)
@@ -157,12 +164,11 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 	}
 	sort.Strings(gone)
 	for _, rel := range gone {
-		if parentIn(rel, gone) {
-			continue
+		if !parentIn(rel, gone) {
+			out = append(out, rel)
 		}
-		ov.Deleted = append(ov.Deleted, rel)
 	}
-	return ov, nil
+	return out
 }
 
 // parentIn reports whether a proper ancestor of rel is in the sorted set.
