@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -121,4 +122,27 @@ func WalkWorkspace(root string, fn WalkFunc) error {
 func IsWorkspacePath(p string) bool {
 	return p != "" && p != "." && p != ".." && path.Clean(p) == p && !path.IsAbs(p) &&
 		!strings.HasPrefix(p, "../") && strings.IndexByte(p, 0) < 0 && !IsReserved(p)
+}
+
+// Topmost returns, sorted and once each, those of the clean,
+// slash-separated relative paths that lie beneath no other of them: all a
+// recursive removal of the set needs to name, and how an overlay lists a
+// deleted directory (once, not with its contents).
+func Topmost(paths []string) []string {
+	set := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		set[p] = true
+	}
+	var out []string
+	for p := range set {
+		under := false
+		for d := path.Dir(p); d != "." && d != "/" && !under; d = path.Dir(d) {
+			under = set[d]
+		}
+		if !under {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

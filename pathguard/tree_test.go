@@ -154,3 +154,22 @@ func TestIsWorkspacePath(t *testing.T) {
 		}
 	}
 }
+
+func TestTopmost(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+	}{
+		{nil, nil},
+		{[]string{"b", "a"}, []string{"a", "b"}},
+		{[]string{"a/b/c", "a", "a/b"}, []string{"a"}},
+		// "a.b" sorts between "a" and "a/b": a walk of the sorted list that
+		// looks only at the last path kept would keep "a/b".
+		{[]string{"a/b", "a.b", "a"}, []string{"a", "a.b"}},
+		{[]string{"ab/c", "a"}, []string{"a", "ab/c"}},
+		{[]string{"x/y", "x/y", "z"}, []string{"x/y", "z"}},
+	} {
+		if got := Topmost(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("Topmost(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/fsmode"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // The container's /work/base is what the next command starts from. Before
@@ -313,9 +314,8 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 		}
 	}
 	sort.Strings(put)
-	sort.Strings(del)
 	// Only the topmost of the paths removed: rm -r takes the rest.
-	del = topmost(del)
+	del = pathguard.Topmost(del)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	now := time.Now()
@@ -501,18 +501,6 @@ func removeTree(m map[string]string, p string) {
 			delete(m, q)
 		}
 	}
-}
-
-// topmost keeps, of sorted paths, those beneath no other.
-func topmost(sorted []string) []string {
-	var out []string
-	for _, p := range sorted {
-		if n := len(out); n > 0 && strings.HasPrefix(p, out[n-1]+"/") {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
 }
 
 func readRegular(p string) ([]byte, error) {

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/pathguard"
@@ -156,28 +155,11 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 // deleted lists, sorted, the snapshot's paths that are not in seen (what
 // is there now), a deleted directory once and not with its contents.
 func (s *Snapshot) deleted(seen map[string]bool) []string {
-	var gone, out []string
+	var gone []string
 	for rel := range s.entries {
 		if !seen[rel] {
 			gone = append(gone, rel)
 		}
 	}
-	sort.Strings(gone)
-	for _, rel := range gone {
-		if !parentIn(rel, gone) {
-			out = append(out, rel)
-		}
-	}
-	return out
-}
-
-// parentIn reports whether a proper ancestor of rel is in the sorted set.
-func parentIn(rel string, sorted []string) bool {
-	for d := filepath.ToSlash(filepath.Dir(rel)); d != "." && d != "/"; d = filepath.ToSlash(filepath.Dir(d)) {
-		i := sort.SearchStrings(sorted, d)
-		if i < len(sorted) && sorted[i] == d {
-			return true
-		}
-	}
-	return false
+	return pathguard.Topmost(gone)
 }
