@@ -216,3 +216,19 @@ func TestDockerRenamedDirectoryComesBackWhole(t *testing.T) {
 		t.Errorf("deleted %q, want a among them", r.res.Overlay.Deleted)
 	}
 }
+
+// A command that only removes entries changes no ctime but its
+// directory's (the copy's top for a top-level entry): the removals are
+// still seen.
+func TestDockerRemovalAloneIsSeen(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"top.txt": "t\n", "dir/x": "x\n", "dir/y": "y\n"})
+	b := newDocker(t)
+	execShell(t, b, ws, `true`) // the copy the next commands get repaired
+	for _, c := range []struct{ cmd, gone string }{{"rm top.txt", "top.txt"}, {"rm dir/x", "dir/x"}} {
+		r := execShell(t, b, ws, c.cmd)
+		if r.res.ExitCode != 0 || r.res.Overlay == nil || strings.Join(r.res.Overlay.Deleted, ",") != c.gone || len(r.res.Overlay.Files) != 0 {
+			t.Errorf("%s: exit %d, overlay %+v, stderr %q; want %s deleted, nothing else", c.cmd, r.res.ExitCode, r.res.Overlay, r.stderr, c.gone)
+		}
+	}
+}

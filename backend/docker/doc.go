@@ -137,8 +137,9 @@
 //
 // Known limits: each command's end lists every entry of its copy (and
 // stats those changed in the last minute or so, reads the contents of
-// those changed since it began), so its cost grows with the number of
-// files in the workspace; the first command of a uid
+// those changed since it began, and reads the copy's manifest only when
+// an entry changed), so its cost grows with the number of files in the
+// workspace; the first command of a uid
 // in a container copies the workspace; the workspace lives in memory
 // (WithScratchSize), once in the baseline and once per copy kept; names containing a newline are not tracked; what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed: a report

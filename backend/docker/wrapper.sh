@@ -56,7 +56,10 @@
 # only the others (ctime at or after the mark, so also those changed in
 # the mark's own clock tick) are hashed and compared with what the copy
 # held. Should the clock go back while the command runs (a second mark
-# after it is earlier than the first), every file is hashed.
+# after it is earlier than the first), every file is hashed. When no
+# entry's ctime is at or after the mark, the top of the copy's included,
+# nothing changed (an entry made, removed or renamed changes its
+# directory's ctime), and the copy's manifest is not even read.
 #
 # Why a copy per command: concurrent commands on one container each get
 # an overlay of their own writes only, measured against what they saw.
@@ -247,7 +250,28 @@ scan() {
 		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
 	else
 		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
-	fi) >"$Q.st" && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" >"$Q.mk"
+	fi) >"$Q.st" && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
+}
+# same LIM: whether Q.st (made by scan LIM) says that nothing in the copy
+# changed since the mark, so that cands need not read it and Q.before:
+# no entry, the copy's top included, has a ctime at or after the mark's.
+# An entry created, removed or renamed changes the ctime of the directory
+# it is in, and anything else changes its own; the stat lines are those
+# scan gave a ctime, the others being old for certain (see cands).
+same() {
+	{ grep -v '^\./' "$Q.st" || [ $? = 1 ]; } >"$Q.sl" &&
+		awk -F '|' -v L="$1" '
+FILENAME == ARGV[1] {
+	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
+	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
+	else if (FNR == 3) { m2 = z; s2 = s } else if (FNR == 4) { r = z; n = 4 }
+	next
+}
+{ if ($0 == "BAD" || $1 >= m0) ch = 1 }
+END {
+	if (n != 4 || ch || m1 < m0 || m2 < m1 || r >= m0) exit 1
+	if (L != "" && s2 + 1 - s0 >= L * 60) exit 1
+}' "$Q.mk" "$Q.sl"
 }
 # cands LIM: from Q.mk, Q.st (made by scan LIM) and Q.before, the
 # candidates: entries at or after the mark (all, should the clock have
@@ -261,7 +285,7 @@ cands() {
 FILENAME == ARGV[1] {
 	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
 	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
-	else {
+	else if (FNR == 3) {
 		all = m1 < m0 || z < m1
 		# find -cmin -L passes what is less than L*60 s old by its
 		# clock, read before m2 was made (the kernel stamps ctime from
@@ -308,7 +332,15 @@ END {
 lim=
 { read -r _ _ e _ <"$O/time"; } 2>/dev/null || e=
 case ${e%.*} in '' | *[!0-9]*) ;; *) lim=$((${e%.*} / 60 + 1)) ;; esac
-if [ -z "$lim" ] || ! scan "$lim" 2>&8 || ! cands "$lim" 2>&8 || [ -e "$Q.redo" ]; then
+ok=0
+if [ -n "$lim" ] && scan "$lim" 2>&8; then
+	if same "$lim" 2>&8; then
+		: >"$Q.cand" && ok=1
+	elif cands "$lim" 2>&8 && [ ! -e "$Q.redo" ]; then
+		ok=1
+	fi
+fi
+if [ $ok = 0 ]; then
 	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$O/deleted"
 	{ scan "" && cands ""; } 2>&8 || finish manifest "$rc"
 fi
