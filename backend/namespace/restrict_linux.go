@@ -9,7 +9,6 @@ import (
 	"sync"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend/internal/denylist"
@@ -93,48 +92,8 @@ var (
 	namespaceCloneFlags = denylist.CloneNamespaceFlags
 )
 
-func seccompFilter() seccomp.Filter {
-	var clone []seccomp.NameWithConditions
-	for _, f := range namespaceCloneFlags {
-		clone = append(clone, seccomp.NameWithConditions{
-			Name:       "clone",
-			Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: f}},
-		})
-	}
-	return seccomp.Filter{
-		NoNewPrivs: true,
-		Policy: seccomp.Policy{
-			DefaultAction: seccomp.ActionAllow,
-			Syscalls: []seccomp.SyscallGroup{
-				{Names: deniedSyscalls, Action: seccomp.ActionErrno},
-				{NamesWithCondtions: clone, Action: seccomp.ActionErrno},
-			},
-		},
-	}
-}
-
-// compiledSeccomp is seccompFilter's BPF program, compiled once per
-// process and sent to every init: the policy is a constant, so compiling
-// it in each init would only repeat the same work on the critical path.
-var compiledSeccomp = sync.OnceValues(func() ([]unix.SockFilter, error) {
-	f := seccompFilter()
-	insts, err := f.Policy.Assemble()
-	if err != nil {
-		return nil, fmt.Errorf("assembling the seccomp policy: %w", err)
-	}
-	prog := make([]unix.SockFilter, 0, len(insts))
-	for _, in := range insts {
-		raw, err := in.Assemble()
-		if err != nil {
-			return nil, fmt.Errorf("assembling the seccomp policy: %w", err)
-		}
-		prog = append(prog, unix.SockFilter{Code: raw.Op, Jt: raw.Jt, Jf: raw.Jf, K: raw.K})
-	}
-	return prog, nil
-})
-
-// loadSeccomp sets no_new_privs and installs prog, as seccomp.LoadFilter
-// does for seccompFilter (NoNewPrivs, no flags). An empty or oversized
+// loadSeccomp sets no_new_privs and installs prog (compiledSeccomp's), as
+// the library's LoadFilter does with NoNewPrivs and no flags. An empty or oversized
 // program is refused: the init never runs a command unfiltered.
 func loadSeccomp(prog []unix.SockFilter) error {
 	if len(prog) == 0 || len(prog) > 4096 {

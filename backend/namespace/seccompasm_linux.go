@@ -1,0 +1,21 @@
+//go:build linux && !amd64
+
+package namespace
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend/internal/seccompasm"
+)
+
+// compiledSeccomp is the deny list's BPF program, assembled once per
+// process and sent to every init: the policy is a constant, so assembling
+// it in each init would only repeat the same work on the critical path.
+// On amd64 the program is committed as generated code instead
+// (seccompprog_linux_amd64.go), so that the pulse binaries do not link
+// the assembler's library and pay its package init.
+var compiledSeccomp = sync.OnceValues(func() ([]unix.SockFilter, error) {
+	return seccompasm.Assemble(deniedSyscalls, namespaceCloneFlags)
+})
