@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulse-agent/pulse/backend/internal/cabundle"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -473,7 +474,7 @@ type NetworkEvent struct {
 
 // SystemBundles are the usual paths of a Linux system's CA bundle, the
 // first found being the system's trust store.
-var SystemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+var SystemBundles = cabundle.System
 
 // SystemRoots is this machine's CA bundle (PEM, ending in a newline), or
 // nil when it has none: what a sandbox keeps trusting next to its own CA,

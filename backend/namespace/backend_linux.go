@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/pathguard"
@@ -90,7 +91,7 @@ func New(opts ...Option) (*Backend, error) {
 		warm: map[bool][]*initProc{}, filling: map[bool]bool{}, ahead: map[bool]chan struct{}{},
 		inflight: map[bool]int{}, peak: map[bool]int{}}
 	prewarmMasks()
-	b.landlock = landlockABI()
+	b.landlock = nsinit.LandlockABI()
 	b.cg = detectCgroups()
 	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)
 	return b, nil
@@ -529,17 +530,19 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		return c, err
 	}
 	c = childConfig{
-		Egress:    eg,
-		Workspace: ws,
-		Dir:       filepath.Join(ws, filepath.FromSlash(dir)),
-		Args:      req.Args,
-		Shell:     req.Shell,
-		NewNet:    newNet,
-		ReadOnly:  b.o.readOnly,
-		ReadWrite: b.o.readWrite,
-		FileSize:  lim.FileSizeBytes,
-		envMap:    env,
-		hidden:    hidden,
+		Config: nsinit.Config{
+			Egress:    eg,
+			Workspace: ws,
+			Dir:       filepath.Join(ws, filepath.FromSlash(dir)),
+			Args:      req.Args,
+			Shell:     req.Shell,
+			NewNet:    newNet,
+			ReadOnly:  b.o.readOnly,
+			ReadWrite: b.o.readWrite,
+			FileSize:  lim.FileSizeBytes,
+		},
+		envMap: env,
+		hidden: hidden,
 	}
 	if c.Caches, err = cacheBinds(req.Caches, ws); err != nil {
 		return c, err
@@ -548,7 +551,7 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 		if req.TTY.Rows == 0 || req.TTY.Cols == 0 {
 			return c, fmt.Errorf("%w: terminal size %dx%d", backend.ErrInvalidRequest, req.TTY.Rows, req.TTY.Cols)
 		}
-		c.TTY = &ttyConfig{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		c.TTY = &nsinit.TTYConfig{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
 		if _, ok := req.Env["TERM"]; !ok {
 			env["TERM"] = "xterm-256color"
 		}
@@ -593,11 +596,11 @@ func checkWorkspace(workspace string) (string, error) {
 
 // cacheBinds resolves the request's caches to the bind mounts the init
 // makes, refusing one whose host directory overlaps the workspace.
-func cacheBinds(caches []backend.Cache, ws string) ([]cacheBind, error) {
+func cacheBinds(caches []backend.Cache, ws string) ([]nsinit.CacheBind, error) {
 	if err := backend.CheckCaches(caches, ws); err != nil {
 		return nil, err
 	}
-	var binds []cacheBind
+	var binds []nsinit.CacheBind
 	for _, bc := range caches {
 		src, err := filepath.EvalSymlinks(bc.HostDir)
 		if err != nil {
@@ -607,7 +610,7 @@ func cacheBinds(caches []backend.Cache, ws string) ([]cacheBind, error) {
 			// The command would write the workspace past the overlay.
 			return nil, fmt.Errorf("%w: cache %s: host directory %s overlaps the workspace", backend.ErrInvalidRequest, bc.Name, src)
 		}
-		binds = append(binds, cacheBind{Src: src, Dst: bc.Path})
+		binds = append(binds, nsinit.CacheBind{Src: src, Dst: bc.Path})
 	}
 	return binds, nil
 }

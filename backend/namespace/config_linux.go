@@ -1,115 +1,22 @@
 package namespace
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"github.com/pulse-agent/pulse/backend"
-
-	"golang.org/x/sys/unix"
+	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
 )
 
-// initEnv marks a process as a sandbox init. Its value is the protocol
-// version, so a binary never mistakes an older parent's config for its own.
-const (
-	initEnv     = "PULSE_NAMESPACE_INIT"
-	initVersion = "1"
-	// Fds of the init: the config pipe and the status pipe. The status pipe
-	// is close-on-exec in the init, so EOF on it without a message means
-	// the command was exec'd.
-	configFd = 3
-	statusFd = 4
-	// traceEnv, set in the init's environment, makes it report the time
-	// of each set-up step on the status pipe ("phase <name> <ns>",
-	// CLOCK_MONOTONIC); the start-up profile test reads them.
-	traceEnv = "PULSE_NAMESPACE_TRACE"
-)
-
-// childConfig is everything the init needs, sent by the parent over the
-// config pipe as JSON. Host paths are absolute.
+// childConfig is the init's config (nsinit.Config, what travels on the
+// config pipe: the embedded struct's fields are the JSON object's) with
+// what the backend keeps beside it while it prepares the run.
 type childConfig struct {
-	Root      string   `json:"root"`
-	Workspace string   `json:"workspace"`
-	Upper     string   `json:"upper"`
-	Work      string   `json:"work"`
-	Dir       string   `json:"dir"`
-	Home      string   `json:"home"`
-	Args      []string `json:"args,omitempty"`
-	Shell     string   `json:"shell,omitempty"`
-	Env       []string `json:"env"`
-	NewNet    bool     `json:"new_net"`
-	ReadOnly  []string `json:"read_only,omitempty"`
-	// Mask are system paths (inside /etc) hidden from the command.
-	Mask      []string `json:"mask,omitempty"`
-	ReadWrite []string `json:"read_write,omitempty"`
-	// Caches are host directories bound read-write at another path
-	// (Request.Caches); landlock lets the command write below Dst.
-	Caches   []cacheBind `json:"caches,omitempty"`
-	Hostname string      `json:"hostname"`
-	// LastCap is the highest capability number the kernel knows, read
-	// once by the backend (static config only).
-	LastCap int `json:"last_cap,omitempty"`
-	// Seccomp is the compiled filter program (static config only): the
-	// policy is fixed, so the backend compiles it once for every init.
-	Seccomp bpfProgram `json:"seccomp,omitempty"`
-	// PidsLimited: the command has a pids limit (cgroup or RLIMIT_NPROC)
-	// that the init's threads count against, so the init starts the
-	// threads its runtime may want before the command starts.
-	PidsLimited bool `json:"pids_limited,omitempty"`
-	// Rlimits; zero means leave the inherited limit.
-	FileSize int64 `json:"file_size,omitempty"`
-	NProc    int64 `json:"nproc,omitempty"`
-	Data     int64 `json:"data,omitempty"`
-	// Egress is set in allowlist mode (egress_linux.go).
-	Egress *egressConfig `json:"egress,omitempty"`
-	// TTY runs the command on a terminal of this size (tty_linux.go).
-	TTY *ttyConfig `json:"tty,omitempty"`
+	nsinit.Config
 
-	// envMap is Env before HOME is known (parent side only).
+	// envMap is Env before HOME is known.
 	envMap map[string]string
-	// hidden are the request's hidden paths that exist (parent side
-	// only): whiteouts in the upper layer before the overlay is mounted.
+	// hidden are the request's hidden paths that exist: whiteouts in the
+	// upper layer before the overlay is mounted.
 	hidden hiddenSet
-	// Layers are the pending layers laid between the workspace and the
-	// upper directory, bottom first (pending_linux.go); pend is the
-	// view they make, for reading the overlay back (parent side only).
-	Layers []string `json:"layers,omitempty"`
-	pend   *backend.Pending
-}
-
-// cacheBind is one Request.Cache: host Src shown writable at Dst.
-type cacheBind struct {
-	Src string `json:"src"`
-	Dst string `json:"dst"`
-}
-
-// bpfProgram travels as base64 of packed 8-byte instructions rather than
-// as JSON objects: decoding a hundred objects by reflection was a
-// measurable part of a cold init's start.
-type bpfProgram []unix.SockFilter
-
-func (p bpfProgram) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 8*len(p))
-	for _, in := range p {
-		b = binary.LittleEndian.AppendUint16(b, in.Code)
-		b = append(b, in.Jt, in.Jf)
-		b = binary.LittleEndian.AppendUint32(b, in.K)
-	}
-	return json.Marshal(b)
-}
-
-func (p *bpfProgram) UnmarshalJSON(data []byte) error {
-	var b []byte
-	if err := json.Unmarshal(data, &b); err != nil {
-		return err
-	}
-	if len(b)%8 != 0 {
-		return errors.New("seccomp program: not a whole number of instructions")
-	}
-	prog := make(bpfProgram, 0, len(b)/8)
-	for ; len(b) > 0; b = b[8:] {
-		prog = append(prog, unix.SockFilter{Code: binary.LittleEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.LittleEndian.Uint32(b[4:])})
-	}
-	*p = prog
-	return nil
+	// pend is the view the Layers (pending_linux.go) make, for reading
+	// the overlay back.
+	pend *backend.Pending
 }

@@ -38,13 +38,14 @@
 // opens in the sandbox's own devpts instance (the sandbox's /dev/pts/0,
 // never a host terminal), its controlling terminal; the init copies the
 // master to and from its pipes and applies resizes the backend sends as
-// lines on the config pipe (tty_linux.go).
+// lines on the config pipe (internal/nsinit/tty_linux.go).
 //
 // Start (backend.Starter) runs a command exactly as Exec does and hands
 // back a handle: signals go to the command's host pid (the init's child
 // whose innermost pid the init reported), and DialPort connects to a port
 // inside the sandbox through the init, which connects from inside its
-// network and hands the socket back over a socket pair (expose_linux.go):
+// network and hands the socket back over a socket pair (expose_linux.go, and the init's side
+// in internal/nsinit):
 // so it works for an unprivileged caller too, which could not enter the
 // namespace itself (setns needs CAP_SYS_ADMIN over the caller's own user
 // namespace).
@@ -80,15 +81,17 @@
 // binary pays all of its package initialisation again. When the program
 // cmd/pulse-namespace-init (InitProgramName) is installed beside the running
 // binary, as `go build -o bin/ ./cmd/...` and `go install ./cmd/...` put it,
-// the backend runs that instead: it links this package and nothing else. It
-// is used only when it is a regular file owned by root or by the binary's
-// owner, in a directory of the same, writable by nobody else (whoever could
+// the backend runs that instead: it links the init's code alone (package
+// internal/nsinit, which imports nothing of the backend's side), so its
+// Go start-up is close to a hello world's. It is used only when it is a
+// regular file owned by root or by the binary's owner, in a directory of
+// the same, writable by nobody else (whoever could
 // replace it could replace the binary), and it is exec'd through a
 // descriptor, so the file checked is the file run. It must also be the same
 // code: it is run only once a probe ran a sandbox with it, and the probe's
-// inits get the identity of the parent's build of this package (the Go
-// version, a hash of the package's source, embedded, and golang.org/x/sys's
-// version); an init of any other identity refuses to set anything up. The
+// inits get the identity of the parent's build of the init's code (the Go
+// version, a hash of package nsinit's source, embedded, and
+// golang.org/x/sys's version); an init of any other identity refuses to set anything up. The
 // probe then falls back to this binary as the init and records that in the
 // probe cache, so an init left from another build costs one extra probe,
 // never a command run by code other than the parent's. Once a probe passed

@@ -1,19 +1,10 @@
 package namespace
 
 import (
-	"crypto/sha256"
-	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"slices"
-	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +12,8 @@ import (
 // InitProgramName is the program the backend runs as each sandbox init
 // when it is installed beside the running binary (`go build -o bin/
 // ./cmd/...` and `go install ./cmd/...` put it there): cmd/pulse-namespace-init,
-// a main that calls Init and links nothing but this package. Every init is
+// a main that links the init's code (package internal/nsinit) and nothing
+// of the backend's side. Every init is
 // a Go process start, and re-running a large binary (the pulse CLI links
 // the Docker client, the MCP SDK and OpenTelemetry) pays all of its
 // package initialisation and page faults again before Init runs; the
@@ -29,17 +21,9 @@ import (
 //
 // It is used only when it can be trusted as much as the running binary,
 // and only when it is the same code: see findInitProgram and
-// initIdentity. Otherwise (and for any program that embeds the backend
+// nsinit.Identity. Otherwise (and for any program that embeds the backend
 // without installing it) the init is this binary, through /proc/self/exe.
 const InitProgramName = "pulse-namespace-init"
-
-// initProgFd is where the init program's descriptor sits in the init
-// before its exec: passed as an extra file (after configFd, statusFd and
-// dialFd), it is exec'd as /proc/self/fd/6, so that the file checked is
-// the file run even if the path is replaced meanwhile. The init marks it
-// close-on-exec with everything else above stderr, so the command never
-// sees it.
-const initProgFd = 6
 
 // initProgram is a separate init program that passed findInitProgram.
 type initProgram struct {
@@ -61,55 +45,6 @@ const (
 	progTrusted
 )
 
-// sources is this package's own source, hashed into initIdentity. The
-// test files are embedded too (a pattern cannot leave them out) but not
-// hashed.
-//
-//go:embed *.go
-var sources embed.FS
-
-// initIdentity names the code of this package's init side as built into
-// this binary: the Go version and a SHA-256 of the package's source files,
-// then golang.org/x/sys's version where the binary records its
-// dependencies ("-" where it does not, as test binaries). A separate init
-// program checks that the identity its parent sends is its own, and
-// refuses to set up a sandbox otherwise (checkInitIdentity), so that an
-// init program left from an older (or newer, or differently patched) build
-// beside a new binary never runs a command: its isolation code might not
-// be the code the parent was built with.
-var initIdentity = sync.OnceValue(func() string {
-	h := sha256.New()
-	fmt.Fprintf(h, "go %s\n", runtime.Version())
-	ents, err := fs.ReadDir(sources, ".")
-	if err != nil {
-		panic("namespace: embedded sources: " + err.Error())
-	}
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), "_test.go") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		b, err := sources.ReadFile(n)
-		if err != nil {
-			panic("namespace: embedded sources: " + err.Error())
-		}
-		fmt.Fprintf(h, "file %q %d\n", n, len(b))
-		h.Write(b)
-	}
-	sys := "-"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "golang.org/x/sys" {
-				sys = d.Version + "/" + d.Sum
-			}
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16]) + " " + sys
-})
-
 // errNoInitProgram: there is no separate init program to use (none
 // installed, or one that is not trusted); the init is this binary.
 var errNoInitProgram = errors.New("no separate init program")
@@ -119,7 +54,7 @@ var errNoInitProgram = errors.New("no separate init program")
 // a symlink), executable, owned by root or by the binary's owner and
 // writable by nobody else, in a directory writable by nobody else.
 // Whoever could replace such a file could replace the binary itself.
-// Whether it is the same code is checked by the init itself (initIdentity).
+// Whether it is the same code is checked by the init itself (nsinit.Identity).
 func findInitProgram() (*initProgram, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -248,20 +183,4 @@ func (b *Backend) closeInitProg() {
 		b.prog.file.Close()
 		b.progOff = true
 	}
-}
-
-// checkInitIdentity is the init's side: the identity its parent sent
-// (empty when the parent runs itself as the init: the same binary) must
-// be its own. The dependency part is compared when both sides know it.
-func checkInitIdentity(parent string) error {
-	if parent == "" {
-		return nil
-	}
-	own := initIdentity()
-	src, sys, _ := strings.Cut(own, " ")
-	psrc, psys, _ := strings.Cut(parent, " ")
-	if psrc == src && (psys == sys || psys == "-" || sys == "-") {
-		return nil
-	}
-	return fmt.Errorf("the init program is not the build of the binary that started it (identity %q, the parent's %q); reinstall both from one build", own, parent)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,50 +14,6 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 )
-
-func TestInitIdentity(t *testing.T) {
-	id := initIdentity()
-	if !regexp.MustCompile(`^[0-9a-f]{32} (-|v[^ ]+)$`).MatchString(id) {
-		t.Fatalf("initIdentity() = %q, want 32 hex digits and x/sys's version", id)
-	}
-	if initIdentity() != id {
-		t.Error("initIdentity changes between calls")
-	}
-	if err := checkInitIdentity(""); err != nil {
-		t.Errorf("no identity (the parent runs itself): %v", err)
-	}
-	if err := checkInitIdentity(id); err != nil {
-		t.Errorf("own identity refused: %v", err)
-	}
-	src, _, _ := strings.Cut(id, " ")
-	for _, other := range []string{strings.Repeat("0", 32) + " -", strings.Repeat("0", 32), "", " -"} {
-		if other == "" {
-			continue // the parent runs itself: no identity sent
-		}
-		if err := checkInitIdentity(other); err == nil {
-			t.Errorf("identity %q accepted", other)
-		}
-	}
-	// x/sys's version is compared when both sides record it.
-	if err := checkInitIdentity(src + " -"); err != nil {
-		t.Errorf("a parent that records no dependencies refused: %v", err)
-	}
-	if err := checkInitIdentity(src + " v0.0.1/h1:other"); err == nil && !strings.HasSuffix(id, " -") {
-		t.Error("a parent with another x/sys accepted")
-	}
-	// Every non-test source file of the package is in the hash.
-	ents, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
-			if _, err := sources.ReadFile(n); err != nil {
-				t.Errorf("%s is not embedded for initIdentity: %v", n, err)
-			}
-		}
-	}
-}
 
 // copyFile copies src to dst with mode.
 func copyFile(t *testing.T, src, dst string, mode os.FileMode, edit func([]byte) []byte) {

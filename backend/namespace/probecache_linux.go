@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +42,7 @@ func (b *Backend) probeKey(refused bool) (string, error) {
 		return "", fmt.Errorf("stat %s: no device and inode", exe)
 	}
 	var k strings.Builder
-	fmt.Fprintf(&k, "pulse namespace probe %s\n", initVersion)
+	fmt.Fprintf(&k, "pulse namespace probe %s\n", nsinit.Version)
 	fmt.Fprintf(&k, "kernel %q %q %q\n", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Version[:]), unix.ByteSliceToString(u.Machine[:]))
 	fmt.Fprintf(&k, "exe %q %d %d %d %d\n", exe, sys.Dev, sys.Ino, st.Size(), st.ModTime().UnixNano())
 	if prog := b.foundInitProg(); prog != nil {

@@ -36,7 +36,7 @@ func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Proc
 }
 
 // StartsTerminals implements backend.TerminalStarter: the init makes the
-// terminal in the sandbox's own devpts (tty_linux.go).
+// terminal in the sandbox's own devpts (internal/nsinit/tty_linux.go).
 func (b *Backend) StartsTerminals() bool { return true }
 
 // ttyControl is the control of a command on a terminal: resizes go to
@@ -137,7 +137,7 @@ func innermostPid(pid int) int {
 // DialPort connects to 127.0.0.1:port as the sandbox sees it. A sandbox
 // on the host's network (allow-all) is dialled directly; one with a
 // network of its own through its init, which connects from inside and
-// hands the socket back (expose_linux.go): that works for an
+// hands the socket back (expose_linux.go; the init's side in internal/nsinit): that works for an
 // unprivileged caller too, which cannot enter the namespace itself.
 func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -93,23 +94,23 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	// The init is this binary again, or the small init program installed
 	// beside it (initprog_linux.go), told which build it must be.
 	cmd := exec.Command("/proc/self/exe")
-	mark := initVersion
-	extra := []*os.File{cfgR, stW, dialC} // configFd, statusFd, dialFd
+	mark := nsinit.Version
+	extra := []*os.File{cfgR, stW, dialC} // nsinit.ConfigFd, StatusFd, DialFd
 	if prog, check := b.initProg(); prog != nil {
-		cmd = exec.Command("/proc/self/fd/" + strconv.Itoa(initProgFd))
+		cmd = exec.Command("/proc/self/fd/" + strconv.Itoa(nsinit.ProgFd))
 		if check {
-			mark += " " + initIdentity()
+			mark += " " + nsinit.Identity()
 		}
-		extra = append(extra, prog.file) // initProgFd
+		extra = append(extra, prog.file) // nsinit.ProgFd
 	}
 	cmd.Args = []string{"pulse-namespace-init"}
 	// The init's own environment; the command's is built from the
 	// request. A race-built binary would otherwise sleep a second at every
 	// exit, and one processor keeps the init's threads (which count as
 	// pids) few.
-	cmd.Env = []string{initEnv + "=" + mark, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
+	cmd.Env = []string{nsinit.Env + "=" + mark, "GORACE=atexit_sleep_ms=0", "GOMAXPROCS=1"}
 	if b.o.phaseHook != nil {
-		cmd.Env = append(cmd.Env, traceEnv+"=1")
+		cmd.Env = append(cmd.Env, nsinit.TraceEnv+"=1")
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = extra
@@ -142,7 +143,7 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	b.phase("clone-exec")
 	p.cmd = cmd
 	p.home = sandboxHome()
-	static, err := json.Marshal(childConfig{
+	static, err := json.Marshal(nsinit.Config{
 		Root:     filepath.Join(r.dir, "root"),
 		Home:     p.home,
 		Mask:     etcMasks(),

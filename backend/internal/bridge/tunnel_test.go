@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,6 +88,38 @@ func TestTunnelConnectsThroughTheProxy(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatalf("%s: the proxy was never asked", tc.target)
+		}
+	}
+}
+
+// The proxy's answer: only a 200 of HTTP/1.x opens the tunnel, the
+// header is read to its end whatever it holds, and the bytes after it are
+// the tunnel's.
+func TestConnectEstablished(t *testing.T) {
+	long := "X-Long: " + strings.Repeat("a", maxConnectReply) + "\r\n"
+	for _, tc := range []struct {
+		reply string
+		ok    bool
+	}{
+		{"HTTP/1.1 200 Connection established\r\n\r\nrest", true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 4\r\nX-A: b\r\n\r\nrest", true},
+		{"HTTP/1.1 200\nVia: p\n\nrest", true},
+		{"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", false},
+		{"HTTP/1.1 2000 Odd\r\n\r\nrest", false},
+		{"HTTP/2.0 200 OK\r\n\r\nrest", false},
+		{"ICY 200 OK\r\n\r\nrest", false},
+		{"HTTP/1.1 200 OK\r\n", false},                     // the header never ends
+		{"HTTP/1.1 200 OK\r\n" + long + "\r\nrest", false}, // too long
+	} {
+		br := bufio.NewReader(strings.NewReader(tc.reply))
+		if got := connectEstablished(br); got != tc.ok {
+			t.Errorf("%.40q: established %v, want %v", tc.reply, got, tc.ok)
+			continue
+		}
+		if tc.ok {
+			if rest, _ := io.ReadAll(br); string(rest) != "rest" {
+				t.Errorf("%.40q: left %q for the tunnel, want %q", tc.reply, rest, "rest")
+			}
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package namespace
+package nsinit
 
 import (
 	"bufio"
@@ -23,8 +23,8 @@ import (
 // backend as "resize ROWS COLS" lines on the config pipe, after the
 // config (see controlLines).
 
-// ttyConfig is the terminal's size in the request's config.
-type ttyConfig struct {
+// TTYConfig is the terminal's size in the request's config.
+type TTYConfig struct {
 	Rows uint16 `json:"rows"`
 	Cols uint16 `json:"cols"`
 }
@@ -39,7 +39,7 @@ func init() { ptyMaster.Store(-1) }
 
 // openPTY opens a new terminal of the sandbox's devpts at size sz and
 // returns the master and the slave, both close-on-exec.
-func openPTY(sz *ttyConfig) (master, slave int, err error) {
+func openPTY(sz *TTYConfig) (master, slave int, err error) {
 	master, err = unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, -1, fmt.Errorf("opening /dev/pts/ptmx: %w", err)

@@ -1,4 +1,4 @@
-package namespace
+package nsinit
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -18,7 +17,7 @@ import (
 // exec: landlock (needs the capabilities it is about to lose for nothing,
 // but must come before seccomp, which does not refuse it), then the
 // capabilities, then no_new_privs and seccomp.
-func restrictSelf(cfg *childConfig) error {
+func restrictSelf(cfg *Config) error {
 	if err := applyLandlock(cfg); err != nil {
 		return err
 	}
@@ -46,11 +45,10 @@ const (
 	secbitNoCapAmbientRaiseLockd = 1 << 7
 )
 
-// hostLastCap is lastCap read once: every init of this process gets it in
-// its static config instead of reading /proc itself.
-var hostLastCap = sync.OnceValue(lastCap)
-
-func lastCap() int {
+// LastCap is the highest capability number the kernel knows (63 when
+// it cannot be read). The backend reads it once and sends it in every
+// init's static config; an init not told reads it itself.
+func LastCap() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < 64 {
@@ -62,7 +60,7 @@ func lastCap() int {
 
 func dropCapabilities(last int) error {
 	if last <= 0 || last >= 64 {
-		last = lastCap()
+		last = LastCap()
 	}
 	for c := 0; c <= last; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
@@ -85,14 +83,7 @@ func dropCapabilities(last int) error {
 	return nil
 }
 
-// deniedSyscalls and namespaceCloneFlags are the list every isolating
-// backend shares (see package denylist for why each is there).
-var (
-	deniedSyscalls      = denylist.Syscalls
-	namespaceCloneFlags = denylist.CloneNamespaceFlags
-)
-
-// loadSeccomp sets no_new_privs and installs prog (compiledSeccomp's), as
+// loadSeccomp sets no_new_privs and installs prog (the backend's compiledSeccomp), as
 // the library's LoadFilter does with NoNewPrivs and no flags. An empty or oversized
 // program is refused: the init never runs a command unfiltered.
 func loadSeccomp(prog []unix.SockFilter) error {
@@ -162,8 +153,8 @@ func loadArchFilter() error {
 	return nil
 }
 
-// landlockABI is the kernel's landlock ABI version, 0 when it has none.
-func landlockABI() int {
+// LandlockABI is the kernel's landlock ABI version, 0 when it has none.
+func LandlockABI() int {
 	r, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 {
 		return 0
@@ -174,8 +165,8 @@ func landlockABI() int {
 // applyLandlock confines writes to the places the mount layout already
 // makes writable, so that a mount mistake is not an escape. Best effort:
 // nothing happens on a kernel without landlock.
-func applyLandlock(cfg *childConfig) error {
-	abi := landlockABI()
+func applyLandlock(cfg *Config) error {
+	abi := LandlockABI()
 	if abi < 1 {
 		return nil
 	}
