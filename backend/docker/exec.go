@@ -26,8 +26,11 @@ import (
 )
 
 // wrapperScript runs one command (wrapper.sh), with the manifest helpers
-// it shares with the sync script in front (manifest.sh).
-var wrapperScript = manifestLib + wrapperBody
+// it shares with the sync script in front (manifest.sh). Joined on first
+// use, not at package init: every pulse process links this package, most
+// never talk to Docker, and the 22 KB copy was the costliest init of
+// pulse's own packages.
+var wrapperScript = sync.OnceValue(func() string { return manifestLib + wrapperBody })
 
 //go:embed wrapper.sh
 var wrapperBody string
@@ -410,7 +413,7 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 	if req.TTY != nil {
 		return b.startTTY(bx, j, req, args) // tty.go
 	}
-	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript, "pulse-exec"}, args...), req.Stdin != nil)
+	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript(), "pulse-exec"}, args...), req.Stdin != nil)
 	if err != nil {
 		return nil, nil, err
 	}

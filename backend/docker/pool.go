@@ -114,7 +114,7 @@ func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
 }
 
 func (b *Backend) newWorker(bx *box) (*worker, error) {
-	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", wrapperScript}, true)
+	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", wrapperScript()}, true)
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 		}
 		cut := since.Add(-window).UnixNano()
 		if ctime >= cut || info.ModTime().UnixNano() >= cut {
-			return fmt.Sprintf("r|%s.%d", unhashedRun, unhashed.Add(1))
+			return fmt.Sprintf("r|%s.%d", unhashedRun(), unhashed.Add(1))
 		}
 		return fmt.Sprintf("w|%o|%d|%d|%d|%d", tarMode(m), info.Size(), info.ModTime().UnixNano(), ctime, ino)
 	}
@@ -143,10 +143,12 @@ type want struct {
 
 // unhashed numbers the pending files that come without a SHA; with
 // unhashedRun, which tells this process's numbers from those of another
-// whose model a warm container carries over (warm.go).
+// whose model a warm container carries over (warm.go). Drawn on first
+// use: at package init it was the first crypto/rand read of every pulse
+// process, Docker or not.
 var (
 	unhashed    atomic.Uint64
-	unhashedRun = randomID()
+	unhashedRun = sync.OnceValue(randomID)
 )
 
 // desired computes what base should hold: the workspace now, with the
@@ -199,7 +201,7 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 			// Without a content hash nothing says base holds these
 			// bytes (another stack's file of the same size may be
 			// there): a signature no model entry equals, so it is sent.
-			sig := fmt.Sprintf("p|%s|%d|%s.%d", e.Path, e.Size, unhashedRun, unhashed.Add(1))
+			sig := fmt.Sprintf("p|%s|%d|%s.%d", e.Path, e.Size, unhashedRun(), unhashed.Add(1))
 			if e.SHA != "" {
 				sig = contentSig(e.Mode, e.SHA)
 			}
@@ -217,7 +219,9 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 // "before", for what changed (made again from all of base only after a
 // reset). umask 0 for the tar: as a user other than root it applies the
 // umask, and base must get the modes of the archive as they are.
-var syncScript = manifestLib + `set -u
+var syncScript = sync.OnceValue(func() string { return manifestLib + syncBody })
+
+const syncBody = `set -u
 P=/work S=$P/sync-$1
 umask 077
 lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
@@ -387,7 +391,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	if err := tw.Close(); err != nil {
 		return 0, err
 	}
-	if err := b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript, "pulse-sync", randomID()}, &buf); err != nil {
+	if err := b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript(), "pulse-sync", randomID()}, &buf); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			// The script ended, part way: rebuild base next time.

@@ -114,7 +114,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 		return nil, nil, fmt.Errorf("docker: terminal size %dx%d: %w", sz.Rows, sz.Cols, backend.ErrInvalidRequest)
 	}
 	id, dir, fsize, nonce := args[0], args[1], args[2], args[3]
-	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript, "pulse-exec"}, args...), true, "PULSE_TTY=1")
+	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript(), "pulse-exec"}, args...), true, "PULSE_TTY=1")
 	if err != nil {
 		return nil, nil, err
 	}
