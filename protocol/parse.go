@@ -99,6 +99,9 @@ type SubmitRequest struct {
 	Process bool
 	// TTY is the terminal to run a process on, nil for none.
 	TTY *TTYSize
+	// Workspace is the workspace archive (FeatureWorkspace), not yet
+	// checked beyond its compressed size; nil when the client sent none.
+	Workspace []byte
 }
 
 // ParseSubmit validates a submit payload, as the server receives it.
@@ -183,6 +186,16 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 			return nil, err
 		}
 		r.Stdin = in
+	}
+	if v, ok := p["workspace"]; ok && string(v) != "null" {
+		ws, err := decodeBase64("workspace", v, int(DefaultMaxCompressed))
+		if err != nil {
+			return nil, err
+		}
+		if len(ws) == 0 {
+			return nil, invalid("workspace is empty")
+		}
+		r.Workspace = ws
 	}
 	if v, ok := p["limits"]; ok && string(v) != "null" {
 		var l policy.ResourceLimits

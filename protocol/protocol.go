@@ -129,6 +129,10 @@ const (
 	// FeatureSymlinks: upload_artifact accepts symlinks that stay inside
 	// the workspace.
 	FeatureSymlinks = "symlinks"
+	// FeatureWorkspace: submit takes workspace, the archive an
+	// upload_artifact would carry, so that one request both makes the
+	// workspace and starts the command.
+	FeatureWorkspace = "workspace"
 	// FeatureProcess: submit takes process, and the signal, stdin and
 	// resize actions act on such an execution. Listed only by a server
 	// whose executor keeps a handle on what it runs.
@@ -145,7 +149,7 @@ const (
 // Features are the features the Go server lists whatever its executor,
 // in its order; FeatureProcess, FeatureDial and FeatureTTY follow them
 // when the executor can.
-var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks, FeatureInject}
+var Features = []string{FeatureStdin, FeatureLimits, FeatureResultOutput, FeatureSymlinks, FeatureInject, FeatureWorkspace}
 
 // Bounds of submit fields. A client checks them before it sends, so that
 // a request the server would refuse is refused locally.

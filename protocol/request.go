@@ -85,6 +85,10 @@ type Submit struct {
 	Requires     []string `json:"requires,omitempty"`
 	// Inject (FeatureInject) are secrets bound to hosts (inject.go).
 	Inject []Injection `json:"inject,omitempty"`
+	// Workspace (FeatureWorkspace) is the workspace archive, as Upload's
+	// Data: the server extracts it before anything runs, and refuses the
+	// submission as an upload_artifact would refuse the upload.
+	Workspace []byte `json:"workspace,omitempty"`
 	// Process (FeatureProcess) starts the command as a process with a
 	// handle: STARTING answers once it runs, its input comes through
 	// stdin requests (Stdin must then be empty), and signal, resize and

@@ -21,7 +21,9 @@
 //     and symlinks that stay inside the workspace when the server lists
 //     the symlinks feature; .pulse/ excluded; other symlinks and special
 //     files left out and logged, since the server refuses them), checks the server's size limits
-//     before sending (ErrTooLarge), uploads it, submits the command with
+//     before sending (ErrTooLarge), sends it (with the submission, when it
+//     is under 1 MiB and the server lists the workspace feature; else
+//     uploaded first), submits the command with
 //     "encoding": "base64" so output is byte-exact (and, to a server that
 //     lists the feature, "result_output": "omit", so the result does not
 //     repeat the output), writes each stream event to Request.Stdout or

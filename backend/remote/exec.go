@@ -319,7 +319,11 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	if len(pk.skipped) > 0 {
 		b.log.Warn("workspace entries the server does not accept were left out", "count", len(pk.skipped), "first", pk.skipped[0])
 	}
-	if pk.members > 0 {
+	// A small workspace travels in the submission, to a server that takes
+	// it there: one request less. A large one is uploaded first, as
+	// before, with its progress reported.
+	inline := pk.members > 0 && info.features[protocol.FeatureWorkspace] && len(pk.data) < progressUploadBytes
+	if pk.members > 0 && !inline {
 		if p := b.o.progress; p != nil && len(pk.data) >= progressUploadBytes {
 			p(fmt.Sprintf("uploading the workspace (%d entries, %.1f MiB compressed)", pk.members, float64(len(pk.data))/(1<<20)))
 		}
@@ -341,6 +345,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 		Env:         req.Env,
 		Stdin:       stdinData,
 		TimeoutS:    max(req.Limits.Timeout.Seconds(), 0),
+	}
+	if inline {
+		payload.Workspace = pk.data
 	}
 	if req.ExecutionID != "" && len(req.ExecutionID) <= protocol.MaxCorrelation && utf8.ValidString(req.ExecutionID) {
 		payload.CorrelationID = req.ExecutionID
@@ -490,8 +497,7 @@ func (x *run) upload(ctx context.Context, data []byte) error {
 		r, err := x.l.call(ctx, protocol.ActionUpload, &protocol.Upload{ExecutionID: x.id, Data: data}, nil)
 		if err == nil {
 			if r.isErr || r.Status != protocol.StatusUploaded {
-				return fmt.Errorf("remote: the server refused the workspace upload (%s %s): it is over the server's limits or holds an entry it does not accept: %w",
-					r.Code, r.Message, backend.ErrUnsupported)
+				return refusedUpload(r)
 			}
 			return nil
 		}
@@ -505,6 +511,12 @@ func (x *run) upload(ctx context.Context, data []byte) error {
 		}
 		x.id = wireID(x.req.ExecutionID)
 	}
+}
+
+// refusedUpload is the error of a workspace the server refused.
+func refusedUpload(r *reply) error {
+	return fmt.Errorf("remote: the server refused the workspace upload (%s %s): it is over the server's limits or holds an entry it does not accept: %w",
+		r.Code, r.Message, backend.ErrUnsupported)
 }
 
 // redial replaces the connection, waiting backoff(n) first. A
@@ -563,6 +575,14 @@ func (x *run) submit(ctx context.Context, payload *protocol.Submit) error {
 				if ctx.Err() != nil {
 					return fmt.Errorf("remote: submit: %w", ctx.Err())
 				}
+				if payload.Workspace != nil {
+					// The workspace may have landed without the
+					// submission (a server that restarted between
+					// the two): sent again under a new id, as an
+					// upload is, it never meets its own leftover.
+					x.id = wireID(x.req.ExecutionID)
+					payload.ExecutionID = x.id
+				}
 				continue
 			}
 			return err
@@ -581,6 +601,9 @@ func (x *run) submitted(r *reply) error {
 		return fmt.Errorf("remote: %s: %w: %w", r.Message, ErrCapacity, backend.ErrUnavailable)
 	case r.Code == protocol.CodeUnsupported:
 		return fmt.Errorf("remote: %s: %w", r.Message, backend.ErrUnsupported)
+	case r.Code == protocol.CodeUpload:
+		// Only a submission that carried the workspace is answered so.
+		return refusedUpload(r)
 	case r.Code == protocol.CodeInvalid || r.Code == "":
 		return fmt.Errorf("remote: the server refused the submission as invalid (%s): %w", r.Message, backend.ErrInvalidRequest)
 	case r.Code == protocol.CodeInternal:
@@ -677,7 +700,9 @@ func (x *run) wait() error {
 				x.wantCancel()
 				return fmt.Errorf("remote: %w: %w", ErrProtocol, err)
 			}
-			x.onFrame(f)
+			if !x.l.answered(f) {
+				x.onFrame(f)
+			}
 		case <-stop:
 			stop = nil
 			x.wantCancel()

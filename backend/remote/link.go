@@ -31,6 +31,13 @@ type link struct {
 	stop   context.CancelFunc
 	wmu    sync.Mutex
 	next   atomic.Int64
+
+	// later holds, by request id, what to do with the replies to
+	// requests sent with sendLater: whichever read of the connection
+	// comes next (a call, wait) hands such a reply here instead of
+	// taking it for its own.
+	lmu   sync.Mutex
+	later map[string]func(*reply)
 }
 
 // dial opens and authenticates a connection. Its errors wrap
@@ -162,20 +169,69 @@ func (l *link) keepalive(ctx context.Context, every time.Duration) {
 // send writes one action with a fresh request id, which it returns.
 func (l *link) send(ctx context.Context, action string, payload protocol.Payload) (string, error) {
 	id := "r" + strconv.FormatInt(l.next.Add(1), 10)
+	return id, l.sendID(ctx, id, action, payload)
+}
+
+// sendID writes one action under request id id.
+func (l *link) sendID(ctx context.Context, id, action string, payload protocol.Payload) error {
 	payload.SetRequestID(id)
 	data, err := protocol.EncodeRequest(action, payload)
 	if err != nil {
-		return "", fmt.Errorf("remote: encode %s: %w", action, err)
+		return fmt.Errorf("remote: encode %s: %w", action, err)
 	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	// A large upload on a slow link needs longer than a small request.
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second+time.Duration(len(data)>>18)*time.Second)
 	defer cancel()
-	if err := l.ws.Write(wctx, websocket.MessageText, data); err != nil {
-		return "", err
+	return l.ws.Write(wctx, websocket.MessageText, data)
+}
+
+// sendLater sends an action without waiting for its reply, which goes to
+// onReply when a later read of the connection meets it; a connection
+// closed first drops it. The server answers a connection's requests in
+// the order they came, so whatever is sent after this runs after it.
+func (l *link) sendLater(ctx context.Context, action string, payload protocol.Payload, onReply func(*reply)) error {
+	// Registered before the send: the reply may be read as soon as the
+	// request is out.
+	id := "r" + strconv.FormatInt(l.next.Add(1), 10)
+	l.lmu.Lock()
+	if l.later == nil {
+		l.later = map[string]func(*reply){}
 	}
-	return id, nil
+	l.later[id] = onReply
+	l.lmu.Unlock()
+	if err := l.sendID(ctx, id, action, payload); err != nil {
+		l.lmu.Lock()
+		delete(l.later, id)
+		l.lmu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// answered hands f to the sendLater request it answers, if it answers
+// one, and reports whether it did.
+func (l *link) answered(f *protocol.Frame) bool {
+	if f.Reply == nil {
+		return false
+	}
+	rid := f.Reply.RequestIDOf()
+	l.lmu.Lock()
+	onReply, ok := l.later[rid]
+	delete(l.later, rid)
+	l.lmu.Unlock()
+	if ok && rid != "" {
+		onReply(&reply{Reply: *f.Reply, isErr: f.Type == protocol.TypeError})
+	}
+	return ok && rid != ""
+}
+
+// awaiting says whether a sendLater request has not been answered yet.
+func (l *link) awaiting() bool {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	return len(l.later) > 0
 }
 
 // call sends an action and waits for its reply (a response or an error
@@ -198,6 +254,9 @@ func (l *link) call(ctx context.Context, action string, payload protocol.Payload
 			f, err := decodeFrame(data)
 			if err != nil {
 				return nil, fmt.Errorf("remote: %w: %w", ErrProtocol, err)
+			}
+			if l.answered(f) {
+				continue
 			}
 			if f.Reply != nil {
 				rid := f.Reply.RequestIDOf()
@@ -225,13 +284,14 @@ func (l *link) closedErr() error {
 }
 
 // up says whether the connection has not ended yet, and holds no frame
-// nobody read (a spare one is idle: a frame on it answers nothing).
+// nobody read (a spare one is idle: a frame on it answers nothing) but
+// the replies to its sendLater requests.
 func (l *link) up() bool {
 	select {
 	case <-l.done:
 		return false
 	default:
-		return len(l.frames) == 0
+		return len(l.frames) == 0 || l.awaiting()
 	}
 }
 

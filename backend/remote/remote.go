@@ -376,17 +376,24 @@ func (b *Backend) Capabilities() backend.Capabilities {
 
 // Reconcile asks the server to remove the workspaces of this token's
 // executions that ended or were never submitted; the server spares live
-// executions and fresh uploads.
+// executions and fresh uploads. It returns once the request is sent: the
+// server answers a connection's requests in order, so what this backend
+// sends next on the connection Reconcile leaves (an Exec that follows it)
+// runs after the reconcile, and the removals overlap the caller's own
+// work until then instead of adding a round trip. The answer is logged
+// when that later call reads it.
 func (b *Backend) Reconcile(ctx context.Context) error {
 	return b.onLink(ctx, func(l *link) error {
-		r, err := l.call(ctx, protocol.ActionReconcile, &protocol.Empty{}, nil)
+		err := l.sendLater(ctx, protocol.ActionReconcile, &protocol.Empty{}, func(r *reply) {
+			if r.isErr || r.Status != protocol.StatusReconciled {
+				b.log.Warn("remote reconcile refused", "status", r.Status, "code", r.Code, "message", r.Message)
+				return
+			}
+			b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)
+		})
 		if err != nil {
 			return b.unreachable("reconcile", err)
 		}
-		if r.Status != protocol.StatusReconciled {
-			return fmt.Errorf("remote: reconcile answered %q %q: %w", r.Status, r.Message, ErrProtocol)
-		}
-		b.log.Info("remote reconcile", "orphans_cleaned", r.Orphans)
 		return nil
 	})
 }

@@ -2,8 +2,15 @@ package remote
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,5 +103,76 @@ func TestNullDeviceInputIsNotStreamed(t *testing.T) {
 	defer f.Close()
 	if !streamsStdin(&backend.Request{Stdin: f}, info) {
 		t.Error("stdin from a regular file is not streamed")
+	}
+}
+
+// requests is how many requests of action the server has answered, from
+// its metrics.
+func requests(t *testing.T, ts *testServer, action string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + ts.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("pulse_server_requests_total{action=%q} ", action)
+	for _, line := range strings.Split(string(body), "\n") {
+		if n, ok := strings.CutPrefix(line, prefix); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("metrics line %q", line)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// A small workspace travels with the submission to a server that takes it
+// there (one request less); one of a MiB or more is still uploaded first,
+// and so is every workspace to a server without the feature.
+func TestWorkspaceTravelsWithSubmit(t *testing.T) {
+	ts := startServer(t)
+	b := newBackend(t, ts.url)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "in.txt"), []byte("small\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out buffer
+	if res, err := execShell(t, b, ws, "cat in.txt", &out, nil); err != nil || res.ExitCode != 0 || out.String() != "small\n" {
+		t.Fatalf("Exec: %v %+v %q", err, res, out.String())
+	}
+	if n := requests(t, ts, protocol.ActionUpload); n != 0 {
+		t.Errorf("%d uploads for a small workspace, want 0", n)
+	}
+
+	big := make([]byte, progressUploadBytes+1)
+	rand.Read(big) // incompressible
+	if err := os.WriteFile(filepath.Join(ws, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = buffer{}
+	if res, err := execShell(t, b, ws, "cat in.txt; wc -c <big.bin", &out, nil); err != nil || res.ExitCode != 0 || out.String() != fmt.Sprintf("small\n%d\n", len(big)) {
+		t.Fatalf("Exec: %v %+v %q", err, res, out.String())
+	}
+	if n := requests(t, ts, protocol.ActionUpload); n != 1 {
+		t.Errorf("%d uploads after a large workspace, want 1", n)
+	}
+
+	old := newBackend(t, ts.url)
+	old.mu.Lock()
+	delete(old.server.features, protocol.FeatureWorkspace)
+	old.mu.Unlock()
+	os.Remove(filepath.Join(ws, "big.bin"))
+	out = buffer{}
+	if res, err := execShell(t, old, ws, "cat in.txt", &out, nil); err != nil || res.ExitCode != 0 || out.String() != "small\n" {
+		t.Fatalf("Exec without the feature: %v %+v %q", err, res, out.String())
+	}
+	if n := requests(t, ts, protocol.ActionUpload); n != 2 {
+		t.Errorf("%d uploads after one to a server without the feature, want 2", n)
 	}
 }

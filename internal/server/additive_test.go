@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,18 @@ func joinStdout(t *testing.T, streams []msg) []byte {
 		}
 	}
 	return out
+}
+
+// featureClient starts a host-executor server and dials it, failing
+// unless its capabilities list feature.
+func featureClient(t *testing.T, feature string) (*harness, *client) {
+	t.Helper()
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	if caps, _ := c.do(protocol.ActionCapabilities, nil); !hasFeature(caps, feature) {
+		t.Fatalf("capabilities do not advertise %s: %s", feature, caps.raw)
+	}
+	return h, c
 }
 
 func hasFeature(m msg, name string) bool {
@@ -223,12 +236,7 @@ func TestSubmitLimits(t *testing.T) {
 // stream events) and still reports truncation; attach replays the events
 // and the same result. Without the field the result repeats the output.
 func TestResultOutputOmit(t *testing.T) {
-	h := startServer(t, t.TempDir(), hostExecutor(t))
-	c := h.dial(tokenA)
-	caps, _ := c.do(protocol.ActionCapabilities, nil)
-	if !hasFeature(caps, protocol.FeatureResultOutput) {
-		t.Fatalf("capabilities do not advertise result_output: %s", caps.raw)
-	}
+	h, c := featureClient(t, protocol.FeatureResultOutput)
 	cmd := "printf 'out'; printf 'err' >&2; head -c 100 /dev/zero | tr '\\0' x"
 	c.submit("om-1", cmd, map[string]any{"result_output": "omit", "limits": map[string]any{"output_bytes": 50}})
 	res, streams := c.untilResult("om-1", nil)
@@ -323,12 +331,7 @@ func linkTargz(t *testing.T, links ...[2]string) string {
 // Uploads may hold symlinks that stay inside the workspace; one that
 // leads out fails the whole upload, as every symlink did before.
 func TestUploadSymlinks(t *testing.T) {
-	h := startServer(t, t.TempDir(), hostExecutor(t))
-	c := h.dial(tokenA)
-	caps, _ := c.do(protocol.ActionCapabilities, nil)
-	if !hasFeature(caps, protocol.FeatureSymlinks) {
-		t.Fatalf("capabilities do not advertise symlinks: %s", caps.raw)
-	}
+	_, c := featureClient(t, protocol.FeatureSymlinks)
 	up, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "ln-1", "data": linkTargz(t, [2]string{"link", "real.txt"}, [2]string{"d/up", "../real.txt"})})
 	if up.str("status") != protocol.StatusUploaded {
 		t.Fatalf("upload: %s", up.raw)
@@ -346,5 +349,51 @@ func TestUploadSymlinks(t *testing.T) {
 		if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": id, "data": linkTargz(t, bad...)}); r.Type != protocol.TypeError || r.str("code") != protocol.CodeUpload {
 			t.Fatalf("upload of %v: %s", bad, r.raw)
 		}
+	}
+}
+
+// A submission may carry its workspace (feature workspace): the command
+// sees it as if uploaded first. An archive upload_artifact would refuse
+// refuses the submission, and nothing runs; a workspace for an id that
+// has one already (uploaded, or an earlier submission's) is refused too,
+// as DUPLICATE when the id was submitted.
+func TestSubmitWorkspace(t *testing.T) {
+	h, c := featureClient(t, protocol.FeatureWorkspace)
+	ws := targz(t, file{"in.txt", "inline\n"}, file{"sub/k", "k"})
+	if ack := c.submit("wsi-1", "cat in.txt sub/k; echo new > out.txt", map[string]any{"workspace": ws}); ack.str("status") != protocol.StatusStarting {
+		t.Fatalf("submit: %s", ack.raw)
+	}
+	if res, _ := c.untilResult("wsi-1", nil); res.str("stdout") != "inline\nk" || res.num("exit_code") != 0 || res.Payload["artifact"] != true {
+		t.Fatalf("result: %s", res.raw)
+	}
+	if dl, _ := c.do(protocol.ActionDownload, map[string]any{"execution_id": "wsi-1"}); untar(t, dl.str("data"))["out.txt"] != "new\n" {
+		t.Fatalf("download: %s", dl.raw)
+	}
+
+	// Refused: the id was submitted, the archive is unsafe or corrupt, or
+	// an upload made the workspace already. None of them runs.
+	if r, _ := c.do(protocol.ActionUpload, map[string]any{"execution_id": "wsi-up", "data": ws}); r.str("status") != protocol.StatusUploaded {
+		t.Fatalf("upload: %s", r.raw)
+	}
+	for _, tc := range []struct {
+		id, data, code string
+	}{
+		{"wsi-1", ws, protocol.CodeDuplicate},
+		{"wsi-bad", linkTargz(t, [2]string{"out", "../x"}), protocol.CodeUpload},
+		{"wsi-corrupt", base64.StdEncoding.EncodeToString([]byte("not a gzip stream")), protocol.CodeUpload},
+		{"wsi-up", ws, protocol.CodeUpload},
+	} {
+		r := c.submit(tc.id, "echo ran > ran.txt", map[string]any{"workspace": tc.data})
+		if r.Type != protocol.TypeError || r.str("code") != tc.code {
+			t.Fatalf("submit %s: %s, want %s", tc.id, r.raw, tc.code)
+		}
+		if tc.id == "wsi-bad" || tc.id == "wsi-corrupt" {
+			if left, _ := filepath.Glob(filepath.Join(h.root, "*", tc.id)); len(left) > 0 {
+				t.Errorf("%s: a refused workspace was left behind: %v", tc.id, left)
+			}
+		}
+	}
+	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "wsi-bad"}); st.str("status") != protocol.StatusNotFound {
+		t.Fatalf("a refused submission has a record: %s", st.raw)
 	}
 }

@@ -146,7 +146,20 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 
 	lk := s.idLock(req.ExecutionID)
 	lk.Lock()
+	if req.Workspace != nil {
+		if refusal := c.inlineWorkspace(ctx, m.RequestID, req); refusal != nil {
+			lk.Unlock()
+			release()
+			c.out.push(refusal)
+			return nil
+		}
+	}
 	e, err := c.register(ctx, req, net)
+	if err != nil && req.Workspace != nil {
+		// The workspace was made for this submission alone, under the
+		// id's lock: nothing else has it.
+		s.removeWorkspace(c.tenant, req.ExecutionID)
+	}
 	lk.Unlock()
 	if err != nil {
 		release()
@@ -211,6 +224,31 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		s.run(relay.WithRequires(e.ctx, req.Requires), e, breq, exec)
 	}()
 	return nil
+}
+
+// inlineWorkspace makes the workspace a submission carries
+// (FeatureWorkspace) as upload would make it, and returns nil; or the
+// frame that refuses the submission: DUPLICATE for an id already
+// submitted, the upload's error for an archive upload would refuse. The
+// caller holds the id's lock. The id's record is not looked up first:
+// the workspace is a directory made exclusively (it cannot be a live or
+// ended execution's that still has one), and register's insert is what
+// claims the id, after which a failed claim removes it.
+func (c *conn) inlineWorkspace(ctx context.Context, requestID string, req *protocol.SubmitRequest) []byte {
+	s, id := c.s, req.ExecutionID
+	err := artifact.Extract(req.Workspace, s.workspaceDir(c.tenant, id), s.o.limits)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, artifact.ErrExists) {
+		if taken, serr := s.store.Exists(ctx, id); serr == nil && taken {
+			s.m.rejected("duplicate")
+			return protocol.ErrorFrame(requestID, protocol.MsgInvalid, protocol.CodeDuplicate)
+		}
+	}
+	s.log.Warn("artifact upload rejected", "execution_id", id, "tenant", c.tenant, "err", err)
+	s.m.rejected("artifact")
+	return protocol.ErrorFrame(requestID, protocol.MsgUpload, protocol.CodeUpload)
 }
 
 // register claims the execution id: in memory, then in the store, and

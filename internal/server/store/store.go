@@ -74,6 +74,36 @@ type Store struct {
 	now func() time.Time
 	// eventsDir holds one event log per execution (eventlog.go).
 	eventsDir string
+	// The statements every execution runs, prepared once: compiling one
+	// costs about as much as running it (each connection of the pool
+	// compiles a statement once, on its first use there).
+	create, finish, get, exists *sql.Stmt
+}
+
+// Statements of Store's per-execution calls.
+const (
+	createSQL = `INSERT INTO executions (execution_id, tenant_id, status, correlation_id, encoding, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?)`
+	finishSQL = `UPDATE executions SET status = ?, result_json = ?, updated_at = ?
+		 WHERE execution_id = ? AND status = ?`
+	getSQL = `SELECT status, result_json, created_at, updated_at, correlation_id, encoding
+		 FROM executions WHERE execution_id = ? AND tenant_id = ?`
+	existsSQL = `SELECT 1 FROM executions WHERE execution_id = ?`
+)
+
+// prepare prepares the per-execution statements.
+func (s *Store) prepare(ctx context.Context) error {
+	for _, st := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&s.create, createSQL}, {&s.finish, finishSQL}, {&s.get, getSQL}, {&s.exists, existsSQL}} {
+		stmt, err := s.db.PrepareContext(ctx, st.sql)
+		if err != nil {
+			return fmt.Errorf("store: prepare: %w", err)
+		}
+		*st.dst = stmt
+	}
+	return nil
 }
 
 // Option configures Open.
@@ -146,11 +176,22 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: journal mode is %q, want wal", mode)
 	}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // Close closes the database. It returns nil when already closed.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	for _, st := range []*sql.Stmt{s.create, s.finish, s.get, s.exists} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	return s.db.Close()
+}
 
 func (s *Store) stamp() string { return s.now().UTC().Format(timeLayout) }
 
@@ -172,9 +213,7 @@ func (s *Store) Create(ctx context.Context, e Execution) error {
 	if e.CorrelationID != "" {
 		corr = e.CorrelationID
 	}
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO executions (execution_id, tenant_id, status, correlation_id, encoding, created_at, updated_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.create.ExecContext(ctx,
 		e.ID, e.Tenant, StatusRunning, corr, e.Encoding, now, now)
 	if err != nil {
 		if isUniqueViolation(err) {
@@ -202,9 +241,7 @@ func (s *Store) Finish(ctx context.Context, id, status string, result json.RawMe
 	if len(result) > 0 {
 		res = string(result)
 	}
-	r, err := s.db.ExecContext(ctx,
-		`UPDATE executions SET status = ?, result_json = ?, updated_at = ?
-		 WHERE execution_id = ? AND status = ?`,
+	r, err := s.finish.ExecContext(ctx,
 		status, res, s.stamp(), id, StatusRunning)
 	if err != nil {
 		return fmt.Errorf("store: finish %s: %w", id, err)
@@ -222,9 +259,7 @@ func (s *Store) Get(ctx context.Context, id, tenant string) (Execution, error) {
 		corr, res, enc   sql.NullString
 		created, updated string
 	)
-	err := s.db.QueryRowContext(ctx,
-		`SELECT status, result_json, created_at, updated_at, correlation_id, encoding
-		 FROM executions WHERE execution_id = ? AND tenant_id = ?`, id, tenant).
+	err := s.get.QueryRowContext(ctx, id, tenant).
 		Scan(&e.Status, &res, &created, &updated, &corr, &enc)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("store: %s: %w", id, ErrNotFound)
@@ -244,7 +279,7 @@ func (s *Store) Get(ctx context.Context, id, tenant string) (Execution, error) {
 // Exists reports whether any tenant holds id.
 func (s *Store) Exists(ctx context.Context, id string) (bool, error) {
 	var one int
-	err := s.db.QueryRowContext(ctx, `SELECT 1 FROM executions WHERE execution_id = ?`, id).Scan(&one)
+	err := s.exists.QueryRowContext(ctx, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
