@@ -1,7 +1,6 @@
 package nsinit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,9 +87,9 @@ func initSandbox(version string, status *os.File) error {
 	// request, sent as soon as the init starts (so an init started ahead
 	// does most of its setup before any request exists), then the
 	// request's own.
-	dec := json.NewDecoder(io.LimitReader(f, 4<<20))
+	dec := newConfigDecoder(io.LimitReader(f, 4<<20)) // decode_linux.go
 	var static Config
-	if err := dec.Decode(&static); err != nil {
+	if err := dec.decode(&static); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	phase("static-config")
@@ -106,7 +105,7 @@ func initSandbox(version string, status *os.File) error {
 	// them and only lets the goroutines started since settle.
 	spareThreads(3)
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
+	if err := dec.decode(&cfg); err != nil {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	phase("request-config")
@@ -115,7 +114,7 @@ func initSandbox(version string, status *os.File) error {
 	// The backend holds the config pipe open until it has what it needs
 	// from us. EOF means the backend's process is gone: end the sandbox
 	// (the kernel kills the rest of the namespace with us).
-	go controlLines(io.MultiReader(dec.Buffered(), f)) // tty_linux.go
+	go controlLines(io.MultiReader(dec.buffered(), f)) // tty_linux.go
 	if err := setupRequest(&cfg); err != nil {
 		return err
 	}

@@ -25,7 +25,9 @@ const (
 )
 
 // Config is everything the init needs, sent by the parent over the
-// config pipe as JSON. Host paths are absolute.
+// config pipe as JSON (written with encoding/json, read in the init by
+// decode_linux.go, which must learn any field added here). Host paths are
+// absolute.
 type Config struct {
 	Root      string   `json:"root"`
 	Workspace string   `json:"workspace"`
@@ -94,13 +96,22 @@ func (p *BPFProgram) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return err
 	}
+	prog, err := bpfFromBytes(b)
+	if err != nil {
+		return err
+	}
+	*p = prog
+	return nil
+}
+
+// bpfFromBytes unpacks instructions packed as MarshalJSON packs them.
+func bpfFromBytes(b []byte) (BPFProgram, error) {
 	if len(b)%8 != 0 {
-		return errors.New("seccomp program: not a whole number of instructions")
+		return nil, errors.New("seccomp program: not a whole number of instructions")
 	}
 	prog := make(BPFProgram, 0, len(b)/8)
 	for ; len(b) > 0; b = b[8:] {
 		prog = append(prog, unix.SockFilter{Code: binary.LittleEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.LittleEndian.Uint32(b[4:])})
 	}
-	*p = prog
-	return nil
+	return prog, nil
 }
