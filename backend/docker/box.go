@@ -99,6 +99,9 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 	bx.slot = s
 	if st != nil {
 		bx.sync.model, bx.started = st.Model, st.Started
+		if st.Model != nil {
+			bx.sync.saved = st.ModelID
+		}
 		if b.chanUsable() {
 			bx.channel = chanDir(s) // the warm key says it has one
 		}

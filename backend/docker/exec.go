@@ -99,6 +99,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(c
 	if err != nil {
 		return nil, err
 	}
+	// The workspace is walked while the container is made ready.
+	walk := startDesired(ws, req)
+	defer walk.wait() // on every return: the walk never outlives Exec
 	bx, err := b.box(ctx, boxKey{workspace: ws, network: mode, hidden: hiddenKey(req.Hidden), caches: cacheKey, lane: req.Lane})
 	if err != nil {
 		if errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrUnavailable) {
@@ -114,7 +117,7 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(c
 		return nil, err
 	}
 	defer stop()
-	seq, err := b.syncBase(ctx, bx, req)
+	seq, err := b.syncBase(ctx, bx, ws, req, walk)
 	if err != nil {
 		b.retire(bx)
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/fsmode"
@@ -50,8 +52,12 @@ import (
 
 // syncState is the model of one container's base.
 type syncState struct {
-	mu      sync.Mutex        // held by a sync from diff to model update
-	model   map[string]string // nil: unknown, base is rebuilt by the next sync
+	mu    sync.Mutex        // held by a sync from diff to model update
+	model map[string]string // nil: unknown, base is rebuilt by the next sync
+	// saved is the id of the warm slot's N.model when that file holds
+	// model exactly (it was read from it, and nothing changed since),
+	// else "": the release then need not write it again (warm.go).
+	saved   string
 	running int
 	seq     uint64
 }
@@ -82,7 +88,7 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 	m := info.Mode()
 	switch {
 	case m.IsDir():
-		return fmt.Sprintf("d|%o", tarMode(m))
+		return dirSig(tarMode(m))
 	case m&fs.ModeSymlink != 0:
 		return "l|" + target
 	case m.IsRegular():
@@ -92,17 +98,50 @@ func wsSig(info fs.FileInfo, target string, since time.Time) string {
 			ino = st.Ino
 			ctime = statCtime(st)
 		}
-		window := racyWindow
-		if ctime%int64(time.Second) != 0 {
-			window = racyWindowFine
-		}
-		cut := since.Add(-window).UnixNano()
-		if ctime >= cut || info.ModTime().UnixNano() >= cut {
-			return fmt.Sprintf("r|%s.%d", unhashedRun(), unhashed.Add(1))
-		}
-		return fmt.Sprintf("w|%o|%d|%d|%d|%d", tarMode(m), info.Size(), info.ModTime().UnixNano(), ctime, ino)
+		return fileSig(nil, tarMode(m), info.Size(), info.ModTime().UnixNano(), ctime, ino, since)
 	}
 	return ""
+}
+
+// fileSig is wsSig of a regular file, appended to buf (which may be nil)
+// for a caller that signs many with one buffer.
+func fileSig(buf []byte, mode int64, size, mtime, ctime int64, ino uint64, since time.Time) string {
+	window := racyWindow
+	if ctime%int64(time.Second) != 0 {
+		window = racyWindowFine
+	}
+	cut := since.Add(-window).UnixNano()
+	if ctime >= cut || mtime >= cut {
+		return racySig(buf)
+	}
+	buf = append(buf[:0], "w|"...)
+	buf = strconv.AppendInt(buf, mode, 8)
+	buf = append(buf, '|')
+	buf = strconv.AppendInt(buf, size, 10)
+	buf = append(buf, '|')
+	buf = strconv.AppendInt(buf, mtime, 10)
+	buf = append(buf, '|')
+	buf = strconv.AppendInt(buf, ctime, 10)
+	buf = append(buf, '|')
+	buf = strconv.AppendUint(buf, ino, 10)
+	return string(buf)
+}
+
+// racySig is a signature no other equals: "r|RUN.N".
+func racySig(buf []byte) string {
+	buf = append(buf[:0], "r|"...)
+	buf = append(buf, unhashedRun()...)
+	buf = append(buf, '.')
+	buf = strconv.AppendUint(buf, unhashed.Add(1), 10)
+	return string(buf)
+}
+
+// dirSig is the signature of a directory of mode bits mode.
+func dirSig(mode int64) string {
+	if mode == 0o755 {
+		return "d|755" // most are: one string for all of them
+	}
+	return "d|" + strconv.FormatInt(mode, 8)
 }
 
 // racyWindow is longer than any filesystem's timestamp granularity (FAT's
@@ -136,7 +175,6 @@ type want struct {
 	sig  string
 	kind byte // '-' file from the workspace, 'p' pending file, 'd', 'l'
 	mode fs.FileMode
-	ws   string // absolute workspace path of a workspace file
 	pend *backend.PendingEntry
 	tgt  string
 }
@@ -153,39 +191,34 @@ var (
 
 // desired computes what base should hold: the workspace now, with the
 // pending view over it, without the hidden paths (and what is beneath
-// them), whichever of the two holds them.
-func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]want, error) {
+// them), whichever of the two holds them. since is when the walk of the
+// workspace begins (for wsSig).
+func desired(ws string, pend *backend.Pending, hiddenList []string, since time.Time) (map[string]want, error) {
 	out := map[string]want{}
 	hidden := map[string]bool{}
 	for _, h := range hiddenList {
 		hidden[h] = true
 	}
-	since := time.Now()
-	err := pend.WalkBase(ws, hidden, func(rel, p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+	buf := make([]byte, 0, 96) // room for most signatures (fileSig)
+	err := pend.ScanBase(ws, hidden, func(e *backend.BaseEntry) error {
 		var w want
-		switch {
-		case d.IsDir():
-			w = want{kind: 'd', mode: info.Mode()}
-		case d.Type()&fs.ModeSymlink != 0:
-			t, err := os.Readlink(p)
+		switch e.Type() {
+		case unix.S_IFDIR:
+			mode := fsmode.FromUnix(e.Mode)
+			w = want{kind: 'd', mode: fs.ModeDir | mode, sig: dirSig(tarMode(mode))}
+		case unix.S_IFLNK:
+			t, err := e.Readlink()
 			if err != nil {
 				return err
 			}
-			w = want{kind: 'l', tgt: t}
-		case d.Type().IsRegular():
-			w = want{kind: '-', mode: info.Mode(), ws: p}
+			w = want{kind: 'l', tgt: t, sig: "l|" + t}
+		case unix.S_IFREG:
+			mode := fsmode.FromUnix(e.Mode)
+			w = want{kind: '-', mode: mode, sig: fileSig(buf, tarMode(mode), e.Size, e.Mtime, e.Ctime, e.Ino, since)}
 		default:
 			return nil
 		}
-		w.sig = wsSig(info, w.tgt, since)
-		out[rel] = w
+		out[e.Rel] = w
 		return nil
 	})
 	if err != nil {
@@ -194,7 +227,7 @@ func desired(ws string, pend *backend.Pending, hiddenList []string) (map[string]
 	for _, e := range pend.Shown(hidden) {
 		switch e.Kind {
 		case backend.PendingDir:
-			out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: fmt.Sprintf("d|%o", tarMode(e.Mode))}
+			out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: dirSig(tarMode(e.Mode))}
 		case backend.PendingSymlink:
 			out[e.Path] = want{kind: 'l', tgt: e.Target, sig: "l|" + e.Target}
 		case backend.PendingFile:
@@ -265,17 +298,44 @@ rmdir "$P/lock"
 rm -rf "$S"
 exit $rc`
 
-// syncBase makes the container's base hold the workspace plus req's
-// pending stack. It returns the sequence number of the command about to
-// run, for finishSync.
-func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (uint64, error) {
-	ss := &bx.sync
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	want, err := desired(filepath.Clean(req.Workspace), req.Pending, req.Hidden)
+// wantWalk is desired run in the background while the container is made
+// ready (box: the engine's answers, the warm slot's files): the walk reads
+// only the workspace and the request, so it need not wait for them, and
+// what it finds is still the workspace as it was after the command was
+// asked for, as a walk within the sync found it. Each sync still makes
+// base exactly what its own walk found, whatever the order of two syncs.
+type wantWalk struct {
+	done chan struct{}
+	want map[string]want
+	err  error
+}
+
+func startDesired(ws string, req *backend.Request) *wantWalk {
+	w := &wantWalk{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.want, w.err = desired(ws, req.Pending, req.Hidden, time.Now())
+	}()
+	return w
+}
+
+// wait returns the walk's result once it has ended.
+func (w *wantWalk) wait() (map[string]want, error) {
+	<-w.done
+	return w.want, w.err
+}
+
+// syncBase makes the container's base hold the workspace ws plus req's
+// pending stack, as walk found them. It returns the sequence number of
+// the command about to run, for finishSync.
+func (b *Backend) syncBase(ctx context.Context, bx *box, ws string, req *backend.Request, walk *wantWalk) (uint64, error) {
+	want, err := walk.wait()
 	if err != nil {
 		return 0, err
 	}
+	ss := &bx.sync
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	if bx.poisoned {
 		return 0, fmt.Errorf("docker: the sandbox container's state is unknown after an earlier failure: %w", backend.ErrUnavailable)
 	}
@@ -365,7 +425,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 		case 'l':
 			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, w.tgt, 0o777
 		case '-':
-			data, err := readRegular(w.ws)
+			data, err := readRegular(filepath.Join(ws, filepath.FromSlash(p)))
 			if err != nil {
 				return 0, fmt.Errorf("docker: reading %s: %w", p, err)
 			}
@@ -395,7 +455,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 		var ee *exitError
 		if errors.As(err, &ee) {
 			// The script ended, part way: rebuild base next time.
-			ss.model = nil
+			ss.model, ss.saved = nil, ""
 		} else {
 			// It may still run and change base later.
 			b.poisonLocked(bx)
@@ -406,7 +466,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, req *backend.Request) (
 	for p, w := range want {
 		model[p] = w.sig
 	}
-	ss.model = model
+	ss.model, ss.saved = model, ""
 	return b.startSeq(ss), nil
 }
 
@@ -427,12 +487,13 @@ func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay, m merged)
 		b.poisonLocked(bx)
 		return
 	case mergedUnknown:
-		ss.model = nil
+		ss.model, ss.saved = nil, ""
 		return
 	}
-	if ov == nil || ss.model == nil {
+	if ov == nil || ss.model == nil || len(ov.Deleted) == 0 && len(ov.Files) == 0 {
 		return // nothing merged, or base is rebuilt anyway
 	}
+	ss.saved = ""
 	concurrent := ss.seq != seq || ss.running > 0
 	for _, p := range ov.Deleted {
 		removeTree(ss.model, p)
@@ -447,7 +508,7 @@ func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay, m merged)
 		}
 		switch {
 		case f.Mode&fs.ModeDir != 0:
-			ss.model[f.Path] = fmt.Sprintf("d|%o", tarMode(f.Mode))
+			ss.model[f.Path] = dirSig(tarMode(f.Mode))
 		case f.Mode&fs.ModeSymlink != 0:
 			removeTree(ss.model, f.Path)
 			ss.model[f.Path] = "l|" + string(f.Data)

@@ -427,7 +427,7 @@ func (b *Backend) releaseWarm(ctx context.Context, bx *box) error {
 	}
 	ss := &bx.sync
 	ss.mu.Lock()
-	model, running, poisoned := ss.model, ss.running, bx.poisoned
+	model, saved, running, poisoned := ss.model, ss.saved, ss.running, bx.poisoned
 	ss.mu.Unlock()
 	if poisoned || running > 0 || bx.started == "" {
 		return b.remove(ctx, bx.id)
@@ -435,7 +435,12 @@ func (b *Backend) releaseWarm(ctx context.Context, bx *box) error {
 	st := warmState{Format: warmFormat, Key: s.key, Workspace: bx.key.workspace, Container: bx.id, Nonce: s.nonce,
 		Started: bx.started, LastUsed: time.Now()}
 	var err error
-	if model != nil {
+	switch {
+	case model != nil && saved != "":
+		// N.model holds it already: this process only read it (and
+		// held the slot, so nobody else wrote it since).
+		st.ModelID = saved
+	case model != nil:
 		// The model first: N.json, which names it, is what releases.
 		st.ModelID = randomID()
 		err = writeFileAtomic(s.file("model"), encodeWarmModel(st.ModelID, model))

@@ -56,6 +56,24 @@ func slotFiles(t *testing.T, ws string) []string {
 	return m
 }
 
+// releasedState is the one released state under ws, and its path.
+func releasedState(t *testing.T, ws string) (string, warmState) {
+	t.Helper()
+	states := slotFiles(t, ws)
+	if len(states) != 1 {
+		t.Fatalf("released states %v, want one", states)
+	}
+	data, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st warmState
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	return states[0], st
+}
+
 // A later Backend takes over the container an earlier one released, and
 // its command sees exactly the workspace as it is now: not what the
 // earlier command wrote (no pending stack here), but a host edit made in
@@ -243,21 +261,10 @@ func TestDockerWarmCollect(t *testing.T) {
 	}
 
 	// The released one's last use an hour ago: expired.
-	states := slotFiles(t, ws)
-	if len(states) != 1 {
-		t.Fatalf("released states %v, want one", states)
-	}
-	data, err := os.ReadFile(states[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st warmState
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
+	state, st := releasedState(t, ws)
 	st.LastUsed = time.Now().Add(-time.Hour)
-	data, _ = json.Marshal(&st)
-	if err := os.WriteFile(states[0], data, 0o600); err != nil {
+	data, _ := json.Marshal(&st)
+	if err := os.WriteFile(state, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The held one's holder goes away without releasing it.
@@ -385,6 +392,69 @@ func TestDockerWarmModelOfAnotherReleaseIsNotTrusted(t *testing.T) {
 	b2 := newDocker(t, WithReuse(2*time.Minute))
 	if r := execShell(t, b2, ws, `ls`); r.stdout != "README\n" {
 		t.Fatalf("after a foreign model: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+}
+
+// A holder whose model did not change (no sync sent anything, the
+// command changed nothing) releases with the model file it read, not
+// written again; the next holder still syncs from it exactly (a host edit
+// is seen), and a model that changed is written under a new id.
+func TestDockerWarmUnchangedModelIsNotWrittenAgain(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"README": "hello\n"})
+	released := func(b *Backend) (string, os.FileInfo) {
+		t.Helper()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		state, st := releasedState(t, ws)
+		if st.ModelID == "" {
+			t.Fatalf("released state %+v names no model", st)
+		}
+		model := strings.TrimSuffix(state, ".json") + ".model"
+		mdata, err := os.ReadFile(model)
+		if err != nil || decodeWarmModel(mdata, st.ModelID) == nil {
+			t.Fatalf("%s does not hold the model %s names: %v", model, st.ModelID, err)
+		}
+		info, err := os.Stat(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.ModelID, info
+	}
+	// README's signature is stable once it is past the racy window.
+	st, err := os.Stat(filepath.Join(ws, "README"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(st.ModTime().Add(racyWindow + 100*time.Millisecond)))
+
+	b1 := newDocker(t, WithReuse(2*time.Minute))
+	execShell(t, b1, ws, `echo one > a.txt`) // merged into base: the model changes
+	id1, _ := released(b1)
+	b2 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b2, ws, `ls`); r.stdout != "README\n" { // the sync removes a.txt
+		t.Fatalf("second command: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	id2, info2 := released(b2)
+	if id2 == id1 {
+		t.Fatalf("the model changed but kept its id %s", id1)
+	}
+	b3 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b3, ws, `cat README`); r.stdout != "hello\n" || r.res.Overlay == nil || len(r.res.Overlay.Files)+len(r.res.Overlay.Deleted) != 0 {
+		t.Fatalf("third command: stdout %q, overlay %+v, stderr %q", r.stdout, r.res.Overlay, r.stderr)
+	}
+	id3, info3 := released(b3)
+	if id3 != id2 || !os.SameFile(info2, info3) || !info3.ModTime().Equal(info2.ModTime()) {
+		t.Errorf("nothing changed, yet the model file was written again (id %s -> %s)", id2, id3)
+	}
+	writeFiles(t, ws, map[string]string{"README": "edited\n"})
+	b4 := newDocker(t, WithReuse(2*time.Minute))
+	if r := execShell(t, b4, ws, `cat README`); r.stdout != "edited\n" {
+		t.Fatalf("after a host edit: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	if id4, _ := released(b4); id4 == id3 {
+		t.Errorf("the sync changed the model but it kept its id %s", id3)
 	}
 }
 
