@@ -18,6 +18,9 @@
 #     agent has worked in for a while is: the end-of-command scan stats
 #     only entries changed in the last minute or so (wrapper.sh). AGED=0
 #     skips it (it waits 61 s).
+# PULSE_B=PATH: a second pulse binary (another build) is timed in the
+# same loop, the two taking turns at going first, for an A/B comparison;
+# its rows end in /B.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-15}
@@ -40,17 +43,36 @@ echo hello >"$tmp/ws/README"
 cid=$(docker run -d --network none --read-only --user 1000:1000 "$image" /bin/sleep 2147483647)
 now() { date +%s%N; }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-report() { # NAME METRIC PULSE_NS... -- REF_NS...
+B=${PULSE_B:-}
+report() { # NAME METRIC (pulse_ns, b_ns, ref_ns)
 	local name=$1 metric=$2 p d
-	p=$(median "${pulse_ns[@]}") d=$(median "${ref_ns[@]}")
-	awk -v name="$name" -v m="$metric" -v p="$p" -v d="$d" -v n="$N" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
+	d=$(median "${ref_ns[@]}")
+	p=$(median "${pulse_ns[@]}")
+	row "$name" "$metric" "$p" "$d"
+	[ -z "$B" ] || row "$name/B" "$metric" "$(median "${b_ns[@]}")" "$d"
+}
+row() {
+	awk -v name="$1" -v m="$2" -v p="$3" -v d="$4" -v n="$N" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
 		'BEGIN {printf "%s\t%d\t%.1f ms/pulse-exec\t%.1f ms/reference\t%.2f %s\t(load %s)\n", name, n, p/1e6, d/1e6, p/d, m, l}'
 }
-pulse_ns=() ref_ns=()
+# pulses I ARGS...: times "$tmp/pulse" ARGS (into pulse_ns) and, with
+# PULSE_B, $B ARGS (into b_ns), B first on even rounds.
+pulses() {
+	local i=$1 t0 t1
+	shift
+	if [ -n "$B" ] && [ $((i % 2)) = 0 ]; then
+		t0=$(now); "$B" "$@" >/dev/null 2>&1; t1=$(now); b_ns+=($((t1 - t0)))
+	fi
+	t0=$(now); "$tmp/pulse" "$@" >/dev/null 2>&1; t1=$(now); pulse_ns+=($((t1 - t0)))
+	if [ -n "$B" ] && [ $((i % 2)) = 1 ]; then
+		t0=$(now); "$B" "$@" >/dev/null 2>&1; t1=$(now); b_ns+=($((t1 - t0)))
+	fi
+}
+pulse_ns=() b_ns=() ref_ns=()
 for i in $(seq "$N"); do
-	t0=$(now); "$tmp/pulse" exec --backend docker --workspace "$tmp/ws" -- true >/dev/null 2>&1; t1=$(now)
-	docker exec "$cid" true; t2=$(now)
-	pulse_ns+=($((t1 - t0))) ref_ns+=($((t2 - t1)))
+	pulses "$i" exec --backend docker --workspace "$tmp/ws" -- true
+	t1=$(now); docker exec "$cid" true; t2=$(now)
+	ref_ns+=($((t2 - t1)))
 done
 report BenchmarkDockerCLITrue x-vs-docker-exec
 
@@ -61,18 +83,21 @@ if [ -z "$git_image" ]; then
 	"$tmp/pulse" image build --tag "$git_image" --with git >/dev/null 2>&1 || { echo "docker-cli: pulse image build --with git failed; set GIT_IMAGE or GIT=0"; exit 1; }
 	built=$git_image
 fi
-git clone -q . "$tmp/clone"
+# Copies, not hard links, of the objects: git freshens (touches) an
+# object it writes again, which would change files of the clone whenever
+# this repository writes them, and pulse would rightly send them.
+git clone -q --no-hardlinks . "$tmp/clone"
 # The clone's files age past the racy window (backend/docker/sync.go)
 # before the first command, as a workspace does that an agent works in.
 sleep 3
 ws=$tmp/clone
 PULSE_DOCKER_IMAGE=$git_image "$tmp/pulse" exec --backend docker --workspace "$ws" -- git status >/dev/null 2>&1 # makes the container
 gitstatus() {
-	pulse_ns=() ref_ns=()
+	pulse_ns=() b_ns=() ref_ns=()
 	for i in $(seq "$N"); do
-		t0=$(now); PULSE_DOCKER_IMAGE=$git_image "$tmp/pulse" exec --backend docker --workspace "$ws" -- git status >/dev/null 2>&1; t1=$(now)
-		git -C "$ws" status >/dev/null; t2=$(now)
-		pulse_ns+=($((t1 - t0))) ref_ns+=($((t2 - t1)))
+		PULSE_DOCKER_IMAGE=$git_image pulses "$i" exec --backend docker --workspace "$ws" -- git status
+		t1=$(now); git -C "$ws" status >/dev/null; t2=$(now)
+		ref_ns+=($((t2 - t1)))
 	done
 }
 gitstatus
