@@ -48,3 +48,85 @@ func ReadOutput(w io.Writer, r io.Reader) (int64, error) {
 		}
 	}
 }
+
+// OutputReader is an optional interface of a Request's Stdout and Stderr: a
+// writer that can take a command's output from its source itself. A
+// backend's copy of a command's output hands it an *OutputSource and
+// ReadOutputFrom reads it until it ends (nil, as io.ReaderFrom reports
+// io.EOF) or until it can pass nothing more on (its error). A writer that
+// hands the bytes to a goroutine of its own reads them straight into its
+// queue's buffers rather than being given a copy, and one that ends in a
+// file may move them from pipe to file without them passing through this
+// process at all (splice(2)): per chunk, that is a copy and a wake-up less.
+//
+// Only writers that can keep every promise of Write do it: the sandbox's
+// queue for a caller's writer, through a secret scrubber that has nothing
+// to redact. A scrubbing writer does not.
+type OutputReader interface {
+	ReadOutputFrom(r io.Reader) (int64, error)
+}
+
+// OutputSource is what a backend hands an OutputReader: R, of which at most
+// N more bytes may be read (a backend's output cap), remembering R's own
+// error so that the backend tells it apart from the writer's. Stopped,
+// when set, ends the source (io.EOF) once it returns true, and what a read
+// brought back after that is dropped: a backend whose Exec has returned
+// lets nothing more through.
+type OutputSource struct {
+	R       io.Reader
+	N       int64
+	Err     error
+	Stopped func() bool
+}
+
+// Read reads from R, at most N bytes in all.
+func (s *OutputSource) Read(p []byte) (int, error) {
+	if s.N <= 0 || s.stopped() {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.N {
+		p = p[:s.N]
+	}
+	n, err := s.R.Read(p)
+	s.N -= int64(n)
+	if n > 0 && s.stopped() {
+		return 0, io.EOF
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.Err = err
+	}
+	return n, err
+}
+
+// Spliced accounts for n bytes moved out of R by other means than Read (a
+// splice from R's pipe), and for R's error when err is not nil.
+func (s *OutputSource) Spliced(n int64, err error) {
+	s.N -= n
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.Err = err
+	}
+}
+
+func (s *OutputSource) stopped() bool { return s.Stopped != nil && s.Stopped() }
+
+// IsStopped reports whether the source was ended by its backend.
+func (s *OutputSource) IsStopped() bool { return s.stopped() }
+
+// PassOutput lets w, when it is an OutputReader, take up to limit bytes of
+// r itself, and reports how many were read from r, r's error and w's
+// error apart. It does nothing when w is not an OutputReader (ok false);
+// the caller then copies with ReadOutput. After it, the caller goes on
+// draining r as its cap (limit reached) or w's failure asks.
+func PassOutput(w io.Writer, r io.Reader, limit int64, stopped func() bool) (read int64, rerr, werr error, ok bool) {
+	or, ok := w.(OutputReader)
+	if !ok || limit <= 0 {
+		return 0, nil, nil, false
+	}
+	src := &OutputSource{R: r, N: limit, Stopped: stopped}
+	_, err := or.ReadOutputFrom(src)
+	read = limit - src.N
+	if src.Err != nil {
+		return read, src.Err, nil, true
+	}
+	return read, nil, err, true
+}

@@ -93,3 +93,53 @@ func TestReadOutputThroughIOCopy(t *testing.T) {
 		t.Errorf("pipe buffer %d bytes (%v): ReadFrom not reached, or the pipe not grown", sz, err)
 	}
 }
+
+// sourceWriter takes output from its source itself (an OutputReader),
+// failing after fail bytes when fail is set.
+type sourceWriter struct {
+	bytes.Buffer
+	fail int
+}
+
+var errSourceWriter = errors.New("writer failed")
+
+func (w *sourceWriter) ReadOutputFrom(r io.Reader) (int64, error) {
+	if w.fail > 0 {
+		n, err := io.CopyN(&w.Buffer, r, int64(w.fail))
+		if err == nil {
+			err = errSourceWriter
+		}
+		return n, err
+	}
+	return w.ReadFrom(r)
+}
+
+// TestPassOutput: an OutputReader is handed the source up to the limit;
+// the source's error and the writer's come back apart; a stopped source
+// ends; a writer that is no OutputReader is left to ReadOutput.
+func TestPassOutput(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 10_000)
+	w := &sourceWriter{}
+	read, rerr, werr, ok := PassOutput(w, bytes.NewReader(data), 12_345, nil)
+	if !ok || rerr != nil || werr != nil || read != 12_345 || !bytes.Equal(w.Bytes(), data[:12_345]) {
+		t.Fatalf("limited: %d bytes, %v, %v, %v", read, rerr, werr, ok)
+	}
+	readErr := errors.New("read failed")
+	w = &sourceWriter{}
+	_, rerr, werr, _ = PassOutput(w, io.MultiReader(bytes.NewReader(data[:10]), errReader{readErr}), 1<<20, nil)
+	if !errors.Is(rerr, readErr) || werr != nil {
+		t.Errorf("read error: %v, writer error %v", rerr, werr)
+	}
+	w = &sourceWriter{fail: 100}
+	read, rerr, werr, _ = PassOutput(w, bytes.NewReader(data), 1<<20, nil)
+	if rerr != nil || !errors.Is(werr, errSourceWriter) || read < 100 {
+		t.Errorf("writer error: %d bytes, read error %v, writer error %v", read, rerr, werr)
+	}
+	w = &sourceWriter{}
+	if read, _, _, _ = PassOutput(w, bytes.NewReader(data), 1<<20, func() bool { return true }); read != 0 || w.Len() != 0 {
+		t.Errorf("a stopped source passed %d bytes", w.Len())
+	}
+	if _, _, _, ok := PassOutput(&bytes.Buffer{}, bytes.NewReader(data), 1<<20, nil); ok {
+		t.Error("a writer that is no OutputReader was handed the source")
+	}
+}

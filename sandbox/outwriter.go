@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/pulse-agent/pulse/backend"
 )
 
 // errWriterAbandoned is what a backend sees once the caller's writer was
@@ -33,6 +35,10 @@ type outWriter struct {
 	spare []byte
 	// closed: no more writes come; abandoned: stop now, drop the rest.
 	closed, abandoned bool
+	// writing: forward is in the caller's Write; splicing: ReadOutputFrom
+	// is moving bytes to the caller's file itself, which neither may do
+	// while the other does, nor before what is queued has gone.
+	writing, splicing bool
 	err               error // the caller's writer failed
 	done              chan struct{}
 }
@@ -47,29 +53,43 @@ func newOutWriter(w io.Writer) *outWriter {
 func (o *outWriter) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// One write larger than the queue still goes in whole when the queue
-	// is empty, so it cannot wait forever for room.
-	for len(o.buf) > 0 && len(o.buf)+len(p) > outQueueBytes && !o.abandoned && o.err == nil {
-		o.cond.Wait()
-	}
-	switch {
-	case o.abandoned:
-		return 0, errWriterAbandoned
-	case o.err != nil:
-		return 0, o.err
-	case o.closed:
-		return 0, io.ErrClosedPipe
+	if err := o.waitRoom(len(p)); err != nil {
+		return 0, err
 	}
 	o.buf = append(o.buf, p...)
 	o.cond.Broadcast()
 	return len(p), nil
 }
 
+// waitRoom waits, with o.mu held, until n more bytes may be queued, and
+// returns why nothing more may be, if so. One write larger than the
+// queue still goes in whole when the queue is empty, so it cannot wait
+// forever for room.
+func (o *outWriter) waitRoom(n int) error {
+	for len(o.buf) > 0 && len(o.buf)+n > outQueueBytes && !o.abandoned && o.err == nil {
+		o.cond.Wait()
+	}
+	return o.stopped()
+}
+
+// stopped is why nothing more may be written (o.mu held), or nil.
+func (o *outWriter) stopped() error {
+	switch {
+	case o.abandoned:
+		return errWriterAbandoned
+	case o.err != nil:
+		return o.err
+	case o.closed:
+		return io.ErrClosedPipe
+	}
+	return nil
+}
+
 func (o *outWriter) forward() {
 	defer close(o.done)
 	for {
 		o.mu.Lock()
-		for len(o.buf) == 0 && !o.closed && !o.abandoned {
+		for (len(o.buf) == 0 && !o.closed || o.splicing) && !o.abandoned {
 			o.cond.Wait()
 		}
 		if o.abandoned || len(o.buf) == 0 {
@@ -78,6 +98,7 @@ func (o *outWriter) forward() {
 		}
 		chunk := o.buf
 		o.buf, o.spare = o.spare[:0], nil
+		o.writing = true
 		o.mu.Unlock()
 
 		n, err := o.w.Write(chunk)
@@ -85,6 +106,7 @@ func (o *outWriter) forward() {
 			err = io.ErrShortWrite
 		}
 		o.mu.Lock()
+		o.writing = false
 		if err != nil {
 			o.err = err
 		}
@@ -132,4 +154,110 @@ func (o *outWriter) abandon() {
 		o.cond.Broadcast()
 	}
 	o.mu.Unlock()
+}
+
+// ReadOutputFrom takes a command's output from its source (a backend's
+// copy of it, backend.OutputReader) until the source ends, with the
+// promises of Write: in order after what was queued before, never more
+// than the queue's bound ahead of the caller's writer, and failing at
+// once when that writer was given up on. Where the source is a pipe and
+// the caller's writer a file, the bytes go from one to the other inside
+// the kernel (splice, splice_linux.go), this goroutine waiting for the
+// file as forward would; otherwise they are read straight into the
+// queue's buffers, which are handed to forward whole instead of copied.
+func (o *outWriter) ReadOutputFrom(r io.Reader) (int64, error) {
+	n, err, spliced := o.splice(r)
+	if spliced {
+		return n, err
+	}
+	m, err := o.readInto(r)
+	return n + m, err
+}
+
+// readInto reads r into buffers of its own and queues each, by handing it
+// over when the queue is empty (forward takes it as it is) or by
+// appending it to what is queued (forward is behind: the copy is what
+// Write would have made).
+func (o *outWriter) readInto(r io.Reader) (int64, error) {
+	rb := o.takeBuffer()
+	var total int64
+	for {
+		n, err := r.Read(rb[:cap(rb)])
+		if n > 0 {
+			var qerr error
+			if rb, qerr = o.queue(rb[:n]); qerr != nil {
+				return total, qerr
+			}
+			total += int64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// takeBuffer is a buffer for readInto: the queue's empty one when it has
+// room (forward's spare from its last turn), else a new one.
+func (o *outWriter) takeBuffer() []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.buf) == 0 && cap(o.buf) >= backend.OutputChunk {
+		b := o.buf[:0]
+		o.buf = nil
+		return b
+	}
+	return make([]byte, 0, backend.OutputChunk)
+}
+
+// queue queues p, which readInto read into a buffer of its own, as Write
+// would, and returns the buffer to read into next.
+func (o *outWriter) queue(p []byte) ([]byte, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.waitRoom(len(p)); err != nil {
+		return p, err
+	}
+	o.cond.Broadcast()
+	if len(o.buf) > 0 {
+		o.buf = append(o.buf, p...)
+		return p[:0], nil
+	}
+	next := o.buf[:0]
+	o.buf = p
+	if cap(next) < backend.OutputChunk {
+		next = make([]byte, 0, backend.OutputChunk)
+	}
+	return next, nil
+}
+
+// beginSplice waits until what is queued has reached the caller's writer
+// and marks the caller's writer as being written by the splice; endSplice
+// gives it back. The error is why nothing more may be written.
+func (o *outWriter) beginSplice() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for (len(o.buf) > 0 || o.writing) && !o.abandoned && o.err == nil {
+		o.cond.Wait()
+	}
+	if err := o.stopped(); err != nil {
+		return err
+	}
+	o.splicing = true
+	return nil
+}
+
+func (o *outWriter) endSplice() {
+	o.mu.Lock()
+	o.splicing = false
+	o.cond.Broadcast()
+	o.mu.Unlock()
+}
+
+func (o *outWriter) isAbandoned() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.abandoned
 }

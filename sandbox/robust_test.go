@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,33 +20,47 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// TestBlockedOutputWriterDoesNotHangExecuteOrClose: a caller's writer that
+// never returns, or a caller's file never read (a pipe whose reader
+// stopped, which the queue fills with splice), holds up neither Execute
+// nor Close once the command's context has ended.
 func TestBlockedOutputWriterDoesNotHangExecuteOrClose(t *testing.T) {
-	sb := newHost(t, t.TempDir())
-	w := &blockingWriter{release: make(chan struct{})}
-	defer close(w.release)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := sb.Execute(ctx, Command{Shell: "yes", Stdout: w})
-		done <- err
-	}()
-	// A watchdog, not a timing assertion: without the fix Execute never
-	// returns at all.
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("Execute with an abandoned writer reported no error")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("Execute hangs on a blocked output writer after its context ended")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- sb.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(60 * time.Second):
-		t.Fatal("Close hangs after a blocked output writer")
+	defer pr.Close()
+	defer pw.Close()
+	blocked := &blockingWriter{release: make(chan struct{})}
+	defer close(blocked.release)
+	for name, w := range map[string]io.Writer{"writer": blocked, "file": pw} {
+		t.Run(name, func(t *testing.T) {
+			sb := newHost(t, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := sb.Execute(ctx, Command{Shell: "yes", Stdout: w})
+				done <- err
+			}()
+			// A watchdog, not a timing assertion: without the fix Execute
+			// never returns at all.
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("Execute with an abandoned writer reported no error")
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("Execute hangs on a blocked output writer after its context ended")
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- sb.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(60 * time.Second):
+				t.Fatal("Close hangs after a blocked output writer")
+			}
+		})
 	}
 }
 

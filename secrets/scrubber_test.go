@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"io"
 	"math/rand"
 	"net/url"
 	"strings"
@@ -456,6 +457,43 @@ func TestContainsReaderAcrossChunks(t *testing.T) {
 		copy(b[at:], secret)
 		if hit, err := s.ContainsReader(bytes.NewReader(b)); err != nil || !hit {
 			t.Errorf("secret at %d: hit %v, err %v", at, hit, err)
+		}
+	}
+}
+
+// sourceTaker is a writer that takes output from its source itself, as
+// the sandbox's queue for a caller's writer does.
+type sourceTaker struct {
+	bytes.Buffer
+	took int
+}
+
+func (s *sourceTaker) ReadOutputFrom(r io.Reader) (int64, error) {
+	s.took++
+	return s.ReadFrom(r)
+}
+
+// TestWriterHandsOnSourceOnlyWithNothingToRedact: a writer with nothing to
+// redact hands the source to a writer that takes it itself (until Close),
+// and one with secrets never does: every byte of it must pass the
+// scrubber.
+func TestWriterHandsOnSourceOnlyWithNothingToRedact(t *testing.T) {
+	dst := &sourceTaker{}
+	w := (*Scrubber)(nil).NewWriter(dst)
+	or, ok := w.(outputReader)
+	if !ok {
+		t.Fatal("a writer with nothing to redact does not hand on its source")
+	}
+	if n, err := or.ReadOutputFrom(strings.NewReader("plain output")); err != nil || n != 12 || dst.took != 1 || dst.String() != "plain output" {
+		t.Fatalf("ReadOutputFrom: %d, %v; took %d, %q", n, err, dst.took, dst.String())
+	}
+	w.Close()
+	if _, err := or.ReadOutputFrom(strings.NewReader("late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("ReadOutputFrom after Close: %v", err)
+	}
+	for _, s := range []*Scrubber{NewScrubber([]string{"secret-value"}), NewScrubber(nil, WithDetectors(AllDetectors()...))} {
+		if _, ok := s.NewWriter(dst).(outputReader); ok {
+			t.Fatal("a scrubbing writer hands its source on unscrubbed")
 		}
 	}
 }

@@ -45,6 +45,9 @@ func (d detectorStage) window() int                                { return d.d.
 // the command); they are serialised.
 func (s *Scrubber) NewWriter(w io.Writer) io.WriteCloser {
 	if s.none() || s.lit.maxLen == 0 && s.det == nil {
+		if or, ok := w.(outputReader); ok {
+			return &passReader{passWriter{w: w}, or}
+		}
 		return &passWriter{w: w}
 	}
 	var next io.Writer = w
@@ -212,4 +215,31 @@ func (p *passWriter) Close() error {
 	defer p.mu.Unlock()
 	p.closed = true
 	return nil
+}
+
+// outputReader is backend.OutputReader (which this package cannot import):
+// a writer that takes a command's output from its source itself.
+type outputReader interface {
+	ReadOutputFrom(r io.Reader) (int64, error)
+}
+
+// passReader is a passWriter over a writer that can take output from its
+// source itself: with nothing to redact, every byte may go to it
+// unchanged, so it is handed the source rather than copies of it (for a
+// backend's output copy, no copy through this process's memory at all
+// where w moves it from pipe to pipe). Close ends later Writes and
+// ReadOutputFroms; one already running is ended by w's own close.
+type passReader struct {
+	passWriter
+	or outputReader
+}
+
+func (p *passReader) ReadOutputFrom(r io.Reader) (int64, error) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	return p.or.ReadOutputFrom(r)
 }

@@ -95,6 +95,32 @@ func (c *capWriter) Write(p []byte) (int, error) {
 }
 
 // ReadFrom is what the copy of the command's pipe ends in (io.Copy
-// prefers it): the pipe is read in large chunks (backend.ReadOutput)
-// instead of io.Copy's 32 KiB, each passed to Write.
-func (c *capWriter) ReadFrom(r io.Reader) (int64, error) { return backend.ReadOutput(c, r) }
+// prefers it). A writer that takes output from its source itself
+// (backend.OutputReader) is handed the pipe, up to the cap and until stop;
+// the rest, and everything for any other writer, is read in large chunks
+// (backend.ReadOutput) instead of io.Copy's 32 KiB, each passed to Write,
+// which drops what is over the cap, follows a failed write or comes after
+// stop.
+func (c *capWriter) ReadFrom(r io.Reader) (int64, error) {
+	backend.GrowPipe(r)
+	var w io.Writer
+	if c.w != nil && !c.o.isStopped() {
+		w = c.w
+	}
+	if c.mu != nil {
+		// Two streams share the writer: each write must be whole.
+		w = nil
+	}
+	read, rerr, werr, ok := backend.PassOutput(w, r, c.left, c.o.isStopped)
+	if ok {
+		c.left -= read
+		if werr != nil {
+			c.w = nil
+		}
+		if rerr != nil {
+			return read, rerr
+		}
+	}
+	n, err := backend.ReadOutput(c, r)
+	return read + n, err
+}

@@ -1,0 +1,174 @@
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// spliceMax is the most one splice(2) is asked to move; a pipe holds less.
+const spliceMax = 4 << 20
+
+// spliceOutWait is how long one wait for room in the caller's file lasts
+// before the queue looks again whether it was given up on.
+const spliceOutWait = 100 // ms
+
+// splice moves a backend's output from its pipe to the caller's file with
+// splice(2): page references pass from the one pipe to the other (or the
+// bytes into the file) without a copy through this process or a wake-up
+// of forward. It applies when r is a backend.OutputSource reading an
+// *os.File and the caller's writer is an *os.File, and keeps the queue's
+// promises: it starts only once what was queued has been written, writes
+// nothing after close or abandon, and waits for a full caller's file in
+// bounded turns, so that abandon ends it. It reports handled false, having
+// moved n bytes, when splice(2) cannot move these bytes (the file takes no
+// splice, as a terminal; an error either side): the caller then goes on
+// with a plain copy from where it stopped, which meets the same error, if
+// any, in the ordinary way (a read error from the source, the caller's
+// writer's from its Write).
+func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
+	src, ok := r.(*backend.OutputSource)
+	if !ok {
+		return 0, nil, false
+	}
+	// The command's pipe, as an *os.File or (from io.Copy by way of
+	// os.File.WriteTo) one wrapped.
+	in, ok := src.R.(syscall.Conn)
+	if !ok {
+		return 0, nil, false
+	}
+	// Only a file: the deadlines of a connection would be bypassed.
+	out, ok := o.w.(*os.File)
+	if !ok {
+		return 0, nil, false
+	}
+	inRC, err := in.SyscallConn()
+	if err != nil {
+		return 0, nil, false
+	}
+	outRC, err := out.SyscallConn()
+	if err != nil {
+		return 0, nil, false
+	}
+	for src.N > 0 && !src.IsStopped() {
+		var (
+			st    spliceState
+			moved int64
+			qerr  error
+		)
+		rerr := inRC.Read(func(infd uintptr) bool {
+			if qerr = o.beginSplice(); qerr != nil {
+				return true
+			}
+			defer o.endSplice()
+			for range 1000 {
+				if cerr := outRC.Control(func(outfd uintptr) {
+					moved, st = spliceOnce(int(infd), int(outfd), min(src.N, spliceMax))
+				}); cerr != nil {
+					st = spliceFailed
+				}
+				switch st {
+				case spliceAgain:
+					continue
+				case spliceSourceEmpty:
+					return false // the poller waits for the command's next write
+				}
+				return true
+			}
+			st = spliceFailed
+			return true
+		})
+		switch {
+		case qerr != nil:
+			return n, qerr, true
+		case rerr != nil:
+			// The source's descriptor is closed: the plain copy meets
+			// that where it belongs, as a read error.
+			return n, nil, false
+		}
+		switch st {
+		case spliceMoved:
+			n += moved
+			src.Spliced(moved, nil)
+		case spliceEOF:
+			return n, nil, true
+		case spliceOutFull:
+			if err := o.waitWritable(outRC); err != nil {
+				return n, err, true
+			}
+		default:
+			// splice(2) refused these two, or failed: the plain copy
+			// takes it from here and meets the same error, if any.
+			return n, nil, false
+		}
+	}
+	return n, nil, true
+}
+
+type spliceState int
+
+const (
+	spliceMoved       spliceState = iota // moved > 0 bytes
+	spliceEOF                            // the source has ended
+	spliceSourceEmpty                    // nothing to move yet
+	spliceOutFull                        // the caller's file has no room
+	spliceAgain                          // interrupted: try again at once
+	spliceFailed                         // splice(2) cannot move these bytes
+)
+
+// spliceOnce moves up to max bytes from the pipe in to out without
+// blocking, and says what became of it. Both descriptors are non-blocking
+// for the call (SPLICE_F_NONBLOCK; the pipes of os.Pipe are anyway), so
+// EAGAIN is either side's: a look at both tells which.
+func spliceOnce(in, out int, max int64) (int64, spliceState) {
+	n, err := unix.Splice(in, nil, out, nil, int(max), unix.SPLICE_F_NONBLOCK)
+	switch {
+	case err == nil && n > 0:
+		return n, spliceMoved
+	case err == nil:
+		return 0, spliceEOF
+	case errors.Is(err, unix.EINTR):
+		return 0, spliceAgain
+	case !errors.Is(err, unix.EAGAIN):
+		return 0, spliceFailed
+	}
+	fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}, {Fd: int32(out), Events: unix.POLLOUT}}
+	if _, err := unix.Poll(fds, 0); err != nil {
+		return 0, spliceAgain
+	}
+	switch {
+	case fds[1].Revents == 0:
+		return 0, spliceOutFull
+	case fds[0].Revents == 0:
+		return 0, spliceSourceEmpty
+	}
+	return 0, spliceAgain
+}
+
+// waitWritable waits until the caller's file has room (or is broken: the
+// next splice says how), looking between turns whether it was given up
+// on.
+func (o *outWriter) waitWritable(rc syscall.RawConn) error {
+	for {
+		if o.isAbandoned() {
+			return errWriterAbandoned
+		}
+		ready := false
+		if err := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			if n, err := unix.Poll(fds, spliceOutWait); err == nil && n > 0 || err != nil && !errors.Is(err, unix.EINTR) {
+				ready = true
+			}
+		}); err != nil {
+			return nil
+		}
+		if ready {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package sandbox
+
+import (
+	"bytes"
+	"io"
+	"math/rand"
+	"os"
+	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// TestOutWriterSplicesPipeToFile: from a pipe to a caller's file the
+// bytes go by splice (none through the queue), up to the source's limit
+// and in order after what was queued before.
+func TestOutWriterSplicesPipeToFile(t *testing.T) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	data := make([]byte, 3<<20+17)
+	rand.New(rand.NewSource(7)).Read(data)
+	go func() {
+		r := rand.New(rand.NewSource(8))
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 1+r.Intn(200<<10))
+			if _, err := inW.Write(rest[:n]); err != nil {
+				break
+			}
+			rest = rest[n:]
+		}
+		inW.Close()
+	}()
+	var got bytes.Buffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&got, outR); close(copied) }()
+
+	q := newOutWriter(outW)
+	prefix := []byte("queued first\n")
+	if _, err := q.Write(prefix); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 2<<20 + 5
+	src := &backend.OutputSource{R: inR, N: limit}
+	n, err, handled := q.splice(src)
+	if err != nil || !handled || n != limit || src.N != 0 {
+		t.Fatalf("splice: %d bytes, %v, handled %v, %d left", n, err, handled, src.N)
+	}
+	if err := q.close(make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	outW.Close()
+	<-copied
+	if want := append(prefix, data[:limit]...); !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("file got %d bytes, want %d, the queued ones first", got.Len(), len(want))
+	}
+}
