@@ -388,7 +388,8 @@ func (a *applier) create(i int) (bool, error) {
 // writeTemp writes op i's staged bytes to its newName, checking them on
 // the way, so what is published is what was staged whatever happened to
 // the blob since the commit point. It is not fsynced: the syncfs after
-// all of them is.
+// all of them is. The new file is a raw descriptor (rawfd.go), opened
+// O_EXCL|O_NOFOLLOW in its directory reached by dirFD.
 func (a *applier) writeTemp(i int) (snapshot, error) {
 	f, op := a.f, &a.w.Ops[i]
 	src, closer, err := a.blobs.open(&op.change)
@@ -397,24 +398,31 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 	}
 	defer closer.Close()
 	tmp := tempName(a.w.ID, i, op.Path)
-	dst, err := f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		// Left by a crashed attempt; the name is the commit's alone.
-		f.ws.removeJunk(tmp)
-		dst, err = f.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	}
+	dir, release, err := f.ws.dirFD(path.Dir(tmp))
 	if err != nil {
 		return snapshot{}, err
+	}
+	defer release()
+	name := path.Base(tmp)
+	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := openat(dir, name, flags, 0o600)
+	if err == unix.EEXIST {
+		// Left by a crashed attempt; the name is the commit's alone.
+		f.ws.removeJunk(tmp)
+		fd, err = openat(dir, name, flags, 0o600)
+	}
+	if err != nil {
+		return snapshot{}, pathErr("open", tmp, err)
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			dst.Close()
-			f.ws.root.Remove(tmp)
+			unix.Close(fd)
+			unix.Unlinkat(dir, name, 0)
 		}
 	}()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(dst, h), src)
+	n, err := copyHash(h, func(b []byte) error { return pathErr("write", tmp, writeAll(fd, b)) }, src, a.blobs.buffer())
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -422,18 +430,18 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 		return snapshot{}, err
 	}
 	// fchmod, unlike the open mode, is not masked by the umask.
-	if err := dst.Chmod(fsmode.FromUnix(op.Mode)); err != nil {
-		return snapshot{}, err
+	if err := unix.Fchmod(fd, op.Mode&0o7777); err != nil {
+		return snapshot{}, pathErr("chmod", tmp, err)
 	}
-	fi, err := dst.Stat()
+	after, err := fstatSnap(fd)
 	if err != nil {
-		return snapshot{}, err
+		return snapshot{}, pathErr("stat", tmp, err)
 	}
-	if err := dst.Close(); err != nil {
-		return snapshot{}, err
+	ok = true // fd is closed once, here
+	if err := unix.Close(fd); err != nil {
+		unix.Unlinkat(dir, name, 0)
+		return snapshot{}, pathErr("close", tmp, err)
 	}
-	ok = true
-	after := statSnap(fi)
 	after.SHA = op.Blob
 	failpoint(fpApplyTemp)
 	return after, nil
@@ -527,7 +535,12 @@ func (a *applier) cleanup() error {
 		case removesFirst(op):
 			name = a.displaced(i)
 		default:
-			f.ws.removeJunk(tempName(a.w.ID, i, op.Path))
+			// Published by a rename (or made by an earlier attempt):
+			// its temp name is gone once apply succeeded in this
+			// process; only a crashed attempt can have left one.
+			if a.recovering {
+				f.ws.removeJunk(tempName(a.w.ID, i, op.Path))
+			}
 			continue
 		}
 		s, err := f.ws.snap(name, nil)

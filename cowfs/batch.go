@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -340,10 +341,16 @@ func (t *Tx) writePack(name string, data [][]byte) error {
 		t.fs.state.Remove(p)
 		return fmt.Errorf("cowfs: stage: %w", err)
 	}
+	// Through a buffer: a batch of small files is one write, not one
+	// each (a bigger piece goes straight through).
+	bw := bufio.NewWriterSize(f, streamBuf)
 	for _, d := range data {
-		if _, err := f.Write(d); err != nil {
+		if _, err := bw.Write(d); err != nil {
 			return fail(err)
 		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
@@ -422,6 +429,7 @@ type blobReader struct {
 	f     *FS
 	dir   string
 	packs map[string]packFile
+	buf   *[]byte // what the bytes are read through, from copyBufs
 }
 
 type packFile struct {
@@ -456,6 +464,14 @@ func (b *blobReader) open(c *change) (io.Reader, io.Closer, error) {
 	return io.NewSectionReader(p.fl, c.Off, c.Size), noClose{}, nil
 }
 
+// buffer is the reader's buffer, for one copy at a time.
+func (b *blobReader) buffer() []byte {
+	if b.buf == nil {
+		b.buf = copyBufs.Get().(*[]byte)
+	}
+	return *b.buf
+}
+
 // close closes the kept packs; nil-safe.
 func (b *blobReader) close() {
 	if b == nil {
@@ -464,6 +480,10 @@ func (b *blobReader) close() {
 	for k, p := range b.packs {
 		p.fl.Close()
 		delete(b.packs, k)
+	}
+	if b.buf != nil {
+		copyBufs.Put(b.buf)
+		b.buf = nil
 	}
 }
 
@@ -485,7 +505,7 @@ func (b *blobReader) check(c *change) error {
 		}
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, r)
+	n, err := copyHash(h, nil, r, b.buffer())
 	if err != nil {
 		return fmt.Errorf("%w: staged bytes of %q: %v", ErrDamaged, c.Path, err)
 	}

@@ -202,7 +202,7 @@ func Open(ctx context.Context, workspace string, opts ...Option) (*FS, error) {
 	}
 	f := &FS{ws: ws, opts: o, log: o.logger, op: make(chan struct{}, 1), counted: map[string]int64{}}
 	if err := f.openState(); err != nil {
-		ws.root.Close()
+		ws.close()
 		return nil, err
 	}
 	if err := f.recover(ctx); err != nil {
@@ -271,7 +271,7 @@ func (f *FS) Close() error {
 	if f.state != nil {
 		f.state.Close()
 	}
-	return f.ws.root.Close()
+	return f.ws.close()
 }
 
 func (f *FS) isClosed() bool {

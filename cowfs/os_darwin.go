@@ -18,6 +18,10 @@ const (
 	renameExchange  = unix.RENAME_SWAP
 )
 
+// dirFlags opens the directories dirFD walks. macOS has no O_PATH: they
+// are opened for reading, which needs read permission on each.
+const dirFlags = unix.O_RDONLY
+
 // renameat renames old to new, both names in directory fd, with flags.
 func renameat(fd int, old, new string, flags uint) error {
 	return unix.RenameatxNp(fd, old, fd, new, uint32(flags))

@@ -13,6 +13,10 @@ const (
 	renameExchange  = unix.RENAME_EXCHANGE
 )
 
+// dirFlags opens the directories dirFD walks: O_PATH, which needs no read
+// permission on them, as a path lookup through them does not.
+const dirFlags = unix.O_PATH
+
 // renameat renames old to new, both names in directory fd, with flags.
 func renameat(fd int, old, new string, flags uint) error {
 	return unix.Renameat2(fd, old, fd, new, flags)

@@ -16,23 +16,19 @@ var errNoExchange = errors.New("renameat2 flags not supported here")
 
 // rename2 renames old to new, both in the same workspace directory, with
 // renameat2 flags (RENAME_NOREPLACE, RENAME_EXCHANGE). The directory is
-// opened through the os.Root, so no symlink on the way leads outside, and
-// the names passed to the kernel are single components, so none is
-// followed. errNoExchange when the file system does not know the flags.
+// opened by dirFD, so no symlink on the way is followed, and the names
+// passed to the kernel are single components, so none is followed
+// either. errNoExchange when the file system does not know the flags.
 func (w *workspace) rename2(old, new string, flags uint) error {
 	dir := path.Dir(new)
 	if path.Dir(old) != dir {
 		return fmt.Errorf("cowfs: rename2 %q %q: not in one directory", old, new)
 	}
-	if dir == "" {
-		dir = "."
-	}
-	d, err := w.root.Open(dir)
+	fd, release, err := w.dirFD(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	fd := int(d.Fd())
+	defer release()
 	for {
 		err = renameat(fd, path.Base(old), path.Base(new), flags)
 		if err != unix.EINTR {

@@ -177,6 +177,27 @@ func TestStackDependencies(t *testing.T) {
 	}
 }
 
+// TestFSCheckCommit: the FS's check, which skips reading the stack when
+// one transaction is pending, refuses what the stack's refuses.
+func TestFSCheckCommit(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	ctx := context.Background()
+	a := stageCmd(t, f, "a", WriteOp("new/a", []byte("a"), 0o644))
+	if err := f.CheckCommit(ctx, a); err != nil {
+		t.Errorf("commit a alone: %v", err)
+	}
+	b := stageCmd(t, f, "b", WriteOp("new/b", []byte("b"), 0o644))
+	c := stageCmd(t, f, "c", WriteOp("new/a", []byte("a2"), 0o644))
+	var se *StackError
+	if err := f.CheckCommit(ctx, c); !errors.As(err, &se) || !errors.Is(err, ErrStackDependency) || se.Others[0] != a {
+		t.Errorf("commit c over a: %v", err)
+	}
+	if err := f.CheckCommit(ctx, b); err != nil {
+		t.Errorf("commit b: %v", err)
+	}
+}
+
 func TestStackSquashKeepsViewAndOrder(t *testing.T) {
 	ws := newWS(t)
 	writeFile(t, ws, "w", "w\n", 0o644)

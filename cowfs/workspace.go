@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -167,6 +169,16 @@ func depth(rel string) int { return strings.Count(rel, "/") }
 type workspace struct {
 	dir  string // absolute, symlinks resolved
 	root *os.Root
+	// top is the workspace directory opened through root, kept for the
+	// raw-descriptor paths (rawfd.go); topFD is its descriptor.
+	top   *os.File
+	topFD int
+}
+
+// close releases the workspace's descriptors.
+func (w *workspace) close() error {
+	w.top.Close()
+	return w.root.Close()
 }
 
 func openWorkspace(dir string) (*workspace, error) {
@@ -189,10 +201,18 @@ func openWorkspace(dir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cowfs: workspace: %w", err)
 	}
-	return &workspace{dir: real, root: r}, nil
+	top, err := r.Open(".")
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("cowfs: workspace: %w", err)
+	}
+	return &workspace{dir: real, root: r, top: top, topFD: int(top.Fd())}, nil
 }
 
 func statSnap(fi fs.FileInfo) snapshot {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return sysSnap(st)
+	}
 	s := snapshot{Type: typeOther}
 	switch {
 	case fi.Mode().IsRegular():
@@ -210,6 +230,26 @@ func statSnap(fi fs.FileInfo) snapshot {
 	}
 	if s.Type == typeFile {
 		s.Size = fi.Size()
+	}
+	return s
+}
+
+// sysSnap is statSnap of what stat(2) returned.
+func sysSnap(st *syscall.Stat_t) snapshot {
+	return newSnap(uint32(st.Mode), st.Ino, uint64(st.Dev), st.Size, mtimeNS(st))
+}
+
+// newSnap is the snapshot of a stat's fields (no content hash).
+func newSnap(mode uint32, ino, dev uint64, size, mtimeNS int64) snapshot {
+	s := snapshot{Type: typeOther, Ino: ino, Dev: dev, MtimeNS: mtimeNS, Mode: mode & 0o7777}
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		s.Type = typeFile
+		s.Size = size
+	case syscall.S_IFDIR:
+		s.Type = typeDir
+	case syscall.S_IFLNK:
+		s.Type = typeSymlink
 	}
 	return s
 }
@@ -240,14 +280,14 @@ func (w *workspace) lstat(rel string) (fs.FileInfo, error) {
 // nil, copies it there in the same pass (copy is rewound on a retry).
 func (w *workspace) snap(rel string, copy *os.File) (snapshot, error) {
 	for attempt := 0; ; attempt++ {
-		fi, err := w.lstat(rel)
+		st, err := w.lstatSys(rel)
 		if isNotExist(err) {
 			return snapshot{}, nil
 		}
 		if err != nil {
 			return snapshot{}, err
 		}
-		s := statSnap(fi)
+		s := unixSnap(&st)
 		switch s.Type {
 		case typeSymlink:
 			t, err := w.root.Readlink(rel)
@@ -282,20 +322,33 @@ func (w *workspace) snap(rel string, copy *os.File) (snapshot, error) {
 
 // hashFile fills s.SHA from the file at rel. It reports false when the
 // file was swapped or written while it was read, so the caller retries.
+// The file is opened O_NONBLOCK, so that a FIFO put there since the
+// lstat does not block the open, and is read only if it is the regular
+// file the lstat saw; raw descriptors (rawfd.go), as it is opened for
+// every file a commit replaces, three times.
 func (w *workspace) hashFile(rel string, s *snapshot, copy *os.File) (bool, error) {
-	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	dir, release, err := w.dirFD(path.Dir(rel))
 	if isNotExist(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
+	defer release()
+	fd, err := openat(dir, path.Base(rel), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	err = pathErr("open", rel, err)
+	if isNotExist(err) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
-	if got := statSnap(fi); got.Type != typeFile || got.Ino != s.Ino || got.Dev != s.Dev {
+	defer unix.Close(fd)
+	got, err := fstatSnap(fd)
+	if err != nil {
+		return false, pathErr("stat", rel, err)
+	}
+	if got.Type != typeFile || got.Ino != s.Ino || got.Dev != s.Dev {
 		return false, nil
 	}
 	if copy != nil {
@@ -306,19 +359,20 @@ func (w *workspace) hashFile(rel string, s *snapshot, copy *os.File) (bool, erro
 			return false, err
 		}
 	}
-	h := sha256.New()
-	var dst io.Writer = h
+	var out func([]byte) error
 	if copy != nil {
-		dst = io.MultiWriter(h, copy)
+		out = func(b []byte) error { _, err := copy.Write(b); return err }
 	}
-	if _, err := io.Copy(dst, f); err != nil {
-		return false, err
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	h := sha256.New()
+	if _, err := copyHash(h, out, fdReader(fd), *buf); err != nil {
+		return false, pathErr("read", rel, err)
 	}
-	fi2, err := f.Stat()
+	after, err := fstatSnap(fd)
 	if err != nil {
-		return false, err
+		return false, pathErr("stat", rel, err)
 	}
-	after := statSnap(fi2)
 	if after.Size != s.Size || after.MtimeNS != s.MtimeNS || after.Mode != s.Mode {
 		*s = after
 		return false, nil

@@ -2,28 +2,32 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/cowfs"
 )
 
 // checkStack refuses, audited, to commit or discard transaction id alone
 // while another pending transaction depends on it (see cowfs.StackError).
+// A commit's check reads the stack only when there is another pending
+// transaction (cowfs.FS.CheckCommit).
 func (r *Review) checkStack(ctx context.Context, action, id string) error {
-	st, err := r.cow.Stack(ctx)
-	if err != nil {
-		return err
-	}
-	check := st.CheckDiscard
+	var err error
 	if action == "commit" {
-		check = st.CheckCommit
+		err = r.cow.CheckCommit(ctx, id)
+	} else {
+		var st *cowfs.Stack
+		if st, err = r.cow.Stack(ctx); err == nil {
+			err = st.CheckDiscard(id)
+		}
 	}
-	if err := check(id); err != nil {
+	if se := (*cowfs.StackError)(nil); errors.As(err, &se) {
 		r.refused(ctx, action, id, id, err)
-		return err
 	}
-	return nil
+	return err
 }
 
 // CommitAll applies the whole pending stack, in order, as one crash-safe

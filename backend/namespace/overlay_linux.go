@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -53,7 +51,21 @@ var streamMin int64 = 1 << 20
 // error the caller releases keep.
 func readOverlayKeep(upper string, lower lowerView, hidden hiddenSet, keep *holder) (*backend.Overlay, error) {
 	w := &overlayWalk{hidden: hidden, keep: keep}
-	if err := walkUpper(w, upper, lower, ".", true); err != nil {
+	ufd, err := openUpperDir(unix.AT_FDCWD, upper)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ufd)
+	// The workspace is reached the way a path lookup under it would be
+	// (its own path may hold a symlink); what is beneath, one name at a
+	// time without following any (lowerView.dirAt).
+	lfd, err := openPathDir(unix.AT_FDCWD, lower.dir, 0)
+	if err != nil {
+		lfd = -1
+	} else {
+		defer unix.Close(lfd)
+	}
+	if err := walkUpper(w, upper, ufd, lower, lfd, "."); err != nil {
 		return nil, err
 	}
 	ov := &w.Overlay
@@ -65,8 +77,6 @@ func readOverlayKeep(upper string, lower lowerView, hidden hiddenSet, keep *hold
 	return ov, nil
 }
 
-// walkUpper records the entries of upper/rel. lowerDir says whether
-// lower/rel is a real directory (no symlink on the way).
 // overlayWalk is an Overlay being built, with the bytes read so far.
 type overlayWalk struct {
 	backend.Overlay
@@ -121,24 +131,19 @@ func (h *holder) release() {
 	}
 }
 
-func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lowerDir bool) error {
-	dir := filepath.Join(upper, rel)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrPermission) {
-		// The command made the directory unreadable (chmod 000). The
-		// upper layer is ours: open it up and read on; the reported mode
-		// was taken before.
-		if os.Chmod(dir, 0o700) == nil {
-			entries, err = os.ReadDir(dir)
-		}
-	}
+// walkUpper records the entries of upper/rel, whose directory is open as
+// ufd. lfd is the workspace's directory rel, -1 when the workspace has no
+// real directory there (no symlink on the way): lower entries are only
+// consulted through real directories. Every entry is reached by its name
+// in an open directory, never by a path, and nothing is followed: the
+// upper directory is the command's work.
+func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int, rel string) error {
+	entries, err := readDirFD(ufd, filepath.Join(upper, filepath.FromSlash(rel)))
 	if err != nil {
 		return err
 	}
-	present := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		name := e.Name()
-		present[name] = true
 		p := path.Join(rel, name)
 		if p == pathguard.ReservedDir {
 			// The directory the sandbox hides; the command cannot have
@@ -148,85 +153,45 @@ func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lower
 			// visibly instead of its writes vanishing here.
 			continue
 		}
-		full := filepath.Join(upper, filepath.FromSlash(p))
-		st, err := os.Lstat(full)
-		if err != nil {
-			return err
+		if e.Type().IsRegular() {
+			if err := ov.file(upper, ufd, lower, lfd, p, name); err != nil {
+				return err
+			}
+			continue
 		}
-		lst := lower.lstat(p, lowerDir)
-		mode := st.Mode()
-		switch {
-		case mode.IsRegular():
-			if ov.size += st.Size(); ov.size > maxOverlayTotal {
-				return fmt.Errorf("%w: over %d bytes of written files", ErrOverlayTooLarge, maxOverlayTotal)
-			}
-			maybeSame := lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode.Perm() && lst.Size() == st.Size()
-			if ov.keep != nil && st.Size() >= streamMin && !maybeSame {
-				// Large and certainly changed: handed by path, never
-				// held in memory. (One that may be an unchanged copy-up
-				// is read and compared as before.)
-				if st.Size() > maxOverlayFile {
-					return fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, full, st.Size(), maxOverlayFile)
-				}
-				// If it cannot be moved (a directory the command made
-				// unwritable, say), it is read as before.
-				if src, err := ov.keep.take(full); err == nil {
-					ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Source: src})
-					continue
-				}
-			}
-			data, err := readNoFollow(full, st.Size())
+		var st unix.Stat_t
+		if err := fstatat(ufd, name, &st); err != nil {
+			return &fs.PathError{Op: "lstat", Path: filepath.Join(upper, filepath.FromSlash(p)), Err: err}
+		}
+		lst := lower.lstatAt(p, lfd, name)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			// Not what the directory said it was; the command is gone,
+			// so something else is changing the upper layer.
+			return fmt.Errorf("namespace: %s changed while the overlay was read", filepath.Join(upper, filepath.FromSlash(p)))
+		case unix.S_IFLNK:
+			t, err := readlinkat(ufd, name)
 			if err != nil {
-				return err
-			}
-			if maybeSame {
-				if lower.same(p, data) {
-					continue // copied up (touch, chmod back) but unchanged
-				}
-			}
-			ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode.Perm(), Data: data})
-		case mode&fs.ModeSymlink != 0:
-			t, err := os.Readlink(full)
-			if err != nil {
-				return err
+				return &fs.PathError{Op: "readlink", Path: filepath.Join(upper, filepath.FromSlash(p)), Err: err}
 			}
 			if lst != nil && lst.Mode()&fs.ModeSymlink != 0 {
-				if lt, err := lower.readlink(p); err == nil && lt == t {
+				if lt, err := lower.readlinkAt(p, lfd, name); err == nil && lt == t {
 					continue
 				}
 			}
 			ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeSymlink, Data: []byte(t)})
-		case mode&fs.ModeCharDevice != 0 && mode&fs.ModeDevice != 0:
-			if isWhiteout(st) {
-				// A whiteout at a hidden path is the backend's, or the
-				// command's removal of what it never saw: not a deletion.
+		case unix.S_IFCHR:
+			if st.Rdev == 0 {
+				// A whiteout. At a hidden path it is the backend's, or
+				// the command's removal of what it never saw: not a
+				// deletion.
 				if lst != nil && !ov.hidden.covers(p) {
 					ov.Deleted = append(ov.Deleted, p)
 				}
 			}
 			// Other device nodes cannot be made in the sandbox; ignore.
-		case mode.IsDir():
-			lowerIsDir := lst != nil && lst.IsDir()
-			// wsIsDir: the workspace itself has a real directory there
-			// (the pending view may have made one where it has not).
-			wsIsDir := lowerIsDir
-			if lower.pend != nil {
-				wsIsDir = lower.wsDir(p, lowerDir)
-			}
-			if !lowerIsDir {
-				if lst != nil {
-					// A file or link replaced by a directory.
-					ov.Deleted = append(ov.Deleted, p)
-				}
-				ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | mode.Perm()})
-			} else if isOpaque(full) && !ov.hidden.covers(p) {
-				// The directory was removed and made again: every lower
-				// entry not in upper is gone.
-				if err := opaqueDeletions(ov, upper, lower, p, wsIsDir); err != nil {
-					return err
-				}
-			}
-			if err := walkUpper(ov, upper, lower, p, wsIsDir); err != nil {
+		case unix.S_IFDIR:
+			if err := ov.dir(upper, ufd, lower, lfd, p, name, lst, fs.FileMode(st.Mode&0o777)); err != nil {
 				return err
 			}
 		default:
@@ -234,6 +199,82 @@ func walkUpper(ov *overlayWalk, upper string, lower lowerView, rel string, lower
 		}
 	}
 	return nil
+}
+
+// file records the regular file name of upper directory ufd, at p.
+func (ov *overlayWalk) file(upper string, ufd int, lower lowerView, lfd int, p, name string) error {
+	full := func() string { return filepath.Join(upper, filepath.FromSlash(p)) }
+	fd, st, err := openUpperFile(ufd, name)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: full(), Err: err}
+	}
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}()
+	mode, size := fs.FileMode(st.Mode&0o777), st.Size
+	if ov.size += size; ov.size > maxOverlayTotal {
+		return fmt.Errorf("%w: over %d bytes of written files", ErrOverlayTooLarge, maxOverlayTotal)
+	}
+	lst := lower.lstatAt(p, lfd, name)
+	maybeSame := lst != nil && lst.Mode().IsRegular() && lst.Mode().Perm() == mode && lst.Size() == size
+	if ov.keep != nil && size >= streamMin && !maybeSame {
+		// Large and certainly changed: handed by path, never held in
+		// memory. (One that may be an unchanged copy-up is read and
+		// compared as before.)
+		if size > maxOverlayFile {
+			return fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, full(), size, maxOverlayFile)
+		}
+		// If it cannot be moved (a directory the command made
+		// unwritable, say), it is read as before.
+		if src, err := ov.keep.take(full()); err == nil {
+			ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode, Source: src})
+			return nil
+		}
+	}
+	data, err := readFD(fd, size, full)
+	if err != nil {
+		return err
+	}
+	if maybeSame && lower.sameAt(p, lfd, name, data) {
+		return nil // copied up (touch, chmod back) but unchanged
+	}
+	ov.Files = append(ov.Files, backend.File{Path: p, Mode: mode, Data: data})
+	return nil
+}
+
+// dir records the directory name of upper directory ufd, at p, and what
+// it holds. lst is what the command saw there beneath it; perm the
+// directory's mode bits as the command left them.
+func (ov *overlayWalk) dir(upper string, ufd int, lower lowerView, lfd int, p, name string, lst fs.FileInfo, perm fs.FileMode) error {
+	sub, err := openUpperDir(ufd, name)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: filepath.Join(upper, filepath.FromSlash(p)), Err: err}
+	}
+	defer unix.Close(sub)
+	// wsDir: the workspace itself has a real directory there (the
+	// pending view may have made one where it has not, or hidden one
+	// that is).
+	subL := lower.dirAt(lfd, name)
+	if subL >= 0 {
+		defer unix.Close(subL)
+	}
+	wsDir := subL >= 0
+	if lst == nil || !lst.IsDir() {
+		if lst != nil {
+			// A file or link replaced by a directory.
+			ov.Deleted = append(ov.Deleted, p)
+		}
+		ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | perm})
+	} else if isOpaqueFD(sub) && !ov.hidden.covers(p) {
+		// The directory was removed and made again: every lower entry
+		// not in upper is gone.
+		if err := opaqueDeletions(ov, upper, lower, p, wsDir); err != nil {
+			return err
+		}
+	}
+	return walkUpper(ov, upper, sub, lower, subL, p)
 }
 
 func opaqueDeletions(ov *overlayWalk, upper string, lower lowerView, rel string, wsDir bool) error {
@@ -250,20 +291,14 @@ func opaqueDeletions(ov *overlayWalk, upper string, lower lowerView, rel string,
 	return nil
 }
 
-// isWhiteout reports an overlayfs whiteout: a character device 0/0.
-func isWhiteout(st fs.FileInfo) bool {
-	s, ok := st.Sys().(*syscall.Stat_t)
-	return ok && s.Rdev == 0
-}
-
-// isOpaque reports an overlayfs opaque directory. With userxattr (user
-// namespaces) the mark is user.overlay.opaque, otherwise
-// trusted.overlay.opaque; only "y" means opaque ("x" marks a directory that
-// merely holds whiteouts).
-func isOpaque(dir string) bool {
+// isOpaqueFD reports an overlayfs opaque directory, open as fd. With
+// userxattr (user namespaces) the mark is user.overlay.opaque, otherwise
+// trusted.overlay.opaque; only "y" means opaque ("x" marks a directory
+// that merely holds whiteouts).
+func isOpaqueFD(fd int) bool {
 	for _, name := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
 		buf := make([]byte, 8)
-		n, err := unix.Lgetxattr(dir, name, buf)
+		n, err := unix.Fgetxattr(fd, name, buf)
 		if err == nil && n == 1 && buf[0] == 'y' {
 			return true
 		}
@@ -271,45 +306,180 @@ func isOpaque(dir string) bool {
 	return false
 }
 
-func readNoFollow(p string, size int64) ([]byte, error) {
-	if size > maxOverlayFile {
-		return nil, fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, p, size, maxOverlayFile)
+// Raw descriptors, not os.File: os.OpenFile of a regular file or a
+// directory tries to register it with Go's poller (two or four fcntl and
+// an epoll_ctl that fails), five system calls on each of a thousand
+// files a command wrote.
+
+// openUpperDir opens the upper directory name of dir (AT_FDCWD: a path)
+// to read it, without following a symlink. A directory the command made
+// unreadable (chmod 000) is opened up first: the upper layer is ours, and
+// the reported mode was taken before.
+func openUpperDir(dir int, name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := openat(dir, name, flags)
+	if err == unix.EACCES && unix.Fchmodat(dir, name, 0o700, 0) == nil {
+		fd, err = openat(dir, name, flags)
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrPermission) {
-		// Made unreadable by the command (chmod 000); the caller keeps
-		// the mode it saw, and the upper layer is ours to open up. No
-		// process of the sandbox is left to swap p for a symlink.
-		if os.Chmod(p, 0o600) == nil {
-			f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	return fd, err
+}
+
+// openUpperFile opens the regular file name of upper directory dir for
+// reading, and returns it with its stat (the mode as the command left
+// it). O_NONBLOCK|O_NOFOLLOW: a FIFO or a symlink at name (the entry the
+// directory listed as a regular file has been replaced) neither blocks
+// nor is followed, and anything but a regular file is refused. A file the
+// command made unreadable (chmod 000) is opened up first; no process of
+// the sandbox is left to swap it for something else.
+func openUpperFile(dir int, name string) (int, unix.Stat_t, error) {
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	var st unix.Stat_t
+	fd, err := openat(dir, name, flags)
+	if err == unix.EACCES {
+		if err := fstatat(dir, name, &st); err != nil {
+			return -1, st, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return -1, st, unix.EINVAL
+		}
+		mode := st.Mode
+		if err := unix.Fchmodat(dir, name, 0o600, 0); err != nil {
+			return -1, st, unix.EACCES
+		}
+		if fd, err = openat(dir, name, flags); err != nil {
+			return -1, st, err
+		}
+		if err := fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, st, err
+		}
+		st.Mode = st.Mode&unix.S_IFMT | mode&^unix.S_IFMT
+	} else if err != nil {
+		return -1, st, err
+	} else if err := fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, st, unix.EINVAL
+	}
+	return fd, st, nil
+}
+
+// openPathDir opens directory name of dir as an O_PATH descriptor to look
+// names up in: flags unix.O_NOFOLLOW refuses a symlink at name (ENOTDIR),
+// 0 follows it. O_PATH needs no read permission on the directory, as a
+// path lookup through it does not.
+func openPathDir(dir int, name string, flags int) (int, error) {
+	return openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|flags)
+}
+
+func openat(dir int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
 		}
 	}
-	if err != nil {
-		return nil, err
+}
+
+func fstatat(dir int, name string, st *unix.Stat_t) error {
+	for {
+		err := unix.Fstatat(dir, name, st, unix.AT_SYMLINK_NOFOLLOW)
+		if err != unix.EINTR {
+			return err
+		}
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxOverlayFile+1))
+}
+
+func fstat(fd int, st *unix.Stat_t) error {
+	for {
+		err := unix.Fstat(fd, st)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// readlinkat is os.Readlink of name in dir.
+func readlinkat(dir int, name string) (string, error) {
+	for n := 128; ; n *= 2 {
+		b := make([]byte, n)
+		k, err := unix.Readlinkat(dir, name, b)
+		if err == unix.EINTR {
+			n /= 2
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if k < n {
+			return string(b[:k]), nil
+		}
+	}
+}
+
+// readDirFD lists directory fd (at path p, for errors and for the
+// entries whose type the file system does not report).
+func readDirFD(fd int, p string) ([]fs.DirEntry, error) {
+	d, err := unix.Dup(fd)
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	unix.CloseOnExec(d)
+	f := os.NewFile(uintptr(d), p)
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// readFD reads the regular file fd, of size bytes at its open, to its
+// end, refusing more than maxOverlayFile. p names it in errors.
+func readFD(fd int, size int64, p func() string) ([]byte, error) {
+	if size > maxOverlayFile {
+		return nil, fmt.Errorf("%w: %s: %d bytes is over the %d byte limit of one overlay file", ErrOverlayTooLarge, p(), size, maxOverlayFile)
+	}
+	// One byte more than its size, so that the end is seen without
+	// growing the buffer.
+	data := make([]byte, 0, size+1)
+	for {
+		if len(data) == cap(data) {
+			if len(data) > maxOverlayFile {
+				return nil, fmt.Errorf("%w: %s: over the %d byte limit of one overlay file", ErrOverlayTooLarge, p(), maxOverlayFile)
+			}
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := unix.Read(fd, data[len(data):cap(data)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: p(), Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		data = data[:len(data)+n]
 	}
 	if len(data) > maxOverlayFile {
-		return nil, fmt.Errorf("%w: %s: over the %d byte limit of one overlay file", ErrOverlayTooLarge, p, maxOverlayFile)
-	}
-	if data == nil {
-		data = []byte{}
+		return nil, fmt.Errorf("%w: %s: over the %d byte limit of one overlay file", ErrOverlayTooLarge, p(), maxOverlayFile)
 	}
 	return data, nil
 }
 
-func sameContent(p string, data []byte) (bool, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+// sameContentAt reports whether the regular file name of directory dir
+// holds exactly data. Opened like an upper file (openUpperFile, without
+// opening up its mode): a FIFO neither blocks nor counts.
+func sameContentAt(dir int, name string, data []byte) bool {
+	fd, err := openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
-		return false, err
+		return false
 	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, int64(len(data))+1))
-	if err != nil {
-		return false, err
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(len(data)) {
+		return false
 	}
-	return bytes.Equal(buf, data), nil
+	buf, err := readFD(fd, st.Size, func() string { return name })
+	return err == nil && bytes.Equal(buf, data)
 }

@@ -319,32 +319,94 @@ func (l lowerView) lstat(rel string, wsDir bool) fs.FileInfo {
 	return st
 }
 
-// wsDir reports whether the workspace has a real directory at rel.
-func (l lowerView) wsDir(rel string, parentDir bool) bool {
-	if !parentDir {
-		return false
+// The overlay walk asks by name in the workspace directory it holds
+// open (dir, -1 where the workspace has no real directory at rel's
+// parent), not by path.
+
+// lstatAt is lstat of rel, the entry name of workspace directory dir.
+func (l lowerView) lstatAt(rel string, dir int, name string) fs.FileInfo {
+	if e, decided := l.pend.Lookup(rel); decided {
+		if e == nil {
+			return nil
+		}
+		return pendingInfo{e}
 	}
-	st, err := os.Lstat(filepath.Join(l.dir, filepath.FromSlash(rel)))
-	return err == nil && st.IsDir()
+	if dir < 0 {
+		return nil
+	}
+	var st unix.Stat_t
+	if fstatat(dir, name, &st) != nil {
+		return nil
+	}
+	return statInfo{name: name, st: st}
 }
 
-func (l lowerView) same(rel string, data []byte) bool {
+// dirAt opens the workspace's real directory name of dir (never through
+// a symlink) to look names up in, or returns -1 where there is none.
+func (l lowerView) dirAt(dir int, name string) int {
+	if dir < 0 {
+		return -1
+	}
+	fd, err := openPathDir(dir, name, unix.O_NOFOLLOW)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// sameAt reports whether what the command saw at rel, the entry name of
+// workspace directory dir, is a file holding data.
+func (l lowerView) sameAt(rel string, dir int, name string, data []byte) bool {
 	if e, decided := l.pend.Lookup(rel); decided {
 		return e != nil && e.SameContent(data)
 	}
-	same, _ := sameContent(filepath.Join(l.dir, filepath.FromSlash(rel)), data)
-	return same
+	return dir >= 0 && sameContentAt(dir, name, data)
 }
 
-func (l lowerView) readlink(rel string) (string, error) {
+// readlinkAt is the target of the link the command saw at rel, the entry
+// name of workspace directory dir.
+func (l lowerView) readlinkAt(rel string, dir int, name string) (string, error) {
 	if e, decided := l.pend.Lookup(rel); decided {
 		if e == nil || e.Kind != backend.PendingSymlink {
 			return "", fs.ErrNotExist
 		}
 		return e.Target, nil
 	}
-	return os.Readlink(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	if dir < 0 {
+		return "", fs.ErrNotExist
+	}
+	return readlinkat(dir, name)
 }
+
+// statInfo is the fs.FileInfo of a workspace entry's stat.
+type statInfo struct {
+	name string
+	st   unix.Stat_t
+}
+
+func (s statInfo) Name() string { return s.name }
+func (s statInfo) Size() int64  { return s.st.Size }
+func (s statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch s.st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	return m
+}
+func (s statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s statInfo) IsDir() bool        { return s.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+func (s statInfo) Sys() any           { return &s.st }
 
 // list returns the names the command saw in directory rel.
 func (l lowerView) list(rel string, wsDir bool) ([]string, error) {
