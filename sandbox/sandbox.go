@@ -13,6 +13,7 @@ import (
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/docker"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/internal/randhex"
@@ -77,6 +78,11 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.backend == nil && o.backendName == "namespace" && o.image == "" {
+		// What the backend prepares in the background when it is made
+		// starts now, beside the audit log's and the store's opening.
+		namespace.Prewarm()
 	}
 	if o.network == nil && o.policy.Network != nil {
 		n := *o.policy.Network

@@ -130,11 +130,17 @@ func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
 
 // prewarmMasks starts computing etcMasks in the background, so that the
 // walk of /etc (a thousand entries and more, a few milliseconds) overlaps
-// whatever the caller does before its first Exec — in a CLI process,
-// opening the audit log and the transaction store — instead of delaying
+// whatever the caller does before its first Exec instead of delaying
 // that Exec. It is not cached across processes: a file made private since
 // would then show.
 func prewarmMasks() { go etcMasks() }
+
+// Prewarm starts, in the background, the work of New that does not depend
+// on its options (the walk of /etc for what the sandbox must hide), for a
+// caller that knows it will make a namespace backend and has other work
+// first: a CLI process opening the audit log and the transaction store.
+// New starts it too; calling Prewarm more than once costs nothing.
+func Prewarm() { prewarmMasks() }
 
 func isSSHHostKey(p string) bool {
 	m, _ := filepath.Match("/etc/ssh/ssh_host_*_key", p)

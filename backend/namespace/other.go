@@ -15,6 +15,9 @@ import (
 // unconditionally.
 func Init() {}
 
+// Prewarm does nothing here: there is no namespace backend to prepare for.
+func Prewarm() {}
+
 // Backend is unavailable outside Linux.
 type Backend struct{ o options }
 

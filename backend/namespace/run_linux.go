@@ -53,6 +53,13 @@ func closeAll(fs ...*os.File) {
 // startInit starts an init in fresh namespaces; it blocks reading its
 // config until exec sends one.
 func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
+	return b.startInitThen(newNet, nil)
+}
+
+// startInitThen is startInit calling started, if not nil, as soon as the
+// init has a pid: before the static config, which waits for the /etc
+// walk (etcMasks). started must not write p's fields other than cg.
+func (b *Backend) startInitThen(newNet bool, started func(p *initProc)) (p *initProc, err error) {
 	r, err := b.newRun()
 	if err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
@@ -143,6 +150,9 @@ func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
 	b.phase("clone-exec")
 	p.cmd = cmd
 	p.home = sandboxHome()
+	if started != nil {
+		started(p)
+	}
 	static, err := json.Marshal(nsinit.Config{
 		Root:     filepath.Join(r.dir, "root"),
 		Home:     p.home,
@@ -292,9 +302,26 @@ func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) 
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		p, err := b.startInit(newNet)
-		if err == nil {
-			b.attachAhead(p, lim)
+		// The cgroup attach waits for an RCU grace period (see
+		// runCgroup.add), the static config for the /etc walk: the
+		// attach starts once the init has a pid, so that the two waits
+		// overlap instead of adding up.
+		var started *initProc
+		attached := make(chan struct{})
+		p, err := b.startInitThen(newNet, func(p *initProc) {
+			started = p
+			go func() {
+				defer close(attached)
+				b.attachAhead(p, lim)
+			}()
+		})
+		if started != nil {
+			<-attached
+			if err != nil && started.cg != nil {
+				// startInit killed and reaped the init: its cgroups are
+				// empty.
+				started.cg.remove()
+			}
 		}
 		b.mu.Lock()
 		if err == nil && !b.closed {
