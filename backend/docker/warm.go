@@ -373,7 +373,7 @@ func (b *Backend) usable(ctx context.Context, s *warmSlot, key boxKey, st *warmS
 	if time.Since(st.LastUsed) > b.o.reuseIdle-warmMargin(b.o.reuseIdle) {
 		return "idle lifetime (nearly) over"
 	}
-	insp, err := b.cli.ContainerInspect(ctx, st.Container)
+	insp, err := b.inspectRun(ctx, st.Container)
 	if err != nil {
 		return "container gone"
 	}
