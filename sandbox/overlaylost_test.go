@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/host"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
 )
@@ -19,12 +18,7 @@ import (
 // is staged. The loss is real: a pulse-server (127.0.0.1) whose executor
 // runs the host backend and reads back at most 4 bytes of changes.
 func TestOverlayLostIsAuditedAsRun(t *testing.T) {
-	hb, err := host.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hb.Close() })
-	rb := startRemote(t, hb, 4, policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.AllowAllSecrets())
+	rb := startRemote(t, hostBackend(t), 4, policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, secrets.AllowAllSecrets())
 	// The server's executor runs on the bare host, so only allow-all
 	// network and secrets are enforced (strongly) there.
 	pol, err := policy.Parse([]byte("version: 1\ndefaults: {shell: allow, network: allow, secrets: allow}\nnetwork: {mode: allow-all}\n"))

@@ -97,6 +97,8 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		}
 	}
 	o.limits = &ceil
+	early := probeAhead(ctx, &o)
+	defer early.discard()
 
 	abs, err := filepath.Abs(workspace)
 	if err != nil {
@@ -189,7 +191,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if o.backend != nil {
 		s.backend = o.backend
 	} else {
-		s.backend, s.passedOver, err = selectBackend(ctx, &o)
+		s.backend, s.passedOver, err = selectBackend(ctx, &o, early)
 		// A reason may quote configuration (a URL, an engine's answer):
 		// it is scrubbed like everything else the sandbox hands back.
 		s.passedOver = s.scrubAll(s.passedOver)

@@ -137,11 +137,73 @@ func (o *options) probeCacheFile(name string) string {
 	return filepath.Join(dir, "pulse", "probe-"+name)
 }
 
+// ahead is the remote candidate made and probed while New does the rest
+// of its work: its Probe is network round trips (a TCP connect, an HTTP
+// upgrade, the capabilities request) that need nothing New prepares, and
+// they would otherwise wait for the audit log, the staging area and
+// their recovery. Selection takes it in the remote candidate's turn,
+// exactly as if it probed then.
+type ahead struct {
+	name   string
+	b      backend.Backend
+	err    error // of make, or of Probe (b is then closed and nil)
+	done   chan struct{}
+	cancel context.CancelFunc
+	taken  bool
+}
+
+// probeAhead starts probing the remote candidate when selection will try
+// it first (PULSE_REMOTE_URL set, no backend given or another named, no
+// image); nil otherwise.
+func probeAhead(ctx context.Context, o *options) *ahead {
+	if o.backend != nil || o.image != "" || (o.backendName != "" && o.backendName != "auto" && o.backendName != "remote") {
+		return nil
+	}
+	c := candidates()[0]
+	if c.skip(o) != "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	a := &ahead{name: c.name, done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(a.done)
+		b, err := c.make(o)
+		if err == nil {
+			if err = b.Probe(pctx); err != nil {
+				_ = b.Close()
+				b = nil
+			}
+		}
+		a.b, a.err = b, err
+	}()
+	return a
+}
+
+// take waits for the probe and returns its outcome, once.
+func (a *ahead) take() (backend.Backend, error) {
+	<-a.done
+	a.cancel()
+	a.taken = true
+	return a.b, a.err
+}
+
+// discard ends a probe selection did not take (New failed before it, or
+// selected nothing): nil and taken ones are left alone.
+func (a *ahead) discard() {
+	if a == nil || a.taken {
+		return
+	}
+	a.cancel()
+	if b, _ := a.take(); b != nil {
+		_ = b.Close()
+	}
+}
+
 // selectBackend returns the first candidate that is available, with one
 // "name: reason" line for each candidate passed over before it, or an
 // error wrapping ErrUnavailable that names every candidate and why it was
 // not used.
-func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, error) {
+func selectBackend(ctx context.Context, o *options, early *ahead) (backend.Backend, []string, error) {
 	var why []string
 	found := false
 	if err := o.checkImageBackend(); err != nil {
@@ -155,6 +217,17 @@ func selectBackend(ctx context.Context, o *options) (backend.Backend, []string, 
 			continue // an image was asked for: only Docker runs images
 		}
 		found = true
+		if early != nil && c.name == early.name {
+			b, err := early.take()
+			if err == nil {
+				return b, why, nil
+			}
+			if ctx.Err() != nil {
+				return nil, why, ctx.Err()
+			}
+			why = append(why, reason(c.name, err))
+			continue
+		}
 		if c.skip != nil {
 			if reason := c.skip(o); reason != "" {
 				why = append(why, c.name+": "+reason)

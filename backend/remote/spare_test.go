@@ -11,27 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/protocol"
 )
-
-// countingListener counts the connections it accepted.
-type countingListener struct {
-	net.Listener
-	n atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
 
 // What a CLI process does — Probe, Reconcile, one Exec — goes over one
 // connection: each later call takes the one the call before it left.
@@ -40,7 +26,7 @@ func TestProbeReconcileExecShareOneConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &countingListener{Listener: ln}
+	cl := &testenv.Listener{Listener: ln}
 	ts := &testServer{dir: t.TempDir()}
 	ts.start(t, cl)
 	t.Cleanup(ts.stop)
@@ -62,14 +48,14 @@ func TestProbeReconcileExecShareOneConnection(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Exec: %v %+v", err, res)
 	}
-	if n := cl.n.Load(); n != 1 {
+	if n := cl.Accepted(); n != 1 {
 		t.Errorf("%d connections accepted, want 1", n)
 	}
 	// The spare is gone once used: a second Exec dials its own.
 	if _, err := b.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Shell: "true", Network: allowAll, Secrets: denySecrets}); err != nil {
 		t.Fatal(err)
 	}
-	if n := cl.n.Load(); n != 2 {
+	if n := cl.Accepted(); n != 2 {
 		t.Errorf("%d connections accepted after a second Exec, want 2", n)
 	}
 }

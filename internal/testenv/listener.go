@@ -11,8 +11,9 @@ import (
 // connections such as WebSockets open.)
 type Listener struct {
 	net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	mu       sync.Mutex
+	conns    []net.Conn
+	accepted int
 }
 
 // Accept implements net.Listener.
@@ -21,6 +22,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err == nil {
 		l.mu.Lock()
 		l.conns = append(l.conns, c)
+		l.accepted++
 		l.mu.Unlock()
 	}
 	return c, err
@@ -37,4 +39,12 @@ func (l *Listener) DropAll() int {
 	n := len(l.conns)
 	l.conns = nil
 	return n
+}
+
+// Accepted is how many connections were accepted so far, dropped ones
+// included.
+func (l *Listener) Accepted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.accepted
 }
