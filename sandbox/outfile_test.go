@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,10 +63,11 @@ func outputBackends(t *testing.T) map[string]func(*testing.T, string, ...Option)
 	return map[string]func(*testing.T, string, ...Option) *Sandbox{"host": newHost, "namespace": newIsolated}
 }
 
-// TestOutputToFileGetsEverything: output to a caller's file (a pipe, which
-// the queue fills with splice) arrives whole and in order, stdout and
-// stderr each in full, through pauses in which the command's pipe is
-// empty.
+// TestOutputToFileGetsEverything: output to a caller's file arrives whole
+// and in order, stdout and stderr each in full, through pauses in which
+// the command's pipe is empty: to a pipe (which the queue fills with
+// splice) and to a file opened for appending (which takes no splice: the
+// queue copies instead).
 func TestOutputToFileGetsEverything(t *testing.T) {
 	for name, open := range outputBackends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -73,10 +75,14 @@ func TestOutputToFileGetsEverything(t *testing.T) {
 			pol.Limits.OutputBytes = 64 << 20
 			sb := open(t, t.TempDir(), WithPolicy(pol))
 			out, errs := newFileSink(t), newFileSink(t)
-			res, err := sb.Execute(context.Background(), Command{
-				Shell:  "seq 1 1000; sleep 0.05; seq 1001 400000; seq 1 5000 >&2",
-				Stdout: out.w, Stderr: errs.w,
-			})
+			appended := filepath.Join(t.TempDir(), "out")
+			af, err := os.OpenFile(appended, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer af.Close()
+			const script = "seq 1 1000; sleep 0.05; seq 1001 400000; seq 1 5000 >&2"
+			res, err := sb.Execute(context.Background(), Command{Shell: script, Stdout: out.w, Stderr: errs.w})
 			if err != nil || res.ExitCode != 0 || res.Truncated {
 				t.Fatalf("res=%+v err=%v", res, err)
 			}
@@ -85,6 +91,12 @@ func TestOutputToFileGetsEverything(t *testing.T) {
 			}
 			if got, want := errs.wait(t), seqOutput(1, 5000); got != want {
 				t.Errorf("stderr: %d bytes, want %d", len(got), len(want))
+			}
+			if res, err := sb.Execute(context.Background(), Command{Shell: script, Stdout: af}); err != nil || res.ExitCode != 0 {
+				t.Fatalf("res=%+v err=%v", res, err)
+			}
+			if got, err := os.ReadFile(appended); err != nil || string(got) != seqOutput(1, 400000) {
+				t.Errorf("appended file: %d bytes, %v", len(got), err)
 			}
 		})
 	}

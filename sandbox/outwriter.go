@@ -233,20 +233,31 @@ func (o *outWriter) queue(p []byte) ([]byte, error) {
 	return next, nil
 }
 
-// beginSplice waits until what is queued has reached the caller's writer
-// and marks the caller's writer as being written by the splice; endSplice
-// gives it back. The error is why nothing more may be written.
-func (o *outWriter) beginSplice() error {
+// beginSplice marks the caller's writer as being written by the splice
+// when nothing queued is still on its way to it (busy otherwise: wait
+// with waitQueued and try again); endSplice gives it back. The error is
+// why nothing more may be written.
+func (o *outWriter) beginSplice() (busy bool, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for (len(o.buf) > 0 || o.writing) && !o.abandoned && o.err == nil {
-		o.cond.Wait()
-	}
 	if err := o.stopped(); err != nil {
-		return err
+		return false, err
+	}
+	if len(o.buf) > 0 || o.writing {
+		return true, nil
 	}
 	o.splicing = true
-	return nil
+	return false, nil
+}
+
+// waitQueued waits until what is queued has reached the caller's writer,
+// or until nothing more may be written.
+func (o *outWriter) waitQueued() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for (len(o.buf) > 0 || o.writing) && o.stopped() == nil {
+		o.cond.Wait()
+	}
 }
 
 func (o *outWriter) endSplice() {

@@ -57,12 +57,16 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 	}
 	for src.N > 0 && !src.IsStopped() {
 		var (
-			st    spliceState
-			moved int64
-			qerr  error
+			st         spliceState
+			moved      int64
+			qerr       error
+			queuedBusy bool
 		)
 		rerr := inRC.Read(func(infd uintptr) bool {
-			if qerr = o.beginSplice(); qerr != nil {
+			// Never wait for the caller's writer in here: that would
+			// hold the source's descriptor, which its backend may be
+			// closing.
+			if queuedBusy, qerr = o.beginSplice(); qerr != nil || queuedBusy {
 				return true
 			}
 			defer o.endSplice()
@@ -90,6 +94,9 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 			// The source's descriptor is closed: the plain copy meets
 			// that where it belongs, as a read error.
 			return n, nil, false
+		case queuedBusy:
+			o.waitQueued()
+			continue
 		}
 		switch st {
 		case spliceMoved:
