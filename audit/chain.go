@@ -160,6 +160,7 @@ func (l *Logger) readHead(size int64) (int64, uint64, string, string, error) {
 			if err := l.f.Truncate(keep); err != nil {
 				return 0, 0, "", "", fmt.Errorf("audit: repair torn tail: %w", err)
 			}
+			l.dirty = true // the repair is synced like an append
 			size = keep
 		}
 		if last != nil {

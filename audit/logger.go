@@ -320,6 +320,7 @@ func (l *Logger) write(buf []byte, size int64, seq uint64, prev string) error {
 		// line but keeps the whole ones (see RecordBatch).
 		if n > 0 {
 			_ = l.f.Truncate(size)
+			l.dirty = true
 		}
 		l.cacheOK = false
 		return fmt.Errorf("audit: append: %w", err)
@@ -358,7 +359,25 @@ func (l *Logger) Sync() error {
 	return nil
 }
 
-// Close syncs (unless NoSync) and closes the log. It is idempotent.
+// SyncPending fsyncs what was recorded since the last fsync, as Close
+// would: nothing under NoSync, nor under SyncEachEvent (every append was
+// synced), nor when nothing is pending. A caller with other work before
+// Close runs it beside that work.
+func (l *Logger) SyncPending() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.o.durability.mode != modeInterval || !l.dirty {
+		return nil
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("audit: fsync: %w", err)
+	}
+	l.dirty = false
+	return nil
+}
+
+// Close syncs what is not yet synced (unless NoSync) and closes the log.
+// It is idempotent.
 func (l *Logger) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -368,7 +387,10 @@ func (l *Logger) Close() error {
 	l.closed = true
 	stop, done := l.stop, l.done
 	var err error
-	if l.o.durability.mode != modeNone {
+	// Under SyncEvery, only what was written since the last fsync needs
+	// one: after a SyncPending or Sync nothing may be left, and a second
+	// fsync of a clean file can still cost a device cache flush.
+	if l.o.durability.mode == modeEvent || (l.o.durability.mode == modeInterval && l.dirty) {
 		err = l.f.Sync()
 	}
 	if cerr := l.f.Close(); err == nil {

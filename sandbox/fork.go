@@ -109,8 +109,24 @@ func (s *Sandbox) releaseShared() error {
 		return nil
 	}
 	var errs []error
+	var synced chan struct{}
+	if s.ownsBE && s.backend != nil && s.ownsAudit && s.audit != nil {
+		// The audit log's fsync need not wait for the backend's teardown
+		// (a namespace init's reap, its cgroups' and run directory's
+		// removal): it runs beside it. Close still comes last and syncs
+		// whatever was recorded after it, or what it failed to sync, and
+		// reports that error.
+		synced = make(chan struct{})
+		go func() {
+			defer close(synced)
+			_ = s.audit.SyncPending()
+		}()
+	}
 	if s.ownsBE && s.backend != nil {
 		errs = append(errs, s.backend.Close())
+	}
+	if synced != nil {
+		<-synced
 	}
 	if s.ownsAudit && s.audit != nil {
 		errs = append(errs, s.audit.Close())

@@ -1,0 +1,81 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// What SyncPending and Close fsync under SyncEvery follows the dirty mark:
+// set by an append and by a torn tail's repair, cleared by a sync. A
+// mark lost would let Close skip the fsync of an event it must make
+// durable.
+func TestSyncPendingFollowsWhatIsUnsynced(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(ctx, path, WithDurability(SyncEvery(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.dirty {
+		t.Fatal("a new log is marked unsynced before any append")
+	}
+	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.dirty {
+		t.Fatal("an append under SyncEvery is not marked unsynced")
+	}
+	if err := l.SyncPending(); err != nil {
+		t.Fatal(err)
+	}
+	if l.dirty {
+		t.Fatal("SyncPending left the log marked unsynced")
+	}
+	if err := l.Record(ctx, Event{Action: "exec", Target: "false", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SyncPending(); err != nil {
+		t.Fatalf("SyncPending after Close: %v", err)
+	}
+	rep, err := Verify(ctx, path)
+	if err != nil || rep.LastSeq != 2 {
+		t.Fatalf("Verify: %+v, %v; want 2 intact events", rep, err)
+	}
+
+	// A torn tail cut off at Open is synced like an append.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"torn":`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	l, err = Open(ctx, path, WithDurability(SyncEvery(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !l.dirty {
+		t.Fatal("the repair of a torn tail is not marked unsynced")
+	}
+
+	// Under SyncEachEvent every append was synced: nothing is pending.
+	e, err := Open(ctx, filepath.Join(t.TempDir(), "audit.jsonl"), WithDurability(SyncEachEvent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	if e.dirty {
+		t.Fatal("an append under SyncEachEvent is marked unsynced")
+	}
+}
