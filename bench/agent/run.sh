@@ -121,8 +121,11 @@ mirror=http://127.0.0.1:$port
 # caches on the sandbox side. GOPROXY=off except in go-mod.
 vars=("GOFLAGS=-mod=mod -trimpath" GOPROXY=off GOTOOLCHAIN=local GOSUMDB=off GOTELEMETRY=off CGO_ENABLED=0 "PATH=$path" HOME=/tmp LANG=C.UTF-8)
 
+# --no-hardlinks: a clone sharing the repository's object files would
+# see their times change whenever git in the repository freshens an
+# object, and the Docker side would rightly send them again.
 clone() {
-	git clone -q "$repo" "$1"
+	git clone -q --no-hardlinks "$repo" "$1"
 	# .pulse/ (the review state) is no part of the project.
 	echo .pulse/ >>"$1/.git/info/exclude"
 	git -C "$1" config user.email agent@example.com
