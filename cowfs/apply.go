@@ -404,12 +404,16 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 	}
 	defer release()
 	name := path.Base(tmp)
+	// Made with its mode, which the umask may take bits from: fixed
+	// below, where it did. (The file holds the bytes it is published
+	// with, so it is never more open than it will be.)
+	mode := op.Mode & 0o7777
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := openat(dir, name, flags, 0o600)
+	fd, err := openat(dir, name, flags, mode)
 	if err == unix.EEXIST {
 		// Left by a crashed attempt; the name is the commit's alone.
 		f.ws.removeJunk(tmp)
-		fd, err = openat(dir, name, flags, 0o600)
+		fd, err = openat(dir, name, flags, mode)
 	}
 	if err != nil {
 		return snapshot{}, pathErr("open", tmp, err)
@@ -429,13 +433,18 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 	if err := verifySum(&op.change, n, h); err != nil {
 		return snapshot{}, err
 	}
-	// fchmod, unlike the open mode, is not masked by the umask.
-	if err := unix.Fchmod(fd, op.Mode&0o7777); err != nil {
-		return snapshot{}, pathErr("chmod", tmp, err)
-	}
 	after, err := fstatSnap(fd)
 	if err != nil {
 		return snapshot{}, pathErr("stat", tmp, err)
+	}
+	if after.Mode != mode {
+		// fchmod, unlike the open mode, is not masked by the umask.
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return snapshot{}, pathErr("chmod", tmp, err)
+		}
+		if after, err = fstatSnap(fd); err != nil {
+			return snapshot{}, pathErr("stat", tmp, err)
+		}
 	}
 	ok = true // fd is closed once, here
 	if err := unix.Close(fd); err != nil {

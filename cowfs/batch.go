@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -405,7 +406,7 @@ func (f *FS) openPack(dir string, c *change) (packFile, error) {
 		fl.Close()
 		return packFile{}, err
 	}
-	p := packFile{fl, fi.Size()}
+	p := packFile{fl: fl, size: fi.Size()}
 	if err := p.holds(c); err != nil {
 		fl.Close()
 		return packFile{}, err
@@ -414,7 +415,7 @@ func (f *FS) openPack(dir string, c *change) (packFile, error) {
 }
 
 func (p packFile) holds(c *change) error {
-	if p.size < c.Off+c.Size {
+	if c.Off < 0 || c.Size < 0 || p.size < c.Off+c.Size {
 		return fmt.Errorf("pack %s holds %d bytes, %q needs %d at %d", c.Pack, p.size, c.Path, c.Size, c.Off)
 	}
 	return nil
@@ -424,7 +425,10 @@ func (p packFile) holds(c *change) error {
 // each pack it opens open until close: the writes of a Stage batch share
 // one pack, and opening it again for each (four lookups through the
 // state root) cost a commit of many small files more than reading their
-// bytes. Packs are immutable, and a commit reads them under the lock.
+// bytes. Packs are immutable, and a commit reads them under the lock. A
+// pack of at most packWhole bytes is read whole, once, when it is opened
+// (one read instead of one per piece; each piece is still checked
+// against its record by whoever reads it).
 type blobReader struct {
 	f     *FS
 	dir   string
@@ -435,7 +439,11 @@ type blobReader struct {
 type packFile struct {
 	fl   *os.File
 	size int64
+	data []byte // the whole pack, when read whole
 }
+
+// packWhole is the largest pack a blobReader reads whole.
+const packWhole = 16 << 20
 
 // noClose is the closer of a piece of a kept pack.
 type noClose struct{}
@@ -457,9 +465,19 @@ func (b *blobReader) open(c *change) (io.Reader, io.Closer, error) {
 		if p, err = b.f.openPack(b.dir, c); err != nil {
 			return nil, nil, err
 		}
+		if p.size <= packWhole {
+			p.data = make([]byte, p.size)
+			if _, err := io.ReadFull(io.NewSectionReader(p.fl, 0, p.size), p.data); err != nil {
+				p.fl.Close()
+				return nil, nil, err
+			}
+		}
 		b.packs[c.Pack] = p
 	} else if err := p.holds(c); err != nil {
 		return nil, nil, err
+	}
+	if p.data != nil {
+		return bytes.NewReader(p.data[c.Off : c.Off+c.Size]), noClose{}, nil
 	}
 	return io.NewSectionReader(p.fl, c.Off, c.Size), noClose{}, nil
 }

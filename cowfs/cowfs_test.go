@@ -316,3 +316,41 @@ func TestStagedBytesSeenAcrossFS(t *testing.T) {
 		t.Fatalf("a counts bytes committed by another FS: %v", err)
 	}
 }
+
+// TestCommitModesPastUmask: a committed file has exactly its staged mode,
+// also the bits the process umask takes from a new file's mode (the usual
+// 022 takes group and other write), and its after-image says so: an
+// undo right after finds nothing changed.
+func TestCommitModesPastUmask(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	tx, err := f.Begin(t.Context(), "modes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]os.FileMode{"open": 0o777, "shared": 0o666, "group": 0o664, "private": 0o600, "none": 0}
+	for name, m := range modes {
+		if err := tx.Write(t.Context(), name, []byte(name), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range modes {
+		fi, err := os.Lstat(filepath.Join(ws, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := m
+		if m == 0 {
+			want = 0o644 // the default for a new file
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode(), want)
+		}
+	}
+	if _, err := f.Undo(t.Context()); err != nil {
+		t.Fatalf("undo right after the commit: %v", err)
+	}
+}
