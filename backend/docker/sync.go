@@ -494,28 +494,93 @@ func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay, m merged)
 		return // nothing merged, or base is rebuilt anyway
 	}
 	ss.saved = ""
-	concurrent := ss.seq != seq || ss.running > 0
+	applyToModel(ss.model, ov, ss.seq != seq || ss.running > 0)
+}
+
+// applyToModel brings a model up to date with what a command's overlay
+// merged. concurrent: another command ran meanwhile, so what its paths now
+// hold is unknown ("?"), to be read again.
+func applyToModel(model map[string]string, ov *backend.Overlay, concurrent bool) {
+	var st subtrees
+	if len(ov.Deleted)+len(ov.Files) > subtreesFrom {
+		st = newSubtrees(model)
+	}
+	set := func(p, sig string) {
+		model[p] = sig
+		st.add(p)
+	}
 	for _, p := range ov.Deleted {
-		removeTree(ss.model, p)
+		st.removeTree(model, p)
 		if concurrent {
-			ss.model[p] = "?"
+			set(p, "?")
 		}
 	}
 	for _, f := range ov.Files {
 		if concurrent {
-			ss.model[f.Path] = "?"
+			set(f.Path, "?")
 			continue
 		}
 		switch {
 		case f.Mode&fs.ModeDir != 0:
-			ss.model[f.Path] = dirSig(tarMode(f.Mode))
+			set(f.Path, dirSig(tarMode(f.Mode)))
 		case f.Mode&fs.ModeSymlink != 0:
-			removeTree(ss.model, f.Path)
-			ss.model[f.Path] = "l|" + string(f.Data)
+			st.removeTree(model, f.Path)
+			set(f.Path, "l|"+string(f.Data))
 		default:
-			removeTree(ss.model, f.Path)
+			st.removeTree(model, f.Path)
 			sum := sha256.Sum256(f.Data)
-			ss.model[f.Path] = contentSig(f.Mode, hex.EncodeToString(sum[:]))
+			set(f.Path, contentSig(f.Mode, hex.EncodeToString(sum[:])))
+		}
+	}
+}
+
+// subtreesFrom is how many overlay entries make applyToModel index the
+// model's directories first: below it, a scan of the model per entry
+// costs less than the index.
+const subtreesFrom = 16
+
+// subtrees holds every path of a model that has an entry beneath it, so
+// that dropping a file's path from the model does not scan the whole
+// model: per entry of an overlay, that made a command writing thousands
+// of files in a large workspace quadratic. It may hold a path with
+// nothing left beneath (removeTree then scans and finds nothing), never
+// miss one with something: add is called for every path put in the
+// model. A nil subtrees knows nothing, and removeTree always scans.
+type subtrees map[string]bool
+
+func newSubtrees(model map[string]string) subtrees {
+	st := subtrees{}
+	for p := range model {
+		st.add(p)
+	}
+	return st
+}
+
+// add records p's ancestors. Once one is recorded, so are all of its
+// own (they were recorded with it), and the walk up stops.
+func (st subtrees) add(p string) {
+	if st == nil {
+		return
+	}
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+		d := p[:i]
+		if st[d] {
+			return
+		}
+		st[d] = true
+	}
+}
+
+// removeTree drops p and everything beneath it from model.
+func (st subtrees) removeTree(model map[string]string, p string) {
+	delete(model, p)
+	if st != nil && !st[p] {
+		return
+	}
+	prefix := p + "/"
+	for q := range model {
+		if strings.HasPrefix(q, prefix) {
+			delete(model, q)
 		}
 	}
 }
@@ -554,17 +619,6 @@ func (b *Backend) retire(bx *box) {
 	bx.trust.remove()
 	if bx.slot != nil {
 		bx.slot.release()
-	}
-}
-
-// removeTree drops p and everything beneath it from a model.
-func removeTree(m map[string]string, p string) {
-	delete(m, p)
-	prefix := p + "/"
-	for q := range m {
-		if strings.HasPrefix(q, prefix) {
-			delete(m, q)
-		}
 	}
 }
 
