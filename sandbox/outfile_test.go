@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,10 +26,7 @@ type fileSink struct {
 
 func newFileSink(t *testing.T) *fileSink {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, w := blockingPipe(t)
 	s := &fileSink{w: w, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -49,6 +47,25 @@ func (s *fileSink) wait(t *testing.T) string {
 		t.Fatal("the pipe's reader never saw its end")
 	}
 	return s.got.String()
+}
+
+// blockingPipe is a pipe in blocking mode, as a shell makes the one a
+// CLI's stdout is (os.Pipe's are non-blocking, with deadlines). The caller
+// closes both ends.
+func blockingPipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	var p [2]int
+	syscall.ForkLock.RLock()
+	err := syscall.Pipe(p[:])
+	if err == nil {
+		syscall.CloseOnExec(p[0])
+		syscall.CloseOnExec(p[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(p[0]), "pipe-r"), os.NewFile(uintptr(p[1]), "pipe-w")
 }
 
 func seqOutput(from, to int) string {

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,10 +24,7 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 // stopped, which the queue fills with splice), holds up neither Execute
 // nor Close once the command's context has ended.
 func TestBlockedOutputWriterDoesNotHangExecuteOrClose(t *testing.T) {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pr, pw := blockingPipe(t)
 	defer pr.Close()
 	defer pw.Close()
 	blocked := &blockingWriter{release: make(chan struct{})}

@@ -22,7 +22,7 @@ const spliceOutWait = 100 // ms
 // splice(2): page references pass from the one pipe to the other (or the
 // bytes into the file) without a copy through this process or a wake-up
 // of forward. It applies when r is a backend.OutputSource reading an
-// *os.File and the caller's writer is an *os.File, and keeps the queue's
+// *os.File and the caller's writer is an *os.File in blocking mode, and keeps the queue's
 // promises: it starts only once what was queued has been written, writes
 // nothing after close or abandon, and waits for a full caller's file in
 // bounded turns, so that abandon ends it. It reports handled false, having
@@ -42,7 +42,9 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 	if !ok {
 		return 0, nil, false
 	}
-	// Only a file: the deadlines of a connection would be bypassed.
+	// Only a file in blocking mode, as a CLI's stdout is: the write
+	// deadlines a connection or a non-blocking file (one of os.Pipe's)
+	// may carry would be bypassed.
 	out, ok := o.w.(*os.File)
 	if !ok {
 		return 0, nil, false
@@ -53,6 +55,13 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 	}
 	outRC, err := out.SyscallConn()
 	if err != nil {
+		return 0, nil, false
+	}
+	blocking := false
+	if err := outRC.Control(func(fd uintptr) {
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		blocking = err == nil && fl&unix.O_NONBLOCK == 0
+	}); err != nil || !blocking {
 		return 0, nil, false
 	}
 	for src.N > 0 && !src.IsStopped() {

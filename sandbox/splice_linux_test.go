@@ -10,19 +10,18 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 )
 
-// TestOutWriterSplicesPipeToFile: from a pipe to a caller's file the
-// bytes go by splice (none through the queue), up to the source's limit
-// and in order after what was queued before.
+// TestOutWriterSplicesPipeToFile: from a pipe to a caller's file in
+// blocking mode the bytes go by splice (none through the queue), up to
+// the source's limit and in order after what was queued before; to a
+// non-blocking one (whose write deadline a splice would bypass) they do
+// not.
 func TestOutWriterSplicesPipeToFile(t *testing.T) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer inR.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	outR, outW := blockingPipe(t)
 	defer outR.Close()
 	data := make([]byte, 3<<20+17)
 	rand.New(rand.NewSource(7)).Read(data)
@@ -59,5 +58,17 @@ func TestOutWriterSplicesPipeToFile(t *testing.T) {
 	<-copied
 	if want := append(prefix, data[:limit]...); !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("file got %d bytes, want %d, the queued ones first", got.Len(), len(want))
+	}
+
+	nbR, nbW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nbR.Close()
+	defer nbW.Close()
+	nq := newOutWriter(nbW)
+	defer nq.close(make(chan struct{}))
+	if _, _, handled := nq.splice(&backend.OutputSource{R: inR, N: 1}); handled {
+		t.Error("spliced into a non-blocking file")
 	}
 }
