@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/pulse-agent/pulse/backend/internal/cabundle"
+	"github.com/pulse-agent/pulse/backend/internal/denylist"
 )
 
 // ProgFd is where the init program's descriptor sits in the init before
@@ -38,8 +41,17 @@ var sources embed.FS
 // beside a new binary never runs a command: its isolation code might not
 // be the code the parent was built with.
 var Identity = sync.OnceValue(func() string {
+	return identity(denylist.TerminalIoctls, cabundle.System)
+})
+
+// identity is Identity's hash, over this package's source and the data
+// of the leaf packages that the init acts on: the terminal ioctls its
+// seccomp filter refuses and the CA bundles it shows, so that an init
+// program built with another list is not trusted either.
+func identity(ioctls []uint32, bundles []string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "go %s\n", runtime.Version())
+	fmt.Fprintf(h, "ioctls %x\nbundles %q\n", ioctls, bundles)
 	ents, err := fs.ReadDir(sources, ".")
 	if err != nil {
 		panic("nsinit: embedded sources: " + err.Error())
@@ -68,7 +80,7 @@ var Identity = sync.OnceValue(func() string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16]) + " " + sys
-})
+}
 
 // checkIdentity is the init's side: the identity its parent sent
 // (empty when the parent runs itself as the init: the same binary) must

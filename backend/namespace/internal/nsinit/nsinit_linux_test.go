@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend/internal/cabundle"
+	"github.com/pulse-agent/pulse/backend/internal/denylist"
 )
 
 func TestInitIdentity(t *testing.T) {
@@ -16,6 +19,17 @@ func TestInitIdentity(t *testing.T) {
 	}
 	if Identity() != id {
 		t.Error("Identity changes between calls")
+	}
+	// Another list of refused ioctls or of CA bundles is another init.
+	ioctls := append([]uint32{0x5412}, denylist.TerminalIoctls...)
+	if identity(ioctls, cabundle.System) == id {
+		t.Error("the identity does not depend on the refused terminal ioctls")
+	}
+	if identity(denylist.TerminalIoctls, append([]string{"/x/ca.pem"}, cabundle.System...)) == id {
+		t.Error("the identity does not depend on the CA bundles")
+	}
+	if identity(denylist.TerminalIoctls, cabundle.System) != id {
+		t.Error("identity of the same lists differs from Identity")
 	}
 	if err := checkIdentity(""); err != nil {
 		t.Errorf("no identity (the parent runs itself): %v", err)
