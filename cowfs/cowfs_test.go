@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -352,5 +353,23 @@ func TestCommitModesPastUmask(t *testing.T) {
 	}
 	if _, err := f.Undo(t.Context()); err != nil {
 		t.Fatalf("undo right after the commit: %v", err)
+	}
+}
+
+// TestWorkspaceDescriptorAfterClose: once the FS is closed, the raw
+// descriptor paths refuse (fs.ErrClosed) instead of using a number the
+// process may since have given to another file.
+func TestWorkspaceDescriptorAfterClose(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	if _, err := f.ws.lstatSys("x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("lstat of a missing file before Close: %v", err)
+	}
+	f.Close()
+	if _, err := f.ws.lstatSys("x"); !errors.Is(err, fs.ErrClosed) {
+		t.Fatalf("lstat after Close: %v, want fs.ErrClosed", err)
+	}
+	if err := f.ws.rename2("a", "b", renameNoReplace); !errors.Is(err, fs.ErrClosed) {
+		t.Fatalf("rename after Close: %v, want fs.ErrClosed", err)
 	}
 }

@@ -28,10 +28,20 @@ import (
 // stays inside: cowfs writes only where every ancestor is a real
 // directory (checkStructure), and one that became a symlink since is
 // refused (ELOOP, ENOTDIR) rather than followed.
+//
+// The workspace's own descriptor is held (topMu) until the root's release
+// or the end of the walk, so that a Close meanwhile cannot hand its
+// number to another file.
 func (w *workspace) dirFD(rel string) (int, func(), error) {
-	if rel == "" || rel == "." {
-		return w.topFD, func() {}, nil
+	w.topMu.RLock()
+	if w.topClosed {
+		w.topMu.RUnlock()
+		return -1, nil, &fs.PathError{Op: "openat", Path: rel, Err: fs.ErrClosed}
 	}
+	if rel == "" || rel == "." {
+		return w.topFD, w.topMu.RUnlock, nil
+	}
+	defer w.topMu.RUnlock()
 	fd := w.topFD
 	for name := range strings.SplitSeq(rel, "/") {
 		if name == "" || name == "." || name == ".." {

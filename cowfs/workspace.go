@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -173,11 +174,20 @@ type workspace struct {
 	// raw-descriptor paths (rawfd.go); topFD is its descriptor.
 	top   *os.File
 	topFD int
+	// topMu is held (read) while topFD is in use, and (write) to close
+	// it; topClosed says it was.
+	topMu     sync.RWMutex
+	topClosed bool
 }
 
 // close releases the workspace's descriptors.
 func (w *workspace) close() error {
-	w.top.Close()
+	w.topMu.Lock()
+	if !w.topClosed {
+		w.topClosed = true
+		w.top.Close()
+	}
+	w.topMu.Unlock()
 	return w.root.Close()
 }
 
