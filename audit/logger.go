@@ -143,6 +143,11 @@ type Logger struct {
 	fid    fileID
 	closed bool
 	dirty  bool
+	// syncErr is the first failed fsync of appended events outside Sync
+	// (the interval's, SyncPending's). Close reports it: on Linux a later
+	// fsync of the file can succeed although what the failed one was to
+	// write is gone, so the failure must not be forgotten.
+	syncErr error
 	// What the file ended with after our last append, so that the next
 	// append can skip re-reading it when nobody else has written.
 	cacheOK   bool
@@ -228,6 +233,7 @@ func (l *Logger) syncLoop(every time.Duration) {
 			if l.dirty && !l.closed {
 				if err := l.f.Sync(); err != nil {
 					l.o.log.Error("audit log fsync failed", "path", l.path, "err", err)
+					l.failedSync(err)
 				}
 				l.dirty = false
 			}
@@ -370,14 +376,23 @@ func (l *Logger) SyncPending() error {
 		return nil
 	}
 	if err := l.f.Sync(); err != nil {
+		l.failedSync(err)
 		return fmt.Errorf("audit: fsync: %w", err)
 	}
 	l.dirty = false
 	return nil
 }
 
+// failedSync (l.mu held) keeps the first failed fsync for Close.
+func (l *Logger) failedSync(err error) {
+	if l.syncErr == nil {
+		l.syncErr = fmt.Errorf("audit: fsync: %w", err)
+	}
+}
+
 // Close syncs what is not yet synced (unless NoSync) and closes the log.
-// It is idempotent.
+// It reports an earlier fsync of the log that failed, even when its own
+// succeeds. It is idempotent.
 func (l *Logger) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -392,6 +407,9 @@ func (l *Logger) Close() error {
 	// fsync of a clean file can still cost a device cache flush.
 	if l.o.durability.mode == modeEvent || (l.o.durability.mode == modeInterval && l.dirty) {
 		err = l.f.Sync()
+	}
+	if err == nil {
+		err = l.syncErr
 	}
 	if cerr := l.f.Close(); err == nil {
 		err = cerr

@@ -79,3 +79,38 @@ func TestSyncPendingFollowsWhatIsUnsynced(t *testing.T) {
 		t.Fatal("an append under SyncEachEvent is marked unsynced")
 	}
 }
+
+// An fsync that failed in SyncPending is reported by Close even when
+// Close's own fsync succeeds: on Linux a later fsync can succeed although
+// the pages the failed one was to write are gone. A pipe stands in for
+// the log file while SyncPending runs: fsync of a pipe fails (EINVAL), a
+// real failure of the call.
+func TestCloseReportsAFailedSyncPending(t *testing.T) {
+	ctx := context.Background()
+	l, err := Open(ctx, filepath.Join(t.TempDir(), "audit.jsonl"), WithDurability(SyncEvery(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	l.mu.Lock()
+	logFile := l.f
+	l.f = w
+	l.mu.Unlock()
+	if err := l.SyncPending(); err == nil {
+		t.Fatal("SyncPending: fsync of a pipe did not fail")
+	}
+	l.mu.Lock()
+	l.f = logFile
+	l.mu.Unlock()
+	if err := l.Close(); err == nil {
+		t.Fatal("Close after a failed SyncPending reported no error")
+	}
+}
