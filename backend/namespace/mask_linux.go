@@ -1,13 +1,12 @@
 package namespace
 
 import (
-	"bytes"
-	"encoding/binary"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/pulse-agent/pulse/internal/dirent"
 	"golang.org/x/sys/unix"
 )
 
@@ -72,26 +71,10 @@ func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
 		typ  uint8
 	}
 	var ents []ent
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil || n <= 0 {
-			break
-		}
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				break
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				ents = append(ents, ent{s, b[18]})
-			}
-			b = b[reclen:]
-		}
-	}
+	// An error ends the listing; the entries read until then are still walked.
+	_ = dirent.Read(fd, buf, func(name []byte, typ uint8) {
+		ents = append(ents, ent{string(name), typ})
+	})
 	slices.SortFunc(ents, func(a, b ent) int { return strings.Compare(a.name, b.name) })
 	defer unix.Close(fd)
 	for _, e := range ents {
