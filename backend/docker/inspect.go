@@ -8,19 +8,24 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 )
 
 // runInspect is the part of a container's inspect that a takeover looks
 // at (usable): whether it runs, since when, and its labels.
 type runInspect struct {
-	State *struct {
-		Running, Restarting, Paused bool
-		StartedAt                   string
-	}
-	Config *struct {
-		Labels map[string]string
-	}
+	State  *runState
+	Config *runConfig
+}
+
+type runState struct {
+	Running, Restarting, Paused bool
+	StartedAt                   string
+}
+
+type runConfig struct {
+	Labels map[string]string
 }
 
 // inspectRun returns that part of container id's inspect. Over a unix
@@ -39,17 +44,19 @@ func (b *Backend) inspectRun(ctx context.Context, id string) (runInspect, error)
 	if err != nil {
 		return runInspect{}, err
 	}
+	return runInspectOf(insp), nil
+}
+
+// runInspectOf is the part of the client's inspect that runInspect holds.
+func runInspectOf(insp container.InspectResponse) runInspect {
 	var ri runInspect
 	if insp.ContainerJSONBase != nil && insp.State != nil {
-		ri.State = &struct {
-			Running, Restarting, Paused bool
-			StartedAt                   string
-		}{insp.State.Running, insp.State.Restarting, insp.State.Paused, insp.State.StartedAt}
+		ri.State = &runState{insp.State.Running, insp.State.Restarting, insp.State.Paused, insp.State.StartedAt}
 	}
 	if insp.Config != nil {
-		ri.Config = &struct{ Labels map[string]string }{insp.Config.Labels}
+		ri.Config = &runConfig{insp.Config.Labels}
 	}
-	return ri, nil
+	return ri
 }
 
 func (b *Backend) inspectRunDirect(ctx context.Context, id string) (runInspect, bool) {

@@ -32,7 +32,9 @@ func TestDockerInspectRunIsTheClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, got := range []runInspect{direct, ri} {
+	// The fallback's conversion of the client's answer, which over a
+	// unix socket inspectRun does not reach.
+	for _, got := range []runInspect{direct, ri, runInspectOf(full)} {
 		if got.State == nil || got.Config == nil || !got.State.Running || got.State.Paused || got.State.Restarting ||
 			got.State.StartedAt != full.State.StartedAt || got.State.StartedAt == "" ||
 			got.Config.Labels[LabelWarm] != full.Config.Labels[LabelWarm] || got.Config.Labels[LabelWarm] == "" ||
