@@ -84,12 +84,15 @@ func identity(ioctls []uint32, bundles []string) string {
 
 // checkIdentity is the init's side: the identity its parent sent
 // (empty when the parent runs itself as the init: the same binary) must
-// be its own. The dependency part is compared when both sides know it.
-func checkIdentity(parent string) error {
+// be its own.
+func checkIdentity(parent string) error { return matchIdentity(Identity(), parent) }
+
+// matchIdentity is checkIdentity against own. The dependency part is
+// compared when both sides know it.
+func matchIdentity(own, parent string) error {
 	if parent == "" {
 		return nil
 	}
-	own := Identity()
 	src, sys, _ := strings.Cut(own, " ")
 	psrc, psys, _ := strings.Cut(parent, " ")
 	if psrc == src && (psys == sys || psys == "-" || sys == "-") {

@@ -38,10 +38,7 @@ func TestInitIdentity(t *testing.T) {
 		t.Errorf("own identity refused: %v", err)
 	}
 	src, _, _ := strings.Cut(id, " ")
-	for _, other := range []string{strings.Repeat("0", 32) + " -", strings.Repeat("0", 32), "", " -"} {
-		if other == "" {
-			continue // the parent runs itself: no identity sent
-		}
+	for _, other := range []string{strings.Repeat("0", 32) + " -", strings.Repeat("0", 32), " -"} {
 		if err := checkIdentity(other); err == nil {
 			t.Errorf("identity %q accepted", other)
 		}
@@ -52,6 +49,22 @@ func TestInitIdentity(t *testing.T) {
 	}
 	if err := checkIdentity(src + " v0.0.1/h1:other"); err == nil && !strings.HasSuffix(id, " -") {
 		t.Error("a parent with another x/sys accepted")
+	}
+	// A test binary records no dependencies (its identity ends in "-"),
+	// so the comparison of x/sys's versions is checked on identities
+	// that both record one.
+	own := src + " v0.1.0/h1:own"
+	if err := matchIdentity(own, src+" v0.0.1/h1:other"); err == nil {
+		t.Error("a parent with another x/sys accepted by an init that records its own")
+	}
+	if err := matchIdentity(own, own); err != nil {
+		t.Errorf("the same x/sys refused: %v", err)
+	}
+	if err := matchIdentity(own, src+" -"); err != nil {
+		t.Errorf("a parent that records no dependencies refused: %v", err)
+	}
+	if err := matchIdentity(own, strings.Repeat("0", 32)+" v0.1.0/h1:own"); err == nil {
+		t.Error("another source with the same x/sys accepted")
 	}
 	// Every non-test source file of the package is in the hash.
 	ents, err := os.ReadDir(".")
