@@ -81,7 +81,7 @@ type OutputSource struct {
 
 // Read reads from R, at most N bytes in all.
 func (s *OutputSource) Read(p []byte) (int, error) {
-	if s.N <= 0 || s.stopped() {
+	if s.N <= 0 || s.IsStopped() {
 		return 0, io.EOF
 	}
 	if int64(len(p)) > s.N {
@@ -89,7 +89,7 @@ func (s *OutputSource) Read(p []byte) (int, error) {
 	}
 	n, err := s.R.Read(p)
 	s.N -= int64(n)
-	if n > 0 && s.stopped() {
+	if n > 0 && s.IsStopped() {
 		return 0, io.EOF
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -107,10 +107,8 @@ func (s *OutputSource) Spliced(n int64, err error) {
 	}
 }
 
-func (s *OutputSource) stopped() bool { return s.Stopped != nil && s.Stopped() }
-
 // IsStopped reports whether the source was ended by its backend.
-func (s *OutputSource) IsStopped() bool { return s.stopped() }
+func (s *OutputSource) IsStopped() bool { return s.Stopped != nil && s.Stopped() }
 
 // PassOutput lets w, when it is an OutputReader, take up to limit bytes of
 // r itself, and reports how many were read from r, r's error and w's
