@@ -75,23 +75,25 @@ func (w *workspace) lstatSys(rel string) (unix.Stat_t, error) {
 		return st, err
 	}
 	defer release()
+	err = ignoringEINTR(func() error { return unix.Fstatat(dir, path.Base(rel), &st, unix.AT_SYMLINK_NOFOLLOW) })
+	return st, pathErr("lstat", rel, err)
+}
+
+// ignoringEINTR calls fn again while it fails with EINTR, as the os
+// package does its system calls.
+func ignoringEINTR(fn func() error) error {
 	for {
-		err := unix.Fstatat(dir, path.Base(rel), &st, unix.AT_SYMLINK_NOFOLLOW)
-		if err == unix.EINTR {
-			continue
+		if err := fn(); err != unix.EINTR {
+			return err
 		}
-		return st, pathErr("lstat", rel, err)
 	}
 }
 
-// openat is openat(2), retried on EINTR as the os package does.
+// openat is openat(2), retried on EINTR.
 func openat(dir int, name string, flags int, perm uint32) (int, error) {
-	for {
-		fd, err := unix.Openat(dir, name, flags, perm)
-		if err != unix.EINTR {
-			return fd, err
-		}
-	}
+	var fd int
+	err := ignoringEINTR(func() (err error) { fd, err = unix.Openat(dir, name, flags, perm); return err })
+	return fd, err
 }
 
 // writeAll writes all of b to fd.
@@ -133,16 +135,10 @@ func (r fdReader) Read(b []byte) (int, error) {
 // fstatSnap is the snapshot of what fd is open on (no content hash).
 func fstatSnap(fd int) (snapshot, error) {
 	var st unix.Stat_t
-	for {
-		err := unix.Fstat(fd, &st)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return snapshot{}, err
-		}
-		return unixSnap(&st), nil
+	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+		return snapshot{}, err
 	}
+	return unixSnap(&st), nil
 }
 
 // unixSnap is sysSnap of x/sys/unix's stat.

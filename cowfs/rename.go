@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"path"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // errNoExchange: the file system cannot exchange or refuse to replace
@@ -29,12 +27,7 @@ func (w *workspace) rename2(old, new string, flags uint) error {
 		return err
 	}
 	defer release()
-	for {
-		err = renameat(fd, path.Base(old), path.Base(new), flags)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	err = ignoringEINTR(func() error { return renameat(fd, path.Base(old), path.Base(new), flags) })
 	switch {
 	case err == nil:
 		return nil
