@@ -557,10 +557,39 @@ func (x *run) redial(ctx context.Context, n int, deadline time.Time, cause error
 
 // submit starts the execution. If the connection drops before the server
 // acknowledges, attach tells whether the submission landed: if it did,
-// the execution carries on; if not, it is submitted again.
+// the execution carries on; if not, it is submitted again under the same
+// id, so that a first submission the server registers late makes the
+// second a duplicate, which is followed, never a second run.
 func (x *run) submit(ctx context.Context, payload *protocol.Submit) error {
+	resent, renamed := false, false
 	for {
 		r, err := x.l.call(ctx, protocol.ActionSubmit, payload, x.onFrame)
+		if err == nil && resent && r.isErr {
+			switch {
+			case r.Code == protocol.CodeDuplicate:
+				// The first submission landed after all: the server
+				// registered it after the attach looked. It is the one
+				// that runs; follow it.
+				if err := x.reconnect(time.Now().Add(x.b.o.reconnect)); err != nil {
+					if errors.Is(err, errNotFound) {
+						return fmt.Errorf("remote: the server refused execution %s as a duplicate but does not know it: %w", x.id, ErrProtocol)
+					}
+					return err
+				}
+				return nil
+			case r.Code == protocol.CodeUpload && payload.Workspace != nil && !renamed:
+				// The first submission's workspace is there without
+				// its record (it failed, or the server restarted,
+				// between the two; the id's lock on the server orders
+				// them): that submission will not run, so this one
+				// goes again, once, under a new id, which never meets
+				// the leftover.
+				renamed = true
+				x.id = wireID(x.req.ExecutionID)
+				payload.ExecutionID = x.id
+				continue
+			}
+		}
 		if err == nil {
 			return x.submitted(r)
 		}
@@ -575,14 +604,12 @@ func (x *run) submit(ctx context.Context, payload *protocol.Submit) error {
 				if ctx.Err() != nil {
 					return fmt.Errorf("remote: submit: %w", ctx.Err())
 				}
-				if payload.Workspace != nil {
-					// The workspace may have landed without the
-					// submission (a server that restarted between
-					// the two): sent again under a new id, as an
-					// upload is, it never meets its own leftover.
-					x.id = wireID(x.req.ExecutionID)
-					payload.ExecutionID = x.id
-				}
+				// Sent again under the same id: the first may still
+				// land (the attach can look before the server has
+				// registered it), and the server then refuses this
+				// one as a duplicate instead of running the command
+				// twice.
+				resent = true
 				continue
 			}
 			return err

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +129,84 @@ func TestNotPulseWebSocket(t *testing.T) {
 	err := probe(mustNew(t, WithURL(url), WithToken("t")))
 	if !errors.Is(err, ErrVersion) || errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Probe of an echo server: %v; want ErrVersion", err)
+	}
+}
+
+// TestResubmitIsNeverASecondRun: the connection drops while a submission
+// carrying the workspace is in flight, the attach that follows finds
+// nothing (the server has not registered it yet), and the server then
+// registers the first submission after all. The resubmission must not
+// start a second run: it goes under the same id, the server refuses it as
+// a duplicate, and the client follows the first. This server registers
+// whatever id a submission names, as pulse-server does, so a resubmission
+// under another id would run the command twice.
+func TestResubmitIsNeverASecondRun(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		first    string
+		runs     int
+		submits  int
+		attaches int
+	)
+	result := func(ctx context.Context, ws *websocket.Conn, id string) {
+		send(ctx, ws, protocol.TypeResult, map[string]any{"execution_id": id, "exit_code": 0, "stdout": "", "stderr": "",
+			"termination_reason": "exited", "duration_ms": 1})
+	}
+	url := fakeServer(t, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		id, _ := p["execution_id"].(string)
+		switch action {
+		case protocol.ActionCapabilities:
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": p["request_id"],
+				"capabilities": hostCaps, "features": []string{protocol.FeatureWorkspace}})
+		case protocol.ActionSubmit:
+			submits++
+			if _, inline := p["workspace"]; !inline {
+				t.Errorf("submission %d did not carry the workspace", submits)
+			}
+			switch {
+			case submits == 1:
+				// Registered, but the acknowledgement is lost with the
+				// connection.
+				first = id
+				runs++
+				ws.CloseNow()
+			case id == first:
+				send(ctx, ws, protocol.TypeError, map[string]any{"message": protocol.MsgInvalid, "code": protocol.CodeDuplicate, "request_id": p["request_id"]})
+			default:
+				runs++
+				send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusStarting, "request_id": p["request_id"], "execution_id": id})
+				result(ctx, ws, id)
+			}
+		case protocol.ActionAttach:
+			attaches++
+			if attaches == 1 {
+				// Looked before the first submission was registered.
+				send(ctx, ws, protocol.TypeError, map[string]any{"message": protocol.MsgNotFound, "code": protocol.CodeNotFound, "request_id": p["request_id"]})
+				return
+			}
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusAttached, "request_id": p["request_id"], "execution_id": id})
+			result(ctx, ws, id)
+		}
+	})
+	b := newBackend(t, url, WithReconnectWindow(20*time.Second))
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := b.Exec(ctx, &backend.Request{Workspace: ws, Shell: "true", Network: allowAll})
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Fatalf("the command ran %d times (submissions %d, attaches %d)", runs, submits, attaches)
+	}
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Exec: %+v, %v; want the first submission's result", res, err)
+	}
+	if submits != 2 || attaches != 2 {
+		t.Errorf("submissions %d, attaches %d; want 2 and 2 (the resubmission refused, then followed)", submits, attaches)
 	}
 }
