@@ -426,13 +426,16 @@ func (p packFile) holds(c *change) error {
 // one pack, and opening it again for each (four lookups through the
 // state root) cost a commit of many small files more than reading their
 // bytes. Packs are immutable, and a commit reads them under the lock. A
-// pack of at most packWhole bytes is read whole, once, when it is opened
-// (one read instead of one per piece; each piece is still checked
-// against its record by whoever reads it).
+// pack is read whole, once, when it is opened, while the packs so held
+// stay within packWhole bytes in all (one read instead of one per piece;
+// each piece is still checked against its record by whoever reads it):
+// a transaction of many Stage batches has as many packs, which are not
+// all held in memory at once.
 type blobReader struct {
 	f     *FS
 	dir   string
 	packs map[string]packFile
+	whole int64   // bytes of the packs read whole
 	buf   *[]byte // what the bytes are read through, from copyBufs
 }
 
@@ -442,7 +445,7 @@ type packFile struct {
 	data []byte // the whole pack, when read whole
 }
 
-// packWhole is the largest pack a blobReader reads whole.
+// packWhole bounds the bytes of the packs a blobReader holds read whole.
 const packWhole = 16 << 20
 
 // noClose is the closer of a piece of a kept pack.
@@ -465,12 +468,13 @@ func (b *blobReader) open(c *change) (io.Reader, io.Closer, error) {
 		if p, err = b.f.openPack(b.dir, c); err != nil {
 			return nil, nil, err
 		}
-		if p.size <= packWhole {
+		if p.size <= packWhole-b.whole {
 			p.data = make([]byte, p.size)
 			if _, err := io.ReadFull(io.NewSectionReader(p.fl, 0, p.size), p.data); err != nil {
 				p.fl.Close()
 				return nil, nil, err
 			}
+			b.whole += p.size
 		}
 		b.packs[c.Pack] = p
 	} else if err := p.holds(c); err != nil {
