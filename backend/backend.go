@@ -472,15 +472,14 @@ type NetworkEvent struct {
 	Duration       time.Duration
 }
 
-// SystemBundles are the usual paths of a Linux system's CA bundle, the
-// first found being the system's trust store.
-var SystemBundles = cabundle.System
-
 // SystemRoots is this machine's CA bundle (PEM, ending in a newline), or
 // nil when it has none: what a sandbox keeps trusting next to its own CA,
 // so hosts reached untouched are verified as outside it.
 func SystemRoots() []byte {
-	for _, p := range SystemBundles {
+	// The paths live in one place, shared with the sandbox init (whose
+	// build identity hashes them); they are not exported from here, where
+	// a caller could change them under the init.
+	for _, p := range cabundle.System {
 		if b, err := os.ReadFile(p); err == nil {
 			return append(b, '\n')
 		}

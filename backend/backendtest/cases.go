@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -639,7 +640,7 @@ base64 -d > bin.dat
 		if f.Path != filepath.ToSlash(filepath.Clean(f.Path)) || strings.HasPrefix(f.Path, "/") || strings.HasPrefix(f.Path, "../") || f.Path == ".." || f.Path == "." {
 			t.Errorf("overlay path %q is not clean and relative", f.Path)
 		}
-		if f.Path == ".pulse" || strings.HasPrefix(f.Path, ".pulse/") {
+		if pathguard.IsReserved(f.Path) {
 			t.Errorf("overlay holds %q under .pulse/", f.Path)
 		}
 		if _, dup := files[f.Path]; dup {
