@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -54,7 +55,7 @@ const chanMount = "/.pulse-chan"
 
 // chanVersion is part of the warm key: a container is taken over only by
 // a process that talks to its main process as it listens.
-const chanVersion = "chan1"
+const chanVersion = "chan2"
 
 // chanClaimWait is how long the host waits for the main process to claim
 // a request before it takes the request back and runs an exec instead.
@@ -64,15 +65,22 @@ var chanClaimWait = 2 * time.Second
 
 // chanLoop is a warm container's main process when it has a channel:
 // warmIdleCmd's idle end, with the poll's sleep replaced by a read of
-// ctl that times out. ARGS: IDLE WRAPPER.
-var chanLoop = `n=$1 W=$2 D=` + chanMount + ` i=0
+// ctl that times out. ARGS: IDLE WRAPPER SYNC.
+//
+// A request runs the wrapper, or, when its file sets K=sync, the sync
+// script (sync.go) as the sandbox user, as its exec would (nsenter drops
+// every capability with root's uid), its output on the err FIFO and its
+// exit status alone on out, as "rc N": the sync before a command that
+// has anything to send then costs no exec either.
+var chanLoop = `n=$1 W=$2 S=$3 D=` + chanMount + ` i=0
 exec 3<>"$D/ctl"
 while [ $i -lt "$n" ]; do
 	if read -t ` + strconv.Itoa(warmPoll) + ` -r id <&3; then
 		i=0
 		case $id in '' | *[!0-9a-f]*) continue ;; esac
 		mv "$D/$id.req" "$D/$id.run" 2>/dev/null || continue
-		(exec <"$D/$id.in" >"$D/$id.out" 2>"$D/$id.err" 3<&- && . "$D/$id.run" && exec sh -c "$W" pulse-exec "$@")
+		(exec <"$D/$id.in" >"$D/$id.out" 2>"$D/$id.err" 3<&- && K= && . "$D/$id.run" &&
+			if [ "$K" = sync ]; then nsenter -S ` + strconv.Itoa(sandboxUID) + ` -G ` + strconv.Itoa(sandboxGID) + ` sh -c "$S" pulse-sync "$@" >&2; echo "rc $?"; else exec sh -c "$W" pulse-exec "$@"; fi)
 		continue
 	fi
 	b=0
@@ -134,17 +142,28 @@ var errChanRefused = errors.New("docker: request channel did not take the comman
 // caller runs it through an exec instead).
 func (b *Backend) startChan(bx *box, j *job, stdin io.Reader, args []string) (abandon func(), err error) {
 	c := &chanRun{dir: bx.channel, id: args[0], opened: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			c.cleanup()
-		}
-	}()
+	if err := c.send("", args); err != nil {
+		c.cleanup()
+		return nil, err
+	}
+	go c.serve(j, stdin)
+	return c.abandon, nil
+}
+
+// send makes c's files, with a request to run the wrapper with args (or,
+// with kind "sync", the sync script), hands it to the main process and
+// waits for its claim. errChanRefused: it was not claimed, and never will
+// be; the caller removes c's files (cleanup) then.
+func (c *chanRun) send(kind string, args []string) error {
 	for _, ext := range []string{"in", "out", "err"} {
 		if err := unix.Mkfifo(c.path(ext), 0o600); err != nil {
-			return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+			return fmt.Errorf("%w: %v", errChanRefused, err)
 		}
 	}
 	var sb strings.Builder
+	if kind != "" {
+		sb.WriteString("K=" + shellQuote(kind) + "\n")
+	}
 	sb.WriteString("set --")
 	for _, a := range args {
 		sb.WriteByte(' ')
@@ -152,18 +171,18 @@ func (b *Backend) startChan(bx *box, j *job, stdin io.Reader, args []string) (ab
 	}
 	sb.WriteByte('\n')
 	if err := writeFileAtomic(c.path("req"), []byte(sb.String())); err != nil {
-		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+		return fmt.Errorf("%w: %v", errChanRefused, err)
 	}
 	// Non-blocking: no reader (no main process listening) is ENXIO at
 	// once, not a wait.
 	ctl, err := os.OpenFile(filepath.Join(c.dir, "ctl"), os.O_WRONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+		return fmt.Errorf("%w: %v", errChanRefused, err)
 	}
 	_, err = ctl.Write([]byte(c.id + "\n"))
 	ctl.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errChanRefused, err)
+		return fmt.Errorf("%w: %v", errChanRefused, err)
 	}
 	go c.open()
 	select {
@@ -172,12 +191,93 @@ func (b *Backend) startChan(bx *box, j *job, stdin io.Reader, args []string) (ab
 		if os.Rename(c.path("req"), c.path("cancel")) == nil {
 			c.abandon()
 			<-c.opened
-			return nil, errChanRefused
+			return errChanRefused
 		}
-		// Claimed: the wrapper opens its ends next.
+		// Claimed: the main process opens its ends next.
 	}
-	go c.serve(j, stdin)
-	return c.abandon, nil
+	return nil
+}
+
+// maxSyncOutput bounds what is kept of the sync script's own output (its
+// error messages) when it runs on the channel.
+const maxSyncOutput = 64 << 10
+
+// chanSync runs the sync script with stdin r through bx's channel, as
+// execWithStdin would run it in an exec: the exec's set-up would be most
+// of what a small sync costs. errChanRefused: it did not run, and will
+// not; an exitError: it ended with that status; any other error: how it
+// ended is not known (it may still be running).
+func (b *Backend) chanSync(bx *box, id string, r io.Reader) error {
+	c := &chanRun{dir: bx.channel, id: id, opened: make(chan struct{})}
+	defer c.cleanup()
+	if err := c.send("sync", []string{id}); err != nil {
+		return err
+	}
+	<-c.opened
+	c.mu.Lock()
+	files := append([]*os.File(nil), c.files...)
+	ok := !c.abandoned && len(files) == 3
+	c.mu.Unlock()
+	if !ok {
+		return errors.New("the request channel closed before the sync script's ends were open")
+	}
+	in, out, errf := files[0], files[1], files[2]
+	go func() {
+		_, _ = io.Copy(in, r)
+		in.Close()
+	}()
+	var msg bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(&limitWriter{w: &msg, n: maxSyncOutput}, errf)
+	}()
+	status, err := io.ReadAll(io.LimitReader(out, 64))
+	<-done
+	if err != nil {
+		return fmt.Errorf("reading the sync script's status: %w", err)
+	}
+	code, ok := parseSyncStatus(status)
+	if !ok {
+		return fmt.Errorf("the sync script ended without a status (%q): %s", status, strings.TrimSpace(msg.String()))
+	}
+	if code != 0 {
+		return &exitError{code: code, out: strings.TrimSpace(msg.String())}
+	}
+	return nil
+}
+
+// parseSyncStatus reads chanLoop's "rc N\n" line.
+func parseSyncStatus(b []byte) (int, bool) {
+	s, ok := strings.CutPrefix(string(b), "rc ")
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, "\n")
+	if !ok || s == "" || strings.Trim(s, "0123456789") != "" || len(s) > 3 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// limitWriter keeps the first n bytes written to it and drops the rest,
+// never failing: the writer on the other end of a pipe must not block.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }
 
 // open opens the host's ends of the FIFOs, in the order the main process

@@ -1,12 +1,20 @@
 package docker
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,6 +115,140 @@ func TestDockerWarmChannelRunsEachCommandOnce(t *testing.T) {
 		}
 		if len(own) > 0 {
 			t.Errorf("request files left behind: %v", own)
+		}
+	}
+}
+
+// execCreates lists the commands of the execs the engine made in
+// container id between since and until (its exec_create events).
+func execCreates(t *testing.T, b *Backend, id string, since, until time.Time) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgs, errs := b.cli.Events(ctx, events.ListOptions{
+		Since:   strconv.FormatInt(since.Unix()-1, 10),
+		Until:   strconv.FormatInt(until.Unix()+1, 10),
+		Filters: filters.NewArgs(filters.Arg("container", id), filters.Arg("type", "container")),
+	})
+	var out []string
+	for {
+		select {
+		case m := <-msgs:
+			if strings.HasPrefix(string(m.Action), "exec_create") {
+				out = append(out, string(m.Action))
+			}
+		case err := <-errs:
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("engine events: %v", err)
+			}
+			return out
+		}
+	}
+}
+
+// rootShell runs script in bx's container as the wrapper's user and
+// returns its output.
+func rootShell(t *testing.T, b *Backend, bx *box, script string) string {
+	t.Helper()
+	_, hj, err := b.attachScript(bx, []string{script, "pulse-test"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hj.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, hj.Reader); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// The sync that brings base to a changed workspace goes through a warm
+// container's request channel, not an exec; it runs as the sandbox user
+// without a capability, as the exec ran it, and its exit status comes
+// back: a failed sync is an exitError, not taken for a success.
+func TestDockerWarmChannelRunsTheSync(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a": "one"})
+	b := newDocker(t, WithReuse(2*time.Minute))
+	if !b.chanUsable() {
+		t.Skip("no request channel here: it needs Linux, a local engine, the injected busybox and a CLI uid no container process has")
+	}
+	defer func(d time.Duration) { chanClaimWait = d }(chanClaimWait)
+	chanClaimWait = 5 * time.Minute
+
+	if r := execShell(t, b, ws, "cat a"); r.res.ExitCode != 0 || r.stdout != "one" {
+		t.Fatalf("first command: exit %d, stdout %q, stderr %q", r.res.ExitCode, r.stdout, r.stderr)
+	}
+	var bx *box
+	b.mu.Lock()
+	for _, x := range b.boxes {
+		bx = x
+	}
+	b.mu.Unlock()
+	if bx == nil || bx.channel == "" {
+		t.Fatal("the warm container has no channel")
+	}
+
+	// A host edit (a new size: sent for certain) and a new file.
+	writeFiles(t, ws, map[string]string{"a": "two!", "d/b": "bee"})
+	since := time.Now()
+	r := execShell(t, b, ws, "cat a d/b")
+	until := time.Now()
+	if r.res.ExitCode != 0 || r.stdout != "two!bee" {
+		t.Fatalf("after a host edit: exit %d, stdout %q, stderr %q; want the edit seen", r.res.ExitCode, r.stdout, r.stderr)
+	}
+	for _, a := range execCreates(t, b, bx.id, since, until) {
+		if strings.Contains(a, "pulse-sync") {
+			t.Fatalf("the sync ran through an exec (%s), not the request channel", a)
+		}
+	}
+
+	// Who the sync script is: held in its tar's read by a stdin that
+	// has not ended.
+	pr, pw := io.Pipe()
+	res := make(chan error, 1)
+	go func() {
+		if !bx.takeChan() {
+			res <- errors.New("the channel is busy")
+			return
+		}
+		defer bx.putChan()
+		res <- b.chanSync(bx, randomID(), pr)
+	}()
+	var who string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		who = rootShell(t, b, bx, `for p in /proc/[0-9]*; do
+	tr '\0' '\n' <$p/cmdline 2>/dev/null | grep -qx pulse-sync && grep -E '^(Uid|Gid|CapEff|CapPrm):' $p/status
+done; true`)
+		if who != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	f := strings.Fields(who)
+	want := []string{"Uid:", "1000", "1000", "1000", "1000", "Gid:", "1000", "1000", "1000", "1000", "CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"}
+	if strings.Join(f, " ") != strings.Join(want, " ") {
+		t.Errorf("the sync script on the channel runs as\n%s\nwant the sandbox user without capabilities", who)
+	}
+	// Not a tar: the script's extraction fails, and says so.
+	if _, err := pw.Write(bytes.Repeat([]byte("x"), 1024)); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var ee *exitError
+	if err := <-res; !errors.As(err, &ee) || ee.code != 2 {
+		t.Fatalf("sync of a stdin that is no tar: %v; want its exit status 2", err)
+	}
+}
+
+func TestParseSyncStatus(t *testing.T) {
+	for in, want := range map[string]int{"rc 0\n": 0, "rc 2\n": 2, "rc 137\n": 137} {
+		if got, ok := parseSyncStatus([]byte(in)); !ok || got != want {
+			t.Errorf("parseSyncStatus(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "rc \n", "rc 0", "rc 1000\n", "rc -1\n", "rc 0\nrc 1\n", "RC 0\n", "rc 0 \n", " rc 0\n"} {
+		if got, ok := parseSyncStatus([]byte(in)); ok {
+			t.Errorf("parseSyncStatus(%q) = %d, true; want it refused", in, got)
 		}
 	}
 }

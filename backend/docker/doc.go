@@ -114,9 +114,10 @@
 // both output streams with a marker naming a per-command nonce, followed
 // on stdout by a tar of what changed. Setting up an exec in the runtime
 // costs more than the rest of a small command, so a container made
-// WithReuse runs commands without one: its main process listens on a
-// channel of FIFOs in a directory of the slot's, bound in root-only, and
-// runs the wrapper for each request, stdio through the FIFOs; a request
+// WithReuse runs commands, and the syncs before them, without one: its
+// main process listens on a channel of FIFOs in a directory of the
+// slot's, bound in root-only, and runs the wrapper (or the sync script,
+// as the sandbox user) for each request, stdio through the FIFOs; a request
 // it does not claim in time is taken back and runs through an exec, never
 // both (channel.go; used where the engine's socket is local and the
 // user's uid is root or none the container runs). Other commands without

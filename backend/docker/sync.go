@@ -451,7 +451,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, ws string, req *backend
 	if err := tw.Close(); err != nil {
 		return 0, err
 	}
-	if err := b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript(), "pulse-sync", randomID()}, &buf); err != nil {
+	if err := b.runSync(ctx, bx, &buf); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			// The script ended, part way: rebuild base next time.
@@ -468,6 +468,22 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, ws string, req *backend
 	}
 	ss.model, ss.saved = model, ""
 	return b.startSeq(ss), nil
+}
+
+// runSync runs the sync script with the tar r on its stdin: on the
+// container's request channel when it has one that is free (channel.go),
+// else, or when the channel does not take it, in an exec.
+func (b *Backend) runSync(ctx context.Context, bx *box, r *bytes.Buffer) error {
+	id := randomID()
+	if bx.takeChan() {
+		err := b.chanSync(bx, id, bytes.NewReader(r.Bytes()))
+		bx.putChan()
+		if !errors.Is(err, errChanRefused) {
+			return err
+		}
+		b.log.Debug("request channel did not take the sync; running an exec", "container", bx.id)
+	}
+	return b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript(), "pulse-sync", id}, r)
 }
 
 func (b *Backend) startSeq(ss *syncState) uint64 {

@@ -222,7 +222,7 @@ if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi; don
 // chanIdleCmd is warmIdleCmd for a container with a request channel: the
 // same idle end, and the listener (channel.go).
 func (b *Backend) chanIdleCmd() []string {
-	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), wrapperScript()}
+	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), wrapperScript(), syncScript()}
 }
 
 // chanKey is the warm key's part for the channel: containers with one and
