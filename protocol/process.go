@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +18,58 @@ const (
 	HeaderDialExecution = "Pulse-Dial-Execution"
 	HeaderDialPort      = "Pulse-Dial-Port"
 )
+
+// Capabilities on connect (additive): a client that sends
+// HeaderCapabilities with the value CapabilitiesAsk on its WebSocket
+// upgrade is answered, in the same header of the 101 response, with what
+// the capabilities action would answer — the response payload's JSON in
+// standard padded base64 — so that its first request on the connection
+// need not be that one. A server that does not know the header answers
+// the upgrade without it, and the client asks with the action as before;
+// one that is not asked never sends it, so the wire of other clients is
+// unchanged.
+const (
+	HeaderCapabilities = "Pulse-Capabilities"
+	CapabilitiesAsk    = "1"
+	// MaxCapabilitiesHeader bounds the header value a client decodes:
+	// a capabilities answer is a few KiB.
+	MaxCapabilitiesHeader = 64 << 10
+)
+
+// CapabilitiesHeader encodes a capabilities answer (the payload of the
+// action's response, status included) as HeaderCapabilities' value.
+func CapabilitiesHeader(payload map[string]any) (string, error) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
+}
+
+// ParseCapabilitiesHeader decodes HeaderCapabilities' value into the
+// reply the capabilities action would have given. Like ParseFrame it
+// checks the shape only: a CAPABILITIES status and a capabilities
+// object; errors wrap ErrFrame.
+func ParseCapabilitiesHeader(v string) (*Reply, error) {
+	if len(v) > MaxCapabilitiesHeader {
+		return nil, fmt.Errorf("%w: %s header of %d bytes", ErrFrame, HeaderCapabilities, len(v))
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s header: %v", ErrFrame, HeaderCapabilities, err)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return nil, fmt.Errorf("%w: %s header is not an object", ErrFrame, HeaderCapabilities)
+	}
+	r := &Reply{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%w: %s header: %v", ErrFrame, HeaderCapabilities, err)
+	}
+	if r.Status != StatusCapabilities || r.Capabilities == nil {
+		return nil, fmt.Errorf("%w: %s header answers %q without capabilities", ErrFrame, HeaderCapabilities, r.Status)
+	}
+	return r, nil
+}
 
 // MaxStdinChunk bounds the data of one stdin request once decoded. A
 // client sends larger input as several requests.

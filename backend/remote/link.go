@@ -38,6 +38,11 @@ type link struct {
 	// taking it for its own.
 	lmu   sync.Mutex
 	later map[string]func(*reply)
+
+	// caps is the capabilities answer the server gave with the upgrade
+	// (protocol.HeaderCapabilities), until fetchCapabilities takes it;
+	// nil when it gave none.
+	caps *protocol.Reply
 }
 
 // dial opens and authenticates a connection. Its errors wrap
@@ -48,7 +53,7 @@ func (b *Backend) dial(ctx context.Context) (*link, error) {
 	defer cancel()
 	ws, resp, err := websocket.Dial(dctx, b.u.String(), &websocket.DialOptions{
 		HTTPClient: b.client,
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + b.o.token}},
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + b.o.token}, protocol.HeaderCapabilities: {protocol.CapabilitiesAsk}},
 	})
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
@@ -61,6 +66,15 @@ func (b *Backend) dial(ctx context.Context) (*link, error) {
 	ws.SetReadLimit(b.o.maxOverlay/3*4 + 64<<20)
 	lctx, stop := context.WithCancel(context.Background())
 	l := &link{ws: ws, frames: make(chan []byte, 64), done: make(chan struct{}), stop: stop}
+	if v := resp.Header.Get(protocol.HeaderCapabilities); v != "" {
+		// A malformed answer costs only the round trip it was to save:
+		// the capabilities are then asked for with the action.
+		if r, err := protocol.ParseCapabilitiesHeader(v); err == nil {
+			l.caps = r
+		} else {
+			b.log.Debug("capabilities header ignored", "err", err)
+		}
+	}
 	go l.readLoop(lctx)
 	if b.o.keepalive > 0 {
 		go l.keepalive(lctx, b.o.keepalive)

@@ -242,6 +242,12 @@ func (b *Backend) keepLink(l *link) {
 
 // fetchCapabilities asks the server over l and caches the answer.
 func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capabilities, error) {
+	if l.caps != nil {
+		// Answered with the upgrade (protocol.HeaderCapabilities).
+		r := l.caps
+		l.caps = nil
+		return b.keepCapabilities(r), nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.o.dialTimeout)
 	defer cancel()
 	r, err := l.call(ctx, protocol.ActionCapabilities, &protocol.Empty{}, nil)
@@ -259,6 +265,12 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 	if r.Status != protocol.StatusCapabilities || r.Capabilities == nil {
 		return backend.Capabilities{}, fmt.Errorf("remote: capabilities answered %q %q: %w: %w", r.Status, r.Message, ErrVersion, backend.ErrUnavailable)
 	}
+	return b.keepCapabilities(&r.Reply), nil
+}
+
+// keepCapabilities records a capabilities answer as what the server
+// offers and returns what this backend then enforces.
+func (b *Backend) keepCapabilities(r *protocol.Reply) backend.Capabilities {
 	info := serverInfo{features: map[string]bool{}, maxStdin: r.MaxStdinBytes}
 	b.mu.Lock()
 	if !b.legacy {
@@ -269,7 +281,7 @@ func (b *Backend) fetchCapabilities(ctx context.Context, l *link) (backend.Capab
 	caps := remoteCaps(*r.Capabilities, r.Executor, info)
 	b.caps, b.executor, b.server = &caps, r.Executor, info
 	b.mu.Unlock()
-	return caps, nil
+	return caps
 }
 
 // remoteCaps turns what the server's executor enforces into what this

@@ -3,19 +3,24 @@ package remote
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
@@ -160,5 +165,86 @@ func TestWorkspaceTravelsWithSubmit(t *testing.T) {
 	}
 	if n := requests(t, ts, protocol.ActionUpload); n != 2 {
 		t.Errorf("%d uploads after one to a server without the feature, want 2", n)
+	}
+}
+
+// The server answers the capabilities with the upgrade
+// (protocol.HeaderCapabilities): a CLI process's Probe and Exec ask it
+// nothing else first, and what the header says is what the action says.
+func TestCapabilitiesComeWithTheUpgrade(t *testing.T) {
+	ts := startServer(t)
+	b := newBackend(t, ts.url)
+	ctx := context.Background()
+	if err := b.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Shell: "true", Network: allowAll, Secrets: denySecrets})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Exec: %v %+v", err, res)
+	}
+	if n := requests(t, ts, protocol.ActionCapabilities); n != 0 {
+		t.Errorf("%d capabilities requests; want none, the upgrade answered them", n)
+	}
+	l, err := b.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	if l.caps == nil {
+		t.Fatal("the upgrade brought no capabilities")
+	}
+	asked, err := l.call(ctx, protocol.ActionCapabilities, &protocol.Empty{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The action's answer echoes its request id; the header's has none.
+	asked.Reply.RequestID = nil
+	got, _ := json.Marshal(l.caps)
+	want, _ := json.Marshal(asked.Reply)
+	if string(got) != string(want) {
+		t.Errorf("header's answer\n%s\nthe action's\n%s", got, want)
+	}
+}
+
+// A server whose header cannot be read costs the round trip, not the
+// connection: the client asks with the action.
+func TestMalformedCapabilitiesHeaderFallsBack(t *testing.T) {
+	var asked atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(protocol.HeaderCapabilities) != protocol.CapabilitiesAsk {
+			t.Errorf("upgrade without %s: %q", protocol.HeaderCapabilities, r.Header.Get(protocol.HeaderCapabilities))
+		}
+		w.Header().Set(protocol.HeaderCapabilities, "not base64!")
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		for {
+			_, data, err := ws.Read(r.Context())
+			if err != nil {
+				return
+			}
+			var m struct {
+				Action  string         `json:"action"`
+				Payload map[string]any `json:"payload"`
+			}
+			json.Unmarshal(data, &m)
+			if m.Action == protocol.ActionCapabilities {
+				asked.Add(1)
+				send(r.Context(), ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": m.Payload["request_id"], "capabilities": hostCaps})
+			}
+		}
+	}))
+	t.Cleanup(hs.Close)
+	b := mustNew(t, WithURL("ws"+strings.TrimPrefix(hs.URL, "http")+"/"), WithToken("t"))
+	if err := probe(b); err != nil {
+		t.Fatal(err)
+	}
+	if asked.Load() != 1 {
+		t.Errorf("%d capabilities requests after a malformed header; want 1", asked.Load())
+	}
+	if c := b.Capabilities(); c.Network[policy.NetworkAllowAll] != policy.Strong {
+		t.Errorf("capabilities %+v; want the action's answer", c)
 	}
 }

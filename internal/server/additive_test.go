@@ -11,12 +11,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/policy"
@@ -395,5 +398,48 @@ func TestSubmitWorkspace(t *testing.T) {
 	}
 	if st, _ := c.do(protocol.ActionStatus, map[string]any{"execution_id": "wsi-bad"}); st.str("status") != protocol.StatusNotFound {
 		t.Fatalf("a refused submission has a record: %s", st.raw)
+	}
+}
+
+// A client that asks on its upgrade gets the capabilities answer in
+// protocol.HeaderCapabilities, the same as the action's; one that does
+// not ask (the Python client) gets no such header: its wire is as before.
+func TestCapabilitiesHeaderOnlyWhenAsked(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	dial := func(ask bool) *http.Response {
+		t.Helper()
+		hdr := http.Header{"Authorization": {"Bearer " + tokenA}}
+		if ask {
+			hdr.Set(protocol.HeaderCapabilities, protocol.CapabilitiesAsk)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ws, resp, err := websocket.Dial(ctx, h.url, &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws.CloseNow()
+		return resp
+	}
+	if v := dial(false).Header.Values(protocol.HeaderCapabilities); len(v) != 0 {
+		t.Errorf("unasked upgrade answered with %s: %q", protocol.HeaderCapabilities, v)
+	}
+	r, err := protocol.ParseCapabilitiesHeader(dial(true).Header.Get(protocol.HeaderCapabilities))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.dial(tokenA)
+	asked, _ := c.do(protocol.ActionCapabilities, nil)
+	delete(asked.Payload, "request_id")
+	var fromHeader map[string]any
+	b, _ := base64.StdEncoding.DecodeString(dial(true).Header.Get(protocol.HeaderCapabilities))
+	if err := json.Unmarshal(b, &fromHeader); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fromHeader, asked.Payload) {
+		t.Errorf("header answers\n%v\nthe action\n%v", fromHeader, asked.Payload)
+	}
+	if r.Executor != "local:host" || r.Capabilities.Isolation == "" {
+		t.Errorf("decoded header %+v", r)
 	}
 }

@@ -123,6 +123,15 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	// WebSocket handshake, so the bearer check above already excludes
 	// them, and non-browser clients that send an Origin must not be
 	// refused.
+	if r.Header.Get(protocol.HeaderCapabilities) == protocol.CapabilitiesAsk {
+		// The answer to the first request of almost every connection,
+		// given before it is asked: one round trip less.
+		a := s.capabilitiesAnswer()
+		a["status"] = protocol.StatusCapabilities
+		if v, err := protocol.CapabilitiesHeader(a); err == nil {
+			w.Header().Set(protocol.HeaderCapabilities, v)
+		}
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)

@@ -78,11 +78,17 @@ func withID(h func(c *conn, ctx context.Context, m *protocol.Message, id string)
 }
 
 func (c *conn) capabilities(_ context.Context, m *protocol.Message) error {
-	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, map[string]any{
-		"executor": c.s.exec.Name(), "capabilities": c.s.exec.Capabilities(),
-		"features": c.s.features(), "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": c.s.maxLimits(),
-	}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, protocol.StatusCapabilities, c.s.capabilitiesAnswer()))
 	return nil
+}
+
+// capabilitiesAnswer is what the capabilities action answers, and the
+// upgrade's protocol.HeaderCapabilities when a client asks for it there.
+func (s *Server) capabilitiesAnswer() map[string]any {
+	return map[string]any{
+		"executor": s.exec.Name(), "capabilities": s.exec.Capabilities(),
+		"features": s.features(), "max_stdin_bytes": protocol.MaxStdinBytes, "max_limits": s.maxLimits(),
+	}
 }
 
 func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
