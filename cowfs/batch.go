@@ -353,14 +353,22 @@ func (t *Tx) writePack(name string, data [][]byte) error {
 	if err := bw.Flush(); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	// The pack's bytes and its name in blobs/ are both needed before the
+	// records that point at them are appended, in no order: one wait.
+	d, err := t.fs.state.Open(t.dir() + "/blobs")
+	if err != nil {
+		return fail(err)
+	}
+	err = syncTogether(f, d)
+	d.Close()
+	if err != nil {
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
 		t.fs.state.Remove(p)
 		return fmt.Errorf("cowfs: stage: %w", err)
 	}
-	return t.fs.syncState(t.dir() + "/blobs")
+	return nil
 }
 
 // fits reports whether transaction id may hold bytes staged bytes
