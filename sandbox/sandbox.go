@@ -156,6 +156,14 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 			pathguard.ReservedDir)
 	}
 
+	// The backend is chosen, and what it starts ahead started, before
+	// the audit log and the store are opened, so that those openings run
+	// while the backend's sandbox comes up rather than before it. Nothing
+	// of a command runs before Execute audits it; a failure to choose is
+	// audited once the log is open, and a failure after the choice closes
+	// the backend (release), the started sandbox with it.
+	selErr := s.chooseBackend(ctx, &o, early)
+
 	if o.auditLogger != nil {
 		s.audit = o.auditLogger
 	} else {
@@ -188,41 +196,10 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		s.record(ctx, audit.Event{Action: "cow-recovery", Decision: "deny", Detail: rerr.Error()})
 	}
 
-	if o.backend != nil {
-		s.backend = o.backend
-	} else {
-		s.backend, s.passedOver, err = selectBackend(ctx, &o, early)
-		// A reason may quote configuration (a URL, an engine's answer):
-		// it is scrubbed like everything else the sandbox hands back.
-		s.passedOver = s.scrubAll(s.passedOver)
-		var ue *UnavailableError
-		if errors.As(err, &ue) {
-			ue.Tried = s.scrubAll(ue.Tried)
-		}
-		if err != nil {
-			s.record(ctx, audit.Event{Action: "sandbox-init", Target: "none", Decision: "deny",
-				IsolationLevel: "unavailable", Detail: err.Error()})
-			return nil, err
-		}
-		s.ownsBE = true
-		if _, ok := s.backend.(*docker.Backend); ok {
-			// Its memory, cpu and pids limits are the container's, set
-			// from o.limits when it was made (see candidates).
-			s.wholeLimits = true
-		}
-	}
-	s.caps = s.backend.Capabilities()
-	if err := s.backend.Reconcile(ctx); err != nil {
-		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
-	}
-	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
-		// A sandbox for one command (a CLI process): what the backend
-		// starts for it now starts while the rest of New and Execute's
-		// admission run, instead of after them. A command that brings
-		// limits of its own may not use it (the backend then starts
-		// another).
-		net, _ := s.effectivePolicies()
-		a.StartAhead(net, s.o.limits.WithDefaults())
+	if selErr != nil {
+		s.record(ctx, audit.Event{Action: "sandbox-init", Target: "none", Decision: "deny",
+			IsolationLevel: "unavailable", Detail: selErr.Error()})
+		return nil, selErr
 	}
 	ev := audit.Event{Action: "sandbox-init", Target: s.backend.Name(), Decision: "allow",
 		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
@@ -244,6 +221,50 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 	s.record(ctx, ev)
 	return s, nil
+}
+
+// chooseBackend sets the sandbox's backend: the one given with
+// WithBackend, or the first available candidate (which it then owns). It
+// returns why none was available, scrubbed, for New to audit once the
+// log is open. With a backend it reconciles it and, for a one-command
+// sandbox, starts ahead what the command will run in.
+func (s *Sandbox) chooseBackend(ctx context.Context, o *options, early *ahead) error {
+	if o.backend != nil {
+		s.backend = o.backend
+	} else {
+		var err error
+		s.backend, s.passedOver, err = selectBackend(ctx, o, early)
+		// A reason may quote configuration (a URL, an engine's answer):
+		// it is scrubbed like everything else the sandbox hands back.
+		s.passedOver = s.scrubAll(s.passedOver)
+		var ue *UnavailableError
+		if errors.As(err, &ue) {
+			ue.Tried = s.scrubAll(ue.Tried)
+		}
+		if err != nil {
+			return err
+		}
+		s.ownsBE = true
+		if _, ok := s.backend.(*docker.Backend); ok {
+			// Its memory, cpu and pids limits are the container's, set
+			// from o.limits when it was made (see candidates).
+			s.wholeLimits = true
+		}
+	}
+	s.caps = s.backend.Capabilities()
+	if err := s.backend.Reconcile(ctx); err != nil {
+		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
+	}
+	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
+		// A sandbox for one command (a CLI process): what the backend
+		// starts for it now starts while the rest of New and Execute's
+		// admission run, instead of after them. A command that brings
+		// limits of its own may not use it (the backend then starts
+		// another).
+		net, _ := s.effectivePolicies()
+		a.StartAhead(net, s.o.limits.WithDefaults())
+	}
+	return nil
 }
 
 // startAheader is a backend that can start, ahead of the first Exec, what
