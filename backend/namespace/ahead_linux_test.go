@@ -118,3 +118,48 @@ func TestStartAheadUnusedIsEndedByClose(t *testing.T) {
 		}
 	}
 }
+
+// TestRefillIsInTheLastExecsCgroups: the init the pool starts after an
+// Exec is already in the cgroups of that Exec's limits, so that the next
+// Exec with the same limits does not wait to move it there; the next Exec
+// runs in it, in its run's cgroups.
+func TestRefillIsInTheLastExecsCgroups(t *testing.T) {
+	b := newBackend(t)
+	if !b.cg.pids {
+		t.Skip("no pids cgroup controller delegated here: the pool's inits need no cgroups")
+	}
+	b.waitWarm() // the probe's refill, for its own limits
+	lim := policy.ResourceLimits{Pids: 180}
+	req := &backend.Request{Workspace: t.TempDir(), Args: []string{"true"}, Limits: lim}
+	if res, _, errs := runCmd(t, b, req); res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, errs)
+	}
+	b.waitWarm()
+	want := b.cgroupKey(lim.WithDefaults().WithIsolationDefaults())
+	b.mu.Lock()
+	var keys []string
+	for _, p := range b.warm[true] {
+		if p.cg == nil {
+			keys = append(keys, "(none)")
+			continue
+		}
+		keys = append(keys, p.cg.key)
+	}
+	b.mu.Unlock()
+	if len(keys) != 1 || keys[0] != want {
+		t.Fatalf("idle inits' cgroups %q, want one in %q", keys, want)
+	}
+	starts := countStarts(b)
+	req.Args, req.Shell = nil, "cat /proc/self/cgroup"
+	res, out, errs := runCmd(t, b, req)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, errs)
+	}
+	b.waitWarm()
+	if n := starts.Load(); n != 1 {
+		t.Fatalf("%d inits started for an Exec with an idle init of its limits, want 1 (the refill)", n)
+	}
+	if !inPulseCgroup(out, "pids") {
+		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	}
+}

@@ -119,7 +119,11 @@
 // The pool of a network mode holds as many idle inits as the most Execs of
 // that mode seen running at once, up to WithPoolSize (DefaultPoolSize, 16):
 // one for a caller that runs one command at a time, 16 after a burst of 16.
-// One background goroutine per mode starts them one after another. An idle
+// One background goroutine per mode starts them one after another, each
+// already in the cgroups of the limits of the Exec that asked for it (the
+// next Exec's, most likely), so that the kernel's wait to move a process
+// into a cgroup overlaps the init's start rather than delaying that Exec;
+// an Exec with other limits ends it and starts its own. An idle
 // init costs about 0.4 MiB of private memory (1.3 MiB proportional set size
 // with the binary's shared pages), about nine threads (three of them the
 // spares a pids-limited command needs, made while it waits), its

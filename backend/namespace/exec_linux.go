@@ -433,7 +433,7 @@ func (x *nsExec) release() {
 		b.untrack(x.tracked)
 	}
 	if x.refill {
-		b.refill(x.cfg.NewNet)
+		b.refill(x.cfg.NewNet, x.lim)
 	}
 	if x.counted {
 		b.done(x.cfg.NewNet)

@@ -232,8 +232,13 @@ func (b *Backend) poolTarget(newNet bool) int {
 // refill starts, in the background, inits for the next Execs of this
 // network mode until the pool holds poolTarget of them. One goroutine per
 // mode starts them one after another: a burst's refill takes no more than
-// one processor from the commands being run.
-func (b *Backend) refill(newNet bool) {
+// one processor from the commands being run. Each is put in the cgroups
+// of lim, the limits of the Exec that asks for the refill (the next Exec's
+// limits are most likely the same): moving a process into a cgroup waits
+// for an RCU grace period (see runCgroup.add), milliseconds that then
+// overlap the init's start instead of the next Exec's critical path. An
+// Exec with other limits ends such an init and starts its own (acquire).
+func (b *Backend) refill(newNet bool, lim policy.ResourceLimits) {
 	if b.o.noPrestart {
 		return
 	}
@@ -248,7 +253,7 @@ func (b *Backend) refill(newNet bool) {
 	go func() {
 		defer b.wg.Done()
 		for {
-			p, err := b.startInit(newNet)
+			p, err := b.startAttached(newNet, lim)
 			b.mu.Lock()
 			if err == nil && !b.closed && len(b.warm[newNet]) < b.poolTarget(newNet) {
 				b.warm[newNet] = append(b.warm[newNet], p)
@@ -270,6 +275,32 @@ func (b *Backend) refill(newNet bool) {
 			}
 		}
 	}()
+}
+
+// startAttached starts an init and puts it in the cgroups lim needs
+// (p.cg; none when that fails, which leaves the attach to the Exec). The
+// attach starts once the init has a pid, so that its wait for the kernel
+// (see runCgroup.add) and the static config's for the /etc walk overlap
+// the init's start instead of adding up.
+func (b *Backend) startAttached(newNet bool, lim policy.ResourceLimits) (*initProc, error) {
+	var started *initProc
+	attached := make(chan struct{})
+	p, err := b.startInitThen(newNet, func(p *initProc) {
+		started = p
+		go func() {
+			defer close(attached)
+			b.attachAhead(p, lim)
+		}()
+	})
+	if started != nil {
+		<-attached
+		if err != nil && started.cg != nil {
+			// startInit killed and reaped the init: its cgroups are
+			// empty.
+			started.cg.remove()
+		}
+	}
+	return p, err
 }
 
 // StartAhead starts, in the background, the init that the next Exec
@@ -302,27 +333,7 @@ func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) 
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		// The cgroup attach waits for an RCU grace period (see
-		// runCgroup.add), the static config for the /etc walk: the
-		// attach starts once the init has a pid, so that the two waits
-		// overlap instead of adding up.
-		var started *initProc
-		attached := make(chan struct{})
-		p, err := b.startInitThen(newNet, func(p *initProc) {
-			started = p
-			go func() {
-				defer close(attached)
-				b.attachAhead(p, lim)
-			}()
-		})
-		if started != nil {
-			<-attached
-			if err != nil && started.cg != nil {
-				// startInit killed and reaped the init: its cgroups are
-				// empty.
-				started.cg.remove()
-			}
-		}
+		p, err := b.startAttached(newNet, lim)
 		b.mu.Lock()
 		if err == nil && !b.closed {
 			b.warm[newNet] = append(b.warm[newNet], p)
