@@ -56,6 +56,9 @@ type Backend struct {
 	// a time holds one idle init, and a bursty one as many as its bursts.
 	inflight map[bool]int
 	peak     map[bool]int
+	// freeRuns are finished runs' directories, emptied and still locked,
+	// that newRun hands out again (see recycleRun).
+	freeRuns []*run
 	wg       sync.WaitGroup
 
 	probeMu  sync.Mutex
@@ -398,6 +401,17 @@ func (b *Backend) Close() error {
 		p.discard()
 	}
 	b.wg.Wait()
+	// Every recycleRun ran under b.wg, and those after closed was set
+	// removed their run instead of keeping it.
+	b.mu.Lock()
+	free := b.freeRuns
+	b.freeRuns = nil
+	b.mu.Unlock()
+	for _, r := range free {
+		if err := r.remove(); err != nil {
+			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
+		}
+	}
 	b.closeInitProg()
 	return nil
 }
@@ -408,7 +422,21 @@ type run struct {
 	lock *os.File
 }
 
+// runSubdirs are the directories of a run: the overlay's upper and work
+// directories and the mount point of the sandbox's root.
+var runSubdirs = []string{"upper", "work", "root"}
+
+// newRun returns a run directory, locked, with empty runSubdirs: one a
+// finished run left (recycleRun), or a new one.
 func (b *Backend) newRun() (*run, error) {
+	b.mu.Lock()
+	if n := len(b.freeRuns); n > 0 && !b.closed {
+		r := b.freeRuns[n-1]
+		b.freeRuns = b.freeRuns[:n-1]
+		b.mu.Unlock()
+		return r, nil
+	}
+	b.mu.Unlock()
 	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -435,7 +463,7 @@ func (b *Backend) newRun() (*run, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for _, d := range []string{"upper", "work", "root"} {
+	for _, d := range runSubdirs {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			lock.Close()
 			os.RemoveAll(dir)
@@ -445,20 +473,96 @@ func (b *Backend) newRun() (*run, error) {
 	return &run{dir: dir, lock: lock}, nil
 }
 
-// removeRun deletes a finished run's directory in the background: the
+// removeRun recycles a finished run's directory in the background: the
 // command is dead and its overlay read, so the caller need not wait for
 // the unlink of a tree the command may have filled. The run stays locked
-// until it is gone, so Reconcile leaves it alone; Close waits for it.
-// The caller must hold a count on b.wg (a tracked execution) so that this
-// Add cannot race with Close's Wait.
+// until it is gone or reused, so Reconcile leaves it alone; Close waits
+// for it. The caller must hold a count on b.wg (a tracked execution) so
+// that this Add cannot race with Close's Wait.
 func (b *Backend) removeRun(r *run) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := r.remove(); err != nil {
-			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
-		}
+		b.recycleRun(r)
 	}()
+}
+
+// recycleRun empties the run of an init that has been reaped, for newRun
+// to hand out again, or removes it when it cannot be emptied, the backend
+// is closed or as many runs as the pool may hold inits are kept already.
+// Making and removing a run's directories was a measurable part of every
+// Exec: on ext4 each new inode is looked for past the recently freed ones.
+// The init being reaped, its mount namespace and with it the overlay are
+// gone (the kernel tears a namespace's mounts down before its last
+// process can be waited for), so nothing writes the directories any more.
+// Kept: the run directory, its lock (still held) and the work and root
+// directories, emptied; the work directory is overlayfs's own, never
+// visible to the command, and root only the host side of a mount point.
+// The upper directory is made anew: it was the workspace's root in the
+// overlay, whose mode, times and extended attributes the command could
+// change, and a command must find exactly what the workspace holds.
+func (b *Backend) recycleRun(r *run) {
+	err := r.empty()
+	if err == nil {
+		b.mu.Lock()
+		if !b.closed && len(b.freeRuns) < b.o.poolSize {
+			b.freeRuns = append(b.freeRuns, r)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+	if err := r.remove(); err != nil {
+		b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
+	}
+}
+
+// empty makes the run's subdirectories what newRun makes: the upper
+// directory new, the others empty.
+func (r *run) empty() error {
+	upper := filepath.Join(r.dir, "upper")
+	if err := removeAll(upper); err != nil {
+		return err
+	}
+	if err := os.Mkdir(upper, 0o700); err != nil {
+		return err
+	}
+	if err := emptyDir(filepath.Join(r.dir, "work")); err != nil {
+		return err
+	}
+	root := filepath.Join(r.dir, "root")
+	if ents, err := os.ReadDir(root); err != nil || len(ents) != 0 {
+		return fmt.Errorf("run root %s is not an empty directory (%v)", root, err)
+	}
+	return nil
+}
+
+// emptyDir removes everything in dir, which must be a directory, not a
+// symlink to one, and ends empty.
+func emptyDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		return fmt.Errorf("%s did not become empty (%v)", dir, err)
+	}
+	return nil
 }
 
 func (r *run) remove() error {

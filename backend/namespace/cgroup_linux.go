@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -126,7 +127,10 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 	}
 	cg := &runCgroup{key: fmt.Sprint(writes)}
 	made := map[string]string{}
-	name := "pulse-" + filepath.Base(r.dir)
+	// Named by the run and a suffix of its own: a run directory is
+	// reused (recycleRun), and the cgroups of its last use may still be
+	// being removed.
+	name := "pulse-" + filepath.Base(r.dir) + "-" + randhex.String(4)
 	for _, w := range writes {
 		d := b.cg.dirs[w.ctrl]
 		dir := filepath.Join(d.base, name)

@@ -460,8 +460,6 @@ func (x *nsExec) releaseRun() {
 		if cg != nil {
 			cg.remove()
 		}
-		if err := p.run.remove(); err != nil {
-			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", p.run.dir), slog.Any("err", err))
-		}
+		b.recycleRun(p.run)
 	}()
 }

@@ -251,19 +251,43 @@ func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	if err := b2.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(state)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
+	// Runs b keeps emptied for reuse are locked by b, and stay too.
+	kept := func() map[string]bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		m := map[string]bool{}
+		for _, r := range b.freeRuns {
+			m[filepath.Base(r.dir)] = true
+		}
+		return m
 	}
-	if len(names) != 2 || strings.Contains(strings.Join(names, " "), "dead") || strings.Contains(strings.Join(names, " "), "half") {
+	var names []string
+	others := func() []string {
+		entries, _ := os.ReadDir(state)
+		k := kept()
+		names = names[:0]
+		for _, e := range entries {
+			if !k[e.Name()] {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	if others(); len(names) != 2 || strings.Contains(strings.Join(names, " "), "dead") || strings.Contains(strings.Join(names, " "), "half") {
 		t.Fatalf("after Reconcile: %v, want the live run and the young one", names)
 	}
 	os.Remove(young)
 	writeFile(t, filepath.Join(gate, "stop"), "")
 	<-done
-	// The run directory goes in the background once Exec has returned.
-	waitFor(t, func() bool { entries, _ = os.ReadDir(state); return len(entries) == 0 })
+	// The run directory goes in the background once Exec has returned,
+	// or is kept, emptied, for reuse until Close.
+	waitFor(t, func() bool { return len(others()) == 0 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Fatalf("run directories left after Close: %v", entries)
+	}
 }
 
 // waitFor polls cond; its bound is a failure's, not a timing check: a
