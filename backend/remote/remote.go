@@ -389,11 +389,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // Reconcile asks the server to remove the workspaces of this token's
 // executions that ended or were never submitted; the server spares live
 // executions and fresh uploads. It returns once the request is sent: the
-// server answers a connection's requests in order, so what this backend
-// sends next on the connection Reconcile leaves (an Exec that follows it)
-// runs after the reconcile, and the removals overlap the caller's own
-// work until then instead of adding a round trip. The answer is logged
-// when that later call reads it.
+// removals overlap the caller's own work, and on the server they run
+// beside what this backend sends next on the connection Reconcile leaves
+// (an Exec that follows it), instead of adding a round trip or holding
+// that back. The answer is logged when a later read of the connection
+// meets it; one still on its way when the connection closes is dropped
+// with it.
 func (b *Backend) Reconcile(ctx context.Context) error {
 	return b.onLink(ctx, func(l *link) error {
 		err := l.sendLater(ctx, protocol.ActionReconcile, &protocol.Empty{}, func(r *reply) {

@@ -34,6 +34,11 @@ func (c *conn) handle(data []byte) {
 	} else {
 		c.out.push(protocol.ErrorFrame(m.RequestID, protocol.MsgUnknown, protocol.CodeUnknown))
 	}
+	c.fail(m, err)
+}
+
+// fail answers m with the error frame err calls for, if err is not nil.
+func (c *conn) fail(m *protocol.Message, err error) {
 	if err != nil {
 		code := protocol.CodeInvalid
 		if !errors.Is(err, protocol.ErrInvalid) {
@@ -495,7 +500,24 @@ func (c *conn) download(ctx context.Context, m *protocol.Message, id string) err
 // reconcile removes the tenant's workspaces that no execution needs: those
 // of executions that ended, and uploads never submitted within the upload
 // grace period. A fresh upload waiting for its submit is kept.
+// reconcile runs beside the requests that follow it on the connection,
+// the one exception to their order: a client that connects to run one
+// command sends reconcile and then its submit at once, and removing the
+// last command's workspace (thousands of files, for a repository) would
+// otherwise hold the submit back. That is safe because reconcileOne
+// decides under the id's lock and keeps what a live execution or a fresh
+// upload needs, whatever else runs meanwhile.
 func (c *conn) reconcile(ctx context.Context, m *protocol.Message) error {
+	s := c.s
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.fail(m, c.reconcileAll(ctx, m))
+	}()
+	return nil
+}
+
+func (c *conn) reconcileAll(ctx context.Context, m *protocol.Message) error {
 	s := c.s
 	entries, err := os.ReadDir(s.tenantDir(c.tenant))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -667,5 +668,52 @@ func TestOversizedMessageClosesConnection(t *testing.T) {
 	// The server keeps serving others.
 	if r, _ := h.dial(tokenA).do(protocol.ActionStatus, map[string]any{"execution_id": "x"}); r.str("status") != protocol.StatusNotFound {
 		t.Fatalf("after oversized message: %s", r.raw)
+	}
+}
+
+// A reconcile does not hold back the requests after it on its connection:
+// a submit sent while the reconcile waits on an orphan's lock starts and
+// ends, and the reconcile's answer comes once it can.
+func TestReconcileRunsBesideTheNextRequest(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("orphan", "true", nil)
+	c.untilResult("orphan", nil)
+	lk := h.srv.idLock("orphan")
+	lk.Lock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			lk.Unlock()
+		}
+	}()
+	// The locks are striped by id: the next execution's must be another.
+	next := ""
+	for i := 0; next == ""; i++ {
+		if id := fmt.Sprintf("next-%d", i); h.srv.idLock(id) != lk {
+			next = id
+		}
+	}
+	rid := c.send(protocol.ActionReconcile, nil)
+	if r := c.submit(next, "true", nil); r.str("status") != protocol.StatusStarting {
+		t.Fatalf("submit after a reconcile that waits: %s", r.raw)
+	}
+	res, seen := c.untilResult(next, nil)
+	if res.num("exit_code") != 0 {
+		t.Fatalf("result: %s", res.raw)
+	}
+	for _, m := range seen {
+		if m.Payload["request_id"] == rid {
+			t.Fatalf("reconcile answered while it could not have run: %s", m.raw)
+		}
+	}
+	lk.Unlock()
+	unlocked = true
+	r, _ := c.reply(rid)
+	if r.str("status") != protocol.StatusReconciled || r.num("orphans_cleaned") != 1 {
+		t.Fatalf("reconcile: %s", r.raw)
+	}
+	if _, err := os.Stat(filepath.Join(h.root, TenantOf(tokenA), "orphan")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("orphan workspace after reconcile: %v", err)
 	}
 }
