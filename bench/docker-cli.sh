@@ -13,6 +13,10 @@
 #     --backend docker` against `git status` run directly in the same
 #     clone (x-vs-direct), with GIT_IMAGE (default: a `pulse image build
 #     --with git` image made here). GIT=0 skips it.
+#   BenchmarkDockerCLIGitStatusAfterEdit: the same, with a host edit of a
+#     tracked file before each run on every side, so that each command's
+#     sync has a file to send (as after an edit on the host, or a
+#     discarded write).
 #   BenchmarkDockerCLIGitStatusAged: the same, once the container's copy
 #     of the clone is over a minute old, as the copy of a workspace an
 #     agent has worked in for a while is: the end-of-command scan stats
@@ -102,6 +106,33 @@ gitstatus() {
 }
 gitstatus
 report BenchmarkDockerCLIGitStatus x-vs-direct
+# edited I ARGS...: pulses, with a host edit of a tracked file before each
+# pulse exec (part of what is timed on neither side), so that every
+# command's sync has a file to send, as after an agent's edit on the
+# host or a discarded write.
+edited() {
+	local i=$1 t0 t1
+	shift
+	if [ -n "$B" ] && [ $((i % 2)) = 0 ]; then
+		echo "b $i" >>"$ws/README.md"
+		t0=$(now); "$B" "$@" >/dev/null 2>&1; t1=$(now); b_ns+=($((t1 - t0)))
+	fi
+	echo "a $i" >>"$ws/README.md"
+	t0=$(now); "$tmp/pulse" "$@" >/dev/null 2>&1; t1=$(now); pulse_ns+=($((t1 - t0)))
+	if [ -n "$B" ] && [ $((i % 2)) = 1 ]; then
+		echo "b $i" >>"$ws/README.md"
+		t0=$(now); "$B" "$@" >/dev/null 2>&1; t1=$(now); b_ns+=($((t1 - t0)))
+	fi
+}
+pulse_ns=() b_ns=() ref_ns=()
+for i in $(seq "$N"); do
+	PULSE_DOCKER_IMAGE=$git_image edited "$i" exec --backend docker --workspace "$ws" -- git status
+	echo "d $i" >>"$ws/README.md"
+	t1=$(now); git -C "$ws" status >/dev/null; t2=$(now)
+	ref_ns+=($((t2 - t1)))
+done
+git -C "$ws" checkout -q README.md
+report BenchmarkDockerCLIGitStatusAfterEdit x-vs-direct
 [ "${AGED:-1}" = 1 ] || exit 0
 # The warm container's idle lifetime is longer than this.
 sleep 61

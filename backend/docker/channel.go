@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -207,13 +208,23 @@ const maxSyncOutput = 64 << 10
 // of what a small sync costs. errChanRefused: it did not run, and will
 // not; an exitError: it ended with that status; any other error: how it
 // ended is not known (it may still be running).
-func (b *Backend) chanSync(bx *box, id string, r io.Reader) error {
+func (b *Backend) chanSync(ctx context.Context, bx *box, id string, r io.Reader) error {
 	c := &chanRun{dir: bx.channel, id: id, opened: make(chan struct{})}
 	defer c.cleanup()
 	if err := c.send("sync", []string{id}); err != nil {
 		return err
 	}
-	<-c.opened
+	// Claimed: the main process opens its ends at once, unless it died
+	// in between, when nothing else would end the wait.
+	select {
+	case <-c.opened:
+	case <-ctx.Done():
+		c.abandon()
+		<-c.opened
+	case <-time.After(killGrace):
+		c.abandon()
+		<-c.opened
+	}
 	c.mu.Lock()
 	files := append([]*os.File(nil), c.files...)
 	ok := !c.abandoned && len(files) == 3

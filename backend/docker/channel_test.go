@@ -213,7 +213,7 @@ func TestDockerWarmChannelRunsTheSync(t *testing.T) {
 			return
 		}
 		defer bx.putChan()
-		res <- b.chanSync(bx, randomID(), pr)
+		res <- b.chanSync(context.Background(), bx, randomID(), pr)
 	}()
 	var who string
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
@@ -250,5 +250,102 @@ func TestParseSyncStatus(t *testing.T) {
 		if got, ok := parseSyncStatus([]byte(in)); ok {
 			t.Errorf("parseSyncStatus(%q) = %d, true; want it refused", in, got)
 		}
+	}
+}
+
+// fakeChan is a channel directory with a stand-in for the main process:
+// serve is called with each request id it claims.
+func fakeChan(t *testing.T, serve func(dir, id string)) *box {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "ctl"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if serve != nil {
+		ctl, err := os.OpenFile(filepath.Join(dir, "ctl"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ctl.Close() })
+		go func() {
+			buf := make([]byte, 17)
+			for {
+				if _, err := io.ReadFull(ctl, buf); err != nil {
+					return
+				}
+				id := strings.TrimSpace(string(buf))
+				if os.Rename(filepath.Join(dir, id+".req"), filepath.Join(dir, id+".run")) == nil {
+					serve(dir, id)
+				}
+			}
+		}()
+	}
+	return &box{channel: dir}
+}
+
+// The host's side of a sync on the channel: its status line is the
+// script's exit status; no listener is a refusal (an exec runs it); a
+// claim whose ends never open (a main process that died after it) ends
+// with the context, as an error that is neither, so that the container
+// is not used again.
+func TestChanSyncHostSide(t *testing.T) {
+	b := &Backend{}
+	var ends = func(dir, id string) []*os.File {
+		var fs []*os.File
+		for _, f := range []struct {
+			ext  string
+			flag int
+		}{{"in", os.O_RDONLY}, {"out", os.O_WRONLY}, {"err", os.O_WRONLY}} {
+			fd, err := os.OpenFile(filepath.Join(dir, id+"."+f.ext), f.flag, 0)
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			fs = append(fs, fd)
+		}
+		return fs
+	}
+	status := func(line string) func(dir, id string) {
+		return func(dir, id string) {
+			fs := ends(dir, id)
+			if fs == nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, fs[0])
+			_, _ = fs[2].WriteString("said something\n")
+			_, _ = fs[1].WriteString(line)
+			for _, f := range fs {
+				f.Close()
+			}
+		}
+	}
+	ctx := context.Background()
+
+	if err := b.chanSync(ctx, fakeChan(t, status("rc 0\n")), "00000000000000a1", strings.NewReader("tar")); err != nil {
+		t.Errorf("status 0: %v", err)
+	}
+	var ee *exitError
+	if err := b.chanSync(ctx, fakeChan(t, status("rc 5\n")), "00000000000000a2", strings.NewReader("tar")); !errors.As(err, &ee) || ee.code != 5 || ee.out != "said something" {
+		t.Errorf("status 5: %v; want an exitError of 5 with the script's output", err)
+	}
+	for _, line := range []string{"", "rc\n", "garbage"} {
+		err := b.chanSync(ctx, fakeChan(t, status(line)), "00000000000000a3", strings.NewReader("tar"))
+		if err == nil || errors.As(err, &ee) || errors.Is(err, errChanRefused) {
+			t.Errorf("status line %q: %v; want an error of an unknown end", line, err)
+		}
+	}
+	if err := b.chanSync(ctx, fakeChan(t, nil), "00000000000000a4", strings.NewReader("tar")); !errors.Is(err, errChanRefused) {
+		t.Errorf("no listener: %v; want errChanRefused", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan struct{})
+	bx := fakeChan(t, func(dir, id string) { close(claimed) })
+	go func() { <-claimed; cancel() }()
+	err := b.chanSync(cctx, bx, "00000000000000a5", strings.NewReader("tar"))
+	if err == nil || errors.As(err, &ee) || errors.Is(err, errChanRefused) {
+		t.Errorf("claimed, never opened: %v; want an error of an unknown end", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(bx.channel, "00000000000000a5.*")); len(left) > 0 {
+		t.Errorf("request files left behind: %v", left)
 	}
 }

@@ -476,7 +476,7 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, ws string, req *backend
 func (b *Backend) runSync(ctx context.Context, bx *box, r *bytes.Buffer) error {
 	id := randomID()
 	if bx.takeChan() {
-		err := b.chanSync(bx, id, bytes.NewReader(r.Bytes()))
+		err := b.chanSync(ctx, bx, id, bytes.NewReader(r.Bytes()))
 		bx.putChan()
 		if !errors.Is(err, errChanRefused) {
 			return err
