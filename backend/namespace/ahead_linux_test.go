@@ -1,8 +1,10 @@
 package namespace
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,8 +24,9 @@ func countStarts(b *Backend) *atomic.Int32 {
 	return &n
 }
 
-// inPulseCgroup reports whether /proc/self/cgroup text puts the process in
-// a run's cgroup of the controller ctrl (v1) or of the unified hierarchy.
+// inPulseCgroup reports whether /proc/<pid>/cgroup text, read on the
+// host, puts the process in a run's cgroup of the controller ctrl (v1) or
+// of the unified hierarchy.
 func inPulseCgroup(text, ctrl string) bool {
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.SplitN(line, ":", 3)
@@ -32,6 +35,45 @@ func inPulseCgroup(text, ctrl string) bool {
 		}
 	}
 	return false
+}
+
+// runInPulseCgroup runs req (its command replaced by a long sleep) and
+// reports whether its init, seen from the host while it runs, is in a
+// run's cgroup of ctrl; the command is then cancelled. Inside, the
+// sandbox's own cgroup namespace may hide the run's cgroup path (its root
+// is the cgroup the init was born in).
+func runInPulseCgroup(t *testing.T, b *Backend, req *backend.Request, ctrl string) bool {
+	t.Helper()
+	req.Args, req.Shell = nil, "sleep 60"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, req)
+		done <- err
+	}()
+	var in bool
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		var pid int
+		for p := range b.running {
+			pid = p.cmd.Process.Pid
+		}
+		b.mu.Unlock()
+		if pid == 0 {
+			return false
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+		if err != nil {
+			return false
+		}
+		in = inPulseCgroup(string(cg), ctrl)
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	return in
 }
 
 // TestStartAheadIsTheFirstExecsInit: under WithoutPrestart, StartAhead
@@ -43,11 +85,8 @@ func TestStartAheadIsTheFirstExecsInit(t *testing.T) {
 	starts := countStarts(b)
 	lim := policy.ResourceLimits{Pids: 200}
 	b.StartAhead(policy.DenyAllNetwork(), lim)
-	req := &backend.Request{Workspace: t.TempDir(), Shell: "cat /proc/self/cgroup", Limits: lim}
-	res, out, errs := runCmd(t, b, req)
-	if res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, errs)
-	}
+	req := &backend.Request{Workspace: t.TempDir(), Limits: lim}
+	in := runInPulseCgroup(t, b, req, "pids")
 	if n := starts.Load(); n != 1 {
 		t.Fatalf("%d inits started for StartAhead and one Exec, want 1", n)
 	}
@@ -55,8 +94,8 @@ func TestStartAheadIsTheFirstExecsInit(t *testing.T) {
 	if n := idleInits(b); n != 0 {
 		t.Fatalf("%d idle inits after the Exec under WithoutPrestart, want 0", n)
 	}
-	if b.cg.pids && !inPulseCgroup(out, "pids") {
-		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	if b.cg.pids && !in {
+		t.Fatal("the command is not in the run's pids cgroup")
 	}
 }
 
@@ -70,16 +109,13 @@ func TestStartAheadForOtherLimitsIsReplaced(t *testing.T) {
 	}
 	starts := countStarts(b)
 	b.StartAhead(policy.DenyAllNetwork(), policy.ResourceLimits{Pids: 200})
-	req := &backend.Request{Workspace: t.TempDir(), Shell: "cat /proc/self/cgroup", Limits: policy.ResourceLimits{Pids: 150}}
-	res, out, errs := runCmd(t, b, req)
-	if res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, errs)
-	}
+	req := &backend.Request{Workspace: t.TempDir(), Limits: policy.ResourceLimits{Pids: 150}}
+	in := runInPulseCgroup(t, b, req, "pids")
 	if n := starts.Load(); n != 2 {
 		t.Fatalf("%d inits started, want 2 (the one started ahead, for other limits, and the Exec's)", n)
 	}
-	if !inPulseCgroup(out, "pids") {
-		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	if !in {
+		t.Fatal("the command is not in the run's pids cgroup")
 	}
 }
 
@@ -150,16 +186,44 @@ func TestRefillIsInTheLastExecsCgroups(t *testing.T) {
 		t.Fatalf("idle inits' cgroups %q, want one in %q", keys, want)
 	}
 	starts := countStarts(b)
-	req.Args, req.Shell = nil, "cat /proc/self/cgroup"
-	res, out, errs := runCmd(t, b, req)
-	if res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, errs)
-	}
+	in := runInPulseCgroup(t, b, req, "pids")
 	b.waitWarm()
 	if n := starts.Load(); n != 1 {
 		t.Fatalf("%d inits started for an Exec with an idle init of its limits, want 1 (the refill)", n)
 	}
-	if !inPulseCgroup(out, "pids") {
-		t.Fatalf("the command is not in the run's pids cgroup:\n%s", out)
+	if !in {
+		t.Fatal("the command is not in the run's pids cgroup")
+	}
+}
+
+// TestInitIsBornInItsCgroups: an init is started in its run's cgroup v1
+// directories (runCgroup.startBorn) rather than moved there afterwards,
+// which waits for the kernel; seen from inside, the sandbox's cgroup
+// namespace then has the run's cgroup as its root, so the command does
+// not learn the host's cgroup path either.
+func TestInitIsBornInItsCgroups(t *testing.T) {
+	b := newBackend(t, WithoutPrestart())
+	d, ok := b.cg.dirs["pids"]
+	if !ok || d.v2 {
+		t.Skip("no cgroup v1 pids controller delegated here")
+	}
+	for _, ahead := range []bool{false, true} {
+		lim := policy.ResourceLimits{Pids: 190}
+		if ahead {
+			b.StartAhead(policy.DenyAllNetwork(), lim)
+		}
+		res, out, errs := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: "cat /proc/self/cgroup", Limits: lim})
+		if res.ExitCode != 0 {
+			t.Fatalf("exit %d: %s", res.ExitCode, errs)
+		}
+		var line string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",pids,") {
+				line = l
+			}
+		}
+		if !strings.HasSuffix(line, ":/") {
+			t.Fatalf("started ahead %v: the command's pids cgroup is %q, want the root of its cgroup namespace (the init born in the run's cgroup)", ahead, line)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -86,12 +87,22 @@ func detectCgroups() cgroupSupport {
 
 // runCgroup is the set of cgroup directories of one execution.
 type runCgroup struct {
-	dirs   []string // distinct directories made, to add the pid to and remove
+	dirs []string // distinct directories made, to add the pid to and remove
+	// Per entry of dirs: the directory it was made in (where the
+	// backend's own threads are) and whether it is of cgroup v1, and
+	// whether the init was born in it (startBorn), so add need not move
+	// it there.
+	bases  []string
+	v1     []bool
+	born   []bool
 	memory string
 	v2mem  bool
 	pids   string
 	key    string // the limits it was made for (cgroupKey)
-	added  int    // the pid add put in it, 0 before
+	// bornPid is the process startBorn started in the directories of
+	// born.
+	bornPid int
+	added   int // the pid add put in it, 0 before
 }
 
 // initPidsSlack bounds how many tasks the init may hold before the backend
@@ -120,17 +131,18 @@ func (b *Backend) cgroupKey(lim policy.ResourceLimits) string {
 }
 
 // newCgroup makes the cgroups a run's limits need; nil when it needs none.
-func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, error) {
+func (b *Backend) newCgroup(lim policy.ResourceLimits) (*runCgroup, error) {
 	writes := b.cgroupWrites(lim)
 	if len(writes) == 0 {
 		return nil, nil
 	}
 	cg := &runCgroup{key: fmt.Sprint(writes)}
 	made := map[string]string{}
-	// Named by the run and a suffix of its own: a run directory is
-	// reused (recycleRun), and the cgroups of its last use may still be
-	// being removed.
-	name := "pulse-" + filepath.Base(r.dir) + "-" + randhex.String(4)
+	// Named by the owner's pid (see reconcile) and a suffix of their
+	// own: made before the run they will be used by is known, and a run
+	// directory is reused (recycleRun) while the cgroups of its last use
+	// may still be being removed.
+	name := "pulse-" + strconv.Itoa(os.Getpid()) + "-" + randhex.String(8)
 	for _, w := range writes {
 		d := b.cg.dirs[w.ctrl]
 		dir := filepath.Join(d.base, name)
@@ -141,6 +153,9 @@ func (b *Backend) newCgroup(r *run, lim policy.ResourceLimits) (*runCgroup, erro
 			}
 			made[dir] = w.ctrl
 			cg.dirs = append(cg.dirs, dir)
+			cg.bases = append(cg.bases, d.base)
+			cg.v1 = append(cg.v1, !d.v2)
+			cg.born = append(cg.born, false)
 		}
 		switch w.ctrl {
 		case "memory":
@@ -189,6 +204,60 @@ func (b *Backend) cgroupWrites(lim policy.ResourceLimits) []cgroupWrite {
 	return writes
 }
 
+// startBorn runs start, which starts a process and returns its pid, on
+// a thread of its own that is in c's cgroup v1 directories for the time
+// of the fork, so that the process is born in them (a new task starts in
+// its parent thread's cgroups) instead of being moved there by add,
+// which waits for an RCU grace period: a thread moving itself alone (the
+// tasks file, pid 0) takes no such wait. cgroup v2 has no per-thread
+// membership outside threaded subtrees; add moves the process into its
+// v2 directories, and into any v1 one the thread could not enter.
+//
+// The thread goes back to the backend's own cgroups after the fork. The
+// Go runtime makes no thread from a locked one (it hands that to a
+// thread of its own), so no other thread of the backend's is born in
+// the run's cgroups meanwhile; if the way back fails, the goroutine ends
+// still locked, and the runtime ends the thread with it rather than let
+// it run the backend's code from inside a sandbox's limits.
+func (c *runCgroup) startBorn(start func() (int, error)) error {
+	type started struct {
+		pid int
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		var in []int
+		for i, d := range c.dirs {
+			// Only where the way back is open too: a thread that cannot
+			// leave is ended (below), costing a thread per init.
+			if c.v1[i] && unix.Access(filepath.Join(c.bases[i], "tasks"), unix.W_OK) == nil &&
+				os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0) == nil {
+				in = append(in, i)
+			}
+		}
+		pid, err := start()
+		back := true
+		for _, i := range in {
+			if os.WriteFile(filepath.Join(c.bases[i], "tasks"), []byte("0"), 0) != nil {
+				back = false
+			}
+		}
+		if err == nil {
+			for _, i := range in {
+				c.born[i] = true
+			}
+			c.bornPid = pid
+		}
+		done <- started{pid, err}
+		if back {
+			runtime.UnlockOSThread()
+		}
+	}()
+	r := <-done
+	return r.err
+}
+
 // add moves the process pid into the cgroups. Moving a running process
 // waits for an RCU grace period in the kernel (the cgroup_threadgroup_rwsem
 // write side, unless the hierarchy is mounted favordynmods): milliseconds,
@@ -196,7 +265,10 @@ func (b *Backend) cgroupWrites(lim policy.ResourceLimits) []cgroupWrite {
 // the Exec rather than in it.
 func (c *runCgroup) add(pid int) error {
 	var errs []error
-	for _, d := range c.dirs {
+	for i, d := range c.dirs {
+		if c.born[i] && pid == c.bornPid {
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			errs = append(errs, err)
 		}

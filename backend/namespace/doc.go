@@ -133,7 +133,11 @@
 // chosen), already in the cgroups of the limits it is told: moving a
 // process into a cgroup waits for an RCU grace period in the kernel, which
 // then overlaps the init's start instead of delaying the Exec. An Exec
-// with other cgroup limits ends that init and starts its own.
+// with other cgroup limits ends that init and starts its own. In cgroup v1
+// directories no move is needed: the thread that forks an init enters
+// its cgroups alone for the fork (a thread moving itself takes no such
+// wait), so the init is born there, and the sandbox's cgroup namespace
+// has the run's cgroup as its root.
 //
 // What stays on a cold start's critical path is kept small: the seccomp
 // program is compiled once per process and sent to each init, packed; the

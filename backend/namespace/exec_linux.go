@@ -134,8 +134,10 @@ func (x *nsExec) acquire() error {
 		p = nil
 	}
 	if p == nil {
+		// In this command's cgroups from the start, as an init started
+		// ahead is (startAttached).
 		var err error
-		if p, err = b.startInit(newNet); err != nil {
+		if p, err = b.startAttached(newNet, x.lim); err != nil {
 			return fmt.Errorf("%w: namespace: %v", backend.ErrUnavailable, err)
 		}
 	}
@@ -159,7 +161,7 @@ func (x *nsExec) configure() error {
 	cg, cgErr := x.p.cg, error(nil)
 	x.p.cg = nil // the run's now: release removes it
 	if cg == nil {
-		cg, cgErr = b.newCgroup(x.p.run, x.lim)
+		cg, cgErr = b.newCgroup(x.lim)
 	}
 	if cgErr != nil {
 		// Fail closed: the probe said this machine enforces these limits,

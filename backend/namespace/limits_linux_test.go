@@ -183,6 +183,9 @@ func TestCgroupFailureFailsClosed(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The pool's refills make cgroups too: none may run while the
+	// hierarchy is swapped.
+	b.waitWarm()
 	good := d.base
 	d.base = notDir
 	b.cg.dirs["pids"] = d
@@ -198,6 +201,7 @@ func TestCgroupFailureFailsClosed(t *testing.T) {
 		t.Fatalf("the command ran without its limits: %q", out.String())
 	}
 	// The hierarchy back, the same backend runs the command.
+	b.waitWarm()
 	d.base = good
 	b.cg.dirs["pids"] = d
 	res, got, _ := runCmd(t, b, &backend.Request{Workspace: ws, Shell: "echo ran",

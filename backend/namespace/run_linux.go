@@ -53,13 +53,15 @@ func closeAll(fs ...*os.File) {
 // startInit starts an init in fresh namespaces; it blocks reading its
 // config until exec sends one.
 func (b *Backend) startInit(newNet bool) (p *initProc, err error) {
-	return b.startInitThen(newNet, nil)
+	return b.startInitThen(newNet, nil, nil)
 }
 
-// startInitThen is startInit calling started, if not nil, as soon as the
-// init has a pid: before the static config, which waits for the /etc
-// walk (etcMasks). started must not write p's fields other than cg.
-func (b *Backend) startInitThen(newNet bool, started func(p *initProc)) (p *initProc, err error) {
+// startInitThen is startInit starting the init in the cgroups cg, if not
+// nil, where it can be born in them (runCgroup.startBorn), and calling
+// started, if not nil, as soon as the init has a pid: before the static
+// config, which waits for the /etc walk (etcMasks). started must not
+// write p's fields other than cg.
+func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *initProc)) (p *initProc, err error) {
 	r, err := b.newRun()
 	if err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
@@ -144,7 +146,17 @@ func (b *Backend) startInitThen(newNet bool, started func(p *initProc)) (p *init
 		return nil, err
 	}
 	b.phase("prepare")
-	if err = cmd.Start(); err != nil {
+	if cg != nil {
+		err = cg.startBorn(func() (int, error) {
+			if err := cmd.Start(); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	b.phase("clone-exec")
@@ -277,28 +289,40 @@ func (b *Backend) refill(newNet bool, lim policy.ResourceLimits) {
 	}()
 }
 
-// startAttached starts an init and puts it in the cgroups lim needs
-// (p.cg; none when that fails, which leaves the attach to the Exec). The
-// attach starts once the init has a pid, so that its wait for the kernel
-// (see runCgroup.add) and the static config's for the /etc walk overlap
-// the init's start instead of adding up.
+// startAttached starts an init in the cgroups lim needs (p.cg; none when
+// they cannot be made, which leaves them to the Exec): born in them where
+// it can be (runCgroup.startBorn), moved into the others once it has a
+// pid, so that the move's wait for the kernel (see runCgroup.add) and the
+// static config's for the /etc walk overlap the init's start instead of
+// adding up. A failed move leaves p.cg not added: the Exec tries again,
+// and does not run the command if that fails too (configure).
 func (b *Backend) startAttached(newNet bool, lim policy.ResourceLimits) (*initProc, error) {
-	var started *initProc
+	cg, err := b.newCgroup(lim)
+	if err != nil {
+		b.o.logger.Debug("namespace: cgroups for an init started ahead", slog.Any("err", err))
+		cg = nil
+	}
+	var started bool
 	attached := make(chan struct{})
-	p, err := b.startInitThen(newNet, func(p *initProc) {
-		started = p
+	p, err := b.startInitThen(newNet, cg, func(p *initProc) {
+		started = true
+		if cg == nil {
+			close(attached)
+			return
+		}
+		p.cg = cg
 		go func() {
 			defer close(attached)
-			b.attachAhead(p, lim)
+			_ = cg.add(p.cmd.Process.Pid)
 		}()
 	})
-	if started != nil {
+	if started {
 		<-attached
-		if err != nil && started.cg != nil {
-			// startInit killed and reaped the init: its cgroups are
-			// empty.
-			started.cg.remove()
-		}
+	}
+	if err != nil && cg != nil {
+		// startInit killed and reaped the init, if it started: its
+		// cgroups are empty.
+		cg.remove()
 	}
 	return p, err
 }
@@ -350,21 +374,6 @@ func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) 
 			p.discard()
 		}
 	}()
-}
-
-// attachAhead puts the init p in the cgroups lim needs. Failing only
-// leaves that to the Exec, which tries again and, failing too, does not
-// run the command (configure).
-func (b *Backend) attachAhead(p *initProc, lim policy.ResourceLimits) {
-	cg, err := b.newCgroup(p.run, lim)
-	if err != nil || cg == nil {
-		return
-	}
-	if err := cg.add(p.cmd.Process.Pid); err != nil {
-		cg.remove()
-		return
-	}
-	p.cg = cg
 }
 
 // waitAhead waits for the init StartAhead is starting for this network
