@@ -211,6 +211,9 @@ func TestReconcileRemovesOnlyDeadRuns(t *testing.T) {
 	gate := t.TempDir()
 	// No init started ahead: its run directory would be a second live one.
 	b := newBackend(t, WithStateDir(state), WithReadWriteBind(gate), WithoutPrestart())
+	// The probe's run, once emptied for reuse, is what the live run below
+	// takes: no third, half-recycled run is there when Reconcile looks.
+	waitFreeRuns(t, b, 1)
 	// A run of a crashed process: no one holds its lock.
 	dead := filepath.Join(state, "999999-dead")
 	writeFile(t, filepath.Join(dead, "upper/file"), "x")
