@@ -158,11 +158,18 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 
 	// The backend is chosen, and what it starts ahead started, before
 	// the audit log and the store are opened, so that those openings run
-	// while the backend's sandbox comes up rather than before it. Nothing
-	// of a command runs before Execute audits it; a failure to choose is
-	// audited once the log is open, and a failure after the choice closes
-	// the backend (release), the started sandbox with it.
-	selErr := s.chooseBackend(ctx, &o, early)
+	// while the backend's sandbox comes up rather than before it; but
+	// when the choice would wait for a probe still on its way (a remote
+	// server's answer, probeAhead), the openings run while it comes and
+	// the choice follows them. Nothing of a command runs before Execute
+	// audits it; a failure to choose is audited once the log is open, and
+	// a failure after the choice closes the backend (release), the
+	// started sandbox with it.
+	var selErr error
+	chooseFirst := !early.pending()
+	if chooseFirst {
+		selErr = s.chooseBackend(ctx, &o, early)
+	}
 
 	if o.auditLogger != nil {
 		s.audit = o.auditLogger
@@ -194,6 +201,9 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		// A quarantined commit is kept for a person to inspect; it does
 		// not stop new work.
 		s.record(ctx, audit.Event{Action: "cow-recovery", Decision: "deny", Detail: rerr.Error()})
+	}
+	if !chooseFirst {
+		selErr = s.chooseBackend(ctx, &o, early)
 	}
 
 	if selErr != nil {

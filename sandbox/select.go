@@ -179,6 +179,19 @@ func probeAhead(ctx context.Context, o *options) *ahead {
 	return a
 }
 
+// pending says whether the probe has not ended yet.
+func (a *ahead) pending() bool {
+	if a == nil {
+		return false
+	}
+	select {
+	case <-a.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // take waits for the probe and returns its outcome, once.
 func (a *ahead) take() (backend.Backend, error) {
 	<-a.done
