@@ -422,6 +422,10 @@ type run struct {
 	lock *os.File
 }
 
+// runLockHook, when set (by tests), runs between the creation of a new
+// run's lock file and its locking.
+var runLockHook func(dir string)
+
 // runSubdirs are the directories of a run: the overlay's upper and work
 // directories and the mount point of the sandbox's root.
 var runSubdirs = []string{"upper", "work", "root"}
@@ -453,12 +457,25 @@ func (b *Backend) newRun() (*run, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	// The lock is made under another name and named "lock" only once it
+	// is held: Reconcile (of this process or another sharing the state
+	// dir) takes a run whose "lock" it can lock for a dead one's, and a
+	// run without one for a run being made, until it is old.
+	tmp := filepath.Join(dir, "lock.new")
+	lock, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if runLockHook != nil {
+		runLockHook(dir)
+	}
 	if err := flock.TryLock(lock); err != nil {
+		lock.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "lock")); err != nil {
 		lock.Close()
 		os.RemoveAll(dir)
 		return nil, err

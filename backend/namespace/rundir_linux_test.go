@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,5 +76,48 @@ func TestRunDirectoryIsReusedEmpty(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(state); err != nil || len(ents) != 0 {
 		t.Fatalf("run directories left after Close: %v (%v)", ents, err)
+	}
+}
+
+// TestReconcileLeavesARunBeingMade: another backend's Reconcile on the
+// same state dir, between the moment a new run's lock file exists and the
+// moment it is held, leaves the run alone (the lock gets its name only
+// once held), and the run's command runs.
+func TestReconcileLeavesARunBeingMade(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	b := newBackend(t, WithStateDir(state), WithoutPrestart())
+	other, err := New(WithStateDir(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// The probe's run, kept for reuse, is taken first: the run below is
+	// made anew.
+	waitFreeRuns(t, b, 1)
+	kept, err := b.newRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.remove()
+	var made []string
+	runLockHook = func(dir string) {
+		made = append(made, dir)
+		if err := other.Reconcile(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { runLockHook = nil }()
+	r, err := b.newRun()
+	if err != nil {
+		t.Fatalf("newRun with a Reconcile in its window: %v", err)
+	}
+	defer r.remove()
+	if len(made) != 1 {
+		t.Fatalf("the hook ran %d times, want 1", len(made))
+	}
+	for _, d := range append([]string{"lock"}, runSubdirs...) {
+		if _, err := os.Stat(filepath.Join(r.dir, d)); err != nil {
+			t.Fatalf("the run being made lost %s to another backend's Reconcile: %v", d, err)
+		}
 	}
 }
