@@ -24,7 +24,19 @@ import (
 // cancellation. Everything else is tested against the real server.
 func fakeServer(t *testing.T, answer func(ctx context.Context, ws *websocket.Conn, action string, payload map[string]any)) string {
 	t.Helper()
+	return fakeServerUpgrading(t, nil, answer)
+}
+
+// fakeServerUpgrading is fakeServer calling upgrade, if not nil, with
+// each upgrade request before it is answered (to look at its headers
+// and set the response's).
+func fakeServerUpgrading(t *testing.T, upgrade func(w http.ResponseWriter, r *http.Request),
+	answer func(ctx context.Context, ws *websocket.Conn, action string, payload map[string]any)) string {
+	t.Helper()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if upgrade != nil {
+			upgrade(w, r)
+		}
 		ws, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -210,34 +209,18 @@ func TestCapabilitiesComeWithTheUpgrade(t *testing.T) {
 // connection: the client asks with the action.
 func TestMalformedCapabilitiesHeaderFallsBack(t *testing.T) {
 	var asked atomic.Int32
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url := fakeServerUpgrading(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(protocol.HeaderCapabilities) != protocol.CapabilitiesAsk {
 			t.Errorf("upgrade without %s: %q", protocol.HeaderCapabilities, r.Header.Get(protocol.HeaderCapabilities))
 		}
 		w.Header().Set(protocol.HeaderCapabilities, "not base64!")
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
+	}, func(ctx context.Context, ws *websocket.Conn, action string, p map[string]any) {
+		if action == protocol.ActionCapabilities {
+			asked.Add(1)
+			send(ctx, ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": p["request_id"], "capabilities": hostCaps})
 		}
-		defer ws.CloseNow()
-		for {
-			_, data, err := ws.Read(r.Context())
-			if err != nil {
-				return
-			}
-			var m struct {
-				Action  string         `json:"action"`
-				Payload map[string]any `json:"payload"`
-			}
-			json.Unmarshal(data, &m)
-			if m.Action == protocol.ActionCapabilities {
-				asked.Add(1)
-				send(r.Context(), ws, protocol.TypeResponse, map[string]any{"status": protocol.StatusCapabilities, "request_id": m.Payload["request_id"], "capabilities": hostCaps})
-			}
-		}
-	}))
-	t.Cleanup(hs.Close)
-	b := mustNew(t, WithURL("ws"+strings.TrimPrefix(hs.URL, "http")+"/"), WithToken("t"))
+	})
+	b := mustNew(t, WithURL(url), WithToken("t"))
 	if err := probe(b); err != nil {
 		t.Fatal(err)
 	}
