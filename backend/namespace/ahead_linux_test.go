@@ -51,29 +51,34 @@ func runInPulseCgroup(t *testing.T, b *Backend, req *backend.Request, ctrl strin
 		_, err := b.Exec(ctx, req)
 		done <- err
 	}()
-	var in bool
+	var cg string
 	waitFor(t, func() bool {
-		b.mu.Lock()
-		var pid int
-		for p := range b.running {
-			pid = p.cmd.Process.Pid
-		}
-		b.mu.Unlock()
-		if pid == 0 {
-			return false
-		}
-		cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-		if err != nil {
-			return false
-		}
-		in = inPulseCgroup(string(cg), ctrl)
-		return true
+		var ok bool
+		cg, ok = runningInitCgroups(b)
+		return ok
 	})
+	in := inPulseCgroup(cg, ctrl)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
 	return in
+}
+
+// runningInitCgroups returns the /proc/PID/cgroup of the init of an Exec
+// of b that runs now, read from the host side; false while none does.
+func runningInitCgroups(b *Backend) (string, bool) {
+	b.mu.Lock()
+	var pid int
+	for p := range b.running {
+		pid = p.cmd.Process.Pid
+	}
+	b.mu.Unlock()
+	if pid == 0 {
+		return "", false
+	}
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	return string(cg), err == nil
 }
 
 // TestStartAheadIsTheFirstExecsInit: under WithoutPrestart, StartAhead

@@ -103,20 +103,11 @@ func TestCPULimitCgroup(t *testing.T) {
 	// Read the quota of the running init's cgroup from the host side.
 	var quota string
 	waitFor(t, func() bool {
-		b.mu.Lock()
-		var pid int
-		for p := range b.running {
-			pid = p.cmd.Process.Pid
-		}
-		b.mu.Unlock()
-		if pid == 0 {
+		cg, ok := runningInitCgroups(b)
+		if !ok {
 			return false
 		}
-		cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-		if err != nil {
-			return false
-		}
-		for _, line := range strings.Split(string(cg), "\n") {
+		for _, line := range strings.Split(cg, "\n") {
 			parts := strings.SplitN(line, ":", 3)
 			if len(parts) == 3 && strings.Contains(","+parts[1]+",", ",cpu,") && strings.Contains(parts[2], "pulse-") {
 				dir := b.cg.dirs["cpu"].base
