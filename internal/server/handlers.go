@@ -507,12 +507,27 @@ func (c *conn) download(ctx context.Context, m *protocol.Message, id string) err
 // otherwise hold the submit back. That is safe because reconcileOne
 // decides under the id's lock and keeps what a live execution or a fresh
 // upload needs, whatever else runs meanwhile.
+//
+// It runs under the server's context, not the connection's: that client
+// hangs up as soon as its command has ended, often before the removals
+// have, and they must not then stop part way (with an error logged for a
+// request no one waits for). Shutdown ends them with the rest. Once
+// Shutdown has begun (draining, set under s.mu) it runs in place as the
+// other requests do, so that no s.wg.Add can come beside Shutdown's Wait.
 func (c *conn) reconcile(ctx context.Context, m *protocol.Message) error {
 	s := c.s
-	s.wg.Add(1)
+	s.mu.Lock()
+	inPlace := s.draining.Load()
+	if !inPlace {
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if inPlace {
+		return c.reconcileAll(ctx, m)
+	}
 	go func() {
 		defer s.wg.Done()
-		c.fail(m, c.reconcileAll(ctx, m))
+		c.fail(m, c.reconcileAll(s.ctx, m))
 	}()
 	return nil
 }

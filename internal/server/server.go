@@ -347,7 +347,11 @@ func writeHealth(w http.ResponseWriter, ok bool) {
 // Connections are closed last, so clients receive every result that was
 // produced. Shutdown is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
+	// Under s.mu: a handler that checks it there and then adds to s.wg
+	// (reconcile) does so before the Wait below, or not at all.
+	s.mu.Lock()
 	s.draining.Store(true)
+	s.mu.Unlock()
 	s.ready.Store(false)
 	done := make(chan struct{})
 	go func() {

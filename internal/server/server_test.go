@@ -717,3 +717,48 @@ func TestReconcileRunsBesideTheNextRequest(t *testing.T) {
 		t.Fatalf("orphan workspace after reconcile: %v", err)
 	}
 }
+
+// A reconcile goes on after its client hangs up (a CLI process ends once
+// its command has, often before the removals have): the orphan whose lock
+// it waits on while the connection closes is still removed.
+func TestReconcileOutlivesItsConnection(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	c.submit("orphan", "true", nil)
+	c.untilResult("orphan", nil)
+	lk := h.srv.idLock("orphan")
+	lk.Lock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			lk.Unlock()
+		}
+	}()
+	c.send(protocol.ActionReconcile, nil)
+	// Requests are read in order: once this one is answered the
+	// reconcile has been taken up, and waits on the orphan's lock.
+	c.do(protocol.ActionCapabilities, nil)
+	h.srv.mu.Lock()
+	var sc *conn
+	for k := range h.srv.conns {
+		sc = k
+	}
+	h.srv.mu.Unlock()
+	if sc == nil {
+		t.Fatal("no server connection")
+	}
+	c.ws.CloseNow()
+	<-sc.ctx.Done()
+	lk.Unlock()
+	unlocked = true
+	ws := filepath.Join(h.root, TenantOf(tokenA), "orphan")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := os.Stat(ws); errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the orphan's workspace is still there after its reconcile's connection closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
