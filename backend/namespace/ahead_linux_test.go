@@ -2,12 +2,16 @@ package namespace
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -229,6 +233,84 @@ func TestInitIsBornInItsCgroups(t *testing.T) {
 		}
 		if !strings.HasSuffix(line, ":/") {
 			t.Fatalf("started ahead %v: the command's pids cgroup is %q, want the root of its cgroup namespace (the init born in the run's cgroup)", ahead, line)
+		}
+	}
+}
+
+// TestBirthLeavesTheBackendOutOfTheRunsMemoryCgroup: while an init is
+// born in a run's cgroup v1 directories, the backend as a process (its
+// first thread, the owner of its memory and the one the OOM killer goes
+// by) stays in its own memory cgroup: the sandbox's limit counts none of
+// the backend's memory and its OOM killer cannot pick the backend. The
+// thread an init is born from is the runtime's choice: the test makes
+// births several at a time, each holding its thread until all have one,
+// so that the runtime's idle threads, the first among them, are used.
+func TestBirthLeavesTheBackendOutOfTheRunsMemoryCgroup(t *testing.T) {
+	b := newBackend(t, WithoutPrestart())
+	d, ok := b.cg.dirs["memory"]
+	if !ok || d.v2 {
+		t.Skip("no cgroup v1 memory controller delegated here")
+	}
+	const births, touched = 4, 4 << 20
+	for range 25 {
+		var inside, faulted sync.WaitGroup
+		inside.Add(births)
+		faulted.Add(1)
+		errs := make(chan error, births)
+		for i := range births {
+			go func() {
+				cg, err := b.newCgroup(policy.ResourceLimits{MemoryBytes: 1 << 30})
+				if err != nil {
+					inside.Done()
+					errs <- err
+					return
+				}
+				defer cg.remove()
+				errs <- cg.startBorn(func() (int, error) {
+					inside.Done()
+					inside.Wait()
+					if i == 0 {
+						// Memory the backend faults in meanwhile, on a
+						// thread of no birth.
+						go func() {
+							defer faulted.Done()
+							mem, err := unix.Mmap(-1, 0, touched, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+							if err != nil {
+								return
+							}
+							for i := 0; i < len(mem); i += os.Getpagesize() {
+								mem[i] = 1
+							}
+							unix.Munmap(mem)
+						}()
+					}
+					faulted.Wait()
+					// The process's cgroups are its first thread's.
+					self, err := os.ReadFile("/proc/self/cgroup")
+					if err != nil {
+						return 0, err
+					}
+					for _, l := range strings.Split(string(self), "\n") {
+						if f := strings.SplitN(l, ":", 3); len(f) == 3 && strings.Contains(","+f[1]+",", ",memory,") &&
+							strings.HasSuffix(cg.memory, f[2]) {
+							return 0, fmt.Errorf("the backend's first thread is in the run's memory cgroup (%s) while an init is born", l)
+						}
+					}
+					usage, err := os.ReadFile(filepath.Join(cg.memory, "memory.usage_in_bytes"))
+					if err != nil {
+						return 0, err
+					}
+					if n, err := strconv.ParseInt(strings.TrimSpace(string(usage)), 10, 64); err != nil || n >= touched/2 {
+						return 0, fmt.Errorf("the run's memory cgroup was charged %s bytes (%v) while the backend faulted in %d", usage, err, touched)
+					}
+					return 0, nil
+				})
+			}()
+		}
+		for range births {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

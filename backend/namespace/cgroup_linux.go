@@ -219,14 +219,35 @@ func (b *Backend) cgroupWrites(lim policy.ResourceLimits) []cgroupWrite {
 // the run's cgroups meanwhile; if the way back fails, the goroutine ends
 // still locked, and the runtime ends the thread with it rather than let
 // it run the backend's code from inside a sandbox's limits.
+//
+// The thread is never the process's first one (its pid): that thread is
+// the owner of the process's memory in cgroup v1, whose memory cgroup
+// every page any thread of the backend faults in is charged to, and the
+// one by which the process is listed in a cgroup (cgroup.procs), which is
+// where the memory controller's OOM killer looks for a victim. Born from
+// it, an init would have the backend's memory counted against the
+// sandbox's limit meanwhile, and the backend killed when it is reached.
 func (c *runCgroup) startBorn(start func() (int, error)) error {
 	type started struct {
 		pid int
 		err error
 	}
 	done := make(chan started, 1)
-	go func() {
+	var born func()
+	born = func() {
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Held, so that the goroutine below runs on another thread:
+			// a locked thread runs no goroutine but its own.
+			inner := make(chan struct{})
+			go func() {
+				defer close(inner)
+				born()
+			}()
+			<-inner
+			runtime.UnlockOSThread()
+			return
+		}
 		var in []int
 		for i, d := range c.dirs {
 			// Only where the way back is open too: a thread that cannot
@@ -253,7 +274,8 @@ func (c *runCgroup) startBorn(start func() (int, error)) error {
 		if back {
 			runtime.UnlockOSThread()
 		}
-	}()
+	}
+	go born()
 	r := <-done
 	return r.err
 }
