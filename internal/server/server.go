@@ -356,8 +356,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for {
+			// Slots, not active executions: a submit that took its slot
+			// before draining was set is not active until it registers,
+			// and its s.wg.Add comes after that; Wait must not start
+			// before it has.
 			s.mu.Lock()
-			n := len(s.active)
+			n := s.slots
 			s.mu.Unlock()
 			if n == 0 {
 				close(done)

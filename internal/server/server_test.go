@@ -762,3 +762,52 @@ func TestReconcileOutlivesItsConnection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Shutdown waits for a submit that took its slot before the drain began
+// but is not registered yet (here held at its id's lock): it must not go
+// on to cancel and wait for the executions without it, which would then
+// start after Shutdown had waited for them all.
+func TestShutdownWaitsForASubmitOnItsWay(t *testing.T) {
+	h := startServer(t, t.TempDir(), hostExecutor(t))
+	c := h.dial(tokenA)
+	lk := h.srv.idLock("late")
+	lk.Lock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			lk.Unlock()
+		}
+	}()
+	rid := c.send(protocol.ActionSubmit, map[string]any{"execution_id": "late", "command": "true"})
+	// The submit holds its slot once it waits on the lock.
+	for {
+		h.srv.mu.Lock()
+		n := h.srv.slots
+		h.srv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h.srv.Shutdown(ctx)
+	}()
+	select {
+	case <-h.srv.ctx.Done():
+		t.Fatal("Shutdown cancelled the executions while a submit that took its slot before the drain was on its way")
+	case <-time.After(time.Second):
+	}
+	lk.Unlock()
+	unlocked = true
+	if r, _ := c.reply(rid); r.str("status") != protocol.StatusStarting {
+		t.Fatalf("submit: %s", r.raw)
+	}
+	if res, _ := c.untilResult("late", nil); res.num("exit_code") != 0 {
+		t.Fatalf("result: %s", res.raw)
+	}
+	<-done
+}
