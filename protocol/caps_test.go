@@ -67,3 +67,13 @@ func FuzzParseCapabilitiesHeader(f *testing.F) {
 		}
 	})
 }
+
+// An answer a reverse proxy might not pass in a header is not put there:
+// the client then asks with the action.
+func TestCapabilitiesHeaderBoundedForProxies(t *testing.T) {
+	big := map[string]any{"status": StatusCapabilities, "capabilities": map[string]any{},
+		"notes": strings.Repeat("n", MaxCapabilitiesHeaderSent)}
+	if v, err := CapabilitiesHeader(big); !errors.Is(err, ErrHeaderTooLarge) || v != "" {
+		t.Fatalf("an answer past the bound: %d bytes, %v; want ErrHeaderTooLarge", len(v), err)
+	}
+}

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -34,16 +35,31 @@ const (
 	// MaxCapabilitiesHeader bounds the header value a client decodes:
 	// a capabilities answer is a few KiB.
 	MaxCapabilitiesHeader = 64 << 10
+	// MaxCapabilitiesHeaderSent bounds the value a server sends: a
+	// reverse proxy holds a response's headers in a buffer of its own
+	// (nginx's proxy_buffer_size, 4 KiB by default) and fails the
+	// upgrade on a larger one, where a missing header would only cost
+	// the round trip.
+	MaxCapabilitiesHeaderSent = 3 << 10
 )
 
+// ErrHeaderTooLarge: a capabilities answer too large for
+// HeaderCapabilities; the client is left to ask with the action.
+var ErrHeaderTooLarge = errors.New("protocol: capabilities answer too large for the header")
+
 // CapabilitiesHeader encodes a capabilities answer (the payload of the
-// action's response, status included) as HeaderCapabilities' value.
+// action's response, status included) as HeaderCapabilities' value, or
+// fails with ErrHeaderTooLarge past MaxCapabilitiesHeaderSent.
 func CapabilitiesHeader(payload map[string]any) (string, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {
 		return "", err
 	}
-	return base64.StdEncoding.EncodeToString(b), nil
+	v := base64.StdEncoding.EncodeToString(b)
+	if len(v) > MaxCapabilitiesHeaderSent {
+		return "", fmt.Errorf("%w: %d bytes", ErrHeaderTooLarge, len(v))
+	}
+	return v, nil
 }
 
 // ParseCapabilitiesHeader decodes HeaderCapabilities' value into the

@@ -128,6 +128,8 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		// given before it is asked: one round trip less.
 		a := s.capabilitiesAnswer()
 		a["status"] = protocol.StatusCapabilities
+		// An answer too large for a header (ErrHeaderTooLarge) is left
+		// out: the client asks with the action then.
 		if v, err := protocol.CapabilitiesHeader(a); err == nil {
 			w.Header().Set(protocol.HeaderCapabilities, v)
 		}
