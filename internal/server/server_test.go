@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -679,18 +680,11 @@ func TestReconcileRunsBesideTheNextRequest(t *testing.T) {
 	c := h.dial(tokenA)
 	c.submit("orphan", "true", nil)
 	c.untilResult("orphan", nil)
-	lk := h.srv.idLock("orphan")
-	lk.Lock()
-	unlocked := false
-	defer func() {
-		if !unlocked {
-			lk.Unlock()
-		}
-	}()
+	release := holdIDLock(t, h.srv, "orphan")
 	// The locks are striped by id: the next execution's must be another.
 	next := ""
 	for i := 0; next == ""; i++ {
-		if id := fmt.Sprintf("next-%d", i); h.srv.idLock(id) != lk {
+		if id := fmt.Sprintf("next-%d", i); h.srv.idLock(id) != h.srv.idLock("orphan") {
 			next = id
 		}
 	}
@@ -707,8 +701,7 @@ func TestReconcileRunsBesideTheNextRequest(t *testing.T) {
 			t.Fatalf("reconcile answered while it could not have run: %s", m.raw)
 		}
 	}
-	lk.Unlock()
-	unlocked = true
+	release()
 	r, _ := c.reply(rid)
 	if r.str("status") != protocol.StatusReconciled || r.num("orphans_cleaned") != 1 {
 		t.Fatalf("reconcile: %s", r.raw)
@@ -726,14 +719,7 @@ func TestReconcileOutlivesItsConnection(t *testing.T) {
 	c := h.dial(tokenA)
 	c.submit("orphan", "true", nil)
 	c.untilResult("orphan", nil)
-	lk := h.srv.idLock("orphan")
-	lk.Lock()
-	unlocked := false
-	defer func() {
-		if !unlocked {
-			lk.Unlock()
-		}
-	}()
+	release := holdIDLock(t, h.srv, "orphan")
 	c.send(protocol.ActionReconcile, nil)
 	// Requests are read in order: once this one is answered the
 	// reconcile has been taken up, and waits on the orphan's lock.
@@ -749,18 +735,25 @@ func TestReconcileOutlivesItsConnection(t *testing.T) {
 	}
 	c.ws.CloseNow()
 	<-sc.ctx.Done()
-	lk.Unlock()
-	unlocked = true
+	release()
 	ws := filepath.Join(h.root, TenantOf(tokenA), "orphan")
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := os.Stat(ws); errors.Is(err, fs.ErrNotExist) {
-			return
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if _, err := os.Stat(ws); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("the orphan's workspace is still there after its reconcile's connection closed (%v)", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the orphan's workspace is still there after its reconcile's connection closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+}
+
+// holdIDLock takes the server's lock of id, holding a request that needs
+// it where it is, until release is called or the test ends.
+func holdIDLock(t *testing.T, s *Server, id string) (release func()) {
+	lk := s.idLock(id)
+	lk.Lock()
+	var once sync.Once
+	release = func() { once.Do(lk.Unlock) }
+	t.Cleanup(release)
+	return release
 }
 
 // Shutdown waits for a submit that took its slot before the drain began
@@ -770,25 +763,17 @@ func TestReconcileOutlivesItsConnection(t *testing.T) {
 func TestShutdownWaitsForASubmitOnItsWay(t *testing.T) {
 	h := startServer(t, t.TempDir(), hostExecutor(t))
 	c := h.dial(tokenA)
-	lk := h.srv.idLock("late")
-	lk.Lock()
-	unlocked := false
-	defer func() {
-		if !unlocked {
-			lk.Unlock()
-		}
-	}()
+	release := holdIDLock(t, h.srv, "late")
 	rid := c.send(protocol.ActionSubmit, map[string]any{"execution_id": "late", "command": "true"})
 	// The submit holds its slot once it waits on the lock.
-	for {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		h.srv.mu.Lock()
-		n := h.srv.slots
-		h.srv.mu.Unlock()
-		if n == 1 {
-			break
+		defer h.srv.mu.Unlock()
+		if h.srv.slots != 1 {
+			return fmt.Errorf("%d slots held, want the submit's", h.srv.slots)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -801,8 +786,7 @@ func TestShutdownWaitsForASubmitOnItsWay(t *testing.T) {
 		t.Fatal("Shutdown cancelled the executions while a submit that took its slot before the drain was on its way")
 	case <-time.After(time.Second):
 	}
-	lk.Unlock()
-	unlocked = true
+	release()
 	if r, _ := c.reply(rid); r.str("status") != protocol.StatusStarting {
 		t.Fatalf("submit: %s", r.raw)
 	}
