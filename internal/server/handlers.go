@@ -497,9 +497,6 @@ func (c *conn) download(ctx context.Context, m *protocol.Message, id string) err
 	return nil
 }
 
-// reconcile removes the tenant's workspaces that no execution needs: those
-// of executions that ended, and uploads never submitted within the upload
-// grace period. A fresh upload waiting for its submit is kept.
 // reconcile runs beside the requests that follow it on the connection,
 // the one exception to their order: a client that connects to run one
 // command sends reconcile and then its submit at once, and removing the
@@ -532,6 +529,9 @@ func (c *conn) reconcile(ctx context.Context, m *protocol.Message) error {
 	return nil
 }
 
+// reconcileAll removes the tenant's workspaces that no execution needs:
+// those of executions that ended, and uploads never submitted within the
+// upload grace period. A fresh upload waiting for its submit is kept.
 func (c *conn) reconcileAll(ctx context.Context, m *protocol.Message) error {
 	s := c.s
 	entries, err := os.ReadDir(s.tenantDir(c.tenant))
