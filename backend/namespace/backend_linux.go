@@ -93,7 +93,7 @@ func New(opts ...Option) (*Backend, error) {
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
 		warm: map[bool][]*initProc{}, filling: map[bool]bool{}, ahead: map[bool]chan struct{}{},
 		inflight: map[bool]int{}, peak: map[bool]int{}}
-	prewarmMasks()
+	Prewarm()
 	b.landlock = nsinit.LandlockABI()
 	b.cg = detectCgroups()
 	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)

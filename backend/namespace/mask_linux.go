@@ -111,19 +111,15 @@ func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
 	}
 }
 
-// prewarmMasks starts computing etcMasks in the background, so that the
-// walk of /etc (a thousand entries and more, a few milliseconds) overlaps
-// whatever the caller does before its first Exec instead of delaying
-// that Exec. It is not cached across processes: a file made private since
-// would then show.
-func prewarmMasks() { go etcMasks() }
-
-// Prewarm starts, in the background, the work of New that does not depend
-// on its options (the walk of /etc for what the sandbox must hide), for a
+// Prewarm starts computing etcMasks (the walk of /etc for what the
+// sandbox must hide, a thousand entries and more, a few milliseconds) in
+// the background, so that it overlaps whatever the caller does before its
+// first Exec instead of delaying that Exec: New starts it, and so may a
 // caller that knows it will make a namespace backend and has other work
-// first: a CLI process opening the audit log and the transaction store.
-// New starts it too; calling Prewarm more than once costs nothing.
-func Prewarm() { prewarmMasks() }
+// first (a CLI process opening the audit log and the transaction store).
+// Calling it more than once costs nothing. It is not cached across
+// processes: a file made private since would then show.
+func Prewarm() { go etcMasks() }
 
 func isSSHHostKey(p string) bool {
 	m, _ := filepath.Match("/etc/ssh/ssh_host_*_key", p)
