@@ -99,10 +99,8 @@ func openat(dir int, name string, flags int, perm uint32) (int, error) {
 // writeAll writes all of b to fd.
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
+		var n int
+		err := ignoringEINTR(func() (err error) { n, err = unix.Write(fd, b); return err })
 		if err != nil {
 			return err
 		}
@@ -118,18 +116,15 @@ func writeAll(fd int, b []byte) error {
 type fdReader int
 
 func (r fdReader) Read(b []byte) (int, error) {
-	for {
-		n, err := unix.Read(int(r), b)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return 0, err
-		case n == 0 && len(b) > 0:
-			return 0, io.EOF
-		}
-		return n, nil
+	var n int
+	err := ignoringEINTR(func() (err error) { n, err = unix.Read(int(r), b); return err })
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0 && len(b) > 0:
+		return 0, io.EOF
 	}
+	return n, nil
 }
 
 // fstatSnap is the snapshot of what fd is open on (no content hash).
