@@ -76,7 +76,8 @@ func seqOutput(from, to int) string {
 	return b.String()
 }
 
-func outputBackends(t *testing.T) map[string]func(*testing.T, string, ...Option) *Sandbox {
+// outputBackends are the backends the output tests run on.
+func outputBackends() map[string]func(*testing.T, string, ...Option) *Sandbox {
 	return map[string]func(*testing.T, string, ...Option) *Sandbox{"host": newHost, "namespace": newIsolated}
 }
 
@@ -86,7 +87,7 @@ func outputBackends(t *testing.T) map[string]func(*testing.T, string, ...Option)
 // splice) and to a file opened for appending (which takes no splice: the
 // queue copies instead).
 func TestOutputToFileGetsEverything(t *testing.T) {
-	for name, open := range outputBackends(t) {
+	for name, open := range outputBackends() {
 		t.Run(name, func(t *testing.T) {
 			pol := policy.Default()
 			pol.Limits.OutputBytes = 64 << 20
@@ -122,7 +123,7 @@ func TestOutputToFileGetsEverything(t *testing.T) {
 // TestOutputCapToFile: the output cap holds for a caller's file: exactly
 // the first bytes up to the cap arrive, and the result says it was cut.
 func TestOutputCapToFile(t *testing.T) {
-	for name, open := range outputBackends(t) {
+	for name, open := range outputBackends() {
 		t.Run(name, func(t *testing.T) {
 			const limit = 100_003
 			pol := policy.Default()
@@ -143,7 +144,7 @@ func TestOutputCapToFile(t *testing.T) {
 // TestSecretsScrubbedIntoFile: with secrets configured, output to a
 // caller's file is scrubbed like any other: never moved to it as it is.
 func TestSecretsScrubbedIntoFile(t *testing.T) {
-	for name, open := range outputBackends(t) {
+	for name, open := range outputBackends() {
 		t.Run(name, func(t *testing.T) {
 			const key = "sk-live-0123456789abcdefghij"
 			sb := open(t, t.TempDir(), WithSecrets([]secrets.Secret{{Name: "KEY", Value: key}}))
