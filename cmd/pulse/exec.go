@@ -234,7 +234,7 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 			fmt.Fprintf(w, "     deleted  %s\n", p)
 		}
 	case len(res.Committed) > 0:
-		fmt.Fprintf(w, "   committed %d path(s): %s\n", len(res.Committed), strings.Join(res.Committed, ", "))
+		fmt.Fprintf(w, "   committed %d path(s): %s\n", len(res.Committed), namedPaths(res.Committed))
 	case res.Transaction != "":
 		if res.CommitErr != nil {
 			fmt.Fprintf(w, "   not committed: %v\n", res.CommitErr)
@@ -247,6 +247,20 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 	default:
 		fmt.Fprintln(w, "   no file changed")
 	}
+}
+
+// maxNamedPaths is how many committed paths the summary names. A command
+// that wrote thousands of files would otherwise print them all on one line;
+// --json and the audit log keep the whole list.
+const maxNamedPaths = 20
+
+// namedPaths lists paths for the summary, the first maxNamedPaths of them
+// and a count of the rest.
+func namedPaths(paths []string) string {
+	if len(paths) <= maxNamedPaths {
+		return strings.Join(paths, ", ")
+	}
+	return fmt.Sprintf("%s and %d more (--json lists them all)", strings.Join(paths[:maxNamedPaths], ", "), len(paths)-maxNamedPaths)
 }
 
 // execMetrics is backend.Metrics with the CPU times in milliseconds, as

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/sandbox"
 )
 
 func TestExecUnsafeHostSaysItWroteInPlace(t *testing.T) {
@@ -214,5 +216,33 @@ func TestExecCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 	}
 	if code != 0 || strings.Contains(stdout, secret) || !strings.Contains(stdout, "done") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// A command that wrote thousands of files must not print them all on the
+// summary's one line; a few are named, the rest counted.
+func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
+	for _, n := range []int{1, maxNamedPaths, maxNamedPaths + 5, 1000} {
+		res := &sandbox.Result{}
+		for i := range n {
+			res.Committed = append(res.Committed, fmt.Sprintf("f%04d.txt", i))
+		}
+		var b strings.Builder
+		summarize(&b, res, "", "pulse cow", "")
+		out := b.String()
+		if !strings.Contains(out, fmt.Sprintf("committed %d path(s): f0000.txt", n)) {
+			t.Fatalf("%d paths: summary lacks the count and first path:\n%s", n, out)
+		}
+		named := min(n, maxNamedPaths)
+		if !strings.Contains(out, res.Committed[named-1]) {
+			t.Fatalf("%d paths: summary lacks path %d:\n%s", n, named, out)
+		}
+		more := fmt.Sprintf("and %d more", n-named)
+		if n > named && (strings.Contains(out, res.Committed[named]) || !strings.Contains(out, more)) {
+			t.Fatalf("%d paths: summary names past %d or does not say %q:\n%s", n, named, more, out)
+		}
+		if n == named && strings.Contains(out, "more") {
+			t.Fatalf("%d paths: summary counts a rest that is not there:\n%s", n, out)
+		}
 	}
 }
