@@ -5,9 +5,12 @@
 #
 # The workspace is a clone of this repository at HEAD (one per backend, and
 # one for the direct runs). Each step runs through `pulse exec` on every
-# backend of BACKENDS (default "namespace docker"; Docker with a toolchain
-# image that `pulse image build --with git --with go --with python3 --with
-# make` makes first) and directly, with the same environment, alternately.
+# backend of BACKENDS (default "namespace docker bwrap"; Docker with a
+# toolchain image that `pulse image build --with git --with go --with
+# python3 --with make` makes first) and directly, with the same
+# environment, alternately. "bwrap" is a reference, not a backend: the
+# same steps under bare bwrap (bwrap_run), what isolating a process costs
+# here at the least; skipped where bwrap is not installed.
 #
 # The steps, in order, each one command:
 #   tools        git, go, python3 and make answer --version (on Docker: in
@@ -58,7 +61,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-3}
-BACKENDS=${BACKENDS:-"namespace docker"}
+BACKENDS=${BACKENDS:-"namespace docker bwrap"}
 IMAGE=${IMAGE:-pulse-sandbox-toolchain:agent}
 COLD=${COLD:-0}
 VERBOSE=${VERBOSE:-0}
@@ -228,6 +231,7 @@ direct_run() {
 }
 pulse_run() {
 	local name=$1 kind=$2 script=$3
+	[ "$be" = bwrap ] && { bwrap_run "$@"; return; }
 	case $kind in
 	host)
 		case $name in
@@ -240,12 +244,35 @@ pulse_run() {
 	*) "$pulse" exec "${flags[@]}" --policy "$tmp/policy.yaml" --workspace "$ws" "${envflags[@]}" -- bash -c "$script" ;;
 	esac
 }
+# bwrap_run NAME KIND SCRIPT: the step under bare bwrap, the reference
+# side "bwrap" stands for: namespaces, a read-only root and a writable
+# workspace, nothing pulse adds (no overlay, no policy, no audit, no
+# review; the mirror step shares the network, which bwrap cannot narrow
+# to one address). What it costs over direct is what isolating a process
+# costs on this machine at the least.
+bwrap_run() {
+	local name=$1 kind=$2 script=$3 net=(--unshare-net) proxy=()
+	case $kind in
+	host)
+		case $name in
+		cow-diff | git-diff) git -C "$ws" diff ;;
+		commit) : ;;
+		esac
+		return
+		;;
+	mirror) net=() proxy=(GOPROXY="$mirror") ;;
+	esac
+	bwrap --die-with-parent --unshare-user --unshare-pid --unshare-ipc --unshare-uts "${net[@]}" \
+		--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp \
+		--bind "$ws" "$ws" --bind "$PULSE_CACHE_DIR" "$PULSE_CACHE_DIR" --chdir "$ws" \
+		env -i "${vars[@]}" "${proxy[@]}" GOMODCACHE="$PULSE_CACHE_DIR/go-mod" GOCACHE="$PULSE_CACHE_DIR/go-build" bash -c "$script"
+}
 # empty DIR: a cache emptied, its top directory kept (the Docker backend
 # mounts it; its ACL lets every command's uid write).
 empty() { find "$1" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; }
 direct_reset() { git -C "$tmp/direct" checkout -q -- . && git -C "$tmp/direct" clean -fdq; }
 pulse_reset() {
-	"$pulse" cow discard --all --workspace "$ws" </dev/null >/dev/null 2>&1 || true
+	[ "$be" = bwrap ] || "$pulse" cow discard --all --workspace "$ws" </dev/null >/dev/null 2>&1 || true
 	git -C "$ws" checkout -q -- . && git -C "$ws" clean -fdq
 }
 
@@ -325,7 +352,14 @@ for be in $BACKENDS; do
 	upper=$(tr a-z A-Z <<<"$be")
 	req=${REQUIRE_ALL:-0}
 	[ "$(printenv "PULSE_REQUIRE_$upper" || true)" = 1 ] && req=1
+	side=pulse
 	case $be in
+	bwrap)
+		# A reference, not a backend: it runs the steps the way direct
+		# does, so direct's checks are its own.
+		side=direct
+		command -v bwrap >/dev/null || why="bwrap is not installed (the bare-bwrap reference; Debian: bubblewrap)"
+		;;
 	docker)
 		old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 		# The programs found on the direct side's PATH, so that both
@@ -383,7 +417,7 @@ for be in $BACKENDS; do
 			mirror_lines=$(wc -l <"$tmp/mirror.log") modcache_now=$PULSE_CACHE_DIR/go-mod
 			read -r t rp < <(us pulse_run "$name" "$kind" "$script")
 			pout=$(norm)
-			pbad=$(check pulse "$name")
+			pbad=$(check "$side" "$name")
 			w=$(grep '^warn: ' <<<"$pbad" || true)
 			pbad=$(grep -v '^warn: ' <<<"$pbad" || true)
 			[ -z "$w" ] || warns+="$be $name run $i: ${w#warn: }"$'\n'
