@@ -219,6 +219,10 @@ func openWorkspace(dir string) (*workspace, error) {
 	return &workspace{dir: real, root: r, top: top, topFD: int(top.Fd())}, nil
 }
 
+// statSnap is the snapshot of fi (no content hash). Every FileInfo cowfs
+// gets comes from lstat or fstat and carries a Stat_t; one that does not
+// (from another fs.FS) gives its type and size only, with no mode, inode,
+// device or time to match a later stat by.
 func statSnap(fi fs.FileInfo) snapshot {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return sysSnap(st)
@@ -231,12 +235,6 @@ func statSnap(fi fs.FileInfo) snapshot {
 		s.Type = typeDir
 	case fi.Mode()&fs.ModeSymlink != 0:
 		s.Type = typeSymlink
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.Ino = st.Ino
-		s.Dev = uint64(st.Dev)
-		s.MtimeNS = mtimeNS(st)
-		s.Mode = uint32(st.Mode) & 0o7777
 	}
 	if s.Type == typeFile {
 		s.Size = fi.Size()
