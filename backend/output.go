@@ -10,6 +10,20 @@ import (
 // pipe it reads to.
 const OutputChunk = 256 << 10
 
+// BulkPipe is what a pipe carrying a bulk stream is grown to, once
+// BulkAfter bytes have passed through it (GrowBulk). A command streaming
+// faster than it is read then runs that much ahead, and each wake-up of
+// the reader and of the process after it moves that much more: at stream
+// rates the wake-ups, not the bytes, are what a pipe costs (on a virtual
+// machine more so, each syscall and task switch a hypervisor exit). Only
+// bulk streams are grown that far, so that the many short ones do not
+// use up the user's pipe allowance (pipe-user-pages-soft), past which
+// every new pipe of that user gets a mere two pages.
+const (
+	BulkPipe  = 1 << 20
+	BulkAfter = 1 << 20
+)
+
 var outputBufs = sync.Pool{New: func() any { b := make([]byte, OutputChunk); return &b }}
 
 // ReadOutput copies r to w until r ends, as io.Copy does, for a backend's
@@ -31,6 +45,9 @@ func ReadOutput(w io.Writer, r io.Reader) (int64, error) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
+			if total < BulkAfter && total+int64(n) >= BulkAfter {
+				GrowBulk(r)
+			}
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
 			if werr == nil && m < n {

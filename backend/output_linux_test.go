@@ -12,7 +12,7 @@ import (
 )
 
 // TestReadOutput: every byte written to a pipe reaches the writer, in
-// order, the pipe's buffer is grown to OutputChunk, and the writer's
+// order, the pipe's buffer is grown (to BulkPipe, past BulkAfter), and the writer's
 // error (or a short write) ends the copy with it.
 func TestReadOutput(t *testing.T) {
 	pr, pw, err := os.Pipe()
@@ -39,8 +39,8 @@ func TestReadOutput(t *testing.T) {
 	if err != nil || n != int64(len(data)) || !bytes.Equal(out.Bytes(), data) {
 		t.Fatalf("ReadOutput: %d bytes, %v; equal %v", n, err, bytes.Equal(out.Bytes(), data))
 	}
-	if sz, err := unix.FcntlInt(pr.Fd(), unix.F_GETPIPE_SZ, 0); err != nil || sz < OutputChunk {
-		t.Errorf("pipe buffer %d bytes (%v), want at least %d", sz, err, OutputChunk)
+	if sz, err := unix.FcntlInt(pr.Fd(), unix.F_GETPIPE_SZ, 0); err != nil || sz < BulkPipe {
+		t.Errorf("pipe buffer %d bytes (%v) after %d bytes, want at least %d", sz, err, len(data), BulkPipe)
 	}
 
 	boom := errors.New("writer failed")

@@ -184,6 +184,9 @@ func (o *outWriter) readInto(r io.Reader) (int64, error) {
 	for {
 		n, err := r.Read(rb[:cap(rb)])
 		if n > 0 {
+			if total < backend.BulkAfter && total+int64(n) >= backend.BulkAfter {
+				backend.GrowBulk(r)
+			}
 			var qerr error
 			if rb, qerr = o.queue(rb[:n]); qerr != nil {
 				return total, qerr

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,6 +18,17 @@ const spliceMax = 4 << 20
 // spliceOutWait is how long one wait for room in the caller's file lasts
 // before the queue looks again whether it was given up on.
 const spliceOutWait = 100 // ms
+
+// spliceStreamWait is how long a splice waits in poll(2) for the
+// command's next write before it leaves the wait to the netpoller. It
+// also bounds how long the backend's Close of the source waits for the
+// splice to let go of the descriptor.
+const spliceStreamWait = 10 // ms
+
+// spliceNap is how long a bulk stream's splice waits between turns that
+// moved less than a quarter of the pipe (nap): far less than a grown pipe
+// takes to fill at memory speed, so the command does not stall on it.
+const spliceNap = 300 * time.Microsecond
 
 // splice moves a backend's output from its pipe to the caller's file with
 // splice(2): page references pass from the one pipe to the other (or the
@@ -64,6 +76,12 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 	}); err != nil || !blocking {
 		return 0, nil, false
 	}
+	// pollFirst: the last turn moved bytes, so the next waits for more in
+	// poll(2) before it splices (source empty otherwise: one splice the
+	// less per turn). bulk: the stream passed BulkAfter and both pipes
+	// now hold BulkPipe, so a turn that moved little naps before the
+	// next (spliceNap), for the command to run ahead.
+	pollFirst, bulk := false, false
 	for src.N > 0 && !src.IsStopped() {
 		var (
 			st         spliceState
@@ -79,6 +97,15 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 				return true
 			}
 			defer o.endSplice()
+			waited := false
+			if pollFirst {
+				pollFirst = false
+				if !pollIn(int(infd), spliceStreamWait) {
+					st = spliceSourceEmpty
+					return false // the poller waits for the command's next write
+				}
+				waited = true
+			}
 			for range 1000 {
 				if cerr := outRC.Control(func(outfd uintptr) {
 					moved, st = spliceOnce(int(infd), int(outfd), min(src.N, spliceMax))
@@ -89,6 +116,17 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 				case spliceAgain:
 					continue
 				case spliceSourceEmpty:
+					// A command that is streaming writes again in
+					// moments: wait for it here, in poll(2), rather
+					// than in the netpoller, whose every wake-up costs
+					// several more syscalls and task switches of this
+					// process's threads. One that has gone quiet is
+					// left to the netpoller, which costs nothing while
+					// it waits.
+					if !waited && pollIn(int(infd), spliceStreamWait) {
+						waited = true
+						continue
+					}
 					return false // the poller waits for the command's next write
 				}
 				return true
@@ -109,14 +147,26 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 		}
 		switch st {
 		case spliceMoved:
+			if n < backend.BulkAfter && n+moved >= backend.BulkAfter {
+				// A bulk stream: both pipes grow, so that each
+				// turn may move more.
+				bulk = backend.GrowBulk(src.R) && backend.GrowBulk(out)
+			}
 			n += moved
 			src.Spliced(moved, nil)
+			pollFirst = true
+			if bulk && moved < backend.BulkPipe/4 {
+				nap()
+			}
 		case spliceEOF:
 			return n, nil, true
 		case spliceOutFull:
 			if err := o.waitWritable(outRC); err != nil {
 				return n, err, true
 			}
+		case spliceSourceEmpty:
+			// The netpoller saw the source readable; take it from the
+			// top.
 		default:
 			// splice(2) refused these two, or failed: the plain copy
 			// takes it from here and meets the same error, if any.
@@ -124,6 +174,26 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 		}
 	}
 	return n, nil, true
+}
+
+// pollIn waits up to ms milliseconds for the pipe in to have bytes (or to
+// be at its end or broken: the next splice says which), and reports
+// whether it does. An interrupted wait reports true: the splice that
+// follows finds out.
+func pollIn(in, ms int) bool {
+	fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, ms)
+	return err != nil || n > 0
+}
+
+// nap sleeps spliceNap: a bulk stream's command fills its (grown) pipe
+// meanwhile, and the next splice moves that much at once instead of one
+// wake-up of this process, and of the reader after it, per write the
+// command makes. At a stream's rate the wake-ups are what the relay
+// costs; the nap delays no byte by more than spliceNap.
+func nap() {
+	ts := unix.NsecToTimespec(spliceNap.Nanoseconds())
+	_ = unix.Nanosleep(&ts, nil)
 }
 
 type spliceState int

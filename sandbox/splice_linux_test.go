@@ -7,12 +7,15 @@ import (
 	"os"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pulse-agent/pulse/backend"
 )
 
 // TestOutWriterSplicesPipeToFile: from a pipe to a caller's file in
 // blocking mode the bytes go by splice (none through the queue), up to
-// the source's limit and in order after what was queued before; to a
+// the source's limit and in order after what was queued before, both
+// pipes grown once the stream is a bulk one; to a
 // non-blocking one (whose write deadline a splice would bypass) they do
 // not.
 func TestOutWriterSplicesPipeToFile(t *testing.T) {
@@ -51,6 +54,13 @@ func TestOutWriterSplicesPipeToFile(t *testing.T) {
 	if err != nil || !handled || n != limit || src.N != 0 {
 		t.Fatalf("splice: %d bytes, %v, handled %v, %d left", n, err, handled, src.N)
 	}
+	// Past backend.BulkAfter both pipes were grown for the bulk stream,
+	// and the cap still held exactly.
+	for _, f := range []*os.File{inR, outW} {
+		if sz, err := pipeSize(f); err != nil || sz < backend.BulkPipe {
+			t.Errorf("%s: pipe holds %d bytes (%v), want at least %d", f.Name(), sz, err, backend.BulkPipe)
+		}
+	}
 	if err := q.close(make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
@@ -71,4 +81,17 @@ func TestOutWriterSplicesPipeToFile(t *testing.T) {
 	if _, _, handled := nq.splice(&backend.OutputSource{R: inR, N: 1}); handled {
 		t.Error("spliced into a non-blocking file")
 	}
+}
+
+// pipeSize is f's pipe buffer, read without f.Fd (which would put a
+// non-blocking file into blocking mode).
+func pipeSize(f *os.File) (sz int, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	if cerr := rc.Control(func(fd uintptr) { sz, err = unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0) }); cerr != nil {
+		return 0, cerr
+	}
+	return sz, err
 }
