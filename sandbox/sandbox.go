@@ -236,8 +236,8 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 // chooseBackend sets the sandbox's backend: the one given with
 // WithBackend, or the first available candidate (which it then owns). It
 // returns why none was available, scrubbed, for New to audit once the
-// log is open. With a backend it reconciles it and, for a one-command
-// sandbox, starts ahead what the command will run in.
+// log is open. With a backend it starts ahead, for a one-command
+// sandbox, what the command will run in, and reconciles it.
 func (s *Sandbox) chooseBackend(ctx context.Context, o *options, early *ahead) error {
 	if o.backend != nil {
 		s.backend = o.backend
@@ -262,17 +262,20 @@ func (s *Sandbox) chooseBackend(ctx context.Context, o *options, early *ahead) e
 		}
 	}
 	s.caps = s.backend.Capabilities()
-	if err := s.backend.Reconcile(ctx); err != nil {
-		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
-	}
 	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
 		// A sandbox for one command (a CLI process): what the backend
 		// starts for it now starts while the rest of New and Execute's
 		// admission run, instead of after them. A command that brings
 		// limits of its own may not use it (the backend then starts
-		// another).
+		// another). It starts before Reconcile, which then runs beside
+		// it: Reconcile leaves alone what live executions use, this
+		// process's included (backend.Backend), and the init's start is
+		// what a CLI command waits for longest.
 		net, _ := s.effectivePolicies()
 		a.StartAhead(net, s.o.limits.WithDefaults())
+	}
+	if err := s.backend.Reconcile(ctx); err != nil {
+		s.log.Warn("backend reconcile failed", "backend", s.backend.Name(), "err", err)
 	}
 	return nil
 }
