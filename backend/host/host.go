@@ -114,6 +114,9 @@ func New(opts ...Option) (*Backend, error) {
 	if o.waitDelay == 0 {
 		o.waitDelay = DefaultWaitDelay
 	}
+	// The first command's start would wait for the runtime's one-time
+	// check; it runs while the caller does the rest of its set-up.
+	backend.PrewarmProcessStart()
 	b := &Backend{
 		log:       o.logger.With("backend", Name),
 		shell:     o.shell,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/dirent"
 	"golang.org/x/sys/unix"
 )
@@ -118,8 +119,13 @@ func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
 // caller that knows it will make a namespace backend and has other work
 // first (a CLI process opening the audit log and the transaction store).
 // Calling it more than once costs nothing. It is not cached across
-// processes: a file made private since would then show.
-func Prewarm() { go etcMasks() }
+// processes: a file made private since would then show. It also has the
+// runtime's process-start check made beside it
+// (backend.PrewarmProcessStart): the init's start would wait for it.
+func Prewarm() {
+	go etcMasks()
+	backend.PrewarmProcessStart()
+}
 
 func isSSHHostKey(p string) bool {
 	m, _ := filepath.Match("/etc/ssh/ssh_host_*_key", p)
