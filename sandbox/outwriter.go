@@ -178,20 +178,34 @@ func (o *outWriter) ReadOutputFrom(r io.Reader) (int64, error) {
 // over when the queue is empty (forward takes it as it is) or by
 // appending it to what is queued (forward is behind: the copy is what
 // Write would have made).
+//
+// As the splice does, it waits for the command's next write in poll(2)
+// for a moment before the netpoller does (waitReadable), and once the
+// stream is a bulk one, with its pipe grown, naps after a read that
+// brought less than a quarter of the pipe, so that the next brings a
+// batch: fewer wake-ups of this goroutine, of forward and of the caller's
+// writer.
 func (o *outWriter) readInto(r io.Reader) (int64, error) {
 	rb := o.takeBuffer()
 	var total int64
+	bulk := false
 	for {
+		if total > 0 {
+			waitReadable(r)
+		}
 		n, err := r.Read(rb[:cap(rb)])
 		if n > 0 {
 			if total < backend.BulkAfter && total+int64(n) >= backend.BulkAfter {
-				backend.GrowBulk(r)
+				bulk = backend.GrowBulk(r)
 			}
 			var qerr error
 			if rb, qerr = o.queue(rb[:n]); qerr != nil {
 				return total, qerr
 			}
 			total += int64(n)
+			if bulk && n < backend.BulkPipe/4 {
+				nap()
+			}
 		}
 		if errors.Is(err, io.EOF) {
 			return total, nil

@@ -186,6 +186,24 @@ func pollIn(in, ms int) bool {
 	return err != nil || n > 0
 }
 
+// waitReadable waits, as pollIn, up to spliceStreamWait for the pipe r (a
+// backend.OutputSource reading an *os.File) to have bytes: a read that
+// follows then finds them rather than waiting in the netpoller. It does
+// nothing for any other reader.
+func waitReadable(r io.Reader) {
+	src, ok := r.(*backend.OutputSource)
+	if !ok {
+		return
+	}
+	sc, ok := src.R.(syscall.Conn)
+	if !ok {
+		return
+	}
+	if rc, err := sc.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { pollIn(int(fd), spliceStreamWait) })
+	}
+}
+
 // nap sleeps spliceNap: a bulk stream's command fills its (grown) pipe
 // meanwhile, and the next splice moves that much at once instead of one
 // wake-up of this process, and of the reader after it, per write the

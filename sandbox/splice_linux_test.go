@@ -28,17 +28,7 @@ func TestOutWriterSplicesPipeToFile(t *testing.T) {
 	defer outR.Close()
 	data := make([]byte, 3<<20+17)
 	rand.New(rand.NewSource(7)).Read(data)
-	go func() {
-		r := rand.New(rand.NewSource(8))
-		for rest := data; len(rest) > 0; {
-			n := min(len(rest), 1+r.Intn(200<<10))
-			if _, err := inW.Write(rest[:n]); err != nil {
-				break
-			}
-			rest = rest[n:]
-		}
-		inW.Close()
-	}()
+	go writeInChunks(inW, data, 8, 200<<10)
 	var got bytes.Buffer
 	copied := make(chan struct{})
 	go func() { io.Copy(&got, outR); close(copied) }()
@@ -94,4 +84,49 @@ func pipeSize(f *os.File) (sz int, err error) {
 		return 0, cerr
 	}
 	return sz, err
+}
+
+// TestOutWriterReadOutputFromBulk: a bulk stream read into the queue's
+// buffers (the caller's writer is no file) grows its pipe once past
+// backend.BulkAfter, and still reaches the caller's writer whole, in
+// order after what was queued before, and cut exactly at the source's
+// limit (the backend's output cap).
+func TestOutWriterReadOutputFromBulk(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	data := make([]byte, 3<<20+17)
+	rand.New(rand.NewSource(9)).Read(data)
+	go writeInChunks(pw, data, 10, 64<<10)
+	dst := &recvWriter{r: rand.New(rand.NewSource(11))}
+	q := newOutWriter(dst)
+	prefix := []byte("queued first\n")
+	if _, err := q.Write(prefix); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 2<<20 + 5
+	src := &backend.OutputSource{R: pr, N: limit}
+	if n, err := q.ReadOutputFrom(src); err != nil || n != limit || src.N != 0 {
+		t.Fatalf("ReadOutputFrom: %d bytes, %v, %d left", n, err, src.N)
+	}
+	if sz, err := pipeSize(pr); err != nil || sz < backend.BulkPipe {
+		t.Errorf("pipe holds %d bytes (%v), want at least %d", sz, err, backend.BulkPipe)
+	}
+	closeAndCheck(t, q, dst, append(prefix, data[:limit]...))
+}
+
+// writeInChunks writes data to w in writes of assorted sizes up to most,
+// as a command makes them, and closes w.
+func writeInChunks(w *os.File, data []byte, seed int64, most int) {
+	r := rand.New(rand.NewSource(seed))
+	for rest := data; len(rest) > 0; {
+		n := min(len(rest), 1+r.Intn(most))
+		if _, err := w.Write(rest[:n]); err != nil {
+			break
+		}
+		rest = rest[n:]
+	}
+	w.Close()
 }
