@@ -86,28 +86,29 @@ func walkDirFd(fd int, dir string, buf []byte, add func(string)) {
 		if unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
-		p := dir + "/" + e.name
+		// The path is spelled only for what is added or descended into:
+		// a thousand and more entries are neither.
 		perm := st.Mode & 0o777
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
 			continue
 		case unix.S_IFDIR:
 			if perm&0o005 != 0o005 {
-				add(p)
+				add(dir + "/" + e.name)
 				continue
 			}
 			sub, err := unix.Openat(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				continue
 			}
-			walkDirFd(sub, p, buf, add)
+			walkDirFd(sub, dir+"/"+e.name, buf, add)
 			continue
 		}
 		if perm&0o004 == 0 {
-			add(p)
+			add(dir + "/" + e.name)
 		}
-		if isSSHHostKey(p) {
-			add(p)
+		if isSSHHostKeyIn(dir, e.name) {
+			add(dir + "/" + e.name)
 		}
 	}
 }
@@ -127,7 +128,17 @@ func Prewarm() {
 	backend.PrewarmProcessStart()
 }
 
+// sshDir is the directory of the SSH host keys isSSHHostKey matches.
+const sshDir = "/etc/ssh"
+
 func isSSHHostKey(p string) bool {
-	m, _ := filepath.Match("/etc/ssh/ssh_host_*_key", p)
+	m, _ := filepath.Match(sshDir+"/ssh_host_*_key", p)
 	return m
+}
+
+// isSSHHostKeyIn is isSSHHostKey(dir + "/" + name) for an entry name,
+// which holds no "/": only names read in sshDir itself can match the
+// pattern's literal directory, so no other entry's path is spelled for it.
+func isSSHHostKeyIn(dir, name string) bool {
+	return dir == sshDir && isSSHHostKey(dir+"/"+name)
 }

@@ -132,3 +132,26 @@ func BenchmarkWalkEtc(b *testing.B) {
 	}
 	b.ReportMetric(float64(fast)/float64(ref), "x-vs-walkdir")
 }
+
+// TestSSHHostKeyInMatchesThePath: the walk's check of an entry by its
+// directory and name answers as the check of its whole path does.
+func TestSSHHostKeyInMatchesThePath(t *testing.T) {
+	dirs := []string{"/etc/ssh", "/etc", "/etc/ssh/sshd_config.d", "/tmp/etc/ssh", "/etc/sshd", ""}
+	names := []string{"ssh_host_rsa_key", "ssh_host_ed25519_key", "ssh_host__key", "ssh_host_rsa_key.pub",
+		"ssh_host_key", "sshd_config", "x_ssh_host_rsa_key"}
+	hits := 0
+	for _, d := range dirs {
+		for _, n := range names {
+			want := isSSHHostKey(d + "/" + n)
+			if got := isSSHHostKeyIn(d, n); got != want {
+				t.Errorf("isSSHHostKeyIn(%q, %q) = %v, isSSHHostKey of the path %v", d, n, got, want)
+			}
+			if want {
+				hits++
+			}
+		}
+	}
+	if hits != 3 {
+		t.Fatalf("%d host key paths in the table, want 3 (the table lost its point)", hits)
+	}
+}
