@@ -79,6 +79,10 @@ func TestWalkPrivateMatchesWalkDir(t *testing.T) {
 	mk("world-write-only", 0o602)
 	dir("pub", 0o755)
 	mk("pub/secret", 0o600)
+	// Siblings whose names sort before "pub/" as strings ('-' and '.'
+	// are below '/') but after everything beneath pub in a walk.
+	mk("pub-sibling", 0o600)
+	mk("pub.z", 0o600)
 	mk("pub/open", 0o644)
 	dir("pub/deeper", 0o755)
 	mk("pub/deeper/key", 0o400)
@@ -153,5 +157,20 @@ func TestSSHHostKeyInMatchesThePath(t *testing.T) {
 	}
 	if hits != 3 {
 		t.Fatalf("%d host key paths in the table, want 3 (the table lost its point)", hits)
+	}
+}
+
+// TestComparePathsIsWalkOrder: sorting with comparePaths gives the order
+// a walk by names visits paths in, not plain string order.
+func TestComparePathsIsWalkOrder(t *testing.T) {
+	walk := []string{"/etc/a", "/etc/a/b", "/etc/a/b/c", "/etc/a/d", "/etc/a-c", "/etc/a.d/x", "/etc/ab", "/etc/b"}
+	got := slices.Clone(walk)
+	slices.Reverse(got)
+	slices.SortStableFunc(got, comparePaths)
+	if !slices.Equal(got, walk) {
+		t.Fatalf("sorted %q, want %q", got, walk)
+	}
+	if plain := slices.Sorted(slices.Values(walk)); slices.Equal(plain, walk) {
+		t.Fatalf("the table is in plain string order too, so it shows nothing: %q", plain)
 	}
 }
