@@ -301,3 +301,18 @@ func TestDockerLimitsAndNotes(t *testing.T) {
 		}
 	}
 }
+
+// A pooled request near maxPooledArgs runs as one command: xargs in the
+// pooled exec counts the wrapper too, and a limit below wrapper plus
+// request split it into two wrapper runs, the second without its
+// arguments.
+func TestDockerPooledRequestNearTheLimitRunsOnce(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	execShell(t, b, ws, "true")
+	pad := strings.Repeat("x", maxPooledArgs-2048)
+	r := execShell(t, b, ws, ": "+pad+"; echo ran")
+	if r.res.ExitCode != 0 || r.stdout != "ran\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 0 and one \"ran\"", r.res.ExitCode, r.stdout, r.stderr)
+	}
+}

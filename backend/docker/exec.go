@@ -29,8 +29,9 @@ import (
 // it shares with the sync script in front (manifest.sh). Joined on first
 // use, not at package init: every pulse process links this package, most
 // never talk to Docker, and the 22 KB copy was the costliest init of
-// pulse's own packages.
-var wrapperScript = sync.OnceValue(func() string { return manifestLib + wrapperBody })
+// pulse's own packages. rs is the report markers' separator, a control
+// byte that POSIX sh cannot spell without $(printf), a process.
+var wrapperScript = sync.OnceValue(func() string { return manifestLib + "rs='\x1e'\n" + wrapperBody })
 
 //go:embed wrapper.sh
 var wrapperBody string
@@ -214,6 +215,9 @@ func buildEnv(env map[string]string) []string {
 
 // maxPooledArgs bounds the request a pooled exec takes (it travels as one
 // line through xargs, which has a size limit); larger ones get their own.
+// xargs counts the wrapper (some 23 KB) too: loopScript gives it 64 KB,
+// busybox's default being 32 KB, which left a request of 9 KB and more
+// split into two wrapper runs.
 const maxPooledArgs = 16 << 10
 
 // commandArgs is the wrapper's argument list after the script name: ID

@@ -19,7 +19,7 @@ import (
 // their own.
 const loopScript = `W=$1
 while IFS= read -r line; do
-	printf '%s' "$line" | base64 -d | xargs -0 -x sh -c "$W" pulse-exec
+	printf '%s' "$line" | base64 -d | xargs -0 -x -s 65536 sh -c "$W" pulse-exec
 done`
 
 // maxIdleWorkers bounds the pooled execs kept waiting per container.

@@ -79,7 +79,11 @@ T=$Q.t
 B=1000 G=19999
 nl='
 '
-um=$(umask)
+# The umask the command gets, read with the shell's own read: $(umask)
+# would cost a process.
+um=
+{ while read -r k v _; do [ "$k" = Umask: ] && um=$v && break; done </proc/self/status; } 2>/dev/null
+[ -n "$um" ] || um=$(umask)
 umask 077
 # Each process costs: what exists already is not made again.
 [ -d "$P/uid" ] || mkdir -p "$P/uid" 2>/dev/null
@@ -110,13 +114,21 @@ finish() {
 	exec 8>&-
 	tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
-	printf '\036PULSE-END-%s\036%s\n' "$nonce" "$(stat -c %s "$O.tar")"
+	# stat writes the marker and the size itself: $(stat) would cost a
+	# second process. (The nonce is hex: no format directive in it; rs,
+	# set in front of this script, is \036.)
+	stat -c "${rs}PULSE-END-$nonce$rs%s" "$O.tar"
 	cat "$O.tar"
-	rm -rf "$Q".* "$O" "$O.tar"
 	# Copies are kept for the first uids only, which sequential commands
-	# use: those of concurrent ones would hold memory for nothing.
-	[ $keep = 1 ] && [ $u -lt $((20000 + kept)) ] || rm -rf "$R" "$R.man" "$R.gen"
-	[ $keep = 1 ] && rmdir "$P/uid/$u"
+	# use: those of concurrent ones would hold memory for nothing. The
+	# uid is given back last (rm removes in the order given), once its
+	# copy is what R.man says or gone.
+	if [ $keep = 1 ] && [ $u -lt $((20000 + kept)) ]; then
+		rm -rf "$Q".* "$O" "$O.tar" "$P/uid/$u"
+	else
+		rm -rf "$Q".* "$O" "$O.tar" "$R" "$R.man" "$R.gen"
+		[ $keep = 1 ] && rmdir "$P/uid/$u"
+	fi
 	exit "$2"
 }
 
@@ -244,34 +256,39 @@ cd /
 # asks for a scan without LIM, as for anything odd). A name holding a
 # newline cannot be told in these lines, so it is only counted (BAD), and
 # the copy is not kept. Every -exec of find writes whole lines of its own,
-# and find writes none, so its output cannot interleave.
+# and find writes none, so its output cannot interleave. (cd and back, not
+# a subshell: that would cost a process.)
 scan() {
-	(cd "$R" && if [ -n "$1" ]; then
+	cd "$R" || return 1
+	if [ -n "$1" ]; then
 		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
 	else
 		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
-	fi) >"$Q.st" && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
+	fi >"$Q.st"
+	sr=$?
+	cd / && [ $sr = 0 ] && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
 }
 # same LIM: whether Q.st (made by scan LIM) says that nothing in the copy
 # changed since the mark, so that cands need not read it and Q.before:
 # no entry, the copy's top included, has a ctime at or after the mark's.
 # An entry created, removed or renamed changes the ctime of the directory
 # it is in, and anything else changes its own; the stat lines are those
-# scan gave a ctime, the others being old for certain (see cands).
+# scan gave a ctime, the others (names, "./...") being old for certain
+# (see cands).
 same() {
-	{ grep -v '^\./' "$Q.st" || [ $? = 1 ]; } >"$Q.sl" &&
-		awk -F '|' -v L="$1" '
+	awk -F '|' -v L="$1" '
 FILENAME == ARGV[1] {
 	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
 	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
 	else if (FNR == 3) { m2 = z; s2 = s } else if (FNR == 4) { r = z; n = 4 }
 	next
 }
+substr($0, 1, 2) == "./" { next }
 { if ($0 == "BAD" || $1 >= m0) ch = 1 }
 END {
 	if (n != 4 || ch || m1 < m0 || m2 < m1 || r >= m0) exit 1
 	if (L != "" && s2 + 1 - s0 >= L * 60) exit 1
-}' "$Q.mk" "$Q.sl"
+}' "$Q.mk" "$Q.st"
 }
 # cands LIM: from Q.mk, Q.st (made by scan LIM) and Q.before, the
 # candidates: entries at or after the mark (all, should the clock have
