@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 )
 
 // OutputChunk is the most ReadOutput reads at once, and what it grows a
@@ -24,6 +25,17 @@ const (
 	BulkAfter = 1 << 20
 )
 
+// StreamWait is how long a copy of a command's output waits in poll(2)
+// for the command's next write before it leaves the wait to the
+// netpoller (PollReadable). BulkNap is how long the copy of a bulk stream
+// sleeps after a read that brought less than a quarter of its grown pipe
+// (Nap): far less than that pipe takes to fill at memory speed, so that
+// the command does not stall on it, and no byte is delayed by more.
+const (
+	StreamWait = 10 * time.Millisecond
+	BulkNap    = 300 * time.Microsecond
+)
+
 var outputBufs = sync.Pool{New: func() any { b := make([]byte, OutputChunk); return &b }}
 
 // ReadOutput copies r to w until r ends, as io.Copy does, for a backend's
@@ -34,19 +46,27 @@ var outputBufs = sync.Pool{New: func() any { b := make([]byte, OutputChunk); ret
 // read in few large chunks: at stream rates each read is a wake-up of the
 // copying goroutine and of everything after it (the output cap, the
 // secret scrubber, the caller's writer), and those wake-ups, not the
-// bytes, are what the copy costs. Every byte read is passed to w, in
-// order; a read error other than io.EOF is returned, as is w's.
+// bytes, are what the copy costs. For the same reason it waits for the
+// command's next write in poll(2) a moment before the netpoller does
+// (WaitReadable), and a bulk stream, past BulkAfter with its pipe grown
+// to BulkPipe, naps after a read that brought less than a quarter of the
+// pipe (Nap), so that the next brings a batch. Every byte read is passed
+// to w, in order; a read error other than io.EOF is returned, as is w's.
 func ReadOutput(w io.Writer, r io.Reader) (int64, error) {
 	GrowPipe(r)
 	bp := outputBufs.Get().(*[]byte)
 	defer outputBufs.Put(bp)
 	buf := *bp
 	var total int64
+	bulk := false
 	for {
+		if total > 0 {
+			WaitReadable(r)
+		}
 		n, err := r.Read(buf)
 		if n > 0 {
 			if total < BulkAfter && total+int64(n) >= BulkAfter {
-				GrowBulk(r)
+				bulk = GrowBulk(r)
 			}
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
@@ -55,6 +75,9 @@ func ReadOutput(w io.Writer, r io.Reader) (int64, error) {
 			}
 			if werr != nil {
 				return total, werr
+			}
+			if bulk && n < BulkPipe/4 && err == nil {
+				Nap()
 			}
 		}
 		if errors.Is(err, io.EOF) {

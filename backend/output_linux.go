@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"io"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -46,4 +47,45 @@ func growPipe(f any, size int) bool {
 		grown = err == nil && n >= size
 	})
 	return grown
+}
+
+// PollReadable waits up to StreamWait in poll(2) for the pipe fd to have
+// bytes (or to be at its end or broken: the read that follows says
+// which), and reports whether it does. A command that is streaming
+// writes again in moments: waiting for it here costs a syscall, where a
+// wait in the netpoller costs several more syscalls and task switches of
+// this process's threads at each wake-up. One that has gone quiet is then
+// left to the netpoller, which costs nothing while it waits. An
+// interrupted wait reports true: the read that follows finds out.
+func PollReadable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, int(StreamWait.Milliseconds()))
+	return err != nil || n > 0
+}
+
+// WaitReadable is PollReadable for r, when it is a file (or an
+// OutputSource reading one), before a read of it; for any other reader
+// it does nothing. The wait holds r's descriptor: r's Close waits for it,
+// at most StreamWait.
+func WaitReadable(r io.Reader) {
+	if s, ok := r.(*OutputSource); ok {
+		r = s.R
+	}
+	sc, ok := r.(syscall.Conn)
+	if !ok {
+		return
+	}
+	if rc, err := sc.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { PollReadable(int(fd)) })
+	}
+}
+
+// Nap sleeps BulkNap, in nanosleep(2) (a Go timer can oversleep by a
+// millisecond, longer than a grown pipe takes to fill): a bulk stream's
+// command fills its pipe meanwhile, and the next read or splice takes
+// that much at once instead of one wake-up of the copy, and of what is
+// after it, per write the command makes.
+func Nap() {
+	ts := unix.NsecToTimespec(BulkNap.Nanoseconds())
+	_ = unix.Nanosleep(&ts, nil)
 }

@@ -180,7 +180,7 @@ func (o *outWriter) ReadOutputFrom(r io.Reader) (int64, error) {
 // Write would have made).
 //
 // As the splice does, it waits for the command's next write in poll(2)
-// for a moment before the netpoller does (waitReadable), and once the
+// for a moment before the netpoller does (backend.WaitReadable), and once the
 // stream is a bulk one, with its pipe grown, naps after a read that
 // brought less than a quarter of the pipe, so that the next brings a
 // batch: fewer wake-ups of this goroutine, of forward and of the caller's
@@ -191,7 +191,7 @@ func (o *outWriter) readInto(r io.Reader) (int64, error) {
 	bulk := false
 	for {
 		if total > 0 {
-			waitReadable(r)
+			backend.WaitReadable(r)
 		}
 		n, err := r.Read(rb[:cap(rb)])
 		if n > 0 {
@@ -204,7 +204,7 @@ func (o *outWriter) readInto(r io.Reader) (int64, error) {
 			}
 			total += int64(n)
 			if bulk && n < backend.BulkPipe/4 {
-				nap()
+				backend.Nap()
 			}
 		}
 		if errors.Is(err, io.EOF) {

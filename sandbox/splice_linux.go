@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -18,17 +17,6 @@ const spliceMax = 4 << 20
 // spliceOutWait is how long one wait for room in the caller's file lasts
 // before the queue looks again whether it was given up on.
 const spliceOutWait = 100 // ms
-
-// spliceStreamWait is how long a splice waits in poll(2) for the
-// command's next write before it leaves the wait to the netpoller. It
-// also bounds how long the backend's Close of the source waits for the
-// splice to let go of the descriptor.
-const spliceStreamWait = 10 // ms
-
-// spliceNap is how long a bulk stream's splice waits between turns that
-// moved less than a quarter of the pipe (nap): far less than a grown pipe
-// takes to fill at memory speed, so the command does not stall on it.
-const spliceNap = 300 * time.Microsecond
 
 // splice moves a backend's output from its pipe to the caller's file with
 // splice(2): page references pass from the one pipe to the other (or the
@@ -80,7 +68,7 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 	// poll(2) before it splices (source empty otherwise: one splice the
 	// less per turn). bulk: the stream passed BulkAfter and both pipes
 	// now hold BulkPipe, so a turn that moved little naps before the
-	// next (spliceNap), for the command to run ahead.
+	// next (backend.Nap), for the command to run ahead.
 	pollFirst, bulk := false, false
 	for src.N > 0 && !src.IsStopped() {
 		var (
@@ -100,7 +88,7 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 			waited := false
 			if pollFirst {
 				pollFirst = false
-				if !pollIn(int(infd), spliceStreamWait) {
+				if !backend.PollReadable(int(infd)) {
 					st = spliceSourceEmpty
 					return false // the poller waits for the command's next write
 				}
@@ -123,7 +111,7 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 					// process's threads. One that has gone quiet is
 					// left to the netpoller, which costs nothing while
 					// it waits.
-					if !waited && pollIn(int(infd), spliceStreamWait) {
+					if !waited && backend.PollReadable(int(infd)) {
 						waited = true
 						continue
 					}
@@ -156,7 +144,7 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 			src.Spliced(moved, nil)
 			pollFirst = true
 			if bulk && moved < backend.BulkPipe/4 {
-				nap()
+				backend.Nap()
 			}
 		case spliceEOF:
 			return n, nil, true
@@ -174,44 +162,6 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 		}
 	}
 	return n, nil, true
-}
-
-// pollIn waits up to ms milliseconds for the pipe in to have bytes (or to
-// be at its end or broken: the next splice says which), and reports
-// whether it does. An interrupted wait reports true: the splice that
-// follows finds out.
-func pollIn(in, ms int) bool {
-	fds := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, ms)
-	return err != nil || n > 0
-}
-
-// waitReadable waits, as pollIn, up to spliceStreamWait for the pipe r (a
-// backend.OutputSource reading an *os.File) to have bytes: a read that
-// follows then finds them rather than waiting in the netpoller. It does
-// nothing for any other reader.
-func waitReadable(r io.Reader) {
-	src, ok := r.(*backend.OutputSource)
-	if !ok {
-		return
-	}
-	sc, ok := src.R.(syscall.Conn)
-	if !ok {
-		return
-	}
-	if rc, err := sc.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { pollIn(int(fd), spliceStreamWait) })
-	}
-}
-
-// nap sleeps spliceNap: a bulk stream's command fills its (grown) pipe
-// meanwhile, and the next splice moves that much at once instead of one
-// wake-up of this process, and of the reader after it, per write the
-// command makes. At a stream's rate the wake-ups are what the relay
-// costs; the nap delays no byte by more than spliceNap.
-func nap() {
-	ts := unix.NsecToTimespec(spliceNap.Nanoseconds())
-	_ = unix.Nanosleep(&ts, nil)
 }
 
 type spliceState int

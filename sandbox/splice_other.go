@@ -6,8 +6,3 @@ import "io"
 
 // splice is Linux's: elsewhere every byte is copied.
 func (o *outWriter) splice(io.Reader) (int64, error, bool) { return 0, nil, false }
-
-// waitReadable and nap are Linux's (splice_linux.go): elsewhere each read
-// waits in the netpoller.
-func waitReadable(io.Reader) {}
-func nap()                   {}
