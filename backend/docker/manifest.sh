@@ -47,24 +47,50 @@ function under(p, set,   q) {
 	return 0
 }
 '
-# mfupdate MANIFEST GONE NEW: MANIFEST without the entries named in GONE
-# (one a line) and all beneath them, with NEW's entries (manifest lines)
-# in place of its own, and the next generation; replaced by rename.
+# mfupdate MANIFEST GONE NEW [DELTA]: MANIFEST without the entries named
+# in GONE (one a line) and all beneath them, with NEW's entries (manifest
+# lines) in place of its own, and the next generation; replaced by rename.
+# With DELTA (base's, by the wrapper and the sync script, both under the
+# lock), what the step changed, for a copy that was equal to MANIFEST
+# before it (wrapper.sh's repair): DELTA.drop, every name of GONE and NEW,
+# and DELTA.fix, NEW's names, directories before what is in them, each
+# after the line "G<old> G<new>" (the generations before and after); or
+# "x" alone when a copy cannot be brought along by removing the first and
+# copying the second (an existing directory in NEW but not in GONE: its
+# removal would take what is in it). Both are written before MANIFEST is
+# replaced, and removed should that fail, so their line names MANIFEST's
+# generation only when they say how it came about.
 mfupdate() {
-	awk -F '|' "$AWKLIB"'
+	awk -F '|' -v D="${4:-}" "$AWKLIB"'
 	FILENAME == ARGV[1] { gone[$0] = 1; ng++; next }
 	FILENAME == ARGV[2] { t = parse($0); if (t == 1 || t == 2) { new[N] = 1; add[++n] = $0 } else bad = 1; next }
-	!g { g = 1; if ($0 ~ /^G[0-9]+$/) { print "G" (substr($0, 2) + 1); next } print "G1" }
+	!g { g = 1; if ($0 ~ /^G[0-9]+$/) { og = $0; print "G" (substr($0, 2) + 1); next } print "G1" }
 	{
 		t = name()
 		if (t == 0) { bad = 1; exit 1 }
+		if (t == 1 && NF == 3 && $2 == "directory" && (N in new) && !(N in gone)) cx = 1
 		if (t != 3 && !(N in gone) && !(N in new) && !(ng && under(N, gone))) print
 	}
 	END {
 		if (bad) exit 1
 		if (!g) print "G1"
 		for (i = 1; i <= n; i++) print add[i]
-	}' "$2" "$3" "$1" >"$1.tmp" && mv "$1.tmp" "$1"
+		if (D == "") exit
+		h = "x"
+		if (og != "" && !cx) h = og " G" (substr(og, 2) + 1)
+		print h > (D ".drop"); print h > (D ".fix")
+		if (h == "x") exit
+		for (p in gone) print p > (D ".drop")
+		md = 0
+		for (p in new) {
+			print p > (D ".drop")
+			q = p; d = gsub(/\//, "", q); byd[d] = byd[d] p "\n"
+			if (d > md) md = d
+		}
+		for (i = 0; i <= md; i++) printf "%s", byd[i] > (D ".fix")
+	}' "$2" "$3" "$1" >"$1.tmp" && mv "$1.tmp" "$1" && return 0
+	[ -z "${4:-}" ] || rm -f "$4.drop" "$4.fix"
+	return 1
 }
 # fullman DIR MANIFEST: the manifest of all of DIR, of the generation
 # after MANIFEST's.

@@ -286,7 +286,7 @@ if [ $rc = 0 ]; then
 			: >"$S/new"
 		fi
 		[ -e "$S/gone" ] || : >"$S/gone"
-		[ $full = 0 ] && mfupdate "$P/base.manifest" "$S/gone" "$S/new" || full=1
+		[ $full = 0 ] && mfupdate "$P/base.manifest" "$S/gone" "$S/new" "$P/base" || full=1
 	else
 		full=1
 	fi

@@ -149,18 +149,43 @@ if [ ! -d "$P/base" ]; then
 fi
 # Repair: the copy the last command of this uid left is brought to base.
 # When base is of the generation the copy was equal to (R.gen), nothing
-# is to be done. Else the copy's manifest (R.man) and base's tell what
-# differs: removed, as the uid, what base does not hold as it is, and
-# extracted, as the uid, what base holds and the copy does not (read from
-# base as the sandbox user). Anything odd, or a step that fails (a
+# is to be done. When it is of the next one, and the step between left
+# what it changed (base.drop and base.fix, see mfupdate), the copy gets
+# that step: removed, as the uid, what it removed or changed, and
+# extracted, as the uid, what it made or changed (read from base as the
+# sandbox user). Else the copy's manifest (R.man) and base's tell what
+# differs: removed what base does not hold as it is, extracted what base
+# holds and the copy does not. Anything odd, or a step that fails (a
 # directory the command made read-only), and the copy is made anew.
 # Q.before is then the copy's manifest.
 { read -r bg <"$P/base.manifest"; } 2>/dev/null || bg=
 { read -r rg <"$R.gen"; } 2>/dev/null || rg=
+# fix (names on stdin, NUL-separated, directories before what is in
+# them): copies them from base into the copy, as the sandbox user and the
+# uid, with the modes they have in base (umask 0; tar as a user other
+# than root applies it); touches Q.fail when that fails.
+fix() {
+	xargs -r -0 sh -c 'f=$1 r=$2 u=$3; shift 3; cd /work/base || exit 1
+{ nsenter -S 1000 -G 1000 tar -c -f - --no-recursion "$@" || : >"$f"; } |
+	(umask 0 && exec nsenter -S "$u" -G "$u" tar -x -o -f - -C "$r") || : >"$f"' fix "$Q.fail" "$R" "$u" 2>&8
+	[ ! -e "$Q.fail" ]
+}
+# drop (names on stdin, NUL-separated): removes them from the copy, as the
+# uid, from a cd of root's (no shell of the uid's: a process less).
+drop() { { cd "$R" && as $u xargs -r -0 rm -rf; } 2>&8 && cd /; }
 fresh=1
 if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
 	fresh=0
 	mv "$R.man" "$Q.before" || fresh=1
+elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ] && { read -r dh <"$P/base.drop" && read -r fh <"$P/base.fix"; } 2>/dev/null &&
+	[ "$dh" = "$rg $bg" ] && [ "$fh" = "$dh" ]; then
+	fresh=0
+	mv "$R.man" "$Q.have" || fresh=1
+	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
+	# The first line of each is the generations'.
+	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.drop" | drop || fresh=1
+	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.fix" | fix || fresh=1
+	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
 elif [ -d "$R" ] && [ -s "$R.man" ]; then
 	fresh=0
 	mv "$R.man" "$Q.have" || fresh=1
@@ -177,15 +202,8 @@ elif [ -d "$R" ] && [ -s "$R.man" ]; then
 	# a /bin/sh, which an image need not have.)
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
 	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
-	if [ $fresh = 0 ] && [ -s "$Q.drop" ]; then
-		tr '\n' '\0' <"$Q.drop" | as $u sh -c 'cd "$1" && xargs -0 rm -rf' rm "$R" 2>&8 || fresh=1
-	fi
-	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then
-		tr '\n' '\0' <"$Q.fix" | xargs -0 sh -c 'f=$1 r=$2 u=$3; shift 3; cd /work/base || exit 1
-{ nsenter -S 1000 -G 1000 tar -c -f - --no-recursion "$@" || : >"$f"; } |
-	nsenter -S "$u" -G "$u" sh -c "umask 0 && exec tar -x -o -f - -C \"\$0\"" "$r" || : >"$f"' fix "$Q.fail" "$R" "$u" 2>&8
-		[ -e "$Q.fail" ] && fresh=1
-	fi
+	if [ $fresh = 0 ] && [ -s "$Q.drop" ]; then tr '\n' '\0' <"$Q.drop" | drop || fresh=1; fi
+	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then tr '\n' '\0' <"$Q.fix" | fix || fresh=1; fi
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
 fi
 if [ $fresh = 1 ]; then
@@ -412,9 +430,10 @@ if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 	lock
 	{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
 	mok=1
-	if [ -s "$Q.removed" ]; then tr '\n' '\0' <"$Q.removed" | as $B sh -c 'cd "$1" && xargs -0 rm -rf' rm "$P/base" 2>&8 || mok=0; fi
-	for f in "$O"/files-*.tar; do [ -s "$f" ] && { as $B sh -c 'umask 0 && exec tar -x -f - -C "$1"' x "$P/base" <"$f" 2>&8 || mok=0; }; done
-	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" 2>&8 && chown $B:$B "$P/base.manifest"; } || baseman "$P/base" 2>&8
+	# As in the repair: root's cd and umask, the sandbox user's rm and tar.
+	if [ -s "$Q.removed" ]; then { cd "$P/base" && tr '\n' '\0' <"$Q.removed" | as $B xargs -0 rm -rf; } 2>&8 || mok=0; cd /; fi
+	for f in "$O"/files-*.tar; do [ -s "$f" ] && { (umask 0 && exec nsenter -S $B -G $B tar -x -f - -C "$P/base") <"$f" 2>&8 || mok=0; }; done
+	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" "$P/base" 2>&8 && chown $B:$B "$P/base.manifest" "$P/base.drop" "$P/base.fix"; } || baseman "$P/base" 2>&8
 	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
 		{ read -r gen <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after"; } 2>&8 && man=$Q.after || man=
 	else
