@@ -19,8 +19,10 @@
 #   /work/run/U/     the copy the commands of uid U run in, one at a time;
 #                    kept for the next command of U, which gets it brought
 #                    to base by changing only what differs (repair below)
-#   /work/run/U.man  manifest of run/U as its last command left it; absent
-#                    when that is not known (run/U is then made again)
+#   /work/run/U.man  manifest of run/U as its last command left it, known
+#                    to be so only while U.gen is not empty (else run/U is
+#                    made again)
+#   /work/run/U.gen  the generation of base run/U is equal to ("x": none)
 #   /work/run/ID.t/  command ID's pgid and time files
 #   /work/run/ID.*   the wrapper's manifests and lists
 #   /work/out/ID/    what goes back to the host: status, pgid, time,
@@ -157,9 +159,14 @@ fi
 # differs: removed what base does not hold as it is, extracted what base
 # holds and the copy does not. Anything odd, or a step that fails (a
 # directory the command made read-only), and the copy is made anew.
-# Q.before is then the copy's manifest.
+# $before is then the copy's manifest: R.man itself when the copy is used
+# as it is, else Q.before. R.gen is emptied first (by the shell, no
+# process): a copy is used again only after a wrapper wrote its manifest
+# and then its generation, which no copy's use leaves empty ("x": none).
 { read -r bg <"$P/base.manifest"; } 2>/dev/null || bg=
 { read -r rg <"$R.gen"; } 2>/dev/null || rg=
+: >"$R.gen"
+before=$Q.before
 # fix (names on stdin, NUL-separated, directories before what is in
 # them): copies them from base into the copy, as the sandbox user and the
 # uid, with the modes they have in base (umask 0; tar as a user other
@@ -176,19 +183,17 @@ drop() { { cd "$R" && as $u xargs -r -0 rm -rf; } 2>&8 && cd /; }
 fresh=1
 if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
 	fresh=0
-	mv "$R.man" "$Q.before" || fresh=1
+	before=$R.man
 elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ] && { read -r dh <"$P/base.drop" && read -r fh <"$P/base.fix"; } 2>/dev/null &&
 	[ "$dh" = "$rg $bg" ] && [ "$fh" = "$dh" ]; then
 	fresh=0
-	mv "$R.man" "$Q.have" || fresh=1
 	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
 	# The first line of each is the generations'.
 	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.drop" | drop || fresh=1
 	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.fix" | fix || fresh=1
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
-elif [ -d "$R" ] && [ -s "$R.man" ]; then
+elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ]; then
 	fresh=0
-	mv "$R.man" "$Q.have" || fresh=1
 	awk -F '|' -v Q="$Q" "$AWKLIB"'
 	FILENAME == ARGV[1] { t = name(); if (t == 1) ws[N] = $0; else if (t == 2) wh[N] = $0; else if (t != 3) bad = 1; next }
 	{ t = name(); if (t == 1) hs[N] = $0; else if (t == 2) hh[N] = $0; else if (t != 3) bad = 1 }
@@ -197,7 +202,7 @@ elif [ -d "$R" ] && [ -s "$R.man" ]; then
 		for (p in hs) if (!(p in ws) || ws[p] != hs[p] || wh[p] != hh[p]) drop[p] = 1
 		for (p in drop) if (!under(p, drop)) print p > (Q ".drop")
 		for (p in ws) if (!(p in hs) || (p in drop) || under(p, drop)) print p > (Q ".fix")
-	}' "$P/base.manifest" "$Q.have" 2>&8 || fresh=1
+	}' "$P/base.manifest" "$R.man" 2>&8 || fresh=1
 	# Directories before what is in them. (No pipes from awk: popen needs
 	# a /bin/sh, which an image need not have.)
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
@@ -287,7 +292,7 @@ scan() {
 	cd / && [ $sr = 0 ] && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
 }
 # same LIM: whether Q.st (made by scan LIM) says that nothing in the copy
-# changed since the mark, so that cands need not read it and Q.before:
+# changed since the mark, so that cands need not read it and $before:
 # no entry, the copy's top included, has a ctime at or after the mark's.
 # An entry created, removed or renamed changes the ctime of the directory
 # it is in, and anything else changes its own; the stat lines are those
@@ -308,7 +313,7 @@ END {
 	if (L != "" && s2 + 1 - s0 >= L * 60) exit 1
 }' "$Q.mk" "$Q.st"
 }
-# cands LIM: from Q.mk, Q.st (made by scan LIM) and Q.before, the
+# cands LIM: from Q.mk, Q.st (made by scan LIM) and $before, the
 # candidates: entries at or after the mark (all, should the clock have
 # gone back), and new ones (a directory renamed onto a new name brings
 # what is in it with the ctimes it had); they go to Q.cand, with what the
@@ -359,7 +364,7 @@ END {
 	if (odd) print "odd manifest line" > (O "/warn")
 	if (bad) print "a name holding a newline is not tracked" > (O "/warn")
 	if (odd || bad) print "" > (Q ".bad")
-}' "$Q.mk" "$Q.st" "$Q.before"
+}' "$Q.mk" "$Q.st" "$before"
 }
 # LIM: the command's whole minutes, plus one (its own report, which the
 # check in cands makes harmless should it lie). A command of about a
@@ -424,7 +429,7 @@ fi
 # the copy is base after the merge, of its generation; else its own
 # manifest (before with the changes), of no generation.
 [ -e "$Q.removed" ] || : >"$Q.removed"
-man=$Q.before gen=x
+man=$before gen=x
 if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 	[ -e "$Q.new" ] || : >"$Q.new"
 	lock
@@ -437,7 +442,7 @@ if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
 		{ read -r gen <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after"; } 2>&8 && man=$Q.after || man=
 	else
-		mfupdate "$Q.before" "$Q.removed" "$Q.new" 2>&8 || man=
+		mfupdate "$before" "$Q.removed" "$Q.new" 2>&8 || man=
 	fi
 	unlock
 else
@@ -445,6 +450,6 @@ else
 	{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
 	[ -n "$ng" ] && [ "$ng" = "$bg" ] && gen=$ng
 fi
-# R.man last: only a copy with its manifest is used again.
-[ $keep = 1 ] && [ ! -e "$Q.bad" ] && [ -n "$man" ] && echo "$gen" >"$R.gen" && mv "$man" "$R.man"
+# R.gen last: only a copy with its manifest is used again.
+[ $keep = 1 ] && [ ! -e "$Q.bad" ] && [ -n "$man" ] && { [ "$man" = "$R.man" ] || mv "$man" "$R.man"; } && echo "$gen" >"$R.gen"
 finish "exit $rc" "$rc"
