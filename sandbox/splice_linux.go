@@ -93,6 +93,9 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 					return false // the poller waits for the command's next write
 				}
 				waited = true
+				if qerr = o.stillSplicing(); qerr != nil {
+					return true
+				}
 			}
 			for range 1000 {
 				if cerr := outRC.Control(func(outfd uintptr) {
@@ -113,6 +116,9 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 					// it waits.
 					if !waited && backend.PollReadable(int(infd)) {
 						waited = true
+						if qerr = o.stillSplicing(); qerr != nil {
+							return true
+						}
 						continue
 					}
 					return false // the poller waits for the command's next write
@@ -162,6 +168,16 @@ func (o *outWriter) splice(r io.Reader) (n int64, err error, handled bool) {
 		}
 	}
 	return n, nil, true
+}
+
+// stillSplicing is why nothing more may be written, looked at again after
+// a wait in poll(2): beginSplice looked before it, and the queue may have
+// been given up on meanwhile, after which not a byte more may reach the
+// caller's file.
+func (o *outWriter) stillSplicing() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stopped()
 }
 
 type spliceState int

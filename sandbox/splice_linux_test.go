@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand"
 	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -129,4 +131,50 @@ func writeInChunks(w *os.File, data []byte, seed int64, most int) {
 		rest = rest[n:]
 	}
 	w.Close()
+}
+
+// TestOutWriterSpliceStopsAtAbandon: once the caller's writer is given up
+// on, the splice moves nothing more to it, though it was waiting in
+// poll(2) for the command's next write when that happened (it waits there
+// up to spliceStreamWait after each turn that moved bytes). Each attempt
+// gives up on the writer while the splice waits, then writes again.
+func TestOutWriterSpliceStopsAtAbandon(t *testing.T) {
+	for attempt := range 10 {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outR, outW := blockingPipe(t)
+		q := newOutWriter(outW)
+		spliced := make(chan error, 1)
+		go func() {
+			_, err, _ := q.splice(&backend.OutputSource{R: inR, N: 1 << 20})
+			spliced <- err
+		}()
+		if _, err := inW.Write([]byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(outR, make([]byte, len("first"))); err != nil {
+			t.Fatal(err)
+		}
+		// The splice's next turn is waiting for more in poll(2), most
+		// likely (a turn that has not reached its wait yet, or one that
+		// has left it, sees the abandon before it moves anything).
+		time.Sleep(time.Millisecond)
+		q.abandon()
+		if _, err := inW.Write([]byte("late")); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-spliced; !errors.Is(err, errWriterAbandoned) {
+			t.Fatalf("attempt %d: splice after abandon: %v", attempt, err)
+		}
+		outW.Close()
+		late, _ := io.ReadAll(outR)
+		inW.Close()
+		inR.Close()
+		outR.Close()
+		if len(late) > 0 {
+			t.Fatalf("attempt %d: %q reached the caller's file after it was given up on", attempt, late)
+		}
+	}
 }
