@@ -8,6 +8,10 @@
 #   BenchmarkDockerCLITrue: `pulse exec --backend docker -- true` against
 #     `docker exec` of `true` into a warm container of the same image
 #     (x-vs-docker-exec).
+#   BenchmarkDockerCLIStdout256MiB: 256 MiB of stdout through `pulse exec
+#     --backend docker` into a pipe against `docker exec` of the same
+#     command into the warm container, its stdout into a pipe as well
+#     (x-vs-docker-exec). NBULK runs (default N/3); BULK=0 skips it.
 #   BenchmarkDockerCLIGitStatus: `git status` in a clone of this
 #     repository (HEAD, ~5,000 entries with .git) through `pulse exec
 #     --backend docker` against `git status` run directly in the same
@@ -79,6 +83,23 @@ for i in $(seq "$N"); do
 	ref_ns+=($((t2 - t1)))
 done
 report BenchmarkDockerCLITrue x-vs-docker-exec
+
+if [ "${BULK:-1}" = 1 ]; then
+	# The default output cap (16 MiB) would cut the stream short.
+	printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
+	big="head -c 268435456 /dev/zero"
+	nbulk=${NBULK:-$(((N + 2) / 3))}
+	pulse_ns=() b_ns=() ref_ns=()
+	for i in $(seq "$nbulk"); do
+		for p in "$tmp/pulse" ${B:+"$B"}; do
+			t0=$(now); "$p" exec --backend docker --policy "$tmp/bulk.yaml" --workspace "$tmp/ws" -- $big 2>/dev/null | cat >/dev/null; t1=$(now)
+			if [ "$p" = "$tmp/pulse" ]; then pulse_ns+=($((t1 - t0))); else b_ns+=($((t1 - t0))); fi
+		done
+		t0=$(now); docker exec "$cid" $big | cat >/dev/null; t1=$(now)
+		ref_ns+=($((t1 - t0)))
+	done
+	N=$nbulk report BenchmarkDockerCLIStdout256MiB x-vs-docker-exec
+fi
 
 [ "${GIT:-1}" = 1 ] || exit 0
 git_image=${GIT_IMAGE:-}

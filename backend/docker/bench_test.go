@@ -66,6 +66,49 @@ func BenchmarkDockerWarmExec(b *testing.B) {
 	b.ReportMetric(float64(ours)/float64(ref), "x-vs-docker-exec")
 }
 
+// BenchmarkDockerStdout256MiB: 256 MiB of stdout from a command in a warm
+// sandbox, read by the caller, against `docker exec` of the same command
+// into the same container with its stdout read from the CLI's pipe
+// (x-vs-docker-exec). Both sides stream through the engine's attach; ours
+// also counts every byte against the output cap and scrubs it.
+func BenchmarkDockerStdout256MiB(b *testing.B) {
+	const size = 256 << 20
+	be := newDocker(b)
+	ws := b.TempDir()
+	id := warmBox(b, be, ws)
+	cli := dockerCLI(b)
+	cmd := fmt.Sprintf("head -c %d /dev/zero", size)
+	var ours, ref time.Duration
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		var got countWriter
+		start := time.Now()
+		res, err := be.Exec(context.Background(), &backend.Request{Workspace: ws, Shell: cmd,
+			Network: policy.DenyAllNetwork(), Stdout: &got, Limits: policy.ResourceLimits{OutputBytes: 2 * size}})
+		ours += time.Since(start)
+		if err != nil || res.ExitCode != 0 || got.n != size {
+			b.Fatalf("Exec: %v %+v, %d bytes of %d", err, res, got.n, size)
+		}
+		b.StopTimer()
+		c := exec.Command(cli, "exec", id, "sh", "-c", cmd)
+		var want countWriter
+		c.Stdout = &want
+		start = time.Now()
+		if err := c.Run(); err != nil || want.n != size {
+			b.Fatalf("docker exec: %v, %d bytes of %d", err, want.n, size)
+		}
+		ref += time.Since(start)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(ours)/float64(ref), "x-vs-docker-exec")
+}
+
+// countWriter counts what it is given and keeps nothing.
+type countWriter struct{ n int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
 // BenchmarkDockerWarmExec2000Files: BenchmarkDockerWarmExec on a
 // workspace of 2,000 files in 40 directories, where each command's copy
 // (and its chown to the command's uid) costs the most.
