@@ -6,9 +6,12 @@ import (
 	"errors"
 	"os"
 	"path"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const openFlags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK | syscall.O_CLOEXEC | syscall.O_NOCTTY
@@ -20,8 +23,8 @@ const openFlags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK | s
 //
 // With openat2(2) (Linux 5.6+) one call opens the whole path beneath base
 // and refuses any symlink that appeared in it since Resolve ran. Where
-// openat2 is missing or filtered, the parent directory is opened through an
-// os.Root, so no intermediate element can lead out of base either.
+// openat2 is missing or filtered, the path is walked an element at a time
+// with O_NOFOLLOW (openWalk), which refuses the same symlinks.
 func openNoFollow(base, rel string) (*os.File, error) {
 	if rel == "." {
 		return nil, errIsRoot
@@ -33,7 +36,7 @@ func openNoFollow(base, rel string) (*os.File, error) {
 		}
 		openat2State.Store(openat2Missing)
 	}
-	return openViaRoot(base, rel)
+	return openWalk(base, rel)
 }
 
 const (
@@ -115,55 +118,64 @@ func openat2(base, rel string, resolve uint64) (*os.File, error) {
 	return nil, &os.PathError{Op: "openat2", Path: rel, Err: errno}
 }
 
-func openViaRoot(base, rel string) (*os.File, error) {
-	r, err := os.OpenRoot(base)
-	if err != nil {
-		return nil, err
+// openWalk opens rel under base one element at a time, each with
+// O_NOFOLLOW from the directory before it, so that, as with openat2's
+// RESOLVE_NO_SYMLINKS, a symlink anywhere in the path is refused rather
+// than followed and nothing can lead out of base. A ".." or an absolute
+// rel cannot come from Resolve and is refused as an escape.
+func openWalk(base, rel string) (*os.File, error) {
+	if path.IsAbs(rel) {
+		return nil, errEscape
 	}
-	defer r.Close()
-	dir, err := r.OpenFile(path.Dir(rel), os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	dfd, err := openatRetry(unix.AT_FDCWD, base, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, errSymlink
-		}
-		if isEscape(err) {
+		return nil, &os.PathError{Op: "open", Path: ".", Err: err}
+	}
+	defer func() { syscall.Close(dfd) }()
+	elems := strings.Split(rel, "/")
+	for i, el := range elems {
+		switch {
+		case el == "..":
 			return nil, errEscape
-		}
-		return nil, err
-	}
-	defer dir.Close()
-	rc, err := dir.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	name := path.Base(rel)
-	fd := -1
-	var oerr error
-	cerr := rc.Control(func(dfd uintptr) {
-		for {
-			fd, oerr = syscall.Openat(int(dfd), name, openFlags, 0)
-			if oerr != syscall.EINTR {
-				return
+		case el == "" || el == ".":
+			continue
+		case i == len(elems)-1:
+			fd, err := openatRetry(dfd, el, openFlags)
+			switch err {
+			case nil:
+				return os.NewFile(uintptr(fd), rel), nil
+			case syscall.ELOOP:
+				return nil, errSymlink
+			case syscall.ENXIO, syscall.ENODEV, syscall.EOPNOTSUPP:
+				return nil, errSpecial
 			}
+			return nil, &os.PathError{Op: "openat", Path: rel, Err: err}
 		}
-	})
-	if cerr != nil {
-		return nil, cerr
+		next, err := openatRetry(dfd, el, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC)
+		if err != nil {
+			if err == syscall.ELOOP || err == syscall.ENOTDIR && isSymlinkAt(dfd, el) {
+				return nil, errSymlink
+			}
+			return nil, &os.PathError{Op: "openat", Path: strings.Join(elems[:i+1], "/"), Err: err}
+		}
+		syscall.Close(dfd)
+		dfd = next
 	}
-	switch oerr {
-	case nil:
-		return os.NewFile(uintptr(fd), rel), nil
-	case syscall.ELOOP:
-		return nil, errSymlink
-	case syscall.ENXIO, syscall.ENODEV, syscall.EOPNOTSUPP:
-		return nil, errSpecial
-	}
-	return nil, &os.PathError{Op: "openat", Path: rel, Err: oerr}
+	return nil, errIsRoot
 }
 
-// isEscape recognises os.Root's refusal of a path that leads out of it; the
-// os package does not export that error.
-func isEscape(err error) bool {
-	var pe *os.PathError
-	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+func openatRetry(dfd int, name string, flags int) (int, error) {
+	for {
+		fd, err := syscall.Openat(dfd, name, flags, 0)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// isSymlinkAt tells a symlink from another non-directory where
+// O_DIRECTORY|O_NOFOLLOW answered ENOTDIR.
+func isSymlinkAt(dfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 }

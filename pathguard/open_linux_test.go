@@ -3,7 +3,11 @@
 package pathguard
 
 import (
+	"errors"
+	"io"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -37,5 +41,65 @@ func TestOpenat2Used(t *testing.T) {
 	f.Close()
 	if _, err := openBeneath(g.Root(), "../outside/secret"); err != errEscape {
 		t.Errorf("openBeneath(..) = %v, want errEscape", err)
+	}
+}
+
+// TestOpenWalkRefusesSymlinks: the fallback open refuses a symlink at any
+// element, leading out of the base or staying inside it, as openat2 with
+// RESOLVE_NO_SYMLINKS does, and never follows one out.
+func TestOpenWalkRefusesSymlinks(t *testing.T) {
+	base, outside := t.TempDir(), t.TempDir()
+	mustWrite := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(filepath.Join(base, "sub", "deep", "b.txt"), "inside")
+	mustWrite(filepath.Join(outside, "deep", "b.txt"), "secret")
+	for _, l := range []struct{ name, target string }{
+		{"out", outside},                         // a directory outside
+		{"in", filepath.Join(base, "sub")},       // a directory inside
+		{"rel", "sub"},                           // relative, inside
+		{"filelink", filepath.Join(base, "sub")}, // used as the last element below
+	} {
+		if err := os.Symlink(l.target, filepath.Join(base, l.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := openWalk(base, "sub/deep/b.txt")
+	if err != nil {
+		t.Fatalf("openWalk of a plain path: %v", err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "inside" {
+		t.Fatalf("read %q", b)
+	}
+	for rel, want := range map[string]error{
+		"out/deep/b.txt": errSymlink,
+		"in/deep/b.txt":  errSymlink,
+		"rel/deep/b.txt": errSymlink,
+		"filelink":       errSymlink,
+		"../x":           errEscape,
+		"sub/../../x":    errEscape,
+		"/etc/passwd":    errEscape,
+	} {
+		f, err := openWalk(base, rel)
+		if f != nil {
+			f.Close()
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("openWalk(%q) = %v, want %v", rel, err, want)
+		}
+	}
+	if _, err := openWalk(base, "sub/deep/missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("openWalk of a missing file = %v, want not-exist", err)
+	}
+	if _, err := openWalk(base, "sub/deep/b.txt/x"); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("openWalk through a file = %v, want ENOTDIR", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/fsmode"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 // ErrBadOverlay is returned when what a command left in its out directory
@@ -245,7 +246,13 @@ func cleanPath(p string) (string, error) {
 	if c == "." {
 		return "", nil
 	}
-	if c == ".pulse" || strings.HasPrefix(c, ".pulse/") {
+	// The sandbox's own hidden directory, spelled exactly: the wrapper prunes
+	// it from its listings, so a path in it comes from a forged report (the
+	// out directory is the command user's). Another case spelling is
+	// a directory of the command's own on this case-sensitive copy; it is
+	// passed on so that the facade refuses it visibly (pathguard.IsReserved),
+	// as the namespace backend does.
+	if c == pathguard.ReservedDir || strings.HasPrefix(c, pathguard.ReservedDir+"/") {
 		return "", fmt.Errorf("%w: path under .pulse/: %q", ErrBadOverlay, p)
 	}
 	return c, nil
