@@ -5,8 +5,6 @@ import (
 	"errors"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pulse-agent/pulse/internal/flock"
 )
 
@@ -45,7 +43,7 @@ func (f *FS) holdLaneLocked(id string) error {
 	}
 	// Nobody else holds it exclusively: a remover holds the workspace
 	// lock, which this caller has.
-	if err := unix.Flock(int(h.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+	if err := flock.TryLockShared(h); err != nil {
 		h.Close()
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"golang.org/x/sys/unix"
 
+	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -255,7 +256,7 @@ func (b *Backend) acquireWarm(ctx context.Context, key boxKey) (*warmSlot, *warm
 		}
 		if err := lockSlot(f, s); err != nil {
 			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
+			if errors.Is(err, flock.ErrLocked) {
 				continue // another process holds it
 			}
 			return nil, nil, fmt.Errorf("docker: locking %s: %w", s.file("lock"), err)
@@ -294,12 +295,12 @@ var releasedLockWait = time.Second
 // remove N.json: each a moment, after which the container can be taken
 // over (or is gone, or held), so lockSlot waits for it, boundedly,
 // instead of passing the slot over and starting a container of its own.
-// It returns unix.EWOULDBLOCK for a held slot.
+// It returns flock.ErrLocked for a held slot.
 func lockSlot(f *os.File, s *warmSlot) error {
 	deadline := time.Now().Add(releasedLockWait)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+		err := flock.TryLock(f)
+		if !errors.Is(err, flock.ErrLocked) || time.Now().After(deadline) {
 			return err
 		}
 		if _, serr := os.Lstat(s.file("json")); serr != nil {
@@ -501,7 +502,7 @@ func (b *Backend) collectWarm(ctx context.Context, c container.Summary) (bool, e
 		return true, b.remove(ctx, c.ID)
 	}
 	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flock.TryLock(f); err != nil {
 		return false, nil // held by a live process, which owns this container
 	}
 	data, err := os.ReadFile(slot + ".json")

@@ -129,3 +129,31 @@ func TestBackgroundWaitsInKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTryLockShared: shared holders coexist, an exclusive holder keeps a
+// shared one out (ErrLocked), and a shared holder keeps an exclusive one
+// out.
+func TestTryLockShared(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	a, b, c := open(t, p), open(t, p), open(t, p)
+	if err := TryLockShared(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := TryLockShared(b); err != nil {
+		t.Fatalf("second shared lock = %v", err)
+	}
+	if err := TryLock(c); !errors.Is(err, ErrLocked) {
+		t.Fatalf("TryLock beside shared holders = %v, want ErrLocked", err)
+	}
+	for _, f := range []*os.File{a, b} {
+		if err := Unlock(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := TryLock(c); err != nil {
+		t.Fatalf("TryLock once the shared holders left = %v", err)
+	}
+	if err := TryLockShared(a); !errors.Is(err, ErrLocked) || !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("TryLockShared beside an exclusive holder = %v, want ErrLocked", err)
+	}
+}

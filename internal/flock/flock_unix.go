@@ -42,6 +42,16 @@ func TryLock(f *os.File) error {
 	return err
 }
 
+// TryLockShared takes a shared lock on f unless someone holds it
+// exclusively, and returns ErrLocked (wrapping EWOULDBLOCK) if someone does.
+func TryLockShared(f *os.File) error {
+	err := retry(f, syscall.LOCK_SH|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return fmt.Errorf("%w: %w", ErrLocked, err)
+	}
+	return err
+}
+
 // Unlock releases the lock f holds. Closing f's last descriptor does too.
 func Unlock(f *os.File) error {
 	return retry(f, syscall.LOCK_UN)
