@@ -18,7 +18,8 @@
 //     try one openat2(2) call with RESOLVE_BENEATH, which the kernel keeps
 //     beneath the root; otherwise (a symlink to follow, an old kernel) the
 //     path is resolved as Resolve does and opened with RESOLVE_NO_SYMLINKS,
-//     or through an os.Root where openat2 is missing. The last element is
+//     or, where openat2 is missing, walked an element at a time with
+//     O_NOFOLLOW, which refuses the same symlinks. The last element is
 //     always opened with O_NOFOLLOW, so a symlink swapped in is refused,
 //     and O_NONBLOCK, so a FIFO never blocks the caller. Anything but a
 //     regular file is refused with ErrNotRegular; files larger than the
