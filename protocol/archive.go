@@ -177,7 +177,7 @@ type Manifest struct {
 // with CleanName and must not be reserved.
 func PackOverlay(ov *backend.Overlay) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw := NewGzipWriter(&buf, gzip.DefaultCompression)
 	tw := tar.NewWriter(zw)
 	mtime := time.Unix(0, 0)
 	files := append([]backend.File(nil), ov.Files...)

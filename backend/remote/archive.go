@@ -73,7 +73,7 @@ func pack(dir string, extra []extraFile, lim packLimits) (*packed, error) {
 // out, with everything beneath it), the rest from the workspace.
 func packView(dir string, extra []extraFile, lim packLimits, pend *backend.Pending) (*packed, error) {
 	out := &limitedBuffer{max: lim.compressed}
-	zw, _ := gzip.NewWriterLevel(out, gzip.BestSpeed)
+	zw := protocol.NewGzipWriter(out, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
 	p := &packed{}
 	var total int64

@@ -128,7 +128,7 @@ func PackDir(dir string, lim protocol.ArchiveLimits) ([]byte, error) {
 	var buf bytes.Buffer
 	// The archive crosses a local network to a worker: speed matters more
 	// than ratio.
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := protocol.NewGzipWriter(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
 	var members int
 	var total int64
