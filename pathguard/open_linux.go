@@ -118,11 +118,13 @@ func openat2(base, rel string, resolve uint64) (*os.File, error) {
 	return nil, &os.PathError{Op: "openat2", Path: rel, Err: errno}
 }
 
-// openWalk opens rel under base one element at a time, each with
-// O_NOFOLLOW from the directory before it, so that, as with openat2's
-// RESOLVE_NO_SYMLINKS, a symlink anywhere in the path is refused rather
-// than followed and nothing can lead out of base. A ".." or an absolute
-// rel cannot come from Resolve and is refused as an escape.
+// openWalk opens rel under base one element at a time, so that, as with
+// openat2's RESOLVE_NO_SYMLINKS, a symlink anywhere in the path is refused
+// rather than followed and nothing can lead out of base. Each directory
+// is opened with O_PATH|O_NOFOLLOW, which opens a symlink itself instead
+// of following it, and its type is read from that descriptor: a swap
+// after the open cannot change what the descriptor is. A ".." or an
+// absolute rel cannot come from Resolve and is refused as an escape.
 func openWalk(base, rel string) (*os.File, error) {
 	if path.IsAbs(rel) {
 		return nil, errEscape
@@ -151,15 +153,23 @@ func openWalk(base, rel string) (*os.File, error) {
 			}
 			return nil, &os.PathError{Op: "openat", Path: rel, Err: err}
 		}
-		next, err := openatRetry(dfd, el, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC)
+		next, err := openatRetry(dfd, el, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
-			if err == syscall.ELOOP || err == syscall.ENOTDIR && isSymlinkAt(dfd, el) {
-				return nil, errSymlink
-			}
 			return nil, &os.PathError{Op: "openat", Path: strings.Join(elems[:i+1], "/"), Err: err}
 		}
 		syscall.Close(dfd)
 		dfd = next
+		var st syscall.Stat_t
+		if err := syscall.Fstat(dfd, &st); err != nil {
+			return nil, &os.PathError{Op: "fstat", Path: strings.Join(elems[:i+1], "/"), Err: err}
+		}
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+		case syscall.S_IFLNK:
+			return nil, errSymlink
+		default:
+			return nil, &os.PathError{Op: "openat", Path: strings.Join(elems[:i+1], "/"), Err: syscall.ENOTDIR}
+		}
 	}
 	return nil, errIsRoot
 }
@@ -171,11 +181,4 @@ func openatRetry(dfd int, name string, flags int) (int, error) {
 			return fd, err
 		}
 	}
-}
-
-// isSymlinkAt tells a symlink from another non-directory where
-// O_DIRECTORY|O_NOFOLLOW answered ENOTDIR.
-func isSymlinkAt(dfd int, name string) bool {
-	var st unix.Stat_t
-	return unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 }

@@ -438,9 +438,11 @@ for be in $BACKENDS; do
 					echo "--- pulse stderr:" >&2
 					cat "$tmp/err" >&2
 				else
-					# Always the end of pulse's stderr: a failure in
-					# CI has to say why without a second run.
-					echo "--- pulse stderr (last 20 lines; VERBOSE=1 for all and the outputs):" >&2
+					# Always the end of pulse's output and stderr: a
+					# failure in CI has to say why without a second run.
+					echo "--- pulse output (last 20 lines; VERBOSE=1 for all and the direct run's):" >&2
+					tail -n 20 <<<"$pout" >&2
+					echo "--- pulse stderr (last 20 lines):" >&2
 					tail -n 20 "$tmp/err" >&2
 				fi
 			fi
