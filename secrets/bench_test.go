@@ -68,7 +68,8 @@ func replacerBaseline(values []string) *strings.Replacer {
 }
 
 // ratioVsRef times the reference and our function alternately, several
-// rounds, and divides the fastest reference run by our fastest run. The
+// rounds, and divides our fastest run by the fastest reference run (below
+// 1 is faster, as every x-vs metric reads). The
 // fastest of interleaved runs is what each costs when nothing else gets in
 // the way, so the ratio holds up on a loaded machine, where a single timing
 // of each would not.
@@ -82,7 +83,7 @@ func ratioVsRef(ref, ours func()) (ratio float64, best time.Duration) {
 		ours()
 		bestOurs = min(bestOurs, time.Since(start))
 	}
-	return float64(bestRef) / float64(bestOurs), bestOurs
+	return float64(bestOurs) / float64(bestRef), bestOurs
 }
 
 // reportVsRef reports the ratio to the reference and our best throughput.
