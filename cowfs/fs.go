@@ -134,8 +134,12 @@ type TxInfo struct {
 	Created     time.Time `json:"created"`
 	Committed   time.Time `json:"committed,omitzero"`
 	Changes     int       `json:"changes"`
-	Bytes       int64     `json:"bytes"`
-	Reason      string    `json:"reason,omitempty"`
+	// Whiteouts counts the paths an open transaction hides from the
+	// pending stack below it (staged there, not in the workspace): changes
+	// its diff shows that Changes does not count.
+	Whiteouts int    `json:"whiteouts,omitempty"`
+	Bytes     int64  `json:"bytes"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // FS is the copy-on-write staging area of one workspace. Its state lives

@@ -307,3 +307,28 @@ func TestStackNoOpenWall(t *testing.T) {
 		t.Fatalf("%d txs", len(st.Txs))
 	}
 }
+
+// TestListCountsWhiteouts: a transaction whose only change hides a path
+// staged below it (a whiteout) is not empty, and List says so: a reviewer
+// or a tool skipping transactions with nothing in them would otherwise
+// pass over a deletion its diff shows.
+func TestListCountsWhiteouts(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	stageCmd(t, f, "one", WriteOp("a.txt", []byte("one\n"), 0o644))
+	two := stageCmd(t, f, "two", WhiteoutOp("a.txt"))
+	infos, err := f.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.ID != two {
+			continue
+		}
+		if in.Changes != 0 || in.Whiteouts != 1 {
+			t.Fatalf("List of the whiteout-only transaction: changes %d, whiteouts %d; want 0, 1", in.Changes, in.Whiteouts)
+		}
+		return
+	}
+	t.Fatalf("transaction %s not listed: %+v", two, infos)
+}

@@ -104,7 +104,7 @@ func (t *Tx) dir() string { return "tx/" + t.id }
 
 func (t *Tx) info() TxInfo {
 	return TxInfo{ID: t.id, Lane: t.lane, Description: t.desc, State: StateOpen, Created: t.created,
-		Changes: len(t.changes), Bytes: t.bytes}
+		Changes: len(t.changes), Whiteouts: len(t.whiteouts), Bytes: t.bytes}
 }
 
 // stageOp runs fn under the workspace lock on an up-to-date, open

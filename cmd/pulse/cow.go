@@ -294,7 +294,7 @@ func (c cowCLI) list(ctx context.Context, f *cowfs.FS) int {
 				desc += " [runs on the host: read it with pulse cow diff]"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", i.ID, i.State, i.Changes, i.Bytes,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", i.ID, i.State, i.Changes+i.Whiteouts, i.Bytes,
 			i.Created.Local().Format(time.DateTime), desc)
 	}
 	tw.Flush()

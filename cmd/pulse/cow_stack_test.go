@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/sandbox"
 )
 
 func TestCowStack(t *testing.T) {
@@ -55,5 +56,60 @@ func TestCowStack(t *testing.T) {
 	}
 	if code, out, _ := runCLI(t, "cow", "discard", "--all", "--json", "--workspace", ws); code != exitOK || !strings.Contains(out, `"discarded": []`) {
 		t.Errorf("discard --all of an empty stack: %d %s", code, out)
+	}
+}
+
+// TestWhiteoutOnlyTransactionIsListedAndDiffed: a command that only
+// deletes what a command before it wrote stages a whiteout and nothing
+// else. `cow list` counts it as a change and MCP's diff of every pending
+// transaction shows it: a reviewer who saw "0 changes", or a diff without
+// it, would take it for empty and pass over a deletion.
+func TestWhiteoutOnlyTransactionIsListedAndDiffed(t *testing.T) {
+	ws := t.TempDir()
+	f, err := cowfs.Open(t.Context(), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []cowfs.Op{cowfs.WriteOp("a.txt", []byte("one\n"), 0o644), cowfs.WhiteoutOp("a.txt")} {
+		tx, err := f.Begin(t.Context(), "cmd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Stage(context.Background(), []cowfs.Op{op}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, err := f.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	code, out, errOut := runCLI(t, "cow", "list", "--workspace", ws)
+	if code != exitOK {
+		t.Fatalf("cow list: %d %s", code, errOut)
+	}
+	for _, in := range infos {
+		var row string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, in.ID) {
+				row = l
+			}
+		}
+		if f := strings.Fields(row); len(f) < 3 || f[2] != "1" {
+			t.Errorf("cow list row of %s: %q, want 1 change\n%s", in.ID, row, out)
+		}
+	}
+
+	sb, err := sandbox.New(t.Context(), ws, sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	txs, err := (&mcpTools{sb: sb}).pending(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs) != 2 {
+		t.Fatalf("MCP's pending transactions: %d, want both", len(txs))
 	}
 }

@@ -343,7 +343,7 @@ func (t *mcpTools) pending(ctx context.Context, id string) ([]*sandbox.Tx, error
 	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
 	var txs []*sandbox.Tx
 	for _, info := range infos {
-		if info.State != cowfs.StateOpen || info.Changes == 0 {
+		if info.State != cowfs.StateOpen || info.Changes+info.Whiteouts == 0 {
 			continue
 		}
 		tx, err := t.sb.OpenTx(ctx, info.ID)

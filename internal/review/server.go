@@ -499,7 +499,7 @@ func (s *Server) fingerprint(ctx context.Context) string {
 	var b strings.Builder
 	if all, err := r.FS().List(ctx); err == nil {
 		for _, i := range all {
-			fmt.Fprintf(&b, "%s %s %d %d;", i.ID, i.State, i.Changes, i.Bytes)
+			fmt.Fprintf(&b, "%s %s %d %d %d;", i.ID, i.State, i.Changes, i.Whiteouts, i.Bytes)
 		}
 	}
 	if st, err := os.Stat(r.AuditPath()); err == nil {
