@@ -474,6 +474,7 @@ type fold struct {
 type fentry struct {
 	c   change
 	dir string // state dir of the transaction holding the bytes
+	tx  string // id of the transaction whose change this entry is (Decider)
 	// hide marks a whiteout of a path the workspace did not hold: absent
 	// in the view, nothing to commit.
 	hide bool
@@ -528,7 +529,7 @@ func (v *fold) apply(t *StackTx) {
 		if c.Kind == KindMkdir && c.Implicit && prev != nil && prev.c.Kind == KindMkdir {
 			continue // the directory is there already, as staged below
 		}
-		e := &fentry{c: c, dir: t.dir}
+		e := &fentry{c: c, dir: t.dir, tx: t.ID}
 		if prev != nil && !prev.hide {
 			e.c.Before = prev.c.Before
 		}
@@ -541,10 +542,10 @@ func (v *fold) apply(t *StackTx) {
 		v.hideBelow(p)
 		if prev := v.m[p]; prev != nil && prev.c.Before.Type != typeAbsent {
 			prev.c = change{Path: p, Kind: KindDelete, Before: prev.c.Before}
-			prev.hide = false
+			prev.hide, prev.tx = false, t.ID
 			continue
 		}
-		v.set(p, &fentry{c: change{Path: p, Kind: KindDelete}, hide: true})
+		v.set(p, &fentry{c: change{Path: p, Kind: KindDelete}, hide: true, tx: t.ID})
 	}
 }
 
@@ -657,6 +658,26 @@ func (s *Stack) Lookup(p string) (e *Entry, decided bool, err error) {
 	}
 	out := s.entry(fe)
 	return &out, true, nil
+}
+
+// Decider returns the id of the transaction whose entry decides what the
+// stack shows at p (p's own entry, or an ancestor's that deletes or
+// replaces it), or "" when the workspace shows through.
+func (s *Stack) Decider(p string) string {
+	rel, err := cleanRel(s.fs.ws.dir, p)
+	if err != nil {
+		return ""
+	}
+	v := s.fold()
+	for _, a := range ancestors(rel) {
+		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
+			return fe.tx
+		}
+	}
+	if fe := v.m[rel]; fe != nil {
+		return fe.tx
+	}
+	return ""
 }
 
 // Layer is one transaction of the stack as a layer of the view: its own

@@ -332,3 +332,19 @@ func TestListCountsWhiteouts(t *testing.T) {
 	}
 	t.Fatalf("transaction %s not listed: %+v", two, infos)
 }
+
+// TestStackDecider names the transaction whose entry decides a path: its
+// own, an ancestor's deletion, or none where the workspace shows through.
+func TestStackDecider(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "ws.txt", "w\n", 0o644)
+	f := openFS(t, ws)
+	a := stageCmd(t, f, "one", WriteOp("d/a.txt", []byte("a\n"), 0o644), WriteOp("b.txt", []byte("b\n"), 0o644))
+	b := stageCmd(t, f, "two", WriteOp("b.txt", []byte("b2\n"), 0o644), WhiteoutOp("d"))
+	st := stack(t, f)
+	for p, want := range map[string]string{"b.txt": b, "d/a.txt": b, "d": b, "ws.txt": "", "nothing": ""} {
+		if got := st.Decider(p); got != want {
+			t.Errorf("Decider(%q) = %q, want %q (a is %s)", p, got, want, a)
+		}
+	}
+}

@@ -106,6 +106,13 @@ type Result struct {
 	// reads as instructions — hooks, config, the .git entry itself (see
 	// policy.RunsOnHost). Auto-commit never applies them: a person must.
 	RunsOnHost []string
+	// ConcurrentChanges lists the staged paths that another transaction
+	// changed in the pending stack while the command ran: the command
+	// started from the stack before that change and did not see it, so
+	// the two transactions hold versions made apart (two appends to one
+	// file, say), and commit --all keeps the upper one's. Each is in the
+	// audit log (action stack, reason concurrent_change).
+	ConcurrentChanges []string
 	// CommitErr is why auto-commit did not happen (a conflict, wrapping
 	// ErrConflict; ErrRunsOnHost; or a path the policy wants reviewed);
 	// the transaction then stays pending.
@@ -206,6 +213,7 @@ type execution struct {
 
 	// Set by prepare.
 	mounted []backend.Cache
+	view    *cowfs.Stack // the pending stack the command was shown
 	tx      *cowfs.Tx
 	out     *outputs
 	tap     io.Writer // a started process's output log, fed stdout and stderr as they arrive (Start)
@@ -405,6 +413,7 @@ func (x *execution) pendingStack(ctx context.Context) (*backend.Pending, error) 
 	if err != nil {
 		return nil, err
 	}
+	x.view = st
 	pend := s.toPendingCached(st)
 	if !pend.Empty() && !s.caps.StacksPending {
 		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",

@@ -279,3 +279,46 @@ func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok 
 	}
 	return nil, true, fmt.Errorf("%s: too many levels of pending symlinks", rel)
 }
+
+// concurrentChanges returns, for each path ops write or delete, the
+// transaction that changed what the pending stack shows there since view
+// was read (the stack the command was shown), when one did: the command
+// made its version without seeing that change. Directories are left out
+// (two commands making one directory agree). A stack that cannot be read
+// again reports nothing; staging goes on and meets the error itself.
+func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, ops []cowfs.Op) map[string]string {
+	if view == nil || len(ops) == 0 {
+		return nil
+	}
+	cur, err := s.cow.Stack(ctx)
+	if err != nil || cur.Key() == view.Key() {
+		return nil
+	}
+	var out map[string]string
+	for _, op := range ops {
+		if op.Kind == cowfs.KindMkdir {
+			continue
+		}
+		was, wasDecided, err1 := view.Lookup(op.Path)
+		now, nowDecided, err2 := cur.Lookup(op.Path)
+		if err1 != nil || err2 != nil || sameEntry(was, wasDecided, now, nowDecided) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[op.Path] = cur.Decider(op.Path)
+	}
+	return out
+}
+
+// sameEntry reports whether two lookups of one path show the same thing.
+func sameEntry(a *cowfs.Entry, aDecided bool, b *cowfs.Entry, bDecided bool) bool {
+	switch {
+	case aDecided != bDecided:
+		return false
+	case a == nil || b == nil:
+		return a == nil && b == nil
+	}
+	return a.Kind == b.Kind && a.Mode == b.Mode && a.Size == b.Size && a.Target == b.Target && a.SHA == b.SHA
+}

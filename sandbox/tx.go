@@ -189,8 +189,9 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		op     int    // index in ops, or -1
 	}
 	var (
-		outs []outcome
-		ops  []cowfs.Op
+		outs       []outcome
+		ops        []cowfs.Op
+		concurrent map[string]string // path: the transaction that changed it meanwhile
 	)
 	check := func(a policy.Action, op cowfs.Op) string {
 		if pathguard.IsReserved(op.Path) {
@@ -277,6 +278,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		// kept for review).
 		// The transaction is begun here, with something to stage (unless
 		// prepare took it already).
+		concurrent = s.concurrentChanges(context.WithoutCancel(ctx), x.view, ops)
 		batchErr := x.beginTx(context.WithoutCancel(ctx))
 		tx = x.tx
 		if batchErr == nil {
@@ -323,6 +325,12 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 			ev.Reason = "runs_on_host"
 		}
 		events = append(events, ev)
+		if by, ok := concurrent[o.path]; ok {
+			res.ConcurrentChanges = append(res.ConcurrentChanges, shown)
+			events = append(events, audit.Event{ExecutionID: execID, Action: "stack", Target: o.path, Decision: "allow",
+				Reason: "concurrent_change", Detail: fmt.Sprintf("changed by transaction %s while the command ran, "+
+					"from a stack it did not see; transaction %s holds this command's version", by, tx.ID())})
+		}
 	}
 	s.recordBatch(ctx, "stage-overlay", events)
 	if tx == nil {

@@ -220,6 +220,11 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 	for _, r := range res.Refused {
 		fmt.Fprintf(w, "   not staged: %s (%s)\n", r.Path, r.Reason)
 	}
+	if len(res.ConcurrentChanges) > 0 {
+		fmt.Fprintf(w, "   warning: another command changed %s while this one ran, and this one did not see it: "+
+			"both versions are pending, and commit --all keeps the upper transaction's (%s diff%s ID shows each)\n",
+			namedPaths(res.ConcurrentChanges), cow, wsFlag)
+	}
 	switch {
 	case res.InPlace:
 		if len(res.Changed)+len(res.Deleted) == 0 {
@@ -293,6 +298,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Stderr      string      `json:"stderr"`
 		Transaction string      `json:"transaction,omitempty"`
 		Staged      []string    `json:"staged,omitempty"`
+		Concurrent  []string    `json:"concurrent_changes,omitempty"`
 		Refused     []refused   `json:"refused,omitempty"`
 		Committed   []string    `json:"committed,omitempty"`
 		RunsOnHost  []string    `json:"runs_on_host,omitempty"`
@@ -307,7 +313,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
 		DurationMS: durationMS(res.Duration), Stdout: res.Stdout, Stderr: res.Stderr,
-		Transaction: res.Transaction, Staged: res.Staged, Committed: res.Committed, RunsOnHost: res.RunsOnHost, InPlace: res.InPlace,
+		Transaction: res.Transaction, Staged: res.Staged, Concurrent: res.ConcurrentChanges, Committed: res.Committed, RunsOnHost: res.RunsOnHost, InPlace: res.InPlace,
 		Changed: res.Changed, Deleted: res.Deleted, Diff: diff,
 		Metrics: execMetrics{MaxRSSBytes: res.Metrics.MaxRSSBytes,
 			UserCPUMS: durationMS(res.Metrics.UserCPU), SystemCPUMS: durationMS(res.Metrics.SystemCPU)},

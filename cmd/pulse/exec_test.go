@@ -246,3 +246,21 @@ func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryWarnsOfConcurrentChanges: the summary names the paths another
+// command changed while this one ran, and how to look at both versions.
+func TestSummaryWarnsOfConcurrentChanges(t *testing.T) {
+	res := &sandbox.Result{Transaction: "abc", Staged: []string{"shared", "mine"}, ConcurrentChanges: []string{"shared"}}
+	var b strings.Builder
+	summarize(&b, res, "", "pulse cow", " --workspace ws")
+	out := b.String()
+	if !strings.Contains(out, "another command changed shared while this one ran") ||
+		!strings.Contains(out, "pulse cow diff --workspace ws ID") {
+		t.Fatalf("summary:\n%s", out)
+	}
+	b.Reset()
+	summarize(&b, &sandbox.Result{Transaction: "abc", Staged: []string{"mine"}}, "", "pulse cow", "")
+	if strings.Contains(b.String(), "another command") {
+		t.Fatalf("summary warns without a concurrent change:\n%s", b.String())
+	}
+}
