@@ -139,6 +139,7 @@ type executeOut struct {
 	Stderr      string       `json:"stderr"`
 	Transaction string       `json:"transaction,omitempty" jsonschema:"id of the pending transaction holding the files the command wrote"`
 	Staged      []string     `json:"staged,omitempty" jsonschema:"paths staged in the transaction"`
+	Concurrent  []string     `json:"concurrent_changes,omitempty" jsonschema:"staged paths another command changed while this one ran, unseen by it: both versions are pending and commit --all keeps the upper transaction's"`
 	Refused     []refusedOut `json:"refused,omitempty" jsonschema:"paths the command wrote that were not staged, with why"`
 	InPlace     bool         `json:"in_place,omitempty" jsonschema:"true when the unsafe host backend wrote in the workspace itself"`
 	DurationMS  float64      `json:"duration_ms" jsonschema:"wall-clock duration in milliseconds"`
@@ -170,7 +171,7 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 	}
 	out := executeOut{
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
-		Stdout: res.Stdout, Stderr: res.Stderr, Transaction: res.Transaction, Staged: res.Staged, InPlace: res.InPlace,
+		Stdout: res.Stdout, Stderr: res.Stderr, Transaction: res.Transaction, Staged: res.Staged, Concurrent: res.ConcurrentChanges, InPlace: res.InPlace,
 		DurationMS: float64(res.Duration.Microseconds()) / 1000, Backend: res.Backend,
 	}
 	for _, r := range res.Refused {
