@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/backend"
 )
@@ -38,29 +40,45 @@ func (g *gateBackend) Exec(_ context.Context, r *backend.Request) (*backend.Resu
 	return &backend.Result{Termination: backend.Exited, Overlay: ov}, nil
 }
 
+// gateSandbox is a sandbox of ws on a new gateBackend, with opts.
+func gateSandbox(t *testing.T, ws string, opts ...Option) (*Sandbox, *gateBackend) {
+	t.Helper()
+	g := &gateBackend{release: make(chan struct{}), started: make(chan struct{})}
+	sb, err := New(context.Background(), ws, append([]Option{WithBackend(g)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	return sb, g
+}
+
+type execOutcome struct {
+	res *Result
+	err error
+}
+
+// startGated runs a "write-after" command in the background, returning
+// once its backend has started it; its outcome arrives once g.release
+// is closed.
+func startGated(sb *Sandbox, g *gateBackend, args ...string) <-chan execOutcome {
+	done := make(chan execOutcome, 1)
+	go func() {
+		res, err := sb.Execute(context.Background(), Command{Args: append([]string{"write-after"}, args...)})
+		done <- execOutcome{res, err}
+	}()
+	<-g.started
+	return done
+}
+
 // TestConcurrentChangesAreReported: a command that ran while another
 // staged a change to a path it also writes is told so (and the audit log
 // says so), since it made its version without seeing the other's; paths
 // only one of them wrote, and commands one after the other, are not.
 func TestConcurrentChangesAreReported(t *testing.T) {
 	ws, _ := filepath.EvalSymlinks(t.TempDir())
-	g := &gateBackend{release: make(chan struct{}), started: make(chan struct{})}
-	sb, err := New(context.Background(), ws, WithBackend(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	sb, g := gateSandbox(t, ws)
 	ctx := context.Background()
-	type out struct {
-		res *Result
-		err error
-	}
-	slow := make(chan out, 1)
-	go func() {
-		res, err := sb.Execute(ctx, Command{Args: []string{"write-after", "shared", "slow\n", "mine", "m\n", "gone", "-"}})
-		slow <- out{res, err}
-	}()
-	<-g.started
+	slow := startGated(sb, g, "shared", "slow\n", "mine", "m\n", "gone", "-")
 	fast, err := sb.Execute(ctx, Command{Args: []string{"write", "shared", "fast\n", "gone", "g\n", "theirs", "t\n"}})
 	if err != nil {
 		t.Fatal(err)
@@ -94,5 +112,47 @@ func TestConcurrentChangesAreReported(t *testing.T) {
 	}
 	if len(after.ConcurrentChanges) != 0 {
 		t.Errorf("a command after the others reports %v", after.ConcurrentChanges)
+	}
+}
+
+// TestAutoCommitHoldsWhatChangedInTheWorkspaceMeanwhile: a file of the
+// workspace changed while a command ran (another command's commit, an
+// edit) is not overwritten by auto-commit with the version the command
+// made without it: the transaction stays pending with ErrConcurrentChange,
+// and the change is reported. A command with no such change commits.
+func TestAutoCommitHoldsWhatChangedInTheWorkspaceMeanwhile(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	if err := os.WriteFile(filepath.Join(ws, "shared"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, g := gateSandbox(t, ws, WithAutoCommit())
+	ctx := context.Background()
+	slow := startGated(sb, g, "shared", "base\nslow\n", "mine", "m\n")
+	// The kernel stamps inode times from a clock that lags the one
+	// Execute reads by up to a tick: a change within it goes unseen.
+	time.Sleep(30 * time.Millisecond)
+	if err := os.WriteFile(filepath.Join(ws, "shared"), []byte("base\nedit\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	o := <-slow
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if !errors.Is(o.res.CommitErr, ErrConcurrentChange) || o.res.Transaction == "" || len(o.res.Committed) != 0 {
+		t.Fatalf("auto-commit over a change made meanwhile: CommitErr %v, transaction %q, committed %v", o.res.CommitErr, o.res.Transaction, o.res.Committed)
+	}
+	if !slices.Equal(o.res.ConcurrentChanges, []string{"shared"}) {
+		t.Errorf("ConcurrentChanges = %v, want [shared]", o.res.ConcurrentChanges)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "shared")); string(b) != "base\nedit\n" {
+		t.Errorf("the edit made meanwhile was overwritten: %q", b)
+	}
+	if _, err := sb.DiscardAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Execute(ctx, Command{Args: []string{"write", "shared", "base\nedit\nlater\n"}})
+	if err != nil || res.CommitErr != nil || len(res.Committed) != 1 || len(res.ConcurrentChanges) != 0 {
+		t.Fatalf("a command with nothing changed meanwhile: %v, CommitErr %v, committed %v, concurrent %v", err, res.CommitErr, res.Committed, res.ConcurrentChanges)
 	}
 }

@@ -34,6 +34,12 @@ var (
 	// It stays pending until a person commits it. It is the class of
 	// Result.CommitErr, never a failure of Execute.
 	ErrRunsOnHost = errors.New("sandbox: the writes change what git runs on the host (hooks, config); a person must review and commit them")
+	// ErrConcurrentChange: auto-commit held a transaction because a path
+	// it stages changed while the command ran (Result.ConcurrentChanges),
+	// so the command's version was made without that change. It stays
+	// pending until a person commits or discards it. It is the class of
+	// Result.CommitErr, never a failure of Execute.
+	ErrConcurrentChange = errors.New("sandbox: a path the command wrote changed while it ran")
 	// ErrUnsupported is backend.ErrUnsupported: the backend cannot do
 	// what was asked (a background process, a signal, reaching a port
 	// inside the sandbox). Nothing was started.

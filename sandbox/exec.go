@@ -106,12 +106,15 @@ type Result struct {
 	// reads as instructions — hooks, config, the .git entry itself (see
 	// policy.RunsOnHost). Auto-commit never applies them: a person must.
 	RunsOnHost []string
-	// ConcurrentChanges lists the staged paths that another transaction
-	// changed in the pending stack while the command ran: the command
-	// started from the stack before that change and did not see it, so
-	// the two transactions hold versions made apart (two appends to one
-	// file, say), and commit --all keeps the upper one's. Each is in the
-	// audit log (action stack, reason concurrent_change).
+	// ConcurrentChanges lists the staged paths that changed while the
+	// command ran without it seeing the change: another transaction
+	// changed what the pending stack shows there (the command started
+	// from the stack before it), or the workspace file itself changed (a
+	// commit, an edit). The command's version was made apart from that
+	// change (two appends to one file, say): it is staged, commit --all
+	// keeps the upper transaction's version, and auto-commit leaves the
+	// transaction pending (CommitErr wraps ErrConcurrentChange). Each is
+	// in the audit log (action stack, reason concurrent_change).
 	ConcurrentChanges []string
 	// CommitErr is why auto-commit did not happen (a conflict, wrapping
 	// ErrConflict; ErrRunsOnHost; or a path the policy wants reviewed);

@@ -6,8 +6,11 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -280,36 +283,63 @@ func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok 
 	return nil, true, fmt.Errorf("%s: too many levels of pending symlinks", rel)
 }
 
-// concurrentChanges returns, for each path ops write or delete, the
+// concurrentChanges returns, for each path ops write or delete that
+// changed under the command while it ran, what changed it: the id of the
 // transaction that changed what the pending stack shows there since view
-// was read (the stack the command was shown), when one did: the command
-// made its version without seeing that change. Directories are left out
-// (two commands making one directory agree). A stack that cannot be read
-// again reports nothing; staging goes on and meets the error itself.
-func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, ops []cowfs.Op) map[string]string {
-	if view == nil || len(ops) == 0 {
-		return nil
-	}
-	cur, err := s.cow.Stack(ctx)
-	if err != nil || cur.Key() == view.Key() {
+// was read (the stack the command was shown), or "" for the workspace
+// itself, whose entry's inode changed after start (a commit or an edit
+// the command may not have seen: its own writes never touch the
+// workspace). Either way the command made its version apart from that
+// change. Directories are left out (two commands making one directory
+// agree). A stack that cannot be read again reports nothing from it;
+// staging goes on and meets the error itself.
+func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, start time.Time, ops []cowfs.Op) map[string]string {
+	if len(ops) == 0 {
 		return nil
 	}
 	var out map[string]string
+	add := func(p, by string) {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[p] = by
+	}
+	var cur *cowfs.Stack
+	if view != nil {
+		if st, err := s.cow.Stack(ctx); err == nil && st.Key() != view.Key() {
+			cur = st
+		}
+	}
 	for _, op := range ops {
 		if op.Kind == cowfs.KindMkdir {
 			continue
 		}
-		was, wasDecided, err1 := view.Lookup(op.Path)
-		now, nowDecided, err2 := cur.Lookup(op.Path)
-		if err1 != nil || err2 != nil || sameEntry(was, wasDecided, now, nowDecided) {
-			continue
+		if cur != nil {
+			was, wasDecided, err1 := view.Lookup(op.Path)
+			now, nowDecided, err2 := cur.Lookup(op.Path)
+			if err1 == nil && err2 == nil && !sameEntry(was, wasDecided, now, nowDecided) {
+				add(op.Path, cur.Decider(op.Path))
+				continue
+			}
 		}
-		if out == nil {
-			out = map[string]string{}
+		if !start.IsZero() && changedSince(filepath.Join(s.workspace, filepath.FromSlash(op.Path)), start) {
+			add(op.Path, "")
 		}
-		out[op.Path] = cur.Decider(op.Path)
 	}
 	return out
+}
+
+// changedSince reports whether the entry at p (not followed) had its inode
+// changed after t. The kernel stamps inode times from a coarse clock (a
+// tick behind, or whole seconds on some file systems), so a change just
+// after t can go unseen; none made before t is reported.
+func changedSince(p string, t time.Time) bool {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return false
+	}
+	c := ctimeOf(&st)
+	return time.Unix(c.Sec, c.Nsec).After(t)
 }
 
 // sameEntry reports whether two lookups of one path show the same thing.

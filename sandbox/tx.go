@@ -278,7 +278,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		// kept for review).
 		// The transaction is begun here, with something to stage (unless
 		// prepare took it already).
-		concurrent = s.concurrentChanges(context.WithoutCancel(ctx), x.view, ops)
+		concurrent = s.concurrentChanges(context.WithoutCancel(ctx), x.view, x.start, ops)
 		batchErr := x.beginTx(context.WithoutCancel(ctx))
 		tx = x.tx
 		if batchErr == nil {
@@ -327,9 +327,12 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		events = append(events, ev)
 		if by, ok := concurrent[o.path]; ok {
 			res.ConcurrentChanges = append(res.ConcurrentChanges, shown)
+			what := "changed in the workspace while the command ran (a commit or an edit it may not have seen)"
+			if by != "" {
+				what = "changed by transaction " + by + " while the command ran, in a stack it did not see"
+			}
 			events = append(events, audit.Event{ExecutionID: execID, Action: "stack", Target: o.path, Decision: "allow",
-				Reason: "concurrent_change", Detail: fmt.Sprintf("changed by transaction %s while the command ran, "+
-					"from a stack it did not see; transaction %s holds this command's version", by, tx.ID())})
+				Reason: "concurrent_change", Detail: what + "; transaction " + tx.ID() + " holds this command's version"})
 		}
 	}
 	s.recordBatch(ctx, "stage-overlay", events)
@@ -361,6 +364,15 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 	}
 	if review {
 		res.CommitErr = errReviewRequired
+		return nil
+	}
+	if len(res.ConcurrentChanges) > 0 {
+		// Committing would put this command's version over a change it
+		// was made without: a person decides.
+		res.CommitErr = fmt.Errorf("%w (%s); the transaction is left pending for review",
+			ErrConcurrentChange, strings.Join(res.ConcurrentChanges, ", "))
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "commit", Target: tx.ID(), Decision: "deny",
+			Reason: "concurrent_change", Detail: res.CommitErr.Error()})
 		return nil
 	}
 	res.Committed, res.CommitErr = s.commit(ctx, tx, execID)

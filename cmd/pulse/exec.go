@@ -221,9 +221,13 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 		fmt.Fprintf(w, "   not staged: %s (%s)\n", r.Path, r.Reason)
 	}
 	if len(res.ConcurrentChanges) > 0 {
-		fmt.Fprintf(w, "   warning: another command changed %s while this one ran, and this one did not see it: "+
-			"both versions are pending, and commit --all keeps the upper transaction's (%s diff%s ID shows each)\n",
-			namedPaths(res.ConcurrentChanges), cow, wsFlag)
+		id := res.Transaction
+		if id == "" {
+			id = "ID"
+		}
+		fmt.Fprintf(w, "   warning: %s changed while this command ran (another command's transaction or commit, or an edit), "+
+			"and this command did not see the change; %s diff%s %s shows what its version replaces\n",
+			namedPaths(res.ConcurrentChanges), cow, wsFlag, id)
 	}
 	switch {
 	case res.InPlace:

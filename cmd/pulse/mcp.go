@@ -139,7 +139,7 @@ type executeOut struct {
 	Stderr      string       `json:"stderr"`
 	Transaction string       `json:"transaction,omitempty" jsonschema:"id of the pending transaction holding the files the command wrote"`
 	Staged      []string     `json:"staged,omitempty" jsonschema:"paths staged in the transaction"`
-	Concurrent  []string     `json:"concurrent_changes,omitempty" jsonschema:"staged paths another command changed while this one ran, unseen by it: both versions are pending and commit --all keeps the upper transaction's"`
+	Concurrent  []string     `json:"concurrent_changes,omitempty" jsonschema:"staged paths that changed while this command ran (another command's transaction or commit, or an edit) without it seeing the change; auto-commit leaves such a transaction pending"`
 	Refused     []refusedOut `json:"refused,omitempty" jsonschema:"paths the command wrote that were not staged, with why"`
 	InPlace     bool         `json:"in_place,omitempty" jsonschema:"true when the unsafe host backend wrote in the workspace itself"`
 	DurationMS  float64      `json:"duration_ms" jsonschema:"wall-clock duration in milliseconds"`
