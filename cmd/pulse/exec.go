@@ -250,12 +250,54 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 		}
 		fmt.Fprintf(w, "   pending transaction %s (%d path(s)); the workspace is untouched:\n\n", res.Transaction, len(res.Staged))
 		fmt.Fprint(w, hostRunWarning(res.RunsOnHost))
-		fmt.Fprint(w, diff)
+		shown, more := clipDiff(diff)
+		fmt.Fprint(w, shown)
+		if more > 0 {
+			fmt.Fprintf(w, "\n   ... and %d more line(s) of diff (%s diff%s %s shows it whole; --json has it too)\n",
+				more, cow, wsFlag, res.Transaction)
+		}
 		fmt.Fprintf(w, "\n   review: %[3]s diff%[2]s %[1]s | commit: %[3]s commit%[2]s %[1]s | drop: %[3]s discard%[2]s %[1]s\n",
 			res.Transaction, wsFlag, cow)
 	default:
 		fmt.Fprintln(w, "   no file changed")
 	}
+}
+
+// The summary shows a diff up to this many lines or bytes, whichever
+// comes first: a command that wrote a build tree or a large file would
+// otherwise flood the terminal (and an agent's context) with megabytes.
+const (
+	maxSummaryDiffLines = 500
+	maxSummaryDiffBytes = 64 << 10
+)
+
+// clipDiff returns the head of diff the summary shows, cut at a line end,
+// and how many lines it leaves out.
+func clipDiff(diff string) (string, int) {
+	end, lines := 0, 0
+	for end < len(diff) && lines < maxSummaryDiffLines {
+		i := strings.IndexByte(diff[end:], '\n')
+		next := len(diff)
+		if i >= 0 {
+			next = end + i + 1
+		}
+		if next > maxSummaryDiffBytes && lines > 0 {
+			break
+		}
+		end, lines = next, lines+1
+	}
+	if end >= len(diff) {
+		return diff, 0
+	}
+	rest := diff[end:]
+	return diff[:end], strings.Count(rest, "\n") + btoi(!strings.HasSuffix(rest, "\n"))
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // maxNamedPaths is how many committed paths the summary names. A command

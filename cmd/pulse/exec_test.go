@@ -264,3 +264,38 @@ func TestSummaryWarnsOfConcurrentChanges(t *testing.T) {
 		t.Fatalf("summary warns without a concurrent change:\n%s", b.String())
 	}
 }
+
+// TestSummaryClipsALongDiff: the summary shows the head of a long diff,
+// cut at a line end, and says how much is left and how to see it whole;
+// a short one whole.
+func TestSummaryClipsALongDiff(t *testing.T) {
+	var long strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&long, "+line %d\n", i)
+	}
+	res := &sandbox.Result{Transaction: "abc", Staged: []string{"f"}}
+	var b strings.Builder
+	summarize(&b, res, long.String(), "pulse cow", "")
+	out := b.String()
+	if !strings.Contains(out, "+line 0\n") || !strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines-1)) ||
+		strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines)) {
+		t.Fatalf("summary does not end the diff at line %d:\n%.300s", maxSummaryDiffLines, out)
+	}
+	if want := fmt.Sprintf("and %d more line(s) of diff (pulse cow diff abc shows it whole", 2000-maxSummaryDiffLines); !strings.Contains(out, want) {
+		t.Fatalf("summary lacks %q", want)
+	}
+	huge := strings.Repeat("+"+strings.Repeat("x", 999)+"\n", 100) // 100 KB in 100 lines
+	b.Reset()
+	summarize(&b, res, huge, "pulse cow", "")
+	if out := b.String(); len(out) > maxSummaryDiffBytes+1024 || !strings.Contains(out, "more line(s) of diff") {
+		t.Fatalf("a diff of long lines is shown whole (%d bytes)", len(out))
+	}
+	b.Reset()
+	summarize(&b, res, "+short\n", "pulse cow", "")
+	if out := b.String(); !strings.Contains(out, "+short\n") || strings.Contains(out, "more line(s)") {
+		t.Fatalf("a short diff is clipped:\n%s", out)
+	}
+	if got, more := clipDiff("a\nb"); got != "a\nb" || more != 0 {
+		t.Fatalf("clipDiff of a diff without a last newline = %q, %d", got, more)
+	}
+}
