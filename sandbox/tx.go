@@ -191,7 +191,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 	var (
 		outs       []outcome
 		ops        []cowfs.Op
-		concurrent map[string]string // path: the transaction that changed it meanwhile
+		concurrent map[string]string // path: what changed it meanwhile (a transaction id; "" for the workspace)
 	)
 	check := func(a policy.Action, op cowfs.Op) string {
 		if pathguard.IsReserved(op.Path) {
