@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 func init() {
@@ -22,12 +24,13 @@ func init() {
 		name:    "audit",
 		summary: "check the audit log's hash chain, read its events, export them for a SIEM",
 		usage: []string{
-			"pulse audit verify FILE [--anchor SEQ:HASH]",
-			"pulse audit tail FILE [-f] [-n N]",
-			"pulse audit export --format ocsf|ecs FILE",
+			"pulse audit verify [FILE] [--anchor SEQ:HASH]",
+			"pulse audit tail [FILE] [-f] [-n N]",
+			"pulse audit export --format ocsf|ecs [FILE]",
 			"pulse audit keygen [FILE]",
 		},
-		help: `verify exits 0 when the chain is intact and 1 when it is tampered, malformed or
+		help: `FILE defaults to the audit log of the workspace (--workspace, default the
+current directory): WORKSPACE/.pulse/audit.jsonl. verify exits 0 when the chain is intact and 1 when it is tampered, malformed or
 unreadable, naming the first bad seq; it prints an anchor to pass to a later
 verify, which then also catches lines cut from the end. tail prints events as
 lines (durations in milliseconds); -f follows the log across rotation. export
@@ -66,6 +69,10 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		fset.BoolVar(follow, "f", false, "keep reading as events are appended (across rotation)")
 		fset.IntVar(lines, "n", 10, "show the last N events first (0: none, -1: all)")
 	}
+	workspace := new(string)
+	if sub != "keygen" {
+		fset.StringVar(workspace, "workspace", ".", "the workspace whose audit log (.pulse/audit.jsonl) is read when no FILE is given")
+	}
 	// Flags may come before or after FILE.
 	pos, code, done := parseInterleaved(env, fset, args[1:])
 	if done {
@@ -73,6 +80,13 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if sub == "keygen" && len(pos) <= 1 {
 		return auditKeygen(env, pos)
+	}
+	if len(pos) == 0 {
+		def := filepath.Join(*workspace, pathguard.ReservedDir, "audit.jsonl")
+		if _, err := os.Lstat(def); err != nil {
+			return usageError(env, fset, fmt.Sprintf("no FILE given and no audit log at %s", def))
+		}
+		pos = []string{def}
 	}
 	if len(pos) != 1 {
 		return usageError(env, fset, "wants one FILE")

@@ -170,3 +170,27 @@ func TestAuditVerifyAnchor(t *testing.T) {
 		t.Fatalf("bad anchor: exit %d", code)
 	}
 }
+
+// TestAuditDefaultsToTheWorkspaceLog: without FILE, verify, tail and
+// export read WORKSPACE/.pulse/audit.jsonl (--workspace, default the
+// current directory); without one there, it is a usage error naming it.
+func TestAuditDefaultsToTheWorkspaceLog(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, ".pulse"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeAuditLog(t, filepath.Join(ws, ".pulse", "audit.jsonl"), 2)
+	if code, out, errOut := runCLI(t, "audit", "verify", "--workspace", ws); code != exitOK || !strings.Contains(out, "intact: 2 events") {
+		t.Fatalf("verify --workspace: %d %q %s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "audit", "tail", "--workspace", ws, "-n", "-1"); code != exitOK || strings.Count(out, "go test ./...") != 2 {
+		t.Fatalf("tail --workspace: %d %q %s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "audit", "export", "--format", "ocsf", "--workspace", ws); code != exitOK || strings.Count(out, "\n") != 2 {
+		t.Fatalf("export --workspace: %d %q %s", code, out, errOut)
+	}
+	empty := t.TempDir()
+	if code, _, errOut := runCLI(t, "audit", "verify", "--workspace", empty); code != exitUsage || !strings.Contains(errOut, filepath.Join(empty, ".pulse", "audit.jsonl")) {
+		t.Fatalf("verify of a workspace without a log: %d %s", code, errOut)
+	}
+}
