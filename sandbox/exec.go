@@ -391,7 +391,16 @@ func (x *execution) prepare(ctx context.Context) error {
 // only ever a placeholder in here; the egress proxy puts the value in
 // (egress.go).
 func (x *execution) env() map[string]string {
-	env := make(map[string]string, len(x.cmd.Env))
+	env := make(map[string]string, len(x.cmd.Env)+1)
+	if x.s.caps.CapturesWrites {
+		// git status refreshes .git/index whenever a file's stat data
+		// differ from what the index records, as they do in every Docker
+		// working copy: each read-only git status would otherwise leave a
+		// pending change of .git/index to review. Writes git must make
+		// (add, commit) take the index lock regardless. The command's own
+		// Env can set it back.
+		env["GIT_OPTIONAL_LOCKS"] = "0"
+	}
 	maps.Copy(env, x.cmd.Env)
 	for _, sec := range x.sec.Filter(x.s.o.secrets) {
 		if sec.Name != "" {
