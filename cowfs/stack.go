@@ -737,6 +737,11 @@ func (s *Stack) Layers() []Layer {
 		out = []Layer{}
 	}
 	if c.key == s.key || c.key == "" {
+		if c.key != s.key {
+			// The fold cached (an empty stack's, whose key is "") is
+			// another stack's: it must not pass for this one's.
+			c.view = nil
+		}
 		c.key, c.last = s.key, out
 	}
 	keep := map[string]bool{}

@@ -348,3 +348,26 @@ func TestStackDecider(t *testing.T) {
 		}
 	}
 }
+
+// TestStackLookupAfterLayersOfANewStack: the view a stack folds is its
+// own, whatever was folded or laid out for the stacks before it: Layers
+// of a new stack once left the previous stack's fold cached under the new
+// key, and Lookup then answered from the old stack.
+func TestStackLookupAfterLayersOfANewStack(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	first := stack(t, f)
+	if _, decided, err := first.Lookup("a.txt"); err != nil || decided {
+		t.Fatalf("empty stack: decided %v, %v", decided, err)
+	}
+	stageCmd(t, f, "one", WriteOp("a.txt", []byte("one\n"), 0o644))
+	st := stack(t, f)
+	st.Layers()
+	e, decided, err := st.Lookup("a.txt")
+	if err != nil || !decided || e == nil || e.Size != 4 {
+		t.Fatalf("Lookup after Layers of the new stack: %+v, decided %v, %v", e, decided, err)
+	}
+	if d := st.Decider("a.txt"); d == "" {
+		t.Errorf("Decider after Layers of the new stack: none")
+	}
+}
