@@ -156,3 +156,74 @@ func TestAutoCommitHoldsWhatChangedInTheWorkspaceMeanwhile(t *testing.T) {
 		t.Fatalf("a command with nothing changed meanwhile: %v, CommitErr %v, committed %v, concurrent %v", err, res.CommitErr, res.Committed, res.ConcurrentChanges)
 	}
 }
+
+// TestConcurrentCommitOfWhatTheCommandSawIsNoChange: a command that saw a
+// pending transaction's version of a path, which is committed while the
+// command runs, made its version on top of what the workspace now holds:
+// nothing to report, and auto-commit goes ahead. Had that transaction
+// been discarded instead, the command's version would bring back what it
+// saw there, and it is reported.
+func TestConcurrentCommitOfWhatTheCommandSawIsNoChange(t *testing.T) {
+	for _, end := range []string{"commit", "discard"} {
+		t.Run(end, func(t *testing.T) {
+			ws, _ := filepath.EvalSymlinks(t.TempDir())
+			sb, g := gateSandbox(t, ws)
+			ctx := context.Background()
+			first, err := sb.Execute(ctx, Command{Args: []string{"write", "shared", "one\n"}})
+			if err != nil || first.Transaction == "" {
+				t.Fatalf("first: %v %+v", err, first)
+			}
+			slow := startGated(sb, g, "shared", "one\ntwo\n")
+			// Inode times come from a clock a tick behind Execute's.
+			time.Sleep(30 * time.Millisecond)
+			tx, err := sb.OpenTx(ctx, first.Transaction)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end == "commit" {
+				_, err = tx.Commit(ctx)
+			} else {
+				err = tx.Discard(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(g.release)
+			o := <-slow
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if want := end == "discard"; (len(o.res.ConcurrentChanges) > 0) != want {
+				t.Errorf("after a %s meanwhile: ConcurrentChanges %v, want reported: %v", end, o.res.ConcurrentChanges, want)
+			}
+		})
+	}
+}
+
+// TestReadFileWhileACommandRunsSeesThePendingStack: ReadFile reads through
+// the pending stack while a command runs on it, also when the last stack
+// read before was an empty one (its cached view once stood in for the
+// command's stack, and ReadFile answered from the workspace).
+func TestReadFileWhileACommandRunsSeesThePendingStack(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("workspace\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, g := gateSandbox(t, ws)
+	ctx := context.Background()
+	if b, err := sb.ReadFile(ctx, "a.txt"); err != nil || string(b) != "workspace\n" {
+		t.Fatalf("ReadFile before: %q, %v", b, err)
+	}
+	if _, err := sb.Execute(ctx, Command{Args: []string{"write", "a.txt", "pending\n"}}); err != nil {
+		t.Fatal(err)
+	}
+	slow := startGated(sb, g, "b.txt", "b\n")
+	b, err := sb.ReadFile(ctx, "a.txt")
+	close(g.release)
+	if o := <-slow; o.err != nil {
+		t.Fatal(o.err)
+	}
+	if err != nil || string(b) != "pending\n" {
+		t.Fatalf("ReadFile while a command runs: %q, %v; want the pending version", b, err)
+	}
+}

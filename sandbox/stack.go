@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -314,19 +318,81 @@ func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, star
 		if op.Kind == cowfs.KindMkdir {
 			continue
 		}
-		if cur != nil {
-			was, wasDecided, err1 := view.Lookup(op.Path)
-			now, nowDecided, err2 := cur.Lookup(op.Path)
-			if err1 == nil && err2 == nil && !sameEntry(was, wasDecided, now, nowDecided) {
-				add(op.Path, cur.Decider(op.Path))
+		full := filepath.Join(s.workspace, filepath.FromSlash(op.Path))
+		if view != nil {
+			was, wasDecided, err := view.Lookup(op.Path)
+			if err != nil {
 				continue
 			}
+			if wasDecided {
+				// The command saw the stack's entry, not the workspace.
+				if cur == nil {
+					continue
+				}
+				now, nowDecided, err := cur.Lookup(op.Path)
+				switch {
+				case err != nil:
+				case nowDecided:
+					if !sameEntry(was, true, now, true) {
+						add(op.Path, cur.Decider(op.Path))
+					}
+				case !workspaceHolds(full, was):
+					// The transaction it saw is gone and the workspace
+					// holds something else: discarded, or committed and
+					// changed since.
+					add(op.Path, "")
+				}
+				continue
+			}
+			if cur != nil {
+				if _, nowDecided, err := cur.Lookup(op.Path); err == nil && nowDecided {
+					add(op.Path, cur.Decider(op.Path))
+					continue
+				}
+			}
 		}
-		if !start.IsZero() && changedSince(filepath.Join(s.workspace, filepath.FromSlash(op.Path)), start) {
+		// The command saw the workspace's own entry.
+		if !start.IsZero() && changedSince(full, start) {
 			add(op.Path, "")
 		}
 	}
 	return out
+}
+
+// workspaceHolds reports whether the workspace entry at p is what the
+// stack entry e showed (nil: absent), so that a transaction committed
+// while a command ran, which moved e from the stack into the workspace,
+// is no change to that command.
+func workspaceHolds(p string, e *cowfs.Entry) bool {
+	fi, err := os.Lstat(p)
+	if e == nil || e.Kind == cowfs.KindDelete {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	if err != nil {
+		return false
+	}
+	switch e.Kind {
+	case cowfs.KindMkdir:
+		return fi.IsDir()
+	case cowfs.KindSymlink:
+		t, err := os.Readlink(p)
+		return err == nil && fi.Mode()&fs.ModeSymlink != 0 && t == e.Target
+	case cowfs.KindWrite:
+		if !fi.Mode().IsRegular() || fi.Size() != e.Size || fi.Mode().Perm() != e.Mode.Perm() {
+			return false
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return false
+		}
+		return hex.EncodeToString(h.Sum(nil)) == e.SHA
+	}
+	return false
 }
 
 // changedSince reports whether the entry at p (not followed) had its inode
