@@ -115,7 +115,7 @@ func TestOutWriterReadOutputFromKeepsOrder(t *testing.T) {
 // caller's writer that never returns ends with errWriterAbandoned once the
 // writer is given up on.
 func TestOutWriterReadOutputFromAbandoned(t *testing.T) {
-	w := &blockingWriter{release: make(chan struct{})}
+	w := &enteredWriter{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(w.release)
 	q := newOutWriter(w)
 	done := make(chan error, 1)
@@ -123,6 +123,10 @@ func TestOutWriterReadOutputFromAbandoned(t *testing.T) {
 		_, err := q.ReadOutputFrom(&backend.OutputSource{R: zeroReader{}, N: 64 << 20})
 		done <- err
 	}()
+	<-w.entered
+	// Giving up, as outputs does once ctx has ended and the grace period
+	// passed: the queues are abandoned, then giveUp closed.
+	q.abandon()
 	giveUp := make(chan struct{})
 	close(giveUp)
 	q.close(giveUp)
@@ -134,6 +138,20 @@ func TestOutWriterReadOutputFromAbandoned(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("ReadOutputFrom hangs after its writer was abandoned")
 	}
+}
+
+// enteredWriter blocks every Write until release, and closes entered at
+// the first.
+type enteredWriter struct {
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (w *enteredWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.release
+	return len(p), nil
 }
 
 type zeroReader struct{}

@@ -680,6 +680,14 @@ func TestReconcileRunsBesideTheNextRequest(t *testing.T) {
 	c := h.dial(tokenA)
 	c.submit("orphan", "true", nil)
 	c.untilResult("orphan", nil)
+	// The result is sent a moment before the execution leaves the active
+	// set, and a reconcile leaves an active execution's workspace alone.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if h.srv.lookup("orphan", TenantOf(tokenA)) != nil {
+			return errors.New("the execution is still active after its result")
+		}
+		return nil
+	})
 	release := holdIDLock(t, h.srv, "orphan")
 	// The locks are striped by id: the next execution's must be another.
 	next := ""
