@@ -643,21 +643,29 @@ func (s *Stack) Lookup(p string) (e *Entry, decided bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v := s.fold()
-	for _, a := range ancestors(rel) {
-		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
-			return nil, true, nil
-		}
-	}
-	fe := v.m[rel]
-	if fe == nil {
+	fe, ancestor := s.deciding(rel)
+	switch {
+	case ancestor:
+		return nil, true, nil
+	case fe == nil:
 		return nil, false, nil
-	}
-	if fe.c.Kind == KindDelete {
+	case fe.c.Kind == KindDelete:
 		return nil, true, nil
 	}
 	out := s.entry(fe)
 	return &out, true, nil
+}
+
+// deciding returns the fold's entry that decides rel: an ancestor's that
+// deletes or replaces it (ancestor true), else rel's own, else nil.
+func (s *Stack) deciding(rel string) (fe *fentry, ancestor bool) {
+	v := s.fold()
+	for _, a := range ancestors(rel) {
+		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
+			return fe, true
+		}
+	}
+	return v.m[rel], false
 }
 
 // Decider returns the id of the transaction whose entry decides what the
@@ -668,13 +676,7 @@ func (s *Stack) Decider(p string) string {
 	if err != nil {
 		return ""
 	}
-	v := s.fold()
-	for _, a := range ancestors(rel) {
-		if fe := v.m[a]; fe != nil && fe.c.Kind != KindMkdir {
-			return fe.tx
-		}
-	}
-	if fe := v.m[rel]; fe != nil {
+	if fe, _ := s.deciding(rel); fe != nil {
 		return fe.tx
 	}
 	return ""

@@ -289,15 +289,8 @@ func clipDiff(diff string) (string, int) {
 	if end >= len(diff) {
 		return diff, 0
 	}
-	rest := diff[end:]
-	return diff[:end], strings.Count(rest, "\n") + btoi(!strings.HasSuffix(rest, "\n"))
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	rest := strings.TrimSuffix(diff[end:], "\n")
+	return diff[:end], strings.Count(rest, "\n") + 1
 }
 
 // maxNamedPaths is how many committed paths the summary names. A command

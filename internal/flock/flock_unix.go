@@ -34,18 +34,14 @@ func LockShared(ctx context.Context, f *os.File) error {
 
 // TryLock takes an exclusive lock on f if no one holds it, and returns
 // ErrLocked (wrapping EWOULDBLOCK) if someone does.
-func TryLock(f *os.File) error {
-	err := retry(f, syscall.LOCK_EX|syscall.LOCK_NB)
-	if errors.Is(err, syscall.EWOULDBLOCK) {
-		return fmt.Errorf("%w: %w", ErrLocked, err)
-	}
-	return err
-}
+func TryLock(f *os.File) error { return tryLock(f, syscall.LOCK_EX) }
 
 // TryLockShared takes a shared lock on f unless someone holds it
 // exclusively, and returns ErrLocked (wrapping EWOULDBLOCK) if someone does.
-func TryLockShared(f *os.File) error {
-	err := retry(f, syscall.LOCK_SH|syscall.LOCK_NB)
+func TryLockShared(f *os.File) error { return tryLock(f, syscall.LOCK_SH) }
+
+func tryLock(f *os.File, how int) error {
+	err := retry(f, how|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
