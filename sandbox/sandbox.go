@@ -79,9 +79,10 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if err != nil {
 		return nil, err
 	}
-	if o.backend == nil && o.backendName == "namespace" && o.image == "" {
+	if o.backend == nil && o.backendName == "namespace" && o.image == "" && o.keepWarm == 0 {
 		// What the backend prepares in the background when it is made
-		// starts now, beside the audit log's and the store's opening.
+		// starts now, beside the audit log's and the store's opening
+		// (with a keeper, the first init most likely comes ready from it).
 		namespace.Prewarm()
 	}
 	if o.network == nil && o.policy.Network != nil {

@@ -70,6 +70,9 @@ func candidates() []candidate {
 				if o.noPrestart {
 					opts = append(opts, namespace.WithoutPrestart())
 				}
+				if o.keepWarm > 0 {
+					opts = append(opts, namespace.WithKeeper(o.keepWarm))
+				}
 				return namespace.New(opts...)
 			},
 		},
@@ -103,7 +106,8 @@ func WithoutPrestart() Option {
 // for a later process on the same workspace, for up to idle unused: on
 // Docker the container, which a later sandbox with the same settings
 // takes over instead of making one (docker.WithReuse; idle at least a
-// minute). A CLI process, which runs one command and ends, uses it so
+// minute); on namespace a sandbox init started ahead, held by a keeper
+// process that a later process takes it from (namespace.WithKeeper). A CLI process, which runs one command and ends, uses it so
 // that the next command does not pay for a new container. Commands still
 // see exactly the workspace plus the pending stack; a process that dies
 // while it holds a container leaves it to be removed, never reused.

@@ -75,7 +75,7 @@ func runningInitCgroups(b *Backend) (string, bool) {
 	b.mu.Lock()
 	var pid int
 	for p := range b.running {
-		pid = p.cmd.Process.Pid
+		pid = p.pid()
 	}
 	b.mu.Unlock()
 	if pid == 0 {

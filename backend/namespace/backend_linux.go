@@ -93,7 +93,14 @@ func New(opts ...Option) (*Backend, error) {
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
 		warm: map[bool][]*initProc{}, filling: map[bool]bool{}, ahead: map[bool]chan struct{}{},
 		inflight: map[bool]int{}, peak: map[bool]int{}}
-	Prewarm()
+	if o.keeperIdle > 0 {
+		// The first Exec most likely adopts an init from the keeper, whose
+		// static config carries the /etc masks: the walk would be for
+		// nothing. Where it does not, the init's start walks.
+		backend.PrewarmProcessStart()
+	} else {
+		Prewarm()
+	}
 	b.landlock = nsinit.LandlockABI()
 	b.cg = detectCgroups()
 	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)

@@ -36,24 +36,7 @@ func init() { helpers["crash"] = crashHelper }
 func TestParentCrash(t *testing.T) {
 	newBackend(t)
 	beat, state, ws := t.TempDir(), filepath.Join(t.TempDir(), "state"), t.TempDir()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, beat, state, ws)
-	cmd.Env = []string{helperEnv + "=crash", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	size := func() int64 {
-		st, err := os.Stat(filepath.Join(beat, "beat"))
-		if err != nil {
-			return 0
-		}
-		return st.Size()
-	}
+	cmd, out, size := startBeatHelper(t, "crash", beat, state, ws)
 	waitFor(t, func() bool { return size() > 0 })
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -85,4 +68,30 @@ func TestParentCrash(t *testing.T) {
 	if entries, _ := os.ReadDir(state); len(entries) != 0 {
 		t.Fatalf("Reconcile left %d run directories of a dead process", len(entries))
 	}
+}
+
+// startBeatHelper starts helper in a process of its own, with the beat
+// directory, state dir and workspace as its arguments; size reads how
+// much its command has written to the beat file so far.
+func startBeatHelper(t *testing.T, helper, beat, state, ws string) (cmd *exec.Cmd, out *strings.Builder, size func() int64) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(exe, beat, state, ws)
+	cmd.Env = []string{helperEnv + "=" + helper, "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0", "HOME=" + os.Getenv("HOME")}
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	size = func() int64 {
+		st, err := os.Stat(filepath.Join(beat, "beat"))
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	return cmd, out, size
 }

@@ -133,7 +133,11 @@
 // chosen), already in the cgroups of the limits it is told: moving a
 // process into a cgroup waits for an RCU grace period in the kernel, which
 // then overlaps the init's start instead of delaying the Exec. An Exec
-// with other cgroup limits ends that init and starts its own. In cgroup v1
+// with other cgroup limits ends that init and starts its own. With
+// WithKeeper, StartAhead first asks the keeper, a process of the same
+// binary that outlives the CLI process that started it, for an init it
+// started ahead, and takes it over whole (keeper_linux.go says how, and
+// whom the keeper answers). In cgroup v1
 // directories no move is needed: the thread that forks an init enters
 // its cgroups alone for the fork (a thread moving itself takes no such
 // wait), so the init is born there, and the sandbox's cgroup namespace

@@ -117,7 +117,7 @@ func (x *nsExec) kill(why backend.TerminationReason) {
 	x.procMu.Lock()
 	defer x.procMu.Unlock()
 	// SIGKILL to pid 1 of the namespace: the kernel kills the rest.
-	_ = x.p.cmd.Process.Kill()
+	x.p.kill()
 }
 
 // acquire takes an init for the command and tracks it, so that Close
@@ -237,8 +237,8 @@ func (x *nsExec) send() error {
 	cfg.Root = filepath.Join(p.run.dir, "root")
 	cfg.Upper = filepath.Join(p.run.dir, "upper")
 	cfg.Work = filepath.Join(p.run.dir, "work")
-	if x.cg != nil && x.cg.added != p.cmd.Process.Pid {
-		if err := x.cg.add(p.cmd.Process.Pid); err != nil {
+	if x.cg != nil && x.cg.added != p.pid() {
+		if err := x.cg.add(p.pid()); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
 				// The init started ahead is gone: configure replaces it.
 				return err
@@ -303,7 +303,7 @@ func (x *nsExec) wait() (initStatus, error) {
 		}
 		if pid, ok := strings.CutPrefix(line, "started "); ok {
 			if x.cg != nil && pid != "0" {
-				if err := x.cg.tightenPids(x.lim.Pids, p.cmd.Process.Pid); err != nil {
+				if err := x.cg.tightenPids(x.lim.Pids, p.pid()); err != nil {
 					b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
 				}
 			}
@@ -320,7 +320,7 @@ func (x *nsExec) wait() (initStatus, error) {
 	x.reapLater = st.ended && st.started && st.exited
 	var waitErr error
 	if !x.reapLater {
-		waitErr = p.cmd.Wait()
+		waitErr = p.wait()
 	}
 	b.phase("init-reaped")
 	close(x.done)
@@ -356,13 +356,13 @@ func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backe
 		// The init failed before starting the command: nothing was started.
 		return nil, fmt.Errorf("%w: namespace: sandbox setup: %s", backend.ErrUnavailable, st.err)
 	}
-	ps := x.p.cmd.ProcessState
-	if ps == nil && !x.reapLater {
+	reaped, ru := x.p.reaped()
+	if !reaped && !x.reapLater {
 		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
 	}
 	why, killed := x.reason.Load().(backend.TerminationReason)
 	if !st.started && !killed {
-		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, ps)
+		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, waitErr)
 	}
 
 	res := &backend.Result{
@@ -393,7 +393,7 @@ func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backe
 			UserCPU:     time.Duration(st.endedRU[1]) * time.Microsecond,
 			SystemCPU:   time.Duration(st.endedRU[2]) * time.Microsecond,
 		}
-	} else if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
+	} else if ru != nil {
 		res.Metrics = backend.Metrics{
 			MaxRSSBytes: ru.Maxrss * 1024,
 			UserCPU:     time.Duration(ru.Utime.Nano()),
@@ -458,7 +458,7 @@ func (x *nsExec) releaseRun() {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		_ = p.cmd.Wait()
+		_ = p.wait()
 		if cg != nil {
 			cg.remove()
 		}

@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"os"
 	"sync"
 
 	"github.com/pulse-agent/pulse/backend/internal/denylist"
@@ -13,6 +14,9 @@ import (
 // never returns: it sets the sandbox up, runs the command as its child,
 // reports how the command ended to the backend and exits.
 //
+// It also turns this process into the namespace keeper when a backend with
+// WithKeeper started it (keeper_linux.go); then too it never returns.
+//
 // The init's code is package nsinit, which links nothing of the parent's
 // side; cmd/pulse-namespace-init is a main around it alone (through
 // package initprog), and every other program that re-executes itself as
@@ -20,6 +24,9 @@ import (
 func Init() {
 	initCalled.Store(true)
 	nsinit.Init()
+	if spec, ok := os.LookupEnv(keeperEnv); ok {
+		runKeeper(spec) // a keeper started by WithKeeper: never returns
+	}
 }
 
 // hostLastCap is nsinit.LastCap read once: every init of this process

@@ -31,20 +31,27 @@ var (
 // Computed once per process: /etc changes rarely, and a file made private
 // later is still unreadable to a non-root caller.
 func etcMasks() []string {
-	maskOnce.Do(func() {
-		seen := map[string]bool{}
-		add := func(p string) {
-			if !seen[p] {
-				seen[p] = true
-				maskList = append(maskList, p)
-			}
-		}
-		for _, p := range etcSecrets {
-			add(p)
-		}
-		walkPrivate("/etc", add)
-	})
+	maskOnce.Do(func() { maskList = walkEtcMasks() })
 	return maskList
+}
+
+// walkEtcMasks is etcMasks' walk, made anew at each call: the keeper,
+// which lives across many processes' commands, walks again for each init
+// it starts.
+func walkEtcMasks() []string {
+	var list []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			list = append(list, p)
+		}
+	}
+	for _, p := range etcSecrets {
+		add(p)
+	}
+	walkPrivate("/etc", add)
+	return list
 }
 
 // walkPrivate calls add, in lexical order, for what under root the world

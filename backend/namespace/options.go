@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 )
 
 // Name is the backend's stable identifier.
@@ -28,6 +29,8 @@ type options struct {
 	noPrestart bool
 	poolSize   int
 	probeCache string
+	keeperIdle time.Duration // keeper_linux.go
+	freshMasks bool          // a keeper's backend: each init walks /etc anew
 	// phaseHook, set by tests only, receives the start-up trace: each
 	// step of the backend and of the init, with its CLOCK_MONOTONIC time.
 	phaseHook func(name string, monoNs int64)
@@ -179,4 +182,20 @@ func buildOptions(opts []Option) (options, error) {
 		o.hostname = "pulse-sandbox"
 	}
 	return o, nil
+}
+
+// WithKeeper lets the backend take the init for its first command from
+// this binary's keeper, and start one where there is none, which then
+// keeps an init ready for the next process with this state dir and
+// hostname until idle passes without a request (see keeper_linux.go). It
+// is for processes that run one command each (a CLI), which would
+// otherwise start an init per command. idle must be positive.
+func WithKeeper(idle time.Duration) Option {
+	return func(o *options) error {
+		if idle <= 0 {
+			return fmt.Errorf("namespace: WithKeeper: idle time %s is not positive", idle)
+		}
+		o.keeperIdle = idle
+		return nil
+	}
 }

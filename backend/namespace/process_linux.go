@@ -25,7 +25,7 @@ func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Proc
 	}
 	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
 		return b.exec(ctx, req, func(p *initProc, nsPid int) {
-			c := &control{init: p.cmd.Process.Pid, nsPid: nsPid, newNet: p.newNet, dialer: p.dialer}
+			c := &control{init: p.pid(), nsPid: nsPid, newNet: p.newNet, dialer: p.dialer}
 			if req.TTY != nil {
 				started(&ttyControl{control: c, cfg: p.cfgW})
 				return

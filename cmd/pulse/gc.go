@@ -16,7 +16,7 @@ func init() {
 		help: `Removes every Docker sandbox container on this host's engine whose owning pulse
 process has ended (a crash, a kill -9), with its volumes: what Reconcile does
 when a sandbox opens, on demand. It also removes the warm containers pulse
-exec leaves for the next command (PULSE_DOCKER_IDLE) whose idle lifetime is
+exec leaves for the next command (PULSE_KEEP_WARM) whose idle lifetime is
 over, or whose holder died while it held them. Containers of live
 processes, warm ones in use or still fresh, and those of other hosts
 sharing the engine, are left alone. --json prints {removed: [ID...]}.

@@ -1,0 +1,317 @@
+package namespace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+func init() { helpers["keeper"] = keeperProbe }
+
+// keeperProbe asks the keeper at args[0] for an init, from inside a
+// sandbox: it must be refused (no reply, no descriptors).
+func keeperProbe(args []string) error {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: args[0], Net: "unixpacket"})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	data, _ := json.Marshal(keeperRequest{NewNet: true})
+	if _, err := c.Write(data); err != nil {
+		return err
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf, oob := make([]byte, keeperMsgMax), make([]byte, unix.CmsgSpace(keeperFds*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return err
+	}
+	if n == 0 && oobn == 0 {
+		return errors.New("closed without a reply")
+	}
+	return nil // it answered: the test fails on "refused" missing
+}
+
+// keeperBackend is a backend of one state dir with a keeper, as a CLI
+// process has it; closed by the test's end.
+func keeperBackend(t *testing.T, state string, opts ...Option) *Backend {
+	t.Helper()
+	b, err := New(append([]Option{WithStateDir(state), WithoutPrestart(), WithKeeper(time.Minute),
+		WithLogger(slog.New(slog.NewTextHandler(tWriter{t}, nil)))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// tWriter logs to the test.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// stopKeeper ends the keeper of state by removing its socket, and waits
+// for it to exit (it looks every second).
+func stopKeeper(t *testing.T, state string) {
+	t.Helper()
+	socks, _ := filepath.Glob(filepath.Join(state, "keeper-*.sock"))
+	for _, s := range socks {
+		os.Remove(s)
+	}
+	locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock"))
+	deadline := time.Now().Add(10 * time.Second)
+	for _, l := range locks {
+		for {
+			f, err := os.Open(l)
+			if err != nil {
+				break
+			}
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			f.Close()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the keeper holding %s did not exit", l)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// adopted starts ahead on a new backend of state until it takes its init
+// from the keeper (the first ones start the keeper, or find it starting
+// an init), and returns that backend.
+func adopted(t *testing.T, state string, lim policy.ResourceLimits) *Backend {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b := keeperBackend(t, state)
+		b.StartAhead(policy.DenyAllNetwork(), lim)
+		b.waitAhead(true)
+		b.mu.Lock()
+		ps := b.warm[true]
+		ok := len(ps) == 1 && ps[0].kept != nil
+		b.mu.Unlock()
+		if ok {
+			return b
+		}
+		b.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("no init was adopted from the keeper")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestKeeperHandsOverAnInit: a later process's first command runs in an
+// init the keeper started, exactly as in one of its own: output, exit
+// code, writes, limits' cgroups, and the init reaped once it is done.
+func TestKeeperHandsOverAnInit(t *testing.T) {
+	newBackend(t)
+	state := filepath.Join(t.TempDir(), "s")
+	t.Cleanup(func() { stopKeeper(t, state) })
+	lim := policy.ResourceLimits{Timeout: 30 * time.Second}.WithDefaults().WithIsolationDefaults()
+	b := adopted(t, state, lim)
+	b.mu.Lock()
+	p := b.warm[true][0]
+	b.mu.Unlock()
+	pid := p.pid()
+	if strings.HasPrefix(filepath.Base(p.run.dir), strconv.Itoa(os.Getpid())+"-") {
+		t.Fatalf("adopted run %s is this process's own", p.run.dir)
+	}
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "in"), []byte("base\n"), 0o644)
+	res, out, _ := runCmd(t, b, &backend.Request{Workspace: ws, Network: policy.DenyAllNetwork(), Limits: lim,
+		Shell: `cat in; echo made > out; cat /proc/1/cmdline | tr '\0' ' '; exit 3`})
+	if res.ExitCode != 3 || res.Termination != backend.Exited {
+		t.Fatalf("exit %d %v, want 3 exited", res.ExitCode, res.Termination)
+	}
+	if !strings.Contains(out, "base") || !strings.Contains(out, "pulse-namespace-init") {
+		t.Fatalf("output %q", out)
+	}
+	if len(res.Overlay.Files) != 1 || res.Overlay.Files[0].Path != "out" || string(res.Overlay.Files[0].Data) != "made\n" {
+		t.Fatalf("overlay: %+v", res.Overlay)
+	}
+	// The keeper reaped it when asked: the pid is no process of ours, or
+	// another process altogether.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil || !strings.Contains(string(st), "pulse-namespace") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the adopted init %d is still there", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKeeperAdoptedInitIsKilled: a timeout ends a command in an adopted
+// init as in any other.
+func TestKeeperAdoptedInitIsKilled(t *testing.T) {
+	newBackend(t)
+	state := filepath.Join(t.TempDir(), "s")
+	t.Cleanup(func() { stopKeeper(t, state) })
+	lim := policy.ResourceLimits{Timeout: 300 * time.Millisecond}.WithDefaults().WithIsolationDefaults()
+	b := adopted(t, state, lim)
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Network: policy.DenyAllNetwork(),
+		Limits: lim, Shell: "sleep 30", Stdout: &strings.Builder{}, Stderr: &strings.Builder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Termination != backend.Timeout {
+		t.Fatalf("termination %v, want timeout", res.Termination)
+	}
+}
+
+// TestKeeperRefusesASandboxedClient: a command that can reach the
+// keeper's socket (its state dir bound read-only into the sandbox; a
+// socket connects through a read-only mount) gets nothing from it.
+func TestKeeperRefusesASandboxedClient(t *testing.T) {
+	newBackend(t)
+	state := filepath.Join(t.TempDir(), "s")
+	t.Cleanup(func() { stopKeeper(t, state) })
+	lim := policy.ResourceLimits{Timeout: 30 * time.Second}.WithDefaults().WithIsolationDefaults()
+	adopted(t, state, lim).Close() // the keeper runs
+	sock, err := filepath.Glob(filepath.Join(state, "keeper-*.sock"))
+	if err != nil || len(sock) != 1 {
+		t.Fatalf("keeper sockets: %v %v", sock, err)
+	}
+	b, exe := helperBackend(t, WithReadOnlyBind(state))
+	if out := runHelperIn(t, b, exe, "keeper", sock[0]); !strings.Contains(out, "refused:") {
+		t.Fatalf("a sandboxed process was answered by the keeper: %q", out)
+	}
+}
+
+// crashKeptHelper runs, in a process of its own, a command in an init it
+// adopted from the keeper, and is killed while the command runs.
+func crashKeptHelper(args []string) error {
+	beat, state, ws := args[0], args[1], args[2]
+	lim := policyTimeout(time.Minute)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := New(WithStateDir(state), WithReadWriteBind(beat), WithoutPrestart(), WithKeeper(time.Minute))
+		if err != nil {
+			return err
+		}
+		b.StartAhead(policy.NetworkPolicy{}, lim.WithDefaults().WithIsolationDefaults())
+		newNet, _ := networkNamespace(policy.NetworkPolicy{})
+		b.waitAhead(newNet)
+		b.mu.Lock()
+		ok := len(b.warm[newNet]) == 1 && b.warm[newNet][0].kept != nil
+		b.mu.Unlock()
+		if ok {
+			_, err = b.Exec(context.Background(), &backend.Request{Workspace: ws,
+				Shell:  "while :; do echo x >> " + beat + "/beat; sleep 0.05; done",
+				Limits: lim})
+			return fmt.Errorf("exec returned: %v", err)
+		}
+		b.Close()
+		if time.Now().After(deadline) {
+			return errors.New("no init was adopted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func init() { helpers["crashkept"] = crashKeptHelper }
+
+// TestKeeperAdopterCrash: when a process that adopted an init dies
+// (SIGKILL) while its command runs, the command dies too (the keeper,
+// seeing the adopter go, kills the init), and once the keeper is gone
+// Reconcile leaves no run directory behind.
+func TestKeeperAdopterCrash(t *testing.T) {
+	newBackend(t)
+	beat, state, ws := t.TempDir(), filepath.Join(t.TempDir(), "s"), t.TempDir()
+	t.Cleanup(func() { stopKeeper(t, state) })
+	cmd, out, size := startBeatHelper(t, "crashkept", beat, state, ws)
+	deadline := time.Now().Add(30 * time.Second)
+	for size() == 0 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the command never ran: %q", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	var last int64 = -1
+	for i := 0; ; i++ {
+		s := size()
+		if s == last {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("the command outlived the adopter that was killed (helper said %q)", out.String())
+		}
+		last = s
+		time.Sleep(200 * time.Millisecond)
+	}
+	stopKeeper(t, state)
+	b, err := New(WithStateDir(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(state)
+	for _, e := range ents {
+		if e.IsDir() {
+			t.Fatalf("Reconcile left run directory %s", e.Name())
+		}
+	}
+}
+
+// FuzzKeeperReply: whatever the keeper's socket carries, a cgroup record
+// is accepted only as cgroups the keeper could have made (pulse-* under
+// their bases) with its limit files inside them, so that an adopter
+// writes limits, adds its init and removes directories nowhere else.
+func FuzzKeeperReply(f *testing.F) {
+	f.Add([]byte(`{"pid":7,"run":"/s/7-a","home":"/root","new_net":true,"cgroup":{"dirs":["/sys/fs/cgroup/pids/pulse-7-a"],"bases":["/sys/fs/cgroup/pids"],"v1":[true],"born":[false],"pids":"/sys/fs/cgroup/pids/pulse-7-a","key":"k","added":7}}`))
+	f.Add([]byte(`{"cgroup":{"dirs":["/sys/fs/cgroup/pulse-1/../x"],"bases":["/sys/fs/cgroup"],"v1":[false],"born":[true],"memory":"/etc"}}`))
+	f.Add([]byte(`{"none":true}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var rep keeperReply
+		if json.Unmarshal(data, &rep) != nil {
+			return
+		}
+		cg, err := rep.Cgroup.cgroup()
+		if err != nil || cg == nil {
+			return
+		}
+		if len(cg.bases) != len(cg.dirs) || len(cg.v1) != len(cg.dirs) || len(cg.born) != len(cg.dirs) {
+			t.Fatalf("accepted a record of uneven lengths: %+v", rep.Cgroup)
+		}
+		for i, d := range cg.dirs {
+			if !filepath.IsAbs(d) || filepath.Clean(d) != d || filepath.Dir(d) != cg.bases[i] || !strings.HasPrefix(filepath.Base(d), "pulse-") {
+				t.Fatalf("accepted cgroup directory %q (base %q)", d, cg.bases[i])
+			}
+		}
+		for _, p := range []string{cg.memory, cg.pids} {
+			if p != "" && !inDirs(p, cg.dirs) {
+				t.Fatalf("accepted limit path %q outside %q", p, cg.dirs)
+			}
+		}
+	})
+}
