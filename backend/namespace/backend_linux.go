@@ -375,6 +375,7 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 			lf.Close()
 		}
 	}
+	reconcileKeepers(b.o.stateDir)
 	if err := b.cg.reconcile(); err != nil {
 		errs = append(errs, err)
 	}

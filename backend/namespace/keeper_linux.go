@@ -626,7 +626,32 @@ func keep(spec keeperSpec) int {
 	k.ready = map[string]*heldInit{}
 	k.mu.Unlock()
 	b.Close()
+	// Last, and only while it is still this keeper's: a keeper starting
+	// now on the unlinked file would steal nothing but a socket name,
+	// which the other would see replaced and leave.
+	if held, err := lock.Stat(); err == nil {
+		if now, err := os.Stat(lock.Name()); err == nil && os.SameFile(now, held) {
+			os.Remove(lock.Name())
+		}
+	}
 	return 0
+}
+
+// reconcileKeepers removes the socket and lock files of keepers that are
+// gone (a crash, a kill): those whose lock no process holds.
+func reconcileKeepers(stateDir string) {
+	locks, _ := filepath.Glob(filepath.Join(stateDir, "keeper-*.lock"))
+	for _, l := range locks {
+		f, err := os.OpenFile(l, os.O_RDWR|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		if flock.TryLock(f) == nil {
+			os.Remove(strings.TrimSuffix(l, ".lock") + ".sock")
+			os.Remove(l)
+		}
+		f.Close()
+	}
 }
 
 func (k *keeper) key(req keeperRequest) string {
