@@ -257,3 +257,73 @@ func TestDoctorShowsWhatEachBackendDoesUnderAPolicy(t *testing.T) {
 		t.Errorf("text report lacks the policy table:\n%s", stdout)
 	}
 }
+
+// TestExecTakesItsInitFromTheKeeper runs two real pulse processes (this
+// test binary acting as pulse) on namespace: the first leaves the keeper
+// running with an init ready (a run directory of the keeper's), which the
+// second takes over: that run directory is gone after it, and its command
+// ran as in any init (output, diff).
+func TestExecTakesItsInitFromTheKeeper(t *testing.T) {
+	self, err := os.Executable()
+	must(t, err)
+	// Short: the keeper's socket path must fit a socket address.
+	rt, err := os.MkdirTemp("/tmp", "pk")
+	must(t, err)
+	state := filepath.Join(rt, "pulse-namespace")
+	t.Cleanup(func() {
+		socks, _ := filepath.Glob(filepath.Join(state, "keeper-*.sock"))
+		for _, s := range socks {
+			os.Remove(s) // the keeper sees it gone and exits within a second
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock")); len(locks) == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		os.RemoveAll(rt)
+	})
+	ws := t.TempDir()
+	pulse := func(script string) (int, string) {
+		cmd := exec.Command(self, "exec", "--workspace", ws, "--backend", "namespace", "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), asPulseEnv+"=1", "XDG_RUNTIME_DIR="+rt, "PULSE_KEEP_WARM=1m",
+			"XDG_CACHE_HOME="+filepath.Join(rt, "cache"))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := pulse("true"); code != 0 {
+		if code == exitSandbox && strings.Contains(out, "namespace:") {
+			testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+out)
+		}
+		t.Fatalf("first run: exit %d: %s", code, out)
+	}
+	var kept []string
+	deadline := time.Now().Add(15 * time.Second)
+	for len(kept) == 0 {
+		ents, _ := os.ReadDir(state)
+		for _, e := range ents {
+			if e.IsDir() && strings.Contains(e.Name(), "-") {
+				kept = append(kept, e.Name())
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no keeper init appeared in %s", state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // its cgroups, its config
+	code, out := pulse("echo made > f; cat /proc/1/cmdline | tr '\\0' ' '")
+	if code != 0 || !strings.Contains(out, "pulse-namespace-init") || !strings.Contains(out, "+made") {
+		t.Fatalf("second run: exit %d: %s", code, out)
+	}
+	for _, k := range kept {
+		if _, err := os.Stat(filepath.Join(state, k)); err == nil {
+			t.Fatalf("the keeper's init %s was not taken over (still there after the second run)", k)
+		}
+	}
+}
