@@ -348,6 +348,10 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if !e.IsDir() && isKeeperLock(e.Name()) {
+			reconcileKeeper(filepath.Join(b.o.stateDir, e.Name()))
+			continue
+		}
 		if !e.IsDir() || e.Name() == layersDir {
 			continue
 		}
@@ -375,7 +379,6 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 			lf.Close()
 		}
 	}
-	reconcileKeepers(b.o.stateDir)
 	if err := b.cg.reconcile(); err != nil {
 		errs = append(errs, err)
 	}

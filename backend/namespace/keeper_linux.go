@@ -132,8 +132,8 @@ func recordCgroup(c *runCgroup) *cgroupRecord {
 		V2Mem: c.v2mem, Pids: c.pids, Key: c.key, BornPid: c.bornPid, Added: c.added}
 }
 
-// cgroup checks a record against the state dir's rules (the directories
-// are cgroups the keeper made: named pulse-*, under a cgroup mount) and
+// cgroup checks that a record names only what the keeper makes (pulse-*
+// directories, each right under its base; limit files inside them) and
 // returns it as a runCgroup.
 func (r *cgroupRecord) cgroup() (*runCgroup, error) {
 	if r == nil {
@@ -158,7 +158,7 @@ func (r *cgroupRecord) cgroup() (*runCgroup, error) {
 }
 
 func isPulseCgroupName(name string) bool {
-	return len(name) > len("pulse-") && name[:len("pulse-")] == "pulse-"
+	return name != "pulse-" && strings.HasPrefix(name, "pulse-")
 }
 
 func inDirs(p string, dirs []string) bool {
@@ -174,16 +174,12 @@ func inDirs(p string, dirs []string) bool {
 // socket is NAME.sock and the keeper's lock NAME.lock in the state dir.
 // Empty when the executable cannot be told apart.
 func (b *Backend) keeperName() string {
-	st, err := os.Stat("/proc/self/exe")
+	exe, err := exeIdentity()
 	if err != nil {
 		return ""
 	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !ok {
-		return ""
-	}
 	h := sha256.New()
-	fmt.Fprintf(h, "exe %d %d %d %d\nhostname %q\nhome %q\n", sys.Dev, sys.Ino, st.Size(), st.ModTime().UnixNano(), b.o.hostname, sandboxHome())
+	fmt.Fprintf(h, "%s\nhostname %q\nhome %q\n", exe, b.o.hostname, sandboxHome())
 	return "keeper-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
@@ -637,20 +633,22 @@ func keep(spec keeperSpec) int {
 	return 0
 }
 
-// reconcileKeepers removes the socket and lock files of keepers that are
-// gone (a crash, a kill): those whose lock no process holds.
-func reconcileKeepers(stateDir string) {
-	locks, _ := filepath.Glob(filepath.Join(stateDir, "keeper-*.lock"))
-	for _, l := range locks {
-		f, err := os.OpenFile(l, os.O_RDWR|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			continue
-		}
-		if flock.TryLock(f) == nil {
-			os.Remove(strings.TrimSuffix(l, ".lock") + ".sock")
-			os.Remove(l)
-		}
-		f.Close()
+// isKeeperLock reports whether a state dir entry is a keeper's lock file.
+func isKeeperLock(name string) bool {
+	return strings.HasPrefix(name, "keeper-") && strings.HasSuffix(name, ".lock")
+}
+
+// reconcileKeeper removes the socket and lock file of a keeper that is
+// gone (a crash, a kill): one whose lock no process holds.
+func reconcileKeeper(lock string) {
+	f, err := os.OpenFile(lock, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if flock.TryLock(f) == nil {
+		os.Remove(strings.TrimSuffix(lock, ".lock") + ".sock")
+		os.Remove(lock)
 	}
 }
 
@@ -779,8 +777,8 @@ func (k *keeper) serve(c *net.UnixConn) {
 	if err != nil || string(buf[:n]) != "wait" {
 		p.kill() // the adopter is gone: so must its init be
 	}
-	werr := p.cmd.Wait()
-	r := keeperWaitReply{Reaped: werr == nil || p.cmd.ProcessState != nil}
+	_ = p.cmd.Wait()
+	r := keeperWaitReply{Reaped: p.cmd.ProcessState != nil}
 	if ps := p.cmd.ProcessState; ps != nil {
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru != nil {
 			r.Utime, r.Stime, r.Maxrss = ru.Utime.Nano()/1000, ru.Stime.Nano()/1000, ru.Maxrss

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -46,79 +46,55 @@ func keeperProbe(args []string) error {
 	return nil // it answered: the test fails on "refused" missing
 }
 
-// keeperBackend is a backend of one state dir with a keeper, as a CLI
-// process has it; closed by the test's end.
-func keeperBackend(t *testing.T, state string, opts ...Option) *Backend {
-	t.Helper()
-	b, err := New(append([]Option{WithStateDir(state), WithoutPrestart(), WithKeeper(time.Minute),
-		WithLogger(slog.New(slog.NewTextHandler(tWriter{t}, nil)))}, opts...)...)
+// adoptOnce makes a backend of state with a keeper, as a CLI process has
+// it, and starts ahead on it under n and lim: an error unless the init it
+// got came from the keeper (the first tries start the keeper, or find it
+// starting an init).
+func adoptOnce(state string, n policy.NetworkPolicy, lim policy.ResourceLimits, opts ...Option) (*Backend, error) {
+	b, err := New(append([]Option{WithStateDir(state), WithoutPrestart(), WithKeeper(time.Minute)}, opts...)...)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	b.StartAhead(n, lim)
+	newNet, _ := networkNamespace(n)
+	b.waitAhead(newNet)
+	b.mu.Lock()
+	ok := len(b.warm[newNet]) == 1 && b.warm[newNet][0].kept != nil
+	b.mu.Unlock()
+	if !ok {
+		b.Close()
+		return nil, errors.New("the init did not come from the keeper")
+	}
+	return b, nil
+}
+
+// adopted is adoptOnce until it succeeds; the backend is closed by the
+// test's end.
+func adopted(t *testing.T, state string, lim policy.ResourceLimits) *Backend {
+	t.Helper()
+	var b *Backend
+	testenv.Eventually(t, 20*time.Second, func() (err error) {
+		b, err = adoptOnce(state, policy.DenyAllNetwork(), lim, WithLogger(testenv.Logger(t)))
+		return err
+	})
 	t.Cleanup(func() { b.Close() })
 	return b
 }
 
-// tWriter logs to the test.
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // stopKeeper ends the keeper of state by removing its socket, and waits
-// for it to exit (it looks every second).
+// for it to exit (it looks every second), which removes its lock file.
 func stopKeeper(t *testing.T, state string) {
 	t.Helper()
 	socks, _ := filepath.Glob(filepath.Join(state, "keeper-*.sock"))
 	for _, s := range socks {
 		os.Remove(s)
 	}
-	locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock"))
-	deadline := time.Now().Add(10 * time.Second)
-	for _, l := range locks {
-		for {
-			f, err := os.Open(l)
-			if err != nil {
-				break
-			}
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			f.Close()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the keeper holding %s did not exit", l)
-			}
-			time.Sleep(50 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock")); len(locks) != 0 {
+			return fmt.Errorf("a keeper still holds %q", locks)
 		}
-	}
-}
-
-// adopted starts ahead on a new backend of state until it takes its init
-// from the keeper (the first ones start the keeper, or find it starting
-// an init), and returns that backend.
-func adopted(t *testing.T, state string, lim policy.ResourceLimits) *Backend {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b := keeperBackend(t, state)
-		b.StartAhead(policy.DenyAllNetwork(), lim)
-		b.waitAhead(true)
-		b.mu.Lock()
-		ps := b.warm[true]
-		ok := len(ps) == 1 && ps[0].kept != nil
-		b.mu.Unlock()
-		if ok {
-			return b
-		}
-		b.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("no init was adopted from the keeper")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestKeeperHandsOverAnInit: a later process's first command runs in an
@@ -152,17 +128,13 @@ func TestKeeperHandsOverAnInit(t *testing.T) {
 	}
 	// The keeper reaped it when asked: the pid is no process of ours, or
 	// another process altogether.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, func() error {
 		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		if err != nil || !strings.Contains(string(st), "pulse-namespace") {
-			break
+		if err == nil && strings.Contains(string(st), "pulse-namespace") {
+			return fmt.Errorf("the adopted init %d is still there", pid)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the adopted init %d is still there", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestKeeperAdoptedInitIsKilled: a timeout ends a command in an adopted
@@ -207,30 +179,18 @@ func TestKeeperRefusesASandboxedClient(t *testing.T) {
 func crashKeptHelper(args []string) error {
 	beat, state, ws := args[0], args[1], args[2]
 	lim := policyTimeout(time.Minute)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := New(WithStateDir(state), WithReadWriteBind(beat), WithoutPrestart(), WithKeeper(time.Minute))
-		if err != nil {
-			return err
-		}
-		b.StartAhead(policy.NetworkPolicy{}, lim.WithDefaults().WithIsolationDefaults())
-		newNet, _ := networkNamespace(policy.NetworkPolicy{})
-		b.waitAhead(newNet)
-		b.mu.Lock()
-		ok := len(b.warm[newNet]) == 1 && b.warm[newNet][0].kept != nil
-		b.mu.Unlock()
-		if ok {
-			_, err = b.Exec(context.Background(), &backend.Request{Workspace: ws,
-				Shell:  "while :; do echo x >> " + beat + "/beat; sleep 0.05; done",
-				Limits: lim})
-			return fmt.Errorf("exec returned: %v", err)
-		}
-		b.Close()
-		if time.Now().After(deadline) {
-			return errors.New("no init was adopted")
-		}
-		time.Sleep(100 * time.Millisecond)
+	var b *Backend
+	err := testenv.Poll(20*time.Second, func() (err error) {
+		b, err = adoptOnce(state, policy.NetworkPolicy{}, lim, WithReadWriteBind(beat))
+		return err
+	})
+	if err != nil {
+		return err
 	}
+	_, err = b.Exec(context.Background(), &backend.Request{Workspace: ws,
+		Shell:  "while :; do echo x >> " + beat + "/beat; sleep 0.05; done",
+		Limits: lim})
+	return fmt.Errorf("exec returned: %v", err)
 }
 
 func init() { helpers["crashkept"] = crashKeptHelper }
@@ -244,14 +204,15 @@ func TestKeeperAdopterCrash(t *testing.T) {
 	beat, state, ws := t.TempDir(), filepath.Join(t.TempDir(), "s"), t.TempDir()
 	t.Cleanup(func() { stopKeeper(t, state) })
 	cmd, out, size := startBeatHelper(t, "crashkept", beat, state, ws)
-	deadline := time.Now().Add(30 * time.Second)
-	for size() == 0 {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("the command never ran: %q", out.String())
+	if err := testenv.Poll(30*time.Second, func() error {
+		if size() == 0 {
+			return errors.New("no beat yet")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the command never ran: %q", out.String())
 	}
 	cmd.Process.Kill()
 	cmd.Wait()

@@ -29,22 +29,14 @@ func (b *Backend) probeKey(refused bool) (string, error) {
 	if err := unix.Uname(&u); err != nil {
 		return "", err
 	}
-	exe, err := os.Executable()
+	exe, err := exeIdentity()
 	if err != nil {
 		return "", err
-	}
-	st, err := os.Stat(exe)
-	if err != nil {
-		return "", err
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !ok {
-		return "", fmt.Errorf("stat %s: no device and inode", exe)
 	}
 	var k strings.Builder
 	fmt.Fprintf(&k, "pulse namespace probe %s\n", nsinit.Version)
 	fmt.Fprintf(&k, "kernel %q %q %q\n", unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Version[:]), unix.ByteSliceToString(u.Machine[:]))
-	fmt.Fprintf(&k, "exe %q %d %d %d %d\n", exe, sys.Dev, sys.Ino, st.Size(), st.ModTime().UnixNano())
+	fmt.Fprintf(&k, "%s\n", exe)
 	if prog := b.foundInitProg(); prog != nil {
 		how := "use"
 		if refused {
@@ -103,4 +95,23 @@ func (b *Backend) rememberProbe(key string) {
 	if err != nil {
 		os.Remove(f.Name())
 	}
+}
+
+// exeIdentity names the running executable by its path, device, inode,
+// size and modification time: what the probe cache and the keeper's
+// socket name go by, so that a rebuilt binary matches neither.
+func exeIdentity() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(exe)
+	if err != nil {
+		return "", err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("stat %s: no device and inode", exe)
+	}
+	return fmt.Sprintf("exe %q %d %d %d %d", exe, sys.Dev, sys.Ino, st.Size(), st.ModTime().UnixNano()), nil
 }

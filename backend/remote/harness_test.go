@@ -151,14 +151,7 @@ func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("PULSE_TEST_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
+	return testenv.Logger(t)
 }
 
 // buffer is a goroutine-safe writer that can wake a waiter when some

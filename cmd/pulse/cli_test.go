@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,13 +276,12 @@ func TestExecTakesItsInitFromTheKeeper(t *testing.T) {
 		for _, s := range socks {
 			os.Remove(s) // the keeper sees it gone and exits within a second
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock")); len(locks) == 0 {
-				break
+		_ = testenv.Poll(10*time.Second, func() error {
+			if locks, _ := filepath.Glob(filepath.Join(state, "keeper-*.lock")); len(locks) != 0 {
+				return errors.New("a keeper still runs")
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		os.RemoveAll(rt)
 	})
 	ws := t.TempDir()
@@ -303,19 +303,18 @@ func TestExecTakesItsInitFromTheKeeper(t *testing.T) {
 		t.Fatalf("first run: exit %d: %s", code, out)
 	}
 	var kept []string
-	deadline := time.Now().Add(15 * time.Second)
-	for len(kept) == 0 {
+	testenv.Eventually(t, 15*time.Second, func() error {
 		ents, _ := os.ReadDir(state)
 		for _, e := range ents {
 			if e.IsDir() && strings.Contains(e.Name(), "-") {
 				kept = append(kept, e.Name())
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no keeper init appeared in %s", state)
+		if len(kept) == 0 {
+			return fmt.Errorf("no keeper init appeared in %s", state)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(200 * time.Millisecond) // its cgroups, its config
 	code, out := pulse("echo made > f; cat /proc/1/cmdline | tr '\\0' ' '")
 	if code != 0 || !strings.Contains(out, "pulse-namespace-init") || !strings.Contains(out, "+made") {
