@@ -50,7 +50,7 @@ var manifestLib string
 const killScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
 while [ $i -lt 1000 ]; do
 	[ -d "$O" ] && [ ! -e "$O/killed" ] && : >"$O/killed"
-	u=$(cat "$O/uid" 2>/dev/null)
+	u=; { read -r u <"$O/uid"; } 2>/dev/null
 	if [ -n "$u" ] && [ -e "$T/pgid" ]; then nsenter -S "$u" -G "$u" kill -9 -1 2>/dev/null; exit 0; fi
 	[ -e "$O/status" ] && exit 0
 	usleep 5000; i=$((i+1))
@@ -60,8 +60,9 @@ done`
 // with only wrapperCaps; it drops to the command's own uid.
 const wrapperUser = "0:0"
 
-// killGrace is how long Exec waits for a killed command's exec to end.
-const killGrace = 30 * time.Second
+// killGrace is how long Exec waits for a killed command's exec to end
+// (a variable so that a test can stand for an engine slower than that).
+var killGrace = 30 * time.Second
 
 // maxOverlayBytes bounds what one command's overlay may hold in memory
 // when FileSizeBytes does not bound it more tightly.
@@ -278,6 +279,7 @@ func (b *Backend) run(ctx context.Context, bx *box, req *backend.Request, onStar
 	stdout := &capWriter{w: req.Stdout, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
 	stderr := &capWriter{w: req.Stderr, limit: limits.OutputBytes, over: func() { kill(backend.OutputLimit) }}
 	j := newJob(nonce, stdout, stderr)
+	j.killed = killed
 
 	start := time.Now()
 	var (
@@ -626,6 +628,9 @@ type job struct {
 	out, err *trailerSplitter
 	done     chan struct{}
 	once     sync.Once
+	// killed is closed once the command is to be killed: a terminal
+	// exec not yet started is then not started at all (tty.go).
+	killed <-chan struct{}
 }
 
 func newJob(nonce string, stdout, stderr io.Writer) *job {

@@ -184,6 +184,15 @@ func (b *Backend) runTerminal(bx *box, run *ttyRun, req *backend.Request, j *job
 		fmt.Fprintf(j.err.w, "pulse: docker: starting the command's terminal: %v\n", err)
 		return 126
 	}
+	// Killed before the wrapper asked for the terminal: it is not
+	// started. Killed later, while the engine creates it, the kill
+	// script's mark stops it before the command (ttyScript).
+	select {
+	case <-j.killed:
+		close(run.ready)
+		return 137
+	default:
+	}
 	if ttyBeforeLaunch != nil {
 		ttyBeforeLaunch(bx.id, run.id)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,9 +97,21 @@ func hasFile(ov *backend.Overlay, name string) bool {
 func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 	b := newDocker(t)
 	ws := t.TempDir()
-	// Until the kill script has given up waiting for the command.
+	// The hook below holds the kill's wait open for as long as the
+	// engine takes to run its scripts; the grace stands for an engine
+	// slower than the hook, not for the default.
+	grace := killGrace
+	killGrace = 5 * time.Minute
+	t.Cleanup(func() { killGrace = grace })
+	// The kill is sent once the terminal exec is about to be created
+	// (reached), and the exec is held until the kill script has marked
+	// the command and given up waiting for it.
+	reached := make(chan struct{})
+	var once sync.Once
 	ttyBeforeLaunch = func(containerID, id string) {
-		for range 1200 {
+		once.Do(func() { close(reached) })
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
 			code, err := b.runScript(context.Background(), containerID,
 				`[ -e /work/out/$1/killed ] && ! ps | grep -v grep | grep -q pulse-kill`, "gone", id)
 			if err == nil && code == 0 {
@@ -106,6 +119,7 @@ func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		t.Errorf("the kill script of %s neither marked it nor ended in two minutes", id)
 	}
 	t.Cleanup(func() { ttyBeforeLaunch = nil })
 	out := &syncio.Buffer{}
@@ -116,6 +130,11 @@ func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-reached:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the terminal exec was not about to start in two minutes")
 	}
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
