@@ -106,6 +106,9 @@ func (t *Tx) Stage(ctx context.Context, ops []Op) (errs []error, err error) {
 	if err := t.refreshLocked(true); err != nil {
 		return nil, err
 	}
+	if err := t.fs.countStaged(); err != nil {
+		return nil, err
+	}
 	// Streamed bytes go to temps first, under the lock (a Discard must
 	// not remove the directory under them): their size and hash decide
 	// the plan.

@@ -318,6 +318,37 @@ func TestStagedBytesSeenAcrossFS(t *testing.T) {
 	}
 }
 
+// TestStagedBytesCountedBeforeFirstStage: Open leaves the staged-bytes
+// total uncounted (most Opens never stage), so the first staging of an FS
+// opened after another one staged — single and batched, without having
+// read that transaction — must count it before its limit check.
+func TestStagedBytesCountedBeforeFirstStage(t *testing.T) {
+	ws := newWS(t)
+	b := openFS(t, ws, WithMaxStagedBytes(150))
+	txb, _ := b.Begin(t.Context(), "other process")
+	if err := txb.Write(t.Context(), "x", make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	var le *LimitError
+	a := openFS(t, ws, WithMaxStagedBytes(150))
+	txa, _ := a.Begin(t.Context(), "this process")
+	if err := txa.Write(t.Context(), "y", make([]byte, 60), 0); !errors.As(err, &le) || le.Name != LimitStagedBytes {
+		t.Fatalf("single write over the total staged before this FS opened: %v", err)
+	}
+	c := openFS(t, ws, WithMaxStagedBytes(150))
+	txc, _ := c.Begin(t.Context(), "a third process")
+	errs, err := txc.Stage(t.Context(), []Op{{Kind: KindWrite, Path: "z", Data: make([]byte, 60)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 1 || !errors.As(errs[0], &le) || le.Name != LimitStagedBytes {
+		t.Fatalf("batched write over the total staged before this FS opened: %v", errs)
+	}
+	if err := txc.Write(t.Context(), "z", make([]byte, 40), 0); err != nil {
+		t.Fatalf("a write within the limit: %v", err)
+	}
+}
+
 // TestCommitModesPastUmask: a committed file has exactly its staged mode,
 // also the bits the process umask takes from a new file's mode (the usual
 // 022 takes group and other write), and its after-image says so: an

@@ -159,10 +159,16 @@ type FS struct {
 	// flock wait does.
 	op chan struct{}
 
-	mu          sync.Mutex
-	closed      bool
-	staged      int64            // bytes staged by open transactions, as this FS knows them
-	counted     map[string]int64 // per transaction, the bytes included in staged
+	mu      sync.Mutex
+	closed  bool
+	staged  int64            // bytes staged by open transactions, as this FS knows them
+	counted map[string]int64 // per transaction, the bytes included in staged
+	// countedAll says staged has been counted from the stage logs once
+	// (recount). Until a limit check needs it, nobody does: counting
+	// reads every open transaction's log, which an Open for a command
+	// that stages nothing (or a review listing) would pay per pending
+	// transaction.
+	countedAll  bool
 	recoveryErr error
 
 	stackTxs  map[string]*Tx      // the pending stack as last read (stack.go), while holding op
@@ -387,6 +393,19 @@ func (f *FS) account(id string, bytes int64, check bool) error {
 	return nil
 }
 
+// countStaged makes the staged-bytes total known before a limit check:
+// counted from the stage logs the first time (recount), kept up to date
+// incrementally after that (account). The caller holds the lock.
+func (f *FS) countStaged() error {
+	f.mu.Lock()
+	done := f.countedAll
+	f.mu.Unlock()
+	if done {
+		return nil
+	}
+	return f.recount()
+}
+
 // recount rebuilds the staged-bytes total from the stage logs of the open
 // transactions. The caller holds the lock.
 func (f *FS) recount() error {
@@ -408,7 +427,7 @@ func (f *FS) recount() error {
 		counted[id] = t.bytes
 	}
 	f.mu.Lock()
-	f.staged, f.counted = staged, counted
+	f.staged, f.counted, f.countedAll = staged, counted, true
 	f.mu.Unlock()
 	return nil
 }
@@ -728,16 +747,42 @@ func (f *FS) List(ctx context.Context) ([]TxInfo, error) {
 
 // txState reads the markers of an existing transaction directory.
 func (f *FS) txState(id string) (TxState, string) {
-	if b, err := f.state.ReadFile("tx/" + id + "/quarantine"); err == nil {
-		return StateQuarantined, strings.TrimSpace(string(b))
+	st, reason, _ := f.txStateNames(id)
+	return st, reason
+}
+
+// txStateNames is txState, and the names in the transaction's directory
+// (nil when it could not be listed). It lists the directory once and
+// looks only at the marker files the listing holds: each lookup through
+// the state root opens every directory on its way, and an Open looks at
+// every pending transaction. A marker made after the listing is missed,
+// as one made after its own lookup would be.
+func (f *FS) txStateNames(id string) (TxState, string, map[string]bool) {
+	dir := "tx/" + id
+	var has map[string]bool
+	if names, err := f.readDirNames(dir); err == nil {
+		has = make(map[string]bool, len(names))
+		for _, n := range names {
+			has[n] = true
+		}
 	}
-	if _, err := f.state.Lstat("tx/" + id + "/wal"); err == nil {
-		return StateCommitting, ""
+	maybe := func(name string) bool { return has == nil || has[name] }
+	if maybe("quarantine") {
+		if b, err := f.state.ReadFile(dir + "/quarantine"); err == nil {
+			return StateQuarantined, strings.TrimSpace(string(b)), has
+		}
 	}
-	if b, err := f.state.ReadFile("tx/" + id + "/failed"); err == nil {
-		return StateOpen, "last commit failed and was rolled back: " + strings.TrimSpace(string(b))
+	if maybe("wal") {
+		if _, err := f.state.Lstat(dir + "/wal"); err == nil {
+			return StateCommitting, "", has
+		}
 	}
-	return StateOpen, ""
+	if maybe("failed") {
+		if b, err := f.state.ReadFile(dir + "/failed"); err == nil {
+			return StateOpen, "last commit failed and was rolled back: " + strings.TrimSpace(string(b)), has
+		}
+	}
+	return StateOpen, "", has
 }
 
 func (f *FS) doneInfo(name string) (TxInfo, error) {

@@ -36,13 +36,17 @@ func (f *FS) recover(ctx context.Context) error {
 	var errs []error
 	for _, id := range ids {
 		dir := "tx/" + id
-		if st, reason := f.txState(id); st == StateQuarantined {
+		if st, reason, has := f.txStateNames(id); st == StateQuarantined {
 			errs = append(errs, fmt.Errorf("%w: transaction %s is quarantined: %s", ErrRecovery, id, reason))
 			continue
 		} else if st == StateOpen {
 			// A commit that died before its WAL was in place never began.
-			f.state.Remove(dir + "/wal.tmp")
-			f.state.RemoveAll(dir + "/prev")
+			if has == nil || has["wal.tmp"] {
+				f.state.Remove(dir + "/wal.tmp")
+			}
+			if has == nil || has["prev"] {
+				f.state.RemoveAll(dir + "/prev")
+			}
 			continue
 		}
 		if err := f.rollForward(dir, id); err != nil {
@@ -52,9 +56,11 @@ func (f *FS) recover(ctx context.Context) error {
 	if err := f.prune(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := f.recount(); err != nil {
-		return err
-	}
+	// The staged-bytes total is counted when a limit check first needs
+	// it (countStaged), not here: most Opens never stage.
+	f.mu.Lock()
+	f.countedAll = false
+	f.mu.Unlock()
 	f.mu.Lock()
 	f.recoveryErr = errors.Join(errs...)
 	f.mu.Unlock()

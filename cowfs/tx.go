@@ -128,6 +128,9 @@ func (t *Tx) stageOp(ctx context.Context, fn func() ([]stageRec, error)) error {
 	if count > t.fs.opts.maxChanges {
 		return &LimitError{Name: LimitChanges, Value: int64(t.fs.opts.maxChanges)}
 	}
+	if err := t.fs.countStaged(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	old := t.bytes
 	t.mu.Unlock()
