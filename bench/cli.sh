@@ -4,7 +4,8 @@
 # compared by their medians (pulse ÷ reference, below 1 is faster):
 #   - namespace `true` against `bwrap --unshare-all --ro-bind / / true`,
 #     back to back, and with 0.3 s between commands (the keeper's case)
-#   - host `true` (--unsafe-host) against `bash -c true`
+#   - host `true` (--unsafe-host) against `bash -c true`, in a fresh
+#     workspace and in one with 40 pending transactions
 #   - 256 MiB of stdout through pulse exec (host and namespace) into a pipe,
 #     against the same `head -c` writing into that pipe directly
 #   - 1,000 files written and committed (--auto-commit, namespace) against
@@ -92,6 +93,17 @@ else
 	echo "BenchmarkCLINamespaceTrue: bwrap cannot run here, no ratio"
 fi
 pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
+# The same in a workspace with 40 pending transactions (an agent's
+# commands, none reviewed yet; made once, untimed, by 40 namespace
+# commands that each write a file): what the pending stack costs a
+# command that reads none of it. Compare with the row above.
+if [ "$have_bwrap" = 1 ]; then
+	mkdir "$tmp/ws40"
+	for i in $(seq 40); do
+		"$pulse" exec --backend namespace --workspace "$tmp/ws40" -- sh -c "echo $i >f$i" >/dev/null 2>&1
+	done
+	pair BenchmarkCLIHostTruePending40 x-vs-bash "$N" : "$pulse exec --backend host --unsafe-host --workspace $tmp/ws40 -- true" "bash -c true"
+fi
 
 # The default output cap (16 MiB) would cut the stream short.
 printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
