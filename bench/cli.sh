@@ -102,6 +102,8 @@ if [ "$have_bwrap" = 1 ]; then
 	for i in $(seq 40); do
 		"$pulse" exec --backend namespace --workspace "$tmp/ws40" -- sh -c "echo $i >f$i" >/dev/null 2>&1
 	done
+	pending=$(find "$tmp/ws40/.pulse/cow/tx" -mindepth 1 -maxdepth 1 -type d | wc -l)
+	[ "$pending" = 40 ] || { echo "bench: BenchmarkCLIHostTruePending40: $pending pending transactions, not 40" >&2; exit 1; }
 	pair BenchmarkCLIHostTruePending40 x-vs-bash "$N" : "$pulse exec --backend host --unsafe-host --workspace $tmp/ws40 -- true" "bash -c true"
 fi
 

@@ -751,33 +751,40 @@ func (f *FS) txState(id string) (TxState, string) {
 	return st, reason
 }
 
-// txStateNames is txState, and the names in the transaction's directory
-// (nil when it could not be listed). It lists the directory once and
-// looks only at the marker files the listing holds: each lookup through
-// the state root opens every directory on its way, and an Open looks at
-// every pending transaction. A marker made after the listing is missed,
-// as one made after its own lookup would be.
-func (f *FS) txStateNames(id string) (TxState, string, map[string]bool) {
+// txNames is the listing of a transaction's directory; nil when it could
+// not be listed.
+type txNames map[string]bool
+
+// may reports whether name may be in the directory: it was listed, or
+// nothing was.
+func (n txNames) may(name string) bool { return n == nil || n[name] }
+
+// txStateNames is txState, and the names in the transaction's directory.
+// It lists the directory once and looks only at the marker files the
+// listing holds: each lookup through the state root opens every
+// directory on its way, and an Open looks at every pending transaction.
+// A marker made after the listing is missed, as one made after its own
+// lookup would be.
+func (f *FS) txStateNames(id string) (TxState, string, txNames) {
 	dir := "tx/" + id
-	var has map[string]bool
+	var has txNames
 	if names, err := f.readDirNames(dir); err == nil {
-		has = make(map[string]bool, len(names))
+		has = make(txNames, len(names))
 		for _, n := range names {
 			has[n] = true
 		}
 	}
-	maybe := func(name string) bool { return has == nil || has[name] }
-	if maybe("quarantine") {
+	if has.may("quarantine") {
 		if b, err := f.state.ReadFile(dir + "/quarantine"); err == nil {
 			return StateQuarantined, strings.TrimSpace(string(b)), has
 		}
 	}
-	if maybe("wal") {
+	if has.may("wal") {
 		if _, err := f.state.Lstat(dir + "/wal"); err == nil {
 			return StateCommitting, "", has
 		}
 	}
-	if maybe("failed") {
+	if has.may("failed") {
 		if b, err := f.state.ReadFile(dir + "/failed"); err == nil {
 			return StateOpen, "last commit failed and was rolled back: " + strings.TrimSpace(string(b)), has
 		}

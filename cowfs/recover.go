@@ -41,10 +41,10 @@ func (f *FS) recover(ctx context.Context) error {
 			continue
 		} else if st == StateOpen {
 			// A commit that died before its WAL was in place never began.
-			if has == nil || has["wal.tmp"] {
+			if has.may("wal.tmp") {
 				f.state.Remove(dir + "/wal.tmp")
 			}
-			if has == nil || has["prev"] {
+			if has.may("prev") {
 				f.state.RemoveAll(dir + "/prev")
 			}
 			continue
@@ -56,11 +56,8 @@ func (f *FS) recover(ctx context.Context) error {
 	if err := f.prune(); err != nil {
 		errs = append(errs, err)
 	}
-	// The staged-bytes total is counted when a limit check first needs
-	// it (countStaged), not here: most Opens never stage.
-	f.mu.Lock()
-	f.countedAll = false
-	f.mu.Unlock()
+	// The staged-bytes total is not counted here but when a limit check
+	// first needs it (countStaged): most Opens never stage.
 	f.mu.Lock()
 	f.recoveryErr = errors.Join(errs...)
 	f.mu.Unlock()
