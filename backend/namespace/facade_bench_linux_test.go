@@ -24,23 +24,19 @@ func facadeBackend(b *testing.B) *namespace.Backend {
 	if err := exec.Command(facadeBwrap[0], facadeBwrap[1:]...).Run(); err != nil {
 		b.Skipf("needs bwrap for the reference: %v", err)
 	}
-	ctx := context.Background()
-	// Availability is checked on a backend of its own: a Probe leaves an
-	// init started ahead, which the measured one must not get for free.
-	probe, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "probe")), namespace.WithoutPrestart())
-	if err != nil {
-		b.Fatal(err)
-	}
-	err = probe.Probe(ctx)
-	probe.Close()
-	if err != nil {
-		b.Skipf("namespace backend unavailable: %v", err)
-	}
+	// Probed as sandbox.New's selection probes a backend: a found
+	// pulse-namespace-init is used only once a probe passed with it. The
+	// init the probe leaves started ahead is ended, so that the first
+	// timed Execute starts its own.
 	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "ns")))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { nb.Close() })
+	if err := nb.Probe(context.Background()); err != nil {
+		b.Skipf("namespace backend unavailable: %v", err)
+	}
+	namespace.DropWarm(nb)
 	return nb
 }
 

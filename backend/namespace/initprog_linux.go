@@ -21,7 +21,9 @@ import (
 //
 // It is used only when it can be trusted as much as the running binary,
 // and only when it is the same code: see findInitProgram and
-// nsinit.Identity. Otherwise (and for any program that embeds the backend
+// nsinit.Identity. The code is checked by a Probe (sandbox.New's
+// selection probes; a backend made by hand should be probed before its
+// first Exec): until one has passed with it, the init is this binary. Otherwise (and for any program that embeds the backend
 // without installing it) the init is this binary, through /proc/self/exe.
 const InitProgramName = "pulse-namespace-init"
 
