@@ -120,10 +120,7 @@ func WithLimits(l policy.ResourceLimits) Option {
 }
 
 // WithBackend uses b instead of choosing one. The Sandbox does not close
-// a backend it was given, and does not probe it: probe it first, as
-// selection probes its candidates (a namespace backend runs its inits
-// from the small pulse-namespace-init program only once a probe passed
-// with it; see namespace.InitProgramName).
+// a backend it was given, and does not probe it.
 func WithBackend(b backend.Backend) Option {
 	return func(o *options) error {
 		if b == nil {

@@ -278,14 +278,17 @@ func (b *Backend) Probe(ctx context.Context) error {
 	return nil
 }
 
-// probeRun runs the probe command, `true`, in workspace ws.
+// probeRun runs the probe command, `true`, in workspace ws, in an init
+// started for it: one started ahead was started before the trial (from
+// this binary, not the init program on trial), and passing on it would
+// trust a program that never ran.
 func (b *Backend) probeRun(ctx context.Context, ws string) error {
-	res, err := b.exec(ctx, &backend.Request{
+	res, err := b.execWith(ctx, &backend.Request{
 		ExecutionID: "probe",
 		Workspace:   ws,
 		Args:        []string{"true"},
 		Limits:      policy.ResourceLimits{Timeout: 30 * time.Second},
-	}, nil)
+	}, nil, true)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,12 @@ const copyWait = 2 * time.Second
 // reports the command started, with the command's pid in the sandbox (0
 // when the program could not be executed); Start uses it.
 func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(p *initProc, nsPid int)) (*backend.Result, error) {
+	return b.execWith(ctx, req, onStart, false)
+}
+
+// execWith is exec; fresh (the probe's run) starts an init of its own
+// rather than take one started ahead, and does not probe first.
+func (b *Backend) execWith(ctx context.Context, req *backend.Request, onStart func(p *initProc, nsPid int), fresh bool) (*backend.Result, error) {
 	start := time.Now()
 	b.mu.Lock()
 	closed := b.closed
@@ -45,11 +51,16 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, onStart func(p
 			c.Close()
 		}
 	}()
+	if !fresh {
+		if err := b.probeForInitProg(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if !overlayPathOK(b.o.stateDir) {
 		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
 	}
 
-	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults(), onStart: onStart}
+	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults(), onStart: onStart, fresh: fresh}
 	defer x.release()
 	if err := x.acquire(); err != nil {
 		return nil, err
@@ -104,6 +115,7 @@ type nsExec struct {
 	reapLater bool
 
 	onStart func(p *initProc, nsPid int) // see exec
+	fresh   bool                         // see execWith
 
 	done   chan struct{} // closed when the init is reaped: the watch ends
 	out    *outputs
@@ -124,8 +136,10 @@ func (x *nsExec) kill(why backend.TerminationReason) {
 // kills it.
 func (x *nsExec) acquire() error {
 	b, newNet := x.b, x.cfg.NewNet
-	b.waitAhead(newNet)
-	p := b.takeWarm(newNet)
+	if !x.fresh {
+		b.waitAhead(newNet)
+	}
+	p := b.takeWarm(newNet, x.fresh)
 	x.counted = true
 	if p != nil && p.cg != nil && p.cg.key != b.cgroupKey(x.lim) {
 		// Started ahead for other limits: its cgroups are not this

@@ -24,10 +24,11 @@ func facadeBackend(b *testing.B) *namespace.Backend {
 	if err := exec.Command(facadeBwrap[0], facadeBwrap[1:]...).Run(); err != nil {
 		b.Skipf("needs bwrap for the reference: %v", err)
 	}
-	// Probed as sandbox.New's selection probes a backend: a found
-	// pulse-namespace-init is used only once a probe passed with it. The
-	// init the probe leaves started ahead is ended, so that the first
-	// timed Execute starts its own.
+	// Probed as sandbox.New's selection probes a backend (unprobed, its
+	// first Exec would, to use a pulse-namespace-init found beside the
+	// binary): the probe's own run stays out of the timed loop. The init
+	// it leaves started ahead is ended, so that the first timed Execute
+	// starts its own.
 	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "ns")))
 	if err != nil {
 		b.Fatal(err)

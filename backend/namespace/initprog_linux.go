@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -21,9 +22,10 @@ import (
 //
 // It is used only when it can be trusted as much as the running binary,
 // and only when it is the same code: see findInitProgram and
-// nsinit.Identity. The code is checked by a Probe (sandbox.New's
-// selection probes; a backend made by hand should be probed before its
-// first Exec): until one has passed with it, the init is this binary. Otherwise (and for any program that embeds the backend
+// nsinit.Identity. The code is checked by a Probe: selection's, the
+// caller's, or the one a backend never probed runs before its first Exec
+// when it has found the program (probeForInitProg). Until one has passed
+// with it, the init is this binary. Otherwise (and for any program that embeds the backend
 // without installing it) the init is this binary, through /proc/self/exe.
 const InitProgramName = "pulse-namespace-init"
 
@@ -148,6 +150,25 @@ func (b *Backend) initProg() (prog *initProgram, check bool) {
 		return nil, false
 	}
 	return b.prog, b.progState == progTrial
+}
+
+// probeForInitProg probes a backend that found an init program and was
+// never probed, before its first Exec: trust in the program comes only
+// from a probe that passed with it, and without one every init would be
+// this binary, a start that costs several times the program's (a backend
+// made by hand and given to sandbox.WithBackend, say, which New does not
+// probe). Without a program found there is nothing to gain, and nothing
+// is run; after a probe, passed or failed, the program is trusted or
+// dropped and this does nothing.
+func (b *Backend) probeForInitProg(ctx context.Context) error {
+	b.progMu.Lock()
+	b.lookInitProgLocked()
+	need := b.prog != nil && !b.progOff && b.progState == progFound
+	b.progMu.Unlock()
+	if !need {
+		return nil
+	}
+	return b.Probe(ctx)
 }
 
 // setInitProg moves a found init program to state (progTrial, progTrusted).

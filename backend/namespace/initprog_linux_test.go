@@ -167,9 +167,15 @@ func probeTwiceWith(t *testing.T, prog string, check func(i int, b *Backend, rec
 
 func TestSeparateInitProgram(t *testing.T) {
 	same, other := initCopies(t)
-	req := func(ws string) *backend.Request {
-		return &backend.Request{Workspace: ws, Shell: "echo hello > f; cat f",
-			Limits: policy.ResourceLimits{Timeout: 30 * time.Second}}
+	req := helloRequest
+	// runHello runs req in a new workspace and checks that it printed
+	// hello.
+	runHello := func(t *testing.T, b *Backend) {
+		t.Helper()
+		res, out, errs := runCmd(t, b, req(t.TempDir()))
+		if res.ExitCode != 0 || out != "hello\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", res.ExitCode, out, errs)
+		}
 	}
 
 	t.Run("same build runs the command", func(t *testing.T) {
@@ -227,6 +233,40 @@ func TestSeparateInitProgram(t *testing.T) {
 		})
 	})
 
+	t.Run("an unprobed backend probes before its first Exec and trusts the same build", func(t *testing.T) {
+		b := unprobedBackend(t)
+		withInitProgram(t, b, same, progFound)
+		runHello(t, b)
+		if prog, check := b.initProg(); prog == nil || check {
+			t.Fatalf("after the first Exec the same build's init program is not trusted (in use: %v): every init is this binary", prog != nil)
+		}
+	})
+
+	t.Run("an unprobed backend falls back to this binary for another build", func(t *testing.T) {
+		b := unprobedBackend(t)
+		withInitProgram(t, b, other, progFound)
+		runHello(t, b)
+		if prog, _ := b.initProg(); prog != nil {
+			t.Fatal("another build's init program is in use")
+		}
+	})
+
+	t.Run("a probe does not pass on an init started before its trial", func(t *testing.T) {
+		b := unprobedBackend(t)
+		withInitProgram(t, b, other, progFound)
+		// Started while the program is only found: this binary is its
+		// init. The probe's own request (deny-all network, default
+		// limits) could take it.
+		b.StartAhead(policy.NetworkPolicy{}, policy.ResourceLimits{})
+		b.waitWarm()
+		if err := b.Probe(context.Background()); err != nil {
+			t.Fatalf("Probe: %v", err)
+		}
+		if prog, _ := b.initProg(); prog != nil {
+			t.Fatal("another build's init program is trusted: the probe ran on an init that was not the program")
+		}
+	})
+
 	t.Run("never used before a probe ran with it", func(t *testing.T) {
 		b := newBackend(t)
 		withInitProgram(t, b, other, progFound)
@@ -235,6 +275,25 @@ func TestSeparateInitProgram(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q, stderr %q: an unprobed init program was run", res.ExitCode, out, errs)
 		}
 	})
+}
+
+// helloRequest writes a file in workspace ws and prints it.
+func helloRequest(ws string) *backend.Request {
+	return &backend.Request{Workspace: ws, Shell: "echo hello > f; cat f",
+		Limits: policy.ResourceLimits{Timeout: 30 * time.Second}}
+}
+
+// unprobedBackend is a backend that was never probed, on a machine where
+// the probe of another one passed.
+func unprobedBackend(t *testing.T) *Backend {
+	t.Helper()
+	newBackend(t) // skips where the backend is unavailable
+	b, err := New(WithStateDir(filepath.Join(t.TempDir(), "state")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // TestInitProgramKeepsHardening runs the forbidden-syscall helpers and the

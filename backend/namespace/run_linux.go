@@ -260,15 +260,15 @@ func (p *initProc) discard() {
 }
 
 // takeWarm returns the oldest init started ahead for this network mode,
-// if any, and counts the Exec that will use it as running (done undoes
-// that).
-func (b *Backend) takeWarm(newNet bool) *initProc {
+// if any (none when fresh), and counts the Exec that will use it as
+// running (done undoes that).
+func (b *Backend) takeWarm(newNet, fresh bool) *initProc {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inflight[newNet]++
 	b.peak[newNet] = max(b.peak[newNet], b.inflight[newNet])
 	ps := b.warm[newNet]
-	if len(ps) == 0 {
+	if fresh || len(ps) == 0 {
 		return nil
 	}
 	p := ps[0]
