@@ -262,6 +262,12 @@ func (b *Backend) Probe(ctx context.Context) error {
 	if err == nil && trial {
 		b.setInitProg(progTrusted)
 	}
+	if err != nil && trial && ctx.Err() != nil {
+		// Cut short, not refused: a later probe tries the program again
+		// (an Exec's probe, probeForInitProg, has the Exec's deadline).
+		b.setInitProg(progFound)
+		return fmt.Errorf("%w: namespace: probe: %w", backend.ErrUnavailable, ctx.Err())
+	}
 	if err != nil && trial {
 		// The separate init program cannot serve (another build, or it
 		// does not run here): this binary is the init from now on, and

@@ -242,6 +242,22 @@ func TestSeparateInitProgram(t *testing.T) {
 		}
 	})
 
+	t.Run("a probe cut short by the Exec's context leaves the program to a later one", func(t *testing.T) {
+		b := unprobedBackend(t)
+		withInitProgram(t, b, same, progFound)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r := req(t.TempDir())
+		r.Stdout, r.Stderr = io.Discard, io.Discard
+		if res, err := b.Exec(ctx, r); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Exec with a cancelled context: %+v, %v; want an error wrapping context.Canceled", res, err)
+		}
+		runHello(t, b)
+		if prog, check := b.initProg(); prog == nil || check {
+			t.Fatalf("the same build's init program is not trusted after a cancelled probe and a later Exec (in use: %v)", prog != nil)
+		}
+	})
+
 	t.Run("an unprobed backend falls back to this binary for another build", func(t *testing.T) {
 		b := unprobedBackend(t)
 		withInitProgram(t, b, other, progFound)
