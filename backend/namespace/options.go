@@ -78,9 +78,12 @@ func WithPoolSize(n int) Option {
 // kernel (release and version), the executable re-run as the sandbox init
 // (path, inode, size, modification time), the caller's uid and gid and
 // the backend's configuration; a record that does not match exactly, or
-// does not parse, is ignored and the full Probe runs and rewrites it. A
-// wrong record cannot weaken isolation: an Exec whose sandbox cannot be
-// set up fails with ErrUnavailable, as it would without the cache.
+// does not parse, is ignored and the full Probe runs and adds its own.
+// The file keeps the newest few records, so that configurations taking
+// turns on one machine (the CLI and a pulse-server, two builds) each find
+// theirs. A wrong record cannot weaken isolation: an Exec whose sandbox
+// cannot be set up fails with ErrUnavailable, as it would without the
+// cache.
 func WithProbeCache(file string) Option {
 	return func(o *options) error {
 		if !filepath.IsAbs(file) {
