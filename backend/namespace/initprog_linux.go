@@ -22,11 +22,11 @@ import (
 //
 // It is used only when it can be trusted as much as the running binary,
 // and only when it is the same code: see findInitProgram and
-// nsinit.Identity. The code is checked by a Probe: selection's, the
-// caller's, or the one a backend never probed runs before its first Exec
-// when it has found the program (probeForInitProg). Until one has passed
-// with it, the init is this binary. Otherwise (and for any program that embeds the backend
-// without installing it) the init is this binary, through /proc/self/exe.
+// nsinit.Identity. The code is checked by a Probe (selection's, the
+// caller's, or the one a backend that found the program and was never
+// probed runs before its first Exec: probeForInitProg). Until a probe has
+// passed with it, and for any program that embeds the backend without
+// installing it, the init is this binary, through /proc/self/exe.
 const InitProgramName = "pulse-namespace-init"
 
 // initProgram is a separate init program that passed findInitProgram.
