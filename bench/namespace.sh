@@ -18,18 +18,25 @@ fi
 # The ratios, then anything else the benchmarks said (skips, notes).
 grep -E '^Benchmark' <<<"$out" || echo "namespace benchmarks did not run"
 grep -vE '^(Benchmark|goos|goarch|pkg|cpu|PASS|ok)' <<<"$out" || true
-# The same back-to-back ones with cmd/pulse-namespace-init installed beside
+# The same back-to-back and parallel ones with cmd/pulse-namespace-init installed beside
 # the (test) binary, as `go build -o bin/ ./cmd/...` installs it beside
 # pulse: each init is that small program instead of the test binary again.
+# Built as `make build` builds it (CGO_ENABLED=0: static, as bench/cli.sh
+# builds its binaries); CGO=1 measures a cgo build, dynamically linked.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/namespace.test" ./backend/namespace/
-go build -o "$tmp/" ./cmd/pulse-namespace-init
-if ! out=$("$tmp/namespace.test" -test.run '^$' -test.bench 'ExecTrue/warm|SandboxExecuteTrue$' -test.benchtime "${BENCHTIME:-30x}" -test.count "${COUNT:-3}" 2>&1); then
-  echo "$out"
-  exit 1
-fi
-grep -E '^Benchmark' <<<"$out" | sed 's/^/init program: /' || echo "namespace benchmarks with the init program did not run"
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse-namespace-init
+# Two runs: a -bench pattern is matched level by level (split at "/"), and
+# one that names ExecTrue/warm skips ExecTrueParallel16, a top-level
+# benchmark with no "warm" beneath it.
+for pat in 'ExecTrue/warm|SandboxExecuteTrue$' 'Parallel16$'; do
+  if ! out=$("$tmp/namespace.test" -test.run '^$' -test.bench "$pat" -test.benchtime "${BENCHTIME:-30x}" -test.count "${COUNT:-3}" 2>&1); then
+    echo "$out"
+    exit 1
+  fi
+  grep -E '^Benchmark' <<<"$out" | sed 's/^/init program: /' || echo "namespace benchmarks $pat with the init program did not run"
+done
 if ! prof=$(go test -count=1 -run '^TestStartupPhases$' -v ./backend/namespace/ 2>&1); then
   echo "$prof"
   exit 1
