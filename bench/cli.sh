@@ -5,7 +5,8 @@
 #   - namespace `true` against `bwrap --unshare-all --ro-bind / / true`,
 #     back to back, and with 0.3 s between commands (the keeper's case)
 #   - host `true` (--unsafe-host) against `bash -c true`, in a fresh
-#     workspace and in one with 40 pending transactions
+#     workspace and in one with 40 pending transactions, and against
+#     itself with PULSE_HUGEPAGES=0 (its heap in small pages)
 #   - 256 MiB of stdout through pulse exec (host and namespace) into a pipe,
 #     against the same `head -c` writing into that pipe directly
 #   - 1,000 files written and committed (--auto-commit, namespace) against
@@ -93,6 +94,9 @@ else
 	echo "BenchmarkCLINamespaceTrue: bwrap cannot run here, no ratio"
 fi
 pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
+# What the Go heap in huge pages (internal/hugeheap) saves each pulse
+# process: the same command with it turned off as the reference.
+pair BenchmarkCLIHostTrueHugeHeap x-vs-small-pages "$N" : "$hostx -- true" "PULSE_HUGEPAGES=0 $hostx -- true"
 # The same in a workspace with 40 pending transactions (an agent's
 # commands, none reviewed yet; made once, untimed, by 40 namespace
 # commands that each write a file): what the pending stack costs a
