@@ -4,8 +4,7 @@
 // each sandbox runs as its pid 1 instead of a second start of that whole
 // binary. It links the init's own code and nothing else (package
 // initprog, around backend/namespace/internal/nsinit: the standard
-// library and golang.org/x/sys, and internal/hugeheap, whose init puts
-// the heap in huge pages; not the backend's side, its policy, YAML
+// library and golang.org/x/sys; not the backend's side, its policy, YAML
 // or HTTP packages), so its Go start-up is close to a hello world's: no
 // package initialisation of the Docker client, the MCP SDK, OpenTelemetry
 // or even the backend itself. The backend runs it only when it is the
@@ -18,9 +17,6 @@ import (
 	"os"
 
 	"github.com/pulse-agent/pulse/backend/namespace/initprog"
-
-	// the init's start is on every namespace command's critical path: its heap in huge pages saves page faults there.
-	_ "github.com/pulse-agent/pulse/internal/hugeheap"
 )
 
 func main() {

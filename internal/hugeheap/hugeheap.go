@@ -4,25 +4,32 @@
 //
 //	import _ "github.com/pulse-agent/pulse/internal/hugeheap"
 //
-// Why: pulse's commands are short processes (a `pulse exec`, a sandbox's
-// init), and on the virtual machines they run on a page fault is the most
-// expensive thing such a process does: 12-17 µs per first touch of a 4 KiB
-// page on this project's 2-core machine class, against ~0.4 µs a page
-// when the kernel hands out a 2 MiB page at once. Starting the pulse
-// binary touches ~1.5 MiB of fresh heap (the package initialisers of the
-// Docker client, the MCP SDK and YAML allocate ~720 KiB before main),
-// ~400 faults; with the heap's arena marked MADV_HUGEPAGE and its first
-// 2 MiB collapsed into one huge page (MADV_COLLAPSE), `pulse --help` took
-// 426 faults instead of 729 and 19 ms instead of 24 (perf stat).
+// Why: a `pulse` command is a short process, and on the virtual machines
+// it runs on a page fault is the most expensive thing such a process
+// does: 12-17 µs per first touch of a 4 KiB page on this project's 2-core
+// machine class, against ~0.4 µs a 4 KiB page when the kernel hands out a
+// 2 MiB page at once. Starting the pulse binary touches ~1.5 MiB of fresh
+// heap (the package initialisers of the Docker client, the MCP SDK and
+// YAML allocate ~720 KiB before main), ~400 faults. With the heap's arena
+// marked MADV_HUGEPAGE and its first 2 MiB collapsed into one huge page
+// (MADV_COLLAPSE), `pulse --help` took 426 faults instead of 729, and
+// 15.1 ms instead of 21.9 (hyperfine, alternating); a host `pulse exec
+// true` 22.2 ms instead of 29.5.
 //
 // The Go runtime marks some of its own metadata so, not the heap (it
 // stopped doing that after Go 1.21.0, for long-running servers whose huge
 // pages its scavenger kept splitting), and the kernel's default THP mode,
-// madvise, gives huge pages only to memory so marked. What it costs: up to 2 MiB more
-// resident memory per partly used huge page of heap, which for the
-// processes that import it is a few MiB. A huge page that cannot be had
-// (memory fragmented, a memory cgroup at its limit) is not an error: the
-// kernel falls back to small pages, and so does this package, silently.
+// madvise, gives huge pages only to memory so marked. What it costs: up
+// to 2 MiB more resident memory per partly used huge page of heap, a few
+// MiB for a pulse process, and the collapse, ~0.5 ms (up to 3.5 ms seen).
+// A huge page that cannot be had (memory fragmented, a memory cgroup at
+// its limit) is not an error: the kernel falls back to small pages, and
+// so does this package, silently.
+//
+// cmd/pulse-namespace-init does not import it: its package initialisers
+// allocate a few KiB, its heap stays in the first 2 MiB, and the collapse
+// (0.5-2 ms) then costs what it saves (a namespace `true` took 51.9 ms
+// with it, 51.4 ms without).
 //
 // PULSE_HUGEPAGES=0 in the environment turns it off (to compare, or where
 // resident memory matters more than start-up time).
