@@ -237,9 +237,7 @@ func TestSeparateInitProgram(t *testing.T) {
 		b := unprobedBackend(t)
 		withInitProgram(t, b, same, progFound)
 		runHello(t, b)
-		if prog, check := b.initProg(); prog == nil || check {
-			t.Fatalf("after the first Exec the same build's init program is not trusted (in use: %v): every init is this binary", prog != nil)
-		}
+		wantTrusted(t, b, "after the first Exec")
 	})
 
 	t.Run("a probe cut short by the Exec's context leaves the program to a later one", func(t *testing.T) {
@@ -253,9 +251,7 @@ func TestSeparateInitProgram(t *testing.T) {
 			t.Fatalf("Exec with a cancelled context: %+v, %v; want an error wrapping context.Canceled", res, err)
 		}
 		runHello(t, b)
-		if prog, check := b.initProg(); prog == nil || check {
-			t.Fatalf("the same build's init program is not trusted after a cancelled probe and a later Exec (in use: %v)", prog != nil)
-		}
+		wantTrusted(t, b, "after a cancelled probe and a later Exec")
 	})
 
 	t.Run("an unprobed backend falls back to this binary for another build", func(t *testing.T) {
@@ -297,6 +293,15 @@ func TestSeparateInitProgram(t *testing.T) {
 func helloRequest(ws string) *backend.Request {
 	return &backend.Request{Workspace: ws, Shell: "echo hello > f; cat f",
 		Limits: policy.ResourceLimits{Timeout: 30 * time.Second}}
+}
+
+// wantTrusted fails t unless b runs its inits from the init program,
+// trusted (not on trial): when says at what point.
+func wantTrusted(t *testing.T, b *Backend, when string) {
+	t.Helper()
+	if prog, check := b.initProg(); prog == nil || check {
+		t.Fatalf("%s the same build's init program is not trusted (in use: %v): every init is this binary", when, prog != nil)
+	}
 }
 
 // unprobedBackend is a backend that was never probed, on a machine where

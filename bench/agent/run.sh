@@ -274,6 +274,13 @@ bwrap_run() {
 # mounts it; its ACL lets every command's uid write).
 empty() { find "$1" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; }
 direct_reset() { git -C "$tmp/direct" checkout -q -- . && git -C "$tmp/direct" clean -fdq; }
+# direct_prep KIND: what a direct run of a step of KIND starts from (a
+# mirror step from an empty module cache), and the mirror log's length
+# before it, for the step's check.
+direct_prep() {
+	[ "$1" = mirror ] && empty "$tmp/direct-cache/go-mod"
+	mirror_lines=$(wc -l <"$tmp/mirror.log")
+}
 pulse_reset() {
 	[ "$be" = bwrap ] || "$pulse" cow discard --all --workspace "$ws" </dev/null >/dev/null 2>&1 || true
 	git -C "$ws" checkout -q -- . && git -C "$ws" clean -fdq
@@ -412,8 +419,8 @@ for be in $BACKENDS; do
 			# reference below is timed, not while it runs.
 			sleep 0.2
 			# direct
-			[ "$kind" = mirror ] && empty "$tmp/direct-cache/go-mod"
-			mirror_lines=$(wc -l <"$tmp/mirror.log") modcache_now=$tmp/direct-cache/go-mod
+			direct_prep "$kind"
+			modcache_now=$tmp/direct-cache/go-mod
 			read -r t rd < <(us direct_run "$name" "$kind" "$script")
 			if [ "$rd" != "$want" ]; then
 				# The reference itself failed (a test of this repository
@@ -423,8 +430,7 @@ for be in $BACKENDS; do
 				echo "--- $be $name run $i: the direct run exited $rd, must be $want; running it again. Its output (last 20 lines):" >&2
 				tail -n 20 "$tmp/out" >&2
 				if [ "$kind" = alone ] || [ "$kind" = mirror ]; then direct_reset; fi
-				[ "$kind" = mirror ] && empty "$tmp/direct-cache/go-mod"
-				mirror_lines=$(wc -l <"$tmp/mirror.log")
+				direct_prep "$kind"
 				read -r t rd < <(us direct_run "$name" "$kind" "$script")
 			fi
 			dout=$(norm)

@@ -16,7 +16,8 @@ import (
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 
-	// a `pulse` process is short: its heap in huge pages saves a few hundred page faults at every start.
+	// A pulse process is short: its heap in huge pages saves a few
+	// hundred page faults at every start (internal/hugeheap says why).
 	_ "github.com/pulse-agent/pulse/internal/hugeheap"
 )
 

@@ -38,9 +38,7 @@ package hugeheap
 // Env is the environment variable that turns the package off when "0".
 const Env = "PULSE_HUGEPAGES"
 
-// Applied reports whether the init marked the heap (false where it was
-// turned off, on systems without transparent huge pages, or where the
-// kernel refused).
-func Applied() bool { return applied }
-
+// applied is whether the init marked the heap (false where it was turned
+// off, on systems without transparent huge pages, or where the kernel
+// refused); the tests read it.
 var applied bool

@@ -87,8 +87,8 @@ func TestHeapMarked(t *testing.T) {
 	if os.Getenv(Env) == "0" {
 		t.Skipf("%s=0 in this test's environment", Env)
 	}
-	if !Applied() {
-		t.Fatal("Applied() = false: the init did not mark the heap")
+	if !applied {
+		t.Fatal("applied is false: the init did not mark the heap")
 	}
 	if f := vmFlags(t, uintptr(unsafe.Pointer(probe))); !hasFlag(f, "hg") {
 		t.Fatalf("the heap's mapping has VmFlags %v, no hg", f)
@@ -105,7 +105,7 @@ func TestTurnedOff(t *testing.T) {
 	needTHP(t)
 	if os.Getenv("HUGEHEAP_CHILD") == "1" {
 		flags := vmFlags(t, uintptr(unsafe.Pointer(new([1 << 16]byte))))
-		fmt.Printf("applied=%v hg=%v\n", Applied(), hasFlag(flags, "hg"))
+		fmt.Printf("applied=%v hg=%v\n", applied, hasFlag(flags, "hg"))
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTurnedOff$", "-test.v")
