@@ -135,7 +135,14 @@ func TestWriteSwapRace(t *testing.T) {
 		defer wg.Done()
 		swapper(filepath.Join(root, "d"), outside, stop, &swaps)
 	}()
-	for i := 0; i < 200; i++ {
+	// At least 200 writes, and on until the swapper has swapped a few
+	// times (bounded), as in TestSymlinkSwapRace: on a busy machine the
+	// writes could otherwise all run before it is scheduled (CI's battery
+	// saw "the swapper never ran" once).
+	for i := 0; i < 200 || swaps.Load() < 10 && i < 20000; i++ {
+		if i%16 == 0 {
+			runtime.Gosched()
+		}
 		_ = g.WriteFile("d/w", []byte("x"), 0o644)
 	}
 	close(stop)
