@@ -7,16 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -101,23 +99,7 @@ func TestInheritedDescriptorsDoNotReachCommand(t *testing.T) {
 // open that terminal to type into it; it has no controlling terminal.
 func TestCommandCannotOpenCallersTerminal(t *testing.T) {
 	newBackend(t)
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	defer m.Close()
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := testenv.OpenPTY(t)
 	cmd := outerCmd(t, "true", `if exec 3<>/dev/tty; then echo TTY-OPENED; else echo no-tty; fi 2>/dev/null`)
 	var out bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s, &out, &out

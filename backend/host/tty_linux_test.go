@@ -20,6 +20,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/host"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -83,29 +84,6 @@ func TestHostTTYInject(t *testing.T) {
 	os.Exit(0)
 }
 
-// openTestPTY opens a terminal pair of the test's own.
-func openTestPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return m, s
-}
-
 // TestTTYCommandCannotReachCallersTerminal: a caller on a terminal (an
 // interactive program embedding the backend) starts a command with
 // Request.TTY. The command's terminal is a new one, its /dev/tty is that
@@ -113,7 +91,7 @@ func openTestPTY(t *testing.T) (master, slave *os.File) {
 // input queue.
 func TestTTYCommandCannotReachCallersTerminal(t *testing.T) {
 	newBackend(t)
-	master, slave := openTestPTY(t)
+	master, slave := testenv.OpenPTY(t)
 	callerTTY, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(slave.Fd())))
 	if err != nil {
 		t.Fatal(err)

@@ -100,7 +100,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	if ws == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+			fmt.Fprintf(forTerminal(env.stderr), "pulse cow: %v\n", err)
 			return exitFailure
 		}
 		ws = wd
@@ -124,12 +124,12 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		// Looking changes nothing and is not audited.
 		f, err := cowfs.Open(ctx, ws, cowfs.WithLane(*lane))
 		if err != nil {
-			fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+			fmt.Fprintf(forTerminal(env.stderr), "pulse cow: %v\n", err)
 			return exitFailure
 		}
 		defer f.Close()
 		if rerr := f.RecoveryErr(); rerr != nil {
-			fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+			fmt.Fprintf(forTerminal(env.stderr), "pulse cow: warning: %v\n", rerr)
 		}
 		if sub == "list" {
 			return c.list(ctx, f)
@@ -159,12 +159,12 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	// Decisions go through the facade's one audited review path.
 	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env), sandbox.ReviewLane(*lane))
 	if err != nil {
-		fmt.Fprintf(env.stderr, "pulse cow: %v\n", err)
+		fmt.Fprintf(forTerminal(env.stderr), "pulse cow: %v\n", err)
 		return exitFailure
 	}
 	defer r.Close()
 	if rerr := r.FS().RecoveryErr(); rerr != nil {
-		fmt.Fprintf(env.stderr, "pulse cow: warning: %v\n", rerr)
+		fmt.Fprintf(forTerminal(env.stderr), "pulse cow: warning: %v\n", rerr)
 	}
 	switch {
 	case sub == "commit" && *all:
@@ -249,14 +249,14 @@ func (c cowCLI) print(v any, text string) int {
 		}
 		return exitOK
 	}
-	io.WriteString(c.env.stdout, text)
+	io.WriteString(forTerminal(c.env.stdout), text)
 	return exitOK
 }
 
 // fail reports err; with --json the error (and, for a conflict, its path
 // and reason) is printed as JSON on stdout as well.
 func (c cowCLI) fail(err error) int {
-	fmt.Fprintf(c.env.stderr, "pulse cow: %v\n", err)
+	fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
 	if c.json {
 		out := map[string]any{"error": err.Error()}
 		var ce *cowfs.ConflictError
@@ -279,7 +279,7 @@ func (c cowCLI) list(ctx context.Context, f *cowfs.FS) int {
 		}
 		return c.print(infos, "")
 	}
-	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(forTerminal(c.env.stdout), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tCHANGES\tBYTES\tCREATED\tDESCRIPTION")
 	for _, i := range infos {
 		desc := i.Description
@@ -313,7 +313,7 @@ func (c cowCLI) lanes(ctx context.Context, f *cowfs.FS) int {
 		}
 		return c.print(ls, "")
 	}
-	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(forTerminal(c.env.stdout), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LANE\tPARENT\tFORKED")
 	for _, l := range ls {
 		parent, forked := l.Parent, l.Forked.Local().Format(time.DateTime)
@@ -375,7 +375,7 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		return true, c.fail(err)
 	}
 	for _, d := range st.Damaged {
-		fmt.Fprintf(c.env.stderr, "pulse cow: warning: transaction %s is left out of the stack: %v\n", d.ID, d.Err)
+		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: warning: transaction %s is left out of the stack: %v\n", d.ID, d.Err)
 	}
 	if len(pos) == 0 {
 		d, err := st.Diff()

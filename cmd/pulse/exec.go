@@ -151,7 +151,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	res, err := sb.Execute(ctx, cmd)
 	if err != nil && res == nil {
-		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
+		fmt.Fprintf(forTerminal(env.stderr), "pulse exec: %v\n", err)
 		if hint := refusalHint(sb, err); hint != "" {
 			fmt.Fprintf(env.stderr, "pulse exec: %s\n", hint)
 		}
@@ -171,7 +171,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		if *workspace != "." {
 			wsFlag = " --workspace " + shellQuote(*workspace)
 		}
-		summarize(env.stderr, res, diff, env.prog+" cow", wsFlag)
+		resetTerminal(env.stderr)
+		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag)
 	}
 	return execExitCode(res)
 }
