@@ -240,7 +240,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		var op cowfs.Op
 		switch {
 		case f.Mode&fs.ModeDir != 0:
-			op = cowfs.MkdirOp(f.Path, f.Mode.Perm())
+			op = cowfs.MkdirOp(f.Path, f.Mode&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky))
 		case f.Mode&fs.ModeSymlink != 0:
 			if s.scrubber.ContainsBytes(f.Data) {
 				add(f.Path, "", "link target contains a configured secret", cowfs.Op{})

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -191,7 +192,10 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 			}
 			// Other device nodes cannot be made in the sandbox; ignore.
 		case unix.S_IFDIR:
-			if err := ov.dir(upper, ufd, lower, lfd, p, name, lst, fs.FileMode(st.Mode&0o777)); err != nil {
+			// setgid and sticky are kept (as cowfs keeps them on
+			// directories); setuid means nothing on one and is dropped.
+			perm := fsmode.FromUnix(st.Mode) &^ fs.ModeSetuid
+			if err := ov.dir(upper, ufd, lower, lfd, p, name, lst, perm); err != nil {
 				return err
 			}
 		default:
@@ -246,7 +250,10 @@ func (ov *overlayWalk) file(upper string, ufd int, lower lowerView, lfd int, p, 
 
 // dir records the directory name of upper directory ufd, at p, and what
 // it holds. lst is what the command saw there beneath it; perm the
-// directory's mode bits as the command left them.
+// directory's permission, setgid and sticky bits as the command left
+// them: a directory that was there before is recorded too when they
+// differ from what the command saw (a chmod), since a copied-up one
+// keeps its mode.
 func (ov *overlayWalk) dir(upper string, ufd int, lower lowerView, lfd int, p, name string, lst fs.FileInfo, perm fs.FileMode) error {
 	sub, err := openUpperDir(ufd, name)
 	if err != nil {
@@ -267,11 +274,16 @@ func (ov *overlayWalk) dir(upper string, ufd int, lower lowerView, lfd int, p, n
 			ov.Deleted = append(ov.Deleted, p)
 		}
 		ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | perm})
-	} else if isOpaqueFD(sub) && !ov.hidden.covers(p) {
-		// The directory was removed and made again: every lower entry
-		// not in upper is gone.
-		if err := opaqueDeletions(ov, upper, lower, p, wsDir); err != nil {
-			return err
+	} else {
+		if lst.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky) != perm {
+			ov.Files = append(ov.Files, backend.File{Path: p, Mode: fs.ModeDir | perm})
+		}
+		if isOpaqueFD(sub) && !ov.hidden.covers(p) {
+			// The directory was removed and made again: every lower
+			// entry not in upper is gone.
+			if err := opaqueDeletions(ov, upper, lower, p, wsDir); err != nil {
+				return err
+			}
 		}
 	}
 	return walkUpper(ov, upper, sub, lower, subL, p)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/internal/randhex"
 )
 
@@ -387,7 +388,7 @@ type statInfo struct {
 func (s statInfo) Name() string { return s.name }
 func (s statInfo) Size() int64  { return s.st.Size }
 func (s statInfo) Mode() fs.FileMode {
-	m := fs.FileMode(s.st.Mode & 0o777)
+	m := fsmode.FromUnix(s.st.Mode) // with setgid and sticky, as a directory's mode is compared whole
 	switch s.st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		m |= fs.ModeDir
