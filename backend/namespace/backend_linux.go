@@ -624,8 +624,8 @@ func removeAll(dir string) error {
 }
 
 // prepare validates req and turns it into the init's config (without the
-// run's paths).
-func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
+// run's paths). probe is the probe's own run (see bindsFor).
+func (b *Backend) prepare(req *backend.Request, probe bool) (childConfig, error) {
 	var c childConfig
 	if err := backend.CheckCommand(req); err != nil {
 		return c, err
@@ -654,6 +654,10 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 	if err != nil {
 		return c, err
 	}
+	readOnly, readWrite, err := b.bindsFor(ws, probe)
+	if err != nil {
+		return c, err
+	}
 	lim := req.Limits
 
 	// HOME is set by exec, to the home the init mounted.
@@ -678,8 +682,8 @@ func (b *Backend) prepare(req *backend.Request) (childConfig, error) {
 			Args:      req.Args,
 			Shell:     req.Shell,
 			NewNet:    newNet,
-			ReadOnly:  b.o.readOnly,
-			ReadWrite: b.o.readWrite,
+			ReadOnly:  readOnly,
+			ReadWrite: readWrite,
 			FileSize:  lim.FileSizeBytes,
 		},
 		envMap: env,
@@ -754,6 +758,63 @@ func cacheBinds(caches []backend.Cache, ws string) ([]nsinit.CacheBind, error) {
 		binds = append(binds, nsinit.CacheBind{Src: src, Dst: bc.Path})
 	}
 	return binds, nil
+}
+
+// bindsFor returns the extra binds (WithReadOnlyBind, WithReadWriteBind)
+// of a command in workspace ws, refusing any that overlaps it (see
+// bindOverlap). The probe's run leaves such a bind out instead: its
+// workspace is a temporary directory of the probe's choosing, which a
+// caller may bind (a bind of /tmp), and the binds of every real command
+// are checked against its own workspace.
+func (b *Backend) bindsFor(ws string, probe bool) (readOnly, readWrite []string, err error) {
+	pick := func(kind string, dirs []string) ([]string, error) {
+		kept := dirs[:0:0]
+		for _, d := range dirs {
+			err := bindOverlap(d, ws)
+			switch {
+			case err == nil:
+				kept = append(kept, d)
+			case !probe:
+				return nil, fmt.Errorf("%w: %s bind %s: %v", backend.ErrInvalidRequest, kind, d, err)
+			}
+		}
+		return kept, nil
+	}
+	if readOnly, err = pick("read-only", b.o.readOnly); err != nil {
+		return nil, nil, err
+	}
+	if readWrite, err = pick("read-write", b.o.readWrite); err != nil {
+		return nil, nil, err
+	}
+	return readOnly, readWrite, nil
+}
+
+// bindOverlap says why the bind of dir, shown at dir in the sandbox, would
+// cover the workspace overlay mounted at ws (resolved), or nil. One at or
+// above the workspace hides the overlay behind the host's tree, with the
+// .pulse directory the overlay hides and, read-write, the real workspace
+// to write past the captured upper layer; one below it shows a host
+// directory of the workspace, or puts a mount in it, past the overlay. The
+// host directory is resolved, as the mount will resolve it; one that does
+// not exist is left to the init, whose mount fails.
+func bindOverlap(dir, ws string) error {
+	if policy.PathWithin(dir, ws) || policy.PathWithin(ws, dir) {
+		return fmt.Errorf("its path in the sandbox is at, above or below the workspace mount point %s", ws)
+	}
+	src, err := filepath.EvalSymlinks(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("resolving it: %v", err)
+	}
+	switch {
+	case policy.PathWithin(src, ws):
+		return fmt.Errorf("its host directory %s is the workspace %s or inside it", src, ws)
+	case policy.PathWithin(ws, src):
+		return fmt.Errorf("its host directory %s holds the workspace %s", src, ws)
+	}
+	return nil
 }
 
 // rlimitFallbacks sets the limits the init applies itself. Only limits

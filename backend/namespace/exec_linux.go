@@ -41,7 +41,7 @@ func (b *Backend) execWith(ctx context.Context, req *backend.Request, onStart fu
 	if closed {
 		return nil, backend.ErrClosed
 	}
-	cfg, err := b.prepare(req)
+	cfg, err := b.prepare(req, fresh)
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,10 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithReadOnlyBind shows the host path dir, read-only, at the same path
-// inside every sandbox (for example a toolchain outside /usr).
+// inside every sandbox (for example a toolchain outside /usr). Exec
+// refuses, with backend.ErrInvalidRequest, a command whose workspace such
+// a bind would cover or reach into: dir (or where it resolves to) at,
+// above or below the workspace.
 func WithReadOnlyBind(dir string) Option {
 	return func(o *options) error {
 		p, err := bindPath(dir)
@@ -120,7 +123,8 @@ func WithReadOnlyBind(dir string) Option {
 
 // WithReadWriteBind shows the host path dir, writable, at the same path
 // inside every sandbox. Writes there land on the host directly and are not
-// captured: use it only for caches the caller accepts to share.
+// captured: use it only for caches the caller accepts to share. Exec
+// refuses a command whose workspace it overlaps, as for WithReadOnlyBind.
 func WithReadWriteBind(dir string) Option {
 	return func(o *options) error {
 		p, err := bindPath(dir)
