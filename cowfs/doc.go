@@ -114,7 +114,8 @@
 // transactions by default (WithMaxOpenTransactions sets one).
 //
 // A transaction that cannot be read is left out of the stack and listed
-// in Stack.Damaged (and logged), never merged.
+// in Stack.Damaged (and logged), never merged; FS.CommitAll refuses
+// (ErrDamaged) while there is one, since those above it may depend on it.
 //
 // # Lanes
 //
@@ -289,8 +290,12 @@
 // damaged, and it is refused with ErrDamaged saying changes were lost,
 // never read as a torn tail, so a commit never succeeds with staged
 // changes silently gone; List shows it quarantined with that reason. A
-// damaged or missing seal is refused the same way. The begin record of a
-// sealed log says "sealed":true; logs from before seals have none.
+// damaged or missing seal is refused the same way, and so is a log
+// without a whole begin record (emptied, or cut inside its first
+// record): a transaction is renamed into place with its begin record, so
+// that is damage, never an empty transaction, and the log is left as it
+// was found. The begin record of a sealed log says "sealed":true; logs
+// from before seals have none.
 //
 // The stage log holds {"op":"begin","id","desc","created","undoes",
 // "squashes","lane","sealed"}, then {"op":"set","change":{...}}, {"op":"unstage","path"}

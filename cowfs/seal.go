@@ -79,7 +79,8 @@ func (t *Tx) readSeal() (length, seq uint64, err error) {
 
 // checkSeal refuses a stage log whose whole records end at whole, before
 // the length its seal records: records that were appended (the call that
-// appended them returned) are gone.
+// appended them returned) are gone. A log of no whole record is refused
+// whatever its seal says, since every log is made with its begin record.
 func (t *Tx) checkSeal(whole int64) error {
 	length, seq, err := t.readSeal()
 	if err != nil {
@@ -89,6 +90,9 @@ func (t *Tx) checkSeal(whole int64) error {
 	if uint64(whole) < length {
 		return fmt.Errorf("%w: transaction %s: its stage log holds %d bytes of whole records but %d were written: staged changes were lost (the log was cut or damaged)",
 			ErrDamaged, t.id, whole, length)
+	}
+	if whole == 0 {
+		return fmt.Errorf("%w: transaction %s: its stage log holds no whole begin record (the log was cut or damaged)", ErrDamaged, t.id)
 	}
 	return nil
 }

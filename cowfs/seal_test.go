@@ -26,6 +26,10 @@ func TestStageLogDamage(t *testing.T) {
 		"last record cut at its boundary": {log: func(b []byte, fr [][]byte) []byte { return b[:len(b)-lastFrame(fr)] }},
 		"cut inside the last record":      {log: func(b []byte, fr [][]byte) []byte { return b[:len(b)-lastFrame(fr)/2] }},
 		"cut to the begin record":         {log: func(b []byte, fr [][]byte) []byte { return b[:frameHeader+len(fr[0])] }},
+		// Without a whole begin record the log is no empty transaction.
+		"emptied":                     {log: func(b []byte, fr [][]byte) []byte { return b[:0] }},
+		"cut inside the begin record": {log: func(b []byte, fr [][]byte) []byte { return b[:frameHeader+len(fr[0])/2] }},
+		"cut inside the begin header": {log: func(b []byte, fr [][]byte) []byte { return b[:frameHeader/2] }},
 		"torn tail past the seal": {log: func(b []byte, fr [][]byte) []byte {
 			return append(b, 200, 0, 0, 0, 1, 2, 3, 4, '{')
 		}, ok: true},
@@ -42,6 +46,12 @@ func TestStageLogDamage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ws := newWS(t)
 			f := openFS(t, ws)
+			// Another transaction, below the damaged one, must stay
+			// readable and committable whatever happens to it.
+			other, _ := f.Begin(t.Context(), "other")
+			if err := other.Write(t.Context(), "d", []byte("d"), 0); err != nil {
+				t.Fatal(err)
+			}
 			tx, _ := f.Begin(t.Context(), "log")
 			for _, p := range []string{"a", "b", "c"} {
 				if err := tx.Write(t.Context(), p, []byte(p), 0); err != nil {
@@ -62,15 +72,25 @@ func TestStageLogDamage(t *testing.T) {
 					os.WriteFile(filepath.Join(dir, "seal"), nb, 0o600)
 				}
 			}
+			damaged, _ := os.ReadFile(filepath.Join(dir, "stage.log"))
 			f2 := openFS(t, ws)
 			infos, err := f2.List(t.Context())
-			if err != nil || len(infos) != 1 {
+			byID := map[string]TxInfo{}
+			for _, in := range infos {
+				byID[in.ID] = in
+			}
+			info, found := byID[tx.ID()]
+			if err != nil || len(infos) != 2 || !found || byID[other.ID()].State != StateOpen {
 				t.Fatalf("List = %+v, %v", infos, err)
+			}
+			st, err := f2.Stack(t.Context())
+			if err != nil {
+				t.Fatal(err)
 			}
 			tx2, err := f2.Tx(t.Context(), tx.ID())
 			if d.ok {
-				if err != nil || infos[0].State != StateOpen {
-					t.Fatalf("Tx = %v, List = %+v", err, infos)
+				if err != nil || info.State != StateOpen || len(st.Txs) != 2 || len(st.Damaged) != 0 {
+					t.Fatalf("Tx = %v, List = %+v, Stack = %+v", err, infos, st)
 				}
 				if _, err := tx2.Commit(context.Background()); err != nil {
 					t.Fatal(err)
@@ -83,13 +103,27 @@ func TestStageLogDamage(t *testing.T) {
 			if !errors.Is(err, ErrDamaged) {
 				t.Fatalf("Tx of a damaged stage log: %v", err)
 			}
-			if infos[0].State != StateQuarantined || !strings.Contains(infos[0].Reason, "seal") && !strings.Contains(infos[0].Reason, "lost") {
-				t.Fatalf("List does not say so: %+v", infos[0])
+			if info.State != StateQuarantined || !strings.Contains(info.Reason, "seal") && !strings.Contains(info.Reason, "lost") {
+				t.Fatalf("List does not say so: %+v", info)
+			}
+			if len(st.Txs) != 1 || st.Txs[0].ID != other.ID() || len(st.Damaged) != 1 || st.Damaged[0].ID != tx.ID() || !errors.Is(st.Damaged[0].Err, ErrDamaged) {
+				t.Fatalf("Stack = %+v, damaged %+v", st.Txs, st.Damaged)
+			}
+			// The evidence stays: reading a damaged log never cuts it.
+			if b, _ := os.ReadFile(filepath.Join(dir, "stage.log")); string(b) != string(damaged) {
+				t.Fatalf("the damaged stage log was rewritten: %d bytes, were %d", len(b), len(damaged))
 			}
 			for _, p := range []string{"a", "b", "c"} {
 				if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
 					t.Fatalf("%s was written", p)
 				}
+			}
+			other2, err := f2.Tx(t.Context(), other.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other2.Commit(context.Background()); err != nil || readFile(t, ws, "d") != "d" {
+				t.Fatalf("the other transaction: %v", err)
 			}
 		})
 	}

@@ -1283,6 +1283,11 @@ func (f *FS) precheckFold(v *fold) error {
 // meets a conflict, the squashed transaction stays pending (the
 // per-command transactions are gone, their content is in it). It returns
 // the paths written and the ids of the transactions committed.
+//
+// While the stack has a damaged transaction (Stack.Damaged) it is refused
+// with an error wrapping ErrDamaged naming it, and nothing is squashed:
+// the transactions above it may have been made on top of its changes, and
+// committing them without it would write what no command saw.
 func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 	unlock, err := f.lock(ctx)
 	if err != nil {
@@ -1292,6 +1297,15 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 	if err != nil {
 		unlock()
 		return nil, nil, err
+	}
+	if len(st.Damaged) > 0 {
+		unlock()
+		d, more := st.Damaged[0], ""
+		if n := len(st.Damaged) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %d more)", n)
+		}
+		return nil, nil, fmt.Errorf("%w: commit of the pending stack refused, nothing was committed: transaction %s%s is damaged or quarantined, and those above it may depend on its changes; inspect it (List gives the reason) and, if its changes are to go, remove %s/tx/%s by hand, then commit again: %w",
+			ErrDamaged, d.ID, more, StateDir, d.ID, d.Err)
 	}
 	var ids []string
 	var pick []*StackTx

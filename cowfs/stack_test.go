@@ -296,6 +296,49 @@ func TestStackDamagedLeftOut(t *testing.T) {
 	}
 }
 
+// TestCommitAllRefusesOverDamaged: the transactions above a damaged one
+// may have been made on top of its changes, so committing them without
+// it would write a stack no command ever saw. CommitAll refuses with
+// ErrDamaged naming it, and nothing is written or squashed.
+func TestCommitAllRefusesOverDamaged(t *testing.T) {
+	cases := map[string]func(t *testing.T, dir string){
+		"stage log checksum": func(t *testing.T, dir string) {
+			damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { b[len(b)-3] ^= 0xff; return b })
+		},
+		"stage log cut inside its begin record": func(t *testing.T, dir string) {
+			damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { return b[:frameHeader+2] })
+		},
+		"quarantined by recovery": func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "quarantine"), []byte("test\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, damage := range cases {
+		t.Run(name, func(t *testing.T) {
+			ws := newWS(t)
+			writeFile(t, ws, "f", "v0", 0o644)
+			f := openFS(t, ws)
+			bad := stageCmd(t, f, "first", WriteOp("f", []byte("v1"), 0o644), MkdirOp("d", 0o755))
+			above := stageCmd(t, f, "second", WriteOp("f", []byte("v2"), 0o644), WriteOp("d/x", []byte("x"), 0o644))
+			damage(t, filepath.Join(ws, StateDir, "tx", bad))
+			before := snapshotTree(t, ws)
+			f2 := openFS(t, ws)
+			paths, ids, err := f2.CommitAll(t.Context())
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), bad) || paths != nil || ids != nil {
+				t.Fatalf("CommitAll over a damaged transaction = %v, %v, %v", paths, ids, err)
+			}
+			if !equalTrees(before, snapshotTree(t, ws)) {
+				t.Fatal("a refused CommitAll changed the workspace")
+			}
+			st := stack(t, f2)
+			if len(st.Txs) != 1 || st.Txs[0].ID != above || len(st.Damaged) != 1 || st.Damaged[0].ID != bad {
+				t.Fatalf("after a refused CommitAll: txs %+v damaged %+v", st.Txs, st.Damaged)
+			}
+		})
+	}
+}
+
 // No wall of open transactions by default.
 func TestStackNoOpenWall(t *testing.T) {
 	ws := newWS(t)

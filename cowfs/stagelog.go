@@ -76,7 +76,10 @@ func (t *Tx) load() error {
 	for _, r := range recs {
 		t.apply(r)
 	}
-	if t.sealed {
+	// A log without a whole begin record (emptied, or cut inside its
+	// first record) is checked too, which it cannot pass: it is no
+	// transaction that is still empty.
+	if t.sealed || len(recs) == 0 {
 		return t.checkSeal(int64(good))
 	}
 	return nil
@@ -202,8 +205,10 @@ func (t *Tx) readLog(f *os.File) ([]stageRec, int, error) {
 		return nil, 0, fmt.Errorf("%w: transaction %s: stage log: %w", ErrRecovery, t.id, err)
 	}
 	sealed := t.sealed
-	if t.offset == 0 && len(recs) > 0 {
-		sealed = recs[0].Sealed
+	if t.offset == 0 {
+		// No whole begin record is damage, not a torn tail to cut (see
+		// load): createTx renames the log into place with it.
+		sealed = len(recs) == 0 || recs[0].Sealed
 	}
 	if sealed {
 		// Before a torn tail is cut: the cut must never reach records an
