@@ -5,7 +5,9 @@
 // allow-all), ipc, uts and cgroup namespaces. The command sees a minimal
 // root: read-only binds of /usr, /bin, /sbin, /lib*, /etc (with /etc/shadow,
 // known secret stores and anything under /etc the world cannot read
-// masked), a fresh /proc with /proc/sys read-only, a minimal /dev (null,
+// masked), a fresh /proc with Docker's masked and read-only paths (the
+// kernel's memory-layout files, keys and timers hidden; /proc/sys, bus,
+// fs, irq and sysrq-trigger read-only), a minimal /dev (null,
 // zero, full, random, urandom, tty, pts, shm), tmpfs /tmp and a tmpfs at the
 // caller's home path, so nothing of the caller's home (~/.ssh) is visible. The workspace appears read-only at its own path with an overlayfs on
 // top; whatever the command writes lands in an upper directory that Exec

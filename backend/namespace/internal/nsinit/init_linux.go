@@ -255,6 +255,25 @@ func resolveCommand(cfg *Config) (string, []string, error) {
 // systemDirs are bound read-only into every sandbox when the host has them.
 var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 
+// procMasked are the /proc entries the command must not read, hidden as
+// Docker's default MaskedPaths hides them, with the memory-layout files it
+// leaves to capabilities: the command runs as the caller's uid, and for a
+// root caller root-only files are readable without any. They tell of the
+// host kernel's memory (page flags, counts and cgroups by frame, slab,
+// vmalloc and free-page lists, /proc/kcore), its timers and scheduler,
+// every key's description, and interrupt counts (a side channel on the
+// other tenants). Entries this kernel lacks are skipped.
+var procMasked = []string{
+	"kpageflags", "kpagecount", "kpagecgroup", "slabinfo", "vmallocinfo", "pagetypeinfo",
+	"kcore", "keys", "timer_list", "timer_stats", "sched_debug", "latency_stats", "interrupts",
+	"acpi", "asound", "scsi",
+}
+
+// procReadOnly are the /proc entries that are the kernel's knobs (Docker's
+// default ReadonlyPaths): readable, but, for a root caller, otherwise
+// writable from the sandbox.
+var procReadOnly = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}
+
 // setupStatic is the part of the setup that does not depend on the
 // request: everything but the workspace, the extra binds and pivot_root.
 func setupStatic(cfg *Config) error {
@@ -312,8 +331,15 @@ func setupStatic(cfg *Config) error {
 	if err := unix.Mount("proc", root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	if err := bindReadOnly(root+"/proc/sys", root+"/proc/sys"); err != nil {
-		return err
+	for _, m := range procMasked {
+		if err := mask(root + "/proc/" + m); err != nil {
+			return err
+		}
+	}
+	for _, p := range procReadOnly {
+		if err := readOnlyInPlace(root + "/proc/" + p); err != nil {
+			return err
+		}
 	}
 	phase("proc")
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -496,6 +522,22 @@ func setReadOnly(dst string, recursive bool) error {
 		return fmt.Errorf("making %s read-only: %w", dst, err)
 	}
 	return nil
+}
+
+// readOnlyInPlace makes p, and every mount below it, a read-only view of
+// itself; a p that does not exist is left alone. Unlike bindReadOnly it
+// makes no mount point, which for a file would open it for writing.
+func readOnlyInPlace(p string) error {
+	if _, err := os.Lstat(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read-only %s: %w", p, err)
+	}
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("read-only %s: %w", p, err)
+	}
+	return setReadOnly(p, true)
 }
 
 // mask hides p: a directory behind an empty read-only tmpfs, anything else
