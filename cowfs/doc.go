@@ -114,8 +114,9 @@
 // transactions by default (WithMaxOpenTransactions sets one).
 //
 // A transaction that cannot be read is left out of the stack and listed
-// in Stack.Damaged (and logged), never merged; FS.CommitAll refuses
-// (ErrDamaged) while there is one, since those above it may depend on it.
+// in Stack.Damaged (and logged), never merged; FS.CommitAll and FS.Squash
+// refuse (ErrDamaged) while there is one, since those above it may depend
+// on it. FS.DiscardAll drops the others and leaves it.
 //
 // # Lanes
 //

@@ -1155,6 +1155,14 @@ func squashRecs(v *fold) ([]stageRec, map[string]string) {
 //
 // The squash is durable before the originals go: a crash in between
 // leaves both, and the next Stack removes the originals.
+//
+// While the stack has a damaged transaction (Stack.Damaged) it is refused
+// as CommitAll is (ErrDamaged, nothing squashed): where a damaged
+// transaction sits in the stack cannot always be read, so any run may
+// hold transactions above it, and a squash of them would hide what they
+// took from it. Folded into one with those below it, a path it changed
+// would have the before image from below and the content from above,
+// and commit without a conflict where each alone would conflict.
 func (f *FS) Squash(ctx context.Context, n int) (string, []string, error) {
 	unlock, err := f.lock(ctx)
 	if err != nil {
@@ -1165,7 +1173,28 @@ func (f *FS) Squash(ctx context.Context, n int) (string, []string, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	if err := st.refuseOverDamaged("squash", "squashed"); err != nil {
+		return "", nil, err
+	}
 	return f.squashLocked(st.squashRun(n))
+}
+
+// refuseOverDamaged refuses (an error wrapping ErrDamaged, naming the
+// first damaged transaction and saying how to resolve it) an operation
+// that folds the stack's transactions together while one is damaged or
+// quarantined: those above it may have been made on top of its changes,
+// and folded without them they would hold what no command saw. op is the
+// operation refused, done what did not happen ("committed").
+func (s *Stack) refuseOverDamaged(op, done string) error {
+	if len(s.Damaged) == 0 {
+		return nil
+	}
+	d, more := s.Damaged[0], ""
+	if n := len(s.Damaged) - 1; n > 0 {
+		more = fmt.Sprintf(" (and %d more)", n)
+	}
+	return fmt.Errorf("%w: %s of the pending stack refused, nothing was %s: transaction %s%s is damaged or quarantined, and those above it may depend on its changes; inspect it (List gives the reason) and, if its changes are to go, remove %s/tx/%s by hand, then %s again: %w",
+		ErrDamaged, op, done, d.ID, more, StateDir, d.ID, op, d.Err)
 }
 
 // squashRun picks the bottom run of up to n (all: n <= 0) non-empty
@@ -1298,14 +1327,9 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 		unlock()
 		return nil, nil, err
 	}
-	if len(st.Damaged) > 0 {
+	if err := st.refuseOverDamaged("commit", "committed"); err != nil {
 		unlock()
-		d, more := st.Damaged[0], ""
-		if n := len(st.Damaged) - 1; n > 0 {
-			more = fmt.Sprintf(" (and %d more)", n)
-		}
-		return nil, nil, fmt.Errorf("%w: commit of the pending stack refused, nothing was committed: transaction %s%s is damaged or quarantined, and those above it may depend on its changes; inspect it (List gives the reason) and, if its changes are to go, remove %s/tx/%s by hand, then commit again: %w",
-			ErrDamaged, d.ID, more, StateDir, d.ID, d.Err)
+		return nil, nil, err
 	}
 	var ids []string
 	var pick []*StackTx
@@ -1348,6 +1372,14 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 // ids. Empty ones belong to commands still running and are left. It is
 // refused (a *StackError, nothing discarded) while a transaction of
 // another lane was made on top of one of them.
+//
+// A damaged transaction (Stack.Damaged) does not stop it and is left, as
+// it was found, for inspection: what DiscardAll drops is only what the
+// caller asked to drop, and nothing of it reaches the workspace, so
+// those above the damaged one lose nothing that depended on it. One
+// that depended on those dropped below it is no worse off: each of its
+// changes keeps its before image and is refused as a conflict if it is
+// ever committed over a workspace that does not match.
 func (f *FS) DiscardAll(ctx context.Context) ([]string, error) {
 	st, err := f.Stack(ctx)
 	if err != nil {

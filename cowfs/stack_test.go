@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -296,44 +297,115 @@ func TestStackDamagedLeftOut(t *testing.T) {
 	}
 }
 
+// damageCases damage the transaction whose state directory is dir in the
+// ways that leave it out of the stack as damaged.
+var damageCases = map[string]func(t *testing.T, dir string){
+	"stage log checksum": func(t *testing.T, dir string) {
+		damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { b[len(b)-3] ^= 0xff; return b })
+	},
+	"stage log cut inside its begin record": func(t *testing.T, dir string) {
+		damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { return b[:frameHeader+2] })
+	},
+	"quarantined by recovery": func(t *testing.T, dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "quarantine"), []byte("test\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	},
+}
+
+// damagedStack is a stack of three transactions, each made on top of the
+// one below (f: v0 in the workspace, then v1, v2, v3; the middle one
+// makes d, the top one writes in it), whose middle one is damaged, seen
+// by a new FS.
+type damagedStack struct {
+	ws                string
+	f                 *FS
+	below, bad, above string
+	tree              map[string]string // the workspace, before
+}
+
+func newDamagedStack(t *testing.T, damage func(t *testing.T, dir string)) *damagedStack {
+	t.Helper()
+	ws := newWS(t)
+	writeFile(t, ws, "f", "v0", 0o644)
+	f := openFS(t, ws)
+	s := &damagedStack{ws: ws}
+	s.below = stageCmd(t, f, "below", WriteOp("f", []byte("v1"), 0o644))
+	s.bad = stageCmd(t, f, "damaged", WriteOp("f", []byte("v2"), 0o644), MkdirOp("d", 0o755))
+	s.above = stageCmd(t, f, "above", WriteOp("f", []byte("v3"), 0o644), WriteOp("d/x", []byte("x"), 0o644))
+	damage(t, filepath.Join(ws, StateDir, "tx", s.bad))
+	s.tree = snapshotTree(t, ws)
+	s.f = openFS(t, ws)
+	return s
+}
+
+// check fails unless the workspace is as it was and the stack holds txs
+// and, left out as damaged, the damaged one.
+func (s *damagedStack) check(t *testing.T, op string, txs ...string) {
+	t.Helper()
+	if !equalTrees(s.tree, snapshotTree(t, s.ws)) {
+		t.Fatalf("%s over a damaged transaction changed the workspace", op)
+	}
+	st := stack(t, s.f)
+	var ids []string
+	for _, tx := range st.Txs {
+		ids = append(ids, tx.ID)
+	}
+	if !slices.Equal(ids, txs) || len(st.Damaged) != 1 || st.Damaged[0].ID != s.bad {
+		t.Fatalf("after %s: txs %v (want %v), damaged %+v", op, ids, txs, st.Damaged)
+	}
+}
+
 // TestCommitAllRefusesOverDamaged: the transactions above a damaged one
 // may have been made on top of its changes, so committing them without
 // it would write a stack no command ever saw. CommitAll refuses with
 // ErrDamaged naming it, and nothing is written or squashed.
 func TestCommitAllRefusesOverDamaged(t *testing.T) {
-	cases := map[string]func(t *testing.T, dir string){
-		"stage log checksum": func(t *testing.T, dir string) {
-			damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { b[len(b)-3] ^= 0xff; return b })
-		},
-		"stage log cut inside its begin record": func(t *testing.T, dir string) {
-			damageFile(t, filepath.Join(dir, "stage.log"), func(b []byte) []byte { return b[:frameHeader+2] })
-		},
-		"quarantined by recovery": func(t *testing.T, dir string) {
-			if err := os.WriteFile(filepath.Join(dir, "quarantine"), []byte("test\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		},
-	}
-	for name, damage := range cases {
+	for name, damage := range damageCases {
 		t.Run(name, func(t *testing.T) {
-			ws := newWS(t)
-			writeFile(t, ws, "f", "v0", 0o644)
-			f := openFS(t, ws)
-			bad := stageCmd(t, f, "first", WriteOp("f", []byte("v1"), 0o644), MkdirOp("d", 0o755))
-			above := stageCmd(t, f, "second", WriteOp("f", []byte("v2"), 0o644), WriteOp("d/x", []byte("x"), 0o644))
-			damage(t, filepath.Join(ws, StateDir, "tx", bad))
-			before := snapshotTree(t, ws)
-			f2 := openFS(t, ws)
-			paths, ids, err := f2.CommitAll(t.Context())
-			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), bad) || paths != nil || ids != nil {
+			s := newDamagedStack(t, damage)
+			paths, ids, err := s.f.CommitAll(t.Context())
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), s.bad) || paths != nil || ids != nil {
 				t.Fatalf("CommitAll over a damaged transaction = %v, %v, %v", paths, ids, err)
 			}
-			if !equalTrees(before, snapshotTree(t, ws)) {
-				t.Fatal("a refused CommitAll changed the workspace")
+			s.check(t, "a refused CommitAll", s.below, s.above)
+		})
+	}
+}
+
+// TestSquashRefusesOverDamaged: a squash of the transactions around a
+// damaged one would fold the one above it, made on top of its changes,
+// with the one below: the squashed transaction would take f's before
+// image from below and its content from above, and commit without the
+// conflict that the one above alone meets. Squash refuses as CommitAll
+// does, and squashes nothing.
+func TestSquashRefusesOverDamaged(t *testing.T) {
+	for name, damage := range damageCases {
+		t.Run(name, func(t *testing.T) {
+			s := newDamagedStack(t, damage)
+			id, gone, err := s.f.Squash(t.Context(), 0)
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), s.bad) || !strings.Contains(err.Error(), "squash") || id != "" || gone != nil {
+				t.Fatalf("Squash over a damaged transaction = %q, %v, %v", id, gone, err)
 			}
-			st := stack(t, f2)
-			if len(st.Txs) != 1 || st.Txs[0].ID != above || len(st.Damaged) != 1 || st.Damaged[0].ID != bad {
-				t.Fatalf("after a refused CommitAll: txs %+v damaged %+v", st.Txs, st.Damaged)
+			s.check(t, "a refused Squash", s.below, s.above)
+		})
+	}
+}
+
+// TestDiscardAllOverDamaged: DiscardAll drops only what it was asked to
+// drop, none of which reaches the workspace, so a damaged transaction
+// does not stop it; the damaged one is left as it was, for inspection.
+func TestDiscardAllOverDamaged(t *testing.T) {
+	for name, damage := range damageCases {
+		t.Run(name, func(t *testing.T) {
+			s := newDamagedStack(t, damage)
+			ids, err := s.f.DiscardAll(t.Context())
+			if err != nil || !slices.Equal(ids, []string{s.above, s.below}) {
+				t.Fatalf("DiscardAll over a damaged transaction = %v, %v", ids, err)
+			}
+			s.check(t, "DiscardAll")
+			if _, err := os.Stat(filepath.Join(s.ws, StateDir, "tx", s.bad, "stage.log")); err != nil {
+				t.Fatalf("the damaged transaction was not left: %v", err)
 			}
 		})
 	}
