@@ -54,6 +54,10 @@ type applier struct {
 	syncDirs map[uint64]string
 	seenDir  map[string]bool
 	blobs    *blobReader // the staged bytes, while apply runs
+	// started holds the ops this applier may have changed the workspace
+	// for: each is set right before the first call that can. An op of a
+	// commit of this process that is not in it has nothing to take back.
+	started map[int]bool
 }
 
 func (f *FS) newApplier(dir string, w *walFile, recovering bool) *applier {
@@ -179,16 +183,10 @@ func (a *applier) displaced(i int) string {
 //     meanwhile is a conflict, not overwritten.
 //  5. One syncfs per file system: every rename is durable.
 //
-// When recovering, every op is first checked to be in its before state,
-// its after state, or (if it removes first) absent, and each step skips
-// what is done. Every step can be redone, so a crash anywhere, recovery
-// included, is recovered the same way.
+// When recovering (after precheck), each step skips what is done. Every
+// step can be redone, so a crash anywhere, recovery included, is
+// recovered the same way.
 func (a *applier) apply() ([]snapshot, error) {
-	if a.recovering {
-		if err := a.f.precheck(a.w); err != nil {
-			return nil, err
-		}
-	}
 	a.blobs = a.f.blobReader(a.dir)
 	defer func() { a.blobs.close(); a.blobs = nil }()
 	removes, creates := a.order()
@@ -230,6 +228,11 @@ func (a *applier) remove(i int) error {
 		return fmt.Errorf("%q: %w", op.Path, err)
 	}
 	if cur.Type == typeAbsent {
+		if !a.recovering && op.Before.Type != typeAbsent {
+			// Validated present: removed since, or a directory on the
+			// way is a symlink now. Not what was reviewed either way.
+			return conflict(op.Path, ReasonDeleted)
+		}
 		return nil // moved already (an earlier attempt), or never there
 	}
 	if a.recovering && (op.Kind != KindDelete && matchesAfter(op, cur) || op.Kind == KindMkdir && cur.Type == typeDir) {
@@ -243,6 +246,7 @@ func (a *applier) remove(i int) error {
 	}
 	a.touch(path.Dir(op.Path))
 	old := oldName(a.w.ID, i, op.Path)
+	a.start(i)
 	f.ws.removeJunk(old)
 	if err := f.ws.renameNoReplace(op.Path, old); err != nil {
 		return fmt.Errorf("remove %q: %w", op.Path, err)
@@ -363,6 +367,7 @@ func (a *applier) create(i int) (bool, error) {
 	var after snapshot
 	switch op.Kind {
 	case KindMkdir:
+		a.start(i)
 		after, err = f.applyMkdir(a.w.ID, i, op, cur)
 		a.afters[i] = after
 		return false, err
@@ -370,6 +375,7 @@ func (a *applier) create(i int) (bool, error) {
 		after, err = a.writeTemp(i)
 	case KindSymlink:
 		tmp := tempName(a.w.ID, i, op.Path)
+		a.start(i)
 		if err = f.ws.root.Symlink(op.Target, tmp); errors.Is(err, fs.ErrExist) {
 			f.ws.removeJunk(tmp) // a crashed attempt's
 			err = f.ws.root.Symlink(op.Target, tmp)
@@ -409,6 +415,7 @@ func (a *applier) writeTemp(i int) (snapshot, error) {
 	// with, so it is never more open than it will be.)
 	mode := op.Mode & 0o7777
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	a.start(i)
 	fd, err := openat(dir, name, flags, mode)
 	if err == unix.EEXIST {
 		// Left by a crashed attempt; the name is the commit's alone.
@@ -691,21 +698,37 @@ func (f *FS) precheck(w *walFile) error {
 // Discard does to a commit that is stuck.
 func (a *applier) rollback() error {
 	f := a.f
+	if err := a.hidden(); err != nil {
+		// What the commit published there would stay, and the before
+		// entries kept for it would go with the WAL.
+		return fmt.Errorf("roll back: %w, and what the commit did beneath it cannot be seen", err)
+	}
+	// A commit of this process takes back only the ops it started: one
+	// it never reached is in its before state, or someone else's (a path
+	// beneath a directory swapped for a symlink reads as absent, and
+	// "restoring" it would write through the link).
+	mine := func(i int) bool { return a.recovering || a.started[i] }
 	removes, creates := a.order()
 	var errs []error
 	for k := len(creates) - 1; k >= 0; k-- {
+		if !mine(creates[k]) {
+			continue
+		}
 		if err := a.uncreate(creates[k]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for k := len(removes) - 1; k >= 0; k-- {
+		if !mine(removes[k]) {
+			continue
+		}
 		if err := a.unremove(removes[k]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for i := range a.w.Ops {
 		op := &a.w.Ops[i]
-		if !exchanges(op) && !removesFirst(op) {
+		if mine(i) && !exchanges(op) && !removesFirst(op) {
 			f.ws.removeJunk(tempName(a.w.ID, i, op.Path))
 		}
 	}
@@ -871,10 +894,19 @@ func (f *FS) checkBlobAt(p string, c *change) error {
 // finish, the WAL stays (the next Open tries again) and the error says
 // why.
 func (f *FS) abandon(a *applier, cause error) error {
-	if err := a.rollback(); err != nil {
-		f.log.Error("cowfs: a failed commit could not be rolled back", "tx", a.w.ID, "err", err)
-		return err
+	if a.recovering || len(a.started) > 0 {
+		if err := a.rollback(); err != nil {
+			f.log.Error("cowfs: a failed commit could not be rolled back", "tx", a.w.ID, "err", err)
+			return err
+		}
 	}
+	return f.reopen(a, cause)
+}
+
+// reopen makes the transaction of a commit that left nothing in the
+// workspace (rolled back, or never applied) pending again: the WAL and
+// the saved copies go, and cause is kept in tx/<id>/failed for List.
+func (f *FS) reopen(a *applier, cause error) error {
 	if err := f.state.Remove(a.dir + "/wal"); err != nil && !isNotExist(err) {
 		return err
 	}
@@ -888,6 +920,108 @@ func (f *FS) abandon(a *applier, cause error) error {
 	}
 	f.log.Warn("cowfs: a commit failed and was rolled back; the transaction is pending", "tx", a.w.ID, "err", cause)
 	return nil
+}
+
+// start records that op i may change the workspace from now on.
+func (a *applier) start(i int) {
+	if a.started == nil {
+		a.started = map[int]bool{}
+	}
+	a.started[i] = true
+}
+
+// hidden returns a conflict naming a directory on the way to a path the
+// commit works at (to where the entry it moved aside is, for one beneath
+// a directory it removes) that is not a real directory now: a symlink or
+// a file took its place (ReasonReplaced), or nothing is there
+// (ReasonDeleted). Paths are literal, so beneath it cowfs sees nothing,
+// neither what the commit did there nor what it moved aside, until it is
+// a directory again. A directory the commit makes (where there was
+// nothing, a file or a symlink) hides nothing that was there before the
+// commit. nil when there is no such directory. A commit of this process
+// looks only at the ops it started: beneath a directory it never reached
+// it did nothing.
+func (a *applier) hidden() error {
+	made := map[string]bool{}
+	for i := range a.w.Ops {
+		if op := &a.w.Ops[i]; op.Kind == KindMkdir && op.Before.Type != typeDir {
+			made[op.Path] = true
+		}
+	}
+	real := map[string]bool{}
+	for i := range a.w.Ops {
+		if !a.recovering && !a.started[i] {
+			continue
+		}
+		op := &a.w.Ops[i]
+		orig, cur := ancestors(op.Path), ancestors(a.locate(op.Path))
+		for k, d := range cur {
+			if made[orig[k]] {
+				break
+			}
+			if real[d] {
+				continue
+			}
+			// Outermost first, so no symlink on the way is followed.
+			fi, err := a.f.ws.root.Lstat(d)
+			switch {
+			case isNotExist(err):
+				return conflict(d, ReasonDeleted)
+			case err != nil:
+				return fmt.Errorf("%q: %w", d, err)
+			case !fi.IsDir():
+				return conflict(d, ReasonReplaced)
+			}
+			real[d] = true
+		}
+	}
+	return nil
+}
+
+// untouched reports whether the workspace holds nothing of the commit:
+// no op is in its after state (unless that is its before state too), no
+// name the commit uses beside a target exists, and nothing was saved to
+// prev/. It is only sure when hidden is nil. Whatever it cannot read
+// counts as touched.
+func (a *applier) untouched() bool {
+	f := a.f
+	for i := range a.w.Ops {
+		op := &a.w.Ops[i]
+		if _, err := f.state.Lstat(a.dir + "/prev/" + strconv.Itoa(i)); !isNotExist(err) {
+			return false
+		}
+		cur, err := f.ws.snap(op.Path, nil)
+		if err != nil || matchesAfter(op, cur) && compare(op.Before, cur) != "" {
+			return false
+		}
+		for _, n := range []string{tempName(a.w.ID, i, op.Path), oldName(a.w.ID, i, op.Path)} {
+			if s, err := f.ws.snap(n, nil); err != nil || s.Type != typeAbsent {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// asConflict is err, or, when err is dirFD's failure to reach a directory
+// a commit works in (checked before as a real directory), the conflict
+// that is: a symlink or a file is there now (ENOTDIR, ELOOP), or nothing
+// is (ENOENT).
+func asConflict(err error) error {
+	var de *dirError
+	if !errors.As(err, &de) {
+		return err
+	}
+	reason := ""
+	switch {
+	case errors.Is(de.Err, unix.ENOTDIR), errors.Is(de.Err, unix.ELOOP):
+		reason = ReasonReplaced
+	case errors.Is(de.Err, unix.ENOENT):
+		reason = ReasonDeleted
+	default:
+		return err
+	}
+	return fmt.Errorf("%w (%v)", conflict(de.Dir, reason), err)
 }
 
 // checkSpace refuses, before the commit point, a commit whose new files

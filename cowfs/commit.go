@@ -183,7 +183,10 @@ func (t *Tx) validate(ctx context.Context, w *walFile) error {
 // commit happens. If applying fails (a full disk, damaged bytes, a change
 // racing in), everything is rolled back and the transaction is pending
 // again; if even that fails, the WAL stays for the next Open to roll
-// forward. It returns the paths changed.
+// forward. That is so too when a directory on the way became a symlink
+// or a file after the commit began writing: what it wrote beneath cannot
+// be seen to be taken back until the directory is back. It returns the
+// paths changed.
 func (t *Tx) applyWAL(dir string, w *walFile) ([]string, error) {
 	f := t.fs
 	interrupted := func(err error) ([]string, error) {
@@ -196,6 +199,9 @@ func (t *Tx) applyWAL(dir string, w *walFile) ([]string, error) {
 	a := f.newApplier(dir, w, false)
 	afters, err := a.apply()
 	if err != nil {
+		// A directory on the way that became a symlink or a file since
+		// validation is a change racing in, as one at a target is.
+		err = asConflict(err)
 		if rerr := f.abandon(a, err); rerr != nil {
 			return interrupted(errors.Join(err, rerr))
 		}

@@ -43,7 +43,12 @@ func (w *workspace) dirFD(rel string) (int, func(), error) {
 	}
 	defer w.topMu.RUnlock()
 	fd := w.topFD
+	end := 0 // rel[:end] is the directory being opened
 	for name := range strings.SplitSeq(rel, "/") {
+		if end > 0 {
+			end++
+		}
+		end += len(name)
 		if name == "" || name == "." || name == ".." {
 			if fd != w.topFD {
 				unix.Close(fd)
@@ -55,12 +60,23 @@ func (w *workspace) dirFD(rel string) (int, func(), error) {
 			unix.Close(fd)
 		}
 		if err != nil {
-			return -1, nil, &fs.PathError{Op: "openat", Path: rel, Err: err}
+			return -1, nil, &dirError{Dir: rel[:end], Err: err}
 		}
 		fd = next
 	}
 	return fd, func() { unix.Close(fd) }, nil
 }
+
+// dirError is dirFD's failure to open Dir, a directory on the way to the
+// one asked for: ENOTDIR or ELOOP when a file or symlink is there now,
+// ENOENT when nothing is.
+type dirError struct {
+	Dir string
+	Err error
+}
+
+func (e *dirError) Error() string { return "openat " + e.Dir + ": " + e.Err.Error() }
+func (e *dirError) Unwrap() error { return e.Err }
 
 // lstatSys is lstat of the literal path rel, with what lstat (above)
 // promises: an ancestor that is not a real directory (a symlink, a file)

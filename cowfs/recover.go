@@ -95,7 +95,14 @@ func (f *FS) rollForward(dir, id string) error {
 		}
 	}
 	a := f.newApplier(dir, w, true)
-	afters, err := a.apply()
+	err = f.precheck(w)
+	if ce := (*ConflictError)(nil); errors.As(err, &ce) {
+		return f.recoverConflict(a, id, ce)
+	}
+	var afters []snapshot
+	if err == nil {
+		afters, err = a.apply()
+	}
 	if err != nil {
 		var ce *ConflictError
 		if errors.As(err, &ce) {
@@ -121,6 +128,35 @@ func (f *FS) rollForward(dir, id string) error {
 	}
 	f.log.Info("cowfs: rolled an interrupted commit forward", "tx", id, "changes", len(w.Ops))
 	return nil
+}
+
+// recoverConflict decides what becomes of an interrupted commit whose
+// workspace the precheck found changed (ce), before recovery wrote
+// anything. Where a directory on the way is not a real directory now
+// (swapped for a symlink, say), what the commit did beneath it cannot be
+// seen, so it can neither be finished nor taken back, nor be known to
+// have done nothing there; the swap may be undone, so the WAL stays, as
+// it was, for the next Open (Discard rolls it back). Where the workspace
+// holds nothing of the commit (it died before writing), the transaction
+// is pending again, its WAL dropped: there is nothing to roll back, and
+// the commit can be made again once the workspace is put right. Only a
+// commit that had written part of itself is quarantined.
+func (f *FS) recoverConflict(a *applier, id string, ce *ConflictError) error {
+	if err := a.hidden(); err != nil {
+		if he := (*ConflictError)(nil); !errors.As(err, &he) || *he != *ce {
+			err = errors.Join(ce, err)
+		}
+		f.log.Warn("cowfs: an interrupted commit is left for the next Open: a directory on its way is not a real directory", "tx", id, "err", err)
+		return fmt.Errorf("%w: transaction %s is left committing, for the next Open to roll forward once the workspace is put back (Discard rolls it back): %w", ErrRecovery, id, err)
+	}
+	if a.untouched() {
+		if err := f.reopen(a, ce); err != nil {
+			return fmt.Errorf("%w: transaction %s: %w", ErrRecovery, id, errors.Join(ce, err))
+		}
+		return fmt.Errorf("%w: transaction %s was interrupted before it wrote anything and is pending again: %w", ErrRecovery, id, ce)
+	}
+	a.dropTemps()
+	return f.quarantine(id, ce.Error())
 }
 
 func (f *FS) quarantine(id, reason string) error {

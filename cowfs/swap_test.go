@@ -1,0 +1,186 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// swapFixture is a workspace with d/x.txt and d/y.txt and a transaction
+// that rewrites d/x.txt, creates d/new.txt and deletes d/y.txt.
+func swapFixture(t *testing.T) (ws, id string, f *FS) {
+	t.Helper()
+	ws = newWS(t)
+	writeFile(t, ws, "d/x.txt", "old x\n", 0o644)
+	writeFile(t, ws, "d/y.txt", "old y\n", 0o644)
+	writeFile(t, ws, "top.txt", "old top\n", 0o644)
+	f = openFS(t, ws)
+	tx, _ := f.Begin(t.Context(), "swap")
+	ops := []Op{
+		WriteOp("d/x.txt", []byte("new x\n"), 0),
+		WriteOp("d/new.txt", []byte("new\n"), 0),
+		DeleteOp("d/y.txt"),
+		WriteOp("top.txt", []byte("new top\n"), 0),
+	}
+	if errs, err := tx.Stage(context.Background(), ops); err != nil || errors.Join(errs...) != nil {
+		t.Fatal(err, errs)
+	}
+	return ws, tx.ID(), f
+}
+
+// swapDir puts a symlink to the directory where d was (now e): every
+// path through d still reaches the same files, but not literally.
+func swapDir(t *testing.T, ws string) {
+	t.Helper()
+	if err := os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "e")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("e", filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func swapBack(t *testing.T, ws string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(ws, "e"), filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkSwapCommitted(t *testing.T, ws string) {
+	t.Helper()
+	if readFile(t, ws, "d/x.txt") != "new x\n" || readFile(t, ws, "d/new.txt") != "new\n" || readFile(t, ws, "top.txt") != "new top\n" {
+		t.Fatal("the commit's changes are not all in the workspace")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "d/y.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d/y.txt not deleted: %v", err)
+	}
+}
+
+// TestDirSwappedForSymlinkDuringCommit: a directory a commit works in is
+// swapped for a symlink to itself after the commit began and before it
+// wrote there. The commit refuses with a conflict naming the directory,
+// writes nothing through the symlink, leaves the transaction pending, and
+// commits once the directory is back.
+func TestDirSwappedForSymlinkDuringCommit(t *testing.T) {
+	for _, fp := range []int{fpValidated, fpWALSynced, fpApplySynced} {
+		t.Run(failpointName(fp), func(t *testing.T) {
+			ws, id, f := swapFixture(t)
+			done := false
+			failpointHook = func(n int) {
+				if n == fp && !done {
+					done = true
+					swapDir(t, ws)
+				}
+			}
+			defer func() { failpointHook = nil }()
+			tx, err := f.Tx(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tx.Commit(context.Background())
+			failpointHook = nil
+			var ce *ConflictError
+			if !errors.As(err, &ce) || !(ce.Path == "d" && ce.Reason == ReasonReplaced || ce.Path == "d/y.txt" && ce.Reason == ReasonDeleted) {
+				t.Fatalf("Commit with d swapped for a symlink: %v", err)
+			}
+			if _, err := os.Lstat(filepath.Join(ws, "e/new.txt")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("written through the symlink: %v", err)
+			}
+			infos, _ := f.List(t.Context())
+			if fp == fpApplySynced {
+				// d/y.txt was moved aside in d before the swap: the
+				// rollback cannot see it, so the commit stays for the
+				// next Open, which finishes it once d is back.
+				if len(infos) != 1 || infos[0].State != StateCommitting {
+					t.Fatalf("List = %+v, want the transaction committing", infos)
+				}
+				swapBack(t, ws)
+				f.Close()
+				g, err := Open(t.Context(), ws)
+				if err != nil {
+					t.Fatalf("Open after d is back: %v", err)
+				}
+				defer g.Close()
+				if infos, _ := g.List(t.Context()); len(infos) != 1 || infos[0].State != StateCommitted {
+					t.Fatalf("after recovery List = %+v, want it committed", infos)
+				}
+				checkSwapCommitted(t, ws)
+				return
+			}
+			// Nothing changed but what the hook did: nothing reached e
+			// through d, and top.txt (not beneath d) was put back.
+			if readFile(t, ws, "e/x.txt") != "old x\n" || readFile(t, ws, "e/y.txt") != "old y\n" || readFile(t, ws, "top.txt") != "old top\n" {
+				t.Fatalf("the workspace changed: %v", snapshotTree(t, ws))
+			}
+			if len(infos) != 1 || infos[0].State != StateOpen {
+				t.Fatalf("List = %+v, want the transaction open", infos)
+			}
+			swapBack(t, ws)
+			tx, err = f.Tx(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Commit(context.Background()); err != nil {
+				t.Fatalf("Commit after d is back: %v", err)
+			}
+			checkSwapCommitted(t, ws)
+		})
+	}
+}
+
+// TestDirSwappedForSymlinkBeforeRecovery: a commit is killed after its
+// commit point; before the next Open, a directory it works in is swapped
+// for a symlink. Recovery writes nothing through it and does not
+// quarantine the transaction for good: once the directory is back, the
+// next Open finishes the commit.
+func TestDirSwappedForSymlinkBeforeRecovery(t *testing.T) {
+	for _, fp := range []int{fpWALSynced, fpApplyRenamed} {
+		t.Run(failpointName(fp), func(t *testing.T) {
+			ws, id, f := swapFixture(t)
+			f.Close()
+			cmd := helperCmd(ws, id, failpointEnv(fp, 1))
+			if err := cmd.Run(); err == nil {
+				t.Fatal("the helper was not killed")
+			}
+			swapDir(t, ws)
+			g, err := Open(t.Context(), ws)
+			if err == nil {
+				defer g.Close()
+			}
+			if _, err := os.Lstat(filepath.Join(ws, "e/new.txt")); fp == fpWALSynced && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("recovery wrote through the symlink: %v", err)
+			}
+			if g != nil {
+				g.Close()
+			}
+			swapBack(t, ws)
+			h, err := Open(t.Context(), ws)
+			if err != nil {
+				t.Fatalf("Open after d is back: %v", err)
+			}
+			defer h.Close()
+			infos, _ := h.List(t.Context())
+			for _, in := range infos {
+				if in.State == StateQuarantined {
+					t.Fatalf("quarantined for good: %+v", in)
+				}
+			}
+			if len(infos) == 1 && infos[0].State == StateOpen {
+				tx, err := h.Tx(t.Context(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Commit(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkSwapCommitted(t, ws)
+		})
+	}
+}
