@@ -81,7 +81,7 @@ func TestEscapeBindCoversWorkspace(t *testing.T) {
 		}
 		b := newBackend(t, WithReadOnlyBind(ro), WithReadWriteBind(rw))
 		res, out, errs := runCmd(t, b, &backend.Request{Workspace: ws,
-			Shell: `cat "$RO/f" && echo shared > "$RW/g"`, Env: map[string]string{"RO": ro, "RW": rw}})
+			Shell: `cat "$RO/f" && ! touch "$RO/x" 2>/dev/null && echo shared > "$RW/g"`, Env: map[string]string{"RO": ro, "RW": rw}})
 		if res.ExitCode != 0 || out != "shown\n" {
 			t.Fatalf("exit %d out %q err %q", res.ExitCode, out, errs)
 		}

@@ -381,19 +381,19 @@ func setupRequest(cfg *Config) error {
 		return err
 	}
 	for _, p := range cfg.ReadOnly {
-		if err := bindReadOnly(p, root+p); err != nil {
+		if err := bindChecked(p, root+p, cfg.Workspace, false); err != nil {
 			return err
 		}
 	}
 	for _, p := range cfg.ReadWrite {
-		if err := bindReadWrite(p, root+p); err != nil {
+		if err := bindChecked(p, root+p, cfg.Workspace, true); err != nil {
 			return err
 		}
 	}
 	for _, c := range cfg.Caches {
 		// Outside the workspace overlay: the command's writes land in
 		// the host directory itself, never in the captured upper layer.
-		if err := bindReadWrite(c.Src, root+c.Dst); err != nil {
+		if err := bindChecked(c.Src, root+c.Dst, cfg.Workspace, true); err != nil {
 			return fmt.Errorf("cache: %w", err)
 		}
 	}
@@ -475,7 +475,12 @@ func mountPoint(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if st.IsDir() {
+	return mountPointFor(st.IsDir(), dst)
+}
+
+// mountPointFor makes dst a directory, or for a bind of a file, a file.
+func mountPointFor(dir bool, dst string) error {
+	if dir {
 		return os.MkdirAll(dst, 0o755)
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -488,6 +493,72 @@ func mountPoint(src, dst string) error {
 	return f.Close()
 }
 
+// errBindOverlap refuses a bind whose host directory, as the init finds
+// it, is the workspace or holds it or lies in it.
+var errBindOverlap = errors.New("its host directory overlaps the workspace")
+
+// openBindSource opens src, following symlinks as the backend did when it
+// checked the bind against the workspace, as an O_PATH descriptor, and
+// refuses it (errBindOverlap) when what it reached overlaps the host
+// workspace ws. The bind is then made from the descriptor, so what is
+// checked is what is mounted: a symlink swapped in on the way to src
+// after the backend's check (by another process, or by an earlier
+// command through a read-write bind of the directory above) cannot make
+// it a bind of the workspace, which would show the command the .pulse
+// state the overlay hides and, read-write, let it write the workspace
+// past the captured layer.
+func openBindSource(src, ws string) (*os.File, error) {
+	fd, err := unix.Open(src, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: src, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), src)
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("resolving %s: %w", src, err)
+	case !filepath.IsAbs(real):
+		// Not a path of this mount namespace's tree (another file
+		// system's root, a detached mount): nothing to check it by.
+		f.Close()
+		return nil, fmt.Errorf("%s resolves to %q, outside the tree", src, real)
+	case pathWithin(real, ws) || pathWithin(ws, real):
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is %s, workspace %s", errBindOverlap, src, real, ws)
+	}
+	return f, nil
+}
+
+// pathWithin reports whether the clean absolute path p is dir or below it.
+func pathWithin(p, dir string) bool {
+	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// bindChecked binds the caller's host path src at dst (read-write or
+// read-only, nosuid and nodev either way) through openBindSource.
+func bindChecked(src, dst, ws string, rw bool) error {
+	f, err := openBindSource(src, ws)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err == nil {
+		err = mountPointFor(st.IsDir(), dst)
+	}
+	if err == nil {
+		err = unix.Mount("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), dst, "", unix.MS_BIND|unix.MS_REC, "")
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if !rw {
+		return setReadOnly(dst, true)
+	}
+	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
+}
+
 func bindReadOnly(src, dst string) error {
 	if err := mountPoint(src, dst); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)
@@ -496,16 +567,6 @@ func bindReadOnly(src, dst string) error {
 		return fmt.Errorf("bind %s: %w", src, err)
 	}
 	return setReadOnly(dst, true)
-}
-
-func bindReadWrite(src, dst string) error {
-	if err := mountPoint(src, dst); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
 }
 
 // setReadOnly makes the mount at dst (and, when recursive, every mount
