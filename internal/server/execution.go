@@ -336,6 +336,16 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request,
 	s.log.Info("execution finished", "execution_id", e.id, "tenant", e.tenant, "status", status,
 		"exit_code", p.ExitCode, "termination", p.TerminationReason)
 
+	// Out of the active set before the result goes out: a client that has
+	// it and at once reconciles, or submits into the slot it freed, must
+	// find the execution ended (the store says so already; a request that
+	// reads it now reads the terminal record).
+	s.mu.Lock()
+	delete(s.active, e.id)
+	s.slots--
+	s.m.setActive(s.slots)
+	s.mu.Unlock()
+
 	e.mu.Lock()
 	e.result = protocol.RawFrame(protocol.TypeResult, body)
 	e.status = status
@@ -345,12 +355,6 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request,
 	}
 	e.subs = nil
 	e.mu.Unlock()
-
-	s.mu.Lock()
-	delete(s.active, e.id)
-	s.slots--
-	s.m.setActive(s.slots)
-	s.mu.Unlock()
 	close(e.finishedCh)
 }
 
