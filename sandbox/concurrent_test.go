@@ -157,6 +157,88 @@ func TestAutoCommitHoldsWhatChangedInTheWorkspaceMeanwhile(t *testing.T) {
 	}
 }
 
+// TestAutoCommitHoldsWhatWasRemovedInTheWorkspaceMeanwhile: a file (or
+// the directory holding it) removed from the workspace while a command
+// ran, which the command then wrote, is not brought back by auto-commit:
+// the command may have made its version from what was removed. A new
+// file in a directory nothing else changed commits; so does one beside
+// a commit that finished while the command ran (the commit changed the
+// directory, not a removal).
+func TestAutoCommitHoldsWhatWasRemovedInTheWorkspaceMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, remove string
+	}{
+		{"file", "shared", "shared"},
+		{"tree", "dir/sub/shared", "dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, _ := filepath.EvalSymlinks(t.TempDir())
+			full := filepath.Join(ws, filepath.FromSlash(tc.path))
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(full, []byte("base\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sb, g := gateSandbox(t, ws, WithAutoCommit())
+			slow := startGated(sb, g, tc.path, "base\nslow\n")
+			// Inode times come from a clock a tick behind Execute's.
+			time.Sleep(30 * time.Millisecond)
+			if err := os.RemoveAll(filepath.Join(ws, tc.remove)); err != nil {
+				t.Fatal(err)
+			}
+			close(g.release)
+			o := <-slow
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if !errors.Is(o.res.CommitErr, ErrConcurrentChange) || o.res.Transaction == "" || len(o.res.Committed) != 0 {
+				t.Fatalf("auto-commit over a removal made meanwhile: CommitErr %v, transaction %q, committed %v", o.res.CommitErr, o.res.Transaction, o.res.Committed)
+			}
+			if !slices.Equal(o.res.ConcurrentChanges, []string{tc.path}) {
+				t.Errorf("ConcurrentChanges = %v, want [%s]", o.res.ConcurrentChanges, tc.path)
+			}
+			if _, err := os.Lstat(full); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the removed file was brought back: %v", err)
+			}
+		})
+	}
+	t.Run("new-file", func(t *testing.T) {
+		ws, _ := filepath.EvalSymlinks(t.TempDir())
+		sb, g := gateSandbox(t, ws, WithAutoCommit())
+		slow := startGated(sb, g, "new", "n\n")
+		time.Sleep(30 * time.Millisecond)
+		close(g.release)
+		o := <-slow
+		if o.err != nil || o.res.CommitErr != nil || len(o.res.Committed) != 1 || len(o.res.ConcurrentChanges) != 0 {
+			t.Fatalf("a new file, nothing changed meanwhile: %v, CommitErr %v, committed %v, concurrent %v", o.err, o.res.CommitErr, o.res.Committed, o.res.ConcurrentChanges)
+		}
+	})
+	t.Run("beside-a-commit", func(t *testing.T) {
+		ws, _ := filepath.EvalSymlinks(t.TempDir())
+		sb, g := gateSandbox(t, ws)
+		ctx := context.Background()
+		other, err := sb.Execute(ctx, Command{Args: []string{"write", "other", "o\n"}})
+		if err != nil || other.Transaction == "" {
+			t.Fatalf("other: %v %+v", err, other)
+		}
+		slow := startGated(sb, g, "new", "n\n")
+		time.Sleep(30 * time.Millisecond)
+		tx, err := sb.OpenTx(ctx, other.Transaction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		close(g.release)
+		o := <-slow
+		if o.err != nil || len(o.res.ConcurrentChanges) != 0 {
+			t.Fatalf("a new file beside a commit made meanwhile: %v, concurrent %v", o.err, o.res.ConcurrentChanges)
+		}
+	})
+}
+
 // TestConcurrentCommitOfWhatTheCommandSawIsNoChange: a command that saw a
 // pending transaction's version of a path, which is committed while the
 // command runs, made its version on top of what the workspace now holds:

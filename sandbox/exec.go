@@ -110,10 +110,12 @@ type Result struct {
 	// command ran without it seeing the change: another transaction
 	// changed what the pending stack shows there (the command started
 	// from the stack before it), or the workspace file itself changed (a
-	// commit, an edit). The command's version was made apart from that
-	// change (two appends to one file, say): it is staged, commit --all
-	// keeps the upper transaction's version, and auto-commit leaves the
-	// transaction pending (CommitErr wraps ErrConcurrentChange). Each is
+	// commit, an edit) or was removed (then judged by its directory, which
+	// also changes when an entry beside it is made or removed, so a new
+	// file can be listed for a change beside it). The command's version
+	// was made apart from that change (two appends to one file, say): it
+	// is staged, commit --all keeps the upper transaction's version, and
+	// auto-commit leaves the transaction pending (CommitErr wraps ErrConcurrentChange). Each is
 	// in the audit log (action stack, reason concurrent_change).
 	ConcurrentChanges []string
 	// CommitErr is why auto-commit did not happen (a conflict, wrapping

@@ -293,7 +293,8 @@ func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok 
 // was read (the stack the command was shown), or "" for the workspace
 // itself, whose entry's inode changed after start (a commit or an edit
 // the command may not have seen: its own writes never touch the
-// workspace). Either way the command made its version apart from that
+// workspace), or whose entry is gone now from a directory that changed
+// after start (see removals). Either way the command made its version apart from that
 // change. Directories are left out (two commands making one directory
 // agree). A stack that cannot be read again reports nothing from it;
 // staging goes on and meets the error itself.
@@ -308,6 +309,7 @@ func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, star
 		}
 		out[p] = by
 	}
+	removed := &removals{s: s, start: start}
 	var cur *cowfs.Stack
 	if view != nil {
 		if st, err := s.cow.Stack(ctx); err == nil && st.Key() != view.Key() {
@@ -352,11 +354,78 @@ func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, star
 			}
 		}
 		// The command saw the workspace's own entry.
-		if !start.IsZero() && changedSince(full, start) {
+		if start.IsZero() {
+			continue
+		}
+		switch present, changed := changedSince(full, start); {
+		case changed:
+			add(op.Path, "")
+		case !present && op.Kind != cowfs.KindDelete && removed.meanwhile(ctx, full):
 			add(op.Path, "")
 		}
 	}
 	return out
+}
+
+// removals tells whether a workspace entry that is absent now may have
+// been removed while a command ran, which the entry itself, gone, cannot
+// say: the command may have read it and made its version from it, and
+// committing that version would bring back what was removed. Removing an
+// entry changes the directory that held it, so the nearest directory
+// above the path that still exists (the removed entry may have been in a
+// tree removed whole) is looked at. A directory also changes when another
+// entry in it is made or removed, so a command's new file can be reported
+// for an unrelated change beside it: that holds its transaction for
+// review, the side that loses nothing. A commit that finished while the
+// command ran changes directories itself, so then nothing is reported
+// from directories (what such a commit changed that the command also
+// wrote is caught by the stack lookups above while it was pending).
+type removals struct {
+	s     *Sandbox
+	start time.Time
+	dirs  map[string]bool // directory → changed after start
+	// committed: 0 not read yet, 1 a commit finished after start, -1 none.
+	committed int
+}
+
+func (r *removals) meanwhile(ctx context.Context, full string) bool {
+	for dir := filepath.Dir(full); len(dir) >= len(r.s.workspace); dir = filepath.Dir(dir) {
+		changed, seen := r.dirs[dir]
+		if !seen {
+			var present bool
+			present, changed = changedSince(dir, r.start)
+			if !present && dir != r.s.workspace {
+				continue
+			}
+			if r.dirs == nil {
+				r.dirs = map[string]bool{}
+			}
+			r.dirs[dir] = changed
+		}
+		return changed && !r.commitFinished(ctx)
+	}
+	return false
+}
+
+// commitFinished reports whether a transaction of this workspace was
+// committed after start; one that cannot be told is taken as committed,
+// so that an unreadable store reports nothing rather than everything.
+func (r *removals) commitFinished(ctx context.Context) bool {
+	if r.committed == 0 {
+		r.committed = -1
+		infos, err := r.s.cow.List(ctx)
+		if err != nil {
+			r.s.log.Warn("listing transactions to tell removals from commits", "err", err)
+			r.committed = 1
+		}
+		for _, info := range infos {
+			if info.State == cowfs.StateCommitted && info.Committed.After(r.start) {
+				r.committed = 1
+				break
+			}
+		}
+	}
+	return r.committed > 0
 }
 
 // workspaceHolds reports whether the workspace entry at p is what the
@@ -395,17 +464,19 @@ func workspaceHolds(p string, e *cowfs.Entry) bool {
 	return false
 }
 
-// changedSince reports whether the entry at p (not followed) had its inode
-// changed after t. The kernel stamps inode times from a coarse clock (a
-// tick behind, or whole seconds on some file systems), so a change just
-// after t can go unseen; none made before t is reported.
-func changedSince(p string, t time.Time) bool {
+// changedSince reports whether there is an entry at p (not followed), and
+// whether its inode changed after t. The kernel stamps inode times from a
+// coarse clock (a tick behind, or whole seconds on some file systems), so
+// a change just after t can go unseen; none made before t is reported.
+// An entry that cannot be looked at for another reason than its absence
+// is taken as present and unchanged.
+func changedSince(p string, t time.Time) (present, changed bool) {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
-		return false
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR), false
 	}
 	c := ctimeOf(&st)
-	return time.Unix(c.Sec, c.Nsec).After(t)
+	return true, time.Unix(c.Sec, c.Nsec).After(t)
 }
 
 // sameEntry reports whether two lookups of one path show the same thing.
