@@ -214,6 +214,32 @@ func TestAutoCommitHoldsWhatWasRemovedInTheWorkspaceMeanwhile(t *testing.T) {
 			t.Fatalf("a new file, nothing changed meanwhile: %v, CommitErr %v, committed %v, concurrent %v", o.err, o.res.CommitErr, o.res.Committed, o.res.ConcurrentChanges)
 		}
 	})
+	t.Run("by-a-commit", func(t *testing.T) {
+		// Another command of the sandbox removes the file and auto-commits
+		// while this one writes it.
+		ws, _ := filepath.EvalSymlinks(t.TempDir())
+		if err := os.WriteFile(filepath.Join(ws, "shared"), []byte("base\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sb, g := gateSandbox(t, ws, WithAutoCommit())
+		slow := startGated(sb, g, "shared", "base\nslow\n")
+		time.Sleep(30 * time.Millisecond)
+		rm, err := sb.Execute(context.Background(), Command{Args: []string{"write", "shared", "-"}})
+		if err != nil || !slices.Equal(rm.Committed, []string{"shared"}) {
+			t.Fatalf("the removing command: %v, committed %v, CommitErr %v", err, rm.Committed, rm.CommitErr)
+		}
+		close(g.release)
+		o := <-slow
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if !errors.Is(o.res.CommitErr, ErrConcurrentChange) || !slices.Equal(o.res.ConcurrentChanges, []string{"shared"}) {
+			t.Fatalf("a file a commit removed meanwhile: CommitErr %v, concurrent %v, committed %v", o.res.CommitErr, o.res.ConcurrentChanges, o.res.Committed)
+		}
+		if _, err := os.Lstat(filepath.Join(ws, "shared")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the removed file was brought back: %v", err)
+		}
+	})
 	t.Run("beside-a-commit", func(t *testing.T) {
 		ws, _ := filepath.EvalSymlinks(t.TempDir())
 		sb, g := gateSandbox(t, ws)

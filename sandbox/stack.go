@@ -360,7 +360,7 @@ func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, star
 		switch present, changed := changedSince(full, start); {
 		case changed:
 			add(op.Path, "")
-		case !present && op.Kind != cowfs.KindDelete && removed.meanwhile(ctx, full):
+		case !present && op.Kind != cowfs.KindDelete && removed.meanwhile(ctx, op.Path, full):
 			add(op.Path, "")
 		}
 	}
@@ -377,18 +377,50 @@ func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, star
 // entry in it is made or removed, so a command's new file can be reported
 // for an unrelated change beside it: that holds its transaction for
 // review, the side that loses nothing. A commit that finished while the
-// command ran changes directories itself, so then nothing is reported
-// from directories (what such a commit changed that the command also
-// wrote is caught by the stack lookups above while it was pending).
+// command ran changes directories itself: then the path is reported when
+// such a commit changed it or a directory above it, and a directory's
+// change alone is not taken as a removal (nor when commits may have gone
+// from the undo history already, see cowfs.FS.CommittedSince).
 type removals struct {
 	s     *Sandbox
 	start time.Time
 	dirs  map[string]bool // directory → changed after start
-	// committed: 0 not read yet, 1 a commit finished after start, -1 none.
-	committed int
+	read  bool            // commits and whole are read
+	// commits are those that finished after start; whole, that none of
+	// them is missing.
+	commits []cowfs.Committed
+	whole   bool
 }
 
-func (r *removals) meanwhile(ctx context.Context, full string) bool {
+// meanwhile reports whether rel, at full and absent from the workspace
+// now, may have been removed while the command ran.
+func (r *removals) meanwhile(ctx context.Context, rel, full string) bool {
+	if !r.dirChanged(full) {
+		return false
+	}
+	if !r.read {
+		r.read = true
+		var err error
+		if r.commits, r.whole, err = r.s.cow.CommittedSince(ctx, r.start); err != nil {
+			// Unknown commits: a directory's change is not taken as a
+			// removal, as with commits.
+			r.s.log.Warn("reading the commits made while a command ran", "err", err)
+			r.commits, r.whole = nil, false
+		}
+	}
+	for _, c := range r.commits {
+		for _, p := range c.Paths {
+			if p == rel || strings.HasPrefix(rel, p+"/") {
+				return true
+			}
+		}
+	}
+	return len(r.commits) == 0 && r.whole
+}
+
+// dirChanged reports whether the nearest directory above full that
+// exists (up to the workspace) changed after start.
+func (r *removals) dirChanged(full string) bool {
 	for dir := filepath.Dir(full); len(dir) >= len(r.s.workspace); dir = filepath.Dir(dir) {
 		changed, seen := r.dirs[dir]
 		if !seen {
@@ -402,30 +434,9 @@ func (r *removals) meanwhile(ctx context.Context, full string) bool {
 			}
 			r.dirs[dir] = changed
 		}
-		return changed && !r.commitFinished(ctx)
+		return changed
 	}
 	return false
-}
-
-// commitFinished reports whether a transaction of this workspace was
-// committed after start; one that cannot be told is taken as committed,
-// so that an unreadable store reports nothing rather than everything.
-func (r *removals) commitFinished(ctx context.Context) bool {
-	if r.committed == 0 {
-		r.committed = -1
-		infos, err := r.s.cow.List(ctx)
-		if err != nil {
-			r.s.log.Warn("listing transactions to tell removals from commits", "err", err)
-			r.committed = 1
-		}
-		for _, info := range infos {
-			if info.State == cowfs.StateCommitted && info.Committed.After(r.start) {
-				r.committed = 1
-				break
-			}
-		}
-	}
-	return r.committed > 0
 }
 
 // workspaceHolds reports whether the workspace entry at p is what the
