@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // TestTerminalInjectionRefusedBySeccomp: a command that makes a terminal
@@ -27,28 +28,6 @@ func TestTerminalInjectionRefusedBySeccomp(t *testing.T) {
 	if !strings.HasPrefix(out, "refused: operation not permitted") {
 		t.Fatalf("TIOCSTI on the sandbox's own terminal: %q, want refused with EPERM", out)
 	}
-}
-
-// openPty returns the master and slave of a new pseudo-terminal.
-func openPty(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); s.Close() })
-	return m, s
 }
 
 // outerCmd is the test binary started as a caller of the backend (see
@@ -73,7 +52,7 @@ func outerCmd(t *testing.T, script string) *exec.Cmd {
 // reads it after pulse exits.
 func TestTerminalOfCallerUnreachable(t *testing.T) {
 	newBackend(t) // skips where namespaces are unavailable
-	master, slave := openPty(t)
+	master, slave := testenv.OpenPTY(t)
 	cmd := outerCmd(t, helperEnv+`=ttyinject "$PULSE_TEST_EXE"; true`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
