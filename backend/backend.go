@@ -338,6 +338,11 @@ func (o *Overlay) Release() {
 // fs.ModeDir and no Data; a symlink has fs.ModeSymlink and Data is the
 // link target. A regular file may instead have Source set (only when
 // the caller asked with Request.StreamFiles): read it with Open or Bytes.
+// A named pipe, socket or device node the command left (fs.ModeNamedPipe,
+// fs.ModeSocket, fs.ModeDevice) is reported too, with no Data: it is not
+// content that can be kept, but leaving it out would say nothing
+// changed where the command replaced a file with one, and the caller
+// tells the user it was not kept.
 type File struct {
 	Path string      `json:"path"`
 	Mode fs.FileMode `json:"mode"`

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
-	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/caches"
-	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -163,12 +161,7 @@ func TestWithCacheRefusesClashes(t *testing.T) {
 func unixTime(s int64) time.Time { return time.Unix(s, 0) }
 
 func TestCacheSharedDocker(t *testing.T) {
-	db, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	testenv.MustHaveDocker(t, db.Probe)
+	db := newDockerBackend(t)
 	checkCacheShared(t, func(ws string, opts ...Option) *Sandbox {
 		sb, err := New(context.Background(), ws, append([]Option{WithBackend(db)}, opts...)...)
 		if err != nil {

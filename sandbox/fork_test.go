@@ -8,9 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-
-	"github.com/pulse-agent/pulse/backend/docker"
-	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // checkFork forks sb after a first command and runs both sides: each sees
@@ -135,36 +132,15 @@ func TestForkRefusedOnHost(t *testing.T) {
 }
 
 func TestForkDocker(t *testing.T) {
-	db, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	testenv.MustHaveDocker(t, db.Probe)
-	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close() })
-	checkFork(t, sb)
+	checkFork(t, newDocker(t, t.TempDir()))
 }
 
 // A fork's commands run in a container of their own lane: never in the
 // container whose base holds another lane's stack, so that commands of
 // the two running at once cannot see each other's writes.
 func TestForkDockerOwnContainer(t *testing.T) {
-	db, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	testenv.MustHaveDocker(t, db.Probe)
 	ctx := context.Background()
-	sb, err := New(ctx, t.TempDir(), withGetenv(noEnv), WithBackend(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close() })
+	sb := newDocker(t, t.TempDir())
 	host := func(s *Sandbox) string {
 		t.Helper()
 		res, err := s.Execute(ctx, Command{Shell: "cat /proc/sys/kernel/hostname"})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
@@ -41,12 +40,7 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 // TestExposeHTTPServerRemoteDocker is the same behind a pulse-server on
 // the Docker backend (network none; the image has busybox).
 func TestExposeHTTPServerRemoteDocker(t *testing.T) {
-	db, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	testenv.MustHaveDocker(t, db.Probe)
+	db := newDockerBackend(t)
 	remoteExposeDoneWhen(t, db, 8002)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
@@ -66,6 +67,32 @@ func newIsolated(t *testing.T, ws string, opts ...Option) *Sandbox {
 	testenv.MustHaveNamespace(t, nb.Probe)
 	opts = append([]Option{withGetenv(noEnv), WithBackend(nb)}, opts...)
 	sb, err := New(context.Background(), ws, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	return sb
+}
+
+// newDockerBackend is a Docker backend closed when the test ends; it
+// skips where no engine answers (fails with PULSE_REQUIRE_DOCKER=1).
+func newDockerBackend(t *testing.T) *docker.Backend {
+	t.Helper()
+	db, err := docker.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	testenv.MustHaveDocker(t, db.Probe)
+	return db
+}
+
+// newDocker opens a sandbox of ws on a new Docker backend (see
+// newDockerBackend).
+func newDocker(t *testing.T, ws string, opts ...Option) *Sandbox {
+	t.Helper()
+	db := newDockerBackend(t)
+	sb, err := New(context.Background(), ws, append([]Option{withGetenv(noEnv), WithBackend(db)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pulse-agent/pulse/backend/docker"
 	"github.com/pulse-agent/pulse/cowfs"
-	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -159,18 +157,7 @@ func TestSessionSquashesPastTheBound(t *testing.T) {
 }
 
 func TestSessionDocker(t *testing.T) {
-	db, err := docker.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	testenv.MustHaveDocker(t, db.Probe)
-	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(db), WithPolicy(sessionPolicy(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close() })
-	checkSession(t, sb, 30)
+	checkSession(t, newDocker(t, t.TempDir(), WithPolicy(sessionPolicy(t))), 30)
 }
 
 // A path the policy denies never lands through a transaction, however it

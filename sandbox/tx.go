@@ -248,7 +248,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 			}
 			op = cowfs.SymlinkOp(string(f.Data), f.Path)
 		case !f.Mode.IsRegular():
-			add(f.Path, "", "not a regular file, directory or symlink: "+f.Mode.Type().String(), cowfs.Op{})
+			add(f.Path, "", specialReason(f.Mode), cowfs.Op{})
 			continue
 		case f.Source != "":
 			// Held on disk by the backend: scanned and staged from
@@ -435,4 +435,21 @@ func (s *Sandbox) approveHostRun(ctx context.Context, tx *cowfs.Tx) error {
 		}
 	}
 	return nil
+}
+
+// specialReason says why an entry that is not a regular file, directory
+// or symlink is not staged: only those are workspace content, and the
+// workspace keeps whatever is at the path (a file the command replaced
+// with a FIFO stays as it was).
+func specialReason(m fs.FileMode) string {
+	kind := "not a regular file, directory or symlink (" + m.Type().String() + ")"
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		kind = "a named pipe"
+	case m&fs.ModeSocket != 0:
+		kind = "a socket"
+	case m&fs.ModeDevice != 0:
+		kind = "a device node"
+	}
+	return kind + ": not workspace content, so not kept (the workspace keeps what is at this path)"
 }

@@ -223,8 +223,17 @@ func parseFilesTar(r io.Reader, files []backend.File, limit int64) ([]backend.Fi
 			if !found || limit >= 0 && total > limit {
 				return nil, fmt.Errorf("%w: hard link %q to %q", ErrBadOverlay, p, h.Linkname)
 			}
+		case tar.TypeFifo:
+			// Not workspace content, but reported (backend.File): a FIFO
+			// made where a file was must not read as nothing changed.
+			f.Mode = fs.ModeNamedPipe | perm&fs.ModePerm
+		case tar.TypeChar:
+			f.Mode = fs.ModeDevice | fs.ModeCharDevice | perm&fs.ModePerm
+		case tar.TypeBlock:
+			f.Mode = fs.ModeDevice | perm&fs.ModePerm
 		default:
-			// fifos, devices, sockets: not workspace content.
+			// Anything else tar can carry is not an entry of a tree
+			// (sockets it cannot carry at all).
 			continue
 		}
 		files = append(files, f)

@@ -75,6 +75,7 @@ func TestParseOutTar(t *testing.T) {
 		{"a.txt", 0o640, "A\x00"},
 		{"d", fs.ModeDir | 0o700, ""},
 		{"d/run.sh", fs.ModeSetuid | 0o755, "#!"},
+		{"fifo", fs.ModeNamedPipe | 0o644, ""},
 		{"h", 0o640, "A\x00"},
 		{"l", fs.ModeSymlink | 0o777, "a.txt"},
 	}

@@ -542,6 +542,12 @@ func applyToModel(model map[string]string, ov *backend.Overlay, concurrent bool)
 		case f.Mode&fs.ModeSymlink != 0:
 			st.removeTree(model, f.Path)
 			set(f.Path, "l|"+string(f.Data))
+		case !f.Mode.IsRegular():
+			// A FIFO or device node the command left in base, which no
+			// workspace entry matches: the next sync replaces or removes
+			// it, so a later command does not find it there.
+			st.removeTree(model, f.Path)
+			set(f.Path, "?")
 		default:
 			st.removeTree(model, f.Path)
 			sum := sha256.Sum256(f.Data)

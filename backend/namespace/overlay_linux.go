@@ -190,7 +190,11 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 					ov.Deleted = append(ov.Deleted, p)
 				}
 			}
-			// Other device nodes cannot be made in the sandbox; ignore.
+			// Other device nodes cannot be made in the sandbox; one that
+			// is there anyway is reported like a FIFO.
+			if st.Rdev != 0 {
+				ov.special(p, fs.ModeDevice|fs.ModeCharDevice, st.Mode)
+			}
 		case unix.S_IFDIR:
 			// setgid and sticky are kept (as cowfs keeps them on
 			// directories); setuid means nothing on one and is dropped.
@@ -198,11 +202,24 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 			if err := ov.dir(upper, ufd, lower, lfd, p, name, lst, perm); err != nil {
 				return err
 			}
-		default:
-			// FIFOs and sockets are not workspace content.
+		case unix.S_IFIFO:
+			ov.special(p, fs.ModeNamedPipe, st.Mode)
+		case unix.S_IFSOCK:
+			ov.special(p, fs.ModeSocket, st.Mode)
+		case unix.S_IFBLK:
+			ov.special(p, fs.ModeDevice, st.Mode)
 		}
 	}
 	return nil
+}
+
+// special reports a FIFO, socket or device node at p (see backend.File):
+// not workspace content, but what the command left there, so the caller
+// can say it was not kept rather than that nothing changed (a FIFO made
+// where a file was would otherwise vanish from the report, and the file
+// with it from what the command is shown to have done).
+func (ov *overlayWalk) special(p string, typ fs.FileMode, mode uint32) {
+	ov.Files = append(ov.Files, backend.File{Path: p, Mode: typ | fsmode.FromUnix(mode)&fs.ModePerm})
 }
 
 // file records the regular file name of upper directory ufd, at p.

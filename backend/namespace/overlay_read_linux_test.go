@@ -10,8 +10,9 @@ import (
 )
 
 // TestReadOverlayEntries: the upper layer is read by name in open
-// directories, with what each kind of entry means. A FIFO (the reader
-// must neither block on it nor report it), files and directories the
+// directories, with what each kind of entry means. A FIFO, new or made
+// where a file was (the reader must not block on it, and reports it as
+// one, with no content: see backend.File), files and directories the
 // command made unreadable (read, with the mode it left), an unchanged
 // copy-up (not reported, also beneath a directory of the workspace), a
 // changed one, a symlink replacing a lower file, a file under a lower
@@ -52,9 +53,12 @@ func TestReadOverlayEntries(t *testing.T) {
 	if err := os.Chmod(filepath.Join(upper, "closed"), 0o000); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mkfifo(filepath.Join(upper, "fifo"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"fifo", "was-file-now-fifo"} {
+		if err := unix.Mkfifo(filepath.Join(upper, p), 0o640); err != nil {
+			t.Fatal(err)
+		}
 	}
+	write(filepath.Join(lower, "was-file-now-fifo"), "file\n", 0o644)
 	// lower/via is a symlink to a directory outside holding "x": the
 	// upper x beneath it is new, whatever the link leads to.
 	write(filepath.Join(tmp, "elsewhere", "x"), "x\n", 0o644)
@@ -79,13 +83,15 @@ func TestReadOverlayEntries(t *testing.T) {
 		modes[f.Path] = f.Mode
 	}
 	want := map[string]string{
-		"changed":   "new\n",
-		"was-file":  "same",
-		"locked":    "locked\n",
-		"closed":    "",
-		"closed/in": "in\n",
-		"via":       "",
-		"via/x":     "x\n",
+		"changed":           "new\n",
+		"was-file":          "same",
+		"locked":            "locked\n",
+		"closed":            "",
+		"closed/in":         "in\n",
+		"via":               "",
+		"via/x":             "x\n",
+		"fifo":              "",
+		"was-file-now-fifo": "",
 	}
 	for p, w := range want {
 		if g, ok := got[p]; !ok || g != w {
@@ -102,6 +108,11 @@ func TestReadOverlayEntries(t *testing.T) {
 	}
 	if modes["closed"] != fs.ModeDir {
 		t.Errorf("closed: mode %v, want d---------", modes["closed"])
+	}
+	for _, p := range []string{"fifo", "was-file-now-fifo"} {
+		if modes[p] != fs.ModeNamedPipe|0o640 {
+			t.Errorf("%s: mode %v, want a named pipe, rw-r-----", p, modes[p])
+		}
 	}
 	if modes["was-file"] != fs.ModeSymlink {
 		t.Errorf("was-file: mode %v, want a symlink", modes["was-file"])

@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -359,7 +361,7 @@ func (s *Server) run(ctx context.Context, e *execution, req *backend.Request,
 }
 
 func (s *Server) saveOverlay(e *execution, ov *backend.Overlay) error {
-	data, err := protocol.PackOverlay(ov)
+	data, err := protocol.PackOverlay(contentOnly(ov))
 	if err != nil {
 		return err
 	}
@@ -372,4 +374,24 @@ func (s *Server) saveOverlay(e *execution, ov *backend.Overlay) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// contentOnly is ov without the FIFOs, sockets and device nodes a local
+// backend reports (backend.File): the overlay archive carries workspace
+// content only, as every client of the wire reads it, and they are not
+// content.
+func contentOnly(ov *backend.Overlay) *backend.Overlay {
+	special := func(f backend.File) bool {
+		return !f.Mode.IsRegular() && !f.Mode.IsDir() && f.Mode&fs.ModeSymlink == 0
+	}
+	if !slices.ContainsFunc(ov.Files, special) {
+		return ov
+	}
+	out := &backend.Overlay{Deleted: ov.Deleted}
+	for _, f := range ov.Files {
+		if !special(f) {
+			out.Files = append(out.Files, f)
+		}
+	}
+	return out
 }
