@@ -342,7 +342,9 @@ func (o *Overlay) Release() {
 // fs.ModeSocket, fs.ModeDevice) is reported too, with no Data: it is not
 // content that can be kept, but leaving it out would say nothing
 // changed where the command replaced a file with one, and the caller
-// tells the user it was not kept.
+// tells the user it was not kept. What it replaced is a deletion; a
+// backend that knows what the command was shown there lists it in
+// Deleted, and the facade adds it where a backend cannot tell.
 type File struct {
 	Path string      `json:"path"`
 	Mode fs.FileMode `json:"mode"`

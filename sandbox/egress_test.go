@@ -9,16 +9,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/pulse-agent/pulse/backend/namespace"
-	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/policy"
-	"github.com/pulse-agent/pulse/secrets"
 )
 
 type fixedResolver map[string]string
@@ -143,20 +139,8 @@ func TestRemoteEgressInjectionEndToEnd(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(t.TempDir(), "ns")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nb.Close() })
-	testenv.MustHaveNamespace(t, nb.Probe)
-	rb := startRemote(t, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
-	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb),
-		WithAllowHosts("localhost:"+port, "127.0.0.1:"+port),
+	sb := newRemoteNamespace(t, WithAllowHosts("localhost:"+port, "127.0.0.1:"+port),
 		WithInjectedSecret("API_TOKEN", token, "localhost"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close() })
 	script := fmt.Sprintf(`echo "token is $API_TOKEN"
 p=${HTTP_PROXY#http://}; p=${p%%/}
 get() { exec 3<>/dev/tcp/${p%%:*}/${p##*:}; printf "GET http://$1/ HTTP/1.1\r\nHost: $1\r\nAuthorization: Bearer $API_TOKEN\r\nConnection: close\r\n\r\n" >&3; cat <&3; exec 3<&-; }

@@ -560,6 +560,7 @@ func (x *execution) recordWrites(ctx context.Context, ov *backend.Overlay, res *
 		}
 		return nil
 	}
+	ov = s.specialReplacements(x.view, ov)
 	if ov = s.dropHiddenDeletions(ctx, x.id, ov, x.hidden, res); ov.Empty() {
 		return nil
 	}

@@ -16,18 +16,25 @@ import (
 // uploads the workspace with the pending view over it, and the overlay
 // comes back relative to that.
 func TestSessionRemote(t *testing.T) {
+	checkSession(t, newRemoteNamespace(t, WithPolicy(sessionPolicy(t))), 30)
+}
+
+// newRemoteNamespace opens a sandbox of a new workspace on the remote
+// backend, through a real pulse-server on 127.0.0.1 whose executor is the
+// namespace backend (no network, no secrets by default).
+func newRemoteNamespace(t *testing.T, opts ...Option) *Sandbox {
+	t.Helper()
 	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(t.TempDir(), "ns")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nb.Close() })
-	// The namespace backend is the server's executor here.
 	testenv.MustHaveNamespace(t, nb.Probe)
 	rb := startRemote(t, nb, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
-	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb), WithPolicy(sessionPolicy(t)))
+	sb, err := New(context.Background(), t.TempDir(), append([]Option{withGetenv(noEnv), WithBackend(rb)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sb.Close() })
-	checkSession(t, sb, 30)
+	return sb
 }

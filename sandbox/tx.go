@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pulse-agent/pulse/audit"
@@ -437,10 +438,48 @@ func (s *Sandbox) approveHostRun(ctx context.Context, tx *cowfs.Tx) error {
 	return nil
 }
 
+// specialReplacements adds to ov the removal of each entry the command
+// was shown (the pending stack's, or the workspace's where the stack
+// decides nothing) at a path where it left a named pipe, socket or device
+// node: it removed what was there to make that, and the removal is kept
+// like any other, while the special file itself is not (specialReason).
+// The remote backend, whose archive carries no such entry, reports the
+// same removal, so every backend ends a command the same way. ov itself
+// is not changed.
+func (s *Sandbox) specialReplacements(view *cowfs.Stack, ov *backend.Overlay) *backend.Overlay {
+	if ov == nil {
+		return ov
+	}
+	var add []string
+	for _, f := range ov.Files {
+		if f.Mode.IsRegular() || f.Mode.IsDir() || f.Mode&fs.ModeSymlink != 0 || slices.Contains(ov.Deleted, f.Path) {
+			continue
+		}
+		if s.shownAt(view, f.Path) {
+			add = append(add, f.Path)
+		}
+	}
+	if len(add) == 0 {
+		return ov
+	}
+	return &backend.Overlay{Files: ov.Files, Deleted: append(slices.Clip(ov.Deleted), add...)}
+}
+
+// shownAt reports whether a command shown view (nil: no pending stack)
+// saw an entry at p.
+func (s *Sandbox) shownAt(view *cowfs.Stack, p string) bool {
+	if view != nil {
+		if e, decided, err := view.Lookup(p); err != nil || decided {
+			return err == nil && e != nil
+		}
+	}
+	_, err := os.Lstat(filepath.Join(s.workspace, filepath.FromSlash(p)))
+	return err == nil
+}
+
 // specialReason says why an entry that is not a regular file, directory
-// or symlink is not staged: only those are workspace content, and the
-// workspace keeps whatever is at the path (a file the command replaced
-// with a FIFO stays as it was).
+// or symlink is not staged: only those are workspace content (what it
+// replaced is removed: specialReplacements).
 func specialReason(m fs.FileMode) string {
 	kind := "not a regular file, directory or symlink (" + m.Type().String() + ")"
 	switch {
@@ -451,5 +490,5 @@ func specialReason(m fs.FileMode) string {
 	case m&fs.ModeDevice != 0:
 		kind = "a device node"
 	}
-	return kind + ": not workspace content, so not kept (the workspace keeps what is at this path)"
+	return kind + ": not workspace content, so not kept"
 }

@@ -193,7 +193,7 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 			// Other device nodes cannot be made in the sandbox; one that
 			// is there anyway is reported like a FIFO.
 			if st.Rdev != 0 {
-				ov.special(p, fs.ModeDevice|fs.ModeCharDevice, st.Mode)
+				ov.special(p, fs.ModeDevice|fs.ModeCharDevice, st.Mode, lst)
 			}
 		case unix.S_IFDIR:
 			// setgid and sticky are kept (as cowfs keeps them on
@@ -203,11 +203,11 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 				return err
 			}
 		case unix.S_IFIFO:
-			ov.special(p, fs.ModeNamedPipe, st.Mode)
+			ov.special(p, fs.ModeNamedPipe, st.Mode, lst)
 		case unix.S_IFSOCK:
-			ov.special(p, fs.ModeSocket, st.Mode)
+			ov.special(p, fs.ModeSocket, st.Mode, lst)
 		case unix.S_IFBLK:
-			ov.special(p, fs.ModeDevice, st.Mode)
+			ov.special(p, fs.ModeDevice, st.Mode, lst)
 		}
 	}
 	return nil
@@ -215,11 +215,15 @@ func walkUpper(ov *overlayWalk, upper string, ufd int, lower lowerView, lfd int,
 
 // special reports a FIFO, socket or device node at p (see backend.File):
 // not workspace content, but what the command left there, so the caller
-// can say it was not kept rather than that nothing changed (a FIFO made
-// where a file was would otherwise vanish from the report, and the file
-// with it from what the command is shown to have done).
-func (ov *overlayWalk) special(p string, typ fs.FileMode, mode uint32) {
+// can say it was not kept rather than that nothing changed. What the
+// lower layer held there (lst), the command removed to make it: that is
+// a deletion, as a whiteout is (and as the remote backend's snapshot,
+// which carries no such entry, reports it), unless the path was hidden.
+func (ov *overlayWalk) special(p string, typ fs.FileMode, mode uint32, lst fs.FileInfo) {
 	ov.Files = append(ov.Files, backend.File{Path: p, Mode: typ | fsmode.FromUnix(mode)&fs.ModePerm})
+	if lst != nil && !ov.hidden.covers(p) {
+		ov.Deleted = append(ov.Deleted, p)
+	}
 }
 
 // file records the regular file name of upper directory ufd, at p.

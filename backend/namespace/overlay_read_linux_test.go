@@ -12,7 +12,8 @@ import (
 // TestReadOverlayEntries: the upper layer is read by name in open
 // directories, with what each kind of entry means. A FIFO, new or made
 // where a file was (the reader must not block on it, and reports it as
-// one, with no content: see backend.File), files and directories the
+// one, with no content, and what it replaced as deleted: see
+// backend.File), files and directories the
 // command made unreadable (read, with the mode it left), an unchanged
 // copy-up (not reported, also beneath a directory of the workspace), a
 // changed one, a symlink replacing a lower file, a file under a lower
@@ -117,7 +118,7 @@ func TestReadOverlayEntries(t *testing.T) {
 	if modes["was-file"] != fs.ModeSymlink {
 		t.Errorf("was-file: mode %v, want a symlink", modes["was-file"])
 	}
-	wantDeleted := []string{"via"}
+	wantDeleted := []string{"via", "was-file-now-fifo"}
 	if whiteout {
 		wantDeleted = append(wantDeleted, "gone")
 	}
