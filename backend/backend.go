@@ -362,6 +362,12 @@ type File struct {
 // encoded: its bytes are on this host only (see File.Source).
 var ErrSourceNotLoaded = errors.New("backend: overlay file has a host source; load it first")
 
+// Special reports whether f is a named pipe, socket or device node: an
+// entry reported but never content (see File).
+func (f File) Special() bool {
+	return !f.Mode.IsRegular() && !f.Mode.IsDir() && f.Mode&fs.ModeSymlink == 0
+}
+
 // MarshalJSON refuses a file whose bytes are in Source, so that they are
 // never lost silently on the way to another process.
 func (f File) MarshalJSON() ([]byte, error) {

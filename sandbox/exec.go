@@ -115,8 +115,9 @@ type Result struct {
 	// file can be listed for a change beside it). The command's version
 	// was made apart from that change (two appends to one file, say): it
 	// is staged, commit --all keeps the upper transaction's version, and
-	// auto-commit leaves the transaction pending (CommitErr wraps ErrConcurrentChange). Each is
-	// in the audit log (action stack, reason concurrent_change).
+	// auto-commit leaves the transaction pending (CommitErr wraps
+	// ErrConcurrentChange). Each is in the audit log (action stack,
+	// reason concurrent_change).
 	ConcurrentChanges []string
 	// CommitErr is why auto-commit did not happen (a conflict, wrapping
 	// ErrConflict; ErrRunsOnHost; or a path the policy wants reviewed);

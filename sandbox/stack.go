@@ -294,8 +294,8 @@ func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok 
 // itself, whose entry's inode changed after start (a commit or an edit
 // the command may not have seen: its own writes never touch the
 // workspace), or whose entry is gone now from a directory that changed
-// after start (see removals). Either way the command made its version apart from that
-// change. Directories are left out (two commands making one directory
+// after start (see removals). Either way the command made its version
+// apart from that change. Directories are left out (two commands making one directory
 // agree). A stack that cannot be read again reports nothing from it;
 // staging goes on and meets the error itself.
 func (s *Sandbox) concurrentChanges(ctx context.Context, view *cowfs.Stack, start time.Time, ops []cowfs.Op) map[string]string {

@@ -248,7 +248,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 				continue
 			}
 			op = cowfs.SymlinkOp(string(f.Data), f.Path)
-		case !f.Mode.IsRegular():
+		case f.Special():
 			add(f.Path, "", specialReason(f.Mode), cowfs.Op{})
 			continue
 		case f.Source != "":
@@ -452,10 +452,7 @@ func (s *Sandbox) specialReplacements(view *cowfs.Stack, ov *backend.Overlay) *b
 	}
 	var add []string
 	for _, f := range ov.Files {
-		if f.Mode.IsRegular() || f.Mode.IsDir() || f.Mode&fs.ModeSymlink != 0 || slices.Contains(ov.Deleted, f.Path) {
-			continue
-		}
-		if s.shownAt(view, f.Path) {
+		if f.Special() && !slices.Contains(ov.Deleted, f.Path) && s.shownAt(view, f.Path) {
 			add = append(add, f.Path)
 		}
 	}

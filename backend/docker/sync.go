@@ -542,7 +542,7 @@ func applyToModel(model map[string]string, ov *backend.Overlay, concurrent bool)
 		case f.Mode&fs.ModeSymlink != 0:
 			st.removeTree(model, f.Path)
 			set(f.Path, "l|"+string(f.Data))
-		case !f.Mode.IsRegular():
+		case f.Special():
 			// A FIFO or device node the command left in base, which no
 			// workspace entry matches: the next sync replaces or removes
 			// it, so a later command does not find it there.

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -381,15 +380,12 @@ func (s *Server) saveOverlay(e *execution, ov *backend.Overlay) error {
 // content only, as every client of the wire reads it, and they are not
 // content.
 func contentOnly(ov *backend.Overlay) *backend.Overlay {
-	special := func(f backend.File) bool {
-		return !f.Mode.IsRegular() && !f.Mode.IsDir() && f.Mode&fs.ModeSymlink == 0
-	}
-	if !slices.ContainsFunc(ov.Files, special) {
+	if !slices.ContainsFunc(ov.Files, backend.File.Special) {
 		return ov
 	}
 	out := &backend.Overlay{Deleted: ov.Deleted}
 	for _, f := range ov.Files {
-		if !special(f) {
+		if !f.Special() {
 			out.Files = append(out.Files, f)
 		}
 	}
