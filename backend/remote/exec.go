@@ -200,7 +200,9 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 
 // exec is Exec, and with started set the run of a started process
 // (process.go): submitted as a process, its input streamed, started
-// called once it runs.
+// called once it runs. Its phases: admission (the request, the server's
+// capabilities against the effective policies), the input, the
+// workspace, the submission, the wait, and the result with its writes.
 func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(backend.Control)) (*backend.Result, error) {
 	if req == nil {
 		return nil, invalid("nil request")
@@ -236,24 +238,9 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	}
 	x := &run{b: b, req: req, id: wireID(req.ExecutionID), l: l, stop: octx.Done()}
 	defer func() { x.l.close() }()
-	b.mu.Lock()
-	caps := b.caps
-	b.mu.Unlock()
-	if caps == nil {
-		c, err := b.fetchCapabilities(octx, l)
-		if err != nil {
-			return nil, err
-		}
-		caps = &c
-	}
-	b.mu.Lock()
-	info := b.server
-	b.mu.Unlock()
-	if caps.NetworkLevel(netPol.Mode) == policy.Unsupported {
-		return nil, fmt.Errorf("remote: the server cannot enforce network mode %q: %w", netPol.Mode, backend.ErrUnsupported)
-	}
-	if caps.SecretLevel(secPol.Mode) == policy.Unsupported {
-		return nil, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
+	info, err := b.admit(octx, l, netPol, secPol)
+	if err != nil {
+		return nil, err
 	}
 	if started == nil && streamsStdin(req, info) {
 		// Run as a process so the input streams while the command runs:
@@ -266,35 +253,124 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 			return nil, err
 		}
 	}
-
-	var extra []extraFile
-	var stdinData []byte
-	stdinName := ""
+	var in input
 	if req.Stdin != nil && started == nil {
-		limit := b.o.maxStdin
-		if info.features[protocol.FeatureStdin] && info.maxStdin > 0 {
-			limit = min(limit, info.maxStdin)
-		}
-		data, err := io.ReadAll(io.LimitReader(req.Stdin, limit+1))
+		in, err = b.wholeInput(req.Stdin, info, x.id)
 		stdin.close()
 		if err != nil {
-			return nil, invalid("reading stdin: %v", err)
-		}
-		if int64(len(data)) > limit {
-			return nil, fmt.Errorf("remote: stdin is longer than %d bytes; the protocol sends it whole before the command starts: %w: %w",
-				limit, ErrTooLarge, backend.ErrUnsupported)
-		}
-		switch {
-		case len(data) == 0:
-		case info.features[protocol.FeatureStdin]:
-			stdinData = data
-		default:
-			// A server without the stdin field: the input travels as a
-			// file in the workspace that the command reads and removes.
-			stdinName = ".pulse-stdin-" + x.id
-			extra = append(extra, extraFile{name: stdinName, data: data})
+			return nil, err
 		}
 	}
+	pk, err := b.packWorkspace(req, in.extra, info)
+	if err != nil {
+		return nil, err
+	}
+	// A small workspace travels in the submission, to a server that takes
+	// it there: one request less. A large one is uploaded first, with its
+	// progress reported.
+	inline := pk.members > 0 && info.features[protocol.FeatureWorkspace] && len(pk.data) < progressUploadBytes
+	if pk.members > 0 && !inline {
+		if err := x.uploadWithProgress(octx, pk); err != nil {
+			return nil, err
+		}
+	}
+	payload, err := b.submission(req, x.id, dir, netPol, secPol, in, info)
+	if err != nil {
+		return nil, err
+	}
+	if inline {
+		payload.Workspace = pk.data
+	}
+	if started != nil {
+		payload.Process = true
+		if req.TTY != nil {
+			payload.TTY = &protocol.TTYSize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		}
+	}
+	lim := req.Limits.WithDefaults()
+	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
+	x.err = capWriter{w: req.Stderr, limit: lim.OutputBytes}
+	if err := x.submit(octx, payload); err != nil {
+		return nil, err
+	}
+	b.log.Debug("remote execution started", "execution_id", x.id)
+	if started != nil {
+		pc := b.control(x.id, info)
+		started(pc)
+		go pc.pump(req.Stdin)
+		defer pc.stop(stdin.close)
+	}
+	if err := x.wait(); err != nil {
+		return nil, err
+	}
+	return x.finish(in.fileName)
+}
+
+// admit returns what the server said of itself, once the server's
+// capabilities (fetched on l when the backend has none yet) enforce the
+// effective network and secrets modes; ErrUnsupported otherwise.
+func (b *Backend) admit(ctx context.Context, l *link, netPol policy.NetworkPolicy, secPol secrets.Policy) (serverInfo, error) {
+	b.mu.Lock()
+	caps := b.caps
+	b.mu.Unlock()
+	if caps == nil {
+		c, err := b.fetchCapabilities(ctx, l)
+		if err != nil {
+			return serverInfo{}, err
+		}
+		caps = &c
+	}
+	b.mu.Lock()
+	info := b.server
+	b.mu.Unlock()
+	if caps.NetworkLevel(netPol.Mode) == policy.Unsupported {
+		return serverInfo{}, fmt.Errorf("remote: the server cannot enforce network mode %q: %w", netPol.Mode, backend.ErrUnsupported)
+	}
+	if caps.SecretLevel(secPol.Mode) == policy.Unsupported {
+		return serverInfo{}, fmt.Errorf("remote: the server cannot enforce secrets mode %q: %w", secPol.Mode, backend.ErrUnsupported)
+	}
+	return info, nil
+}
+
+// input is a command's standard input sent whole before it starts: in
+// the submission (data), or, to a server without the stdin field, as a
+// file of the workspace that the command reads and removes (extra,
+// named fileName).
+type input struct {
+	data     []byte
+	fileName string
+	extra    []extraFile
+}
+
+// wholeInput reads r, at most the smaller of this backend's and the
+// server's stdin limits, for a submission that carries it whole.
+func (b *Backend) wholeInput(r io.Reader, info serverInfo, id string) (input, error) {
+	limit := b.o.maxStdin
+	if info.features[protocol.FeatureStdin] && info.maxStdin > 0 {
+		limit = min(limit, info.maxStdin)
+	}
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return input{}, invalid("reading stdin: %v", err)
+	}
+	if int64(len(data)) > limit {
+		return input{}, fmt.Errorf("remote: stdin is longer than %d bytes; the protocol sends it whole before the command starts: %w: %w",
+			limit, ErrTooLarge, backend.ErrUnsupported)
+	}
+	switch {
+	case len(data) == 0:
+		return input{}, nil
+	case info.features[protocol.FeatureStdin]:
+		return input{data: data}, nil
+	default:
+		name := ".pulse-stdin-" + id
+		return input{fileName: name, extra: []extraFile{{name: name, data: data}}}, nil
+	}
+}
+
+// packWorkspace packs the command's view of the workspace (the workspace
+// with the pending stack over it, hidden paths left out) and extra.
+func (b *Backend) packWorkspace(req *backend.Request, extra []extraFile, info serverInfo) (*packed, error) {
 	// A workspace reached through a symlink is packed from its target;
 	// the walk would otherwise see one symlink and nothing under it.
 	root, err := filepath.EvalSymlinks(req.Workspace)
@@ -319,35 +395,34 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	if len(pk.skipped) > 0 {
 		b.log.Warn("workspace entries the server does not accept were left out", "count", len(pk.skipped), "first", pk.skipped[0])
 	}
-	// A small workspace travels in the submission, to a server that takes
-	// it there: one request less. A large one is uploaded first, as
-	// before, with its progress reported.
-	inline := pk.members > 0 && info.features[protocol.FeatureWorkspace] && len(pk.data) < progressUploadBytes
-	if pk.members > 0 && !inline {
-		if p := b.o.progress; p != nil && len(pk.data) >= progressUploadBytes {
-			p(fmt.Sprintf("uploading the workspace (%d entries, %.1f MiB compressed)", pk.members, float64(len(pk.data))/(1<<20)))
-		}
-		err := x.upload(octx, pk.data)
-		if p := b.o.progress; p != nil && len(pk.data) >= progressUploadBytes {
-			p("")
-		}
-		if err != nil {
-			return nil, err
-		}
+	return pk, nil
+}
+
+// uploadWithProgress uploads a packed workspace, telling the progress
+// callback about one large enough to take a while.
+func (x *run) uploadWithProgress(ctx context.Context, pk *packed) error {
+	p := x.b.o.progress
+	if p == nil || len(pk.data) < progressUploadBytes {
+		return x.upload(ctx, pk.data)
 	}
+	p(fmt.Sprintf("uploading the workspace (%d entries, %.1f MiB compressed)", pk.members, float64(len(pk.data))/(1<<20)))
+	defer p("")
+	return x.upload(ctx, pk.data)
+}
+
+// submission is the submit payload for req, with what the server
+// supports of the additive fields.
+func (b *Backend) submission(req *backend.Request, id, dir string, netPol policy.NetworkPolicy, secPol secrets.Policy, in input, info serverInfo) (*protocol.Submit, error) {
 	payload := &protocol.Submit{
-		ExecutionID: x.id,
-		Command:     command(req, dir, stdinName),
+		ExecutionID: id,
+		Command:     command(req, dir, in.fileName),
 		Cwd:         dir,
 		Encoding:    protocol.EncodingBase64,
 		Network:     &netPol,
 		Secrets:     &secPol,
 		Env:         req.Env,
-		Stdin:       stdinData,
+		Stdin:       in.data,
 		TimeoutS:    max(req.Limits.Timeout.Seconds(), 0),
-	}
-	if inline {
-		payload.Workspace = pk.data
 	}
 	if req.ExecutionID != "" && len(req.ExecutionID) <= protocol.MaxCorrelation && utf8.ValidString(req.ExecutionID) {
 		payload.CorrelationID = req.ExecutionID
@@ -358,31 +433,18 @@ func (b *Backend) exec(ctx context.Context, req *backend.Request, started func(b
 	if info.features[protocol.FeatureLimits] {
 		payload.Limits = wireLimits(req.Limits)
 	}
+	var err error
 	if payload.Inject, err = b.wireInject(req, netPol, info.features); err != nil { // inject.go
 		return nil, err
 	}
-	if started != nil {
-		payload.Process = true
-		if req.TTY != nil {
-			payload.TTY = &protocol.TTYSize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
-		}
-	}
-	lim := req.Limits.WithDefaults()
-	x.out = capWriter{w: req.Stdout, limit: lim.OutputBytes}
-	x.err = capWriter{w: req.Stderr, limit: lim.OutputBytes}
-	if err := x.submit(octx, payload); err != nil {
-		return nil, err
-	}
-	b.log.Debug("remote execution started", "execution_id", x.id)
-	if started != nil {
-		pc := b.control(x.id, info)
-		started(pc)
-		go pc.pump(req.Stdin)
-		defer pc.stop(stdin.close)
-	}
-	if err := x.wait(); err != nil {
-		return nil, err
-	}
+	return payload, nil
+}
+
+// finish turns the execution's terminal frame into the Result, with the
+// writes it downloaded (less the input file stdinName, when there is
+// one). An execution that ran but whose writes could not be fetched
+// returns the Result too, with an error wrapping ErrOverlayLost.
+func (x *run) finish(stdinName string) (*backend.Result, error) {
 	res, err := x.result()
 	if err != nil {
 		return res, err // a Result too when only the writes were lost
