@@ -57,46 +57,11 @@ commit {id, committed} (--all {committed_transactions, committed}); discard
 // runCow implements `pulse cow SUBCOMMAND`. Exit codes: 0 ok, 1 conflict
 // or other failure, 2 usage.
 func runCow(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 {
-		return usageError(env, newFlagSet(env, "cow"), "no subcommand given")
-	}
-	sub := args[0]
-	if isHelp(sub) {
-		return commandHelp(env, "cow")
-	}
-	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
-	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" && sub != "squash" && sub != "lanes" {
-		return usageError(env, newFlagSet(env, "cow"), fmt.Sprintf("unknown subcommand %q", sub))
-	}
-	fset := newFlagSet(env, "cow "+sub)
-	asJSON := fset.Bool("json", false, "print JSON")
-	workspace := fset.String("workspace", "", "workspace directory (default: the current directory)")
-	all := fset.Bool("all", false, "commit or discard the whole pending stack, in order")
-	lane := fset.String("lane", "", "the lane (a forked sandbox's) whose stack diff, commit --all, discard --all and squash work on")
-	// Flags may come before or after the id.
-	pos, code, done := parseInterleaved(env, fset, args[1:])
+	a, code, done := parseCowArgs(env, args)
 	if done {
 		return code
 	}
-	if sub == "reject" && len(pos) < 2 {
-		return usageError(env, fset, "wants a transaction ID and the PATHs to reject")
-	}
-	if *all && (sub != "commit" && sub != "discard") {
-		return usageError(env, fset, "--all is for commit and discard")
-	}
-	if *lane != "" && sub != "diff" && sub != "squash" && !*all {
-		return usageError(env, fset, "--lane is for diff, squash, commit --all and discard --all")
-	}
-	if *all && len(pos) != 0 {
-		return usageError(env, fset, "wants a transaction ID or --all, not both")
-	}
-	if wantID[sub] && !*all && len(pos) != 1 && !(sub == "diff" && len(pos) == 0) {
-		return usageError(env, fset, "wants one transaction ID")
-	}
-	if !wantID[sub] && sub != "reject" && len(pos) != 0 {
-		return usageError(env, fset, fmt.Sprintf("unexpected argument %q", pos[0]))
-	}
-	ws := *workspace
+	ws := a.workspace
 	if ws == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -108,8 +73,8 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 	// A review command looks; it does not make state where there is
 	// none (cowfs.Open would create .pulse/cow in any directory named).
 	if _, err := os.Stat(filepath.Join(ws, cowfs.StateDir)); errors.Is(err, fs.ErrNotExist) {
-		if sub == "list" {
-			if *asJSON {
+		if a.sub == "list" {
+			if a.json {
 				fmt.Fprintln(env.stdout, "[]")
 			} else {
 				fmt.Fprintf(env.stderr, "pulse cow: no transactions in %s (nothing was staged there yet)\n", ws)
@@ -119,68 +84,134 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "pulse cow: %s has no staged transactions (no %s); is --workspace right?\n", ws, cowfs.StateDir)
 		return exitFailure
 	}
-	c := cowCLI{env: env, json: *asJSON}
-	if sub == "list" || sub == "diff" || sub == "lanes" {
-		// Looking changes nothing and is not audited.
-		f, err := cowfs.Open(ctx, ws, cowfs.WithLane(*lane))
-		if err != nil {
-			fmt.Fprintf(forTerminal(env.stderr), "pulse cow: %v\n", err)
-			return exitFailure
-		}
-		defer f.Close()
-		if rerr := f.RecoveryErr(); rerr != nil {
-			fmt.Fprintf(forTerminal(env.stderr), "pulse cow: warning: %v\n", rerr)
-		}
-		if sub == "list" {
-			return c.list(ctx, f)
-		}
-		if sub == "lanes" {
-			return c.lanes(ctx, f)
-		}
-		if handled, code := c.stackDiff(ctx, f, pos); handled {
-			return code
-		}
-		tx, err := f.Tx(ctx, pos[0])
-		if err != nil {
-			return c.fail(err)
-		}
-		d, err := tx.Diff(ctx)
-		if err != nil {
-			return c.fail(err)
-		}
-		changes := tx.Changes()
-		hostRun := runsOnHost(changes)
-		out := map[string]any{"id": tx.ID(), "changes": changes, "diff": d}
-		if len(hostRun) > 0 {
-			out["runs_on_host"] = hostRun
-		}
-		return c.print(out, hostRunWarning(hostRun)+d)
+	c := cowCLI{env: env, json: a.json}
+	if a.sub == "list" || a.sub == "diff" || a.sub == "lanes" {
+		return c.look(ctx, ws, a)
 	}
-	// Decisions go through the facade's one audited review path.
-	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(env), sandbox.ReviewLane(*lane))
+	return c.decide(ctx, ws, a)
+}
+
+// cowArgs is a `pulse cow` command line, checked.
+type cowArgs struct {
+	sub       string
+	json, all bool
+	workspace string
+	lane      string
+	pos       []string // the transaction ID, and reject's PATHs
+}
+
+// parseCowArgs parses and checks args; done says the command ends with
+// code (help, or a usage error already printed).
+func parseCowArgs(env *cliEnv, args []string) (a cowArgs, code int, done bool) {
+	if len(args) == 0 {
+		return a, usageError(env, newFlagSet(env, "cow"), "no subcommand given"), true
+	}
+	a.sub = args[0]
+	if isHelp(a.sub) {
+		return a, commandHelp(env, "cow"), true
+	}
+	sub := a.sub
+	wantID := map[string]bool{"diff": true, "commit": true, "discard": true}
+	if !wantID[sub] && sub != "list" && sub != "undo" && sub != "reject" && sub != "squash" && sub != "lanes" {
+		return a, usageError(env, newFlagSet(env, "cow"), fmt.Sprintf("unknown subcommand %q", sub)), true
+	}
+	fset := newFlagSet(env, "cow "+sub)
+	fset.BoolVar(&a.json, "json", false, "print JSON")
+	fset.StringVar(&a.workspace, "workspace", "", "workspace directory (default: the current directory)")
+	fset.BoolVar(&a.all, "all", false, "commit or discard the whole pending stack, in order")
+	fset.StringVar(&a.lane, "lane", "", "the lane (a forked sandbox's) whose stack diff, commit --all, discard --all and squash work on")
+	// Flags may come before or after the id.
+	pos, code, done := parseInterleaved(env, fset, args[1:])
+	if done {
+		return a, code, true
+	}
+	a.pos = pos
+	problem := ""
+	switch {
+	case sub == "reject" && len(pos) < 2:
+		problem = "wants a transaction ID and the PATHs to reject"
+	case a.all && (sub != "commit" && sub != "discard"):
+		problem = "--all is for commit and discard"
+	case a.lane != "" && sub != "diff" && sub != "squash" && !a.all:
+		problem = "--lane is for diff, squash, commit --all and discard --all"
+	case a.all && len(pos) != 0:
+		problem = "wants a transaction ID or --all, not both"
+	case wantID[sub] && !a.all && len(pos) != 1 && !(sub == "diff" && len(pos) == 0):
+		problem = "wants one transaction ID"
+	case !wantID[sub] && sub != "reject" && len(pos) != 0:
+		problem = fmt.Sprintf("unexpected argument %q", pos[0])
+	}
+	if problem != "" {
+		return a, usageError(env, fset, problem), true
+	}
+	return a, 0, false
+}
+
+// look runs list, diff and lanes: looking changes nothing and is not
+// audited.
+func (c cowCLI) look(ctx context.Context, ws string, a cowArgs) int {
+	f, err := cowfs.Open(ctx, ws, cowfs.WithLane(a.lane))
 	if err != nil {
-		fmt.Fprintf(forTerminal(env.stderr), "pulse cow: %v\n", err)
+		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
+		return exitFailure
+	}
+	defer f.Close()
+	if rerr := f.RecoveryErr(); rerr != nil {
+		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: warning: %v\n", rerr)
+	}
+	switch a.sub {
+	case "list":
+		return c.list(ctx, f)
+	case "lanes":
+		return c.lanes(ctx, f)
+	}
+	if handled, code := c.stackDiff(ctx, f, a.pos); handled {
+		return code
+	}
+	tx, err := f.Tx(ctx, a.pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	d, err := tx.Diff(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	changes := tx.Changes()
+	hostRun := runsOnHost(changes)
+	out := map[string]any{"id": tx.ID(), "changes": changes, "diff": d}
+	if len(hostRun) > 0 {
+		out["runs_on_host"] = hostRun
+	}
+	return c.print(out, hostRunWarning(hostRun)+d)
+}
+
+// decide runs commit, discard, reject, squash and undo, through the
+// facade's one audited review path.
+func (c cowCLI) decide(ctx context.Context, ws string, a cowArgs) int {
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(c.env), sandbox.ReviewLane(a.lane))
+	if err != nil {
+		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
 		return exitFailure
 	}
 	defer r.Close()
 	if rerr := r.FS().RecoveryErr(); rerr != nil {
-		fmt.Fprintf(forTerminal(env.stderr), "pulse cow: warning: %v\n", rerr)
+		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: warning: %v\n", rerr)
 	}
 	switch {
-	case sub == "commit" && *all:
+	case a.sub == "commit" && a.all:
 		paths, ids, err := r.CommitAll(ctx)
 		if err != nil {
 			return c.fail(err)
 		}
 		return c.print(map[string]any{"committed_transactions": nonNil(ids), "committed": nonNil(paths)},
 			fmt.Sprintf("committed the pending stack (%d transaction(s)): %d change(s)\n%s", len(ids), len(paths), lines(paths)))
-	case sub == "discard" && *all:
+	case a.sub == "discard" && a.all:
 		ids, err := r.DiscardAll(ctx)
 		if err != nil {
 			return c.fail(err)
 		}
 		return c.print(map[string]any{"discarded": nonNil(ids)}, fmt.Sprintf("discarded %d transaction(s)\n%s", len(ids), lines(ids)))
-	case sub == "squash":
+	case a.sub == "squash":
 		id, gone, err := r.Squash(ctx)
 		if err != nil {
 			return c.fail(err)
@@ -188,7 +219,8 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		return c.print(map[string]any{"id": id, "squashed": nonNil(gone)},
 			fmt.Sprintf("squashed %d transaction(s) into %s\n", len(gone), id))
 	}
-	switch sub {
+	pos := a.pos
+	switch a.sub {
 	case "undo":
 		info, err := r.Undo(ctx)
 		if err != nil {
@@ -196,7 +228,7 @@ func runCow(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return c.print(info, fmt.Sprintf("undid %s (%s)\n", info.ID, info.Description))
 	case "commit":
-		prog := newProgress(env)
+		prog := newProgress(c.env)
 		prog.set("committing " + pos[0])
 		paths, err := r.Commit(ctx, pos[0])
 		prog.close()
