@@ -351,28 +351,49 @@ wait:
 
 	res := &backend.Result{ExitCode: -1, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
+	m, lost, err := readOutcome(req, j, inspect, res)
+	if err != nil {
+		return nil, m, err
+	}
+	reasonMu.Lock()
+	r := reason
+	reasonMu.Unlock()
+	if r != "" {
+		res.Termination = r
+		res.ExitCode = -1
+		res.TimedOut = r == backend.Timeout
+	}
+	return res, m, lost
+}
+
+// readOutcome reads the wrapper's report of a finished command into res
+// (exit status, overlay, process group, metrics) and says what is known
+// of what it merged into base. lost wraps ErrOverlayLost when the command
+// ran but what it wrote cannot be read back (res keeps what the report or
+// inspect says of its exit); err is a request the wrapper refused.
+func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *backend.Result) (m merged, lost, err error) {
 	var oc *outcome
-	var err, lost error
-	m := mergedKnown
+	var readErr error
+	m = mergedKnown
 	switch {
 	case !j.out.complete():
 		// The wrapper may not have ended: it may merge into base later.
 		m = mergedUnsettled
-		err = errors.New("the exec wrapper ended without reporting (was the container removed?)")
+		readErr = errors.New("the exec wrapper ended without reporting (was the container removed?)")
 	case j.out.overflow:
 		m = mergedUnknown
-		err = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
+		readErr = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
 	default:
-		oc, err = parseOutTar(bytes.NewReader(j.out.report()), int64(maxOverlayBytes))
-		if err != nil {
+		oc, readErr = parseOutTar(bytes.NewReader(j.out.report()), int64(maxOverlayBytes))
+		if readErr != nil {
 			m = mergedUnknown
 		}
 	}
-	if err != nil {
+	if readErr != nil {
 		// The command ran; what it wrote cannot be read back. Say so on
 		// its stderr rather than return a partial overlay.
-		fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: reading the command's changes failed: %v\n", err)
-		lost = fmt.Errorf("docker: the command ran but reading what it changed failed: %w: %w", err, backend.ErrOverlayLost)
+		fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: reading the command's changes failed: %v\n", readErr)
+		lost = fmt.Errorf("docker: the command ran but reading what it changed failed: %w: %w", readErr, backend.ErrOverlayLost)
 		if oc != nil && strings.HasPrefix(oc.status, "exit ") {
 			// The report was read but for the changes: its status stands.
 			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
@@ -389,7 +410,7 @@ wait:
 		res.Metrics = oc.metrics
 		switch {
 		case oc.status == "nodir":
-			return nil, m, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
+			return m, nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
 		case strings.HasPrefix(oc.status, "exit "):
 			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
 				res.ExitCode = code
@@ -405,15 +426,7 @@ wait:
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", oc.warn)
 		}
 	}
-	reasonMu.Lock()
-	r := reason
-	reasonMu.Unlock()
-	if r != "" {
-		res.Termination = r
-		res.ExitCode = -1
-		res.TimedOut = r == backend.Timeout
-	}
-	return res, m, lost
+	return m, lost, nil
 }
 
 // startFresh runs the wrapper in an exec of its own: for commands with
