@@ -101,19 +101,9 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	early := probeAhead(ctx, &o)
 	defer early.discard()
 
-	abs, err := filepath.Abs(workspace)
+	abs, err := resolveWorkspace(workspace)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: workspace %q: %w", workspace, err)
-	}
-	if fi, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("sandbox: workspace: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("sandbox: workspace %s is not a directory", abs)
-	}
-	// Symlinks in the workspace path itself are the caller's choice;
-	// resolve them once so every later containment check is exact.
-	if abs, err = filepath.EvalSymlinks(abs); err != nil {
-		return nil, fmt.Errorf("sandbox: workspace: %w", err)
+		return nil, err
 	}
 
 	s := &Sandbox{o: o, workspace: abs, log: o.logger, shared: &shared{refs: 1}}
@@ -135,18 +125,8 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if err := s.setupEgress(); err != nil {
 		return nil, err
 	}
-	values := make([]string, 0, len(o.secrets))
-	named := injectedSecrets(s.inject)
-	for _, sec := range o.secrets {
-		if sec.Name != "" {
-			named = append(named, sec)
-		} else {
-			values = append(values, sec.Value)
-		}
-	}
-	s.scrubber, err = secrets.New(values, secrets.WithSecrets(named...))
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: secrets: %w", err)
+	if s.scrubber, err = newScrubber(o.secrets, s.inject); err != nil {
+		return nil, err
 	}
 
 	// The workspace's state directory must be a real directory: a
@@ -172,26 +152,8 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		selErr = s.chooseBackend(ctx, &o, early)
 	}
 
-	if o.auditLogger != nil {
-		s.audit = o.auditLogger
-	} else {
-		path := o.auditPath
-		if path == "" {
-			path = filepath.Join(abs, pathguard.ReservedDir, "audit.jsonl")
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("sandbox: audit log directory: %w", err)
-		}
-		key, err := auditKeyFor(abs, o.getenv)
-		if err != nil {
-			return nil, err
-		}
-		s.audit, err = audit.Open(ctx, path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger),
-			audit.WithKey(key))
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		s.ownsAudit = true
+	if err := s.openAudit(ctx); err != nil {
+		return nil, err
 	}
 
 	s.cow, err = cowfs.Open(ctx, abs, append([]cowfs.Option{cowfs.WithLogger(o.logger)}, o.cowOpts...)...)
@@ -212,6 +174,83 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 			IsolationLevel: "unavailable", Detail: selErr.Error()})
 		return nil, selErr
 	}
+	s.recordChoice(ctx)
+	return s, nil
+}
+
+// resolveWorkspace is workspace made absolute, checked to be a directory,
+// and with symlinks in its own path resolved (the caller's choice), once,
+// so that every later containment check is exact.
+func resolveWorkspace(workspace string) (string, error) {
+	abs, err := filepath.Abs(workspace)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: workspace %q: %w", workspace, err)
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("sandbox: workspace: %w", err)
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("sandbox: workspace %s is not a directory", abs)
+	}
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return "", fmt.Errorf("sandbox: workspace: %w", err)
+	}
+	return abs, nil
+}
+
+// newScrubber redacts the configured secrets (by value, or by name and
+// value) and the secrets the egress proxy injects, which the sandbox
+// itself never sees but a reply could echo.
+func newScrubber(given []secrets.Secret, inject []egress.Injection) (*secrets.Scrubber, error) {
+	values := make([]string, 0, len(given))
+	named := injectedSecrets(inject)
+	for _, sec := range given {
+		if sec.Name != "" {
+			named = append(named, sec)
+		} else {
+			values = append(values, sec.Value)
+		}
+	}
+	sc, err := secrets.New(values, secrets.WithSecrets(named...))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: secrets: %w", err)
+	}
+	return sc, nil
+}
+
+// openAudit sets the sandbox's audit log: the one given with
+// WithAuditLogger, or the file (WithAuditPath, by default
+// .pulse/audit.jsonl in the workspace) opened with the sandbox's
+// scrubber, session and the workspace's audit key.
+func (s *Sandbox) openAudit(ctx context.Context) error {
+	o := &s.o
+	if o.auditLogger != nil {
+		s.audit = o.auditLogger
+		return nil
+	}
+	path := o.auditPath
+	if path == "" {
+		path = filepath.Join(s.workspace, pathguard.ReservedDir, "audit.jsonl")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("sandbox: audit log directory: %w", err)
+	}
+	key, err := auditKeyFor(s.workspace, o.getenv)
+	if err != nil {
+		return err
+	}
+	s.audit, err = audit.Open(ctx, path, audit.WithScrubber(s.scrubber), audit.WithSessionID(o.sessionID), audit.WithLogger(o.logger),
+		audit.WithKey(key))
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	s.ownsAudit = true
+	return nil
+}
+
+// recordChoice audits the backend chosen, with the ones passed over and
+// why, and warns where the choice runs commands off what was asked: a
+// configured remote not used, or the unsafe host.
+func (s *Sandbox) recordChoice(ctx context.Context) {
 	ev := audit.Event{Action: "sandbox-init", Target: s.backend.Name(), Decision: "allow",
 		IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(),
 		Detail: fmt.Sprintf("backend %s selected", s.backend.Name())}
@@ -228,10 +267,9 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if s.caps.Isolation == backend.IsolationHostUnsafe {
 		ev.Reason = "UNSAFE_HOST"
 		ev.Detail = "WARNING: UNSAFE_HOST: commands run unisolated on the host, in the workspace itself"
-		s.log.Warn("UNSAFE_HOST: commands run unisolated on the host", "workspace", abs)
+		s.log.Warn("UNSAFE_HOST: commands run unisolated on the host", "workspace", s.workspace)
 	}
 	s.record(ctx, ev)
-	return s, nil
 }
 
 // chooseBackend sets the sandbox's backend: the one given with
