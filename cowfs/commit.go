@@ -339,62 +339,72 @@ func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 	return nil
 }
 
-// rebaseAfter keeps the undo journal checkable after an Undo. The entry
-// before the undone one recorded the identity (inode, mtime) of what it
-// wrote; the undo restored the same bytes under new inodes, so without
-// this the next Undo would see them as replaced. Where the undo's result
-// holds the same content as that entry's after-image, the after-image
-// takes the undo's identity. Rerunning it after a crash is harmless.
+// rebaseAfter keeps the undo journal checkable after an Undo. The undo
+// restored each of its paths to the bytes an earlier entry (the latest
+// one before the undone entry that changed that path) recorded as its
+// after-image, but under new inodes, so without this that entry's Undo
+// would see them as replaced. For each path the undo restored, the
+// latest earlier entry that changed it takes the undo's identity where
+// the content matches its after-image. That entry need not be the one
+// just before the undone entry: with a commit of other paths in between,
+// it is reached only after that one is undone too. The search for a path
+// stops at an entry that cannot be read (its Undo refuses anyway, so
+// nothing below it is undone before it). Rerunning it after a crash is
+// harmless.
 func (f *FS) rebaseAfter(w *walFile, afters []snapshot) error {
 	entries, err := f.doneEntries()
 	if err != nil {
 		return err
 	}
-	prev := ""
-	for _, e := range entries {
-		if e < w.Undoes {
-			prev = e
-		}
-	}
-	if prev == "" {
-		return nil
-	}
-	wb, err := f.state.ReadFile("done/" + prev + "/wal")
-	if err != nil {
-		return err
-	}
-	pw, err := decodeWAL(wb)
-	if err != nil {
-		return nil // a damaged entry is refused by Undo anyway
-	}
-	ab, err := f.state.ReadFile("done/" + prev + "/after")
-	if err != nil {
-		return nil
-	}
-	pa, err := decodeAfter(ab, len(pw.Ops))
-	if err != nil {
-		return nil
-	}
-	at := make(map[string]int, len(pw.Ops))
-	for i := range pw.Ops {
-		at[pw.Ops[i].Path] = i
-	}
-	changed := false
+	left := make(map[string]int, len(w.Ops)) // paths not yet placed: op index
 	for i := range w.Ops {
-		j, ok := at[w.Ops[i].Path]
-		if ok && sameContent(pa[j], afters[i]) && pa[j] != afters[i] {
-			pa[j] = afters[i]
-			changed = true
+		left[w.Ops[i].Path] = i
+	}
+	for k := len(entries) - 1; k >= 0 && len(left) > 0; k-- {
+		e := entries[k]
+		if e >= w.Undoes {
+			continue
+		}
+		wb, err := f.state.ReadFile("done/" + e + "/wal")
+		if err != nil {
+			return nil
+		}
+		pw, err := decodeWAL(wb)
+		if err != nil {
+			return nil // a damaged entry is refused by Undo anyway
+		}
+		ab, err := f.state.ReadFile("done/" + e + "/after")
+		if err != nil {
+			return nil
+		}
+		pa, err := decodeAfter(ab, len(pw.Ops))
+		if err != nil {
+			return nil
+		}
+		changed := false
+		for j := range pw.Ops {
+			i, ok := left[pw.Ops[j].Path]
+			if !ok {
+				continue
+			}
+			delete(left, pw.Ops[j].Path)
+			if sameContent(pa[j], afters[i]) && pa[j] != afters[i] {
+				pa[j] = afters[i]
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		buf, err := encodeAfter(pa)
+		if err != nil {
+			return err
+		}
+		if err := f.replaceFileSync("done/"+e+"/after", buf); err != nil {
+			return err
 		}
 	}
-	if !changed {
-		return nil
-	}
-	buf, err := encodeAfter(pa)
-	if err != nil {
-		return err
-	}
-	return f.replaceFileSync("done/"+prev+"/after", buf)
+	return nil
 }
 
 // sameContent compares what a reader sees, not identity.

@@ -208,6 +208,77 @@ func TestUndoDepthAndOrder(t *testing.T) {
 	}
 }
 
+// TestUndoPastACommitOfOtherPaths undoes three commits in a row where
+// the first and the third change the same paths and the second others.
+// Undoing the third restores the first one's bytes under new inodes;
+// the first entry's after-images must take them, though it is not the
+// entry just before the third, or its Undo refuses those paths as
+// replaced for good while they hold exactly what it wrote.
+func TestUndoPastACommitOfOtherPaths(t *testing.T) {
+	ws := newWS(t)
+	writeFile(t, ws, "a", "0", 0o644)
+	f := openFS(t, ws)
+	commit := func(desc string, stage func(tx *Tx) error) {
+		t.Helper()
+		tx, err := f.Begin(t.Context(), desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stage(tx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit("first", func(tx *Tx) error {
+		if err := tx.Write(t.Context(), "a", []byte("1"), 0o600); err != nil {
+			return err
+		}
+		return tx.Write(t.Context(), "d/x", []byte("x"), 0)
+	})
+	commit("second", func(tx *Tx) error { return tx.Write(t.Context(), "b", []byte("b"), 0) })
+	commit("third", func(tx *Tx) error {
+		if err := tx.Write(t.Context(), "a", []byte("2"), 0o644); err != nil {
+			return err
+		}
+		return tx.Delete(t.Context(), "d/x")
+	})
+	type state struct{ a, b, x *string }
+	read := func(p string) *string {
+		b, err := os.ReadFile(filepath.Join(ws, p))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return str(string(b))
+	}
+	for _, want := range []state{
+		{str("1"), str("b"), str("x")}, // the third undone
+		{str("1"), nil, str("x")},      // the second
+		{str("0"), nil, nil},           // the first
+	} {
+		info, err := f.Undo(context.Background())
+		if err != nil {
+			t.Fatalf("undo: %v", err)
+		}
+		if got := (state{read("a"), read("b"), read("d/x")}); !same(got.a, want.a) || !same(got.b, want.b) || !same(got.x, want.x) {
+			t.Fatalf("after undoing %q: a, b, d/x = %v %v %v", info.Description, got.a, got.b, got.x)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "a")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("a after the last undo: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "d")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d after the last undo: %v", err)
+	}
+	if _, err := f.Undo(context.Background()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("undo of an empty journal: %v", err)
+	}
+}
+
 func TestStateDirMustBeReal(t *testing.T) {
 	ws := newWS(t)
 	elsewhere := t.TempDir()

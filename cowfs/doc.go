@@ -431,9 +431,11 @@
 // last done entry (from prev/ and the WAL), whose before snapshots are
 // that entry's after-images, and commits it with the same protocol; on
 // success the done entry is dropped instead of a new one being added,
-// and the after-images of the entry before it take the identity of the
-// restored files wherever their content matches (the restored bytes have
-// new inodes), so that entry can be undone next.
+// and, for each restored path, the after-images of the latest earlier
+// entry that changed it take the identity of the restored file wherever
+// their content matches (the restored bytes have new inodes), so that
+// entry can be undone in its turn, even with entries of other paths
+// in between.
 //
 // # Failpoints
 //
