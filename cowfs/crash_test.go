@@ -561,3 +561,97 @@ func TestCrashDuringUndo(t *testing.T) {
 		})
 	}
 }
+
+// TestUndoKilledBeforeItsCommitPoint kills an Undo before its commit
+// point (after validation, after writing wal.tmp), and kills one past it
+// whose workspace then changes, so that recovery finds it has written
+// nothing and rolls it back. Each time the undo did not happen, and it
+// must leave nothing behind: no pending transaction reverting the commit
+// (commands would run on it, commit --all would apply it with their
+// changes, and once Undo had been run again it could never commit and
+// would make every commit --all refuse). The commit stays in the
+// journal, and Undo can be run again.
+func TestUndoKilledBeforeItsCommitPoint(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fp      int
+		touched bool // a file of the commit is edited before recovery
+	}{
+		{"validated", fpValidated, false},
+		{"wal-temp", fpWALTemp, false},
+		{"wal-synced-then-edited", fpWALSynced, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fx := newCrashFixture(t)
+			f := openFS(t, fx.ws)
+			tx, err := f.Tx(t.Context(), fx.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			cmd := helperCmd(fx.ws, "", "PULSE_COWFS_HELPER=undo", failpointEnv(tc.fp, 1))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("helper not killed: %v\n%s", err, out)
+			}
+			for p := range fx.old {
+				if !same(fx.read(t, p), fx.new[p]) {
+					t.Fatalf("%s changed by an undo killed before it wrote anything", p)
+				}
+			}
+			if tc.touched {
+				writeFile(t, fx.ws, "f00.txt", "edited meanwhile\n", 0o644)
+			}
+			f2 := openFS(t, fx.ws)
+			if err := f2.RecoveryErr(); (err != nil) != tc.touched {
+				t.Fatalf("RecoveryErr = %v", err)
+			}
+			infos, err := f2.List(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(infos) != 1 || infos[0].ID != fx.id || infos[0].State != StateCommitted {
+				t.Fatalf("after the killed undo List = %+v, want only the commit, still in the journal", infos)
+			}
+			st, err := f2.Stack(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(st.Txs) + len(st.Damaged); n != 0 {
+				t.Fatalf("the pending stack holds %d transactions after a killed undo", n)
+			}
+			if tc.touched {
+				return
+			}
+			if _, err := f2.Undo(context.Background()); err != nil {
+				t.Fatalf("undo run again: %v", err)
+			}
+			for p := range fx.old {
+				if !same(fx.read(t, p), fx.old[p]) {
+					t.Fatalf("%s not restored by the undo run again", p)
+				}
+			}
+			// New work commits with commit --all, and is all it commits.
+			tx2, err := f2.Begin(t.Context(), "after")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx2.Write(t.Context(), "after.txt", []byte("after\n"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := f2.CommitAll(context.Background()); err != nil {
+				t.Fatalf("commit --all after the undo: %v", err)
+			}
+			for p := range fx.old {
+				if !same(fx.read(t, p), fx.old[p]) {
+					t.Fatalf("%s changed by commit --all", p)
+				}
+			}
+		})
+	}
+}

@@ -411,7 +411,11 @@
 // Discard of a transaction stuck committing rolls it back, then deletes
 // it, so there is always a way out. A tx/<id> with only wal.tmp never
 // reached the commit point: wal.tmp and prev are dropped and the
-// transaction stays open.
+// transaction stays open — unless Undo made it (its begin record names
+// the entry it reverts): Undo holds the lock until its transaction is
+// committed or removed, so an open one is an undo killed before its
+// commit point, or rolled back by recovery, and it is dropped, leaving
+// the journal as it was for Undo to be run again.
 //
 // # Writers that do not take the lock
 //

@@ -2,8 +2,10 @@ package cowfs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // recover runs at Open, under the lock: it empties the trash, drops
@@ -47,9 +49,13 @@ func (f *FS) recover(ctx context.Context) error {
 			if has.may("prev") {
 				f.state.RemoveAll(dir + "/prev")
 			}
+			f.dropStrayUndo(id)
 			continue
 		}
 		if err := f.rollForward(dir, id); err != nil {
+			if st, _ := f.txState(id); st == StateOpen && f.dropStrayUndo(id) {
+				err = fmt.Errorf("%w (it was an undo: dropped, the commit it reverts stays in the undo journal)", err)
+			}
 			errs = append(errs, err)
 		}
 	}
@@ -165,4 +171,65 @@ func (f *FS) quarantine(id, reason string) error {
 		f.log.Error("cowfs: cannot write quarantine marker", "tx", id, "err", err)
 	}
 	return fmt.Errorf("%w: transaction %s quarantined: %s", ErrRecovery, id, reason)
+}
+
+// dropStrayUndo removes the open transaction id if Undo made it (its
+// begin record names the journal entry it reverts), and reports whether
+// it did. Undo holds the lock from making its transaction to removing it
+// when the commit does not happen, so under the lock an open one is an
+// undo that was killed before its commit point, or whose interrupted
+// commit recovery rolled back. Left open, it would be a pending
+// transaction nobody staged, reverting a commit that is still in the
+// journal: every command would run on it, the next commit --all would
+// apply it with whatever was staged on top, and once Undo was run again
+// its before snapshots would no longer hold, so it would make every
+// commit --all refuse. Dropping it leaves things as they were before
+// the undo began; Undo can be run again.
+func (f *FS) dropStrayUndo(id string) bool {
+	undoes := f.beginUndoes(id)
+	if undoes == "" {
+		return false
+	}
+	if err := f.removeState("tx/" + id); err != nil {
+		f.log.Error("cowfs: cannot drop an undo that did not commit", "tx", id, "undoes", undoes, "err", err)
+		return false
+	}
+	f.log.Warn("cowfs: dropped an undo that did not commit; the commit it reverts stays in the undo journal", "tx", id, "undoes", undoes)
+	return true
+}
+
+// beginUndoes reads only the begin record of transaction id's stage log
+// and returns the undo entry it reverts; "" when it reverts none or the
+// record cannot be read (a damaged transaction is left as it is).
+func (f *FS) beginUndoes(id string) string {
+	fl, err := f.state.Open("tx/" + id + "/stage.log")
+	if err != nil {
+		return ""
+	}
+	defer fl.Close()
+	var h [frameHeader]byte
+	if _, err := io.ReadFull(fl, h[:]); err != nil {
+		return ""
+	}
+	n := binary.LittleEndian.Uint32(h[:4])
+	if n == 0 || n > maxRecord {
+		return ""
+	}
+	buf := make([]byte, frameHeader+int(n))
+	copy(buf, h[:])
+	if _, err := io.ReadFull(fl, buf[frameHeader:]); err != nil {
+		return ""
+	}
+	frames, _, err := decodeFrames(buf)
+	if err != nil || len(frames) != 1 {
+		return ""
+	}
+	r, err := decodeStageRec(frames[0])
+	if err != nil || r.Op != "begin" || r.ID != id {
+		return ""
+	}
+	if _, _, ok := parseDone(r.Undoes); !ok {
+		return ""
+	}
+	return r.Undoes
 }
