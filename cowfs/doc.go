@@ -248,6 +248,7 @@
 //	tx/<id>/                   one open (or committing) transaction; id is 16 hex digits
 //	tx/<id>/stage.log          record file: begin, then set/unstage records
 //	tx/<id>/seal               how long the stage log was when its last append returned (two slots)
+//	tx/<id>/undo               in a transaction Undo made: the journal entry it reverts (its begin record's "undoes")
 //	tx/<id>/blobs/<sha256>     staged file contents, named by their SHA-256
 //	tx/<id>/blobs/pack-<id2>   the file contents of one Stage batch, one after another
 //	tx/<id>/prev/<n>           op n's target before the commit (undo, rollback): a hard link to it, or a copy
@@ -411,8 +412,9 @@
 // Discard of a transaction stuck committing rolls it back, then deletes
 // it, so there is always a way out. A tx/<id> with only wal.tmp never
 // reached the commit point: wal.tmp and prev are dropped and the
-// transaction stays open — unless Undo made it (its begin record names
-// the entry it reverts): Undo holds the lock until its transaction is
+// transaction stays open — unless Undo made it (an undo file beside its
+// stage log, whose begin record names the entry it reverts; one made
+// before the undo file existed is left open): Undo holds the lock until its transaction is
 // committed or removed, so an open one is an undo killed before its
 // commit point, or rolled back by recovery, and it is dropped, leaving
 // the journal as it was for Undo to be run again.

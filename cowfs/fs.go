@@ -493,7 +493,14 @@ func (f *FS) createTx(t *Tx, recs []stageRec, blobs map[string]string) error {
 	// itself (their names) must all be durable before the rename makes
 	// the transaction visible, but in no order among themselves: they are
 	// fsynced together, one wait for the device instead of four in a row.
-	if err := f.writeNewSynced(tmp, []string{"stage.log", "seal"}, [][]byte{buf, newSeal(uint64(len(buf)))}, "blobs"); err != nil {
+	names, data := []string{"stage.log", "seal"}, [][]byte{buf, newSeal(uint64(len(buf)))}
+	if t.undoes != "" {
+		// Recovery finds an undo that did not commit by this name in the
+		// directory listing it makes anyway (dropStrayUndo), instead of
+		// reading every open transaction's stage log at every Open.
+		names, data = append(names, undoMarker), append(data, []byte(t.undoes+"\n"))
+	}
+	if err := f.writeNewSynced(tmp, names, data, "blobs"); err != nil {
 		f.state.RemoveAll(tmp)
 		return fmt.Errorf("cowfs: begin: %w", err)
 	}

@@ -49,11 +49,13 @@ func (f *FS) recover(ctx context.Context) error {
 			if has.may("prev") {
 				f.state.RemoveAll(dir + "/prev")
 			}
-			f.dropStrayUndo(id)
+			if has.may(undoMarker) {
+				f.dropStrayUndo(id)
+			}
 			continue
 		}
 		if err := f.rollForward(dir, id); err != nil {
-			if st, _ := f.txState(id); st == StateOpen && f.dropStrayUndo(id) {
+			if st, _, has := f.txStateNames(id); st == StateOpen && has.may(undoMarker) && f.dropStrayUndo(id) {
 				err = fmt.Errorf("%w (it was an undo: dropped, the commit it reverts stays in the undo journal)", err)
 			}
 			errs = append(errs, err)
@@ -173,9 +175,16 @@ func (f *FS) quarantine(id, reason string) error {
 	return fmt.Errorf("%w: transaction %s quarantined: %s", ErrRecovery, id, reason)
 }
 
+// undoMarker is the file Undo's transaction is made with (createTx),
+// holding the journal entry it reverts: recovery looks for the name in
+// the listing of each open transaction it makes anyway, and reads a
+// stage log's begin record only where the name is.
+const undoMarker = "undo"
+
 // dropStrayUndo removes the open transaction id if Undo made it (its
 // begin record names the journal entry it reverts), and reports whether
-// it did. Undo holds the lock from making its transaction to removing it
+// it did. Recovery calls it for a transaction whose directory holds
+// undoMarker; the begin record, not the marker, decides. Undo holds the lock from making its transaction to removing it
 // when the commit does not happen, so under the lock an open one is an
 // undo that was killed before its commit point, or whose interrupted
 // commit recovery rolled back. Left open, it would be a pending
