@@ -22,7 +22,8 @@ const exitCodesHelp = `exit codes:
   2        the command line was wrong (unknown command, bad flag, missing argument)
   3        an unexpected internal error
   124      exec: the command timed out
-  125      exec, mcp: the sandbox could not run it (no backend, refused by policy)
+  125      exec, mcp: the sandbox could not run it (no backend, refused by policy),
+           or exec: it ran but what it wrote could not be staged (the error says why)
   128+N    pulse was ended by signal N (130 for Ctrl-C, 143 for SIGTERM)
   other    exec: the command's own exit code`
 

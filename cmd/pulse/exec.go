@@ -33,7 +33,8 @@ func init() {
 		help: `Runs CMD in a sandbox of the workspace. What it writes is staged as a pending
 transaction, shown as a diff; review it with 'pulse cow'. One argument with shell
 syntax is run as a bash script. Exit code: the command's own, 124 when it timed
-out, 125 when the sandbox could not run it, 128+N when pulse got signal N.
+out, 125 when the sandbox could not run it or could not stage what it
+wrote (the error says why; --json: "error"), 128+N when pulse got signal N.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
 listed after it.
@@ -44,7 +45,7 @@ workspace takes over; on namespace a keeper process that holds a sandbox
 init ready for the next pulse exec of this user.
 --json prints {execution_id, command, backend, exit_code, termination_reason,
 duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
-{max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused}.`,
+{max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused, error}.`,
 		run: runExec,
 	})
 }
@@ -165,14 +166,24 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		diff, _ = sb.PreviewStack(ctx, res.Transaction)
 	}
 	if *asJSON {
-		writeExecJSON(env.stdout, res, diff)
+		writeExecJSON(env.stdout, res, diff, err)
 	} else {
 		wsFlag := ""
 		if *workspace != "." {
 			wsFlag = " --workspace " + shellQuote(*workspace)
 		}
 		resetTerminal(env.stderr)
-		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag)
+		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag, err)
+	}
+	// A Result with an error: the command ran, but the sandbox failed
+	// after it. Its writes were lost (backend.ErrOverlayLost) or not all
+	// staged, or its output was not all delivered: what the result shows
+	// is not all the command did, so the error is shown with it and the
+	// exit code is the sandbox's, never the command's own 0 over writes
+	// that are nowhere. (Cancelled by a signal: main exits 128+N.)
+	if err != nil {
+		fmt.Fprintf(forTerminal(env.stderr), "pulse exec: %v\n", err)
+		return exitSandbox
 	}
 	return execExitCode(res)
 }
@@ -216,8 +227,10 @@ func execExitCode(res *sandbox.Result) int {
 // summarize tells a person where the command's writes went. cow is how
 // they run the review command ("pulse cow", or "go run ./cmd/pulse cow"
 // when that is how they ran this one); wsFlag is the --workspace flag it
-// needs ("" for the current directory).
-func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
+// needs ("" for the current directory); failed, the error the sandbox
+// returned with res (nil when none), since then what is staged need not
+// be all the command wrote.
+func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, failed error) {
 	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, res.ExitCode, res.Termination,
 		res.Duration.Round(time.Millisecond))
 	if res.Truncated {
@@ -268,6 +281,8 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string) {
 		}
 		fmt.Fprintf(w, "\n   review: %[3]s diff%[2]s %[1]s | commit: %[3]s commit%[2]s %[1]s | drop: %[3]s discard%[2]s %[1]s\n",
 			res.Transaction, wsFlag, cow)
+	case failed != nil:
+		fmt.Fprintln(w, "   nothing staged: the sandbox failed after the command ran (below)")
 	default:
 		fmt.Fprintln(w, "   no file changed")
 	}
@@ -328,7 +343,7 @@ type execMetrics struct {
 // durationMS is d in milliseconds, to the microsecond.
 func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
+func writeExecJSON(w io.Writer, res *sandbox.Result, diff string, failed error) {
 	type refused struct {
 		Path   string `json:"path"`
 		Reason string `json:"reason"`
@@ -358,6 +373,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 		Diff        string      `json:"diff,omitempty"`
 		Metrics     execMetrics `json:"metrics"`
 		NetRefused  []string    `json:"network_refused,omitempty"`
+		Error       string      `json:"error,omitempty"`
 	}{
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
@@ -373,6 +389,9 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string) {
 	}
 	if res.CommitErr != nil {
 		out.CommitError = res.CommitErr.Error()
+	}
+	if failed != nil {
+		out.Error = failed.Error()
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -228,7 +228,7 @@ func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
 			res.Committed = append(res.Committed, fmt.Sprintf("f%04d.txt", i))
 		}
 		var b strings.Builder
-		summarize(&b, res, "", "pulse cow", "")
+		summarize(&b, res, "", "pulse cow", "", nil)
 		out := b.String()
 		if !strings.Contains(out, fmt.Sprintf("committed %d path(s): f0000.txt", n)) {
 			t.Fatalf("%d paths: summary lacks the count and first path:\n%s", n, out)
@@ -252,14 +252,14 @@ func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
 func TestSummaryWarnsOfConcurrentChanges(t *testing.T) {
 	res := &sandbox.Result{Transaction: "abc", Staged: []string{"shared", "mine"}, ConcurrentChanges: []string{"shared"}}
 	var b strings.Builder
-	summarize(&b, res, "", "pulse cow", " --workspace ws")
+	summarize(&b, res, "", "pulse cow", " --workspace ws", nil)
 	out := b.String()
 	if !strings.Contains(out, "warning: shared changed while this command ran") ||
 		!strings.Contains(out, "pulse cow diff --workspace ws abc shows") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	b.Reset()
-	summarize(&b, &sandbox.Result{Transaction: "abc", Staged: []string{"mine"}}, "", "pulse cow", "")
+	summarize(&b, &sandbox.Result{Transaction: "abc", Staged: []string{"mine"}}, "", "pulse cow", "", nil)
 	if strings.Contains(b.String(), "warning") {
 		t.Fatalf("summary warns without a concurrent change:\n%s", b.String())
 	}
@@ -275,7 +275,7 @@ func TestSummaryClipsALongDiff(t *testing.T) {
 	}
 	res := &sandbox.Result{Transaction: "abc", Staged: []string{"f"}}
 	var b strings.Builder
-	summarize(&b, res, long.String(), "pulse cow", "")
+	summarize(&b, res, long.String(), "pulse cow", "", nil)
 	out := b.String()
 	if !strings.Contains(out, "+line 0\n") || !strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines-1)) ||
 		strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines)) {
@@ -286,16 +286,62 @@ func TestSummaryClipsALongDiff(t *testing.T) {
 	}
 	huge := strings.Repeat("+"+strings.Repeat("x", 999)+"\n", 100) // 100 KB in 100 lines
 	b.Reset()
-	summarize(&b, res, huge, "pulse cow", "")
+	summarize(&b, res, huge, "pulse cow", "", nil)
 	if out := b.String(); len(out) > maxSummaryDiffBytes+1024 || !strings.Contains(out, "more line(s) of diff") {
 		t.Fatalf("a diff of long lines is shown whole (%d bytes)", len(out))
 	}
 	b.Reset()
-	summarize(&b, res, "+short\n", "pulse cow", "")
+	summarize(&b, res, "+short\n", "pulse cow", "", nil)
 	if out := b.String(); !strings.Contains(out, "+short\n") || strings.Contains(out, "more line(s)") {
 		t.Fatalf("a short diff is clipped:\n%s", out)
 	}
 	if got, more := clipDiff("a\nb"); got != "a\nb" || more != 0 {
 		t.Fatalf("clipDiff of a diff without a last newline = %q, %d", got, more)
+	}
+}
+
+// A command whose writes the sandbox could not capture (here a file over
+// the namespace backend's 1 GiB limit of one overlay file, made sparse so
+// that it costs no disk) ran, but nothing of what it wrote is staged:
+// ok.txt is lost with it. pulse exec must say so and fail, not print "no
+// file changed" and exit with the command's 0, as if there had been
+// nothing to review.
+func TestExecSaysWhenTheCommandsWritesWereLost(t *testing.T) {
+	script := "echo kept > ok.txt; truncate -s 1100M big.bin"
+	for _, asJSON := range []bool{false, true} {
+		ws := t.TempDir()
+		args := []string{"exec", "--workspace", ws, "--backend", "namespace"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		code, stdout, stderr := runCLI(t, append(args, "--", "sh", "-c", script)...)
+		if code == exitSandbox && strings.Contains(stderr, "namespace:") && !strings.Contains(stderr, "lost") {
+			testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
+		}
+		if code != exitSandbox {
+			t.Errorf("json=%v: exit %d, want %d\nstdout: %s\nstderr: %s", asJSON, code, exitSandbox, stdout, stderr)
+		}
+		if !strings.Contains(stderr, "writes were lost") {
+			t.Errorf("json=%v: stderr does not say the writes were lost:\n%s", asJSON, stderr)
+		}
+		if !asJSON && strings.Contains(stderr, "no file changed") {
+			t.Errorf("stderr claims no file changed:\n%s", stderr)
+		}
+		if asJSON {
+			var res struct {
+				ExitCode    int    `json:"exit_code"`
+				Transaction string `json:"transaction"`
+				Error       string `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, stdout)
+			}
+			if res.Transaction != "" || !strings.Contains(res.Error, "writes were lost") {
+				t.Errorf("JSON result = %+v; want no transaction and an error saying the writes were lost", res)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ok.txt")); !os.IsNotExist(err) {
+			t.Errorf("json=%v: ok.txt reached the workspace: %v", asJSON, err)
+		}
 	}
 }
