@@ -139,15 +139,29 @@ func Prune(root, name string) error {
 }
 
 // removeAll is os.RemoveAll that first makes directories writable: Go's
-// module cache makes its directories read-only.
+// module cache makes its directories read-only. A cache is written by
+// commands, some of which may still run: every directory is reached
+// beneath dir only (see chmodDir), never through a link a command put
+// there or swapped in meanwhile.
 func removeAll(dir string) error {
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, 0o755)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
+	if root, err := os.OpenRoot(dir); err == nil {
+		fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				chmodDir(root, p)
+			}
+			return nil
+		})
+		root.Close()
+	}
+	return os.RemoveAll(dir) // removes links, never follows them
+}
+
+// chmodDir makes the directory rel of root writable. It is resolved
+// beneath root, whatever links lead there: one that leads out fails it,
+// and one swapped in at rel itself meanwhile is not followed
+// (os.Root.Chmod).
+func chmodDir(root *os.Root, rel string) {
+	root.Chmod(rel, 0o755)
 }
 
 type file struct {
@@ -183,10 +197,20 @@ func walk(dir string) ([]file, error) {
 	return out, nil
 }
 
+// afterWalk, when set (tests), runs between Trim's walk and its removals:
+// where commands still running can change the cache.
+var afterWalk func()
+
 // Trim removes the least recently modified files of dir until it holds
 // at most maxBytes (no cap when maxBytes <= 0). It returns the bytes it
 // held before and how many files it removed. A file another command
 // removes meanwhile is not an error.
+//
+// The cache is writable by commands, and one may still run while this
+// one's trim does: a directory the walk saw may be a link by the time its
+// file is removed. Each removal is resolved beneath dir (os.Root), so a
+// link swapped in to lead out of the cache fails it rather than remove
+// the host file it names.
 func Trim(dir string, maxBytes int64) (before int64, removed int, err error) {
 	files, err := walk(dir)
 	if err != nil {
@@ -201,16 +225,27 @@ func Trim(dir string, maxBytes int64) (before int64, removed int, err error) {
 	slices.SortFunc(files, func(a, b file) int {
 		return cmp.Or(a.mod.Compare(b.mod), cmp.Compare(a.path, b.path))
 	})
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return before, 0, fmt.Errorf("caches: trimming %s: %w", dir, err)
+	}
+	defer root.Close()
+	if afterWalk != nil {
+		afterWalk()
+	}
 	total := before
 	for _, f := range files {
 		if total <= maxBytes {
 			break
 		}
-		rerr := os.Remove(f.path)
+		rel, rerr := filepath.Rel(dir, f.path)
+		if rerr == nil {
+			rerr = root.Remove(rel)
+		}
 		if errors.Is(rerr, fs.ErrPermission) {
 			// A read-only directory (Go's module cache) holds it.
-			os.Chmod(filepath.Dir(f.path), 0o755)
-			rerr = os.Remove(f.path)
+			chmodDir(root, filepath.Dir(rel))
+			rerr = root.Remove(rel)
 		}
 		if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return before, removed, fmt.Errorf("caches: trimming %s: %w", dir, rerr)

@@ -76,3 +76,54 @@ func TestTrimOldestFirstAndPrune(t *testing.T) {
 		t.Errorf("List = %+v, %v", list, err)
 	}
 }
+
+// A cache is writable by commands, and one may still run while another's
+// trim does (two commands of one sandbox, or of two sandboxes sharing the
+// cache root): between the walk and the removals it can turn a directory
+// the walk saw into a link out of the cache. The trim must not remove the
+// file of the same name where the link leads, absolute or relative.
+func TestTrimDoesNotFollowALinkSwappedInAfterTheWalk(t *testing.T) {
+	for _, relative := range []bool{false, true} {
+		dir, err := Ensure(t.TempDir(), "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		outside := t.TempDir()
+		victim := filepath.Join(outside, "f")
+		if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range []string{"d/f", "new"} {
+			p := filepath.Join(dir, name)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if err := os.WriteFile(p, make([]byte, 100), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ts := time.Unix(int64(1000+i), 0)
+			os.Chtimes(p, ts, ts)
+		}
+		target := outside
+		if relative {
+			if target, err = filepath.Rel(dir, outside); err != nil {
+				t.Fatal(err)
+			}
+		}
+		afterWalk = func() {
+			d := filepath.Join(dir, "d")
+			if err := os.Rename(d, d+".real"); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(target, d); err != nil {
+				t.Error(err)
+			}
+		}
+		_, _, err = Trim(dir, 150)
+		afterWalk = nil
+		if b, rerr := os.ReadFile(victim); rerr != nil || string(b) != "precious" {
+			t.Fatalf("relative=%v: the trim went through the link out of the cache: %s: %q, %v (Trim: %v)", relative, victim, b, rerr, err)
+		}
+		if err == nil {
+			t.Errorf("relative=%v: Trim reported no error, though the file it meant to remove could not be", relative)
+		}
+	}
+}
