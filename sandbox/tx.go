@@ -179,21 +179,63 @@ func (s *Sandbox) sourceContainsSecret(f *backend.File) (bool, error) {
 // unless prepare took it before the command ran (a bounded store);
 // whatever stageOverlay leaves unstaged in it is discarded by Execute.
 func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Overlay, res *Result) error {
-	execID, review, tx := x.id, x.review, x.tx
 	// Every path is checked first and the allowed ones are staged in one
 	// batch (a fixed number of fsyncs, not three per path); the outcome
 	// of each path is then reported in order, as if staged alone.
-	type outcome struct {
-		path   string
-		action string // audit action when staged
-		reason string // refusal before staging
-		op     int    // index in ops, or -1
-	}
+	plan := s.planOverlay(ctx, ov)
 	var (
-		outs       []outcome
-		ops        []cowfs.Op
-		concurrent map[string]string // path: what changed it meanwhile (a transaction id; "" for the workspace)
+		errs       []error
+		concurrent map[string]string
 	)
+	if len(plan.ops) > 0 {
+		errs, concurrent = s.stageOps(ctx, x, plan.ops)
+	}
+	tx := x.tx
+	s.reportStaged(ctx, x.id, tx, plan.outs, errs, concurrent, res)
+	if tx == nil {
+		return nil
+	}
+	if len(res.Staged) == 0 {
+		return tx.Discard(context.WithoutCancel(ctx)) // an empty transaction goes even when ctx was cancelled
+	}
+	res.Transaction = tx.ID()
+	// What git on the host will run is judged on what the commit would
+	// really do, implicit directories aside: a directory made only to
+	// hold a path runs nothing itself, and its contents are checked.
+	for _, c := range tx.Changes() {
+		if !c.Implicit && s.runsOnHost(c.Path) {
+			res.RunsOnHost = append(res.RunsOnHost, s.scrubber.Redact(c.Path))
+		}
+	}
+	if s.o.autoCommit {
+		s.autoCommit(ctx, x.id, tx, x.review || plan.review, res)
+	}
+	return nil
+}
+
+// stageOutcome is what became of one path of an overlay.
+type stageOutcome struct {
+	path   string
+	action string // audit action when staged
+	reason string // refusal before staging
+	op     int    // index in the plan's ops, or -1
+}
+
+// overlayPlan is an overlay checked path by path: the outcome of each, in
+// order, and the ops of those allowed, to be staged as one batch. review
+// says a rule asked for a person about one of them and no Approver
+// answered.
+type overlayPlan struct {
+	outs   []stageOutcome
+	ops    []cowfs.Op
+	review bool
+}
+
+// planOverlay checks every path of ov as a Stage call would (see
+// stageOverlay). Deletions come first, so that a path the command removed
+// and made again ends as it made it.
+func (s *Sandbox) planOverlay(ctx context.Context, ov *backend.Overlay) *overlayPlan {
+	pl := &overlayPlan{}
 	check := func(a policy.Action, op cowfs.Op) string {
 		if pathguard.IsReserved(op.Path) {
 			return "reserved path"
@@ -213,7 +255,7 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 					return "policy asks and the approver refused"
 				}
 			} else if s.askedByRule(a, op.Path) {
-				review = true
+				pl.review = true
 			}
 		default:
 			return fmt.Sprintf("policy denies %s", a)
@@ -224,12 +266,12 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		return ""
 	}
 	add := func(path, action, reason string, op cowfs.Op) {
-		o := outcome{path: path, action: action, reason: reason, op: -1}
+		o := stageOutcome{path: path, action: action, reason: reason, op: -1}
 		if reason == "" {
-			o.op = len(ops)
-			ops = append(ops, op)
+			o.op = len(pl.ops)
+			pl.ops = append(pl.ops, op)
 		}
-		outs = append(outs, o)
+		pl.outs = append(pl.outs, o)
 	}
 	for _, p := range ov.Deleted {
 		// A path only a lower pending transaction held becomes a
@@ -273,40 +315,54 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		}
 		add(f.Path, "write-staged", check(policy.Write, op), op)
 	}
+	return pl
+}
+
+// stageOps stages ops as one batch into x's transaction, begun here
+// unless prepare took it already, and returns each op's error (all of
+// them the batch's when nothing was staged) and the paths changed
+// meanwhile (see concurrentChanges). They are staged even when ctx has
+// ended: a cancelled command's writes are kept for review. When the
+// transaction would change a path the policy protects, it is discarded
+// and x.tx is nil.
+func (s *Sandbox) stageOps(ctx context.Context, x *execution, ops []cowfs.Op) ([]error, map[string]string) {
+	ctx = context.WithoutCancel(ctx)
+	concurrent := s.concurrentChanges(ctx, x.view, x.start, ops)
 	var errs []error
-	if len(ops) > 0 {
-		// Staged even when ctx has ended (a cancelled command's writes are
-		// kept for review).
-		// The transaction is begun here, with something to stage (unless
-		// prepare took it already).
-		concurrent = s.concurrentChanges(context.WithoutCancel(ctx), x.view, x.start, ops)
-		batchErr := x.beginTx(context.WithoutCancel(ctx))
-		tx = x.tx
-		if batchErr == nil {
-			errs, batchErr = tx.Stage(context.WithoutCancel(ctx), ops)
-		}
-		if batchErr != nil {
-			// Nothing of the batch was staged: each path fails with it.
-			errs = make([]error, len(ops))
-			for i := range errs {
-				errs[i] = batchErr
-			}
-		}
-		// What the transaction would really do is checked once more: a
-		// path the checks above missed is not a reason to trust the rest.
-		if hit := s.changesDenied(tx); hit != "" {
-			if err := tx.Discard(context.WithoutCancel(ctx)); err != nil {
-				s.log.Error("discarding a refused transaction", "tx", tx.ID(), "err", err)
-			}
-			tx, x.tx = nil, nil
-			for i := range errs {
-				errs[i] = fmt.Errorf("the command's writes would change %s, which the policy protects; none were staged", hit)
-			}
+	batchErr := x.beginTx(ctx)
+	if batchErr == nil {
+		errs, batchErr = x.tx.Stage(ctx, ops)
+	}
+	if batchErr != nil {
+		// Nothing of the batch was staged: each path fails with it.
+		errs = make([]error, len(ops))
+		for i := range errs {
+			errs[i] = batchErr
 		}
 	}
-	// One audit event per path, in order, recorded as one batch: one lock
-	// and one write for the lot, and no other writer's line between them.
-	// Paths reported to the caller are scrubbed like everything else.
+	if x.tx == nil {
+		return errs, concurrent
+	}
+	// What the transaction would really do is checked once more: a
+	// path the checks above missed is not a reason to trust the rest.
+	if hit := s.changesDenied(x.tx); hit != "" {
+		if err := x.tx.Discard(ctx); err != nil {
+			s.log.Error("discarding a refused transaction", "tx", x.tx.ID(), "err", err)
+		}
+		x.tx = nil
+		for i := range errs {
+			errs[i] = fmt.Errorf("the command's writes would change %s, which the policy protects; none were staged", hit)
+		}
+	}
+	return errs, concurrent
+}
+
+// reportStaged fills res.Staged, res.Refused and res.ConcurrentChanges
+// from the outcomes, in order, and audits one event per path (and one per
+// concurrent change) as one batch: one lock and one write for the lot,
+// and no other writer's line between them. Paths reported to the caller
+// are scrubbed like everything else.
+func (s *Sandbox) reportStaged(ctx context.Context, execID string, tx *cowfs.Tx, outs []stageOutcome, errs []error, concurrent map[string]string, res *Result) {
 	events := make([]audit.Event, 0, len(outs))
 	for _, o := range outs {
 		reason := o.reason
@@ -337,35 +393,23 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 		}
 	}
 	s.recordBatch(ctx, "stage-overlay", events)
-	if tx == nil {
-		return nil
-	}
-	if len(res.Staged) == 0 {
-		return tx.Discard(context.WithoutCancel(ctx)) // an empty transaction goes even when ctx was cancelled
-	}
-	res.Transaction = tx.ID()
-	// What git on the host will run is judged on what the commit would
-	// really do, implicit directories aside: a directory made only to
-	// hold a path runs nothing itself, and its contents are checked.
-	for _, c := range tx.Changes() {
-		if !c.Implicit && s.runsOnHost(c.Path) {
-			res.RunsOnHost = append(res.RunsOnHost, s.scrubber.Redact(c.Path))
-		}
-	}
-	if !s.o.autoCommit {
-		return nil
-	}
+}
+
+// autoCommit commits tx for WithAutoCommit, unless it must wait for a
+// person: it changes what git on the host runs, a rule asked for review
+// (review), or a path changed meanwhile. res.CommitErr says why not.
+func (s *Sandbox) autoCommit(ctx context.Context, execID string, tx *cowfs.Tx, review bool, res *Result) {
 	if len(res.RunsOnHost) > 0 {
 		// Auto-commit is a standing approval of ordinary writes; code the
 		// person's own git would run is never approved by standing.
 		res.CommitErr = fmt.Errorf("%w: %s", ErrRunsOnHost, strings.Join(res.RunsOnHost, ", "))
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "commit", Target: tx.ID(), Decision: "deny",
 			Reason: "runs_on_host", Detail: "held for a person: git on the host would run " + strings.Join(res.RunsOnHost, ", ")})
-		return nil
+		return
 	}
 	if review {
 		res.CommitErr = errReviewRequired
-		return nil
+		return
 	}
 	if len(res.ConcurrentChanges) > 0 {
 		// Committing would put this command's version over a change it
@@ -374,13 +418,12 @@ func (s *Sandbox) stageOverlay(ctx context.Context, x *execution, ov *backend.Ov
 			ErrConcurrentChange, strings.Join(res.ConcurrentChanges, ", "))
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "commit", Target: tx.ID(), Decision: "deny",
 			Reason: "concurrent_change", Detail: res.CommitErr.Error()})
-		return nil
+		return
 	}
 	res.Committed, res.CommitErr = s.commit(ctx, tx, execID)
 	if res.CommitErr == nil {
 		res.Transaction = ""
 	}
-	return nil
 }
 
 // runsOnHost reports whether staging p would change what git on the host
