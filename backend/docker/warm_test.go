@@ -530,3 +530,36 @@ func TestWarmModelEncoding(t *testing.T) {
 		}
 	}
 }
+
+// .pulse/ at the top of a working copy is never reported (the wrapper
+// prunes it from every listing, and the host refuses it), so what a
+// command writes there must not outlive it: the next command on the
+// same container, here running as the same uid on the copy it left,
+// sees the workspace plus the pending stack, with no .pulse/ in it. A
+// directory and a symlink, each in a command that writes nothing else,
+// so that base stays of the generation the copy was kept with.
+func TestDockerKeptCopyDropsAnUnreportedDotPulse(t *testing.T) {
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"keep.txt": "kept\n"})
+	// Past the sync's racy window (racyWindowFine; a coarse clock's is
+	// longer, and only makes the check below pass for another reason), so
+	// that no sync sends keep.txt again.
+	time.Sleep(racyWindowFine + 100*time.Millisecond)
+	b := newDocker(t, WithReuse(2*time.Minute))
+	for _, plant := range []string{
+		`mkdir .pulse && echo planted > .pulse/note`,
+		`ln -s /tmp .pulse`,
+	} {
+		r := execShell(t, b, ws, plant+` && ls -A`)
+		if r.res.ExitCode != 0 || !strings.Contains(r.stdout, ".pulse") {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q", plant, r.res.ExitCode, r.stdout, r.stderr)
+		}
+		if r.res.Overlay != nil && (len(r.res.Overlay.Files) > 0 || len(r.res.Overlay.Deleted) > 0) {
+			t.Fatalf("%s: overlay %+v, want nothing reported", plant, r.res.Overlay)
+		}
+		got := execShell(t, b, ws, `id -u; ls -A`)
+		if got.stdout != "20000\nkeep.txt\n" {
+			t.Fatalf("after %s: id -u; ls -A = %q, want 20000 and only keep.txt", plant, got.stdout)
+		}
+	}
+}

@@ -180,6 +180,12 @@ fix() {
 # drop (names on stdin, NUL-separated): removes them from the copy, as the
 # uid, from a cd of root's (no shell of the uid's: a process less).
 drop() { { cd "$R" && as $u xargs -r -0 rm -rf; } 2>&8 && cd /; }
+# .pulse/ at the top of the copy is pruned from every listing, so what
+# the last command wrote there was never reported nor merged: it goes
+# before anything else, whatever the generations say (a copy used as it
+# is would hand it on). Should that fail, the copy is made anew (rg
+# empty: none of the branches below takes it).
+if [ -n "$rg" ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || rg=; fi
 fresh=1
 if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
 	fresh=0
@@ -187,7 +193,6 @@ if [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$bg" ] && [ "$rg" = "$bg" ]; then
 elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ] && { read -r dh <"$P/base.drop" && read -r fh <"$P/base.fix"; } 2>/dev/null &&
 	[ "$dh" = "$rg $bg" ] && [ "$fh" = "$dh" ]; then
 	fresh=0
-	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
 	# The first line of each is the generations'.
 	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.drop" | drop || fresh=1
 	[ $fresh = 1 ] || { read -r _ && tr '\n' '\0'; } <"$P/base.fix" | fix || fresh=1
@@ -206,7 +211,6 @@ elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ]; then
 	# Directories before what is in them. (No pipes from awk: popen needs
 	# a /bin/sh, which an image need not have.)
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
-	if [ $fresh = 0 ] && { [ -e "$R/.pulse" ] || [ -h "$R/.pulse" ]; }; then as $u rm -rf "$R/.pulse" 2>&8 || fresh=1; fi
 	if [ $fresh = 0 ] && [ -s "$Q.drop" ]; then tr '\n' '\0' <"$Q.drop" | drop || fresh=1; fi
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then tr '\n' '\0' <"$Q.fix" | fix || fresh=1; fi
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
