@@ -250,3 +250,41 @@ printf u > 'ünï cödé'; ln -s 'has space.txt' 'link -> arrow'; mkdir 'd i r'`
 		t.Errorf("overlay %v deleted %v", got, r.res.Overlay.Deleted)
 	}
 }
+
+// A command whose changes the wrapper cannot list (here a directory whose
+// name holds a newline, with a file in it) ran: Exec says its writes were
+// lost, with its exit status, and hands on none of them — not an empty
+// overlay that reads as a command that wrote nothing, which lost ok.txt.
+func TestDockerUnlistableChangesAreLostNotEmpty(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a.txt": "a\n"})
+	var errb bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{
+		ExecutionID: "test",
+		Workspace:   ws,
+		Shell:       `d="$(printf 'x\ny')"; mkdir "$d" && echo f > "$d/f" && echo kept > ok.txt; exit 3`,
+		Stderr:      &errb,
+		Network:     policy.DenyAllNetwork(),
+	})
+	if !errors.Is(err, backend.ErrOverlayLost) {
+		t.Fatalf("Exec: err = %v, want ErrOverlayLost; stderr %q", err, errb.String())
+	}
+	if res == nil {
+		t.Fatal("Exec returned no Result with ErrOverlayLost")
+	}
+	if res.Overlay != nil {
+		t.Errorf("a lost overlay is handed on: %+v", res.Overlay)
+	}
+	if res.ExitCode != 3 {
+		t.Errorf("exit code %d, want the command's 3", res.ExitCode)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "a.txt")); err != nil || string(b) != "a\n" {
+		t.Errorf("workspace touched: a.txt %q, %v", b, err)
+	}
+	// The next command starts from the workspace, not from the lost writes.
+	r := execShell(t, b, ws, `ls -A`)
+	if r.stdout != "a.txt\n" {
+		t.Errorf("the next command sees %q, want only a.txt", r.stdout)
+	}
+}

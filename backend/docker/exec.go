@@ -411,12 +411,34 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 		switch {
 		case oc.status == "nodir":
 			return m, nil, fmt.Errorf("docker: working directory %q does not exist in the workspace: %w", req.Dir, backend.ErrInvalidRequest)
+		case oc.status == "copy":
+			// The working copy could not be made: nothing ran.
+			why := ""
+			if oc.warn != "" {
+				why = ": " + oc.warn
+			}
+			return m, nil, fmt.Errorf("docker: the command's working copy could not be made%s: %w", why, backend.ErrUnavailable)
 		case strings.HasPrefix(oc.status, "exit "):
 			if code, err := strconv.Atoi(strings.TrimPrefix(oc.status, "exit ")); err == nil {
 				res.ExitCode = code
 			}
 		default:
+			// The wrapper stopped after the command ran, before it could
+			// list what the command changed ("manifest N": a name it
+			// cannot track, a listing that failed; N is the command's exit
+			// status): whatever the report holds is not all the command
+			// wrote, so none of it is handed on as if it were.
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: the exec wrapper stopped (%s)\n", oc.status)
+			why, code, _ := strings.Cut(oc.status, " ")
+			res.Overlay = nil
+			lost = fmt.Errorf("docker: the command ran but what it changed could not be listed (%s): %w", why, backend.ErrOverlayLost)
+			if n, err := strconv.Atoi(code); err == nil {
+				res.ExitCode = n
+			} else if inspect != nil {
+				if n, ok := inspect(); ok {
+					res.ExitCode = n
+				}
+			}
 		}
 		if oc.signal > 0 {
 			res.Termination = backend.Signaled

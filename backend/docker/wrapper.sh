@@ -386,11 +386,11 @@ if [ -n "$lim" ] && scan "$lim" 2>&8; then
 fi
 if [ $ok = 0 ]; then
 	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$O/deleted"
-	{ scan "" && cands ""; } 2>&8 || finish manifest "$rc"
+	{ scan "" && cands ""; } 2>&8 || finish "manifest $rc" "$rc"
 fi
 if [ -s "$Q.cand" ]; then
 if [ -s "$Q.hash" ]; then
-	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish manifest "$rc"
+	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish "manifest $rc" "$rc"
 else
 	: >"$Q.md5"
 fi
@@ -420,7 +420,7 @@ FILENAME == ARGV[2] { if (parse($0) == 2) nh[N] = H; next }
 }
 END {
 	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
-}' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish manifest "$rc"
+}' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish "manifest $rc" "$rc"
 fi
 # This busybox tar cannot read names from a file, so xargs hands them
 # over in batches, each batch its own files-PID.tar.
