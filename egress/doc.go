@@ -50,7 +50,14 @@
 // host, or in the clear bytes of a tunnel to an unbound host is refused and
 // audited. What cannot be seen is not checked: the body of a request, and
 // the contents of TLS tunnels to unbound hosts (a placeholder there is
-// worthless: it is not the secret).
+// worthless: it is not the secret). What a bound host answers is
+// scrubbed: every injected value in its header, body and trailer is put
+// back as its placeholder before the command reads it, so a server that
+// echoes the credential (an error quoting it, a page listing headers)
+// hands the command the placeholder. For that a request to a bound host
+// asks for no content coding and no range, and an answer that is encoded
+// or partial anyway is withheld (a 502 with X-Pulse-Egress:
+// answer-withheld; scrub.go).
 //
 // Names in tests are mapped by Config.Resolver (the documented resolver
 // override), so no test looks anything up off the machine.

@@ -88,6 +88,8 @@ type Config struct {
 type Proxy struct {
 	cfg       Config
 	transport *http.Transport
+	// scrub replaces the secrets' values in what bound hosts answer.
+	scrub *scrubber
 	// ctx ends with Close, and with it every dial, lookup, round trip
 	// and tunnel still running.
 	ctx    context.Context
@@ -127,6 +129,9 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	if len(cfg.Inject) > 0 {
+		p.scrub = newScrubber(cfg.Inject)
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.transport = &http.Transport{
 		DialContext:           p.dialChecked,
@@ -580,14 +585,29 @@ func (p *Proxy) forward(ctx context.Context, c *countConn, req *http.Request, ho
 	}
 	out.Host = out.URL.Host
 	out.Close = false
+	// A bound host's answer is scrubbed of the secrets' values (scrub.go).
+	var scrub *scrubber
+	if p.bound(host) {
+		scrub = p.scrub
+		prepareForScrub(out.Header)
+	}
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
-		ev.Reason = "upstream: " + err.Error()
-		body := fmt.Sprintf("pulse egress: %s was allowed, but the upstream failed: %v\n", what, err)
+		ev.Reason = scrub.str("upstream: " + err.Error())
+		body := scrub.str(fmt.Sprintf("pulse egress: %s was allowed, but the upstream failed: %v\n", what, err))
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\n%s: upstream-failed\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", DeniedHeader, len(body), body)
 		return false
 	}
 	defer resp.Body.Close()
+	if scrub != nil {
+		if why := unscrubbable(resp); why != "" {
+			ev.Reason = "answer withheld: " + why
+			body := fmt.Sprintf("pulse egress: %s was sent, but its answer is withheld: %s\n", what, why)
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\n%s: answer-withheld\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", DeniedHeader, len(body), body)
+			return false
+		}
+		scrub.response(resp, out.Method)
+	}
 	keep := !req.Close && !resp.Close
 	if err := resp.Write(c); err != nil {
 		return false

@@ -139,6 +139,12 @@ func (e *env) start() (func(), error) {
 		e.seen = append(e.seen, fmt.Sprint(r.Header))
 		e.seenMu.Unlock()
 		if auth := r.Header.Get("Authorization"); auth != "" {
+			if r.URL.Path == "/echo" {
+				// A server that quotes the credential it got.
+				w.Header().Set("X-Echo", auth)
+				io.WriteString(w, "pulse-bypass-echo "+auth+"\n")
+				return
+			}
 			if auth == "Bearer "+realSecret {
 				io.WriteString(w, "pulse-bypass-authorized\n")
 			} else {
@@ -424,6 +430,12 @@ var attacks = []attack{
 		[]string{"pulse-bypass-authorized"}, realSecret)},
 	{"the secret is injected for its bound host (TLS, sandbox CA, curl)", func(ctx context.Context, e *env) Result {
 		return e.withCurl(ctx, `curl -sS --max-time 10 -H "Authorization: Bearer $PULSE_BYPASS_TOKEN" https://example.com:{TP}/`, "pulse-bypass-authorized")
+	}},
+	{"a bound host echoing the secret hands back the placeholder (plain HTTP)", expect(
+		`send "GET http://bound.test:{HP}/echo HTTP/1.1\r\nHost: bound.test:{HP}\r\nAuthorization: Bearer $PULSE_BYPASS_TOKEN\r\nConnection: close\r\n\r\n"`,
+		[]string{"X-Echo: Bearer pulse-placeholder-", "pulse-bypass-echo Bearer pulse-placeholder-"}, realSecret)},
+	{"a bound host echoing the secret hands back the placeholder (TLS, curl)", func(ctx context.Context, e *env) Result {
+		return e.withCurl(ctx, `curl -sS -i --max-time 10 -H "Authorization: Bearer $PULSE_BYPASS_TOKEN" https://example.com:{TP}/echo | tr -d '\r' | grep -c "Bearer $PULSE_BYPASS_TOKEN"`, "2")
 	}},
 	{"the sandbox CA is trusted without the variables (curl, system trust store)", func(ctx context.Context, e *env) Result {
 		return e.withCurl(ctx, `env -u SSL_CERT_FILE -u CURL_CA_BUNDLE curl -sS --max-time 10 -H "Authorization: Bearer $PULSE_BYPASS_TOKEN" https://example.com:{TP}/`, "pulse-bypass-authorized")
