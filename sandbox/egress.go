@@ -253,6 +253,12 @@ func (s *Sandbox) recordBackendEgress(ctx context.Context, execID string, br *ba
 	if br.NetworkDropped > 0 {
 		s.log.Warn("the backend's egress proxy reported only some connections", "execution_id", execID,
 			"reported", len(br.Network), "not_reported", br.NetworkDropped)
+		// The log says that it is incomplete, rather than leaving a gap
+		// nobody reading it would see.
+		s.record(ctx, audit.Event{ExecutionID: execID, Action: "network", Destination: "*", Protocol: "tcp",
+			Reason: "not_reported", Backend: s.backend.Name(), EnforcementLevel: string(policy.Strong),
+			Detail: fmt.Sprintf("%d more connections went through the backend's egress proxy than it reported (%d, refusals first); they are not in this log",
+				br.NetworkDropped, len(br.Network))})
 	}
 }
 

@@ -192,3 +192,58 @@ get 127.0.0.1:%s
 		t.Error("the audit log holds the real token")
 	}
 }
+
+// Through a real pulse-server, a command that first makes many allowed
+// requests (more than a result's network list holds) and then tries an
+// unlisted destination still has that refusal in this side's audit log
+// and in NetworkRefused: the server's report keeps refusals before
+// allowed connections, and what it leaves out is audited as such.
+func TestRemoteEgressRefusalAfterAFloodIsAudited(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	sb := newRemoteNamespace(t, WithAllowHosts("127.0.0.1:"+port))
+	// 1100 pipelined requests on one connection (one network event each),
+	// then one to a port not on the list.
+	script := fmt.Sprintf(`p=${HTTP_PROXY#http://}; p=${p%%/}
+exec 3<>/dev/tcp/${p%%:*}/${p##*:}
+req="GET http://127.0.0.1:%[1]s/ HTTP/1.1\r\nHost: 127.0.0.1:%[1]s\r\n\r\n"
+all=""; for i in $(seq 1099); do all="$all$req"; done
+printf "${all}GET http://127.0.0.1:%[1]s/ HTTP/1.1\r\nHost: 127.0.0.1:%[1]s\r\nConnection: close\r\n\r\n" >&3
+echo "answers: $(grep -c '^ok' <&3)"; exec 3<&-
+exec 3<>/dev/tcp/${p%%:*}/${p##*:}
+printf "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: close\r\n\r\n" >&3
+head -n1 <&3; exec 3<&-
+`, port)
+	res, err := sb.Execute(context.Background(), Command{Shell: script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Stdout + res.Stderr
+	if !strings.Contains(out, "answers: 1100") || !strings.Contains(out, "403 Forbidden") {
+		t.Fatalf("the command did not make its requests: %q", out)
+	}
+	var allowed, denied, gap int
+	for _, e := range verifyAudit(t, sb) {
+		if e.Action != "network" {
+			continue
+		}
+		switch {
+		case e.Decision == "allow":
+			allowed++
+		case e.Decision == "deny" && e.Destination == "127.0.0.1" && e.Port == 1:
+			denied++
+		case e.Reason == "not_reported" && strings.HasPrefix(e.Detail, "101 more connections"):
+			gap++
+		}
+	}
+	if denied != 1 {
+		t.Errorf("audit: %d refusals of 127.0.0.1:1 (after %d allowed connections); want 1", denied, allowed)
+	}
+	if gap != 1 {
+		t.Errorf("audit: %d events saying that 101 connections were not reported; want 1", gap)
+	}
+	if !slices.Contains(res.NetworkRefused, "127.0.0.1:1") {
+		t.Errorf("NetworkRefused = %v, want 127.0.0.1:1", res.NetworkRefused)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/pulse-agent/pulse/backend"
@@ -22,8 +23,8 @@ import (
 // with a CA of this execution's own put where the command's TLS clients
 // look. Every connection is logged (never a secret's value) and
 // collected; stop ends the proxy once the execution is over and returns
-// the connections, at most protocol.MaxNetworkEvents of them, and how
-// many more there were.
+// the connections, at most protocol.MaxNetworkEvents of them (refusals
+// kept before allowed connections), and how many more there were.
 func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, stop func() ([]backend.NetworkEvent, int), err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -69,8 +70,17 @@ func withEgress(req *backend.Request, log *slog.Logger) (_ *backend.Request, sto
 			mu.Lock()
 			defer mu.Unlock()
 			if len(events) >= protocol.MaxNetworkEvents {
+				// Full: a refusal takes the place of the earliest allowed
+				// connection, so that a command cannot push the refusal
+				// of what it was after out of the report (and so out of
+				// the client's audit log) with allowed requests made
+				// first. Either way one connection is left out.
 				dropped++
-				return
+				i := slices.IndexFunc(events, func(e backend.NetworkEvent) bool { return e.Allowed })
+				if ev.Allowed || i < 0 {
+					return
+				}
+				events = slices.Delete(events, i, i+1)
 			}
 			events = append(events, backend.NetworkEvent{Method: ev.Method, Host: ev.Host, Port: ev.Port, Addr: ev.Addr,
 				Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Injected: ev.Injected,

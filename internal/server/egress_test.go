@@ -16,6 +16,7 @@ import (
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
+	"github.com/pulse-agent/pulse/protocol"
 )
 
 // An allowlist submission gets a proxy of its own on a unix socket: the
@@ -113,5 +114,48 @@ func TestLocalEgressInjectsAndReportsConnections(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), value) || !strings.Contains(logs.String(), "TOKEN") {
 		t.Errorf("log: %s", logs.String())
+	}
+}
+
+// A result's network list is bounded; once it is full, a refusal takes
+// the place of an allowed connection, so that allowed requests made first
+// cannot push a refusal out of the report. What is left out is counted.
+func TestEgressReportKeepsRefusals(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	req := &backend.Request{ExecutionID: "e3", Network: policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{addr}}}
+	r, stop, err := withEgress(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange := func(target string, n int) {
+		c, err := net.Dial("unix", r.Egress.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		}
+		fmt.Fprintf(&b, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, target)
+		go io.WriteString(c, b.String())
+		io.Copy(io.Discard, c)
+	}
+	extra := 5
+	exchange(addr, protocol.MaxNetworkEvents+extra-1) // one connection, one event per request
+	for i := 0; i < 3; i++ {
+		exchange(fmt.Sprintf("127.0.0.1:%d", i+1), 0)
+	}
+	evs, dropped := stop()
+	var refused []string
+	for _, e := range evs {
+		if !e.Allowed {
+			refused = append(refused, fmt.Sprintf("%s:%d", e.Host, e.Port))
+		}
+	}
+	if len(evs) != protocol.MaxNetworkEvents || dropped != extra+3 || len(refused) != 3 {
+		t.Errorf("%d events, %d dropped, refusals %v; want %d, %d and the 3 refusals", len(evs), dropped, refused, protocol.MaxNetworkEvents, extra+3)
 	}
 }
