@@ -43,16 +43,12 @@ func unscrubbable(resp *http.Response) string {
 
 // scrubber replaces the values of injections with their placeholders.
 type scrubber struct {
-	ins    []Injection // longest value first
-	maxLen int
+	ins []Injection // longest value first
 }
 
 func newScrubber(ins []Injection) *scrubber {
 	s := &scrubber{ins: append([]Injection(nil), ins...)}
 	sort.SliceStable(s.ins, func(i, j int) bool { return len(s.ins[i].Value) > len(s.ins[j].Value) })
-	for _, in := range s.ins {
-		s.maxLen = max(s.maxLen, len(in.Value))
-	}
 	return s
 }
 
@@ -102,8 +98,10 @@ func (s *scrubber) response(resp *http.Response, method string) {
 	}
 }
 
-// scrubReader is a body with the values replaced. It holds back the last
-// maxLen-1 bytes read until it knows whether they start a value.
+// scrubReader is a body with the values replaced. It holds back only the
+// end of what it read that could be the start of a value, until it knows:
+// a streamed answer (server-sent events, a model's tokens) is not held up
+// by bytes no value can begin with.
 type scrubReader struct {
 	s       *scrubber
 	r       io.ReadCloser
@@ -148,7 +146,7 @@ func (r *scrubReader) Read(b []byte) (int, error) {
 func (r *scrubReader) decide() {
 	limit := len(r.pending)
 	if !r.eof {
-		limit = max(0, len(r.pending)-(r.s.maxLen-1))
+		limit -= r.s.partial(r.pending)
 	}
 	p := 0
 	for p < limit {
@@ -171,3 +169,18 @@ func (r *scrubReader) decide() {
 }
 
 func (r *scrubReader) Close() error { return r.r.Close() }
+
+// partial is the length of the longest end of p that is the start of a
+// value, not the whole of it: what more bytes could make a value.
+func (s *scrubber) partial(p []byte) int {
+	n := 0
+	for _, in := range s.ins {
+		for l := min(len(in.Value)-1, len(p)); l > n; l-- {
+			if bytes.HasSuffix(p, []byte(in.Value[:l])) {
+				n = l
+				break
+			}
+		}
+	}
+	return n
+}

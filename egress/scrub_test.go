@@ -233,3 +233,66 @@ func (c *chunked) Read(b []byte) (int, error) {
 	c.data = c.data[n:]
 	return n, nil
 }
+
+// A streamed answer is passed on as it comes: only an end that could
+// start a value waits for more bytes (a model's tokens, server-sent
+// events, must not wait for the next event).
+func TestScrubReaderPassesAStreamOn(t *testing.T) {
+	s := newScrubber([]Injection{{Name: "A", Value: "secretvalue", Placeholder: "<A>"}})
+	pr, pw := io.Pipe()
+	r := &scrubReader{s: s, r: pr}
+	go func() {
+		pw.Write([]byte("data: one\n\n"))
+		pw.Write([]byte("data: sec"))
+		pw.Write([]byte("retvalue\n\n"))
+		pw.Close()
+	}()
+	buf := make([]byte, 64)
+	// Each Read must return without the next write: the writer blocks on
+	// the pipe until this side reads, so a reader that held the event back
+	// would take the next write's bytes with it.
+	n, err := r.Read(buf)
+	if err != nil || string(buf[:n]) != "data: one\n\n" {
+		t.Fatalf("first read: %q, %v; want the whole first event", buf[:n], err)
+	}
+	n, err = r.Read(buf)
+	if err != nil || string(buf[:n]) != "data: " {
+		t.Fatalf("second read: %q, %v; want the part that cannot start the value", buf[:n], err)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || string(rest) != "<A>\n\n" {
+		t.Fatalf("rest: %q, %v", rest, err)
+	}
+}
+
+// FuzzScrubReader: whatever the body and however the reads cut it, the
+// command reads no value, and the same bytes as in one read.
+func FuzzScrubReader(f *testing.F) {
+	f.Add([]byte("ssecretvaluesecretvalue-longxyz"), uint8(1))
+	f.Add([]byte("xyxyzz secretvalue-lon"), uint8(3))
+	f.Add([]byte("secretvalu"), uint8(7))
+	ins := []Injection{
+		{Name: "A", Value: "secretvalue", Placeholder: "<A>"},
+		{Name: "B", Value: "secretvalue-long", Placeholder: "<B>"},
+		{Name: "C", Value: "xyz", Placeholder: "<C>"},
+	}
+	f.Fuzz(func(t *testing.T, body []byte, cut uint8) {
+		s := newScrubber(ins)
+		read := func(n int) string {
+			got, err := io.ReadAll(&scrubReader{s: s, r: io.NopCloser(&chunked{data: body, n: n})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(got)
+		}
+		whole := read(len(body) + 1)
+		if cut := read(int(cut%16) + 1); cut != whole {
+			t.Fatalf("%q: cut reads give %q, one read %q", body, cut, whole)
+		}
+		for _, in := range ins {
+			if strings.Contains(whole, in.Value) {
+				t.Fatalf("%q: %q still holds %q", body, whole, in.Value)
+			}
+		}
+	})
+}
