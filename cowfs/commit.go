@@ -198,6 +198,12 @@ func (t *Tx) applyWAL(dir string, w *walFile) ([]string, error) {
 	failpoint(fpWALSynced)
 	a := f.newApplier(dir, w, false)
 	afters, err := a.apply()
+	if err == nil {
+		// Before cleanup: a commit that cannot record its after-images
+		// is rolled back while what it replaced is still beside the
+		// targets (see writeAfter).
+		err = f.writeAfter(dir, afters)
+	}
 	if err != nil {
 		// A directory on the way that became a symlink or a file since
 		// validation is a change racing in, as one at a target is.
@@ -211,12 +217,6 @@ func (t *Tx) applyWAL(dir string, w *walFile) ([]string, error) {
 		return interrupted(err)
 	}
 	if err := f.finish(dir, w, afters); err != nil {
-		var ae *afterError
-		if errors.As(err, &ae) {
-			if rerr := f.abandon(a, err); rerr == nil {
-				return nil, fmt.Errorf("cowfs: commit %s rolled back, the transaction is pending: %w", t.id, err)
-			}
-		}
 		return interrupted(err)
 	}
 	paths := make([]string, len(w.Ops))
@@ -282,19 +282,50 @@ type afterError struct{ err error }
 func (e *afterError) Error() string { return "write after-images: " + e.err.Error() }
 func (e *afterError) Unwrap() error { return e.err }
 
-// finish records the after-images and moves the transaction into the
-// undo journal (or, for an undo, drops the entry it reverted), then trims
-// the journal to the undo depth.
-func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
+// writeAfter records the after-images of an applied commit, before the
+// entries it moved aside are removed (cleanup). A commit that cannot
+// record them (a full disk) is rolled back, and only then can the
+// rollback put back the very entries the commit replaced: afterwards the
+// replaced files are only in prev/, where a file that had other hard
+// links, or lived on another file system, is a copy, and removed
+// directories and symlinks are gone, so what a rollback put back would be
+// new inodes, which the transaction's before snapshots no longer match
+// (a retry would be refused as a conflict for good), and a file's other
+// names would no longer be linked to it. Recovery of a commit that
+// already wrote them (it may have removed the entries since) writes
+// nothing when they are the ones it finds now, so it needs no room and
+// has no reason to roll back.
+func (f *FS) writeAfter(dir string, afters []snapshot) error {
+	if b, err := f.state.ReadFile(dir + "/after"); err == nil {
+		if old, err := decodeAfter(b, len(afters)); err == nil && len(old) == len(afters) {
+			same := true
+			for i := range afters {
+				if compare(old[i], afters[i]) != "" {
+					same = false
+					break
+				}
+			}
+			if same {
+				failpoint(fpAfterWritten)
+				return nil
+			}
+		}
+	}
 	buf, err := encodeAfter(afters)
 	if err != nil {
-		return err
+		return &afterError{err}
 	}
 	if err := f.replaceFileSync(dir+"/after", buf); err != nil {
-		// Nothing is marked done yet: the caller can still roll back.
 		return &afterError{err}
 	}
 	failpoint(fpAfterWritten)
+	return nil
+}
+
+// finish, once the after-images are written and the entries moved aside
+// removed, moves the transaction into the undo journal (or, for an undo,
+// drops the entry it reverted), then trims the journal to the undo depth.
+func (f *FS) finish(dir string, w *walFile, afters []snapshot) error {
 	if w.Undoes != "" {
 		if err := f.rebaseAfter(w, afters); err != nil {
 			return err

@@ -373,10 +373,13 @@
 //     rename with RENAME_NOREPLACE, so an entry that appeared meanwhile is
 //     a conflict, never overwritten [7 each];
 //     e. one syncfs per file system: every rename is durable [8].
-//  5. Make sure every replaced file is in prev/ (a crash may have come
-//     between an exchange and its link), sync, remove the entries moved
-//     aside, sync [14]; write the after-images (temp, fsync, rename,
-//     fsync) [9].
+//  5. Write the after-images (temp, fsync, rename, fsync) [9]; make
+//     sure every replaced file is in prev/ (a crash may have come between
+//     an exchange and its link), sync, remove the entries moved aside,
+//     sync [14]. The after-images come first so that a commit that
+//     cannot write them (a full disk) is rolled back while the entries
+//     it replaced are still beside the targets; recovery of a commit that
+//     wrote them writes nothing when they are what it finds.
 //  6. Rename tx/<id> to done/<seq>-<id>, fsync both directories [10];
 //     trim the undo journal to its depth; release the lock.
 //
@@ -390,13 +393,17 @@
 // If applying fails past the commit point — the disk fills up, a blob is
 // damaged, a target changed — the commit is rolled back: creations are
 // taken back deepest first, then the removed entries put back shallowest
-// first, from the entries beside the targets or, where they are gone,
-// from prev/ (hard links: the restored file is the very inode validated,
-// so a retry finds no conflict); an entry that is neither the commit's
-// nor the before one is left alone. The WAL and prev/ are removed and the
-// transaction is open again; tx/<id>/failed holds why, and List shows it
-// as Reason. If even the rollback fails, the WAL stays, for the next
-// Open.
+// first, from the entries beside the targets (the very entries
+// validated, so a retry finds no conflict) or, where a crash lost them,
+// from prev/; an entry that is neither the commit's nor the before one
+// is left alone. The WAL and prev/ are removed and the transaction is
+// open again; tx/<id>/failed holds why, and List shows it as Reason. If
+// even the rollback fails, the WAL stays, for the next Open. A failure
+// once the entries beside the targets are removed (step 5) is not rolled
+// back but left for the next Open to finish: prev/ holds only a copy of
+// a file with other hard links, and no directory or symlink, so what it
+// put back would be new entries the transaction's before images no
+// longer match.
 //
 // Recovery at Open runs under the same lock. For each tx/<id> with a wal
 // it checks every target is in its before state, its after state, or
@@ -454,7 +461,7 @@
 // per removal], apply-mkdir [11, per new directory], apply-temp [6, per
 // new file], apply-synced [12], apply-checked [15, per exchange],
 // apply-exchanged [13, per exchange], apply-renamed [7, per published
-// file or symlink], applied [8], cleaned [14], after-written [9], done
+// file or symlink], applied [8], after-written [9], cleaned [14], done
 // [10]; for staging: stage-blob [101], stage-appended [102],
 // batch-packed [103], batch-torn [104], stage-log-synced [105],
 // batch-streamed [106, per streamed op, its temp blob durable and not yet

@@ -21,12 +21,12 @@ const (
 	fpApplyTemp                 // one temp file written (hit once per write)
 	fpApplyRenamed              // one file or symlink published (hit once per write or symlink)
 	fpApplied                   // every change applied and durable
-	fpAfterWritten              // after-images written
+	fpAfterWritten              // after-images written, the entries moved aside not yet removed
 	fpDone                      // transaction moved into the undo journal
 	fpApplyMkdir                // a new directory made under its temp name with its mode, not renamed
 	fpApplySynced               // every new file written and durable, none published
 	fpApplyExchanged            // one file exchanged with its target, the displaced one not yet checked
-	fpCleaned                   // the entries moved aside removed, after-images not written
+	fpCleaned                   // after-images written, the entries moved aside removed, not yet done
 	fpApplyChecked              // one target checked once more, right before it is exchanged
 	numFailpoints    = fpApplyChecked
 )
@@ -67,8 +67,8 @@ var FailpointNames = []struct {
 	{"validated", fpValidated}, {"wal-temp", fpWALTemp}, {"wal-renamed", fpWALRenamed}, {"wal-synced", fpWALSynced},
 	{"apply-removed", fpApplyRemoved}, {"apply-mkdir", fpApplyMkdir}, {"apply-temp", fpApplyTemp},
 	{"apply-synced", fpApplySynced}, {"apply-checked", fpApplyChecked}, {"apply-exchanged", fpApplyExchanged},
-	{"apply-renamed", fpApplyRenamed}, {"applied", fpApplied}, {"cleaned", fpCleaned},
-	{"after-written", fpAfterWritten}, {"done", fpDone},
+	{"apply-renamed", fpApplyRenamed}, {"applied", fpApplied}, {"after-written", fpAfterWritten},
+	{"cleaned", fpCleaned}, {"done", fpDone},
 	{"stage-blob", fpStageBlob}, {"stage-appended", fpStageAppended}, {"batch-packed", fpBatchPacked}, {"batch-torn", fpBatchTorn},
 	{"stage-log-synced", fpStageLogSynced}, {"batch-streamed", fpBatchStreamed},
 }

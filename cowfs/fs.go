@@ -566,6 +566,7 @@ func (f *FS) createSync(name string, fill func(io.Writer) error) error {
 func (f *FS) replaceFileSync(name string, data []byte) error {
 	tmp := name + ".tmp"
 	if err := f.writeFileSync(tmp, data); err != nil {
+		f.state.Remove(tmp) // what it holds of data is of no use, and takes room
 		return err
 	}
 	if err := f.state.Rename(tmp, name); err != nil {

@@ -117,6 +117,12 @@ func (f *FS) rollForward(dir, id string) error {
 			a.dropTemps()
 			return f.quarantine(id, ce.Error())
 		}
+	}
+	if err == nil {
+		// Before cleanup, as a commit does (writeAfter).
+		err = f.writeAfter(dir, afters)
+	}
+	if err != nil {
 		// It cannot be finished (a full disk, say): take it back, so the
 		// workspace is whole and the transaction pending again.
 		if rerr := f.abandon(a, err); rerr != nil {
@@ -128,10 +134,6 @@ func (f *FS) rollForward(dir, id string) error {
 		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
 	}
 	if err := f.finish(dir, w, afters); err != nil {
-		var ae *afterError
-		if errors.As(err, &ae) && f.abandon(a, err) == nil {
-			return fmt.Errorf("%w: transaction %s could not be rolled forward; it was rolled back and is pending: %w", ErrRecovery, id, err)
-		}
 		return fmt.Errorf("%w: transaction %s: roll forward: %w", ErrRecovery, id, err)
 	}
 	f.log.Info("cowfs: rolled an interrupted commit forward", "tx", id, "changes", len(w.Ops))

@@ -453,3 +453,121 @@ func TestEditorRaceMeasured(t *testing.T) {
 	}
 	t.Logf("editor race: %d of 100 edits lost in the window after the check, %d commits refused as conflicts", lost, conflicts)
 }
+
+// TestFullDiskRollbackKeepsReplacedEntries: a commit whose after-images
+// cannot be written on a full disk is rolled back, in the committing
+// process and in recovery after a kill at "applied", and the rollback
+// puts back the very entries the commit replaced: a file with a second
+// hard link (saved in prev/ as a copy), a symlink it retargets and one
+// it removes. Rolled back from prev/ once the entries moved aside were
+// removed, they were new inodes: the file's other name was no longer
+// linked to it, and the retry was refused as a conflict ("replaced")
+// however long the transaction stayed pending.
+func TestFullDiskRollbackKeepsReplacedEntries(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("killed=%v", crash), func(t *testing.T) {
+			ws := loopFS(t, 24<<20)
+			fx := &crashFixture{ws: ws, old: map[string]*string{}, new: map[string]*string{}}
+			var ops []Op
+			for i := 0; i < 10; i++ {
+				p := fmt.Sprintf("f%02d", i)
+				c := strings.Repeat(fmt.Sprintf("old %d\n", i), 500)
+				writeFile(t, ws, p, c, 0o644)
+				nc := strings.Repeat(fmt.Sprintf("new %d\n", i), 600)
+				ops = append(ops, WriteOp(p, []byte(nc), 0))
+				fx.old[p], fx.new[p] = str(c), str(nc)
+			}
+			// f00 has a second name, which keeps the old bytes.
+			if err := os.Link(filepath.Join(ws, "f00"), filepath.Join(ws, "other")); err != nil {
+				t.Fatal(err)
+			}
+			fx.old["other"], fx.new["other"] = fx.old["f00"], fx.old["f00"]
+			for _, l := range []string{"ln", "gone"} {
+				if err := os.Symlink("f01", filepath.Join(ws, l)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ops = append(ops, SymlinkOp("f02", "ln"), DeleteOp("gone"))
+			f := openFS(t, ws)
+			tx, err := f.Begin(t.Context(), "disk")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fx.id = tx.ID()
+			if errs, err := tx.Stage(context.Background(), ops); err != nil || errors.Join(errs...) != nil {
+				t.Fatal(err, errs)
+			}
+			inode := func(p string) uint64 {
+				fi, err := os.Lstat(filepath.Join(ws, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.Sys().(*syscall.Stat_t).Ino
+			}
+			before := map[string]uint64{"f00": inode("f00"), "ln": inode("ln"), "gone": inode("gone")}
+			filler := filepath.Join(filepath.Dir(ws), "filler")
+			var free func()
+			if crash {
+				f.Close()
+				fx.crashAt(t, fpApplied, 1)
+				free = fillDisk(t, filler)
+				f = openFS(t, ws)
+				if err := f.RecoveryErr(); !errors.Is(err, ErrRecovery) || !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("RecoveryErr = %v", err)
+				}
+			} else {
+				failpointHook = func(fp int) {
+					if fp == fpApplied && free == nil {
+						free = fillDisk(t, filler)
+					}
+				}
+				_, err := tx.Commit(context.Background())
+				failpointHook = nil
+				if free == nil {
+					t.Fatal("the disk was not filled")
+				}
+				if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "rolled back") {
+					t.Fatalf("Commit on a disk that filled up: %v", err)
+				}
+			}
+			fx.checkAllOld(t)
+			for p, ino := range before {
+				if got := inode(p); got != ino {
+					t.Errorf("%s was put back as a new inode (%d, was %d)", p, got, ino)
+				}
+			}
+			if inode("other") != inode("f00") {
+				t.Errorf("f00 and its second name are no longer one file")
+			}
+			for _, l := range []string{"ln", "gone"} {
+				if got, err := os.Readlink(filepath.Join(ws, l)); err != nil || got != "f01" {
+					t.Fatalf("%s -> %q, %v", l, got, err)
+				}
+			}
+			infos, err := f.List(t.Context())
+			if err != nil || len(infos) != 1 || infos[0].State != StateOpen || !strings.Contains(infos[0].Reason, "no space") {
+				t.Fatalf("List = %+v, %v", infos, err)
+			}
+			free()
+			tx2, err := f.Tx(t.Context(), fx.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx2.Commit(context.Background()); err != nil {
+				t.Fatalf("retry with room again: %v", err)
+			}
+			for p := range fx.old {
+				if !same(fx.read(t, p), fx.new[p]) {
+					t.Fatalf("%s does not hold its new content", p)
+				}
+			}
+			if got, err := os.Readlink(filepath.Join(ws, "ln")); err != nil || got != "f02" {
+				t.Fatalf("ln -> %q, %v", got, err)
+			}
+			if _, err := os.Lstat(filepath.Join(ws, "gone")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("gone: %v", err)
+			}
+			fx.checkNoTemps(t)
+		})
+	}
+}
