@@ -58,12 +58,21 @@ type applier struct {
 	// for: each is set right before the first call that can. An op of a
 	// commit of this process that is not in it has nothing to take back.
 	started map[int]bool
+	// at maps each op's path to it; dirs each directory ops work in
+	// to its inode as validated (walOp.Dir).
+	at   map[string]*walOp
+	dirs map[string]uint64
 }
 
 func (f *FS) newApplier(dir string, w *walFile, recovering bool) *applier {
 	a := &applier{f: f, dir: dir, w: w, recovering: recovering, afters: make([]snapshot, len(w.Ops)),
 		removedDir: map[string]int{}, syncDirs: map[uint64]string{}, seenDir: map[string]bool{}}
+	a.at, a.dirs = make(map[string]*walOp, len(w.Ops)), map[string]uint64{}
 	for i := range w.Ops {
+		a.at[w.Ops[i].Path] = &w.Ops[i]
+		if w.Ops[i].Dir != 0 {
+			a.dirs[path.Dir(w.Ops[i].Path)] = w.Ops[i].Dir
+		}
 		if removesFirst(&w.Ops[i]) && w.Ops[i].Before.Type == typeDir {
 			a.removedDir[w.Ops[i].Path] = i
 		}
@@ -244,6 +253,9 @@ func (a *applier) remove(i int) error {
 	if reason := compare(op.Before, cur); reason != "" {
 		return conflict(op.Path, reason)
 	}
+	if err := a.checkParent(i); err != nil {
+		return err
+	}
 	a.touch(path.Dir(op.Path))
 	old := oldName(a.w.ID, i, op.Path)
 	a.start(i)
@@ -362,6 +374,9 @@ func (a *applier) create(i int) (bool, error) {
 	if a.recovering && matchesAfter(op, cur) {
 		a.afters[i] = cur
 		return false, nil
+	}
+	if err := a.checkParent(i); err != nil {
+		return false, err
 	}
 	a.touch(path.Dir(op.Path))
 	var after snapshot
@@ -651,7 +666,7 @@ func (f *FS) precheck(w *walFile) error {
 	for i := range w.Ops {
 		at[w.Ops[i].Path] = true
 	}
-	checked := map[string]bool{}
+	checked, sameIno := map[string]bool{}, map[string]bool{}
 	for i := range w.Ops {
 		op := &w.Ops[i]
 		for _, a := range ancestors(op.Path) {
@@ -666,6 +681,15 @@ func (f *FS) precheck(w *walFile) error {
 				return conflict(a, ReasonReplaced)
 			}
 			checked[a] = true
+		}
+		if d := path.Dir(op.Path); op.Dir != 0 && !sameIno[d] {
+			// Another directory than the one validated, the one the
+			// commit worked in renamed away.
+			fi, err := f.ws.root.Lstat(d)
+			if err == nil && fi.IsDir() && statSnap(fi).Ino != op.Dir {
+				return conflict(d, ReasonReplaced)
+			}
+			sameIno[d] = true
 		}
 		cur, err := f.ws.snap(op.Path, nil)
 		if err != nil {
@@ -971,9 +995,50 @@ func (a *applier) hidden() error {
 				return fmt.Errorf("%q: %w", d, err)
 			case !fi.IsDir():
 				return conflict(d, ReasonReplaced)
+			case !a.sameDir(orig[k], fi):
+				// Another directory: the one the commit worked in was
+				// renamed away, and what it did there went with it.
+				return conflict(d, ReasonReplaced)
 			}
 			real[d] = true
 		}
+	}
+	return nil
+}
+
+// sameDir reports whether fi, a directory found on the way to an op
+// where orig was, is the directory the commit validated there: the
+// before image of the op at orig if there is one, or the inode
+// validation recorded for the ops working in it (walOp.Dir). A
+// directory the commit makes, and one no record names (a WAL from before
+// they were recorded; a directory further up, which matters only
+// through the one an op works in), are taken as the same.
+func (a *applier) sameDir(orig string, fi fs.FileInfo) bool {
+	ino := statSnap(fi).Ino
+	if op := a.at[orig]; op != nil {
+		return op.Before.Type != typeDir || op.Before.Ino == ino
+	}
+	want, ok := a.dirs[orig]
+	return !ok || want == ino
+}
+
+// checkParent refuses, right before op i first changes the workspace,
+// to work in a directory other than the one validated at its parent:
+// the validated one was renamed away and another put in its place
+// (ReasonReplaced). What the op would make or move aside there would be
+// in a directory the commit does not know, and a rollback would put
+// back there what the one renamed away held.
+func (a *applier) checkParent(i int) error {
+	d := path.Dir(a.w.Ops[i].Path)
+	if d == "." {
+		return nil
+	}
+	fi, err := a.f.ws.root.Lstat(d)
+	if err != nil || !fi.IsDir() {
+		return nil // not a directory: the op's own checks refuse it
+	}
+	if !a.sameDir(d, fi) {
+		return conflict(d, ReasonReplaced)
 	}
 	return nil
 }

@@ -236,11 +236,11 @@ func (f *FS) checkStructure(w *walFile) error {
 	for i := range w.Ops {
 		at[w.Ops[i].Path] = &w.Ops[i]
 	}
-	checked := map[string]bool{}
+	checked := map[string]uint64{} // a real directory: its inode
 	for i := range w.Ops {
 		op := &w.Ops[i]
 		for _, a := range ancestors(op.Path) {
-			if at[a] != nil || checked[a] {
+			if at[a] != nil || checked[a] != 0 {
 				continue
 			}
 			fi, err := f.ws.root.Lstat(a)
@@ -252,8 +252,10 @@ func (f *FS) checkStructure(w *walFile) error {
 			case !fi.IsDir():
 				return conflict(a, ReasonReplaced)
 			}
-			checked[a] = true
+			checked[a] = max(statSnap(fi).Ino, 1)
 		}
+		// The directory the op works in, where no op says what it is.
+		op.Dir = checked[path.Dir(op.Path)]
 		if op.Before.Type == typeDir && op.Kind != KindMkdir {
 			d, err := f.ws.root.Open(op.Path)
 			if err != nil {

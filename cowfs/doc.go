@@ -332,10 +332,14 @@
 // all of it. Unreferenced blobs and packs go when the transaction does.
 //
 // The WAL is {"t":"header","v":1,"tx","desc","created","undoes","n"},
-// then n records {"t":"op","i","change","prev"} sorted by path, then
-// {"t":"end","n"}. It is only ever written whole (wal.tmp, fsync, rename,
-// fsync of the directory), so any decoding fault means damage and the
-// commit is quarantined, never partially trusted.
+// then n records {"t":"op","i","change","prev","dir"} sorted by path,
+// then {"t":"end","n"}. dir is the inode, as validation found it, of the
+// directory the op works in (its parent) when that is neither the
+// workspace nor an op; absent in WALs from before it was recorded, whose
+// directories are then not checked so. It is only ever written whole
+// (wal.tmp, fsync, rename, fsync of the directory), so any decoding
+// fault means damage and the commit is quarantined, never partially
+// trusted.
 //
 // # Commit protocol
 //
@@ -351,7 +355,13 @@
 //  3. Write wal.tmp, fsync [2], rename to wal [3], fsync tx/<id> [4].
 //     This rename is the commit point.
 //  4. Apply (each target is checked again right before it is replaced,
-//     and what was replaced is checked after):
+//     and what was replaced is checked after; so is the directory an
+//     op works in: another directory at its path, the validated one
+//     renamed away, is a conflict (replaced), and neither the commit,
+//     its rollback nor recovery puts anything there; what the commit
+//     did beneath the renamed one cannot be seen, so it stays
+//     committing until that directory is back, as with one swapped for
+//     a symlink):
 //     a. removals, deepest first: each entry is renamed (RENAME_NOREPLACE)
 //     to an "old" name beside it, checked there against its before
 //     snapshot (a directory must hold only what the commit moved aside

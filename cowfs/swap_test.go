@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -183,4 +184,176 @@ func TestDirSwappedForSymlinkBeforeRecovery(t *testing.T) {
 			checkSwapCommitted(t, ws)
 		})
 	}
+}
+
+// replaceDir renames d to e and makes a new, empty directory d: a real
+// directory at the same path, but not the one the commit validated.
+func replaceDir(t *testing.T, ws string) {
+	t.Helper()
+	if err := os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "e")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putBack removes the new d, which must still be empty (nothing of the
+// commit went there), and renames e back to d.
+func putBack(t *testing.T, ws string) {
+	t.Helper()
+	if names, _ := os.ReadDir(filepath.Join(ws, "d")); len(names) != 0 {
+		t.Fatalf("written into the directory that replaced d: %v", names)
+	}
+	if err := os.Remove(filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(ws, "e"), filepath.Join(ws, "d")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDirReplacedDuringCommit: a directory a commit works in is renamed
+// away and another, empty one made at its path, after the commit moved
+// d/y.txt aside there (apply-removed) or wrote its new files there
+// (apply-synced). What the commit did is in the renamed directory, where
+// the commit cannot see it, so it refuses with a conflict naming d, puts
+// nothing in the new directory, and stays committing until d is back;
+// then the next Open finishes it. Before, the rollback "restored" d/y.txt
+// from prev/ into the new directory, which had never held it, left the
+// real one in the renamed directory under the commit's hidden name, and
+// reported the commit rolled back and pending.
+func TestDirReplacedDuringCommit(t *testing.T) {
+	for _, fp := range []int{fpApplyRemoved, fpApplySynced} {
+		t.Run(failpointName(fp), func(t *testing.T) {
+			ws, id, f := swapFixture(t)
+			done := false
+			failpointHook = func(n int) {
+				if n == fp && !done {
+					done = true
+					replaceDir(t, ws)
+				}
+			}
+			defer func() { failpointHook = nil }()
+			tx, err := f.Tx(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tx.Commit(context.Background())
+			failpointHook = nil
+			if names, _ := os.ReadDir(filepath.Join(ws, "d")); len(names) != 0 {
+				t.Fatalf("written into the directory that replaced d: %v (Commit: %v)", names, err)
+			}
+			var ce *ConflictError
+			if !errors.As(err, &ce) || ce.Path != "d" || ce.Reason != ReasonReplaced {
+				t.Fatalf("Commit with d replaced by another directory: %v", err)
+			}
+			if infos, _ := f.List(t.Context()); len(infos) != 1 || infos[0].State != StateCommitting {
+				t.Fatalf("List = %+v, want the transaction committing", infos)
+			}
+			putBack(t, ws)
+			f.Close()
+			g := openFS(t, ws)
+			if err := g.RecoveryErr(); err != nil {
+				t.Fatalf("recovery once d is back: %v", err)
+			}
+			if infos, _ := g.List(t.Context()); len(infos) != 1 || infos[0].State != StateCommitted {
+				t.Fatalf("after recovery List = %+v, want it committed", infos)
+			}
+			checkSwapCommitted(t, ws)
+			checkNoTempsIn(t, ws)
+		})
+	}
+}
+
+// TestDirReplacedDuringUndo: as TestDirReplacedDuringCommit, for an
+// Undo of the fixture's commit. Before, the undo's rollback put
+// d/new.txt, the file the undo removes, into the new directory.
+func TestDirReplacedDuringUndo(t *testing.T) {
+	ws, id, f := swapFixture(t)
+	tx, err := f.Tx(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	failpointHook = func(n int) {
+		if n == fpApplyRemoved && !done {
+			done = true
+			replaceDir(t, ws)
+		}
+	}
+	defer func() { failpointHook = nil }()
+	_, err = f.Undo(context.Background())
+	failpointHook = nil
+	if names, _ := os.ReadDir(filepath.Join(ws, "d")); len(names) != 0 {
+		t.Fatalf("written into the directory that replaced d: %v (Undo: %v)", names, err)
+	}
+	var ce *ConflictError
+	if !errors.As(err, &ce) || ce.Path != "d" || ce.Reason != ReasonReplaced {
+		t.Fatalf("Undo with d replaced by another directory: %v", err)
+	}
+	putBack(t, ws)
+	f.Close()
+	g := openFS(t, ws)
+	if err := g.RecoveryErr(); err != nil {
+		t.Fatalf("recovery once d is back: %v", err)
+	}
+	if readFile(t, ws, "d/x.txt") != "old x\n" || readFile(t, ws, "d/y.txt") != "old y\n" || readFile(t, ws, "top.txt") != "old top\n" {
+		t.Fatal("the undo was not finished")
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "d/new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d/new.txt not removed by the undo: %v", err)
+	}
+	if infos, _ := g.List(t.Context()); len(infos) != 0 {
+		t.Fatalf("after the undo List = %+v", infos)
+	}
+	checkNoTempsIn(t, ws)
+}
+
+// TestDirReplacedBeforeRecovery: a commit is killed after moving d/y.txt
+// aside in d; before the next Open, d is renamed away and another
+// directory made in its place. Recovery writes nothing there and leaves
+// the commit for a later Open; once d is back, that Open finishes it.
+// Before, recovery found d/x.txt missing in the new directory and
+// quarantined the transaction, for good: it stayed quarantined once d
+// was back.
+func TestDirReplacedBeforeRecovery(t *testing.T) {
+	ws, id, f := swapFixture(t)
+	f.Close()
+	if err := helperCmd(ws, id, failpointEnv(fpApplyRemoved, 1)).Run(); err == nil {
+		t.Fatal("the helper was not killed")
+	}
+	replaceDir(t, ws)
+	g := openFS(t, ws)
+	var ce *ConflictError
+	if err := g.RecoveryErr(); !errors.As(err, &ce) || ce.Path != "d" || ce.Reason != ReasonReplaced {
+		t.Fatalf("RecoveryErr with d replaced = %v", err)
+	}
+	if infos, _ := g.List(t.Context()); len(infos) != 1 || infos[0].State != StateCommitting {
+		t.Fatalf("List = %+v, want the transaction committing", infos)
+	}
+	g.Close()
+	putBack(t, ws)
+	h := openFS(t, ws)
+	if err := h.RecoveryErr(); err != nil {
+		t.Fatalf("recovery once d is back: %v", err)
+	}
+	if infos, _ := h.List(t.Context()); len(infos) != 1 || infos[0].State != StateCommitted {
+		t.Fatalf("after recovery List = %+v, want it committed", infos)
+	}
+	checkSwapCommitted(t, ws)
+	checkNoTempsIn(t, ws)
+}
+
+func checkNoTempsIn(t *testing.T, ws string) {
+	t.Helper()
+	filepath.Walk(ws, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && strings.HasPrefix(fi.Name(), ".pulse-cow-") {
+			t.Errorf("temp entry left: %s", p)
+		}
+		return nil
+	})
 }

@@ -19,6 +19,13 @@ type walOp struct {
 	change
 	// Prev is true when the previous content was saved as prev/<index>.
 	Prev bool
+	// Dir is the inode of the directory the op works in (its parent) as
+	// validation found it, when that directory is neither the workspace
+	// nor an op (whose before image says it): a directory there with
+	// another inode is another directory, the one validated renamed away
+	// and something put in its place. 0 when not recorded (a WAL from
+	// before it was).
+	Dir uint64
 }
 
 type walRec struct {
@@ -32,6 +39,7 @@ type walRec struct {
 	I       int     `json:"i,omitempty"`
 	Change  *change `json:"change,omitempty"`
 	Prev    bool    `json:"prev,omitempty"`
+	Dir     uint64  `json:"dir,omitempty"`
 }
 
 const walVersion = 1
@@ -51,7 +59,7 @@ func encodeWAL(w *walFile) ([]byte, error) {
 	}
 	for i := range w.Ops {
 		c := w.Ops[i].change
-		if err := add(walRec{T: "op", I: i, Change: &c, Prev: w.Ops[i].Prev}); err != nil {
+		if err := add(walRec{T: "op", I: i, Change: &c, Prev: w.Ops[i].Prev, Dir: w.Ops[i].Dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -111,7 +119,7 @@ func decodeWAL(b []byte) (*walFile, error) {
 		if r.Prev && r.Change.Before.Type != typeFile {
 			return nil, fmt.Errorf("wal: %w: op %d saves previous bytes of a %q", errCorrupt, i, r.Change.Before.Type)
 		}
-		w.Ops = append(w.Ops, walOp{change: *r.Change, Prev: r.Prev})
+		w.Ops = append(w.Ops, walOp{change: *r.Change, Prev: r.Prev, Dir: r.Dir})
 	}
 	if err := checkShape(w.Ops); err != nil {
 		return nil, fmt.Errorf("wal: %w", err)
