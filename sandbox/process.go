@@ -58,7 +58,8 @@ type processTable struct {
 // killed when it outlives the timeout (Command.Limits, the policy's
 // limits; DefaultTimeout when neither sets one). It is not bound to ctx,
 // which only carries values and bounds the start; Kill, or Close of the
-// sandbox, ends it.
+// sandbox, ends it. A Start that Close overtakes ends what it launched
+// and returns ErrClosed.
 //
 // Input goes through Process.Stdin (Command.Stdin must be nil). Output
 // goes to Command.Stdout and Command.Stderr when they are set, and always
@@ -150,7 +151,7 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 	}
 	p := &Process{s: s, id: x.id, command: x.cmdStr, started: x.start, bp: bp, stdin: stdinW, out: log,
 		done: make(chan struct{})}
-	s.procs.add(p)
+	added := s.procs.add(p)
 	handedOff = true
 	go func() {
 		defer s.running.Done()
@@ -163,6 +164,13 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 		s.procs.remove(p)
 		close(p.done)
 	}()
+	if !added {
+		// Close began while the command was being launched and has
+		// already listed the processes it kills: this one is not among
+		// them, so it is ended here, before Close stops waiting for it.
+		_ = p.Kill()
+		return nil, fmt.Errorf("%w: the sandbox was closed while the process started", ErrClosed)
+	}
 	return p, nil
 }
 
@@ -270,13 +278,24 @@ func (s *Sandbox) Processes() []*Process {
 	return out
 }
 
-func (t *processTable) add(p *Process) {
+// add lists p as live, unless Close has begun: Close kills the live
+// processes it lists once closing is closed, so a process added after
+// that would be left running (add reports false and the caller ends it).
+func (t *processTable) add(p *Process) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closing != nil {
+		select {
+		case <-t.closing:
+			return false
+		default:
+		}
+	}
 	if t.live == nil {
 		t.live = map[*Process]struct{}{}
 	}
 	t.live[p] = struct{}{}
+	return true
 }
 
 func (t *processTable) remove(p *Process) {

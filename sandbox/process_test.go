@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -463,4 +465,72 @@ func processesMatching(t *testing.T, pattern string) []string {
 		}
 	}
 	return found
+}
+
+// TestCloseDuringStartEndsTheProcess: a Start that Close overtakes (Close
+// begins while the command is being approved, and lists the live
+// processes before this one is launched) does not leave it running: the
+// Start is refused with ErrClosed, Close returns at once, and nothing of
+// the command runs on the host.
+func TestCloseDuringStartEndsTheProcess(t *testing.T) {
+	pol := policy.Default()
+	pol.Defaults[policy.Shell] = policy.Ask
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	appr := func(_ context.Context, a policy.Action, _ string) (bool, error) {
+		if a == policy.Shell {
+			once.Do(func() { close(asked) })
+			<-release
+		}
+		return true, nil
+	}
+	sb := newIsolated(t, t.TempDir(), WithPolicy(pol), WithApprover(appr))
+	mark := fmt.Sprintf("closerace-%d-%d", os.Getpid(), time.Now().UnixNano())
+	type started struct {
+		p   *Process
+		err error
+	}
+	startDone := make(chan started, 1)
+	go func() {
+		p, err := sb.Start(context.Background(), Command{Shell: `echo up; while :; do sleep 0.05; : ` + mark + `; done`,
+			Limits: &policy.ResourceLimits{Timeout: 2 * time.Minute}})
+		startDone <- started{p, err}
+	}()
+	<-asked
+	closed := make(chan error, 1)
+	go func() { closed <- sb.Close() }()
+	<-sb.closing()
+	// Close has listed the live processes it kills; now the command runs.
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		left := processesMatching(t, mark)
+		for _, l := range left {
+			if pid, err := strconv.Atoi(strings.SplitN(l, ":", 2)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		<-closed
+		t.Fatalf("Close did not return within 30s: the process started while it began still ran: %q", left)
+	}
+	st := <-startDone
+	if st.err == nil {
+		t.Errorf("Start overtaken by Close succeeded (process %s)", st.p.ID())
+		select {
+		case <-st.p.Done():
+		default:
+			t.Errorf("Close returned with the process still running")
+		}
+	} else if !errors.Is(st.err, ErrClosed) {
+		t.Errorf("Start overtaken by Close: err = %v, want ErrClosed", st.err)
+	}
+	if left := processesMatching(t, mark); len(left) != 0 {
+		t.Errorf("processes left running after Close: %q", left)
+	}
 }
