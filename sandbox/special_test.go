@@ -63,3 +63,20 @@ func TestSpecialFilesReportedDocker(t *testing.T) {
 func TestSpecialFilesReportedRemote(t *testing.T) {
 	checkSpecialFiles(t, newRemoteNamespace(t), false)
 }
+
+// A file whose name holds a newline, which the Docker backend cannot
+// carry back, is listed as not staged with the reason, not left out of
+// the result as though the command had not written it.
+func TestDockerNewlineNameListedNotStaged(t *testing.T) {
+	sb := newDocker(t, t.TempDir())
+	res, err := sb.Execute(context.Background(), Command{Shell: `echo x > "$(printf 'a\nb')"; echo y > ok.txt`})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Execute: %v, exit %d, stderr %s", err, res.ExitCode, res.Stderr)
+	}
+	if len(res.Refused) != 1 || res.Refused[0].Path != "a\nb" || !strings.Contains(res.Refused[0].Reason, "newline") {
+		t.Errorf("refused %+v, want a\\nb, for its newline", res.Refused)
+	}
+	if !slices.Equal(res.Staged, []string{"ok.txt"}) {
+		t.Errorf("staged %v, want [ok.txt]", res.Staged)
+	}
+}

@@ -495,7 +495,7 @@ func (s *Sandbox) specialReplacements(view *cowfs.Stack, ov *backend.Overlay) *b
 	}
 	var add []string
 	for _, f := range ov.Files {
-		if f.Special() && !slices.Contains(ov.Deleted, f.Path) && s.shownAt(view, f.Path) {
+		if f.Special() && f.Mode&fs.ModeIrregular == 0 && !slices.Contains(ov.Deleted, f.Path) && s.shownAt(view, f.Path) {
 			add = append(add, f.Path)
 		}
 	}
@@ -529,6 +529,10 @@ func specialReason(m fs.FileMode) string {
 		kind = "a socket"
 	case m&fs.ModeDevice != 0:
 		kind = "a device node"
+	case m&fs.ModeIrregular != 0:
+		// What the backend could not carry back (the Docker backend: a
+		// name holding a newline): reported so that it does not vanish.
+		return "the backend could not carry it back (a name holding a newline)"
 	}
 	return kind + ": not workspace content, so not kept"
 }

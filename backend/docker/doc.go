@@ -142,7 +142,7 @@
 // an entry changed), so its cost grows with the number of files in the
 // workspace; the first command of a uid
 // in a container copies the workspace; the workspace lives in memory
-// (WithScratchSize), once in the baseline and once per copy kept; names containing a newline are not tracked; what a command leaves in its report is as
+// (WithScratchSize), once in the baseline and once per copy kept; an entry whose name holds a newline is not carried back, only reported (the facade lists it as not staged), and a directory so named with entries in it loses all the command wrote (ErrOverlayLost); what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed: a report
 // whose changes cannot be read (malformed, over the overlay limit) or that
 // never came leaves the command's Result standing, without an overlay, with

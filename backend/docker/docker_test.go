@@ -288,3 +288,44 @@ func TestDockerUnlistableChangesAreLostNotEmpty(t *testing.T) {
 		t.Errorf("the next command sees %q, want only a.txt", r.stdout)
 	}
 }
+
+// A file or directory whose name holds a newline, which the wrapper's
+// line-based listings cannot carry, is reported (mode fs.ModeIrregular,
+// which the facade lists as not staged), not dropped from the overlay as
+// though the command had never written it; what else it wrote is staged.
+// A later command, which does not touch such a name, reports none.
+func TestDockerNewlineNameReportedNotDropped(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a.txt": "a\n"})
+	r := execShell(t, b, ws, `echo x > "$(printf 'a\nb')"; mkdir "$(printf 'e\nd')"; mkdir sub; echo z > "sub/$(printf 'f\ng')"; echo y > ok.txt`)
+	if r.res.ExitCode != 0 || r.res.Overlay == nil {
+		t.Fatalf("exit %d, overlay %v; stderr %q", r.res.ExitCode, r.res.Overlay, r.stderr)
+	}
+	got := map[string]fs.FileMode{}
+	for _, f := range r.res.Overlay.Files {
+		got[f.Path] = f.Mode
+	}
+	want := map[string]fs.FileMode{
+		"a\nb":     fs.ModeIrregular,
+		"e\nd":     fs.ModeIrregular,
+		"sub":      fs.ModeDir | 0o755,
+		"sub/f\ng": fs.ModeIrregular,
+		"ok.txt":   0o644,
+	}
+	for p, m := range want {
+		if g, ok := got[p]; !ok || g&(fs.ModeType|fs.ModePerm) != m {
+			t.Errorf("%q: mode %v (listed %v), want %v", p, g, ok, m)
+		}
+	}
+	if len(got) != len(want) || len(r.res.Overlay.Deleted) != 0 {
+		t.Errorf("overlay %v, deleted %v; want %v", got, r.res.Overlay.Deleted, want)
+	}
+	next := execShell(t, b, ws, `ls -A; echo w > ok2.txt`)
+	if next.stdout != "a.txt\n" {
+		t.Errorf("the next command sees %q, want only a.txt", next.stdout)
+	}
+	if o := next.res.Overlay; o == nil || len(o.Files) != 1 || o.Files[0].Path != "ok2.txt" || len(o.Deleted) != 0 {
+		t.Errorf("the next command's overlay %+v, want ok2.txt alone", o)
+	}
+}

@@ -69,7 +69,7 @@ func seconds(s string) time.Duration {
 func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 	out := &outcome{}
 	var deleted []string
-	var files []backend.File
+	var files, untracked []backend.File
 	var filesErr error
 	tr := tar.NewReader(r)
 	for {
@@ -90,7 +90,7 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			continue
 		}
 		switch name {
-		case "status", "pgid", "warn", "deleted", "time":
+		case "status", "pgid", "warn", "deleted", "time", "newline":
 			b, err := io.ReadAll(io.LimitReader(tr, 1<<24))
 			if err != nil {
 				return nil, fmt.Errorf("%w: reading %s: %v", ErrBadOverlay, name, err)
@@ -104,6 +104,12 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 				out.parseTime(b)
 			case "warn":
 				out.warn = strings.TrimSpace(string(b))
+			case "newline":
+				nl, err := parseNewline(b)
+				if err != nil {
+					return nil, err
+				}
+				untracked = append(untracked, nl...)
 			case "deleted":
 				for _, l := range strings.Split(string(b), "\n") {
 					if l == "" {
@@ -138,6 +144,7 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 	if filesErr != nil {
 		return out, filesErr
 	}
+	files = append(files, untracked...)
 	sort.Strings(deleted)
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	for i := 1; i < len(files); i++ {
@@ -149,6 +156,56 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 		out.overlay = &backend.Overlay{Files: files, Deleted: deleted}
 	} else {
 		out.overlay = &backend.Overlay{}
+	}
+	return out, nil
+}
+
+// parseNewline reads the wrapper's list of entries whose name holds a
+// newline (wrapper.sh, O/newline): NUL-separated records, the first the
+// marks' ctimes (m0, m1), each other "ctime|type|./name\n". Those changed
+// at or after the mark (all of them should the clock have gone back) come
+// back as entries of mode fs.ModeIrregular: the wrapper could not carry
+// them, and the facade reports each as not staged rather than let what
+// the command wrote there vanish.
+func parseNewline(b []byte) ([]backend.File, error) {
+	recs := strings.Split(string(b), "\x00")
+	bad := func(why string) error {
+		return fmt.Errorf("%w: list of names holding a newline: %s", ErrBadOverlay, why)
+	}
+	if len(recs) < 2 || recs[len(recs)-1] != "" {
+		return nil, bad("truncated")
+	}
+	marks := strings.Split(strings.TrimSuffix(recs[0], "\n"), "\n")
+	if len(marks) != 2 {
+		return nil, bad("no marks")
+	}
+	var m [2]string
+	for i, l := range marks {
+		_, z, ok := strings.Cut(l, "|")
+		if !ok || z == "" {
+			return nil, bad("bad mark")
+		}
+		m[i] = z
+	}
+	all := m[1] < m[0] // the clock went back while the command ran
+	var out []backend.File
+	for _, r := range recs[1 : len(recs)-1] {
+		r, ok := strings.CutSuffix(r, "\n")
+		f := strings.SplitN(r, "|", 3)
+		if !ok || len(f) != 3 || f[0] == "" {
+			return nil, bad(fmt.Sprintf("bad record %q", r))
+		}
+		if !all && f[0] < m[0] {
+			continue // not touched by the command
+		}
+		p, err := cleanPath(f[2])
+		if err != nil {
+			return nil, err
+		}
+		if p == "" || !strings.Contains(path.Base(p), "\n") {
+			return nil, bad(fmt.Sprintf("%q holds no newline", p))
+		}
+		out = append(out, backend.File{Path: p, Mode: fs.ModeIrregular})
 	}
 	return out, nil
 }

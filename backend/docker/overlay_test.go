@@ -199,3 +199,32 @@ func TestTrailerSplitter(t *testing.T) {
 		t.Errorf("stderr splitter: complete %v extra %v", e.complete(), e.extra)
 	}
 }
+
+// parseNewline keeps the entries changed at or after the mark (all of
+// them when the clock went back), and fails closed on a forged list.
+func TestParseNewline(t *testing.T) {
+	const m0 = "1|2026-01-01 00:00:10.000000000 +0000\n"
+	const m1 = "1|2026-01-01 00:00:20.000000000 +0000\n"
+	rec := func(z, name string) string { return z + "|regular file|" + name + "\n\x00" }
+	old := rec("2026-01-01 00:00:09.000000000 +0000", "./o\nld")
+	nu := rec("2026-01-01 00:00:10.000000000 +0000", "./d/n|e\nw")
+	fs1, err := parseNewline([]byte(m0 + m1 + "\x00" + old + nu))
+	if err != nil || len(fs1) != 1 || fs1[0].Path != "d/n|e\nw" || fs1[0].Mode != fs.ModeIrregular {
+		t.Errorf("got %+v, %v; want d/n|e\\nw alone", fs1, err)
+	}
+	back, err := parseNewline([]byte(m1 + m0 + "\x00" + old + nu))
+	if err != nil || len(back) != 2 {
+		t.Errorf("clock gone back: got %+v, %v; want both", back, err)
+	}
+	for _, bad := range []string{
+		"",
+		m0 + m1 + "\x00" + rec("2026-01-01 00:00:11.000000000 +0000", "./plain"),
+		m0 + m1 + "\x00" + rec("2026-01-01 00:00:11.000000000 +0000", "./../x\ny"),
+		m0 + m1 + "\x00" + rec("2026-01-01 00:00:11.000000000 +0000", "./.pulse/x\ny"),
+		m0 + m1 + "\x00" + "2026|./x\ny",
+	} {
+		if _, err := parseNewline([]byte(bad)); !errors.Is(err, ErrBadOverlay) {
+			t.Errorf("parseNewline(%q) = %v, want ErrBadOverlay", bad, err)
+		}
+	}
+}

@@ -532,6 +532,12 @@ func applyToModel(model map[string]string, ov *backend.Overlay, concurrent bool)
 		}
 	}
 	for _, f := range ov.Files {
+		if f.Mode&fs.ModeIrregular != 0 {
+			// A name the wrapper could not carry (it holds a newline):
+			// not merged into base, nor one the sync's line-based lists
+			// could name.
+			continue
+		}
 		if concurrent {
 			set(f.Path, "?")
 			continue

@@ -366,8 +366,9 @@ END {
 		if (parse(substr(l, index(l, "|") + 1)) == 1 && TYP == "regular file") print p > (Q ".hash")
 	}
 	if (odd) print "odd manifest line" > (O "/warn")
-	if (bad) print "a name holding a newline is not tracked" > (O "/warn")
+	if (bad) print "a name holding a newline cannot be carried back: not staged" > (O "/warn")
 	if (odd || bad) print "" > (Q ".bad")
+	if (bad) print "" > (Q ".nl")
 }' "$Q.mk" "$Q.st" "$before"
 }
 # LIM: the command's whole minutes, plus one (its own report, which the
@@ -385,8 +386,23 @@ if [ -n "$lim" ] && scan "$lim" 2>&8; then
 	fi
 fi
 if [ $ok = 0 ]; then
-	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$O/deleted"
+	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$Q.nl" "$O/deleted"
 	{ scan "" && cands ""; } 2>&8 || finish "manifest $rc" "$rc"
+fi
+# Names holding a newline (cands left Q.nl) cannot go through the lines
+# above, so what the command wrote under one is neither reported nor
+# merged: such entries are listed apart, NUL-separated, for the host to
+# report as not staged rather than let them vanish. O/newline: the first
+# two lines of Q.mk (the marks m0 and m1), then for each entry
+# "ctime|type|name\n"; the host keeps those at or after the mark. (A
+# directory so named with entries in it makes odd lines above and the
+# listing fails: all the command wrote is reported lost.)
+if [ -e "$Q.nl" ]; then
+	{ { read -r m0l && read -r m1l; } <"$Q.mk" && cd "$R" && {
+		printf '%s\n%s\n\0' "$m0l" "$m1l"
+		find . -path ./.pulse -prune -o -name "*$nl*" -exec stat -c '%z|%F|%n' {} \; -exec printf '\0' \;
+	} >"$O/newline"; } 2>&8 || finish "manifest $rc" "$rc"
+	cd /
 fi
 if [ -s "$Q.cand" ]; then
 if [ -s "$Q.hash" ]; then
