@@ -1,12 +1,22 @@
 package docker
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // A command's copy is kept for the next command of its uid, which gets it
@@ -231,4 +241,67 @@ func TestDockerRemovalAloneIsSeen(t *testing.T) {
 			t.Errorf("%s: exit %d, overlay %+v, stderr %q; want %s deleted, nothing else", c.cmd, r.res.ExitCode, r.res.Overlay, r.stderr, c.gone)
 		}
 	}
+}
+
+// pendingFiles is a pending stack of one layer holding files (0644).
+func pendingFiles(files map[string]string) *backend.Pending {
+	var es []backend.PendingEntry
+	for p, data := range files {
+		sum := sha256.Sum256([]byte(data))
+		es = append(es, backend.PendingEntry{
+			Path: p, Kind: backend.PendingFile, Mode: 0o644, Size: int64(len(data)),
+			SHA:  hex.EncodeToString(sum[:]),
+			Open: func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(data)), nil },
+		})
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
+	return &backend.Pending{Layers: []backend.PendingLayer{{ID: "links", Entries: es}}, View: es}
+}
+
+// A hard link a command makes (ln c d) is staged as two files, so the
+// next commands, shown them pending, must see two files too: not the
+// kept copy's link, nor one base got from the merge (a fresh copy of
+// base, here that of a second command running meanwhile), where writing
+// c changed d as well and the overlay reported d as written.
+func TestDockerHardLinkIsNotKeptWhilePending(t *testing.T) {
+	b := newDocker(t)
+	ws := t.TempDir()
+	r := execShell(t, b, ws, `echo n1 > c && ln c d`)
+	if r.res.ExitCode != 0 || r.res.Overlay == nil || len(r.res.Overlay.Files) != 2 {
+		t.Fatalf("ln: exit %d, overlay %+v; stderr %q", r.res.ExitCode, r.res.Overlay, r.stderr)
+	}
+	pend := pendingFiles(map[string]string{"c": "n1\n", "d": "n1\n"})
+	withPending := func(req *backend.Request) { req.Pending = pend }
+	const script = `stat -c %h c d | tr '\n' ' '; echo changed > c; cat d`
+	check := func(what string, r run) {
+		t.Helper()
+		if r.stdout != "1 1 n1\n" {
+			t.Errorf("%s: links of c, d and d after writing c: %q, want %q; stderr %q", what, r.stdout, "1 1 n1\n", r.stderr)
+		}
+		if o := r.res.Overlay; o == nil || len(o.Files) != 1 || o.Files[0].Path != "c" || len(o.Deleted) != 0 {
+			t.Errorf("%s: overlay %+v, want c alone", what, o)
+		}
+	}
+	// Two at once: one in the kept copy, one in a copy made from base.
+	var wg sync.WaitGroup
+	var slow run
+	var slowErr error
+	var out, errb bytes.Buffer
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		slow.res, slowErr = b.Exec(context.Background(), &backend.Request{
+			ExecutionID: "slow", Workspace: ws, Shell: "sleep 1; " + script, Pending: pend,
+			Stdout: &out, Stderr: &errb, Network: policy.DenyAllNetwork(),
+		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	check("concurrent", execShell(t, b, ws, script, withPending))
+	wg.Wait()
+	if slowErr != nil {
+		t.Fatalf("the slow command: %v", slowErr)
+	}
+	slow.stdout, slow.stderr = out.String(), errb.String()
+	check("slow", slow)
+	check("next", execShell(t, b, ws, script, withPending))
 }

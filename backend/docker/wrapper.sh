@@ -284,13 +284,16 @@ cd /
 # newline cannot be told in these lines, so it is only counted (BAD), and
 # the copy is not kept. Every -exec of find writes whole lines of its own,
 # and find writes none, so its output cannot interleave. (cd and back, not
-# a subshell: that would cost a process.)
+# a subshell: that would cost a process.) A regular file of more than one
+# link (the command's ln) is only counted too (LINK): the pending stack
+# holds each name as a file of its own, so the links are broken
+# (breaklinks) and the copy scanned again.
 scan() {
 	cd "$R" || return 1
 	if [ -n "$1" ]; then
-		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
+		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o -type f -links +1 -exec echo LINK \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
 	else
-		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
+		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o -type f -links +1 -exec echo LINK \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
 	fi >"$Q.st"
 	sr=$?
 	cd / && [ $sr = 0 ] && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
@@ -311,7 +314,7 @@ FILENAME == ARGV[1] {
 	next
 }
 substr($0, 1, 2) == "./" { next }
-{ if ($0 == "BAD" || $1 >= m0) ch = 1 }
+{ if ($0 == "BAD" || $0 == "LINK" || $1 >= m0) ch = 1 }
 END {
 	if (n != 4 || ch || m1 < m0 || m2 < m1 || r >= m0) exit 1
 	if (L != "" && s2 + 1 - s0 >= L * 60) exit 1
@@ -323,7 +326,8 @@ END {
 # what is in it with the ctimes it had); they go to Q.cand, with what the
 # copy held of them before to Q.bcand, the regular files among them to
 # Q.hash. Entries of before no longer there are removed and deleted. The
-# others hold what they held before. Q.redo: scan again without LIM.
+# others hold what they held before. Q.redo: scan again without LIM;
+# Q.links: the same, once the links are broken (nothing else written).
 cands() {
 	awk -F '|' -v Q="$Q" -v O="$O" -v L="$1" "$AWKLIB"'
 FILENAME == ARGV[1] {
@@ -341,6 +345,7 @@ FILENAME == ARGV[1] {
 redo { exit }
 FILENAME == ARGV[2] {
 	if ($0 == "BAD") { bad = 1; next }
+	if ($0 == "LINK") { links = 1; next }
 	if (substr($0, 1, 2) == "./") { seen[$0] = 1; next }
 	if (NF == 4 && $3 != "symbolic link") N = $4
 	else if (parse(substr($0, index($0, "|") + 1)) != 1) { odd = 1; next }
@@ -357,6 +362,7 @@ FILENAME == ARGV[2] {
 	else if (N in cand) print > (Q ".bcand")
 }
 END {
+	if (links) { print "" > (Q ".links"); exit }
 	if (!redo) for (p in seen) if (!(p in had) && !(p in cand)) { if (seen[p] == 1) { redo = 1; break } cand[p] = old[p] }
 	if (redo) { print "" > (Q ".redo"); exit }
 	printf "" > (Q ".cand"); printf "" > (Q ".bcand"); printf "" > (Q ".hash")
@@ -381,13 +387,45 @@ ok=0
 if [ -n "$lim" ] && scan "$lim" 2>&8; then
 	if same "$lim" 2>&8; then
 		: >"$Q.cand" && ok=1
-	elif cands "$lim" 2>&8 && [ ! -e "$Q.redo" ]; then
+	elif cands "$lim" 2>&8 && [ ! -e "$Q.redo" ] && [ ! -e "$Q.links" ]; then
 		ok=1
 	fi
 fi
+# breaklinks: every regular file of the copy with more than one link
+# becomes a file of its own, with its content, mode and mtime, as the uid
+# (a copy made beside it, then renamed over it; a directory the command
+# made read-only, or a file it made unreadable, is given the owner's
+# right for that only): so the copy kept for the next command, the
+# changes merged into base and those reported are separate files, as the
+# pending stack holds them, and a later write to one name does not change
+# the other. Should that fail, the listing fails: what the command wrote
+# is reported lost, not handed on with a copy that differs from it.
+breaklinks() {
+	{ cd "$R" && find . -path ./.pulse -prune -o -type f -links +1 -print0 |
+		as $u xargs -r -0 sh -c 'for f; do
+	d=${f%/*} dm= fm= t=
+	if [ ! -w "$d" ] || [ ! -x "$d" ]; then dm=$(stat -c %a "$d") && chmod u+wx "$d" || exit 1; fi
+	if [ ! -r "$f" ]; then fm=$(stat -c %a "$f") && chmod u+r "$f" || exit 1; fi
+	t=$(mktemp "$f.XXXXXX") && cp -p "$f" "$t" &&
+		{ [ -z "$fm" ] || { chmod "$fm" "$f" && chmod "$fm" "$t"; }; } &&
+		mv -f "$t" "$f" || { [ -z "$t" ] || rm -f "$t"; exit 1; }
+	[ -z "$dm" ] || chmod "$dm" "$d" || exit 1
+done' pulse-unlink; } 2>&8
+	r=$?
+	cd /
+	return $r
+}
 if [ $ok = 0 ]; then
-	rm -f "$Q.redo" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$Q.nl" "$O/deleted"
-	{ scan "" && cands ""; } 2>&8 || finish "manifest $rc" "$rc"
+	lk=0
+	while :; do
+		if [ -e "$Q.links" ]; then
+			[ $lk = 0 ] && breaklinks || { echo "a hard link the command made could not be broken" >>"$O/warn"; finish "manifest $rc" "$rc"; }
+			lk=1
+		fi
+		rm -f "$Q.redo" "$Q.links" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$Q.nl" "$O/deleted"
+		{ scan "" && cands ""; } 2>&8 || finish "manifest $rc" "$rc"
+		[ -e "$Q.links" ] || break
+	done
 fi
 # Names holding a newline (cands left Q.nl) cannot go through the lines
 # above, so what the command wrote under one is neither reported nor
