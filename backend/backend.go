@@ -344,7 +344,10 @@ func (o *Overlay) Release() {
 // changed where the command replaced a file with one, and the caller
 // tells the user it was not kept. What it replaced is a deletion; a
 // backend that knows what the command was shown there lists it in
-// Deleted, and the facade adds it where a backend cannot tell.
+// Deleted, and the facade adds it where a backend cannot tell. An entry
+// the command wrote that the backend could not carry back (fs.ModeIrregular:
+// on Docker, a name holding a newline) is reported the same way, with no
+// Data and no deletion, so that it does not vanish from the result.
 type File struct {
 	Path string      `json:"path"`
 	Mode fs.FileMode `json:"mode"`
@@ -362,8 +365,9 @@ type File struct {
 // encoded: its bytes are on this host only (see File.Source).
 var ErrSourceNotLoaded = errors.New("backend: overlay file has a host source; load it first")
 
-// Special reports whether f is a named pipe, socket or device node: an
-// entry reported but never content (see File).
+// Special reports whether f is a named pipe, socket, device node or an
+// entry the backend could not carry back: reported, never content (see
+// File).
 func (f File) Special() bool {
 	return !f.Mode.IsRegular() && !f.Mode.IsDir() && f.Mode&fs.ModeSymlink == 0
 }
