@@ -72,7 +72,7 @@ func (s *Sandbox) Fork(ctx context.Context) (*Sandbox, error) {
 	}
 	f := &Sandbox{o: s.o, workspace: s.workspace, guard: s.guard, scrubber: s.scrubber, audit: s.audit,
 		ownsAudit: s.ownsAudit, backend: s.backend, ownsBE: s.ownsBE, caps: s.caps, ruledActions: s.ruledActions,
-		rulesOnly: s.rulesOnly, readScope: s.readScope, wholeLimits: s.wholeLimits, passedOver: s.passedOver,
+		rulesOnly: s.rulesOnly, readScope: s.readScope, readAhead: s.readAhead, wholeLimits: s.wholeLimits, passedOver: s.passedOver,
 		inject: s.inject, caches: s.caches, ca: s.ca, cow: cow, log: s.log, shared: s.shared}
 	s.shared.hold()
 	s.record(ctx, audit.Event{Action: "fork", Target: lane, Decision: "allow", Backend: s.backend.Name(),

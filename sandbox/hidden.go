@@ -56,6 +56,57 @@ func readDigest(p *policy.Policy) readScope {
 	return sc
 }
 
+// aheadTargets are the paths read rules deny by their full name (no
+// wildcard): such a path can be hidden before it exists, so that one
+// made in the workspace while a command runs stays out of its view on a
+// backend whose view is the live workspace (namespace). A pattern
+// cannot be; see the README on read denials.
+func aheadTargets(p *policy.Policy) []string {
+	var out []string
+	for _, r := range p.Rules {
+		if r.Action != policy.Read || r.Decision == policy.Allow || strings.ContainsAny(r.Target, "*?[\\") {
+			continue
+		}
+		t := strings.TrimPrefix(strings.TrimPrefix(path.Clean(r.Target), "./"), "/")
+		if pathguard.IsWorkspacePath(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// hiddenAhead returns the targets of aheadTargets the workspace does not
+// hold now, beneath directories it does (real ones: a backend hides
+// nothing beneath a link), that the policy denies as spelled (an earlier
+// rule may allow one): hidden from a command before they exist.
+func (s *Sandbox) hiddenAhead() []string {
+	var out []string
+	for _, t := range s.readAhead {
+		if s.o.policy.Evaluate(policy.Read, t) == policy.Allow {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(s.workspace, filepath.FromSlash(t))); !errors.Is(err, fs.ErrNotExist) {
+			continue // there: hiddenPaths has it; or unknown: nothing made
+		}
+		if realDirs(s.workspace, path.Dir(t)) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// realDirs reports whether dir (workspace-relative) and every directory
+// above it are real directories of ws.
+func realDirs(ws, dir string) bool {
+	for d := dir; d != "." && d != "/" && d != ""; d = path.Dir(d) {
+		fi, err := os.Lstat(filepath.Join(ws, filepath.FromSlash(d)))
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
 // hiddenPaths expands the read policy against the workspace as it is now:
 // every path a command must not read (its read decision is not allow),
 // cleaned, sorted, never under .pulse. A directory is listed alone when it
@@ -281,6 +332,13 @@ func (s *Sandbox) checkHidden(ctx context.Context, execID, cmdStr string) ([]str
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			Backend: name, Reason: "unsupported_policy", Detail: err.Error()})
 		return nil, fmt.Errorf("%w: %w", ErrUnsupportedPolicy, err)
+	}
+	if s.caps.HidesPaths {
+		// A backend that cannot hide paths has nothing to hide ahead of
+		// time either: only what is there now is refused or accepted.
+		if ahead := s.hiddenAhead(); len(ahead) > 0 {
+			hidden = compact(append(hidden, ahead...))
+		}
 	}
 	if len(hidden) == 0 {
 		return nil, nil

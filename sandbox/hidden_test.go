@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -268,5 +269,64 @@ func TestALinkToHiddenNamesStaysVisible(t *testing.T) {
 	}
 	if want := []string{"key.pem"}; !slices.Equal(be.req.Hidden, want) {
 		t.Fatalf("Hidden = %q, want %q", be.req.Hidden, want)
+	}
+}
+
+// A path a read rule denies by its full name is hidden even when it does
+// not exist when the command starts: on namespace the overlay's lower
+// layer is the live workspace, and a .env written there while the
+// command runs (an editor, a background process) showed through. The
+// command's own write there is staged as usual.
+func TestAFileDeniedByNameMadeWhileACommandRunsStaysHidden(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	writeFile(t, ws, "public.txt", "hello\n")
+	writeFile(t, ws, "config/app.yaml", "a: 1\n")
+	p := policy.Default()
+	p.Rules = []policy.Rule{
+		{Action: policy.Read, Target: ".env", Decision: policy.Deny},
+		{Action: policy.Read, Target: "config/key", Decision: policy.Deny},
+	}
+	sb := newIsolated(t, ws, WithPolicy(p))
+	type out struct {
+		res *Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		// Nothing is looked up before the sleep (a name looked up and
+		// missing would stay missing in the overlay's cache): what the
+		// workspace gains meanwhile shows through, as new.txt does.
+		res, err := sb.Execute(context.Background(), Command{Shell: `sleep 3; cat new.txt .env config/key 2>/dev/null; echo end`})
+		done <- out{res, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // the command is in its sleep
+	writeFile(t, ws, ".env", "TOKEN="+hiddenSecret+"\n")
+	writeFile(t, ws, "config/key", hiddenSecret+"\n")
+	writeFile(t, ws, "new.txt", "shows through\n")
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res.ExitCode != 0 {
+		t.Fatalf("exit %d: %q %q", o.res.ExitCode, o.res.Stdout, o.res.Stderr)
+	}
+	if strings.Contains(o.res.Stdout, hiddenSecret) {
+		t.Fatalf("the command read a denied file made while it ran: %q", o.res.Stdout)
+	}
+	if o.res.Stdout != "shows through\nend\n" || len(o.res.Staged) != 0 {
+		t.Fatalf("stdout %q, staged %q", o.res.Stdout, o.res.Staged)
+	}
+	if got := readFile(t, ws, ".env"); got != "TOKEN="+hiddenSecret+"\n" {
+		t.Fatalf(".env in the workspace = %q", got)
+	}
+
+	// Its own .env is its to write: staged as usual.
+	os.Remove(filepath.Join(ws, ".env"))
+	res, err := sb.Execute(context.Background(), Command{Shell: "echo mine > .env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Staged, ".env") {
+		t.Fatalf("the command's own .env was not staged: staged %q refused %v", res.Staged, res.Refused)
 	}
 }

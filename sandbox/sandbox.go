@@ -41,8 +41,10 @@ type Sandbox struct {
 	// ruledActions and rulesOnly: see policyDigest.
 	ruledActions map[policy.Action]bool
 	rulesOnly    *policy.Policy
-	// readScope: where the read policy can deny (see readDigest).
+	// readScope: where the read policy can deny (see readDigest);
+	// readAhead, the paths it denies by full name (aheadTargets).
 	readScope readScope
+	readAhead []string
 	// wholeLimits: the backend applies the sandbox's memory, cpu and
 	// pids limits to all commands at once (a Docker container), so a
 	// command cannot have lower ones of its own.
@@ -112,6 +114,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 	s.ruledActions, s.rulesOnly = policyDigest(o.policy)
 	s.readScope = readDigest(o.policy)
+	s.readAhead = aheadTargets(o.policy)
 	defer func() {
 		if err != nil {
 			s.release()

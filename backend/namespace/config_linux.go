@@ -13,7 +13,7 @@ type childConfig struct {
 
 	// envMap is Env before HOME is known.
 	envMap map[string]string
-	// hidden are the request's hidden paths that exist: whiteouts in the
+	// hidden are the request's hidden paths (checkHidden): whiteouts in the
 	// upper layer before the overlay is mounted.
 	hidden hiddenSet
 	// pend is the view the Layers (pending_linux.go) make, for reading

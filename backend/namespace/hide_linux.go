@@ -29,10 +29,13 @@ import (
 type hiddenSet map[string]bool
 
 // checkHidden validates req.Hidden against the workspace and returns the
-// paths that exist (nothing to hide otherwise). A path must be clean,
-// relative, outside .pulse, and reached through real directories only: a
-// whiteout below a symlinked directory would turn the link into a
-// directory in the command's view.
+// paths to put whiteouts at: those that exist, and those that do not yet
+// but whose directory does (the facade hides a path denied by its full
+// name ahead of time: the overlay's lower layer is the live workspace,
+// and a file made there while the command runs would show through). A
+// path must be clean, relative, outside .pulse, and reached through real
+// directories only: a whiteout below a symlinked directory would turn
+// the link into a directory in the command's view.
 func checkHidden(ws string, hidden []string) (hiddenSet, error) {
 	if len(hidden) == 0 {
 		return nil, nil
@@ -49,7 +52,8 @@ func checkHidden(ws string, hidden []string) (hiddenSet, error) {
 			p = filepath.Join(p, part)
 			st, err := os.Lstat(p)
 			if errors.Is(err, fs.ErrNotExist) {
-				exists = false
+				// Missing itself, beneath real directories: hidden ahead.
+				exists = i == len(parts)-1
 				break
 			}
 			if err != nil {

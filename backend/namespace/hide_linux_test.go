@@ -19,12 +19,14 @@ func TestCheckHidden(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		want error // nil: accepted
-		kept bool  // in the set (it exists)
+		kept bool  // in the set: it exists, or its directory does
 	}{
 		{"dir/secret", nil, true},
 		{"dir", nil, true},
-		{"link", nil, true}, // the link itself is hidden
-		{"missing", nil, false},
+		{"link", nil, true},          // the link itself is hidden
+		{"missing", nil, true},       // hidden ahead: its directory is there
+		{"dir/missing", nil, true},   // likewise
+		{"gone/missing", nil, false}, // no directory to put a whiteout in
 		{"file/below", nil, false},
 		{"link/secret", backend.ErrUnsupported, false},
 		{"../escape", backend.ErrInvalidRequest, false},
