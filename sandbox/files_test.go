@@ -156,3 +156,42 @@ func TestFilesThroughPendingStack(t *testing.T) {
 		}
 	}
 }
+
+// TestReadFilePendingLinkThroughAWorkspaceLink: a pending link to a
+// workspace path that is itself a link (to a file, or through a
+// directory) is read only when the read policy allows where that path
+// resolves, as a read of the workspace path itself is.
+func TestReadFilePendingLinkThroughAWorkspaceLink(t *testing.T) {
+	ws := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(ws, "key.pem"), []byte("PEM-SECRET\n"), 0o600))
+	must(os.Mkdir(filepath.Join(ws, "private"), 0o755))
+	must(os.WriteFile(filepath.Join(ws, "private", "token"), []byte("TOKEN-SECRET\n"), 0o600))
+	must(os.WriteFile(filepath.Join(ws, "a.txt"), []byte("plain\n"), 0o644))
+	must(os.Symlink("key.pem", filepath.Join(ws, "b")))
+	must(os.Symlink("private", filepath.Join(ws, "d")))
+	must(os.Symlink("a.txt", filepath.Join(ws, "c")))
+	pol := policy.Default()
+	pol.Rules = append([]policy.Rule{
+		{Action: policy.Read, Target: "*.pem", Decision: policy.Deny},
+		{Action: policy.Read, Target: "private/**", Decision: policy.Deny},
+	}, pol.Rules...)
+	sb := newIsolated(t, ws, WithPolicy(pol))
+	ctx := context.Background()
+	if res, err := sb.Execute(ctx, Command{Shell: "ln -s b toB && ln -s d/token toT && ln -s c toC"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Execute = %+v, %v", res, err)
+	}
+	for _, name := range []string{"b", "d/token", "toB", "toT"} {
+		if b, err := sb.ReadFile(ctx, name); !errors.Is(err, ErrPolicyDenied) {
+			t.Errorf("ReadFile(%s) = %q, %v; want ErrPolicyDenied", name, b, err)
+		}
+	}
+	if b, err := sb.ReadFile(ctx, "toC"); err != nil || string(b) != "plain\n" {
+		t.Errorf("ReadFile(toC) = %q, %v; want plain", b, err)
+	}
+}

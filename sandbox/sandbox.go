@@ -401,12 +401,8 @@ func (s *Sandbox) readFile(ctx context.Context, path string, committed bool) ([]
 	if rel, err := s.workspaceRel(path); err == nil {
 		targets[0] = rel
 	}
-	if abs, err := s.guard.Resolve(path); err == nil {
-		if rel, err := filepath.Rel(s.workspace, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			targets = append(targets, filepath.ToSlash(rel))
-		} else {
-			targets = append(targets, abs)
-		}
+	if t, err := s.resolvedReadTarget(path); err == nil {
+		targets = append(targets, t)
 	}
 	for _, t := range targets {
 		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
@@ -431,6 +427,20 @@ func (s *Sandbox) readFile(ctx context.Context, path string, committed bool) ([]
 	}
 	s.record(ctx, audit.Event{Action: "read", Target: path, Decision: "allow"})
 	return s.scrubber.RedactBytes(data), nil
+}
+
+// resolvedReadTarget is path as the read policy sees it once resolved
+// through the workspace's symlinks: relative to the workspace, or
+// absolute when it resolves outside it.
+func (s *Sandbox) resolvedReadTarget(path string) (string, error) {
+	abs, err := s.guard.Resolve(path)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(s.workspace, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return filepath.ToSlash(rel), nil
+	}
+	return abs, nil
 }
 
 // Close stops forwarding exposed ports, kills the processes still

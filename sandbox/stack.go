@@ -254,7 +254,19 @@ func (s *Sandbox) readPending(ctx context.Context, rel string) (data []byte, ok 
 		e, decided, err := st.Lookup(rel)
 		if err != nil || !decided {
 			if hops > 0 && err == nil {
-				// A pending link to a workspace path: read that.
+				// A pending link to a workspace path: read that, once
+				// the policy allows it as it resolves there too (a
+				// committed link may lead on to a path it denies). What
+				// cannot be resolved is not read.
+				t, rerr := s.resolvedReadTarget(rel)
+				if rerr != nil {
+					return nil, true, rerr
+				}
+				if t != rel {
+					if _, derr := s.decide(ctx, policy.Read, t, ""); derr != nil {
+						return nil, true, derr
+					}
+				}
 				b, rerr := s.guard.ReadFile(rel)
 				return b, true, rerr
 			}
