@@ -118,6 +118,7 @@ func (l *Logger) checkHead(seq uint64, hash string, lastKeyed bool) error {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("audit: read head record: %w", err)
 	}
+	l.headEmpty = n == 0
 	if n == 0 {
 		// No head yet: a new log, or one written before head records.
 		// An unkeyed log gets one from its next append. A keyed chain

@@ -21,7 +21,10 @@
 //   - Verify reports the first modified, deleted, inserted, reordered or
 //     torn line by file, line and seq, and never panics on bad input.
 //   - A head record (PATH.head) names the last event appended; it is
-//     rewritten after each append under the lock. Verify reports a log
+//     rewritten after each append under the lock (a keyed writer that
+//     finds it empty writes it once before its lines too, so a crash
+//     between lines and head never leaves a keyed log without one, and a
+//     full disk refuses the append instead). Verify reports a log
 //     that ends before it (lines cut from the end, the file emptied or
 //     removed) as ErrTruncated, and a writer that finds such a log records
 //     an audit-head-mismatch event before appending on, so later appends

@@ -157,6 +157,9 @@ type Logger struct {
 	// mismatch, when set, says how the log on disk disagreed with its
 	// head record; the next append records it first (ActionHeadMismatch).
 	mismatch string
+	// headEmpty: the head record held nothing when last read (a new log,
+	// or one written before head records).
+	headEmpty bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -320,6 +323,18 @@ func (l *Logger) appendEvents(ctx context.Context, events []Event) error {
 // syncs them as the durability asks, and makes (seq, prev) the chain head
 // in memory and in the head record. Call with the lock.
 func (l *Logger) write(buf []byte, size int64, seq uint64, prev string) error {
+	if l.o.key != nil && l.headEmpty && l.mismatch == "" {
+		// A keyed log without a head record fails Verify, and the next
+		// writer records the loss: so a keyed line is never written while
+		// the head record is empty. Naming the chain head as it is before
+		// these lines (seq 0 for a new log) leaves the head behind the
+		// log if we die before the update below, which is accepted, and
+		// claims the record's space before a full disk could refuse it.
+		if _, err := l.headf.WriteAt(encodeHead(l.o.key, l.lastSeq, l.lastHash), 0); err != nil {
+			return fmt.Errorf("audit: write head record: %w", err)
+		}
+		l.headEmpty = false
+	}
 	if n, err := l.f.Write(buf); err != nil {
 		// Take a partial batch back out so that the next append does not
 		// glue onto it; if that fails too, the next append repairs a torn
@@ -342,13 +357,23 @@ func (l *Logger) write(buf []byte, size int64, seq uint64, prev string) error {
 	}
 	l.cacheOK, l.cacheSize, l.lastSeq, l.lastHash = true, size+int64(len(buf)), seq, prev
 	l.mismatch = ""
+	if headHook != nil {
+		headHook()
+	}
 	// The head goes after the lines: a crash between the two leaves it
 	// behind the log, which Verify accepts, never ahead of it.
 	if _, err := l.headf.WriteAt(encodeHead(l.o.key, seq, prev), 0); err != nil {
 		l.o.log.Error("audit head record not updated; a cut of the newest events would go unseen", "path", l.path, "err", err)
+	} else {
+		l.headEmpty = false
 	}
 	return nil
 }
+
+// headHook is nil outside tests; the crash tests set it in a re-executed
+// test binary to SIGKILL the process after the lines of an append are
+// written and before the head record is updated.
+var headHook func()
 
 // Sync forces what was recorded so far to stable storage, whatever the
 // durability option.

@@ -176,6 +176,15 @@ func (v *verifier) checkHead(lastFile string, h head, ok bool, err error) error 
 		return fail(ErrTampered, rep.LastSeq+1, lastFile+HeadSuffix, 0, "%v", err)
 	}
 	rep.Head, rep.HeadSeq = true, h.Seq
+	if h.Seq == 0 {
+		// Written by a keyed writer before the first line of a new log:
+		// it names the genesis, under the key of the lines that follow.
+		if h.Hash != GenesisHash || rep.KeyID != "" && h.KeyID == "" {
+			return fail(ErrTampered, 1, lastFile+HeadSuffix, 0,
+				"the head record names seq 0 with hash %s (key %q): it was rewritten", h.Hash, h.KeyID)
+		}
+		return nil
+	}
 	if rep.KeyID != "" && h.KeyID == "" && h.Seq >= v.firstKeyed {
 		return fail(ErrTampered, h.Seq, lastFile+HeadSuffix, 0,
 			"the head record is not keyed, but the log is keyed from seq %d: it was rewritten", v.firstKeyed)
