@@ -461,17 +461,8 @@ func (b *Backend) newRun() (*run, error) {
 		return r, nil
 	}
 	b.mu.Unlock()
-	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
+	if err := b.makeStateDir(); err != nil {
 		return nil, err
-	}
-	st, err := os.Lstat(b.o.stateDir)
-	if err != nil {
-		return nil, err
-	}
-	// A state dir someone else owns (e.g. squatted in /tmp) could be
-	// swapped under us; refuse it.
-	if !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
-		return nil, fmt.Errorf("state dir %s is not a directory owned by uid %d", b.o.stateDir, os.Getuid())
 	}
 	dir := filepath.Join(b.o.stateDir, strconv.Itoa(os.Getpid())+"-"+randhex.String(8))
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -508,6 +499,31 @@ func (b *Backend) newRun() (*run, error) {
 		}
 	}
 	return &run{dir: dir, lock: lock}, nil
+}
+
+// makeStateDir makes the state dir if it is missing and checks that it is
+// this user's (checkStateDir).
+func (b *Backend) makeStateDir() error {
+	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
+		return err
+	}
+	return checkStateDir(b.o.stateDir)
+}
+
+// checkStateDir reports an error unless dir is a directory (not a
+// symlink) owned by this process's uid. A state dir someone else owns
+// (e.g. squatted in /tmp) could be swapped under us, and whatever is in it
+// is theirs: no run is made in it, no keeper's socket is dialled there and
+// no keeper listens there.
+func checkStateDir(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+		return fmt.Errorf("state dir %s is not a directory owned by uid %d", dir, os.Getuid())
+	}
+	return nil
 }
 
 // removeRun recycles a finished run's directory in the background: the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -205,6 +206,13 @@ func (b *Backend) keeperSocket() string {
 func (b *Backend) adopt(newNet bool, lim policy.ResourceLimits) (p *initProc, start string) {
 	sock := b.keeperSocket()
 	if sock == "" {
+		return nil, ""
+	}
+	// A state dir of another user (squatted before this user's first
+	// run) holds no keeper of ours, and none is started in it. Missing,
+	// it is made by this process's own init, and the keeper checks it.
+	if err := checkStateDir(b.o.stateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		b.o.logger.Debug("namespace: no keeper", slog.Any("err", err))
 		return nil, ""
 	}
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
@@ -548,6 +556,11 @@ func keep(spec keeperSpec) int {
 	}
 	b, err := New(opts...)
 	if err != nil {
+		return 2
+	}
+	// Its lock, its socket and its inits' runs are made in the state dir:
+	// never in one that is not this user's.
+	if err := b.makeStateDir(); err != nil {
 		return 2
 	}
 	lock, err := os.OpenFile(filepath.Join(spec.StateDir, spec.Name+".lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)

@@ -286,3 +286,54 @@ func FuzzKeeperReply(f *testing.F) {
 		}
 	})
 }
+
+// TestKeeperShunsAStateDirOfAnotherUser: a state dir another user made
+// first (squatted in /tmp before this user's first run) gets no run, and
+// no keeper either: the process neither dials a socket there nor starts a
+// keeper, and a keeper started with it exits at once, leaving nothing of
+// its own there (a lock file and a socket of this user that the dir's
+// owner could move, or redirect elsewhere by swapping the dir).
+func TestKeeperShunsAStateDirOfAnotherUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a state dir another user owns")
+	}
+	newBackend(t)
+	state := filepath.Join(t.TempDir(), "s")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopKeeper(t, state) })
+	b, err := New(WithStateDir(state), WithoutPrestart(), WithKeeper(time.Minute), WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	lim := policyTimeout(30 * time.Second).WithDefaults().WithIsolationDefaults()
+	if p, start := b.adopt(true, lim); p != nil || start != "" {
+		t.Fatalf("adopt in another user's state dir: init %v, keeper to start %q", p != nil, start)
+	}
+	if _, err := b.newRun(); err == nil {
+		t.Fatal("a run was made in another user's state dir")
+	}
+	done := make(chan int, 1)
+	go func() {
+		done <- keep(keeperSpec{StateDir: state, Name: "keeper-0123456789abcdef", Idle: time.Second,
+			First: keeperRequest{NewNet: true, Limits: lim}})
+	}()
+	select {
+	case code := <-done:
+		if code != 2 {
+			t.Fatalf("keeper in another user's state dir exited %d, want 2 (refused)", code)
+		}
+	case <-time.After(500 * time.Millisecond):
+		names, _ := filepath.Glob(filepath.Join(state, "keeper-*"))
+		<-done
+		t.Fatalf("a keeper ran in another user's state dir, making %q", names)
+	}
+	if ents, _ := os.ReadDir(state); len(ents) != 0 {
+		t.Fatalf("left in another user's state dir: %v", ents)
+	}
+}
