@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,5 +210,86 @@ func TestReviewCommandRefusesWithoutToken(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "review", "--listen", "0.0.0.0:0", "--workspace", ws); code != exitUsage {
 		t.Errorf("--listen on all interfaces: exit %d", code)
+	}
+}
+
+// TestReviewTokenIsNotSentToOtherLocalPorts: a browser sends the cookies
+// of 127.0.0.1 to every port of it. A person opens the page `pulse
+// review` printed, then a page of another server on 127.0.0.1 (another
+// user's, or one a web page sends the browser to), which fetches itself
+// with credentials. Nothing the browser sent there may carry the token,
+// nor read the review state or commit when sent to the review page.
+func TestReviewTokenIsNotSentToOtherLocalPorts(t *testing.T) {
+	node, dir, chromium := requireBrowser(t)
+	ws := t.TempDir()
+	id := stageFiles(t, ws, map[string]string{"a.txt": "staged\n"})
+
+	var mu sync.Mutex
+	var seen []http.Header
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		if r.URL.Path == "/" {
+			w.Header().Set("Content-Type", "text/html")
+			io.WriteString(w, `<p id="x">other</p><script>fetch("/grab", {credentials: "include"}).then(() => { document.getElementById("x").id = "done"; });</script>`)
+		}
+	}))
+	defer other.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := startReview(t, ctx, ws, "HOME="+t.TempDir())
+	base, token, _ := strings.Cut(url, "/?token=")
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "otherport.mjs"), url, other.URL+"/")
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("browser script: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"step":"other"`) {
+		t.Fatalf("steps: %s", stdout.String())
+	}
+	if strings.Contains(stdout.String(), "token=") {
+		t.Errorf("the token stayed in the address bar: %s", stdout.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 2 {
+		t.Fatalf("the other server saw %d requests", len(seen))
+	}
+	tried := map[string]bool{}
+	for _, h := range seen {
+		for k, v := range h {
+			if strings.Contains(strings.Join(v, " "), token) {
+				t.Errorf("the other local server got the token in %s: %q", k, v)
+			}
+		}
+		// Whatever cookie it got, sent to the review page as it came.
+		ck := h.Get("Cookie")
+		if ck == "" || tried[ck] {
+			continue
+		}
+		tried[ck] = true
+		for _, q := range []struct{ method, path, body string }{
+			{"GET", "/api/state", ""}, {"POST", "/api/commit", `{"id":"` + id + `"}`},
+		} {
+			r, err := http.NewRequest(q.method, base+q.path, strings.NewReader(q.body))
+			must(t, err)
+			r.Header.Set("Cookie", ck)
+			r.Header.Set("Origin", base)
+			r.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(r)
+			must(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s %s with the cookie the other server got: %d %.100s", q.method, q.path, resp.StatusCode, b)
+			}
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a.txt committed with a cookie another local server got: %v", err)
 	}
 }

@@ -8,9 +8,14 @@
 //   - It serves on a loopback address only (ErrNotLoopback), and refuses a
 //     request whose Host is not that address (DNS rebinding, 403).
 //   - Every request, the page itself and its script included, needs the
-//     token (401 without): in the query of the first visit, which sets it
-//     as an HttpOnly, SameSite=Strict cookie and redirects to a clean URL,
-//     or as a Bearer header.
+//     token (401 without). The API takes it only as a Bearer header: the
+//     first visit carries it in the query and is redirected to a URL whose
+//     fragment holds it, which the script moves into the tab's
+//     sessionStorage and out of the address bar. That visit also sets an
+//     HttpOnly, SameSite=Strict cookie so that a reload shows the page, but
+//     the cookie is a key of its own that opens the page's HTML, script
+//     and style only: a browser sends the cookies of 127.0.0.1 to every
+//     port of it, so any other local server the browser visits gets them.
 //   - A state change (POST) also needs the page's own Origin, a JSON body
 //     and, when the browser sends it, Sec-Fetch-Site same-origin (CSRF,
 //     403). The page is served with a Content-Security-Policy that allows

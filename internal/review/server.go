@@ -40,9 +40,18 @@ var (
 	ErrNotLoopback = errors.New("review: the page listens on loopback only")
 )
 
-// cookieName carries the token after the first visit, so that it is not
-// left in the address bar or the history.
+// cookieName lets a reload show the page (its HTML, script and style)
+// without the token in the address bar. A browser sends a host's cookies
+// to every port of it, so this one reaches any other server on 127.0.0.1
+// the browser visits: its value is a key of its own (pageKey), never the
+// token, and it opens nothing of the API.
 const cookieName = "pulse_review"
+
+// tokenFragment is where the token visit's redirect puts the token: a
+// fragment is never sent to a server; the script keeps it in the tab's
+// sessionStorage (per origin, port included) and sends it as a Bearer
+// header with every API request.
+const tokenFragment = "#token="
 
 // Config is what a Server serves.
 type Config struct {
@@ -65,7 +74,9 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	token string
-	log   *slog.Logger
+	// pageKey is the cookie's value: it opens the page's static shell only.
+	pageKey string
+	log     *slog.Logger
 
 	mu    sync.Mutex
 	hosts map[string]bool // Host headers accepted (DNS rebinding)
@@ -92,7 +103,8 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	return &Server{cfg: cfg, token: tok, log: cfg.Logger, hosts: map[string]bool{}, conflicts: map[string]conflictView{}}, nil
+	return &Server{cfg: cfg, token: tok, pageKey: randhex.String(24), log: cfg.Logger, hosts: map[string]bool{},
+		conflicts: map[string]conflictView{}}, nil
 }
 
 // NewToken makes a random access token (192 bits, hex).
@@ -111,7 +123,7 @@ func SessionID(token string) string {
 }
 
 // URL is where a person opens the page: the token rides in the query
-// once and is then kept in a cookie.
+// once and is then kept by the page's script in the tab.
 func URL(ln net.Listener, token string) string {
 	return "http://" + ln.Addr().String() + "/?token=" + token
 }
@@ -159,9 +171,10 @@ func (s *Server) Handler() http.Handler {
 	static, _ := fs.Sub(assets, "assets")
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Has("token") {
-			// Keep the token out of the address bar and history.
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			http.Redirect(w, r, "/", http.StatusSeeOther)
+			// Keep the token out of the history, and out of every cookie: the
+			// script takes it from the fragment and clears the address bar.
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.pageKey, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, "/"+tokenFragment+s.token, http.StatusSeeOther)
 			return
 		}
 		serveAsset(w, static, "index.html", "text/html; charset=utf-8")
@@ -229,16 +242,33 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
+// authorized: the token as a Bearer header opens everything; the page's
+// static shell (/, /app.js, /app.css) also opens with the page cookie or,
+// for /, the token in the query. The API never opens with a cookie: a
+// browser sends cookies to every port of 127.0.0.1, so what one carries is
+// known to any local server the browser visits.
 func (s *Server) authorized(r *http.Request) bool {
-	var got string
-	if c, err := r.Cookie(cookieName); err == nil {
-		got = c.Value
-	} else if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-		got = strings.TrimPrefix(a, "Bearer ")
-	} else if r.Method == http.MethodGet && r.URL.Path == "/" {
-		got = r.URL.Query().Get("token")
+	if a, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return equalSecret(a, s.token)
 	}
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	switch r.URL.Path {
+	case "/":
+		if r.URL.Query().Has("token") {
+			return equalSecret(r.URL.Query().Get("token"), s.token)
+		}
+	case "/app.js", "/app.css":
+	default:
+		return false
+	}
+	c, err := r.Cookie(cookieName)
+	return err == nil && equalSecret(c.Value, s.pageKey)
+}
+
+func equalSecret(got, want string) bool {
+	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // --- state -----------------------------------------------------------------

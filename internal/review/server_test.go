@@ -77,7 +77,8 @@ func startPage(t *testing.T, ws string) *page {
 
 type req struct {
 	method, path, body string
-	auth               string // "bearer", "cookie", "wrong" or ""
+	auth               string // "bearer", "cookie" (the token as the cookie), "wrong" or ""
+	cookie             string // a page cookie of this value
 	origin, ctype      string
 	host               string
 }
@@ -100,6 +101,9 @@ func (p *page) do(t *testing.T, q req) (*http.Response, string) {
 	case "wrong":
 		r.Header.Set("Authorization", "Bearer "+strings.Repeat("0", len(p.token)))
 	}
+	if q.cookie != "" {
+		r.AddCookie(&http.Cookie{Name: cookieName, Value: q.cookie})
+	}
 	if q.origin != "" {
 		r.Header.Set("Origin", q.origin)
 	}
@@ -121,7 +125,7 @@ func (p *page) do(t *testing.T, q req) (*http.Response, string) {
 
 // post is a state change as the page makes it.
 func (p *page) post(t *testing.T, path, body string) (int, string) {
-	resp, b := p.do(t, req{method: "POST", path: path, body: body, auth: "cookie", origin: p.base, ctype: "application/json"})
+	resp, b := p.do(t, req{method: "POST", path: path, body: body, auth: "bearer", origin: p.base, ctype: "application/json"})
 	return resp.StatusCode, b
 }
 
@@ -149,28 +153,78 @@ func TestEveryRequestNeedsTheToken(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "a.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a.txt committed by a request without the token: %v", err)
 	}
-	// With the token: the query sets the cookie and leaves a clean URL.
-	resp, _ := p.do(t, req{method: "GET", path: "/?token=" + p.token})
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
-		t.Fatalf("token visit: %d %s", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	var ck *http.Cookie
-	for _, c := range resp.Cookies() {
-		if c.Name == cookieName {
-			ck = c
+	// With the token: the query sets the page cookie and leaves a URL
+	// whose query holds no token; every route opens with the Bearer token.
+	ck := p.visit(t)
+	for _, path := range []string{"/", "/app.js", "/app.css", "/api/state"} {
+		if resp, _ := p.do(t, req{method: "GET", path: path, auth: "bearer"}); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s with the token: %d", path, resp.StatusCode)
 		}
 	}
-	if ck == nil || ck.Value != p.token || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
-		t.Fatalf("cookie %+v", ck)
-	}
-	for _, path := range []string{"/", "/app.js", "/app.css", "/api/state"} {
-		if resp, _ := p.do(t, req{method: "GET", path: path, auth: "cookie"}); resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s with the cookie: %d", path, resp.StatusCode)
+	for _, path := range []string{"/", "/app.js", "/app.css"} {
+		if resp, _ := p.do(t, req{method: "GET", path: path, cookie: ck.Value}); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s with the page cookie: %d", path, resp.StatusCode)
 		}
 	}
 	// DNS rebinding: the right token under another Host is refused.
-	if resp, _ := p.do(t, req{method: "GET", path: "/api/state", auth: "cookie", host: "evil.example:80"}); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := p.do(t, req{method: "GET", path: "/api/state", auth: "bearer", host: "evil.example:80"}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("foreign Host: %d", resp.StatusCode)
+	}
+}
+
+// visit opens the URL pulse review prints, as a browser does, and returns
+// the cookie it sets.
+func (p *page) visit(t *testing.T) *http.Cookie {
+	t.Helper()
+	resp, _ := p.do(t, req{method: "GET", path: "/?token=" + p.token})
+	if loc, _, _ := strings.Cut(resp.Header.Get("Location"), "#"); resp.StatusCode != http.StatusSeeOther || loc != "/" {
+		t.Fatalf("token visit: %d %s", resp.StatusCode, loc)
+	}
+	for _, c := range resp.Cookies() {
+		if c.Name == cookieName {
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+				t.Fatalf("cookie %+v", c)
+			}
+			return c
+		}
+	}
+	t.Fatal("the token visit set no cookie")
+	return nil
+}
+
+// TestTheCookieOpensNoAPI: a browser sends the cookies of 127.0.0.1 to
+// every port of it, so whatever the page keeps in a cookie reaches any
+// other local server the browser visits (another user's, or a page one
+// sends it to). Neither the cookie the token visit sets nor the token
+// itself as a cookie may read a diff or decide anything.
+func TestTheCookieOpensNoAPI(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644)
+	id := stage(t, ws, map[string]string{"a.txt": "secret diff\n", "b.txt": "b\n"})
+	p := startPage(t, ws)
+	ck := p.visit(t)
+	if strings.Contains(ck.Value, p.token) {
+		t.Errorf("the cookie carries the token: %+v", ck)
+	}
+	for name, q := range map[string]req{"page cookie": {cookie: ck.Value}, "token as cookie": {auth: "cookie"}} {
+		for _, path := range []string{"/api/state", "/api/events"} {
+			q.method, q.path = "GET", path
+			if resp, body := p.do(t, q); resp.StatusCode != http.StatusUnauthorized || strings.Contains(body, "secret") {
+				t.Errorf("GET %s with the %s: %d %.80q", path, name, resp.StatusCode, body)
+			}
+		}
+		for path, body := range map[string]string{"/api/commit": `{"id":"` + id + `"}`, "/api/discard": `{"id":"` + id + `"}`, "/api/undo": `{}`} {
+			q.method, q.path, q.body, q.origin, q.ctype = "POST", path, body, p.base, "application/json"
+			if resp, _ := p.do(t, q); resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("POST %s with the %s: %d", path, name, resp.StatusCode)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "one\n" {
+		t.Fatalf("a.txt changed by a request with a cookie alone: %q", b)
+	}
+	if pend, err := p.srv.cfg.Review.Pending(t.Context()); err != nil || len(pend) != 1 {
+		t.Fatalf("pending after requests with a cookie alone: %v %v", pend, err)
 	}
 }
 
@@ -186,7 +240,7 @@ func TestStateChangesNeedSameOrigin(t *testing.T) {
 		"form post":       {origin: p.base, ctype: "application/x-www-form-urlencoded"},
 		"no content type": {origin: p.base},
 	} {
-		q.method, q.path, q.body, q.auth = "POST", "/api/commit", body, "cookie"
+		q.method, q.path, q.body, q.auth = "POST", "/api/commit", body, "bearer"
 		if resp, _ := p.do(t, q); resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s: %d, want 403", name, resp.StatusCode)
 		}

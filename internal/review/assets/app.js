@@ -9,6 +9,20 @@
   let state = null;
   let busy = false;
 
+  // The token comes in the fragment of the first visit (never sent to a
+  // server), is kept in this tab's sessionStorage (per origin, port
+  // included) and goes with every API request as a Bearer header. It is
+  // never a cookie: a browser sends cookies to every port of 127.0.0.1.
+  const token = (() => {
+    const m = /^#token=([0-9a-f]+)$/.exec(location.hash);
+    if (m) {
+      sessionStorage.setItem("pulse_review_token", m[1]);
+      history.replaceState(null, "", "/");
+    }
+    return sessionStorage.getItem("pulse_review_token") || "";
+  })();
+  const auth = { Authorization: "Bearer " + token };
+
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -142,7 +156,7 @@
 
   async function refresh() {
     try {
-      const r = await fetch("/api/state", { credentials: "same-origin", cache: "no-store" });
+      const r = await fetch("/api/state", { credentials: "same-origin", cache: "no-store", headers: auth });
       if (!r.ok) throw new Error(r.status + " " + (await r.text()));
       state = await r.json();
       render();
@@ -153,7 +167,7 @@
 
   async function post(path, body) {
     const r = await fetch(path, { method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      headers: { ...auth, "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const data = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(data.error || r.status);
     return data;
@@ -190,11 +204,39 @@
 
   $("undo").addEventListener("click", () => decide("undo", null));
 
-  function listen() {
-    const es = new EventSource("/api/events");
-    es.addEventListener("open", () => { $("live").textContent = "live"; });
-    es.addEventListener("change", () => refresh());
-    es.addEventListener("error", () => { $("live").textContent = "reconnecting…"; });
+  // The server-sent events, read with fetch (EventSource cannot send the
+  // token): a "change" event refreshes; a lost stream is opened again,
+  // and what changed meanwhile is fetched then.
+  async function listen() {
+    for (let again = false; ; again = true) {
+      try {
+        const r = await fetch("/api/events", { credentials: "same-origin", cache: "no-store", headers: auth });
+        if (r.status === 401) {
+          $("live").textContent = "not signed in";
+          return; // refresh says why: open the URL pulse review printed
+        }
+        if (!r.ok) throw new Error(String(r.status));
+        $("live").textContent = "live";
+        if (again) refresh();
+        const rd = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await rd.read();
+          if (done) break;
+          buf = (buf + value).replace(/\r\n?/g, "\n");
+          let i;
+          while ((i = buf.indexOf("\n\n")) >= 0) {
+            const ev = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            if (ev.split("\n").includes("event: change")) refresh();
+          }
+        }
+      } catch (err) {
+        // reconnect below
+      }
+      $("live").textContent = "reconnecting…";
+      await new Promise((res) => setTimeout(res, 1000));
+    }
   }
 
   refresh();
