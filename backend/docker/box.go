@@ -262,7 +262,8 @@ const basePath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 // writeWorkspaceTar writes the workspace as seed/..., owned by the
 // sandbox user, so the engine creates it with that owner. .pulse/ is left
 // out, and so is every hidden path (a hidden directory with all below
-// it): what is never copied in cannot be read in the container. So are
+// it): what is never copied in cannot be read in the container. So is
+// every name holding a newline, with all below it (unlisted). So are
 // sockets, devices and fifos, which cannot be meaningfully copied.
 // model, when not nil, gets the signature of every entry written
 // (sync.go).
@@ -284,7 +285,7 @@ func writeWorkspaceTar(w io.Writer, ws string, hidden map[string]bool, model map
 		return fmt.Errorf("reading workspace: %w", err)
 	}
 	add := func(rel, p string, d fs.DirEntry) error {
-		if hidden[rel] {
+		if hidden[rel] || unlisted(rel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

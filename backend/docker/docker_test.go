@@ -329,3 +329,45 @@ func TestDockerNewlineNameReportedNotDropped(t *testing.T) {
 		t.Errorf("the next command's overlay %+v, want ok2.txt alone", o)
 	}
 }
+
+// A workspace entry whose name holds a newline, there before any command
+// ran, is never reported as deleted or changed by a command that does not
+// touch it: the line-based manifests split "p\nq" into "./p" and "q", and
+// the wrapper took "./p" for an entry the command had removed, so every
+// command staged the deletion of p (with p a real file too, its commit
+// lost it). Such entries are left out of the container (they read as
+// absent, like a hidden path), so no listing ever holds a part of one;
+// nor is anything warned.
+func TestDockerNewlineNameInWorkspaceNotStaged(t *testing.T) {
+	b := newDocker(t)
+	for _, withP := range []bool{false, true} {
+		ws := t.TempDir()
+		files := map[string]string{
+			"a.txt":                             "a\n",
+			"p\nq":                              "x",
+			"d\ne/f":                            "f",
+			"sub/r\nS81a4|regular file|./a.txt": "s",
+		}
+		if withP {
+			files["p"] = "keep"
+		}
+		writeFiles(t, ws, files)
+		for i, script := range []string{`true`, `echo y > other`, `echo z >> a.txt`, `true`} {
+			r := execShell(t, b, ws, script)
+			if r.res.ExitCode != 0 || r.res.Overlay == nil {
+				t.Fatalf("p %v, %q: exit %d, overlay %v; stderr %q", withP, script, r.res.ExitCode, r.res.Overlay, r.stderr)
+			}
+			var got []string
+			for _, f := range r.res.Overlay.Files {
+				got = append(got, f.Path)
+			}
+			want := [][]string{nil, {"other"}, {"a.txt"}, nil}[i]
+			if len(r.res.Overlay.Deleted) != 0 || strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+				t.Errorf("p %v, %q: overlay files %q deleted %q, want only %q", withP, script, got, r.res.Overlay.Deleted, want)
+			}
+			if strings.Contains(r.stderr, "pulse: docker:") {
+				t.Errorf("p %v, %q: warned %q", withP, script, r.stderr)
+			}
+		}
+	}
+}

@@ -92,11 +92,17 @@ mfupdate() {
 	[ -z "${4:-}" ] || rm -f "$4.drop" "$4.fix"
 	return 1
 }
+# A name holding a newline would make two lines of a manifest, the first
+# naming another entry (unlisted in sync.go): the host never puts one in
+# base, and should one be there all the same, no manifest lists it or
+# anything beneath it.
+nl='
+'
 # fullman DIR MANIFEST: the manifest of all of DIR, of the generation
 # after MANIFEST's.
 fullman() {
 	g=0
 	if [ -e "$2" ]; then read -r g <"$2" || g=G0; fi
 	case $g in G[0-9]*) g=${g#G} ;; *) g=0 ;; esac
-	(echo "G$((g + 1))" && cd "$1" && find . -path ./.pulse -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$2.tmp" && mv "$2.tmp" "$2"
+	(echo "G$((g + 1))" && cd "$1" && find . -path ./.pulse -prune -o -name "*$nl*" -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$2.tmp" && mv "$2.tmp" "$2"
 }

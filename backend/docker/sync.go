@@ -191,8 +191,8 @@ var (
 
 // desired computes what base should hold: the workspace now, with the
 // pending view over it, without the hidden paths (and what is beneath
-// them), whichever of the two holds them. since is when the walk of the
-// workspace begins (for wsSig).
+// them), whichever of the two holds them, nor the unlisted ones. since is
+// when the walk of the workspace begins (for wsSig).
 func desired(ws string, pend *backend.Pending, hiddenList []string, since time.Time) (map[string]want, error) {
 	out := map[string]want{}
 	hidden := map[string]bool{}
@@ -201,6 +201,9 @@ func desired(ws string, pend *backend.Pending, hiddenList []string, since time.T
 	}
 	buf := make([]byte, 0, 96) // room for most signatures (fileSig)
 	err := pend.ScanBase(ws, hidden, func(e *backend.BaseEntry) error {
+		if unlisted(e.Rel) {
+			return nil // nor is what is beneath it: its Rel holds the newline too
+		}
 		var w want
 		switch e.Type() {
 		case unix.S_IFDIR:
@@ -225,6 +228,9 @@ func desired(ws string, pend *backend.Pending, hiddenList []string, since time.T
 		return nil, fmt.Errorf("docker: reading workspace: %w", err)
 	}
 	for _, e := range pend.Shown(hidden) {
+		if unlisted(e.Path) {
+			continue
+		}
 		switch e.Kind {
 		case backend.PendingDir:
 			out[e.Path] = want{kind: 'd', mode: fs.ModeDir | e.Mode, sig: dirSig(tarMode(e.Mode))}
@@ -243,6 +249,18 @@ func desired(ws string, pend *backend.Pending, hiddenList []string, since time.T
 	}
 	return out, nil
 }
+
+// unlisted reports whether the path rel holds a newline (in its own name
+// or a directory's above it). Such an entry is never put in the
+// container: the manifests and lists of the wrapper and the sync script
+// are one name a line, and they split "p\nq" into "./p" and "q", so that
+// the wrapper took ./p for an entry every command had removed (and staged
+// its deletion, losing a real p on commit). Left out of the seed copy,
+// of every sync and so of base, such an entry reads as absent to the
+// command, like a hidden path, and no listing holds a part of one. What a
+// command itself writes under such a name is reported apart (the
+// wrapper's O/newline, parseNewline).
+func unlisted(rel string) bool { return strings.IndexByte(rel, '\n') >= 0 }
 
 // syncScript brings base up to date from a tar on stdin: del (NUL
 // separated paths to remove first), gone (the same, one a line, as the
@@ -281,7 +299,7 @@ fi
 if [ $rc = 0 ]; then
 	if [ $full = 0 ] && [ -e "$P/base.manifest" ]; then
 		if [ -d "$S/files" ]; then
-			(cd "$S/files" && find . ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$S/new" || full=1
+			(cd "$S/files" && find . -name "*$nl*" -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$S/new" || full=1
 		else
 			: >"$S/new"
 		fi

@@ -161,6 +161,12 @@ func decodeWarmModel(data []byte, id string) map[string]string {
 		if j <= 0 {
 			return nil
 		}
+		if bytes.IndexByte(data[:i], '\n') >= 0 {
+			// Base holds a name the sync's lists cannot carry (put
+			// there by a release that copied such names in, unlisted):
+			// it is made again.
+			return nil
+		}
 		m[string(data[:i])] = string(data[i+1 : i+1+j])
 		data = data[i+1+j+1:]
 	}

@@ -503,7 +503,7 @@ func TestReconcileStamp(t *testing.T) {
 }
 
 // A model reads back as it was written, and nothing else does: another
-// id, a torn file, an empty name.
+// id, a torn file, an empty name, a name holding a newline (unlisted).
 func TestWarmModelEncoding(t *testing.T) {
 	m := map[string]string{"a": "d|755", "a/b c": "w|644|1|2|3|4", "l": "l|../x"}
 	data := encodeWarmModel("id1", m)
@@ -520,6 +520,7 @@ func TestWarmModelEncoding(t *testing.T) {
 		"other id":   data,
 		"torn":       data[:len(data)-3],
 		"empty name": append(append([]byte(nil), data...), 0, 'x', 0),
+		"newline":    encodeWarmModel("id1", map[string]string{"a": "d|755", "p\nq": "w|644|1|2|3|4"}),
 	} {
 		id := "id1"
 		if name == "other id" {
