@@ -34,6 +34,14 @@
 //     to allow it, and that retrying will not help (SOCKS5: reply 2, "not
 //     allowed by ruleset", with the reason in the Event only). A refusal
 //     after the tunnel is open (SNI, relay) closes the connection.
+//   - What the proxy cannot read is refused the same way, with an Event
+//     and an answer: a malformed or incomplete HTTP request head (or one
+//     over 64 KiB) gets a 400 with X-Pulse-Egress: denied; a malformed
+//     SOCKS5 handshake its SOCKS5 failure reply; SOCKS4 and SOCKS4a
+//     (first byte 4) are not spoken and get reply 91, "request rejected".
+//     The reason's text is bounded and nothing else of the bytes is kept.
+//     A connection that closes or times out before sending a byte asked
+//     for nothing and is not an Event.
 //   - One Event per connection (per request for plain HTTP and inside
 //     terminated tunnels): host, port, dialled address, decision, rule or
 //     reason, bytes each way. The facade turns each into an audit

@@ -302,6 +302,9 @@ func (p *Proxy) serveConn(raw net.Conn) {
 	if first, err := br.Peek(1); err == nil && first[0] == socksVersion {
 		p.serveSOCKS(ctx, c, br) // socks.go
 		return
+	} else if err == nil && first[0] == 4 {
+		p.serveSOCKS4(c, br)
+		return
 	}
 	p.serveRequests(ctx, c, br, nil)
 }
@@ -323,9 +326,16 @@ func (p *Proxy) serveRequests(ctx context.Context, c *countConn, br *bufio.Reade
 		// not the last one's.
 		sent0, recv0 := c.in.Load()-int64(br.Buffered()), c.out.Load()
 		_ = c.SetReadDeadline(time.Now().Add(headerTimeout))
+		// A connection that ends or times out between requests has
+		// asked for nothing; one that sent part of a request, or bytes
+		// that are not one, is refused and told why.
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
 		hosts, err := hostHeaders(br)
 		if err != nil {
-			return // closed, timed out, or no request at all
+			p.badRequest(c, tun, start, sent0, recv0, "an incomplete request head: "+err.Error())
+			return
 		}
 		if len(hosts) > 1 {
 			// net/http refuses this too, silently; say why.
@@ -336,6 +346,7 @@ func (p *Proxy) serveRequests(ctx context.Context, c *countConn, br *bufio.Reade
 		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
+			p.badRequest(c, tun, start, sent0, recv0, "a malformed HTTP request: "+clip(err.Error(), 120))
 			return
 		}
 		_ = c.SetReadDeadline(time.Time{})
@@ -374,6 +385,30 @@ func (p *Proxy) serveRequests(ctx context.Context, c *countConn, br *bufio.Reade
 			return
 		}
 	}
+}
+
+// badRequest refuses bytes that are not a request the proxy can read:
+// a 400 marked as the proxy's, and an Event with the reason. Nothing of
+// what was sent is kept beyond the reason's bounded text.
+func (p *Proxy) badRequest(c *countConn, tun *tunnel, start time.Time, sent0, recv0 int64, reason string) {
+	ev := Event{Method: "HTTP", Reason: reason}
+	if tun != nil {
+		ev.Host, ev.Port = tun.host, tun.port
+	}
+	body := fmt.Sprintf("pulse egress: refused %s\nrule: the proxy reads HTTP/1.1 requests (an absolute http:// URI, or CONNECT host:port) and SOCKS5\nretrying will not help: send a well-formed request\n", reason)
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 400 Bad Request\r\n%s: denied\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", DeniedHeader, len(body), body)
+	ev.Sent, ev.Received = c.in.Load()-sent0, c.out.Load()-recv0
+	ev.Duration = time.Since(start)
+	p.emit(ev)
+}
+
+// clip shortens s to at most n bytes (a parse error can quote a whole
+// line the client sent).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // hostHeaders returns the Host header values of the request head at the

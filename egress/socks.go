@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -28,6 +29,7 @@ const socksVersion = 5
 // SOCKS5 reply codes.
 const (
 	socksOK              = 0
+	socksFailure         = 1
 	socksNotAllowed      = 2
 	socksHostUnreach     = 4
 	socksCmdUnsupported  = 7
@@ -52,14 +54,14 @@ var socksReplies = replies{
 // request named, when it got that far.
 func readSOCKS(br *bufio.Reader, w io.Writer) (host string, port int, err error) {
 	var hdr [2]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil || hdr[0] != socksVersion || hdr[1] == 0 {
+	if _, err := io.ReadFull(br, hdr[:]); err != nil || hdr[0] != socksVersion {
 		return "", 0, fmt.Errorf("%w: not a SOCKS5 greeting", errSOCKS)
 	}
 	methods := make([]byte, hdr[1])
 	if _, err := io.ReadFull(br, methods); err != nil {
 		return "", 0, fmt.Errorf("%w: truncated greeting", errSOCKS)
 	}
-	if !strings.ContainsRune(string(methods), 0) {
+	if !bytes.Contains(methods, []byte{0}) {
 		_, _ = w.Write([]byte{socksVersion, 0xff})
 		return "", 0, fmt.Errorf("%w: the client offers no method without authentication", errSOCKS)
 	}
@@ -67,7 +69,11 @@ func readSOCKS(br *bufio.Reader, w io.Writer) (host string, port int, err error)
 		return "", 0, fmt.Errorf("%w: %v", errSOCKS, err)
 	}
 	var req [4]byte
-	if _, err := io.ReadFull(br, req[:]); err != nil || req[0] != socksVersion || req[2] != 0 {
+	if _, err := io.ReadFull(br, req[:]); err != nil {
+		return "", 0, fmt.Errorf("%w: truncated request", errSOCKS)
+	}
+	if req[0] != socksVersion || req[2] != 0 {
+		_, _ = w.Write(socksReply(socksFailure))
 		return "", 0, fmt.Errorf("%w: malformed request", errSOCKS)
 	}
 	switch req[3] {
@@ -149,4 +155,56 @@ func (p *Proxy) serveSOCKS(ctx context.Context, c *countConn, br *bufio.Reader) 
 	_ = c.SetReadDeadline(time.Time{})
 	what := "SOCKS5 CONNECT " + net.JoinHostPort(host, strconv.Itoa(port))
 	p.tunnel(ctx, c, br, what, host, port, socksReplies, &ev, deny, finish)
+}
+
+// SOCKS4 and SOCKS4a (a first byte of 4) are not spoken: a SOCKS4 client
+// could name an address the proxy cannot see resolved, and there is no
+// reason to keep two SOCKS versions. The request is read as far as it
+// names a target (bounded: the user ID and name are at most
+// socks4Field bytes each), answered with reply 91 ("request rejected or
+// failed") and refused with an Event saying why.
+
+const socks4Field = 255
+
+func (p *Proxy) serveSOCKS4(c *countConn, br *bufio.Reader) {
+	start := time.Now()
+	ev := Event{Method: "SOCKS4", Reason: "SOCKS4 is not supported: use SOCKS5 (socks5h://) or HTTP CONNECT"}
+	var req [8]byte
+	if _, err := io.ReadFull(br, req[:]); err == nil {
+		ev.Port = int(binary.BigEndian.Uint16(req[2:4]))
+		ev.Host = netip.AddrFrom4([4]byte(req[4:8])).String()
+		// SOCKS4a: an address 0.0.0.x (x > 0) means a name follows the
+		// user ID.
+		if req[4] == 0 && req[5] == 0 && req[6] == 0 && req[7] != 0 {
+			ev.Host = ""
+			if _, ok := socks4String(br); ok {
+				if name, ok := socks4String(br); ok {
+					if h, _, err := splitHost(net.JoinHostPort(name, "1"), 0); err == nil {
+						ev.Host = h
+					}
+				}
+			}
+		}
+	}
+	_, _ = c.Write([]byte{0, 91, 0, 0, 0, 0, 0, 0})
+	ev.Sent, ev.Received = c.in.Load(), c.out.Load()
+	ev.Duration = time.Since(start)
+	p.emit(ev)
+}
+
+// socks4String reads a NUL-terminated SOCKS4 field of at most
+// socks4Field bytes.
+func socks4String(br *bufio.Reader) (string, bool) {
+	var b []byte
+	for len(b) <= socks4Field {
+		c, err := br.ReadByte()
+		if err != nil {
+			return "", false
+		}
+		if c == 0 {
+			return string(b), true
+		}
+		b = append(b, c)
+	}
+	return "", false
 }
