@@ -25,10 +25,19 @@
 //     checked, never the name again.
 //   - Inside an allowed tunnel, the first bytes are inspected: a TLS
 //     ClientHello must name the CONNECT host (SNI), or, for a CONNECT to an
-//     address, a host the allowlist allows; a plain HTTP request must name
-//     the same host in its Host header (only the tunnel's first request is
-//     read); a CONNECT or an absolute-form request relayed to a second
-//     target is cut.
+//     address, a host the allowlist allows; the rest of a TLS tunnel is
+//     not read. A tunnel whose first line names HTTP/1.x is read request
+//     by request for as long as it lasts (a server shared by many names
+//     serves whichever a request names, on any request of a kept-alive
+//     connection): every request's Host header must name the tunnel's
+//     host (or, for an address, an allowed host), a CONNECT or an
+//     absolute-form request relayed to a second target is cut, and so is
+//     what does not parse as HTTP/1. Each request is written upstream as
+//     the proxy parsed it. Only a websocket upgrade asked by the first
+//     request and answered 101 leaves the rest unread; other Upgrade
+//     headers are dropped. Any other protocol (first bytes neither TLS
+//     nor HTTP/1) is relayed unread: only its TCP destination is
+//     enforced.
 //   - A refusal is an HTTP 403 with the header X-Pulse-Egress: denied and
 //     a short body of stable lines: what was blocked, by which rule, how
 //     to allow it, and that retrying will not help (SOCKS5: reply 2, "not

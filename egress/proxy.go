@@ -716,9 +716,24 @@ func (p *Proxy) tunnel(ctx context.Context, c *countConn, br *bufio.Reader, what
 	// Server-first protocols need the upstream's bytes before the
 	// command sends any: copy that way at once.
 	down := make(chan struct{})
+	// switched: the upstream's first bytes are a 101, the answer to a
+	// plain tunnel's first request when it asked for an upgrade.
+	var switched atomic.Bool
 	go func() {
-		// Straight between the raw connections, so the kernel can splice.
-		n, _ := io.Copy(c.Conn, up)
+		var n int64
+		first := make([]byte, 512)
+		k, err := up.Read(first)
+		switched.Store(bytes.HasPrefix(first[:k], []byte("HTTP/1.1 101 ")))
+		if k > 0 {
+			k, err = c.Conn.Write(first[:k])
+			n += int64(k)
+		}
+		if err == nil {
+			// Straight between the raw connections, so the kernel can
+			// splice.
+			m, _ := io.Copy(c.Conn, up)
+			n += m
+		}
 		c.out.Add(n)
 		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
@@ -733,8 +748,22 @@ func (p *Proxy) tunnel(ctx context.Context, c *countConn, br *bufio.Reader, what
 		return
 	}
 	var cerr error
+	var dst io.Writer = up
 	if len(p.cfg.Inject) > 0 {
-		_, cerr = io.Copy(&strayWriter{w: up, ins: p.cfg.Inject}, br)
+		dst = &strayWriter{w: up, ins: p.cfg.Inject}
+	}
+	if originForm(br) {
+		var reason string
+		reason, cerr = p.relayRequests(br, dst, host, port, switched.Load)
+		if reason != "" {
+			ev.Allowed, ev.Reason = false, reason
+			up.Close()
+			<-down
+			finish()
+			return
+		}
+	} else if len(p.cfg.Inject) > 0 {
+		_, cerr = io.Copy(dst, br)
 	} else if _, cerr = io.CopyN(up, br, int64(br.Buffered())); cerr == nil {
 		n, err := io.Copy(up, c.Conn)
 		c.in.Add(n)
@@ -801,7 +830,7 @@ func (p *Proxy) inspectTunnel(br *bufio.Reader, host string, port int) string {
 		}
 		// A plain request in the tunnel must name the tunnel's host, or a
 		// server shared by many names would serve another (fronting).
-		// Only the first request is read; later ones pass unread.
+		// This is the first request; relayRequests checks every one.
 		if bytes.HasPrefix(rest, []byte("/")) && bytes.Contains(rest, []byte(" HTTP/")) {
 			hosts, err := hostHeaders(br)
 			if err != nil {
@@ -820,6 +849,102 @@ func (p *Proxy) inspectTunnel(br *bufio.Reader, host string, port int) string {
 		}
 	}
 	return ""
+}
+
+// originForm reports whether br starts with what a server could take for
+// an HTTP/1 request: a first line (after the empty lines servers skip)
+// that names HTTP/1.x, whatever its method's case or spacing.
+func originForm(br *bufio.Reader) bool {
+	b, _ := br.Peek(min(br.Buffered(), 1024))
+	line, _, _ := bytes.Cut(bytes.TrimLeft(b, "\r\n"), []byte("\n"))
+	return bytes.Contains(line, []byte("HTTP/1."))
+}
+
+// skipEmptyLines consumes the CR and LF bytes at the front of br, which
+// servers skip before a request line.
+func skipEmptyLines(br *bufio.Reader) error {
+	for {
+		b, err := br.Peek(1)
+		if err != nil {
+			return err
+		}
+		if b[0] != '\r' && b[0] != '\n' {
+			return nil
+		}
+		_, _ = br.Discard(1)
+	}
+}
+
+// relayRequests relays the HTTP/1 requests of a plain tunnel to dst one
+// at a time, each checked as the first one is: its Host header must name
+// the tunnel's host (a server shared by many names serves whichever a
+// request names, on any request of a kept-alive connection), and it may
+// not relay to a second target (CONNECT, absolute URI). Each request is
+// written out again from what net/http parsed, so the server frames it
+// as the proxy did: no request can hide in a body the two would measure
+// differently. An upgrade is kept only for a websocket asked by the
+// tunnel's first request: once the upstream has answered it with a 101
+// (switched), the rest is relayed unread; any other Upgrade header (h2c
+// would carry requests the proxy does not read) is dropped. It returns
+// why the tunnel is cut, or the error that ended it.
+func (p *Proxy) relayRequests(br *bufio.Reader, dst io.Writer, host string, port int, switched func() bool) (string, error) {
+	hp := net.JoinHostPort(host, strconv.Itoa(port))
+	websocket := false
+	for n := 0; ; n++ {
+		// The upstream's answer is looked at once the command sends
+		// more: a websocket client waits for the 101 before it does.
+		if _, err := br.Peek(1); err != nil {
+			return "", nil
+		}
+		if n == 1 && websocket && switched() {
+			_, err := io.Copy(dst, br)
+			return "", err
+		}
+		if err := skipEmptyLines(br); err != nil {
+			return "", nil
+		}
+		hosts, err := hostHeaders(br)
+		if err != nil {
+			return "an unreadable HTTP request head in the tunnel", nil
+		}
+		if len(hosts) > 1 {
+			return "more than one Host header", nil
+		}
+		for _, h := range hosts {
+			hh, hport, err := splitHost(h, port)
+			if err != nil || hport != port || !sameHost(hh, host) && !(isIP(host) && p.cfg.Policy.CheckHost(hh, port).Allowed) {
+				return fmt.Sprintf("the Host header %q does not name the tunnel's host %s", h, hp), nil
+			}
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return "a malformed HTTP request in the tunnel: " + clip(err.Error(), 120), nil
+		}
+		switch {
+		case req.Method == http.MethodConnect:
+			return "a CONNECT inside a tunnel would reach a second target", nil
+		case req.URL.IsAbs() || req.URL.Host != "":
+			return "an absolute URI inside a tunnel would relay to another target", nil
+		}
+		if len(hosts) == 0 {
+			req.Host = hp
+		}
+		if up := req.Header.Values("Upgrade"); len(up) > 0 {
+			if n == 0 && len(up) == 1 && strings.EqualFold(strings.TrimSpace(up[0]), "websocket") {
+				websocket = true
+			} else {
+				req.Header.Del("Upgrade")
+			}
+		}
+		if _, ok := req.Header["User-Agent"]; !ok {
+			req.Header["User-Agent"] = []string{""} // none added
+		}
+		err = req.Write(dst)
+		req.Body.Close()
+		if err != nil {
+			return "", err
+		}
+	}
 }
 
 func isToken(b []byte) bool {
