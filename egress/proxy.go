@@ -853,11 +853,40 @@ func (p *Proxy) inspectTunnel(br *bufio.Reader, host string, port int) string {
 
 // originForm reports whether br starts with what a server could take for
 // an HTTP/1 request: a first line (after the empty lines servers skip)
-// that names HTTP/1.x, whatever its method's case or spacing.
+// that names HTTP/1.x, whatever its method's case or spacing. It reads
+// on until that line is whole, for as long as what came could still be
+// one (no control byte), however the command cut it into writes: a line
+// decided on its first bytes alone ("G") would let every request pass
+// unread. A line that fills the buffer is taken as a request, which the
+// proxy then cannot read and refuses.
 func originForm(br *bufio.Reader) bool {
-	b, _ := br.Peek(min(br.Buffered(), 1024))
-	line, _, _ := bytes.Cut(bytes.TrimLeft(b, "\r\n"), []byte("\n"))
-	return bytes.Contains(line, []byte("HTTP/1."))
+	httpLine := func(line []byte) bool { return bytes.Contains(line, []byte("HTTP/1.")) }
+	start, i := -1, 0
+	for {
+		b, _ := br.Peek(br.Buffered())
+		for ; i < len(b); i++ {
+			c := b[i]
+			if start < 0 {
+				if c == '\r' || c == '\n' {
+					continue
+				}
+				start = i
+			}
+			if c == '\n' {
+				return httpLine(b[start:i])
+			}
+			if c < 0x20 && c != '\t' && c != '\r' {
+				return httpLine(b[start:i])
+			}
+		}
+		if len(b) >= br.Size() {
+			return true
+		}
+		if _, err := br.Peek(len(b) + 1); err != nil {
+			b, _ = br.Peek(br.Buffered()) // the buffer may have slid
+			return start >= 0 && httpLine(b[start:])
+		}
+	}
 }
 
 // skipEmptyLines consumes the CR and LF bytes at the front of br, which
