@@ -20,6 +20,10 @@
 //     A batch is never split across files: the file is rotated before it.
 //   - Verify reports the first modified, deleted, inserted, reordered or
 //     torn line by file, line and seq, and never panics on bad input.
+//     It checks the log as it stood at one moment (the head record, the
+//     list of rotated files and the live file's length, taken under a
+//     shared hold of the lock), so writers appending and rotating while
+//     it reads never make it report a gap or a cut.
 //   - A head record (PATH.head) names the last event appended; it is
 //     rewritten after each append under the lock (a keyed writer that
 //     finds it empty writes it once before its lines too, so a crash

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"syscall"
 
@@ -84,22 +85,26 @@ func (e *VerifyError) Unwrap() error { return e.Err }
 // hash kept from an earlier Verify, somewhere the writer of the log
 // cannot reach. ctx bounds the wait for the append lock and is checked
 // between files; a cancelled Verify returns ctx's error, not a verdict.
+//
+// Verify checks the log as it stood at one moment, taken under the append
+// lock: lines appended, and files rotated, by writers while it reads are
+// left for the next Verify, and are never taken for a gap or a cut.
 func Verify(ctx context.Context, path string, opts ...VerifyOption) (Report, error) {
 	var rep Report
 	var vo verifyOptions
 	for _, o := range opts {
 		o(&vo)
 	}
-	hr, err := readHeadLocked(ctx, path, vo.key)
+	sn, err := snapshotLocked(ctx, path, vo.key)
 	if err != nil {
 		return rep, err
 	}
-	h, hasHead, herr := hr.h, hr.ok, hr.err
-	files, err := rotatedFiles(path)
-	if err != nil {
-		return rep, err
+	if sn.live != nil {
+		defer sn.live.Close()
 	}
-	if _, err := os.Stat(path); err == nil {
+	h, hasHead, herr := sn.h, sn.ok, sn.herr
+	files := sn.rotated
+	if sn.live != nil {
 		files = append(files, path)
 	} else if len(files) == 0 {
 		if hasHead && herr == nil && h.Seq > 0 {
@@ -107,18 +112,29 @@ func Verify(ctx context.Context, path string, opts ...VerifyOption) (Report, err
 			return rep, &VerifyError{File: path, Seq: 1, Err: ErrTruncated,
 				Msg: fmt.Sprintf("the log is gone, but its head record says it held seq %d", h.Seq)}
 		}
-		return rep, fmt.Errorf("audit: %w", err)
+		return rep, fmt.Errorf("audit: %w", sn.liveErr)
 	}
 	rep.Files = files
 	v := verifier{rep: &rep, prev: GenesisHash, vo: vo}
 	if hasHead && herr == nil {
 		v.headSeq = h.Seq
 	}
-	for _, f := range files {
+	for _, f := range sn.rotated {
 		if err := ctx.Err(); err != nil {
 			return rep, fmt.Errorf("audit: verify: %w", err)
 		}
 		if err := v.file(f); err != nil {
+			return rep, err
+		}
+	}
+	if sn.live != nil {
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("audit: verify: %w", err)
+		}
+		// Only the bytes the live file held when the snapshot was taken:
+		// the rotated files listed then and those bytes are one chain,
+		// whatever was appended or rotated since.
+		if err := v.stream(io.NewSectionReader(sn.live, 0, sn.liveSize), path); err != nil {
 			return rep, err
 		}
 	}
@@ -129,31 +145,64 @@ func Verify(ctx context.Context, path string, opts ...VerifyOption) (Report, err
 	return rep, v.checkAnchor(last)
 }
 
-// readHeadLocked reads the head record under a shared hold of the append
-// lock (when the lock file can be opened), so that it is never read half
-// rewritten. Lines appended after it only make the log longer than the
-// head, which Verify accepts. It fails only when ctx ended the wait for
-// the lock; what it read, and the head's own error, are in headRead.
-func readHeadLocked(ctx context.Context, path string, k *Key) (headRead, error) {
+// snapshotLocked takes, under one shared hold of the append lock (when
+// the lock file can be opened), what Verify checks: the head record, the
+// list of rotated files, and the live file, open, with its size. A
+// writer appends and rotates only under the exclusive lock, so these
+// agree with each other: the rotated files listed and the first liveSize
+// bytes of the live file are one chain, and the head record names an
+// event in it. Rotated files are never written again, and the open live
+// file keeps its bytes when a later rotation renames it, so Verify reads
+// them after letting go of the lock, and writers are held up only for
+// the listing. Without the lock (no lock file: no writer ever opened the
+// log), a rotation while Verify lists the files could break that
+// agreement, but nobody is there to rotate. It fails only when ctx
+// ended the wait for the lock.
+func snapshotLocked(ctx context.Context, path string, k *Key) (snapshot, error) {
 	if lf, err := os.OpenFile(path+".lock", os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
 		defer lf.Close()
 		if err := flock.LockShared(ctx, lf); err == nil {
 			defer flock.Unlock(lf)
 		} else if cerr := ctx.Err(); cerr != nil {
-			return headRead{}, fmt.Errorf("audit: verify: %w", cerr)
+			return snapshot{}, fmt.Errorf("audit: verify: %w", cerr)
 		}
 	}
-	var r headRead
-	r.h, r.ok, r.err = readHeadFile(path, k)
-	return r, nil
+	var sn snapshot
+	sn.h, sn.ok, sn.herr = readHeadFile(path, k)
+	rotated, err := rotatedFiles(path)
+	if err != nil {
+		return snapshot{}, err
+	}
+	sn.rotated = rotated
+	f, err := os.Open(path)
+	if err != nil {
+		if len(rotated) == 0 || errors.Is(err, fs.ErrNotExist) {
+			sn.liveErr = err
+			return sn, nil
+		}
+		return snapshot{}, fmt.Errorf("audit: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return snapshot{}, fmt.Errorf("audit: %w", err)
+	}
+	sn.live, sn.liveSize = f, st.Size()
+	return sn, nil
 }
 
-// headRead is what readHeadLocked found: the head record, whether there
-// is one, and why it could not be used.
-type headRead struct {
-	h   head
-	ok  bool
-	err error
+// snapshot is what snapshotLocked found: the head record, whether there
+// is one, and why it could not be used; the rotated files, oldest first;
+// the live file and its size then (nil when it could not be opened, and
+// liveErr says why).
+type snapshot struct {
+	h        head
+	ok       bool
+	herr     error
+	rotated  []string
+	live     *os.File
+	liveSize int64
+	liveErr  error
 }
 
 func (v *verifier) checkHead(lastFile string, h head, ok bool, err error) error {
