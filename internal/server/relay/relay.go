@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,7 +121,22 @@ func New(tokens []string, opts ...Option) (*Relay, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("relay needs at least one worker token: %w", ErrConfig)
 	}
-	return &Relay{o: o, auth: bearer.New(tokens), workers: map[*worker]struct{}{}}, nil
+	r := &Relay{o: o, auth: bearer.New(tokens), workers: map[*worker]struct{}{}}
+	r.reqID.Store(firstReqID())
+	return r, nil
+}
+
+// firstReqID is where a relay's req_ids start: random, so that a restarted
+// server does not send again the req_ids of the one before it. A worker
+// keeps its dedup cache (req_id to terminal frame) across reconnects and
+// answers a req_id it has seen with the same command from that cache,
+// without running it: counting from 1 again, a new server's first Execs
+// would get the old server's answers. The top bit and the low 32 bits are
+// zero, so the counter never reaches 0 again by wrapping.
+func firstReqID() uint64 {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return binary.BigEndian.Uint64(b[:]) &^ (1<<63 | 1<<32 - 1)
 }
 
 // Register adds the SandboxWorker service to g.
