@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -48,16 +49,16 @@ func rotatedName(path string, seq uint64) string {
 
 // Files lists the files of the log at path, oldest first: the files
 // rotated from it (PATH.<last seq, 20 digits>), then path itself if it
-// exists.
+// exists, as they stood at one moment, under the append lock. A writer
+// may rotate the live file as soon as Files returns: to read the log,
+// take an OpenSnapshot, which keeps the live file open.
 func Files(path string) ([]string, error) {
-	files, err := rotatedFiles(path)
+	s, err := OpenSnapshot(context.Background(), path)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(path); err == nil {
-		files = append(files, path)
-	}
-	return files, nil
+	defer s.Close()
+	return s.Files(), nil
 }
 
 // rotatedFiles lists PATH.<20 digits> files, oldest first.

@@ -90,23 +90,80 @@ func (e *VerifyError) Unwrap() error { return e.Err }
 // lock: lines appended, and files rotated, by writers while it reads are
 // left for the next Verify, and are never taken for a gap or a cut.
 func Verify(ctx context.Context, path string, opts ...VerifyOption) (Report, error) {
-	var rep Report
-	var vo verifyOptions
-	for _, o := range opts {
-		o(&vo)
-	}
-	sn, err := snapshotLocked(ctx, path, vo.key)
+	s, err := OpenSnapshot(ctx, path, opts...)
 	if err != nil {
-		return rep, err
+		return Report{}, err
 	}
-	if sn.live != nil {
-		defer sn.live.Close()
+	defer s.Close()
+	return s.Verify(ctx)
+}
+
+// Snapshot is the log at a path as it stood at one moment, taken under
+// one shared hold of the append lock: its rotated files and its live
+// file, open, with the size it had then. Reading them gives every event
+// of the log up to that moment, each once, in order, however often
+// writers append and rotate meanwhile; Verify checks the same. Close it
+// when done.
+type Snapshot struct {
+	path string
+	vo   verifyOptions
+	sn   snapshot
+}
+
+// OpenSnapshot takes a Snapshot of the log at path. opts are those of
+// Verify (the key also reads the head record). ctx bounds the wait for
+// the append lock.
+func OpenSnapshot(ctx context.Context, path string, opts ...VerifyOption) (*Snapshot, error) {
+	s := &Snapshot{path: path}
+	for _, o := range opts {
+		o(&s.vo)
 	}
+	sn, err := snapshotLocked(ctx, path, s.vo.key)
+	if err != nil {
+		return nil, err
+	}
+	s.sn = sn
+	return s, nil
+}
+
+// Rotated returns the files rotated from the log, oldest first. They are
+// never written again, so they can be opened by name after the snapshot.
+func (s *Snapshot) Rotated() []string { return s.sn.rotated }
+
+// Live returns the live file, open, and its size at the snapshot: the
+// bytes after it were appended later. f is nil when there was no live
+// file. It belongs to the Snapshot, and Close closes it; it keeps its
+// bytes when a later rotation renames it.
+func (s *Snapshot) Live() (f *os.File, size int64) { return s.sn.live, s.sn.liveSize }
+
+// Files returns the rotated files, oldest first, then the live file's
+// path when there was one.
+func (s *Snapshot) Files() []string {
+	files := append([]string(nil), s.sn.rotated...)
+	if s.sn.live != nil {
+		files = append(files, s.path)
+	}
+	return files
+}
+
+// Close closes the live file.
+func (s *Snapshot) Close() error {
+	if s.sn.live == nil {
+		return nil
+	}
+	err := s.sn.live.Close()
+	s.sn.live = nil
+	return err
+}
+
+// Verify checks the log as it stood at the snapshot, as the package's
+// Verify does. ctx is checked between files.
+func (s *Snapshot) Verify(ctx context.Context) (Report, error) {
+	var rep Report
+	path, sn, vo := s.path, s.sn, s.vo
 	h, hasHead, herr := sn.h, sn.ok, sn.herr
-	files := sn.rotated
-	if sn.live != nil {
-		files = append(files, path)
-	} else if len(files) == 0 {
+	files := s.Files()
+	if sn.live == nil && len(files) == 0 {
 		if hasHead && herr == nil && h.Seq > 0 {
 			rep.Head, rep.HeadSeq, rep.BadSeq = true, h.Seq, 1
 			return rep, &VerifyError{File: path, Seq: 1, Err: ErrTruncated,

@@ -238,17 +238,23 @@ func auditTail(ctx context.Context, env *cliEnv, path string, n int, follow bool
 		if err := t.read(t.print); err != nil {
 			return fail(err)
 		}
-		files, err := audit.Files(path)
+		// The files as they stand under the append lock, with the live
+		// one open: listing them and then opening the live file by name
+		// would skip the segment of a rotation in between.
+		snap, err := audit.OpenSnapshot(ctx, path)
 		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
+			}
 			return fail(err)
 		}
-		for _, name := range files {
-			if name != path && !rotatedAfter(name, t.lastSeq) {
+		for _, name := range snap.Rotated() {
+			if !rotatedAfter(name, t.lastSeq) {
 				continue
 			}
 			nf, err := os.Open(name)
 			if err != nil {
-				continue // rotated again or removed meanwhile; the next poll catches up
+				continue // removed meanwhile
 			}
 			if cur, err := nf.Stat(); err == nil && os.SameFile(cur, t.info()) {
 				nf.Close()
@@ -256,9 +262,21 @@ func auditTail(ctx context.Context, env *cliEnv, path string, n int, follow bool
 			}
 			t.close()
 			t.open(nf)
-			if name == path {
-				fmt.Fprintf(out, "-- %s was rotated; following the new file\n", path)
+			if err := t.read(t.print); err != nil {
+				snap.Close()
+				return fail(err)
 			}
+		}
+		live, _ := snap.Live()
+		if live == nil {
+			snap.Close()
+		} else if cur, err := live.Stat(); err == nil && os.SameFile(cur, t.info()) {
+			snap.Close()
+		} else {
+			t.close()
+			t.open(live)
+			t.owner = snap // closes live
+			fmt.Fprintf(out, "-- %s was rotated; following the new file\n", path)
 			if err := t.read(t.print); err != nil {
 				return fail(err)
 			}
@@ -279,6 +297,7 @@ func rotatedAfter(name string, seq uint64) bool {
 type tailer struct {
 	out     io.Writer
 	f       *os.File
+	owner   io.Closer // closes f when set
 	fi      os.FileInfo
 	br      *bufio.Reader
 	partial []byte
@@ -287,16 +306,20 @@ type tailer struct {
 }
 
 func (t *tailer) open(f *os.File) {
-	t.f, t.br, t.lineNo, t.partial = f, bufio.NewReader(f), 0, nil
+	t.f, t.owner, t.br, t.lineNo, t.partial = f, nil, bufio.NewReader(f), 0, nil
 	t.fi, _ = f.Stat()
 }
 
 func (t *tailer) info() os.FileInfo { return t.fi }
 
 func (t *tailer) close() {
-	if t.f != nil {
+	switch {
+	case t.owner != nil:
+		t.owner.Close()
+	case t.f != nil:
 		t.f.Close()
 	}
+	t.f, t.owner = nil, nil
 }
 
 func (t *tailer) read(emit func(no int, line []byte)) error {
@@ -426,25 +449,43 @@ func auditExport(ctx context.Context, env *cliEnv, path, format string) int {
 	if err == nil && key != nil {
 		vopts = append(vopts, audit.VerifyKey(key))
 	}
-	if _, err := audit.Verify(ctx, path, vopts...); err != nil {
+	// One snapshot, verified and exported: a writer appending and
+	// rotating meanwhile neither hides events from the export nor adds
+	// ones the verification did not see.
+	snap, err := audit.OpenSnapshot(ctx, path, vopts...)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
+		return exitFailure
+	}
+	defer snap.Close()
+	if _, err := snap.Verify(ctx); err != nil {
 		fmt.Fprintf(env.stderr, "pulse audit export: warning: %v\n", err)
 		code = exitFailure
 	}
-	files, err := audit.Files(path)
-	if err != nil || len(files) == 0 {
-		fmt.Fprintf(env.stderr, "pulse audit export: %s: no log files (%v)\n", path, err)
+	files := snap.Files()
+	if len(files) == 0 {
+		fmt.Fprintf(env.stderr, "pulse audit export: %s: no log files\n", path)
 		return exitFailure
 	}
 	out := bufio.NewWriter(env.stdout)
 	defer out.Flush()
 	enc := json.NewEncoder(out)
+	live, liveSize := snap.Live()
 	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
-			return exitFailure
+		var r io.Reader
+		var f *os.File
+		if name == path && live != nil {
+			// Only the bytes the snapshot holds: the rest was appended
+			// after it, and its last line may still be being written.
+			r = io.NewSectionReader(live, 0, liveSize)
+		} else {
+			if f, err = os.Open(name); err != nil {
+				fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
+				return exitFailure
+			}
+			r = f
 		}
-		br := bufio.NewReaderSize(f, 64<<10)
+		br := bufio.NewReaderSize(r, 64<<10)
 		for no := 1; ; no++ {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
@@ -453,7 +494,9 @@ func auditExport(ctx context.Context, env *cliEnv, path, format string) int {
 					fmt.Fprintf(env.stderr, "pulse audit export: %s:%d: skipped: %v\n", name, no, perr)
 					code = exitFailure
 				} else if err := enc.Encode(conv(e, version())); err != nil {
-					f.Close()
+					if f != nil {
+						f.Close()
+					}
 					fmt.Fprintf(env.stderr, "pulse audit export: %v\n", err)
 					return exitFailure
 				}
@@ -462,7 +505,9 @@ func auditExport(ctx context.Context, env *cliEnv, path, format string) int {
 				break
 			}
 		}
-		f.Close()
+		if f != nil {
+			f.Close()
+		}
 	}
 	return code
 }
