@@ -42,7 +42,7 @@ func CheckCommand(req *Request) error {
 		}
 	}
 	l := req.Limits
-	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 {
+	if l.Timeout < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.DiskBytes < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 {
 		return fmt.Errorf("%w: negative resource limit", ErrInvalidRequest)
 	}
 	return nil

@@ -23,6 +23,13 @@ type ResourceLimits struct {
 	OutputBytes int64 `json:"output_bytes,omitempty" yaml:"output_bytes,omitempty"`
 	// FileSizeBytes caps the size of any one file the command writes.
 	FileSizeBytes int64 `json:"file_size_bytes,omitempty" yaml:"file_size_bytes,omitempty"`
+	// DiskBytes caps the disk space that what a command writes (the files
+	// it creates or changes: its overlay, or its container's workspace)
+	// may take while it runs. The kernel enforces it as the command
+	// writes, so that a command cannot fill the host's disk; one that
+	// reaches it is ended and the result names the limit. Zero means the
+	// isolating backends' default (see DefaultDiskBytes).
+	DiskBytes int64 `json:"disk_bytes,omitempty" yaml:"disk_bytes,omitempty"`
 }
 
 // Defaults applied where a ResourceLimits field is zero.
@@ -43,6 +50,27 @@ const (
 	DefaultPids        = 1024
 	DefaultMemoryBytes = 1 << 30
 )
+
+// DefaultDiskBytes is the most that an isolating backend lets a command
+// write where DiskBytes is zero. The backend lowers it further to
+// DefaultDiskShare of the space free where the writes go, measured when
+// the command starts, so that the default cannot fill a small disk
+// either; a DiskBytes that a policy sets is used as it is (the policy's
+// author chose it). A policy raises it with limits.disk_bytes.
+const (
+	DefaultDiskBytes = 4 << 30
+	DefaultDiskShare = 0.5
+)
+
+// DiskDefault is the bound on what a command writes when DiskBytes is
+// zero, given free, the bytes free where its writes go (negative when not
+// known): DefaultDiskBytes, or DefaultDiskShare of free if that is less.
+func DiskDefault(free int64) int64 {
+	if free < 0 {
+		return DefaultDiskBytes
+	}
+	return min(DefaultDiskBytes, int64(float64(free)*DefaultDiskShare))
+}
 
 // WithIsolationDefaults returns l with a zero Pids and MemoryBytes replaced
 // by DefaultPids and DefaultMemoryBytes. The isolating backends call it on
@@ -77,12 +105,13 @@ const (
 	LimitPids          LimitKey = "pids"
 	LimitOutputBytes   LimitKey = "output_bytes"
 	LimitFileSizeBytes LimitKey = "file_size_bytes"
+	LimitDiskBytes     LimitKey = "disk_bytes"
 )
 
 // LimitKeys returns every limit key, in the order the policy file
 // documents them.
 func LimitKeys() []LimitKey {
-	return []LimitKey{LimitTimeout, LimitMemoryBytes, LimitCPUs, LimitPids, LimitOutputBytes, LimitFileSizeBytes}
+	return []LimitKey{LimitTimeout, LimitMemoryBytes, LimitCPUs, LimitPids, LimitOutputBytes, LimitFileSizeBytes, LimitDiskBytes}
 }
 
 // Defaulted reports whether every command has limit k, because
@@ -105,6 +134,8 @@ func (l ResourceLimits) IsSet(k LimitKey) bool {
 		return l.OutputBytes > 0
 	case LimitFileSizeBytes:
 		return l.FileSizeBytes > 0
+	case LimitDiskBytes:
+		return l.DiskBytes > 0
 	}
 	return false
 }

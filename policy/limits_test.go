@@ -70,3 +70,19 @@ func TestDefaultsFillOnlyZero(t *testing.T) {
 		t.Errorf("defaults changed set limits: %+v, want %+v", got, set)
 	}
 }
+
+// TestDiskDefault: the default bound on a command's writes is the smaller
+// of DefaultDiskBytes and a share of the free space, so that it cannot
+// fill a nearly full disk; unknown free space leaves DefaultDiskBytes.
+func TestDiskDefault(t *testing.T) {
+	for _, c := range []struct{ free, want int64 }{
+		{-1, DefaultDiskBytes},
+		{1 << 40, DefaultDiskBytes},
+		{2 << 30, 1 << 30},
+		{0, 0},
+	} {
+		if got := DiskDefault(c.free); got != c.want {
+			t.Errorf("DiskDefault(%d) = %d, want %d", c.free, got, c.want)
+		}
+	}
+}

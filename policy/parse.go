@@ -52,6 +52,7 @@ const FileVersion = 1
 //	  pids: 256
 //	  output_bytes: 4MiB
 //	  file_size_bytes: 50MiB
+//	  disk_bytes: 8GiB        # what a running command may write in all
 //
 // Parsing is strict: unknown or repeated keys, wrong types, unknown
 // actions, decisions or modes, malformed globs, hosts or CIDRs, negative
@@ -492,6 +493,8 @@ func decodeLimits(n *yaml.Node, field string) (ResourceLimits, error) {
 			l.OutputBytes, err = byteSize(v, name)
 		case LimitFileSizeBytes:
 			l.FileSizeBytes, err = byteSize(v, name)
+		case LimitDiskBytes:
+			l.DiskBytes, err = byteSize(v, name)
 		case LimitPids:
 			l.Pids, err = scalarInt(v, name)
 			if err == nil && l.Pids < 0 {

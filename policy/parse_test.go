@@ -31,6 +31,7 @@ limits:
   pids: 256
   output_bytes: 4194304
   file_size_bytes: 2G
+  disk_bytes: 8GiB
 `
 
 const fullJSON = `{
@@ -41,7 +42,7 @@ const fullJSON = `{
 		{"action": "read", "target": ".env", "decision": "deny"}
 	],
 	"network": {"mode": "allowlist", "hosts": ["proxy.golang.org", "*.github.com"], "cidrs": ["10.0.0.0/8"], "ports": [443]},
-	"limits": {"timeout": 300, "memory_bytes": 536870912, "cpus": 1.5, "pids": 256, "output_bytes": "4MiB", "file_size_bytes": "2GiB"}
+	"limits": {"timeout": 300, "memory_bytes": 536870912, "cpus": 1.5, "pids": 256, "output_bytes": "4MiB", "file_size_bytes": "2GiB", "disk_bytes": 8589934592}
 }`
 
 func TestParseFull(t *testing.T) {
@@ -72,7 +73,7 @@ func TestParseFull(t *testing.T) {
 			if p.Network == nil || p.Network.Mode != NetworkAllowlist || len(p.Network.Hosts) != 2 || p.Network.Ports[0] != 443 {
 				t.Errorf("network = %+v", p.Network)
 			}
-			want := ResourceLimits{Timeout: 5 * time.Minute, MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 256, OutputBytes: 4 << 20, FileSizeBytes: 2 << 30}
+			want := ResourceLimits{Timeout: 5 * time.Minute, MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 256, OutputBytes: 4 << 20, FileSizeBytes: 2 << 30, DiskBytes: 8 << 30}
 			if p.Limits != want {
 				t.Errorf("limits = %+v, want %+v", p.Limits, want)
 			}

@@ -289,6 +289,7 @@ func TestResourceLimits(t *testing.T) {
 		"pids":            {Pids: -1},
 		"output_bytes":    {OutputBytes: -1},
 		"file_size_bytes": {FileSizeBytes: -1},
+		"disk_bytes":      {DiskBytes: -1},
 	} {
 		err := l.Validate()
 		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), name) {

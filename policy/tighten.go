@@ -63,6 +63,7 @@ func (l ResourceLimits) Tighten(req ResourceLimits) (ResourceLimits, error) {
 	out.Pids = minInt(LimitPids, l.Pids, req.Pids, num)
 	out.OutputBytes = minInt(LimitOutputBytes, l.OutputBytes, req.OutputBytes, num)
 	out.FileSizeBytes = minInt(LimitFileSizeBytes, l.FileSizeBytes, req.FileSizeBytes, num)
+	out.DiskBytes = minInt(LimitDiskBytes, l.DiskBytes, req.DiskBytes, num)
 	switch {
 	case req.CPUs == 0:
 	case l.CPUs == 0 || req.CPUs <= l.CPUs:

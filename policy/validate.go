@@ -118,6 +118,7 @@ func (l ResourceLimits) Validate() error {
 		{LimitPids, l.Pids},
 		{LimitOutputBytes, l.OutputBytes},
 		{LimitFileSizeBytes, l.FileSizeBytes},
+		{LimitDiskBytes, l.DiskBytes},
 	} {
 		if err := neg(c.name, c.v); err != nil {
 			return err

@@ -205,7 +205,7 @@ func ParseSubmit(p map[string]json.RawMessage) (*SubmitRequest, error) {
 		if l.Timeout != 0 {
 			return nil, invalid("limits.timeout is not accepted: send timeout_s")
 		}
-		if l.MemoryBytes < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 ||
+		if l.MemoryBytes < 0 || l.Pids < 0 || l.OutputBytes < 0 || l.FileSizeBytes < 0 || l.DiskBytes < 0 ||
 			math.IsNaN(l.CPUs) || l.CPUs < 0 || l.CPUs > MaxCPUs {
 			return nil, invalid("limits must be non-negative (cpus at most %d)", MaxCPUs)
 		}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -26,13 +27,14 @@ func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, aske
 	if err := asked.Validate(); err != nil {
 		return limits, fmt.Errorf("%w: limits: %w", ErrInvalidCommand, err)
 	}
-	// On an isolating backend the pids and memory defaults are a
+	// On an isolating backend the pids, memory and disk defaults are a
 	// ceiling too: a command cannot lift itself above them, only the
 	// policy can. What the command leaves unset stays unset, for the
 	// backend to default.
 	ceil := limits
 	if s.caps.Isolation != backend.IsolationHostUnsafe {
 		ceil = ceil.WithIsolationDefaults()
+		ceil.DiskBytes = cmp.Or(ceil.DiskBytes, policy.DefaultDiskBytes)
 	}
 	l, err := ceil.Tighten(*asked)
 	if err != nil {
@@ -45,6 +47,9 @@ func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, aske
 	}
 	if asked.MemoryBytes == 0 {
 		l.MemoryBytes = limits.MemoryBytes
+	}
+	if asked.DiskBytes == 0 {
+		l.DiskBytes = limits.DiskBytes
 	}
 	if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs) {
 		// Quietly running under the container's higher limits would

@@ -91,6 +91,7 @@ func fit(ctx context.Context, o *options, b backend.Backend, caps backend.Capabi
 	add(policy.LimitCPUs, limits.CPUs, "cpus")
 	add(policy.LimitPids, float64(limits.Pids), "processes")
 	add(policy.LimitFileSizeBytes, float64(limits.FileSizeBytes), "bytes")
+	add(policy.LimitDiskBytes, float64(limits.DiskBytes), "bytes")
 	return f
 }
 

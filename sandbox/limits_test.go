@@ -193,8 +193,8 @@ func TestWithLimitsOnlyTightensThePolicys(t *testing.T) {
 	}
 }
 
-// A command cannot lift itself above the isolating backends' pids and
-// memory defaults; only the policy raises them.
+// A command cannot lift itself above the isolating backends' pids,
+// memory and disk defaults; only the policy raises them.
 func TestCommandLimitsCannotExceedTheIsolationDefaults(t *testing.T) {
 	be := &limitsBackend{}
 	sb, err := New(context.Background(), t.TempDir(), WithBackend(be))
@@ -207,10 +207,14 @@ func TestCommandLimitsCannotExceedTheIsolationDefaults(t *testing.T) {
 	if !errors.Is(err, ErrLimitExceeded) {
 		t.Fatalf("err = %v, want ErrLimitExceeded", err)
 	}
+	_, err = sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{DiskBytes: policy.DefaultDiskBytes + 1}})
+	if !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("disk_bytes over the default: err = %v, want ErrLimitExceeded", err)
+	}
 	if _, err := sb.Execute(ctx, Command{Args: []string{"true"}, Limits: &policy.ResourceLimits{Timeout: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
-	if be.req.Limits.Pids != 0 || be.req.Limits.MemoryBytes != 0 {
+	if be.req.Limits.Pids != 0 || be.req.Limits.MemoryBytes != 0 || be.req.Limits.DiskBytes != 0 {
 		t.Fatalf("limits sent = %+v: unset pids and memory are the backend's to default", be.req.Limits)
 	}
 }
