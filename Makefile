@@ -6,7 +6,7 @@ FUZZTIME ?= 10s
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build
+.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build docs
 
 test: testenv check
 
@@ -51,3 +51,9 @@ bench:
 bench-agent:
 	@./scripts/testenv.sh
 	@./bench/agent/run.sh
+
+# docs/cli.md's reference part is every command's help as the binary
+# prints it; this rewrites it. TestCLIReferenceIsCurrent fails until it is
+# run after a command's help or flags change.
+docs:
+	PULSE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIReferenceIsCurrent$$' ./cmd/pulse/

@@ -1,5 +1,8 @@
 package main
 
+// docs/cli.md holds every command's help; this rewrites it (make docs).
+//go:generate env PULSE_UPDATE_DOCS=1 go test -count=1 -run ^TestCLIReferenceIsCurrent$ .
+
 import (
 	"bytes"
 	"context"
