@@ -118,8 +118,9 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 
 // wrapperCaps are what the wrapper, root in the container, needs to give
 // each command a working copy owned by the command's own uid and to drop
-// to that uid; the command itself keeps none of them.
-var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
+// to that uid, and SETPCAP to empty the command's bounding set
+// (capdrop.go); the command itself keeps none of them, in any set.
+var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP"}
 
 // create makes, starts and seeds a container for key; with a slot, a warm
 // one that outlives this process (warm.go).

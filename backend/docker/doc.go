@@ -21,7 +21,9 @@
 //     Reconcile and Collect remove expired and unreleased ones (warm.go).
 //   - Hardened by default: network none for deny-all, all capabilities
 //     dropped (the wrapper, root in the container, keeps CHOWN,
-//     DAC_OVERRIDE, FOWNER, SETUID and SETGID), no-new-privileges,
+//     DAC_OVERRIDE, FOWNER, SETUID, SETGID and SETPCAP; the command
+//     starts with every set empty, the bounding set too: capdrop.go),
+//     no-new-privileges,
 //     read-only root filesystem with tmpfs /tmp, each command under a uid
 //     of its own (20000 and up, no capabilities) in a working copy only it
 //     can enter, so that concurrent commands cannot signal, trace or read

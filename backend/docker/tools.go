@@ -35,8 +35,10 @@ import (
 // container starts.
 //
 // A host without a static busybox (WithTools("-"), or none found) injects
-// nothing: the backend then runs the image's own /bin/sh and tools, which
-// the image pulse image build makes has.
+// no busybox: the backend then runs the image's own /bin/sh and tools,
+// which the image pulse image build makes has. The program that starts
+// each command with an empty capability bounding set (capdrop.go) is
+// injected there either way.
 const toolsDir = "/.pulse-tools"
 
 // toolsCandidates are where a static busybox is looked for on the host.
@@ -96,13 +98,15 @@ func toolsTar(busybox string) ([]byte, error) {
 }
 
 func makeToolsTar(busybox string) ([]byte, error) {
-	bin, err := os.ReadFile(busybox)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", busybox, err)
-	}
-	out, err := exec.Command(busybox, "--list").Output()
-	if err != nil {
-		return nil, fmt.Errorf("listing the applets of %s: %w", busybox, err)
+	var bin, out []byte
+	if busybox != "" {
+		var err error
+		if bin, err = os.ReadFile(busybox); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", busybox, err)
+		}
+		if out, err = exec.Command(busybox, "--list").Output(); err != nil {
+			return nil, fmt.Errorf("listing the applets of %s: %w", busybox, err)
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -117,6 +121,17 @@ func makeToolsTar(busybox string) ([]byte, error) {
 	}
 	if err := put(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}, nil); err != nil {
 		return nil, err
+	}
+	if cd := capdropELF(); cd != nil {
+		if err := put(&tar.Header{Name: "capdrop", Typeflag: tar.TypeReg, Mode: 0o555, Size: int64(len(cd))}, cd); err != nil {
+			return nil, err
+		}
+	}
+	if busybox == "" {
+		if err := tw.Close(); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
 	}
 	if err := put(&tar.Header{Name: "busybox", Typeflag: tar.TypeReg, Mode: 0o555, Size: int64(len(bin))}, bin); err != nil {
 		return nil, err
@@ -140,7 +155,7 @@ func makeToolsTar(busybox string) ([]byte, error) {
 
 // toolsMount is the volume the tools are injected into, if any.
 func (b *Backend) toolsMounts() []mount.Mount {
-	if b.tools == "" {
+	if b.tools == "" && capdropELF() == nil {
 		return nil
 	}
 	return []mount.Mount{{Type: mount.TypeVolume, Target: toolsDir}}
@@ -149,7 +164,7 @@ func (b *Backend) toolsMounts() []mount.Mount {
 // injectTools copies the tools into the created, not yet started,
 // container id.
 func (b *Backend) injectTools(ctx context.Context, id string) error {
-	if b.tools == "" {
+	if b.tools == "" && capdropELF() == nil {
 		return nil
 	}
 	data, err := toolsTar(b.tools)

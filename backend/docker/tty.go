@@ -29,8 +29,8 @@ import (
 //     waits for a status line on its stdin;
 //  2. the host then starts the terminal exec: root only until ttyScript
 //     has entered the command's directory and set the terminal's size,
-//     then, through nsenter as the wrapper does it, the command's uid with
-//     no capabilities, recording its pgid and running it under time(1).
+//     then, through capdrop as the wrapper does it, the command's uid with
+//     no capabilities and an empty bounding set, recording its pgid and running it under time(1).
 //     The exec's process leads the terminal's session, so the command is
 //     in its foreground group: /dev/tty is the terminal, SIGWINCH and ^C
 //     reach it;
@@ -53,7 +53,13 @@ const ttyScript = `d=$1 u=$2 g=$3 f=$4 p=$5 t=$6 r=$7 c=$8 k=$9; shift 9
 [ -e "$k" ] && exit 137
 cd "$d" || exit 125
 stty rows "$r" cols "$c" 2>/dev/null
-exec nsenter -S "$u" -G "$g" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$f" "$p" "$t" "$@"`
+cs='exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"'
+if [ -x ` + capdropPath + ` ]; then
+	sh=/bin/sh
+	[ -x ` + toolsDir + `/bin/sh ] && sh=` + toolsDir + `/bin/sh
+	exec ` + capdropPath + ` "$u" "$g" "$sh" -c "$cs" pulse-cmd "$f" "$p" "$t" "$@"
+fi
+exec nsenter -S "$u" -G "$g" sh -c "$cs" pulse-cmd "$f" "$p" "$t" "$@"`
 
 // ttyBeforeLaunch, when set (by a test), runs before the terminal exec is
 // created: an engine slow to start it.

@@ -15,7 +15,7 @@ import (
 
 // TestDockerTTYCommandIsolated: a command on a terminal keeps what every
 // command of the backend has: a uid of its own (20000+), the shared group
-// only, no capability, the seccomp filter (TIOCSTI into the terminal it
+// only, no capability (an empty bounding set too), the seccomp filter (TIOCSTI into the terminal it
 // controls is refused), its writes reported; and a concurrent command's
 // uid can neither read nor write its terminal.
 func TestDockerTTYCommandIsolated(t *testing.T) {
@@ -28,7 +28,7 @@ func TestDockerTTYCommandIsolated(t *testing.T) {
 		ExecutionID: "tty", Workspace: ws, Stdin: stdinR, Stdout: out,
 		TTY:     &backend.TTY{Rows: 24, Cols: 80},
 		Network: policy.DenyAllNetwork(), Limits: policy.ResourceLimits{Timeout: 2 * time.Minute},
-		Shell: `echo "uid=$(id -u) groups=$(id -G)"; grep CapEff /proc/self/status; ./probe ttyinject
+		Shell: `echo "uid=$(id -u) groups=$(id -G)"; grep -E 'CapEff|CapBnd' /proc/self/status; ./probe ttyinject
 echo "tty=$(tty)"; echo made >made.txt; read -r l; echo "got $l"`,
 	})
 	if err != nil {
@@ -68,6 +68,9 @@ echo "tty=$(tty)"; echo made >made.txt; read -r l; echo "got $l"`,
 	}
 	if !strings.Contains(got, "CapEff:\t0000000000000000") {
 		t.Errorf("the command has capabilities: %q", got)
+	}
+	if capdropELF() != nil && !strings.Contains(got, "CapBnd:\t0000000000000000") {
+		t.Errorf("the command's bounding set is not empty: %q", got)
 	}
 	if !strings.Contains(got, "refused: operation not permitted") || strings.Contains(got, "ESCAPED") {
 		t.Errorf("TIOCSTI into its terminal was not refused: %q", got)

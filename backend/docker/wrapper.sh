@@ -247,7 +247,17 @@ if [ "${PULSE_TTY:-}" = 1 ]; then
 	read -r rc || rc=137
 	case $rc in '' | *[!0-9]*) rc=126 ;; esac
 else
-	setsid nsenter -S "$u" -G "$G" sh -c 'exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"' pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
+	# The command's uid and group are set by capdrop (capdrop.go),
+	# which first empties the capability bounding set; where it was not
+	# injected, by nsenter, and the bounding set stays the wrapper's.
+	cs='exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; umask "$1"; f=$2 p=$3 t=$4; shift 4; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"'
+	if [ -x /.pulse-tools/capdrop ]; then
+		sh=/bin/sh
+		[ -x /.pulse-tools/bin/sh ] && sh=/.pulse-tools/bin/sh
+		setsid /.pulse-tools/capdrop "$u" "$G" "$sh" -c "$cs" pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
+	else
+		setsid nsenter -S "$u" -G "$G" sh -c "$cs" pulse-cmd "$um" "$fsize" "$T/pgid" "$T/time" "$@"
+	fi
 	rc=$?
 fi
 # Every process of the command's uid, setsid's included; as that uid, so
