@@ -341,3 +341,33 @@ func TestInitProgramKeepsHardening(t *testing.T) {
 		t.Error("the init program was not used")
 	}
 }
+
+// An init that cannot even be started (here: an init program the kernel
+// will not execute, ENOEXEC, as a sandbox that refuses the clone would
+// fail the start too) is an error the probe reports or recovers from,
+// never a crash in the start's clean-up.
+func TestInitThatCannotStartIsAnError(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "pulse-namespace-init")
+	if err := os.WriteFile(bad, []byte("\x00not a program\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(WithStateDir(filepath.Join(t.TempDir(), "state")), WithoutPrestart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	withInitProgram(t, b, bad, progTrial)
+	p, err := b.startInit(false)
+	if err == nil {
+		p.discard()
+		t.Fatal("an init started from a file the kernel cannot execute")
+	}
+	if p != nil {
+		t.Fatalf("a failed start returned an init: %+v", p)
+	}
+	// The probe drops the program and falls back to this binary.
+	withInitProgram(t, b, bad, progFound)
+	if err := b.Probe(context.Background()); err != nil && !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Probe = %v, want success or ErrUnavailable", err)
+	}
+}

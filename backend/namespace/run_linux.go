@@ -67,13 +67,16 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 	if err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
-	p = &initProc{run: r, newNet: newNet}
+	// The clean-up holds the init in ip: a failing return sets the named
+	// result p to nil before deferred calls run.
+	ip := &initProc{run: r, newNet: newNet}
+	p = ip
 	var childEnds []*os.File
 	defer func() {
 		closeAll(childEnds...)
 		if err != nil {
-			closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
-			p.dialer.close()
+			closeAll(ip.cfgW, ip.stR, ip.stdinW, ip.stdoutR, ip.stderrR)
+			ip.dialer.close()
 			r.remove()
 		}
 	}()
