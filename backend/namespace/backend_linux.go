@@ -140,11 +140,29 @@ func sandboxPath(hostPath string, readOnly []string) string {
 	return strings.Join(out, ":")
 }
 
+// defaultStateDir is where runs and the keeper live unless WithStateDir
+// says: $XDG_RUNTIME_DIR/pulse-namespace, a directory only this user can
+// write in; without one, the user's cache directory
+// ($XDG_CACHE_HOME/pulse/namespace, ~/.cache/pulse/namespace). Not a fixed
+// name in the shared temporary directory: another local user could make
+// it first, and a state dir this user does not own is refused
+// (checkStateDir), which disabled the backend until root removed it. The
+// fixed name in the temporary directory is still used where it is this
+// user's already (made by an earlier pulse: nobody else can take or
+// replace it there), so that its keeper and runs are found, and as the
+// last resort of a user without a home.
 func defaultStateDir() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "pulse-namespace")
 	}
-	return filepath.Join(os.TempDir(), "pulse-namespace-"+strconv.Itoa(os.Getuid()))
+	tmp := filepath.Join(os.TempDir(), "pulse-namespace-"+strconv.Itoa(os.Getuid()))
+	if checkStateDir(tmp) == nil {
+		return tmp
+	}
+	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
+		return filepath.Join(c, "pulse", "namespace")
+	}
+	return tmp
 }
 
 // Name implements backend.Backend.
@@ -510,6 +528,9 @@ func (b *Backend) makeStateDir() error {
 	return checkStateDir(b.o.stateDir)
 }
 
+// errStateDirNotOwn: the state dir is not a directory of this user's.
+var errStateDirNotOwn = errors.New("state dir not owned by this user")
+
 // checkStateDir reports an error unless dir is a directory (not a
 // symlink) owned by this process's uid. A state dir someone else owns
 // (e.g. squatted in /tmp) could be swapped under us, and whatever is in it
@@ -521,7 +542,7 @@ func checkStateDir(dir string) error {
 		return err
 	}
 	if !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
-		return fmt.Errorf("state dir %s is not a directory owned by uid %d", dir, os.Getuid())
+		return fmt.Errorf("%w: %s is not a directory of uid %d (another user may have made it first; set XDG_RUNTIME_DIR, or remove it)", errStateDirNotOwn, dir, os.Getuid())
 	}
 	return nil
 }

@@ -337,3 +337,56 @@ func TestKeeperShunsAStateDirOfAnotherUser(t *testing.T) {
 		t.Fatalf("left in another user's state dir: %v", ents)
 	}
 }
+
+// TestDefaultStateDirCannotBeSquatted: without XDG_RUNTIME_DIR, another
+// user who makes /tmp/pulse-namespace-<uid> first (here: a directory of
+// nobody's) does not disable the backend: the default state dir is one
+// that user cannot take, and a command runs.
+func TestDefaultStateDirCannotBeSquatted(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a directory another user owns")
+	}
+	newBackend(t) // skips without namespaces
+	tmp, home := t.TempDir(), t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv("HOME", home)
+	squat := filepath.Join(tmp, "pulse-namespace-"+strconv.Itoa(os.Getuid()))
+	if err := os.Mkdir(squat, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(squat, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(WithoutPrestart(), WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if want := filepath.Join(home, ".cache", "pulse", "namespace"); b.o.stateDir != want {
+		t.Fatalf("default state dir %s, want %s", b.o.stateDir, want)
+	}
+	res, out, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: "echo ok"})
+	if res.ExitCode != 0 || out != "ok\n" {
+		t.Fatalf("exit %d, output %q", res.ExitCode, out)
+	}
+	if ents, _ := os.ReadDir(squat); len(ents) != 0 {
+		t.Fatalf("the backend used the squatted dir: %v", ents)
+	}
+	// A state dir of this user's at the old name is still used: nobody
+	// else can take it, and an earlier pulse's keeper and runs are there.
+	if err := os.Chown(squat, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	if got := defaultStateDir(); got != squat {
+		t.Fatalf("with the old dir this user's, the default is %s, want %s", got, squat)
+	}
+	// And a refusal says what to do.
+	if err := os.Chown(squat, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkStateDir(squat); !errors.Is(err, errStateDirNotOwn) || !strings.Contains(err.Error(), "XDG_RUNTIME_DIR") {
+		t.Fatalf("checkStateDir of a squatted dir = %v", err)
+	}
+}
