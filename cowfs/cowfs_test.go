@@ -458,6 +458,77 @@ func TestCommitModesPastUmask(t *testing.T) {
 	}
 }
 
+// TestWithoutNewWriteBits: group and other write are staged, bit by bit,
+// only where the workspace entry of the same type already has them; the
+// other bits (exec, setgid on a directory) are kept as given.
+func TestWithoutNewWriteBits(t *testing.T) {
+	ws := newWS(t)
+	for p, m := range map[string]os.FileMode{"f644": 0o644, "f664": 0o664, "f666": 0o666} {
+		writeFile(t, ws, p, p, m)
+		if err := os.Chmod(filepath.Join(ws, p), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, m := range map[string]os.FileMode{"d755": 0o755, "d775": 0o775, "d777": 0o777} {
+		if err := os.Mkdir(filepath.Join(ws, p), m); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(ws, p), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := openFS(t, ws, WithoutNewWriteBits())
+	tx, err := f.Begin(t.Context(), "modes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		path string
+		dir  bool
+		mode os.FileMode
+		want os.FileMode
+	}{
+		{"new", false, 0o666, 0o644},
+		{"new-exec", false, 0o777, 0o755},
+		{"new-private", false, 0o600, 0o600},
+		{"f644", false, 0o666, 0o644},
+		{"f664", false, 0o666, 0o664},
+		{"f666", false, 0o666, 0o666},
+		{"newdir", true, 0o777, os.ModeDir | 0o755},
+		{"newdir-setgid", true, 0o777 | os.ModeSetgid, os.ModeDir | os.ModeSetgid | 0o755},
+		{"d755", true, 0o777, os.ModeDir | 0o755},
+		{"d775", true, 0o777, os.ModeDir | 0o775},
+		{"d777", true, 0o777, os.ModeDir | 0o777},
+		{"f664-to-dir", true, 0o777, os.ModeDir | 0o755}, // a file's bits say nothing of a directory
+	}
+	writeFile(t, ws, "f664-to-dir", "x", 0o664)
+	if err := os.Chmod(filepath.Join(ws, "f664-to-dir"), 0o664); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.dir {
+			err = tx.Mkdir(t.Context(), c.path, c.mode)
+		} else {
+			err = tx.Write(t.Context(), c.path, []byte(c.path+" new"), c.mode)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		fi, err := os.Lstat(filepath.Join(ws, c.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != c.want {
+			t.Errorf("%s staged %v: committed %v, want %v", c.path, c.mode, fi.Mode(), c.want)
+		}
+	}
+}
+
 // TestWorkspaceDescriptorAfterClose: once the FS is closed, the raw
 // descriptor paths refuse (fs.ErrClosed) instead of using a number the
 // process may since have given to another file.

@@ -3,12 +3,15 @@ package cowfs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/internal/fsmode"
 )
 
 // genText makes a text of n lines from a small vocabulary, so that
@@ -305,6 +308,16 @@ func TestDiffShowsEveryPermissionChange(t *testing.T) {
 	}
 	if strings.Contains(d, "unchanged") {
 		t.Errorf("a new directory is shown:\n%s", d)
+	}
+	// Changes says the same, for a reviewer's summary.
+	changed := map[string]string{}
+	for _, c := range tx.Changes() {
+		if c.ModeChanged {
+			changed[c.Path] = fmt.Sprintf("%o>%o", fsmode.ToUnix(c.OldMode), fsmode.ToUnix(c.Mode))
+		}
+	}
+	if want := map[string]string{".env": "600>666", "run.sh": "750>755", "d": "755>777", "shared dir": "755>2775"}; !maps.Equal(changed, want) {
+		t.Errorf("mode changes %v, want %v", changed, want)
 	}
 
 	// GNU patch applies the file modes and skips the directory lines.

@@ -44,6 +44,8 @@ type options struct {
 	maxChanges     int
 	undoDepth      int
 	lane           string // lane.go
+	// noNewWriteBits: see WithoutNewWriteBits.
+	noNewWriteBits bool
 }
 
 // Option configures an FS.
@@ -103,6 +105,20 @@ func WithUndoDepth(n int) Option {
 			return fmt.Errorf("cowfs: undo depth %d must not be negative", n)
 		}
 		o.undoDepth = n
+		return nil
+	}
+}
+
+// WithoutNewWriteBits makes a write or mkdir stage group and other write
+// permission only where the workspace entry it replaces (a file for a
+// write, a directory for a mkdir) already has it, bit by bit: a command
+// that made a directory 0777 or a file 0666 must not leave it writable by
+// the other users of the machine (who could then plant objects or move a
+// branch in .git) once it is committed. Without it, staged modes are
+// committed as given.
+func WithoutNewWriteBits() Option {
+	return func(o *options) error {
+		o.noNewWriteBits = true
 		return nil
 	}
 }

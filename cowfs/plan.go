@@ -197,6 +197,7 @@ func (t *Tx) planWrite(rel, sha string, size int64, mode os.FileMode) ([]stageRe
 	// that a privileged commit would install; new content does not
 	// inherit those bits either (the kernel clears them on write too).
 	m &= 0o777
+	m = t.writeBits(m, before, typeFile)
 	nc := &change{Path: rel, Kind: KindWrite, Mode: m, Blob: sha, Size: size, Before: before}
 	return append(recs, stageRec{Op: "set", Change: nc}), nil
 }
@@ -218,8 +219,23 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 		m = 0o755
 	}
 	m &^= syscall.S_ISUID // setgid and sticky are common and harmless on directories
+	m = t.writeBits(m, before, typeDir)
 	nc := &change{Path: rel, Kind: KindMkdir, Mode: m, Before: before}
 	return append(recs, stageRec{Op: "set", Change: nc}), nil
+}
+
+// writeBits takes group and other write out of m where before, the
+// workspace entry, is not of type typ or has not got them
+// (WithoutNewWriteBits).
+func (t *Tx) writeBits(m uint32, before snapshot, typ string) uint32 {
+	if !t.fs.opts.noNewWriteBits {
+		return m
+	}
+	had := uint32(0)
+	if before.Type == typ {
+		had = before.Mode
+	}
+	return m &^ (0o022 &^ had)
 }
 
 func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {

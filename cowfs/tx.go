@@ -38,6 +38,12 @@ type Change struct {
 	// Implicit marks a directory staged only because a path beneath it
 	// was written; at commit it may already exist.
 	Implicit bool `json:"implicit,omitempty"`
+	// ModeChanged is true when a write or mkdir replaces an entry of its
+	// own kind (a file, a directory) in the workspace and changes its
+	// permission bits, OldMode; a reviewer must see a chmod even when the
+	// content is the same.
+	ModeChanged bool        `json:"mode_changed,omitempty"`
+	OldMode     fs.FileMode `json:"old_mode,omitempty"`
 }
 
 // change is a staged change as the stage log and the WAL record it.
@@ -259,8 +265,14 @@ func (t *Tx) Changes() []Change {
 }
 
 func (c *change) public() Change {
-	return Change{Path: c.Path, Kind: c.Kind, Mode: fsmode.FromUnix(c.Mode), Size: c.Size, Target: c.Target,
+	pc := Change{Path: c.Path, Kind: c.Kind, Mode: fsmode.FromUnix(c.Mode), Size: c.Size, Target: c.Target,
 		New: c.Before.Type == typeAbsent, Implicit: c.Implicit}
+	if c.Kind == KindWrite && c.Before.Type == typeFile || c.Kind == KindMkdir && c.Before.Type == typeDir && !c.Implicit {
+		if c.Before.Mode&0o7777 != c.Mode&0o7777 {
+			pc.ModeChanged, pc.OldMode = true, fsmode.FromUnix(c.Before.Mode&0o7777)
+		}
+	}
+	return pc
 }
 
 // Discard deletes the transaction and its staged bytes. The workspace is

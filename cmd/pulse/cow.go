@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
 )
@@ -182,7 +183,7 @@ func (c cowCLI) look(ctx context.Context, ws string, a cowArgs) int {
 	if len(hostRun) > 0 {
 		out["runs_on_host"] = hostRun
 	}
-	return c.print(out, hostRunWarning(hostRun)+d)
+	return c.print(out, hostRunWarning(hostRun)+modeChangeWarning(changes)+d)
 }
 
 // decide runs commit, discard, reject, squash and undo, through the
@@ -391,6 +392,44 @@ func hostRunWarning(paths []string) string {
 	return b.String()
 }
 
+// modeChangeWarning is the banner `pulse cow diff` prints above a diff
+// that changes the permission bits of files or directories the workspace
+// has: a chmod is one line in a long diff, and a widened one (a file or
+// directory others may write) is how another local user gets in ("" when
+// there is none).
+func modeChangeWarning(changes []cowfs.Change) string {
+	var b strings.Builder
+	for _, ch := range changes {
+		if !ch.ModeChanged {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("MODE CHANGE: this transaction changes the permission bits of what the workspace has:\n")
+		}
+		old, nw := fsmode.ToUnix(ch.OldMode), fsmode.ToUnix(ch.Mode)
+		fmt.Fprintf(&b, "  %s  %04o -> %04o", ch.Path, old, nw)
+		if w := nw &^ old & 0o022; w != 0 {
+			b.WriteString("  (now writable by " + writers(w) + ")")
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// writers names who the write bits w (0o020, 0o002) let write.
+func writers(w uint32) string {
+	switch w & 0o022 {
+	case 0o022:
+		return "group and others"
+	case 0o020:
+		return "group"
+	}
+	return "others"
+}
+
 func nonNil(ss []string) []string {
 	if ss == nil {
 		return []string{}
@@ -427,7 +466,7 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		if len(hostRun) > 0 {
 			out["runs_on_host"] = hostRun
 		}
-		return true, c.print(out, hostRunWarning(hostRun)+d)
+		return true, c.print(out, hostRunWarning(hostRun)+modeChangeWarning(changes)+d)
 	}
 	// A transaction of any lane, against the stack below it in its lane.
 	if d, err := st.TxDiff(pos[0]); err == nil {
@@ -441,7 +480,7 @@ func (c cowCLI) stackDiff(ctx context.Context, f *cowfs.FS, pos []string) (bool,
 		if len(hostRun) > 0 {
 			out["runs_on_host"] = hostRun
 		}
-		return true, c.print(out, hostRunWarning(hostRun)+d)
+		return true, c.print(out, hostRunWarning(hostRun)+modeChangeWarning(changes)+d)
 	}
 	return false, 0
 }

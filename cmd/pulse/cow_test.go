@@ -166,3 +166,43 @@ func TestCowDiffMarksWhatRunsOnTheHost(t *testing.T) {
 		t.Fatalf("an ordinary file is marked:\n%s", out)
 	}
 }
+
+// TestCowDiffFlagsModeChanges: a chmod of a file or directory the
+// workspace has is one line in a long diff; `pulse cow diff` names each
+// above the diff, and says when others may now write it. The per-command
+// rule (sandbox) never widens write bits, but a transaction staged by
+// other means, or a narrowing, still changes modes.
+func TestCowDiffFlagsModeChanges(t *testing.T) {
+	ws := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(ws, ".env"), []byte("x\n"), 0o600))
+	must(t, os.Chmod(filepath.Join(ws, ".env"), 0o600))
+	must(t, os.Mkdir(filepath.Join(ws, "objects"), 0o755))
+	must(t, os.Chmod(filepath.Join(ws, "objects"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ws, "same.txt"), []byte("s\n"), 0o644))
+	must(t, os.Chmod(filepath.Join(ws, "same.txt"), 0o644))
+	f, err := cowfs.Open(t.Context(), ws)
+	must(t, err)
+	tx, err := f.Begin(t.Context(), "chmod")
+	must(t, err)
+	must(t, tx.Write(t.Context(), ".env", []byte("x\n"), 0o666))
+	must(t, tx.Mkdir(t.Context(), "objects", 0o777))
+	must(t, tx.Write(t.Context(), "same.txt", []byte("t\n"), 0o644))
+	id := tx.ID()
+	f.Close()
+
+	code, out, errOut := runCLI(t, "cow", "diff", id, "--workspace", ws)
+	if code != exitOK {
+		t.Fatalf("diff: %d %s", code, errOut)
+	}
+	for _, want := range []string{"MODE CHANGE", ".env  0600 -> 0666  (now writable by group and others)", "objects  0755 -> 0777  (now writable by group and others)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "same.txt  0") {
+		t.Errorf("a file whose mode did not change is flagged:\n%s", out)
+	}
+	if _, out, _ := runCLI(t, "cow", "diff", "--workspace", ws); !strings.Contains(out, ".env  0600 -> 0666") {
+		t.Errorf("the stack's diff lacks the mode change:\n%s", out)
+	}
+}
