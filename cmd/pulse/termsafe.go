@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/pulse-agent/pulse/internal/bidi"
 )
 
 // What a person reads before committing — diffs, summaries, path lists —
@@ -64,9 +66,7 @@ func unsafeForTerminal(r rune, size int) bool {
 		return true
 	case r >= 0x80 && r <= 0x9f: // C1 controls, CSI (U+009B) among them
 		return true
-	case r == 0x200e || r == 0x200f || r == 0x061c, // marks
-		r >= 0x202a && r <= 0x202e, // embeddings and overrides
-		r >= 0x2066 && r <= 0x2069: // isolates
+	case bidi.IsControl(r): // the review page marks the same set
 		return true
 	}
 	return false

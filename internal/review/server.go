@@ -25,6 +25,8 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/bidi"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/internal/randhex"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/sandbox"
@@ -283,6 +285,17 @@ type fileView struct {
 	SHA256  string `json:"sha256,omitempty"`
 	Diff    string `json:"diff"`
 	Implied bool   `json:"implicit,omitempty"`
+	// OldMode and Mode are set (octal, "0644") when the change replaces
+	// a file or directory the workspace has and changes its permission
+	// bits; Widened says who may now write it that could not before.
+	OldMode string `json:"old_mode,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	Widened string `json:"widened,omitempty"`
+	// Bidi is set when the path or its diff holds a bidirectional
+	// formatting character (internal/bidi): what the page shows of them
+	// is not what a program reads, so the page marks each and flags the
+	// file.
+	Bidi bool `json:"bidi,omitempty"`
 }
 
 type conflictView struct {
@@ -374,6 +387,19 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 			fv := fileView{Path: c.Path, Kind: string(c.Kind), Size: c.Size, New: c.New, SHA256: hashes[c.Path],
 				OnHost: RunsOnHost(c.Path), Implied: c.Implicit, Diff: blocks[c.Path]}
 			fv.Binary = strings.Contains(fv.Diff, "\nBinary files ") || strings.HasPrefix(fv.Diff, "Binary files ")
+			if c.ModeChanged {
+				om, nm := fsmode.ToUnix(c.OldMode), fsmode.ToUnix(c.Mode)
+				fv.OldMode, fv.Mode = fmt.Sprintf("%04o", om), fmt.Sprintf("%04o", nm)
+				switch nm &^ om & 0o022 {
+				case 0o022:
+					fv.Widened = "group and others"
+				case 0o020:
+					fv.Widened = "group"
+				case 0o002:
+					fv.Widened = "others"
+				}
+			}
+			fv.Bidi = bidi.Contains(c.Path) || bidi.Contains(fv.Diff)
 			tv.Files = append(tv.Files, fv)
 		}
 		s.mu.Lock()
@@ -466,11 +492,31 @@ func splitDiff(d string) map[string]string {
 		if strings.HasPrefix(l, "diff --git ") {
 			flush()
 			name = diffPath(strings.TrimSuffix(l, "\n"))
+		} else if p, ok := dirModePath(l); ok {
+			// A directory's mode line is a block of its own, not the
+			// tail of the file before it.
+			flush()
+			name = p
 		}
 		cur.WriteString(l)
 	}
 	flush()
 	return out
+}
+
+// dirModePath takes the path out of a directory's mode line,
+// `directory "P": old mode 040755, new mode 040777` (P always quoted).
+func dirModePath(l string) (string, bool) {
+	rest, ok := strings.CutPrefix(l, "directory ")
+	if !ok {
+		return "", false
+	}
+	q, err := strconv.QuotedPrefix(rest)
+	if err != nil || !strings.HasPrefix(rest[len(q):], ": old mode ") {
+		return "", false
+	}
+	p, err := strconv.Unquote(q)
+	return p, err == nil
 }
 
 // diffPath takes the path out of a "diff --git a/P b/P" header (P quoted

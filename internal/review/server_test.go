@@ -401,6 +401,7 @@ func TestSplitDiffAndHostPaths(t *testing.T) {
 func FuzzSplitDiff(f *testing.F) {
 	f.Add("diff --git a/x b/x\n+y\n")
 	f.Add("diff --git \"a/\\303\" \"b/\\303\"\n")
+	f.Add("diff --git a/x b/x\n+y\ndirectory \"d\": old mode 040755, new mode 040777\n")
 	f.Fuzz(func(t *testing.T, d string) {
 		for p := range splitDiff(d) {
 			_ = RunsOnHost(p)
@@ -431,5 +432,81 @@ func TestCombinedDiffIsTheStackAgainstTheWorkspace(t *testing.T) {
 	}
 	if !strings.Contains(diffs[first], "-one\n+two\n") || !strings.Contains(diffs[second], "-two\n+three\n") {
 		t.Errorf("per-transaction diffs not against the stack below: first\n%s\nsecond\n%s", diffs[first], diffs[second])
+	}
+}
+
+// TestStateFlagsModesAndBidi: the state the page renders says which file
+// changes the permission bits of what the workspace has (and who may now
+// write it), which holds a bidirectional control in its name or diff,
+// and a directory's mode line is that directory's block.
+func TestStateFlagsModesAndBidi(t *testing.T) {
+	ws := t.TempDir()
+	for p, m := range map[string]os.FileMode{"key": 0o600, "plain.txt": 0o644} {
+		if err := os.WriteFile(filepath.Join(ws, p), []byte(p+"\n"), m); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(ws, p), m)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "objects"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(ws, "objects"), 0o755)
+	f, err := cowfs.Open(t.Context(), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.Begin(t.Context(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		p, data string
+		mode    os.FileMode
+	}{
+		{"key", "key\n", 0o666},
+		{"plain.txt", "if admin {\u2066 // check later\u2069\n", 0o644},
+		{"notes\u202edm.sh", "echo\n", 0o644},
+		{"a.txt", "a\n", 0o644},
+	} {
+		if err := tx.Write(t.Context(), w.p, []byte(w.data), w.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Mkdir(t.Context(), "objects", 0o777); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p := startPage(t, ws)
+	_, body := p.do(t, req{method: "GET", path: "/api/state", auth: "bearer"})
+	var st stateView
+	if err := json.Unmarshal([]byte(body), &st); err != nil || len(st.Pending) != 1 {
+		t.Fatalf("%v %s", err, body)
+	}
+	got := map[string]fileView{}
+	for _, f := range st.Pending[0].Files {
+		got[f.Path] = f
+	}
+	type flags struct {
+		oldMode, mode, widened string
+		bidi                   bool
+		diffHas                string
+	}
+	for path, want := range map[string]flags{
+		"key":              {"0600", "0666", "group and others", false, "old mode 100600\nnew mode 100666\n"},
+		"objects":          {"0755", "0777", "group and others", false, `directory "objects": old mode 040755, new mode 040777`},
+		"plain.txt":        {"", "", "", true, "+if admin {\u2066"},
+		"notes\u202edm.sh": {"", "", "", true, "+echo"},
+		"a.txt":            {"", "", "", false, "+a\n"},
+	} {
+		f := got[path]
+		if f.OldMode != want.oldMode || f.Mode != want.mode || f.Widened != want.widened || f.Bidi != want.bidi {
+			t.Errorf("%q: old_mode %q mode %q widened %q bidi %v, want %+v", path, f.OldMode, f.Mode, f.Widened, f.Bidi, want)
+		}
+		if !strings.Contains(f.Diff, want.diffHas) {
+			t.Errorf("%q: diff %q lacks %q", path, f.Diff, want.diffHas)
+		}
+	}
+	if strings.Contains(got["a.txt"].Diff, "directory") || strings.Contains(got["key"].Diff, "directory") {
+		t.Errorf("a directory's mode line is part of a file's block: %+v", got)
 	}
 }
