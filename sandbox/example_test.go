@@ -254,3 +254,42 @@ rules:
 	// curl denied: true
 	// .env denied: true
 }
+
+// A background process's output is read as it stands (OutputSnapshot)
+// rather than followed (Output): a poller gets what is there and whether
+// more can come.
+func ExampleProcess_OutputSnapshot() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	p, err := sb.Start(ctx, sandbox.Command{Shell: "echo building; echo done"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, ended, err := p.OutputSnapshot(0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%sended: %v\n", out, ended)
+	// Polling goes on from the offset reached.
+	more, _, _ := p.OutputSnapshot(int64(len(out)))
+	fmt.Printf("more: %q\n", more)
+	// Output:
+	// building
+	// done
+	// ended: true
+	// more: ""
+}

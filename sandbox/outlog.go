@@ -97,6 +97,31 @@ func (l *outputLog) Size() int64 {
 	return l.size
 }
 
+// snapshot returns the bytes from off to the log's end as it stands,
+// without waiting, and whether the log has ended (no byte comes after
+// what it returned). The copy is taken under the lock, so a close that
+// races it cannot hand back a torn read.
+func (l *outputLog) snapshot(off int64) ([]byte, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, true, errLogClosed
+	}
+	off = max(off, 0)
+	if off >= l.size {
+		if l.err != nil {
+			return nil, l.ended, fmt.Errorf("sandbox: process output log: %w", l.err)
+		}
+		return nil, l.ended, nil
+	}
+	buf := make([]byte, l.size-off)
+	n, err := l.f.ReadAt(buf, off)
+	if err != nil && !(err == io.EOF && int64(n) == l.size-off) {
+		return buf[:n], false, fmt.Errorf("sandbox: process output log: %w", err)
+	}
+	return buf, l.ended, nil
+}
+
 // reader reads the log from off, waiting for more until the log ends.
 func (l *outputLog) reader(off int64) *logReader {
 	return &logReader{l: l, off: max(off, 0)}

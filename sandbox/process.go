@@ -262,6 +262,18 @@ func (p *Process) Stdin() io.WriteCloser { return p.stdin }
 // prints more than that on one stream).
 func (p *Process) Output(offset int64) io.ReadCloser { return p.out.reader(offset) }
 
+// OutputSnapshot returns what the process has printed from byte offset
+// on, as it stands now, without waiting for more: the bytes Output would
+// read from offset until it caught up with the process, scrubbed the same
+// way. ended reports that the process has ended and its log is complete,
+// so that nothing will follow what was returned; otherwise a caller polls
+// again from offset+len(out). It suits a caller that asks "what has it
+// printed so far?" (a tool call, a status page) where Output suits one
+// that follows. After the sandbox closed it returns an error.
+func (p *Process) OutputSnapshot(offset int64) (out []byte, ended bool, err error) {
+	return p.out.snapshot(offset)
+}
+
 // OutputSize is how many bytes of output the process's log holds now.
 func (p *Process) OutputSize() int64 { return p.out.Size() }
 

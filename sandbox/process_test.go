@@ -534,3 +534,70 @@ func TestCloseDuringStartEndsTheProcess(t *testing.T) {
 		t.Errorf("processes left running after Close: %q", left)
 	}
 }
+
+// TestProcessOutputSnapshot: OutputSnapshot returns what a running
+// process printed so far without waiting (ended false while it runs), the
+// rest from the offset reached, and, after the end, everything from 0
+// with ended true — on the namespace and the Docker backend.
+func TestProcessOutputSnapshot(t *testing.T) {
+	for _, bk := range []struct {
+		name string
+		open func(*testing.T, string, ...Option) *Sandbox
+	}{{"namespace", newIsolated}, {"docker", newDockerSandbox}} {
+		t.Run(bk.name, func(t *testing.T) {
+			sb := bk.open(t, t.TempDir())
+			ctx := context.Background()
+			p, err := sb.Start(ctx, Command{Shell: `echo one; read line; echo "two $line"`,
+				Limits: &policy.ResourceLimits{Timeout: 2 * time.Minute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Kill()
+			// Polled: a snapshot never waits. The bound is on a hung
+			// process, not a speed check.
+			var first []byte
+			for deadline := time.Now().Add(2 * time.Minute); ; {
+				out, ended, err := p.OutputSnapshot(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ended {
+					t.Fatalf("ended before its input came; output %q", out)
+				}
+				if string(out) == "one\n" {
+					first = out
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no %q within 2 minutes; got %q", "one\n", out)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// Nothing past the end yet: an empty snapshot, not a wait.
+			if out, ended, err := p.OutputSnapshot(int64(len(first))); err != nil || len(out) != 0 || ended {
+				t.Fatalf("snapshot at the end = %q, %v, %v; want nothing, not ended", out, ended, err)
+			}
+			if _, err := io.WriteString(p.Stdin(), "x\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rest, ended, err := p.OutputSnapshot(int64(len(first)))
+			if err != nil || string(rest) != "two x\n" || !ended {
+				t.Fatalf("snapshot after the end = %q, %v, %v; want %q, ended", rest, ended, err, "two x\n")
+			}
+			all, ended, err := p.OutputSnapshot(0)
+			if err != nil || string(all) != "one\ntwo x\n" || !ended {
+				t.Fatalf("whole snapshot = %q, %v, %v", all, ended, err)
+			}
+			if past, _, err := p.OutputSnapshot(1 << 20); err != nil || len(past) != 0 {
+				t.Fatalf("snapshot past the end = %q, %v", past, err)
+			}
+			sb.Close()
+			if _, _, err := p.OutputSnapshot(0); err == nil {
+				t.Fatal("snapshot after Close: no error")
+			}
+		})
+	}
+}
