@@ -264,6 +264,10 @@ const (
 	Cancelled   TerminationReason = "cancelled"
 	OutputLimit TerminationReason = "output_limit"
 	OOM         TerminationReason = "oom"
+	// DiskLimit: what the command wrote reached its bound
+	// (policy.ResourceLimits.DiskBytes, or the backend's default) while
+	// it ran; its writes up to the bound are kept.
+	DiskLimit TerminationReason = "disk_limit"
 )
 
 // Result is how a command ended and what it wrote.

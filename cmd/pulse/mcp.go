@@ -132,7 +132,7 @@ type refusedOut struct {
 
 type executeOut struct {
 	ExitCode    int          `json:"exit_code"`
-	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit or oom"`
+	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit, oom or disk_limit"`
 	TimedOut    bool         `json:"timed_out"`
 	Truncated   bool         `json:"truncated" jsonschema:"true when output passed the output cap and was cut"`
 	Stdout      string       `json:"stdout"`
