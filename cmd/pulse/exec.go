@@ -35,6 +35,12 @@ transaction, shown as a diff; review it with 'pulse cow'. One argument with shel
 syntax is run as a bash script. Exit code: the command's own, 124 when it timed
 out, 125 when the sandbox could not run it or could not stage what it
 wrote (the error says why; --json: "error"), 128+N when pulse got signal N.
+On a terminal the command's output passes through a filter: text, colours and
+cursor moves pass; sequences that act outside the screen (OSC: clipboard,
+title, links, colours; DCS, APC, PM, SOS; queries the terminal would answer as
+typed input) are held back and counted after the summary, and the terminal's
+colours and modes are reset before it. --raw sends the output as it is. Into a
+pipe or a file the output is byte for byte.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
 listed after it.
@@ -61,6 +67,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	autoCommit := fs.Bool("auto-commit", false, "commit the command's writes at once (conflicts are reported, never overwritten)")
 	timeout := fs.Duration("timeout", 0, "command timeout; may only shorten the policy's (default 10m)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object on stdout")
+	raw := fs.Bool("raw", false, "send the command's output to a terminal as it is, escape sequences that act outside the screen (clipboard, title, colours, queries) included")
 	var envVars stringList
 	fs.Var(&envVars, "env", "`K=V` added to the command's environment (repeatable)")
 	cwd := fs.String("cwd", "", "working directory of the command, relative to the workspace (default: its root)")
@@ -138,8 +145,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		// One argument with shell syntax is a script, as with ssh.
 		cmd.Args, cmd.Shell = nil, argv[0]
 	}
+	var outFilter, errFilter *termFilter
 	if !*asJSON {
-		cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
+		cmd.Stdout, outFilter = commandOutput(env.stdout, *raw)
+		cmd.Stderr, errFilter = commandOutput(env.stderr, *raw)
 		// The command's output reaches the CLI's stdout in chunks of
 		// backend.OutputChunk; into a default 64 KiB pipe each chunk
 		// is four writes, each a wake-up of this process and of the
@@ -151,6 +160,11 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		cmd.Limits = &l
 	}
 	res, err := sb.Execute(ctx, cmd)
+	for _, f := range []*termFilter{outFilter, errFilter} {
+		if f != nil {
+			f.Close()
+		}
+	}
 	if err != nil && res == nil {
 		fmt.Fprintf(forTerminal(env.stderr), "pulse exec: %v\n", err)
 		if hint := refusalHint(sb, err); hint != "" {
@@ -174,6 +188,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		resetTerminal(env.stderr)
 		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag, err)
+		if held := heldBack(outFilter, errFilter); held != "" {
+			fmt.Fprintf(forTerminal(env.stderr), "   held back from the terminal: %s (sequences that act outside the screen; --raw sends them)\n", held)
+		}
 	}
 	// A Result with an error: the command ran, but the sandbox failed
 	// after it. Its writes were lost (backend.ErrOverlayLost) or not all

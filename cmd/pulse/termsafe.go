@@ -96,12 +96,19 @@ func forTerminal(w io.Writer) io.Writer {
 
 // resetTerminal undoes what a command's own output may have left set on
 // the terminal it shares with pulse (hidden or same-colour text, a scroll
-// region, a hidden cursor, origin mode) before pulse writes its summary
-// there: DECSTR, a soft reset that clears no text, then an SGR reset for
-// terminals without DECSTR. Terminals that know neither ignore both, as
-// they do any complete CSI sequence. Nothing is written to a non-terminal.
+// region, a hidden cursor, origin mode, a recoloured palette, text or
+// background) before pulse writes its summary there: DECSTR, a soft reset
+// that clears no text, then an SGR reset for terminals without DECSTR,
+// then OSC 104, 110, 111 and 112, which give the palette and the text,
+// background and cursor colours back their defaults (a command's OSC 4,
+// 10, 11 or 12 that --raw let through could make the summary the colour
+// of the background). Terminals that know none of these ignore them, as
+// they do any complete CSI or OSC sequence. Nothing is written to a
+// non-terminal.
 func resetTerminal(w io.Writer) {
 	if f, ok := w.(*os.File); ok && isTerminal(f) {
-		io.WriteString(w, "\x1b[!p\x1b[0m")
+		io.WriteString(w, terminalReset)
 	}
 }
+
+const terminalReset = "\x1b[!p\x1b[0m\x1b]104\x1b\\\x1b]110\x1b\\\x1b]111\x1b\\\x1b]112\x1b\\"

@@ -110,3 +110,45 @@ func TestSummaryResetsTheTerminal(t *testing.T) {
 		t.Fatalf("a buffer got %q", b.String())
 	}
 }
+
+// TestExecOnTerminalHoldsBackEscapes: a command's output on a real
+// terminal keeps its text and colours but loses what acts outside the
+// screen — OSC 52 (the clipboard), OSC 11 (the background colour, with
+// which a command hid pulse's summary behind a fake one) — and the
+// summary says what was held back. --raw sends it all; a pipe gets the
+// bytes as the command wrote them.
+func TestExecOnTerminalHoldsBackEscapes(t *testing.T) {
+	const script = `before\033]52;c;ZXZpbA==\007\033]11;rgb:ffff/ffff/ffff\033\\\n` +
+		`\342\224\200\342\224\200 pulse: host backend, exit 0 (exited) in 1ms\n   no file changed\n\033[31mred\033[0m\n`
+	args := func(extra ...string) []string {
+		return append(append([]string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host"}, extra...),
+			"--", "printf", script)
+	}
+	code, out := runOnTerminal(t, args()...)
+	if code != exitOK {
+		t.Fatalf("exec on a terminal: %d\n%q", code, out)
+	}
+	fake := strings.Index(out, "── pulse: host backend, exit 0 (exited) in 1ms")
+	reset := strings.Index(out, terminalReset)
+	real := strings.LastIndex(out, "── pulse: host backend")
+	switch {
+	case strings.Contains(out, "\x1b]52") || strings.Contains(out, "\x1b]11;"):
+		t.Fatalf("the terminal received the command's OSC 52 or OSC 11:\n%q", out)
+	case !strings.Contains(out, "before\r\n") || !strings.Contains(out, "\x1b[31mred\x1b[0m"):
+		t.Fatalf("the command's text or colours did not arrive:\n%q", out)
+	case fake < 0 || reset < fake || real < reset:
+		t.Fatalf("want the command's text, then the reset, then pulse's summary:\n%q", out)
+	case !strings.Contains(out[real:], "held back from the terminal: OSC 11, OSC 52"):
+		t.Fatalf("the summary does not say what was held back:\n%q", out)
+	}
+
+	if code, out := runOnTerminal(t, args("--raw")...); code != exitOK || !strings.Contains(out, "\x1b]52;c;ZXZpbA==\a") ||
+		strings.Contains(out, "held back") {
+		t.Fatalf("--raw did not send the output as it is: %d\n%q", code, out)
+	}
+
+	code, stdout, _ := runCLI(t, args()...)
+	if code != exitOK || !strings.Contains(stdout, "before\x1b]52;c;ZXZpbA==\a\x1b]11;rgb:ffff/ffff/ffff\x1b\\\n") {
+		t.Fatalf("a pipe did not get the bytes as written: %d\n%q", code, stdout)
+	}
+}
