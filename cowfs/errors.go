@@ -36,6 +36,9 @@ var (
 	// the workspace path concerned; nothing of the damaged file reached
 	// the workspace.
 	ErrDamaged = errors.New("cowfs: damaged state")
+	// ErrStackChanged: CommitStack found other pending transactions than
+	// the ones the caller checked; nothing was squashed or written.
+	ErrStackChanged = errors.New("cowfs: the pending stack changed since it was checked")
 )
 
 // Conflict reasons, as ConflictError.Reason spells them.

@@ -1318,6 +1318,24 @@ func (f *FS) precheckFold(v *fold) error {
 // the transactions above it may have been made on top of its changes, and
 // committing them without it would write what no command saw.
 func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
+	return f.commitAll(ctx, nil)
+}
+
+// CommitStack is CommitAll of a stack the caller has checked: it commits
+// only when the non-empty pending transactions are exactly ids, in
+// order, and otherwise refuses with an error wrapping ErrStackChanged,
+// nothing squashed or written. A caller that vets every change (policy,
+// approval) before committing uses it so that a transaction staged
+// between its check and the commit is never applied unchecked.
+func (f *FS) CommitStack(ctx context.Context, ids []string) ([]string, []string, error) {
+	if ids == nil {
+		ids = []string{}
+	}
+	return f.commitAll(ctx, ids)
+}
+
+// commitAll is CommitAll; a non-nil want is CommitStack's ids.
+func (f *FS) commitAll(ctx context.Context, want []string) ([]string, []string, error) {
 	unlock, err := f.lock(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -1338,6 +1356,10 @@ func (f *FS) CommitAll(ctx context.Context) ([]string, []string, error) {
 			ids = append(ids, t.ID)
 			pick = append(pick, t)
 		}
+	}
+	if want != nil && !slices.Equal(ids, want) {
+		unlock()
+		return nil, nil, fmt.Errorf("%w: checked %v, now pending %v", ErrStackChanged, want, ids)
 	}
 	if len(ids) == 0 {
 		unlock()

@@ -486,3 +486,33 @@ func TestStackLookupAfterLayersOfANewStack(t *testing.T) {
 		t.Errorf("Decider after Layers of the new stack: none")
 	}
 }
+
+// TestCommitStackOnlyTheCheckedStack: a caller that vetted the stack
+// commits exactly it; a transaction staged after the check refuses the
+// commit, and nothing of either reaches the workspace.
+func TestCommitStackOnlyTheCheckedStack(t *testing.T) {
+	ws := newWS(t)
+	f := openFS(t, ws)
+	a := stageCmd(t, f, "one", WriteOp("a.txt", []byte("one\n"), 0o644))
+	checked := []string{a}
+	b := stageCmd(t, f, "two", WriteOp("b.txt", []byte("two\n"), 0o644))
+	paths, ids, err := f.CommitStack(t.Context(), checked)
+	if !errors.Is(err, ErrStackChanged) || paths != nil || ids != nil {
+		t.Fatalf("CommitStack of a stale check = %v, %v, %v; want ErrStackChanged", paths, ids, err)
+	}
+	for _, p := range []string{"a.txt", "b.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+			t.Fatalf("%s reached the workspace through a refused commit", p)
+		}
+	}
+	if st := stack(t, f); len(st.Txs) != 2 {
+		t.Fatalf("the refused commit changed the stack: %+v", st.Txs)
+	}
+	paths, ids, err = f.CommitStack(t.Context(), []string{a, b})
+	if err != nil || !slices.Equal(ids, []string{a, b}) || !slices.Equal(paths, []string{"a.txt", "b.txt"}) {
+		t.Fatalf("CommitStack of the current stack = %v, %v, %v", paths, ids, err)
+	}
+	if paths, ids, err = f.CommitStack(t.Context(), nil); err != nil || ids != nil || paths != nil {
+		t.Fatalf("CommitStack of the empty stack = %v, %v, %v", paths, ids, err)
+	}
+}

@@ -236,6 +236,15 @@ func TestSDKCommitOfAHookAsksTheApprover(t *testing.T) {
 	if _, err := tx.Commit(ctx); !errors.Is(err, ErrRunsOnHost) || !slices.Equal(asked, []string{"write .git/hooks/post-merge"}) {
 		t.Fatalf("refused approval: err = %v, asked %q", err, asked)
 	}
+	// Committing the whole stack asks the same, and applies nothing when
+	// refused.
+	asked = nil
+	if _, err := sb.CommitAll(ctx); !errors.Is(err, ErrRunsOnHost) || !slices.Equal(asked, []string{"write .git/hooks/post-merge"}) {
+		t.Fatalf("CommitAll, refused approval: err = %v, asked %q", err, asked)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git/hooks/post-merge")); err == nil {
+		t.Fatal("CommitAll committed a hook the approver refused")
+	}
 	answer = true
 	if _, err := tx.Commit(ctx); err != nil {
 		t.Fatalf("approved: %v", err)

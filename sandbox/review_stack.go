@@ -35,7 +35,17 @@ func (r *Review) checkStack(ctx context.Context, action, id string) error {
 // transactions committed. Each path is audited with the transaction of
 // the squash that carried it.
 func (r *Review) CommitAll(ctx context.Context) (paths, ids []string, err error) {
-	paths, ids, err = r.cow.CommitAll(ctx)
+	return r.commitAll(ctx, nil)
+}
+
+// commitAll is CommitAll; a non-nil want commits only that stack (see
+// cowfs.FS.CommitStack).
+func (r *Review) commitAll(ctx context.Context, want []string) (paths, ids []string, err error) {
+	if want != nil {
+		paths, ids, err = r.cow.CommitStack(ctx, want)
+	} else {
+		paths, ids, err = r.cow.CommitAll(ctx)
+	}
 	if err != nil {
 		r.refused(ctx, "commit", "", "pending stack", err)
 		return nil, nil, err

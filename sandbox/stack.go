@@ -185,24 +185,51 @@ func (s *Sandbox) PreviewStack(ctx context.Context, id string) (string, error) {
 // CommitAll applies the whole pending stack, in order, as one crash-safe
 // commit (see cowfs.FS.CommitAll). Every path is checked against the
 // write and delete policy again first; a denied one refuses the whole
-// commit. It returns the paths written.
+// commit. A change of what git runs on the host is committed only when
+// the Approver approves it, as Tx.Commit has it (ErrRunsOnHost). What is
+// committed is exactly the stack that was checked: a transaction staged
+// meanwhile refuses the commit (cowfs.ErrStackChanged), nothing written.
+// It returns the paths written.
 func (s *Sandbox) CommitAll(ctx context.Context) ([]string, error) {
+	paths, _, err := s.CommitStack(ctx)
+	return paths, err
+}
+
+// CommitStack is CommitAll that also returns the ids of the transactions
+// committed, bottom first (none when nothing was pending).
+func (s *Sandbox) CommitStack(ctx context.Context) (paths, ids []string, err error) {
 	if err := s.enter(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.running.Done()
 	st, err := s.cow.Stack(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, e := range st.View() {
 		if hit := s.entryDenied(e); hit != "" {
 			s.record(ctx, audit.Event{Action: "commit", Target: hit, Decision: "deny", Detail: "commit --all: the policy denies this path"})
-			return nil, fmt.Errorf("%w: the pending stack changes %s", ErrPolicyDenied, s.scrubber.Redact(hit))
+			return nil, nil, fmt.Errorf("%w: the pending stack changes %s", ErrPolicyDenied, s.scrubber.Redact(hit))
 		}
 	}
-	paths, _, err := s.review().CommitAll(ctx)
-	return paths, err
+	ids = []string{}
+	var hostRun []string
+	for _, t := range st.Txs {
+		if t.Empty() {
+			continue
+		}
+		tx, err := s.cow.Tx(ctx, t.ID)
+		if err != nil {
+			return nil, nil, s.scrubErr(err)
+		}
+		ids = append(ids, t.ID)
+		hostRun = s.hostRunPaths(tx.Changes(), hostRun)
+	}
+	if err := s.approvePaths(ctx, "pending stack", hostRun, "pulse cow commit --all"); err != nil {
+		return nil, nil, s.scrubErr(err)
+	}
+	paths, ids, err = s.review().commitAll(ctx, ids)
+	return s.scrubAll(paths), ids, s.scrubErr(err)
 }
 
 // entryDenied returns e's path when the policy denies what committing it

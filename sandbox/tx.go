@@ -452,19 +452,33 @@ func (s *Sandbox) runsOnHost(p string) bool {
 // changes what git runs on the host and no Approver approves each such
 // path.
 func (s *Sandbox) approveHostRun(ctx context.Context, tx *cowfs.Tx) error {
-	var paths []string
-	for _, c := range tx.Changes() {
-		if !c.Implicit && s.runsOnHost(c.Path) {
-			paths = append(paths, c.Path)
+	return s.approvePaths(ctx, tx.ID(), s.hostRunPaths(tx.Changes(), nil), "pulse cow commit "+tx.ID())
+}
+
+// hostRunPaths appends to seen the paths of changes (those a command
+// asked for, not the parents made for them) that change what git runs
+// on the host, each once.
+func (s *Sandbox) hostRunPaths(changes []cowfs.Change, seen []string) []string {
+	for _, c := range changes {
+		if !c.Implicit && s.runsOnHost(c.Path) && !slices.Contains(seen, c.Path) {
+			seen = append(seen, c.Path)
 		}
 	}
+	return seen
+}
+
+// approvePaths refuses, audited, a commit of target (a transaction id, or
+// the pending stack) that carries paths, the changes of what git runs on
+// the host, unless the Approver approves each. by is how a person
+// commits it instead.
+func (s *Sandbox) approvePaths(ctx context.Context, target string, paths []string, by string) error {
 	if len(paths) == 0 {
 		return nil
 	}
 	deny := func(why string) error {
-		s.record(ctx, audit.Event{Action: "commit", Target: tx.ID(), Decision: "deny", Reason: "runs_on_host",
+		s.record(ctx, audit.Event{Action: "commit", Target: target, Decision: "deny", Reason: "runs_on_host",
 			Detail: why + ": " + strings.Join(paths, ", ")})
-		return fmt.Errorf("%w: %s: %s; a person commits it with: pulse cow commit %s", ErrRunsOnHost, why, strings.Join(paths, ", "), tx.ID())
+		return fmt.Errorf("%w: %s: %s; a person commits it with: %s", ErrRunsOnHost, why, strings.Join(paths, ", "), by)
 	}
 	if s.o.approver == nil {
 		return deny("no approver to ask")
