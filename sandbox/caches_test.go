@@ -171,3 +171,48 @@ func TestCacheSharedDocker(t *testing.T) {
 		return sb
 	})
 }
+
+// TestCacheSharedAcrossBackends: one cache, used on namespace, then
+// Docker, then namespace again, as an agent whose backend is picked for
+// it would. Each backend's command runs as another uid (namespace: the
+// caller's; Docker: 20000 and up, group 19999), so each must be able to
+// read, change and remove what the other made: files and directories,
+// made with the command's own umask.
+func TestCacheSharedAcrossBackends(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	db := newDockerBackend(t)
+	onDocker := func(ws string, opts ...Option) *Sandbox {
+		sb, err := New(ctx, ws, append([]Option{withGetenv(noEnv), WithBackend(db)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close() })
+		return sb
+	}
+	onNamespace := func(ws string, opts ...Option) *Sandbox { return newIsolated(t, ws, opts...) }
+	steps := []struct {
+		name   string
+		open   func(string, ...Option) *Sandbox
+		script string
+		want   string
+	}{
+		{"namespace", onNamespace, `umask 022; mkdir -p "$GOCACHE/d/e" && echo ns1 > "$GOCACHE/d/f" && echo keep > "$GOCACHE/top" && cat "$GOCACHE/d/f"`, "ns1\n"},
+		{"docker", onDocker, `umask 022; echo dk >> "$GOCACHE/d/f" && echo dk > "$GOCACHE/d/e/g" && mkdir "$GOCACHE/d/h" && echo dk > "$GOCACHE/d/h/i" && rm "$GOCACHE/top" && cat "$GOCACHE/d/f"`, "ns1\ndk\n"},
+		{"namespace-again", onNamespace, `umask 022; echo ns2 >> "$GOCACHE/d/f" && echo ns2 >> "$GOCACHE/d/e/g" && echo ns2 > "$GOCACHE/d/h/j" && rm "$GOCACHE/d/h/i" && cat "$GOCACHE/d/f" "$GOCACHE/d/e/g"`, "ns1\ndk\nns2\ndk\nns2\n"},
+		{"docker-again", onDocker, `echo dk2 >> "$GOCACHE/d/h/j" && rm -r "$GOCACHE/d/e" && cat "$GOCACHE/d/h/j"`, "ns2\ndk2\n"},
+	}
+	for _, s := range steps {
+		sb := s.open(t.TempDir(), cacheEnv(root), WithPolicy(cachePolicy(t)))
+		res, err := sb.Execute(ctx, Command{Shell: s.script})
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if res.ExitCode != 0 || res.Stdout != s.want {
+			t.Fatalf("%s: exit %d, stdout %q, want %q; stderr %s", s.name, res.ExitCode, res.Stdout, s.want, res.Stderr)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "go-build", "d", "e")); !os.IsNotExist(err) {
+		t.Errorf("d/e is still in the host cache: %v", err)
+	}
+}

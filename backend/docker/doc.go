@@ -104,13 +104,16 @@
 //     streams while it runs; the exit status is exact, and a death by
 //     signal is reported as Signaled.
 //   - Request.Caches are bind-mounted read-write. Commands have different
-//     uids but one group, commandGID (19999), and the cache's host
-//     directory gets an access and a default POSIX ACL entry for it
-//     (rwx), inherited by all that is made in it whatever the command's
-//     umask, so every command can change what another left (caches.go).
-//     Where the host filesystem has no POSIX ACLs, root gives the top
-//     directory to the group, g+rwxs; entries below then have the modes
-//     their command's umask gave, and may be read-only to the next.
+//     uids but one group, commandGID (19999), and every cache follows the
+//     ownership model all backends share (backend/internal/cacheshare):
+//     its directories' access and default POSIX ACLs give rwx to that
+//     group and to the cache's owner (the user the namespace backend runs
+//     commands as), inherited by all that is made in it whatever the
+//     command's umask, so every command, on this backend or another, can
+//     change what another left. Where the host filesystem has no POSIX
+//     ACLs, root gives the top directory to the group, g+rwxs; entries
+//     below then have the modes their command's umask gave, and may be
+//     read-only to the next.
 //
 // How a command runs: a small shell wrapper (wrapper.sh) runs it and ends
 // both output streams with a marker naming a per-command nonce, followed

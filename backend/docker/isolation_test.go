@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pulse-agent/pulse/backend"
 )
 
@@ -126,54 +124,6 @@ echo two >/cache/c/sub/b && echo changed >/cache/c/sub/a && mkdir /cache/c/sub/d
 	if !r1.res.Overlay.Empty() || !r2.res.Overlay.Empty() {
 		t.Errorf("cache writes were captured: %+v %+v", r1.res.Overlay, r2.res.Overlay)
 	}
-}
-
-// The ACL entry shareWithCommands sets is inherited by what is made in
-// the cache later, and a second call changes nothing. Needs no Docker.
-func TestShareWithCommandsSetsInheritedGroupEntry(t *testing.T) {
-	dir := t.TempDir()
-	if err := shareWithCommands(dir); err != nil {
-		t.Fatal(err)
-	}
-	// As a command's mkdir -p does; the umask is not applied where a
-	// default ACL is.
-	sub := filepath.Join(dir, "sub")
-	if err := os.Mkdir(sub, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct{ path, xattr string }{{dir, aclXattrAccess}, {dir, aclXattrDefault}, {sub, aclXattrAccess}, {sub, aclXattrDefault}} {
-		acl := readACL(t, c.path, c.xattr)
-		if acl == nil {
-			t.Skipf("the filesystem of %s keeps no POSIX ACLs", dir)
-		}
-		if _, changed := withCommandGroup(acl); changed {
-			t.Errorf("%s %s: %+v lacks group %d rwx with a mask that lets it through", c.path, c.xattr, acl, commandGID)
-		}
-	}
-	before := readACL(t, dir, aclXattrAccess)
-	if err := shareWithCommands(dir); err != nil {
-		t.Fatal(err)
-	}
-	if after := readACL(t, dir, aclXattrAccess); len(after) != len(before) {
-		t.Errorf("a second call changed the ACL: %+v -> %+v", before, after)
-	}
-}
-
-func readACL(t *testing.T, path, name string) []aclEntry {
-	t.Helper()
-	buf := make([]byte, 1024)
-	n, err := unix.Getxattr(path, name, buf)
-	if err == unix.ENODATA || err == unix.ENOTSUP {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	acl, err := decodeACL(buf[:n])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return acl
 }
 
 // A process that leaves the command's process group (setsid) dies when

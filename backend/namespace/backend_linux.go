@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/cacheshare"
 	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/internal/randhex"
@@ -777,7 +778,8 @@ func checkWorkspace(workspace string) (string, error) {
 }
 
 // cacheBinds resolves the request's caches to the bind mounts the init
-// makes, refusing one whose host directory overlaps the workspace.
+// makes, refusing one whose host directory overlaps the workspace, and
+// gives each the caches' ownership model (cacheshare).
 func cacheBinds(caches []backend.Cache, ws string) ([]nsinit.CacheBind, error) {
 	if err := backend.CheckCaches(caches, ws); err != nil {
 		return nil, err
@@ -791,6 +793,12 @@ func cacheBinds(caches []backend.Cache, ws string) ([]nsinit.CacheBind, error) {
 		if policy.PathWithin(src, ws) || policy.PathWithin(ws, src) {
 			// The command would write the workspace past the overlay.
 			return nil, fmt.Errorf("%w: cache %s: host directory %s overlaps the workspace", backend.ErrInvalidRequest, bc.Name, src)
+		}
+		// The model every backend shares a cache by: what this command
+		// makes there, a Docker command (another uid) may change, and
+		// the reverse.
+		if err := cacheshare.Share(src); err != nil {
+			return nil, fmt.Errorf("namespace: cache %s: %w", bc.Name, err)
 		}
 		binds = append(binds, nsinit.CacheBind{Src: src, Dst: bc.Path})
 	}
