@@ -293,3 +293,32 @@ func ExampleProcess_OutputSnapshot() {
 	// ended: true
 	// more: ""
 }
+
+// cancelOnWrite is a writer that calls cancel when written to.
+type cancelOnWrite context.CancelFunc
+
+func (c cancelOnWrite) Write(p []byte) (int, error) { c(); return len(p), nil }
+
+// A command cancelled through its context still returns its Result with
+// the context's error: the output printed until then, how it ended, and
+// its execution id for the audit log.
+func ExampleSandbox_Execute_cancel() {
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(context.Background(), ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The line on stderr comes after stdout's: the caller cancels then.
+	res, err := sb.Execute(ctx, sandbox.Command{Shell: "echo compiling; echo stuck >&2; sleep 60", Stderr: cancelOnWrite(cancel)})
+	fmt.Println(errors.Is(err, context.Canceled), res.Termination, res.ExecutionID != "")
+	fmt.Print(res.Stdout)
+	// Output:
+	// true cancelled true
+	// compiling
+}

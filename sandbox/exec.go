@@ -148,8 +148,12 @@ type RefusedPath struct {
 // only with WithAutoCommit); FINALIZED.
 //
 // A command that ran returns a Result and a nil error whatever its exit
-// code; ctx cancellation kills it and returns its Result with Termination
-// Cancelled together with ctx's error. A command that ran but whose writes
+// code. When ctx ends, Execute kills the command and returns its partial
+// Result together with ctx's error (errors.Is context.Canceled or
+// context.DeadlineExceeded): Termination Cancelled, the output printed
+// until then, the execution id, and the writes made until then staged
+// like any command's. A command that ctx ended before it started gets
+// such a Result too, with ExitCode -1 and no output. A command that ran but whose writes
 // the backend could not capture returns its Result (nothing staged) and an
 // error wrapping backend.ErrOverlayLost; it is audited as having run.
 //
@@ -175,14 +179,40 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	}
 	defer x.close(ctx)
 	if err := x.check(ctx); err != nil {
-		return x.fail(ctx, err)
+		return x.cancelled(ctx)(x.fail(ctx, err))
 	}
 	if err := x.prepare(ctx); err != nil {
-		return x.fail(ctx, err)
+		return x.cancelled(ctx)(x.fail(ctx, err))
 	}
 	x.launching(ctx)
 	br, err := s.backend.Exec(ctx, x.req)
-	return x.finish(ctx, br, err)
+	return x.cancelled(ctx)(x.finish(ctx, br, err))
+}
+
+// cancelled returns a filter that gives a command ended by ctx a Result
+// even when it ended before it ran or before the backend could report
+// one: a caller that cancels learns the execution id (the audit log's),
+// the output printed so far and that it was cancelled, as one whose
+// command timed out does. Any other failure passes unchanged.
+func (x *execution) cancelled(ctx context.Context) func(*Result, error) (*Result, error) {
+	return func(res *Result, err error) (*Result, error) {
+		if res != nil || err == nil || ctx.Err() == nil {
+			return res, err
+		}
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			return res, err
+		}
+		s := x.s
+		res = &Result{ExecutionID: x.id, Command: x.cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
+			ExitCode: -1, Termination: backend.Cancelled, InPlace: x.inPlace, NetworkRefused: x.eg.refusedHosts()}
+		if !x.start.IsZero() {
+			res.Duration = time.Since(x.start)
+		}
+		if x.out != nil {
+			x.out.collect(res)
+		}
+		return res, err
+	}
 }
 
 // execution is one command on its way through Execute's phases:
@@ -480,6 +510,11 @@ func (x *execution) finish(ctx context.Context, br *backend.Result, err error) (
 	if err != nil && !lost {
 		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Detail: "backend failed: " + err.Error()})
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			// The backend failed as ctx ended: the end is the cause a
+			// caller tests for.
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
 		return x.fail(ctx, fmt.Errorf("sandbox: %s: %w", s.backend.Name(), err))
 	}
 	if lost || br.ExitCode != 0 || br.Termination != backend.Exited {

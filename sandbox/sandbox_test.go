@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -531,5 +532,66 @@ func TestCancelReturnsContextError(t *testing.T) {
 	}
 	if res != nil && res.Termination != backend.Cancelled {
 		t.Fatalf("termination = %v", res.Termination)
+	}
+}
+
+// signalWriter closes ready at its first write.
+type signalWriter struct {
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ready) })
+	return len(p), nil
+}
+
+// TestCancelKeepsPartialResult: a command that prints and then sleeps is
+// cancelled once it has printed; Execute returns ctx's error together
+// with the Result — the output printed so far, Termination Cancelled, an
+// execution id — as a timeout does, on the namespace and Docker backends.
+func TestCancelKeepsPartialResult(t *testing.T) {
+	for _, bk := range []struct {
+		name string
+		open func(*testing.T, string, ...Option) *Sandbox
+	}{{"namespace", newIsolated}, {"docker", newDockerSandbox}} {
+		t.Run(bk.name, func(t *testing.T) {
+			sb := bk.open(t, t.TempDir())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// Stderr signals that stdout, printed before it, is written.
+			sig := &signalWriter{ready: make(chan struct{})}
+			go func() {
+				select {
+				case <-sig.ready:
+				case <-time.After(2 * time.Minute): // a bound on a hung start, not a speed check
+				}
+				cancel()
+			}()
+			res, err := sb.Execute(ctx, Command{Shell: "echo partial; echo ready >&2; sleep 600", Stderr: sig})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if res == nil {
+				t.Fatal("no Result with the cancellation")
+			}
+			if res.Termination != backend.Cancelled || res.ExecutionID == "" {
+				t.Errorf("termination %q, id %q; want cancelled and an id", res.Termination, res.ExecutionID)
+			}
+			if string(res.Stdout) != "partial\n" {
+				t.Errorf("stdout %q, want %q", res.Stdout, "partial\n")
+			}
+			// Cancelled before the call: still a Result naming the
+			// execution. (Whether the backend got as far as starting it
+			// before it saw the end is a race it may lose: the output is
+			// then the command's, as above.)
+			res, err = sb.Execute(ctx, Command{Shell: "echo never"})
+			if !errors.Is(err, context.Canceled) || res == nil {
+				t.Fatalf("already cancelled: res %v, err %v; want a Result and context.Canceled", res, err)
+			}
+			if res.Termination != backend.Cancelled || res.ExecutionID == "" || (res.Stdout != "" && res.Stdout != "never\n") {
+				t.Errorf("already cancelled: %+v", res)
+			}
+		})
 	}
 }
