@@ -154,10 +154,11 @@ func (t *Tx) validate(ctx context.Context, w *walFile) error {
 		if err != nil {
 			return fmt.Errorf("cowfs: commit: %q: %w", op.Path, err)
 		}
-		if op.Implicit && cur.Type == typeDir {
+		if dirMadeMeanwhile(&op.change, cur) {
 			// Someone made the directory meanwhile; writing into it is
-			// fine, and undo will leave it alone.
-			op.Before = cur
+			// fine. It is theirs now: the commit keeps it as it is (no
+			// mode of the staged mkdir), and undo will leave it alone.
+			op.Before, op.Implicit = cur, true
 			continue
 		}
 		if reason := compare(op.Before, cur); reason != "" {

@@ -33,7 +33,12 @@
 //     back under another number (a reboot, a loop or overlay mount) still
 //     holds the same files, and an inode of another file system with the
 //     same number, size, mtime, mode and content is the same file to
-//     every reader.
+//     every reader. One thing is no conflict: a directory staged where
+//     there was nothing (made by a command, or implied by a path beneath
+//     it) that the workspace holds as a directory by now. Commit writes
+//     into that directory and leaves it as it is, mode included (the WAL
+//     marks it implicit), and Undo leaves it too; a file or symlink at
+//     its path is still a conflict.
 //   - Commits of all processes are serialised by flock(2) on
 //     .pulse/cow/lock, held from validation to the end of the commit, so
 //     no cooperating process can slip in between check and write. Every

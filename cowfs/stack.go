@@ -1294,7 +1294,7 @@ func (f *FS) precheckFold(v *fold) error {
 		if err != nil {
 			return err
 		}
-		if e.c.Kind == KindMkdir && e.c.Implicit && (got.Type == typeDir || got.Type == typeAbsent) {
+		if e.c.Kind == KindMkdir && e.c.Implicit && got.Type == typeAbsent || dirMadeMeanwhile(&e.c, got) {
 			continue
 		}
 		if r := compare(e.c.Before, got); r != "" {

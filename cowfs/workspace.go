@@ -81,6 +81,16 @@ func compare(want, got snapshot) string {
 	return ""
 }
 
+// dirMadeMeanwhile reports whether c, a staged directory, is one the
+// workspace holds by now as a directory that Commit may write into
+// instead of a conflict: an implicit one (staged for a path beneath it),
+// or one a command made where there was nothing (what `mkdir d` in the
+// workspace did too). A file or symlink there, or a directory that c
+// changes the mode of, is still compared with the snapshot.
+func dirMadeMeanwhile(c *change, cur snapshot) bool {
+	return c.Kind == KindMkdir && cur.Type == typeDir && (c.Implicit || c.Before.Type == typeAbsent)
+}
+
 // cleanRel turns a caller's path into the slash-separated, clean,
 // workspace-relative key cowfs uses everywhere. It is purely lexical: the
 // entries on the way are checked against the disk when a change is staged

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/cowfs"
+	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/sandbox"
 )
 
@@ -111,5 +112,40 @@ func TestWhiteoutOnlyTransactionIsListedAndDiffed(t *testing.T) {
 	}
 	if len(txs) != 2 {
 		t.Fatalf("MCP's pending transactions: %d, want both", len(txs))
+	}
+}
+
+// TestCommitAllIntoDirectoryMadeMeanwhile: a command makes a directory
+// and a file in it; the user makes the same directory in the workspace
+// before committing. The directory is no conflict: commit --all writes
+// the file into the user's directory.
+func TestCommitAllIntoDirectoryMadeMeanwhile(t *testing.T) {
+	ws := t.TempDir()
+	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--", "sh", "-c", "mkdir d && echo a > d/a")
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
+	}
+	if code != exitOK {
+		t.Fatalf("exec: %d %s", code, stderr)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, "cow", "commit", "--all", "--workspace", ws); code != exitOK {
+		t.Fatalf("commit --all: %d %s", code, errOut)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "d", "a")); err != nil || string(got) != "a\n" {
+		t.Fatalf("d/a = %q, %v", got, err)
+	}
+	// A file where the command made its directory is still a conflict.
+	code, _, stderr = runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--", "sh", "-c", "mkdir e && echo a > e/a")
+	if code != exitOK {
+		t.Fatalf("exec: %d %s", code, stderr)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "e"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, "cow", "commit", "--all", "--workspace", ws); code == exitOK || !strings.Contains(errOut, `"e" was created`) {
+		t.Fatalf("commit --all over a file made meanwhile: %d %s", code, errOut)
 	}
 }
