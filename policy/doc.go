@@ -14,7 +14,9 @@
 //	delete   ask    (staged as a deletion for review)
 //	shell    allow  (the command runs sandboxed; its writes are staged)
 //	git      ask
-//	network  deny   (the facade then enforces network deny-all)
+//	network  deny   (the facade then enforces network deny-all; a policy
+//	                 file's network: section in allowlist or allow-all
+//	                 mode allows it)
 //	secrets  deny   (the facade then passes no secret to commands)
 //
 // Parse and Load read a policy file (YAML or JSON, strict: unknown keys,

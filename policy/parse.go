@@ -30,8 +30,8 @@ const FileVersion = 1
 //	rules:                    # first match wins
 //	  - {action: shell, target: "rm -rf *", decision: deny}
 //	  - {action: read, target: ".env", decision: deny}
-//	network:                  # optional; see NetworkPolicy
-//	  mode: allowlist
+//	network:                  # optional; see NetworkPolicy. allowlist or allow-all
+//	  mode: allowlist         # allows the network action too (no defaults.network needed)
 //	  allow: [proxy.golang.org, "*.github.com", "127.0.0.1:8080", "10.0.0.0/8:443"]
 //	  hosts: [example.org]     # the older form: any port unless ports is set
 //	  cidrs: [192.0.2.0/24]
@@ -53,6 +53,11 @@ const FileVersion = 1
 //	  output_bytes: 4MiB
 //	  file_size_bytes: 50MiB
 //	  disk_bytes: 8GiB        # what a running command may write in all
+//
+// A network section in mode allowlist or allow-all allows the network
+// action by itself; beside a defaults.network or a network rule that is
+// not allow it is refused (the two together would mean no network at
+// all), the error naming the line and what to remove.
 //
 // Parsing is strict: unknown or repeated keys, wrong types, unknown
 // actions, decisions or modes, malformed globs, hosts or CIDRs, negative
@@ -201,7 +206,8 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 
 func decodeFile(n *yaml.Node, p *Policy) error {
 	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches"}
-	return mapping(n, "", known, func(key string, v *yaml.Node) error {
+	var sw netSwitch
+	err := mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
 		case "version":
 			ver, err := scalarInt(v, key)
@@ -217,6 +223,9 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				if err != nil {
 					return err
 				}
+				if Action(a) == Network {
+					sw.def = d
+				}
 				p.Defaults[Action(a)] = dec
 				return nil
 			})
@@ -227,6 +236,9 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 					return err
 				}
 				p.Rules = append(p.Rules, rule)
+				if rule.Action == Network {
+					sw.rules = append(sw.rules, netRule{i, r})
+				}
 				return nil
 			})
 		case "network":
@@ -265,6 +277,10 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return sw.apply(p)
 }
 
 // validImageRef accepts what an image reference can be (name[:tag] or

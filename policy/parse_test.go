@@ -124,6 +124,13 @@ func TestParseRefuses(t *testing.T) {
 		{"network bad cidr", "network:\n  mode: allowlist\n  cidrs: [10.0.0.0/40]\n", "network.cidrs[0]"},
 		{"network bad port", "network:\n  mode: allowlist\n  hosts: [a.com]\n  ports: [0]\n", "network.ports[0]"},
 		{"network empty allowlist", "network:\n  mode: allowlist\n", "no hosts"},
+		// A network section that lets commands out, beside a switch that
+		// keeps them in, would silently mean deny-all.
+		{"allowlist with the network denied", "defaults:\n  network: deny\nnetwork: {mode: allowlist, allow: [a.com]}\n",
+			"line 2: defaults.network: invalid policy: network.mode allowlist needs the network action allowed; remove defaults.network (or set it to allow), or set network.mode: deny-all"},
+		{"allow-all with the network asked", "network: {mode: allow-all}\ndefaults: {network: ask}\n", "line 2: defaults.network"},
+		{"allowlist with a rule denying the network", "network: {mode: allowlist, allow: [a.com]}\nrules:\n  - {action: network, target: \"*\", decision: deny}\n",
+			"line 3: rules[0]: invalid policy: network.mode allowlist needs the network action allowed; remove this rule"},
 		{"negative timeout", "limits:\n  timeout: -1s\n", "line 2: limits.timeout"},
 		{"bad timeout", "limits:\n  timeout: soon\n", "limits.timeout"},
 		{"negative memory", "limits:\n  memory_bytes: -5\n", "limits.memory_bytes"},
@@ -152,6 +159,46 @@ func TestParseRefuses(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseNetworkSection: a network section that lets commands out
+// allows the network action by itself; one that keeps them in (or none)
+// leaves the default, deny.
+func TestParseNetworkSection(t *testing.T) {
+	tests := []struct {
+		name, in string
+		allowed  bool
+		mode     NetworkMode // "" for no network section
+	}{
+		{"allowlist alone", "network: {mode: allowlist, allow: [proxy.golang.org]}\n", true, NetworkAllowlist},
+		{"allowlist, older form", "network:\n  mode: allowlist\n  hosts: [a.com]\n", true, NetworkAllowlist},
+		{"allow-all alone", "network: {mode: allow-all}\n", true, NetworkAllowAll},
+		{"allowlist and the switch", "defaults: {network: allow}\nnetwork: {mode: allowlist, allow: [a.com]}\n", true, NetworkAllowlist},
+		{"allowlist and a rule allowing", "network: {mode: allowlist, allow: [a.com]}\nrules: [{action: network, target: \"*\", decision: allow}]\n", true, NetworkAllowlist},
+		{"deny-all", "network: {mode: deny-all}\n", false, NetworkDenyAll},
+		{"expose only", "network: {expose: [8000]}\n", false, NetworkDenyAll},
+		{"deny-all, the network denied", "defaults: {network: deny}\nnetwork: {mode: deny-all}\n", false, NetworkDenyAll},
+		{"no section", "defaults: {shell: allow}\n", false, ""},
+		{"no section, the switch alone", "defaults: {network: allow}\n", true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Allowed(Network); got != tt.allowed {
+				t.Errorf("Allowed(Network) = %v, want %v", got, tt.allowed)
+			}
+			var mode NetworkMode
+			if p.Network != nil {
+				mode = p.Network.Mode
+			}
+			if mode != tt.mode {
+				t.Errorf("network mode %q, want %q", mode, tt.mode)
 			}
 		})
 	}

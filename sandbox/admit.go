@@ -68,23 +68,8 @@ func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, aske
 // with no configured policy gets deny-all too, except on the unsafe host
 // backend, which can only give everything.
 func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.Policy) {
+	net, _ := s.effectiveNetwork()
 	unsafeHost := s.caps.Isolation == backend.IsolationHostUnsafe
-	net := policy.DenyAllNetwork()
-	if s.o.policy.Allowed(policy.Network) {
-		switch {
-		case s.o.network != nil:
-			net = *s.o.network
-		case unsafeHost:
-			net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
-		}
-	}
-	net = s.withAllowHosts(net, s.o.policy.Allowed(policy.Network))
-	if s.o.network != nil {
-		// Inbound only and valid in every mode: a backend that checks
-		// Expose itself (remote: pulse-server) sees the same ports as
-		// the facade's own check.
-		net.Expose = s.o.network.Expose
-	}
 	sec := secrets.DenyAllSecrets()
 	if s.o.policy.Allowed(policy.Secrets) {
 		switch {

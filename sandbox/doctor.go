@@ -32,6 +32,9 @@ type BackendStatus struct {
 type PolicyFit struct {
 	Network      policy.NetworkMode      `json:"network"`
 	NetworkLevel policy.EnforcementLevel `json:"network_level"`
+	// NetworkWhy says why the network is what it is (which setting made
+	// it so) and, when commands get none, what would let them out.
+	NetworkWhy   string                  `json:"network_why,omitempty"`
 	Secrets      secrets.Mode            `json:"secrets"`
 	SecretsLevel policy.EnforcementLevel `json:"secrets_level"`
 	// Limits holds every limit a command would have (the policy's, the
@@ -67,7 +70,8 @@ func fit(ctx context.Context, o *options, b backend.Backend, caps backend.Capabi
 	}
 	probe := &Sandbox{o: o2, caps: caps, backend: b}
 	net, sec := probe.effectivePolicies()
-	f := &PolicyFit{Network: net.Mode, NetworkLevel: caps.NetworkLevel(net.Mode),
+	_, why := probe.effectiveNetwork()
+	f := &PolicyFit{Network: net.Mode, NetworkLevel: caps.NetworkLevel(net.Mode), NetworkWhy: why,
 		Secrets: sec.Mode, SecretsLevel: caps.SecretLevel(sec.Mode), Limits: map[policy.LimitKey]LimitFit{}}
 	if _, _, err := probe.checkEnforcement(ctx, "", "", limits); err != nil {
 		f.Refused = err.Error()

@@ -145,6 +145,9 @@ func printFit(w io.Writer, f *sandbox.PolicyFit, policyFile string) {
 	}
 	fmt.Fprintf(w, "  under %s:\n", which)
 	fmt.Fprintf(w, "    network %-10s %s\n", f.Network, f.NetworkLevel)
+	if f.NetworkWhy != "" {
+		fmt.Fprintf(w, "      because %s\n", f.NetworkWhy)
+	}
 	fmt.Fprintf(w, "    secrets %-10s %s\n", f.Secrets, f.SecretsLevel)
 	for _, n := range slices.Sorted(maps.Keys(f.Limits)) {
 		l := f.Limits[n]
