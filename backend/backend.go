@@ -313,28 +313,31 @@ type Overlay struct {
 	// Deleted are paths that existed and were removed.
 	Deleted []string `json:"deleted,omitempty"`
 
-	release func()
+	release func() error
 }
 
 // Empty reports whether the overlay holds no change.
 func (o *Overlay) Empty() bool { return o == nil || len(o.Files) == 0 && len(o.Deleted) == 0 }
 
 // SetRelease makes fn what Release runs: a backend that hands files as
-// File.Source removes them there.
-func (o *Overlay) SetRelease(fn func()) { o.release = fn }
+// File.Source removes them there, and returns an error naming what it
+// could not remove.
+func (o *Overlay) SetRelease(fn func() error) { o.release = fn }
 
 // Release frees what the overlay's File.Source paths hold: after it,
-// those paths are gone. It runs once; later calls, and calls on an
-// overlay without sources or a nil one, do nothing. An overlay whose
-// caller asked for sources (Request.StreamFiles) must be released, on
-// every path, once its files are read.
-func (o *Overlay) Release() {
+// those paths are gone, or the error names what is left on the host (the
+// caller reports it: a leftover of a command is never silent). It runs
+// once; later calls, and calls on an overlay without sources or a nil
+// one, do nothing and return nil. An overlay whose caller asked for
+// sources (Request.StreamFiles) must be released, on every path, once
+// its files are read.
+func (o *Overlay) Release() error {
 	if o == nil || o.release == nil {
-		return
+		return nil
 	}
 	fn := o.release
 	o.release = nil
-	fn()
+	return fn()
 }
 
 // File is one created or changed entry. Mode carries the type bits: a

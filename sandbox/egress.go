@@ -149,6 +149,7 @@ type egressRun struct {
 	be    *backend.Egress
 	done  chan struct{}
 	once  sync.Once
+	err   error // what close could not remove
 
 	mu      sync.Mutex
 	refused []string
@@ -210,15 +211,20 @@ func (s *Sandbox) startEgress(ctx context.Context, execID string, np policy.Netw
 
 // close stops the proxy (waiting for its connections, so every event is
 // recorded) and removes its directory. Safe on nil.
-func (r *egressRun) close() {
+// close stops the proxy and removes its directory; the error (the same
+// on every call) names the directory when it is left on the host.
+func (r *egressRun) close() error {
 	if r == nil {
-		return
+		return nil
 	}
 	r.once.Do(func() {
 		r.proxy.Close()
 		<-r.done
-		os.RemoveAll(r.dir)
+		if err := os.RemoveAll(r.dir); err != nil {
+			r.err = fmt.Errorf("egress proxy directory %s: %w", r.dir, err)
+		}
 	})
+	return r.err
 }
 
 func (r *egressRun) backendEgress() *backend.Egress {

@@ -604,22 +604,25 @@ func (x *execution) recordWrites(ctx context.Context, ov *backend.Overlay, res *
 }
 
 // close releases what prepare set up, in reverse, whichever phase the
-// execution stopped in, and ends it FINALIZED: nothing is left for a
-// cleanup pass, because the backend owns no per-command state once the
-// command has ended.
+// execution stopped in, and ends it FINALIZED, or RECOVERY_REQUIRED when
+// something could not be removed (see endCleaning in cleanup.go).
 func (x *execution) close(ctx context.Context) {
-	x.overlay.Release()
-	x.eg.close()
+	var left []error
+	if err := x.overlay.Release(); err != nil {
+		left = append(left, err)
+	}
+	if err := x.eg.close(); err != nil {
+		left = append(left, err)
+	}
 	x.out.release()
 	// The transaction is left open only when it holds staged writes;
 	// removed even when the command was cancelled.
 	if x.tx != nil && x.tx.Empty() {
-		_ = x.tx.Discard(context.WithoutCancel(ctx))
+		if err := x.tx.Discard(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, cowfs.ErrClosed) && !errors.Is(err, cowfs.ErrNotFound) {
+			left = append(left, fmt.Errorf("empty pending transaction %s: %w", x.tx.ID(), err))
+		}
 	}
-	if st := x.lc.State(); st != lifecycle.Finalized && st != lifecycle.RecoveryRequired {
-		x.step(ctx, lifecycle.Cleaning)
-		x.step(ctx, lifecycle.Finalized)
-	}
+	x.endCleaning(ctx, left)
 }
 
 // outputs carries a command's stdout and stderr to the caller. Everything

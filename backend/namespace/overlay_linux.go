@@ -120,16 +120,19 @@ func (h *holder) take(full string) (string, error) {
 	return dst, nil
 }
 
-// release removes what the holder keeps; nil-safe and idempotent.
-func (h *holder) release() {
+// release removes what the holder keeps; nil-safe and idempotent. An
+// error names the directory left on the host.
+func (h *holder) release() error {
 	if h == nil || h.r == nil {
-		return
+		return nil
 	}
 	r := h.r
 	h.r = nil
 	if err := r.remove(); err != nil {
 		h.b.o.logger.Warn("namespace: removing kept overlay files", slog.String("dir", r.dir), slog.Any("err", err))
+		return fmt.Errorf("namespace: overlay files kept in %s: %w", r.dir, err)
 	}
+	return nil
 }
 
 // walkUpper records the entries of upper/rel, whose directory is open as
