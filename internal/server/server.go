@@ -314,6 +314,24 @@ func (s *Server) Executor() Executor { return s.exec }
 // every other path.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	s.handleHealth(mux)
+	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.HandleFunc("/", s.serveWS)
+	return mux
+}
+
+// HealthHandler serves /healthz and /readyz alone. It is meant for a
+// plain-HTTP listener of its own (pulse-server --health-listen): a
+// kubelet's probe presents no client certificate, so it cannot reach the
+// mutual-TLS API listener, and a bare TCP check says nothing about the
+// store or a drain. Neither answer holds anything a tenant could use.
+func (s *Server) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.handleHealth(mux)
+	return mux
+}
+
+func (s *Server) handleHealth(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeHealth(w, true)
 	})
@@ -326,9 +344,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeHealth(w, ok)
 	})
-	mux.HandleFunc("/metrics", s.serveMetrics)
-	mux.HandleFunc("/", s.serveWS)
-	return mux
 }
 
 func writeHealth(w http.ResponseWriter, ok bool) {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -21,6 +23,10 @@ type Config struct {
 	MaxConcurrent int    // WORKER_MAX_CONCURRENT
 	Image         string // SANDBOX_IMAGE
 	Trust         string // SANDBOX_TRUST
+	// HealthListen, when set, is a plain-HTTP address serving /healthz
+	// (the process is up) and /readyz (attached to the relay), for a
+	// kubelet's probes (WORKER_HEALTH_LISTEN).
+	HealthListen string
 
 	// Capabilities defaults to the programs of CapabilityProbes found on
 	// PATH.
@@ -43,7 +49,14 @@ const (
 	EnvMaxConcurrent = "WORKER_MAX_CONCURRENT"
 	EnvImage         = "SANDBOX_IMAGE"
 	EnvTrust         = "SANDBOX_TRUST"
+	EnvHealthListen  = "WORKER_HEALTH_LISTEN"
+	// EnvTokenFile names a file holding the token, as Kubernetes mounts a
+	// secret, so that it need not sit in the environment.
+	EnvTokenFile = "SANDBOX_TOKEN_FILE"
 )
+
+// maxTokenFile bounds what SANDBOX_TOKEN_FILE may hold.
+const maxTokenFile = 64 << 10
 
 // DefaultToken is the token of the design's defaults, fit only for a
 // development relay; Run warns when it is used.
@@ -81,6 +94,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	str(EnvToken, &c.Token)
 	str(EnvImage, &c.Image)
 	str(EnvTrust, &c.Trust)
+	str(EnvHealthListen, &c.HealthListen)
+	if path := getenv(EnvTokenFile); path != "" {
+		if getenv(EnvToken) != "" {
+			return c, fmt.Errorf("%w: %s and %s are both set; set one", ErrConfig, EnvToken, EnvTokenFile)
+		}
+		tok, err := readTokenFile(path)
+		if err != nil {
+			return c, fmt.Errorf("%w: %s: %w", ErrConfig, EnvTokenFile, err)
+		}
+		c.Token = tok
+	}
 	if v := getenv(EnvTLS); v != "" {
 		b, err := parseBool(v)
 		if err != nil {
@@ -107,6 +131,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "execs run at once ("+EnvMaxConcurrent+")")
 	fs.StringVar(&c.Image, "image", c.Image, "image reported in Hello ("+EnvImage+")")
 	fs.StringVar(&c.Trust, "trust", c.Trust, "trust level reported in Hello ("+EnvTrust+")")
+	fs.StringVar(&c.HealthListen, "health-listen", c.HealthListen, "plain-HTTP address serving /healthz and /readyz ("+EnvHealthListen+")")
 }
 
 // Validate reports the first invalid value.
@@ -122,6 +147,28 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: backoff %v..%v", ErrConfig, c.BackoffMin, c.BackoffMax)
 	}
 	return nil
+}
+
+// readTokenFile reads a token file, dropping the trailing newline that
+// `kubectl create secret --from-file` and editors leave.
+func readTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxTokenFile {
+		return "", fmt.Errorf("%s is larger than %d bytes", path, maxTokenFile)
+	}
+	tok := strings.TrimRight(string(b), " \t\r\n")
+	if tok == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return tok, nil
 }
 
 func parseBool(v string) (bool, error) {
@@ -153,7 +200,7 @@ func DetectCapabilities(lookPath func(string) (string, error)) []string {
 func childEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if strings.HasPrefix(kv, EnvToken+"=") {
+		if strings.HasPrefix(kv, EnvToken+"=") || strings.HasPrefix(kv, EnvTokenFile+"=") {
 			continue
 		}
 		out = append(out, kv)

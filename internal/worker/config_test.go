@@ -3,7 +3,9 @@ package worker
 import (
 	"errors"
 	"flag"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -86,7 +88,7 @@ func TestDetectCapabilities(t *testing.T) {
 }
 
 func TestChildEnvDropsToken(t *testing.T) {
-	got := childEnv([]string{"PATH=/bin", "SANDBOX_TOKEN=s", "SANDBOX_TOKENISH=keep"})
+	got := childEnv([]string{"PATH=/bin", "SANDBOX_TOKEN=s", "SANDBOX_TOKEN_FILE=/run/secrets/t", "SANDBOX_TOKENISH=keep"})
 	if !slices.Equal(got, []string{"PATH=/bin", "SANDBOX_TOKENISH=keep"}) {
 		t.Errorf("got %v", got)
 	}
@@ -111,6 +113,29 @@ func TestIsLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{"localhost:1": true, "127.0.0.1:1": true, "[::1]:1": true, "relay.example:443": false, "10.0.0.1:1": false} {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v", addr, got)
+		}
+	}
+}
+
+// TestTokenFile: SANDBOX_TOKEN_FILE gives the token without its trailing
+// newline; with SANDBOX_TOKEN also set, or a file that is empty or
+// missing, the configuration is refused.
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	good, empty := filepath.Join(dir, "tok"), filepath.Join(dir, "empty")
+	os.WriteFile(good, []byte("s3cret\n"), 0o600)
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	c, err := FromEnv(func(k string) string { return map[string]string{EnvTokenFile: good}[k] })
+	if err != nil || c.Token != "s3cret" {
+		t.Fatalf("token %q, err %v", c.Token, err)
+	}
+	for _, env := range []map[string]string{
+		{EnvTokenFile: good, EnvToken: "other"},
+		{EnvTokenFile: empty},
+		{EnvTokenFile: filepath.Join(dir, "missing")},
+	} {
+		if _, err := FromEnv(func(k string) string { return env[k] }); !errors.Is(err, ErrConfig) {
+			t.Errorf("%v: err = %v, want ErrConfig", env, err)
 		}
 	}
 }

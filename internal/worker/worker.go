@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,15 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cc.Close()
 	client := sandboxv1.NewSandboxWorkerClient(cc)
 
+	var attached atomic.Bool
+	if cfg.HealthListen != "" {
+		stop, err := serveHealth(cfg.HealthListen, &attached, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
 	if bo.min == 0 {
 		bo.min = defaultBackoffMin
@@ -132,7 +142,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	for {
 		started := time.Now()
-		err := attach(ctx, client, cfg, sess, log)
+		err := attach(ctx, client, cfg, sess, log, &attached)
+		attached.Store(false)
 		if ctx.Err() != nil {
 			log.Info("stopping", "reason", context.Cause(ctx))
 			return nil
@@ -159,6 +170,32 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
+// serveHealth serves /healthz (the process runs) and /readyz (attached to
+// the relay, so the relay can hand this worker work) on addr over plain
+// HTTP until stop is called. Neither holds anything a command could use.
+func serveHealth(addr string, attached *atomic.Bool, log *slog.Logger) (stop func(), err error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w: health listener: %w", ErrConfig, err)
+	}
+	mux := http.NewServeMux()
+	answer := func(w http.ResponseWriter, ok bool) {
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"status":"not_ready"}`)
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`)
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { answer(w, true) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, attached.Load()) })
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go hs.Serve(lis)
+	log.Info("health endpoints listening", "url", "http://"+lis.Addr().String()+"/readyz")
+	return func() { hs.Close() }, nil
+}
+
 // refused reports whether err is the relay's answer to a bad token.
 func refused(err error) bool {
 	switch status.Code(err) {
@@ -171,7 +208,7 @@ func refused(err error) bool {
 // attach opens one Attach stream and serves it until it ends. It logs
 // "connected" once the stream is open and "attached" only once the relay
 // has sent a frame or let attachQuiet pass without refusing the token.
-func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Config, sess *session.Session, log *slog.Logger) error {
+func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Config, sess *session.Session, log *slog.Logger, attached *atomic.Bool) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+cfg.Token)
@@ -198,6 +235,7 @@ func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Confi
 		select {
 		case <-served: // ended meanwhile: "attached" would now be false
 		default:
+			attached.Store(true)
 			log.Info("attached", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "evidence", evidence)
 		}
 	})

@@ -64,6 +64,9 @@ type Env struct {
 	// OnListen, when set, learns the bound addresses once the server
 	// listens (tests listen on port 0).
 	OnListen func(api, workers string)
+	// OnHealthListen, when set, learns the address of --health-listen
+	// once it listens.
+	OnHealthListen func(addr string)
 }
 
 type config struct {
@@ -76,6 +79,7 @@ type config struct {
 	backendName          string
 	unsafeHost           bool
 	workerListen         string
+	healthListen         string
 	workerTokens         string
 	drain                time.Duration
 	logLevel             string
@@ -88,6 +92,39 @@ type config struct {
 	uploads   protocol.ArchiveLimits
 	maxOutput int64
 	version   string
+}
+
+// maxSecretFile bounds a token file: a token list is a few hundred bytes,
+// and a path pointing at something else by mistake must not be slurped.
+const maxSecretFile = 64 << 10
+
+// secretEnv reads a secret from the variable name or, as Kubernetes and
+// Docker secrets are mounted, from the file that name_FILE points to, so
+// the value need not sit in the process environment (which `ps e` and
+// /proc/<pid>/environ show to the same user). Setting both is refused
+// rather than guessed between. Trailing whitespace (the newline an editor
+// or `kubectl create secret --from-file` leaves) is dropped.
+func secretEnv(getenv func(string) string, name string) (string, error) {
+	v, path := getenv(name), getenv(name+"_FILE")
+	if path == "" {
+		return v, nil
+	}
+	if v != "" {
+		return "", fmt.Errorf("%s and %s_FILE are both set; set one", name, name)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %w", name, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %w", name, err)
+	}
+	if len(b) > maxSecretFile {
+		return "", fmt.Errorf("%s_FILE %s is larger than %d bytes; is it the token file?", name, path, maxSecretFile)
+	}
+	return strings.TrimRight(string(b), " \t\r\n"), nil
 }
 
 func isLoopback(host string) bool {
@@ -176,6 +213,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	fs.Int64Var(&c.uploads.MaxCompressed, "max-upload-bytes", int64(maxUpload), "largest uploaded workspace archive, compressed (PULSE_REMOTE_MAX_UPLOAD_BYTES)")
 	fs.Int64Var(&c.uploads.MaxUnpacked, "max-unpacked-bytes", int64(maxUnpacked), "largest uploaded workspace, unpacked (PULSE_REMOTE_MAX_UNPACKED_BYTES)")
 	fs.Int64Var(&c.maxOutput, "max-output-bytes", int64(maxOutput), "output cap of each of stdout and stderr of one execution (PULSE_REMOTE_MAX_OUTPUT_BYTES)")
+	fs.StringVar(&c.healthListen, "health-listen", getenv("PULSE_HEALTH_LISTEN"), "plain-HTTP address serving only /healthz and /readyz, for probes that hold no client certificate (PULSE_HEALTH_LISTEN)")
 	fs.StringVar(&c.logLevel, "log-level", envOr(getenv, "PULSE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -192,10 +230,14 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	if c.workerTokens == "" {
-		c.workerTokens = getenv("PULSE_WORKER_TOKEN")
+		if c.workerTokens, err = secretEnv(getenv, "PULSE_WORKER_TOKEN"); err != nil {
+			problems = append(problems, err.Error())
+		}
 	}
 	c.tlsCert, c.tlsKey, c.tca = getenv("PULSE_TLS_CERT"), getenv("PULSE_TLS_KEY"), getenv("PULSE_TLS_CA")
-	c.clientTokens = getenv("PULSE_REMOTE_TOKEN")
+	if c.clientTokens, err = secretEnv(getenv, "PULSE_REMOTE_TOKEN"); err != nil {
+		problems = append(problems, err.Error())
+	}
 	problems = append(problems, c.check()...)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -207,7 +249,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	c.version = env.Version
-	if err := serve(ctx, &c, log, env.OnListen); err != nil {
+	if err := serve(ctx, &c, log, env); err != nil {
 		log.Error("pulse-server failed", "err", err)
 		fmt.Fprintf(stderr, "pulse-server: %v\n", err)
 		return ExitFailure
@@ -378,7 +420,7 @@ func localBackend(ctx context.Context, c *config, log *slog.Logger) (backend.Bac
 	return nil, fmt.Errorf("no local backend available:\n  %s", strings.Join(why, "\n  "))
 }
 
-func serve(ctx context.Context, c *config, log *slog.Logger, onListen func(api, workers string)) error {
+func serve(ctx context.Context, c *config, log *slog.Logger, env Env) error {
 	tlsCfg, err := c.tlsConfig()
 	if err != nil {
 		return err
@@ -452,8 +494,23 @@ func serve(ctx context.Context, c *config, log *slog.Logger, onListen func(api, 
 	} else {
 		log.Warn("starting in insecure loopback mode without TLS")
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- hs.Serve(lis) }()
+
+	if c.healthListen != "" {
+		hl, err := net.Listen("tcp", c.healthListen)
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("--health-listen: %w", err)
+		}
+		health := &http.Server{Handler: srv.HealthHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- health.Serve(hl) }()
+		defer health.Close()
+		log.Info("health endpoints listening", "url", fmt.Sprintf("http://%s/readyz", hl.Addr()))
+		if env.OnHealthListen != nil {
+			env.OnHealthListen(hl.Addr().String())
+		}
+	}
 
 	var gs *grpc.Server
 	workerAddr := ""
@@ -479,8 +536,8 @@ func serve(ctx context.Context, c *config, log *slog.Logger, onListen func(api, 
 		log.Info("worker relay listening", "addr", workerAddr)
 	}
 	log.Info("pulse-server listening", "url", fmt.Sprintf("%s://%s", scheme, lis.Addr()), "executor", exec.Name(), "version", c.version)
-	if onListen != nil {
-		onListen(lis.Addr().String(), workerAddr)
+	if env.OnListen != nil {
+		env.OnListen(lis.Addr().String(), workerAddr)
 	}
 
 	var serveErr error

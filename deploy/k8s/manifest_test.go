@@ -1,0 +1,472 @@
+// Package k8s_test checks deploy/k8s/pulse.yaml the way a cluster would
+// take it, without a cluster: every object is decoded strictly with the
+// Kubernetes API types (an unknown or misspelt field fails, as
+// `kubectl apply --validate=strict` does), every pod is evaluated against
+// the Pod Security "restricted" level by the admission plugin's own code,
+// the references between objects are resolved, and then the server and a
+// worker are started with exactly the manifest's settings (paths mapped
+// into a temporary directory) to show that they run, attach and answer
+// their probes.
+package k8s_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
+
+	"github.com/pulse-agent/pulse/internal/server/cli"
+	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/internal/testenv/testproc"
+)
+
+func TestMain(m *testing.M) {
+	testenv.RunIfChild("pulse-worker", testproc.Worker)
+	os.Exit(m.Run())
+}
+
+type manifest struct {
+	services    []*corev1.Service
+	claims      []*corev1.PersistentVolumeClaim
+	deployments []*appsv1.Deployment
+	budgets     []*policyv1.PodDisruptionBudget
+}
+
+// load decodes pulse.yaml strictly, one object per document.
+func load(t *testing.T) manifest {
+	t.Helper()
+	raw, err := os.ReadFile("pulse.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	var m manifest
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		js, err := utilyaml.ToJSON(doc)
+		if err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		obj, gvk, err := dec.Decode(js, nil, nil)
+		if err != nil {
+			// Strict decoding returns the object and an error naming each
+			// unknown or duplicate field: any of them fails.
+			t.Fatalf("document %d: %v", i, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Service:
+			m.services = append(m.services, o)
+		case *corev1.PersistentVolumeClaim:
+			m.claims = append(m.claims, o)
+		case *appsv1.Deployment:
+			m.deployments = append(m.deployments, o)
+		case *policyv1.PodDisruptionBudget:
+			m.budgets = append(m.budgets, o)
+		default:
+			t.Fatalf("document %d: %v is not a kind this test checks; teach it", i, gvk)
+		}
+	}
+	if len(m.deployments) != 2 {
+		t.Fatalf("%d Deployments, want pulse-server and pulse-worker", len(m.deployments))
+	}
+	return m
+}
+
+func (m manifest) deployment(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, d := range m.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("no Deployment %s", name)
+	return nil
+}
+
+func stripComments(doc []byte) []byte {
+	var out bytes.Buffer
+	for line := range bytes.Lines(doc) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out.Write(line)
+		}
+	}
+	return out.Bytes()
+}
+
+func TestPodsMeetRestrictedPodSecurity(t *testing.T) {
+	eval, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range load(t).deployments {
+		lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+		res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec))
+		if !res.Allowed {
+			t.Errorf("%s: Pod Security restricted refuses it: %s", d.Name, res.ForbiddenDetail())
+		}
+	}
+}
+
+func TestObjectsFitTogether(t *testing.T) {
+	m := load(t)
+	for _, d := range m.deployments {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not match its pods' labels %v (%v)", d.Name, d.Spec.Selector, d.Spec.Template.Labels, err)
+		}
+		spec := d.Spec.Template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: mounts a service account token it has no use for", d.Name)
+		}
+		volumes := map[string]corev1.Volume{}
+		for _, v := range spec.Volumes {
+			volumes[v.Name] = v
+		}
+		for _, c := range spec.Containers {
+			checkResources(t, d.Name, c)
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if p == nil || p.HTTPGet == nil {
+					t.Errorf("%s: %s probe is not an HTTP GET", d.Name, what)
+					continue
+				}
+				if want := map[string]string{"readiness": "/readyz", "liveness": "/healthz"}[what]; p.HTTPGet.Path != want {
+					t.Errorf("%s: %s probe on %q, want %q", d.Name, what, p.HTTPGet.Path, want)
+				}
+				if p.HTTPGet.Port.Type == intstr.String && ports[p.HTTPGet.Port.StrVal] == 0 {
+					t.Errorf("%s: %s probe port %q is no port of the container", d.Name, what, p.HTTPGet.Port.StrVal)
+				}
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					t.Errorf("%s: %s comes from a secret into the environment; mount it and use %s_FILE", d.Name, e.Name, e.Name)
+				}
+			}
+			for _, vm := range c.VolumeMounts {
+				if _, ok := volumes[vm.Name]; !ok {
+					t.Errorf("%s: mount %s names no volume", d.Name, vm.Name)
+				}
+			}
+		}
+		for _, v := range spec.Volumes {
+			if pvc := v.PersistentVolumeClaim; pvc != nil && !hasClaim(m.claims, pvc.ClaimName) {
+				t.Errorf("%s: volume %s claims %s, which the manifest does not define", d.Name, v.Name, pvc.ClaimName)
+			}
+		}
+	}
+	for _, s := range m.services {
+		var backing *appsv1.Deployment
+		for _, d := range m.deployments {
+			if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+				backing = d
+			}
+		}
+		if backing == nil {
+			t.Errorf("Service %s selects no pods", s.Name)
+			continue
+		}
+		named := map[string]bool{}
+		for _, c := range backing.Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				named[p.Name] = true
+			}
+		}
+		for _, p := range s.Spec.Ports {
+			if p.TargetPort.Type == intstr.String && !named[p.TargetPort.StrVal] {
+				t.Errorf("Service %s: target port %q is no port of %s", s.Name, p.TargetPort.StrVal, backing.Name)
+			}
+		}
+	}
+	worker := m.deployment(t, "pulse-worker")
+	covered := false
+	for _, b := range m.budgets {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(worker.Spec.Template.Labels)) {
+			covered = true
+		}
+	}
+	if !covered {
+		t.Error("no PodDisruptionBudget covers the workers")
+	}
+}
+
+func hasClaim(claims []*corev1.PersistentVolumeClaim, name string) bool {
+	for _, c := range claims {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkResources: a container with limits alone has its requests set to
+// the limits by the API server, so each worker would reserve its whole
+// limit; both are set, requests no larger than limits.
+func checkResources(t *testing.T, pod string, c corev1.Container) {
+	t.Helper()
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := c.Resources.Requests[r]
+		lim, okLim := c.Resources.Limits[r]
+		if !okReq || !okLim {
+			t.Errorf("%s/%s: %s request %v and limit %v: want both", pod, c.Name, r, okReq, okLim)
+			continue
+		}
+		if req.Cmp(lim) > 0 {
+			t.Errorf("%s/%s: %s request %s above its limit %s", pod, c.Name, r, req.String(), lim.String())
+		}
+	}
+}
+
+// pod maps a container's mounts into a temporary directory, so that its
+// environment's paths can be used as they are on the node.
+type pod struct {
+	root   string
+	mounts []corev1.VolumeMount
+}
+
+func (p pod) path(t *testing.T, in string) string {
+	t.Helper()
+	for _, m := range p.mounts {
+		if in == m.MountPath || strings.HasPrefix(in, m.MountPath+"/") {
+			return filepath.Join(p.root, in)
+		}
+	}
+	t.Fatalf("%s is under no volume mount of the container", in)
+	return ""
+}
+
+func (p pod) file(t *testing.T, in string, data []byte) {
+	t.Helper()
+	local := p.path(t, in)
+	if err := os.MkdirAll(filepath.Dir(local), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(local, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// env returns the container's environment with every absolute path mapped
+// into the pod, and fieldRefs given the values the kubelet would.
+func (p pod) env(t *testing.T, c corev1.Container, podName string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			out[e.Name] = podName
+		case e.ValueFrom != nil:
+			t.Fatalf("%s: this test cannot give a value from %v", e.Name, e.ValueFrom)
+		case strings.HasPrefix(e.Value, "/"):
+			out[e.Name] = p.path(t, e.Value)
+		default:
+			out[e.Name] = e.Value
+		}
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func token(t *testing.T) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServerAndWorkerRunAsTheManifestSays starts pulse-server with
+// the server container's args and environment (production mode: strong
+// tokens, absolute paths, mutual TLS off loopback all checked) and a
+// pulse-worker process with the worker container's, only the listening
+// ports moved to free loopback ones and RELAY_ADDR pointed at the server.
+// The server's and the worker's probes must answer ready and the relay
+// must count the worker — the manifest describes a fleet that works.
+func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
+	m := load(t)
+	pki := testenv.NewPKI(t)
+	readPEM := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	remoteTok, workerTok := token(t), token(t)
+
+	sd := m.deployment(t, "pulse-server")
+	sc := sd.Spec.Template.Spec.Containers[0]
+	sp := pod{root: t.TempDir(), mounts: sc.VolumeMounts}
+	senv := sp.env(t, sc, "pulse-server-0")
+	for name, data := range map[string][]byte{
+		"PULSE_REMOTE_TOKEN_FILE": []byte(remoteTok + "\n"), "PULSE_WORKER_TOKEN_FILE": []byte(workerTok + "\n"),
+		"PULSE_TLS_CERT": readPEM(pki.ServerCertFile), "PULSE_TLS_KEY": readPEM(pki.ServerKeyFile), "PULSE_TLS_CA": readPEM(pki.CAFile),
+	} {
+		if senv[name] == "" {
+			t.Fatalf("the server container does not set %s", name)
+		}
+		if err := os.MkdirAll(filepath.Dir(senv[name]), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(senv[name], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{senv["PULSE_REMOTE_WORKSPACE_ROOT"], filepath.Dir(senv["PULSE_REMOTE_DB"])} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	health := freeAddr(t)
+	senv["PULSE_REMOTE_PORT"], senv["PULSE_WORKER_LISTEN"], senv["PULSE_HEALTH_LISTEN"] = "0", "0.0.0.0:0", health
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var serr lockedBuffer
+	type addrs struct{ api, workers string }
+	ready := make(chan addrs, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, append(append([]string{}, sc.Command...), sc.Args...), cli.Env{
+			Getenv: func(k string) string { return senv[k] }, Stdout: io.Discard, Stderr: &serr,
+			OnListen: func(api, workers string) { ready <- addrs{api, workers} },
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Error("pulse-server did not stop")
+		}
+	})
+	var a addrs
+	select {
+	case a = <-ready:
+	case code := <-done:
+		t.Fatalf("pulse-server exited %d with the manifest's settings:\n%s", code, serr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("pulse-server did not listen:\n%s", serr.String())
+	}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	probe := func(url string) error {
+		resp, err := plain.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}
+	if err := probe("http://" + health + sd.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path); err != nil {
+		t.Fatalf("server readiness: %v\n%s", err, serr.String())
+	}
+
+	wd := m.deployment(t, "pulse-worker")
+	wc := wd.Spec.Template.Spec.Containers[0]
+	wp := pod{root: t.TempDir(), mounts: wc.VolumeMounts}
+	wenv := wp.env(t, wc, "pulse-worker-abc12")
+	wp.file(t, strings.TrimPrefix(wenv["SANDBOX_TOKEN_FILE"], wp.root), []byte(workerTok+"\n"))
+	wp.file(t, strings.TrimPrefix(wenv["SSL_CERT_FILE"], wp.root), readPEM(pki.CAFile))
+	_, port, _ := net.SplitHostPort(a.workers)
+	wenv["RELAY_ADDR"] = net.JoinHostPort("127.0.0.1", port)
+	whealth := freeAddr(t)
+	wenv["WORKER_HEALTH_LISTEN"] = whealth
+	w := testenv.Command(t, "pulse-worker")
+	for k, v := range wenv {
+		w.Env = append(w.Env, k+"="+v)
+	}
+	var wlog lockedBuffer
+	w.Stderr = &wlog
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if err := probe("http://" + whealth + wc.ReadinessProbe.HTTPGet.Path); err != nil {
+			return fmt.Errorf("worker readiness: %v\n%s", err, wlog.String())
+		}
+		return nil
+	})
+	mtls := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientConfig()}}
+	_, apiPort, _ := net.SplitHostPort(a.api)
+	resp, err := mtls.Get("https://127.0.0.1:" + apiPort + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte("pulse_server_workers 1")) {
+		t.Fatalf("the relay does not count the worker:\n%s", body)
+	}
+}
