@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -414,32 +415,33 @@ func TestGoSnippetsBuild(t *testing.T) {
 			}
 			return -1
 		}, strings.ToLower(strings.TrimSuffix(filepath.Base(p), ".md")))
-		dir := filepath.Join(tmp, name)
-		n := 0
 		for i, b := range blocks {
 			f := strings.Fields(b.info)
 			if len(f) == 0 || f[0] != "go" || (len(f) > 1 && f[1] == "notest") {
 				continue
+			}
+			// A block with a package clause of its own (a whole program)
+			// is a package of its own; the page's fragments share one.
+			pkg := name
+			if strings.HasPrefix(strings.TrimSpace(b.text), "package ") {
+				pkg = fmt.Sprintf("%s%d", name, i)
 			}
 			src, err := snippetFile(name, b.text, i, fmt.Sprintf("%s:%d", filepath.Join(root, p), b.line+1))
 			if err != nil {
 				t.Errorf("%s:%d: %v", p, b.line, err)
 				continue
 			}
-			if n == 0 {
+			dir := filepath.Join(tmp, pkg)
+			if _, err := os.Stat(dir); err != nil {
 				if err := os.Mkdir(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
+				pkgs = append(pkgs, "./"+filepath.ToSlash(filepath.Join(filepath.Base(tmp), pkg)))
 			}
-			file := filepath.Join(dir, fmt.Sprintf("block%d.go", i))
-			if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("block%d.go", i)), []byte(src), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			n++
-		}
-		if n > 0 {
-			pkgs = append(pkgs, "./"+filepath.ToSlash(filepath.Join(filepath.Base(tmp), name)))
-			total += n
+			total++
 		}
 	}
 	if total == 0 {
@@ -451,5 +453,33 @@ func TestGoSnippetsBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the pages' Go snippets do not build (go vet): %v\n%s", err, out)
 	}
-	t.Logf("%d Go snippets in %d pages build", total, len(pkgs))
+	t.Logf("%d Go snippets in %d packages build", total, len(pkgs))
+}
+
+// TestPolicyPageNamesEveryField fails when policy.md leaves out a key of
+// the policy file, an action or a limit: the field list comes from the
+// policy package's own types, so a field added there must be documented.
+func TestPolicyPageNamesEveryField(t *testing.T) {
+	page := read(t, "docs/policy.md")
+	keys := []string{"version", "secrets", "inject"} // file keys that are no struct field of their own
+	for _, v := range []any{policy.Policy{}, policy.NetworkPolicy{}, policy.ResourceLimits{}, policy.Cache{}, policy.SecretInjection{}, policy.Rule{}} {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("yaml"), ",")
+			if tag != "" && tag != "-" {
+				keys = append(keys, tag)
+			}
+		}
+	}
+	for _, a := range policy.Actions() {
+		keys = append(keys, string(a))
+	}
+	for _, k := range policy.LimitKeys() {
+		keys = append(keys, string(k))
+	}
+	for _, k := range keys {
+		if !strings.Contains(page, "`"+k+"`") && !strings.Contains(page, k+":") {
+			t.Errorf("docs/policy.md does not name the policy file's %q", k)
+		}
+	}
 }

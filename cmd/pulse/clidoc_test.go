@@ -42,7 +42,7 @@ func cliReference(t *testing.T) string {
 	block := func(heading, text string) {
 		fmt.Fprintf(&b, "%s\n\n```text\n%s\n```\n\n", heading, strings.TrimRight(text, "\n"))
 	}
-	block("## pulse", helpText(t))
+	block("### pulse", helpText(t))
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
