@@ -268,6 +268,11 @@ func (r *Review) CommitPaths(ctx context.Context, id string, accept []string) ([
 	if err != nil {
 		return nil, err
 	}
+	// Part of a transaction is no more independent of the stack than
+	// all of it.
+	if err := r.checkStack(ctx, "commit", id); err != nil {
+		return nil, err
+	}
 	keep := map[string]bool{}
 	for _, p := range accept {
 		keep[p] = true

@@ -102,3 +102,47 @@ func squashEvent(e audit.Event, id string, gone []string) audit.Event {
 	e.Detail = fmt.Sprintf("%d pending transactions squashed into %s: %s", len(gone), id, strings.Join(gone, " "))
 	return e
 }
+
+// CommitAllPaths commits the ticked paths of the whole pending stack as
+// one commit: the stack is squashed into one transaction (see Squash),
+// and of that transaction only accept is committed, every other staged
+// change rejected (see CommitPaths). A path ticked that the stack's net
+// change does not hold (written, then removed again) has nothing to
+// commit and is skipped. accept nil is CommitAll. A refused commit leaves
+// the squashed transaction pending, whole.
+func (r *Review) CommitAllPaths(ctx context.Context, accept []string) (paths, ids []string, err error) {
+	if accept == nil {
+		return r.CommitAll(ctx)
+	}
+	id, gone, err := r.Squash(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if id == "" {
+		return nil, nil, nil
+	}
+	tx, err := r.tx(ctx, "commit", id)
+	if err != nil {
+		return nil, nil, err
+	}
+	staged := map[string]bool{}
+	for _, c := range tx.Changes() {
+		staged[c.Path] = true
+	}
+	var keep []string
+	for _, p := range accept {
+		if staged[p] {
+			keep = append(keep, p)
+		}
+	}
+	if len(keep) == 0 {
+		return nil, nil, fmt.Errorf("sandbox: review: %w: no ticked path is in the pending stack's net change (squashed into %s); discard it instead", cowfs.ErrNotFound, id)
+	}
+	if paths, err = r.CommitPaths(ctx, id, keep); err != nil {
+		return nil, nil, err
+	}
+	if len(gone) == 0 {
+		gone = []string{id}
+	}
+	return paths, gone, nil
+}

@@ -293,3 +293,124 @@ func TestReviewTokenIsNotSentToOtherLocalPorts(t *testing.T) {
 		t.Fatalf("a.txt committed with a cookie another local server got: %v", err)
 	}
 }
+
+// TestReviewPageStackInChromium: a command edits a file and the next one
+// fixes it, so the fix cannot be committed without the edit. On the page,
+// Commit on the fix explains which transaction it depends on instead of
+// failing, and Commit all commits the ticked files of both as one commit:
+// the workspace has the fixed content and not the unticked file. The same
+// page shows a file named with a direction control (and an isolate in a
+// diff line) as markers, flagged, never as raw runes, and flags a mode
+// change.
+func TestReviewPageStackInChromium(t *testing.T) {
+	node, dir, chromium := requireBrowser(t)
+	ws := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ws, "run.sh"), []byte("echo\n"), 0o644))
+	must(t, os.Chmod(filepath.Join(ws, "run.sh"), 0o644))
+	const bidiPath = "notes\u202edm.sh"
+	f, err := cowfs.Open(t.Context(), ws)
+	must(t, err)
+	edit, err := f.Begin(t.Context(), "edit")
+	must(t, err)
+	for _, w := range []struct {
+		p, data string
+		mode    os.FileMode
+	}{
+		{"a.txt", "buggy\n", 0o644},
+		{bidiPath, "echo hi\n", 0o644},
+		{"check.go", "if admin {\u2066 // check later\u2069\n", 0o644},
+		{"run.sh", "echo\n", 0o755},
+		{"scratch.txt", "scratch\n", 0o644},
+	} {
+		must(t, edit.Write(t.Context(), w.p, []byte(w.data), w.mode))
+	}
+	time.Sleep(10 * time.Millisecond) // the stack orders by creation time
+	fix, err := f.Begin(t.Context(), "fix")
+	must(t, err)
+	must(t, fix.Write(t.Context(), "a.txt", []byte("fixed\n"), 0o644))
+	editID, fixID := edit.ID(), fix.ID()
+	f.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := startReview(t, ctx, ws, "HOME="+t.TempDir())
+	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "stack.mjs"), url, editID, fixID, bidiPath, "run.sh", "scratch.txt",
+		os.Getenv("PULSE_REVIEW_SCREENSHOT"))
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("browser script: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	steps := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var s map[string]any
+		if json.Unmarshal([]byte(l), &s) == nil {
+			name, _ := s["step"].(string)
+			steps[name] = s
+		}
+	}
+	for _, s := range []string{"shown", "explained", "committed"} {
+		if steps[s] == nil {
+			t.Fatalf("step %s missing: %s", s, stdout.String())
+		}
+	}
+	shown := steps["shown"]
+	str := func(k string) string { v, _ := shown[k].(string); return v }
+	list := func(k string) string { b, _ := json.Marshal(shown[k]); return string(b) }
+	if str("pathText") != "notes\u27e8U+202E\u27e9dm.sh" || list("markers") != `["⟨U+202E⟩"]` || str("badge") != "direction controls" {
+		t.Errorf("the name with a direction control is shown as %q, markers %s, badge %q", str("pathText"), list("markers"), str("badge"))
+	}
+	if st := str("markerStyle"); st == "" || st == "rgba(0, 0, 0, 0)" {
+		t.Errorf("the marker has no style of its own: background %q", st)
+	}
+	if l := list("lineMarkers"); !strings.Contains(l, "⟨U+2066⟩") || !strings.Contains(l, "⟨U+2069⟩") {
+		t.Errorf("the isolates in a diff line are not marked: %s", l)
+	}
+	if raw, _ := shown["rawInPage"].(bool); raw {
+		t.Errorf("the page's text holds a raw direction control")
+	}
+	if str("modeBadge") != "mode 0644 \u2192 0755" || !strings.Contains(list("modeLines"), "new mode 100755") {
+		t.Errorf("the mode change is not flagged: badge %q lines %s", str("modeBadge"), list("modeLines"))
+	}
+	msg, _ := steps["explained"]["message"].(string)
+	note, _ := steps["explained"]["note"].(string)
+	if !strings.Contains(msg, "depends on pending transaction(s) "+editID) || !strings.Contains(msg, "Commit all") || !strings.Contains(note, editID) {
+		t.Errorf("Commit on the fix alone says %q (note %q), want it to name %s and Commit all", msg, note, editID)
+	}
+	if errs, _ := steps["committed"]["errors"].([]any); len(errs) > 0 {
+		t.Errorf("page errors: %v", errs)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "a.txt")); err != nil || string(b) != "fixed\n" {
+		t.Errorf("a.txt after Commit all: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, bidiPath)); err != nil || string(b) != "echo hi\n" {
+		t.Errorf("%q after Commit all: %q %v", bidiPath, b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("run.sh after Commit all: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "scratch.txt")); !os.IsNotExist(err) {
+		t.Errorf("the unticked scratch.txt was committed: %v", err)
+	}
+	f, err = cowfs.Open(t.Context(), ws)
+	must(t, err)
+	defer f.Close()
+	all, err := f.List(t.Context())
+	must(t, err)
+	for _, i := range all {
+		if i.State == cowfs.StateOpen {
+			t.Errorf("transaction %s (%s) still pending after Commit all", i.ID, i.Description)
+		}
+	}
+	var committed bool
+	for _, e := range auditLines(t, ws) {
+		if e.Via == sandbox.ViaReviewPage && e.Action == "commit" && e.Target == "a.txt" && e.Decision == "allow" {
+			committed = true
+		}
+	}
+	if !committed {
+		t.Errorf("the page's commit of a.txt is not in the audit log")
+	}
+}

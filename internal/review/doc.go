@@ -26,6 +26,19 @@
 //     page can reach touches anything outside the workspace: transaction
 //     ids and paths are checked by cowfs, and the assets are embedded.
 //
-// The combined diff is the transactions' diffs one after another, oldest
-// first, not a merged net diff.
+// The pending stack: a transaction that shares paths with another pending
+// one cannot be committed or discarded alone (cowfs.StackError); the
+// state names, per transaction, the ones it depends on, and the page
+// explains that instead of sending a request that would be refused. Commit
+// all commits the whole stack, or its ticked files (the stack is squashed
+// first, then the ticked paths of the squash committed), as one commit;
+// Squash and Discard all act on the stack as the CLI's --all does.
+//
+// What the page shows is what a program reads: control characters are
+// escaped, and the Unicode direction controls (internal/bidi, the set the
+// terminal escapes) are shown as markers (⟨U+202E⟩) and flag their file,
+// as does a change of an existing entry's permission bits.
+//
+// The combined diff is the whole stack against the workspace (what Commit
+// all would change); each transaction's diff is against the stack below it.
 package review

@@ -192,6 +192,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/commit", s.handleCommit)
 	mux.HandleFunc("POST /api/discard", s.handleDiscard)
 	mux.HandleFunc("POST /api/undo", s.handleUndo)
+	mux.HandleFunc("POST /api/commit-all", s.handleCommitAll)
+	mux.HandleFunc("POST /api/squash", s.handleSquash)
+	mux.HandleFunc("POST /api/discard-all", s.handleDiscardAll)
 	return s.guard(mux)
 }
 
@@ -311,6 +314,36 @@ type txView struct {
 	Files       []fileView    `json:"files"`
 	Diff        string        `json:"diff"`
 	Conflict    *conflictView `json:"conflict,omitempty"`
+	// CommitDeps and DiscardDeps say why this transaction cannot be
+	// committed or discarded alone: the pending transactions that change
+	// the same paths (cowfs.StackError). The page explains them instead
+	// of sending a request that would be refused.
+	CommitDeps  *depView `json:"commit_depends,omitempty"`
+	DiscardDeps *depView `json:"discard_depends,omitempty"`
+}
+
+// depView is a cowfs.StackError for the page.
+type depView struct {
+	On      []string `json:"on"`
+	Path    string   `json:"path"`
+	Explain string   `json:"explain"`
+}
+
+// deps turns a stack refusal into what the page shows; nil when err is
+// none.
+func deps(err error) *depView {
+	var se *cowfs.StackError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	d := &depView{On: se.Others, Path: se.Path}
+	on := strings.Join(se.Others, ", ")
+	if se.Op == "discard" {
+		d.Explain = fmt.Sprintf("Transaction %s cannot be discarded alone: pending transaction(s) %s were made on top of it and also change %q. Discard those first, or Discard all.", se.ID, on, se.Path)
+	} else {
+		d.Explain = fmt.Sprintf("Transaction %s cannot be committed alone: it depends on pending transaction(s) %s, which also change %q. Commit all commits the whole stack as one commit; Squash merges it into one transaction.", se.ID, on, se.Path)
+	}
+	return d
 }
 
 type eventView struct {
@@ -381,6 +414,9 @@ func (s *Server) state(ctx context.Context) (stateView, error) {
 			return st, err
 		}
 		tv := txView{ID: info.ID, Description: info.Description, Created: info.Created, Diff: d, Files: []fileView{}}
+		if stk != nil {
+			tv.CommitDeps, tv.DiscardDeps = deps(stk.CheckCommit(info.ID)), deps(stk.CheckDiscard(info.ID))
+		}
 		blocks := splitDiff(d)
 		hashes := tx.ContentHashes()
 		for _, c := range tx.Changes() {
@@ -657,6 +693,10 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "conflict": conflictView{Path: ce.Path, Reason: ce.Reason}})
 		return
 	}
+	if dv := deps(err); dv != nil {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "depends": dv})
+		return
+	}
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -675,7 +715,12 @@ func (s *Server) handleDiscard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.cfg.Review.Discard(r.Context(), d.ID); err != nil {
+	err := s.cfg.Review.Discard(r.Context(), d.ID)
+	if dv := deps(err); dv != nil {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "depends": dv})
+		return
+	}
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -694,12 +739,72 @@ func (s *Server) handleUndo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"undone": info.ID})
 }
 
+// handleCommitAll commits the whole pending stack as one commit, or
+// (accept set) the ticked paths of it (sandbox.Review.CommitAllPaths).
+func (s *Server) handleCommitAll(w http.ResponseWriter, r *http.Request) {
+	d, ok := readDecision(w, r)
+	if !ok {
+		return
+	}
+	if d.ID != "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request: commit-all takes no id"})
+		return
+	}
+	paths, ids, err := s.cfg.Review.CommitAllPaths(r.Context(), d.Accept)
+	var ce *cowfs.ConflictError
+	if errors.As(err, &ce) {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "conflict": conflictView{Path: ce.Path, Reason: ce.Reason}})
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.mu.Lock()
+	for _, id := range ids {
+		delete(s.conflicts, id)
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"committed": nonNil(paths), "transactions": nonNil(ids)})
+}
+
+func (s *Server) handleSquash(w http.ResponseWriter, r *http.Request) {
+	if _, ok := readDecision(w, r); !ok {
+		return
+	}
+	id, gone, err := s.cfg.Review.Squash(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "squashed": nonNil(gone)})
+}
+
+func (s *Server) handleDiscardAll(w http.ResponseWriter, r *http.Request) {
+	if _, ok := readDecision(w, r); !ok {
+		return
+	}
+	ids, err := s.cfg.Review.DiscardAll(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"discarded": nonNil(ids)})
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, cowfs.ErrNotFound), errors.Is(err, cowfs.ErrInvalidPath):
 		code = http.StatusNotFound
-	case errors.Is(err, cowfs.ErrConflict):
+	case errors.Is(err, cowfs.ErrConflict), errors.Is(err, cowfs.ErrStackDependency), errors.Is(err, cowfs.ErrDamaged):
 		code = http.StatusConflict
 	default:
 		s.log.Error("review request failed", "err", err)

@@ -510,3 +510,67 @@ func TestStateFlagsModesAndBidi(t *testing.T) {
 		t.Errorf("a directory's mode line is part of a file's block: %+v", got)
 	}
 }
+
+// TestStackActions: an edit and its fix both change a.txt, so neither
+// commits alone; the state says which transaction each depends on, a
+// commit of one alone is refused with that explanation (409, nothing
+// written), Squash merges them, and Commit all commits the ticked paths
+// of the stack as one commit.
+func TestStackActions(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644)
+	edit := stage(t, ws, map[string]string{"a.txt": "buggy\n", "scratch.txt": "s\n"})
+	time.Sleep(10 * time.Millisecond) // the stack orders by creation time
+	fix := stage(t, ws, map[string]string{"a.txt": "fixed\n"})
+	p := startPage(t, ws)
+	state := func() stateView {
+		_, body := p.do(t, req{method: "GET", path: "/api/state", auth: "bearer"})
+		var st stateView
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	deps := map[string]*depView{}
+	for _, tx := range state().Pending {
+		deps[tx.ID] = tx.CommitDeps
+	}
+	if d := deps[fix]; d == nil || len(d.On) != 1 || d.On[0] != edit || d.Path != "a.txt" {
+		t.Fatalf("the fix's dependencies: %+v", d)
+	}
+	if d := deps[edit]; d == nil || len(d.On) != 1 || d.On[0] != fix {
+		t.Fatalf("the edit's dependencies: %+v", d)
+	}
+	for _, body := range []string{`{"id":"` + fix + `"}`, `{"id":"` + fix + `","accept":["a.txt"]}`} {
+		code, out := p.post(t, "/api/commit", body)
+		var r struct{ Depends depView }
+		json.Unmarshal([]byte(out), &r)
+		if code != http.StatusConflict || len(r.Depends.On) != 1 || r.Depends.On[0] != edit || !strings.Contains(r.Depends.Explain, "Commit all") {
+			t.Fatalf("commit of the fix alone (%s): %d %s", body, code, out)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "one\n" {
+		t.Fatalf("a refused commit wrote a.txt: %q", b)
+	}
+	if code, out := p.post(t, "/api/squash", `{}`); code != http.StatusOK || !strings.Contains(out, edit) || !strings.Contains(out, fix) {
+		t.Fatalf("squash: %d %s", code, out)
+	}
+	if st := state(); len(st.Pending) != 1 || st.Pending[0].CommitDeps != nil {
+		t.Fatalf("after squash: %+v", st.Pending)
+	}
+	if code, out := p.post(t, "/api/commit-all", `{"id":"x"}`); code != http.StatusBadRequest {
+		t.Fatalf("commit-all with an id: %d %s", code, out)
+	}
+	if code, out := p.post(t, "/api/commit-all", `{"accept":["a.txt"]}`); code != http.StatusOK || !strings.Contains(out, `"committed":["a.txt"]`) {
+		t.Fatalf("commit-all: %d %s", code, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "fixed\n" {
+		t.Fatalf("a.txt after commit-all: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "scratch.txt")); !os.IsNotExist(err) {
+		t.Fatalf("scratch.txt, not ticked, was committed: %v", err)
+	}
+	if st := state(); len(st.Pending) != 0 {
+		t.Fatalf("still pending: %+v", st.Pending)
+	}
+}

@@ -41,6 +41,29 @@
   const clean = (s) => String(s || "").replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
     (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 
+  // Unicode direction controls (the set of internal/bidi) reorder how the
+  // text around them displays, so a name or a line can show something
+  // else than what is committed (Trojan Source). Each is shown as a
+  // visible marker, never passed to the layout.
+  const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  const hasBidi = (s) => new RegExp(BIDI.source).test(String(s || ""));
+
+  // marked returns the nodes showing s: its text (control characters
+  // escaped by clean) with each direction control as a marker.
+  function marked(s) {
+    const str = clean(s);
+    const out = [];
+    let last = 0;
+    for (const m of str.matchAll(BIDI)) {
+      if (m.index > last) out.push(document.createTextNode(str.slice(last, m.index)));
+      const cp = "U+" + m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+      out.push(el("mark", { class: "bidi", title: "Unicode direction control " + cp + ": it reorders how the text around it displays", text: "\u27e8" + cp + "\u27e9" }));
+      last = m.index + m[0].length;
+    }
+    if (last < str.length) out.push(document.createTextNode(str.slice(last)));
+    return out;
+  }
+
   function say(text, error) {
     const m = $("message");
     m.textContent = text;
@@ -53,11 +76,14 @@
       let cls = "";
       if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff --git") ||
           line.startsWith("index ") || line.startsWith("new file") || line.startsWith("deleted file") ||
-          line.startsWith("old mode") || line.startsWith("new mode") || line.startsWith("\\")) cls = "meta";
+          line.startsWith("\\")) cls = "meta";
+      else if (line.startsWith("old mode") || line.startsWith("new mode") || line.startsWith("directory \"")) cls = "meta mode";
       else if (line.startsWith("+")) cls = "add";
       else if (line.startsWith("-")) cls = "del";
       else if (line.startsWith("@@")) cls = "hunk";
-      pre.append(el("span", { class: cls, text: line === "" ? " " : line }));
+      const row = el("span", { class: cls }, ...(line === "" ? [" "] : marked(line)));
+      if (cls === "meta mode") row.title = "permission bits change";
+      pre.append(row);
     }
     return pre;
   }
@@ -77,15 +103,25 @@
   function renderTx(tx) {
     const files = tx.files.filter((f) => !f.implicit);
     const card = el("article", { class: "tx", "aria-label": "transaction " + tx.id, "data-tx": tx.id });
-    const commit = el("button", { type: "button", class: "commit", text: "Commit", onclick: () => decide("commit", tx) });
-    const discard = el("button", { type: "button", class: "discard", text: "Discard", onclick: () => decide("discard", tx) });
+    // A transaction that shares paths with another pending one cannot be
+    // committed (or discarded) alone: its buttons say why instead.
+    const commit = el("button", { type: "button", class: tx.commit_depends ? "commit depends" : "commit", text: "Commit",
+      title: tx.commit_depends ? "depends on " + tx.commit_depends.on.join(", ") : null,
+      onclick: () => tx.commit_depends ? say(tx.commit_depends.explain, true) : decide("commit", tx) });
+    const discard = el("button", { type: "button", class: "discard", text: "Discard",
+      title: tx.discard_depends ? "transactions " + tx.discard_depends.on.join(", ") + " depend on it" : null,
+      onclick: () => tx.discard_depends ? say(tx.discard_depends.explain, true) : decide("discard", tx) });
     card.append(el("div", { class: "tx-head" },
       el("h3", { text: "Transaction " + tx.id }),
-      el("span", { class: "meta", text: (tx.description || "") + " · " + new Date(tx.created).toLocaleString() + " · " + files.length + " file(s)" }),
+      el("span", { class: "meta" }, ...marked((tx.description || "") + " · " + new Date(tx.created).toLocaleString() + " · " + files.length + " file(s)")),
       el("span", { class: "actions" }, commit, discard)));
+    if (tx.commit_depends) {
+      card.append(el("div", { class: "depends", text: "Depends on transaction(s) " + tx.commit_depends.on.join(", ") +
+        " (both change " + clean(tx.commit_depends.path) + "): commit it with the stack (Commit all) or Squash." }));
+    }
     if (tx.conflict) {
       card.append(el("div", { class: "conflict", role: "alert",
-        text: "Conflict: " + tx.conflict.path + " was " + tx.conflict.reason + " in the workspace since it was staged, so the commit was refused and nothing was written. The diff below is against the workspace as it is now: discard, or stage again." }));
+        text: "Conflict: " + clean(tx.conflict.path) + " was " + tx.conflict.reason + " in the workspace since it was staged, so the commit was refused and nothing was written. The diff below is against the workspace as it is now: discard, or stage again." }));
     }
     for (const f of files) {
       const k = tx.id + "\u0000" + f.path;
@@ -93,9 +129,17 @@
       box.checked = isAccepted(tx, f);
       box.addEventListener("change", () => accepted.set(k, box.checked));
       const head = el("div", { class: "file-head" },
-        el("label", {}, box, el("span", { class: "path", text: clean(f.path) })),
+        el("label", {}, box, el("span", { class: "path" }, ...marked(f.path))),
         el("span", { class: "kind", text: f.kind + (f.new ? " (new)" : "") + (f.kind === "write" ? " · " + size(f.size) : "") }));
       if (f.binary) head.append(el("span", { class: "flag binary", text: "binary" }));
+      if (f.bidi || hasBidi(f.path)) {
+        head.append(el("span", { class: "flag bidi", text: "direction controls" }));
+        head.append(el("span", { class: "why", text: "its name or content holds Unicode direction controls, shown as \u27e8U+\u2026\u27e9: the text displays in another order than a program reads it" }));
+      }
+      if (f.old_mode) {
+        head.append(el("span", { class: "flag mode", text: "mode " + f.old_mode + " \u2192 " + f.mode }));
+        if (f.widened) head.append(el("span", { class: "why", text: "now writable by " + f.widened }));
+      }
       if (f.runs_on_host) {
         head.append(el("span", { class: "flag host", text: "runs on the host" }));
         head.append(el("span", { class: "why", text: f.runs_on_host }));
@@ -114,7 +158,7 @@
 
   function render() {
     const st = state;
-    $("workspace").textContent = st.workspace;
+    $("workspace").replaceChildren(...marked(st.workspace));
     const chain = $("chain");
     if (st.chain.status === "broken") {
       chain.textContent = "audit chain: broken at seq " + st.chain.bad_seq;
@@ -133,6 +177,8 @@
       chain.className = "chain";
     }
     $("undo").disabled = !st.undoable || busy;
+    $("stack-actions").hidden = st.pending.length === 0;
+    $("squash").disabled = st.pending.length < 2 || busy;
     $("count").textContent = "(" + st.pending.length + ")";
     const pend = $("pending");
     pend.replaceChildren(...(st.pending.length ? st.pending.map(renderTx) : [el("p", { class: "empty", text: "Nothing pending: no command has left changes to review." })]));
@@ -148,10 +194,10 @@
       el("td", { text: new Date(e.time).toLocaleString() }),
       el("td", { text: e.action }),
       el("td", { class: e.decision || "", text: e.decision || "" }),
-      el("td", { class: "target", text: clean(e.target) }),
+      el("td", { class: "target" }, ...marked(e.target)),
       el("td", { text: [e.actor, e.via].filter(Boolean).join(" via ") }),
       el("td", { class: "target", text: e.tx_id || "" }),
-      el("td", { class: "detail", text: clean([e.reason, e.detail].filter(Boolean).join(": ")) }))));
+      el("td", { class: "detail" }, ...marked([e.reason, e.detail].filter(Boolean).join(": "))))));
   }
 
   async function refresh() {
@@ -169,7 +215,11 @@
     const r = await fetch(path, { method: "POST", credentials: "same-origin",
       headers: { ...auth, "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const data = await r.json().catch(() => ({}));
-    if (!r.ok) throw new Error(data.error || r.status);
+    if (!r.ok) {
+      const e = new Error(data.error || r.status);
+      if (data.depends) e.explain = data.depends.explain;
+      throw e;
+    }
     return data;
   }
 
@@ -180,6 +230,20 @@
       if (what === "discard") {
         await post("/api/discard", { id: tx.id });
         say("Discarded transaction " + tx.id + ".");
+      } else if (what === "commit-all") {
+        const acc = stackAccepted();
+        if (acc && acc.length === 0) {
+          say("No file of the pending stack is ticked: tick the files to commit, or Discard all.", true);
+          return;
+        }
+        const d = await post("/api/commit-all", acc ? { accept: acc } : {});
+        say("Committed the pending stack (" + d.transactions.join(", ") + ") as one commit: " + d.committed.join(", ") + ".");
+      } else if (what === "squash") {
+        const d = await post("/api/squash", {});
+        say(d.squashed.length ? "Squashed transactions " + d.squashed.join(", ") + " into " + d.id + "." : "Nothing to squash.");
+      } else if (what === "discard-all") {
+        const d = await post("/api/discard-all", {});
+        say("Discarded transactions " + d.discarded.join(", ") + ".");
       } else if (what === "undo") {
         const d = await post("/api/undo", {});
         say("Undid transaction " + d.undone + ".");
@@ -195,14 +259,33 @@
         say("Committed transaction " + tx.id + ": " + d.committed.join(", ") + ".");
       }
     } catch (err) {
-      say(what[0].toUpperCase() + what.slice(1) + " failed: " + err.message, true);
+      say(err.explain || (what[0].toUpperCase() + what.slice(1).replace("-", " ") + " failed: " + err.message), true);
     } finally {
       busy = false;
       await refresh();
     }
   }
 
+  // stackAccepted is what Commit all commits: null for everything, else
+  // the paths ticked in every transaction that holds them (a path
+  // unticked anywhere is left out, as Commit leaves it out of one).
+  function stackAccepted() {
+    const all = new Set();
+    const out = new Set();
+    for (const tx of state.pending) {
+      for (const f of tx.files.filter((f) => !f.implicit)) {
+        all.add(f.path);
+        if (!isAccepted(tx, f)) out.add(f.path);
+      }
+    }
+    if (out.size === 0) return null;
+    return [...all].filter((p) => !out.has(p));
+  }
+
   $("undo").addEventListener("click", () => decide("undo", null));
+  $("commit-all").addEventListener("click", () => decide("commit-all", null));
+  $("squash").addEventListener("click", () => decide("squash", null));
+  $("discard-all").addEventListener("click", () => decide("discard-all", null));
 
   // The server-sent events, read with fetch (EventSource cannot send the
   // token): a "change" event refreshes; a lost stream is opened again,
