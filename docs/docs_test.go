@@ -287,10 +287,12 @@ var knownImports = map[string]string{
 }
 
 // fixtures are the variables a statement fragment may use without
-// declaring them: the sandbox and context every guide section starts from.
+// declaring them: the sandbox, context and process the guide's sections
+// start from.
 var fixtures = map[string]string{
 	"ctx": "ctx := context.Background()",
 	"sb":  "var sb *sandbox.Sandbox",
+	"p":   "var p *sandbox.Process",
 	"pol": "pol := policy.Default()",
 	"err": "var err error",
 }
