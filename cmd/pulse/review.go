@@ -23,7 +23,9 @@ func init() {
 		help: `Serves the review page of a workspace on a loopback address and prints its
 URL, token included, on standard output. Open it in a browser: it shows the
 pending transactions with their diffs, lets you commit (all files, or the
-ticked ones), discard and undo, and shows the audit timeline. Every decision
+ticked ones), discard and undo one, commit the whole pending stack (or its
+ticked files) as one commit, squash it or discard it, and shows the audit
+timeline. Every decision
 is recorded in the workspace's audit log with your user name and the page's
 session. Stop it with Ctrl-C.`,
 		run: runReview,
