@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -321,4 +322,29 @@ func ExampleSandbox_Execute_cancel() {
 	// Output:
 	// true cancelled true
 	// compiling
+}
+
+// ListDir shows the workspace as the next command sees it: a directory a
+// command made exists, although nothing is committed yet. ListCommitted
+// shows the workspace as it is on disk. (Not run: it needs an isolating
+// backend, which captures writes, where the host backend writes in place.)
+func ExampleSandbox_ListDir() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, "/path/to/repo")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(ctx, sandbox.Command{Shell: "mkdir -p build && echo ok > build/status"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	pending, _ := sb.ListDir(ctx, "build")
+	for _, e := range pending {
+		fmt.Println(e.Path, e.Type, e.Size) // build/status file 3
+	}
+	if _, err := sb.ListDir(ctx, "build", sandbox.ListCommitted()); errors.Is(err, fs.ErrNotExist) {
+		fmt.Println("build is not committed yet")
+	}
 }

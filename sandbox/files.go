@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -25,12 +24,15 @@ import (
 
 // List lists the directory dir ("" or "." for the workspace root) as the
 // next command would see it: the workspace's entries with the pending
-// stack's creations, changes and deletions applied. Entries the policy
+// stack's creations, changes and deletions applied. It passes the checks
+// ListDir documents (the read policy on dir as spelled and where it
+// resolves, containment, the sandbox's own state). Entries the policy
 // denies reading, and the sandbox's own state (.pulse), are left out. An
 // entry the stack decides reports the stack's type, size and permission
 // bits, with a zero modification time; the others are the workspace's.
 // Names and paths are not scrubbed (a secret in a file name would make
-// the entry unusable); ListDir lists the committed workspace alone.
+// the entry unusable); ListDir gives the same listing scrubbed, and with
+// ListCommitted the committed workspace alone.
 func (s *Sandbox) List(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 	ents, err := s.list(ctx, dir)
 	return ents, s.scrubErr(err)
@@ -41,10 +43,16 @@ func (s *Sandbox) list(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	rel, err := s.fileRel(ctx, dir, "list")
+	rel, err := s.dirRel(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
+	return s.listView(ctx, rel)
+}
+
+// listView lists the directory rel (checked by dirRel) through the
+// pending stack.
+func (s *Sandbox) listView(ctx context.Context, rel string) ([]fs.DirEntry, error) {
 	st, err := s.viewStack(ctx)
 	if err != nil {
 		return nil, err
@@ -73,18 +81,7 @@ func (s *Sandbox) list(ctx context.Context, dir string) ([]fs.DirEntry, error) {
 		s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "deny", Detail: "list: " + wsErr.Error()})
 		return nil, fmt.Errorf("sandbox: list %s: %w", rel, wsErr)
 	}
-	out := make([]fs.DirEntry, 0, len(byName))
-	for name, e := range byName {
-		p := name
-		if rel != "." {
-			p = path.Join(rel, name)
-		}
-		if pathguard.IsReserved(p) || s.o.policy.Evaluate(policy.Read, p) == policy.Deny {
-			continue
-		}
-		out = append(out, e)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	out := s.readable(rel, byName)
 	s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "allow", Detail: "list through the pending stack"})
 	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -26,17 +25,34 @@ type DirEntry struct {
 	Size int64 `json:"size_bytes"`
 }
 
-// ListDir lists the directory dir of the workspace ("" or "." for its
-// root) after the policy allows the read action on it. Entries the policy
-// denies reading are left out, as is the sandbox's own state (.pulse at
-// the root), so a listing shows no more than ReadFile would read. A
+// ListOption changes what ListDir lists.
+type ListOption func(*listOptions)
+
+type listOptions struct{ committed bool }
+
+// ListCommitted makes ListDir list the committed workspace alone: the
+// writes of pending transactions are left out, as they are from what
+// ReadCommittedFile reads.
+func ListCommitted() ListOption { return func(o *listOptions) { o.committed = true } }
+
+// ListDir lists the directory dir ("" or "." for the workspace root) as
+// the next command would see it, like List: the workspace with the
+// pending stack laid over it, so a directory that exists only as pending
+// writes lists, and a path the stack deletes does not (ListCommitted
+// lists the committed workspace alone). It lists only after the policy
+// allows the read action on dir, as spelled and where it resolves (a
+// link is followed within the workspace). Entries the policy denies
+// reading are left out, as is the sandbox's own state (.pulse at the
+// root), so a listing shows no more than ReadFile would read. A
 // directory outside the workspace (also through a symlink) is refused
-// with an error wrapping pathguard.ErrOutside.
-//
-// It lists the committed workspace: the writes of pending transactions
-// are not in it.
-func (s *Sandbox) ListDir(ctx context.Context, dir string) ([]DirEntry, error) {
-	ents, err := s.listDir(ctx, dir)
+// with an error wrapping pathguard.ErrOutside. Names and paths are
+// scrubbed of the configured secrets.
+func (s *Sandbox) ListDir(ctx context.Context, dir string, opts ...ListOption) ([]DirEntry, error) {
+	var o listOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ents, err := s.listDir(ctx, dir, o.committed)
 	for i := range ents {
 		ents[i].Name = s.scrubber.Redact(ents[i].Name)
 		ents[i].Path = s.scrubber.Redact(ents[i].Path)
@@ -44,11 +60,58 @@ func (s *Sandbox) ListDir(ctx context.Context, dir string) ([]DirEntry, error) {
 	return ents, s.scrubErr(err)
 }
 
-func (s *Sandbox) listDir(ctx context.Context, dir string) ([]DirEntry, error) {
+func (s *Sandbox) listDir(ctx context.Context, dir string, committed bool) ([]DirEntry, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
+	rel, err := s.dirRel(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	var ents []fs.DirEntry
+	if committed {
+		ents, err = s.listCommitted(ctx, rel)
+	} else {
+		ents, err = s.listView(ctx, rel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DirEntry, 0, len(ents))
+	for _, e := range ents {
+		p := e.Name()
+		if rel != "." {
+			p = path.Join(rel, e.Name())
+		}
+		de := DirEntry{Name: e.Name(), Path: p, Type: "other"}
+		switch t := e.Type(); {
+		case t.IsDir():
+			de.Type = "dir"
+		case t&fs.ModeSymlink != 0:
+			de.Type = "symlink"
+			if fi, err := e.Info(); err == nil {
+				de.Size = fi.Size()
+			}
+		case t.IsRegular():
+			de.Type = "file"
+			if fi, err := e.Info(); err == nil {
+				de.Size = fi.Size()
+			}
+		}
+		out = append(out, de)
+	}
+	return out, nil
+}
+
+// dirRel is the directory a listing of dir reads, relative to the
+// workspace, after every check a listing passes: inside the workspace
+// (also where its links lead), not the sandbox's own state, and readable
+// under the policy both as spelled and as it resolves, as ReadFile
+// checks a file. Links are resolved in the committed workspace; where
+// the pending stack decides the path as spelled (it made or replaced
+// it), the stack's path is the one listed.
+func (s *Sandbox) dirRel(ctx context.Context, dir string) (string, error) {
 	if dir == "" {
 		dir = "."
 	}
@@ -58,61 +121,65 @@ func (s *Sandbox) listDir(ctx context.Context, dir string) ([]DirEntry, error) {
 	}
 	if err != nil {
 		s.record(ctx, audit.Event{Action: "read", Target: dir, Decision: "deny", Detail: "list: " + err.Error()})
-		return nil, fmt.Errorf("sandbox: list: %w", err)
+		return "", fmt.Errorf("sandbox: list: %w", err)
 	}
-	if pathguard.IsReserved(rel) {
-		s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "deny", Detail: "list: reserved path"})
-		return nil, fmt.Errorf("%w: read %q: the sandbox's own state is not listed", ErrPolicyDenied, rel)
-	}
-	// The directory is checked as spelled and as it resolves, as ReadFile
-	// checks a file.
 	targets := []string{rel}
-	if spelled, err := s.workspaceRel(dir); err == nil && spelled != rel {
+	spelled, err := s.workspaceRel(dir)
+	if err == nil && spelled != rel {
 		targets = append(targets, spelled)
 	}
 	for _, t := range targets {
-		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
-			return nil, err
+		if pathguard.IsReserved(t) {
+			s.record(ctx, audit.Event{Action: "read", Target: t, Decision: "deny", Detail: "list: reserved path"})
+			return "", fmt.Errorf("%w: read %q: the sandbox's own state is not listed", ErrPolicyDenied, t)
 		}
 	}
-	root, err := os.OpenRoot(s.guard.Root())
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: list: %w", err)
+	for _, t := range targets {
+		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
+			return "", err
+		}
 	}
-	defer root.Close()
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: list: %w", err)
+	if len(targets) > 1 {
+		st, err := s.viewStack(ctx)
+		if err != nil {
+			return "", err
+		}
+		if st != nil {
+			if _, decided, err := st.Lookup(spelled); err == nil && decided {
+				return spelled, nil
+			}
+		}
 	}
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: list %s: %w", dir, err)
+	return rel, nil
+}
+
+// listCommitted lists the committed directory rel (checked by dirRel),
+// leaving out what may not be read.
+func (s *Sandbox) listCommitted(ctx context.Context, rel string) ([]fs.DirEntry, error) {
+	byName := map[string]fs.DirEntry{}
+	if err := s.readWorkspaceDir(rel, byName); err != nil {
+		return nil, fmt.Errorf("sandbox: list %s: %w", rel, err)
 	}
-	out := make([]DirEntry, 0, len(ents))
-	for _, e := range ents {
-		p := e.Name()
+	out := s.readable(rel, byName)
+	s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "allow", Detail: "list"})
+	return out, nil
+}
+
+// readable is the entries of directory rel that may be read, sorted by
+// name: the sandbox's own state and what the policy denies reading are
+// left out.
+func (s *Sandbox) readable(rel string, byName map[string]fs.DirEntry) []fs.DirEntry {
+	out := make([]fs.DirEntry, 0, len(byName))
+	for name, e := range byName {
+		p := name
 		if rel != "." {
-			p = path.Join(rel, e.Name())
+			p = path.Join(rel, name)
 		}
 		if pathguard.IsReserved(p) || s.o.policy.Evaluate(policy.Read, p) == policy.Deny {
 			continue
 		}
-		de := DirEntry{Name: e.Name(), Path: p, Type: "other"}
-		switch t := e.Type(); {
-		case t.IsDir():
-			de.Type = "dir"
-		case t&fs.ModeSymlink != 0:
-			de.Type = "symlink"
-		case t.IsRegular():
-			de.Type = "file"
-			if fi, err := e.Info(); err == nil {
-				de.Size = fi.Size()
-			}
-		}
-		out = append(out, de)
+		out = append(out, e)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "allow", Detail: "list"})
-	return out, nil
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
 }

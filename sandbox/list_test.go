@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,5 +70,86 @@ func TestListDirShowsWhatMayBeReadAndNoMore(t *testing.T) {
 		if _, err := sb.ListDir(ctx, tc.dir); !errors.Is(err, tc.want) {
 			t.Errorf("ListDir(%q) = %v, want %v", tc.dir, err, tc.want)
 		}
+	}
+}
+
+// TestListDirPendingView: ListDir shows what the next command sees — a
+// directory that exists only as pending writes lists, a pending deletion
+// is gone — and ListCommitted the workspace alone; List and ListDir
+// check a directory where it resolves, so a link to a read-denied one
+// lists nothing (namespace backend).
+func TestListDirPendingView(t *testing.T) {
+	ws := t.TempDir()
+	for _, d := range []string{"private", "src"} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"gone.txt", "private/key.pem", "src/main.go"} {
+		if err := os.WriteFile(filepath.Join(ws, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("private", filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	pol := policy.Default()
+	pol.Rules = append([]policy.Rule{
+		{Action: policy.Read, Target: "private", Decision: policy.Deny},
+		{Action: policy.Read, Target: "private/**", Decision: policy.Deny},
+	}, pol.Rules...)
+	sb := newIsolated(t, ws, WithPolicy(pol))
+	ctx := context.Background()
+	if _, err := sb.Execute(ctx, Command{Shell: "rm gone.txt; mkdir -p newdir/sub && echo hello > newdir/sub/a.txt && echo y > src/new.go"}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(dir string, opts ...ListOption) ([]string, error) {
+		t.Helper()
+		ents, err := sb.ListDir(ctx, dir, opts...)
+		var out []string
+		for _, e := range ents {
+			out = append(out, fmt.Sprintf("%s:%s:%d", e.Path, e.Type, e.Size))
+		}
+		return out, err
+	}
+	for _, tc := range []struct {
+		dir       string
+		committed bool
+		want      []string
+		err       error
+	}{
+		{dir: "", want: []string{"link:symlink:7", "newdir:dir:0", "src:dir:0"}},
+		{dir: "newdir", want: []string{"newdir/sub:dir:0"}},
+		{dir: "newdir/sub", want: []string{"newdir/sub/a.txt:file:6"}},
+		{dir: "src", want: []string{"src/main.go:file:1", "src/new.go:file:2"}},
+		{dir: "gone.txt", err: fs.ErrNotExist},
+		{dir: "", committed: true, want: []string{"gone.txt:file:1", "link:symlink:7", "src:dir:0"}},
+		{dir: "src", committed: true, want: []string{"src/main.go:file:1"}},
+		{dir: "newdir", committed: true, err: fs.ErrNotExist},
+		{dir: "link", err: ErrPolicyDenied},
+		{dir: "link", committed: true, err: ErrPolicyDenied},
+		{dir: "newdir/../..", err: pathguard.ErrOutside},
+	} {
+		var opts []ListOption
+		if tc.committed {
+			opts = append(opts, ListCommitted())
+		}
+		got, err := list(tc.dir, opts...)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("ListDir(%q, committed %v) = %v, %v; want %v", tc.dir, tc.committed, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ListDir(%q, committed %v) = %v, %v; want %v", tc.dir, tc.committed, got, err, tc.want)
+		}
+	}
+	// List, the fs.DirEntry form, agrees, and refuses the link too.
+	if ents, err := sb.List(ctx, "newdir/sub"); err != nil || !slices.Equal(names(ents), []string{"a.txt"}) {
+		t.Errorf("List(newdir/sub) = %v, %v", names(ents), err)
+	}
+	if ents, err := sb.List(ctx, "link"); !errors.Is(err, ErrPolicyDenied) {
+		t.Errorf("List(link) = %v, %v; want ErrPolicyDenied (it resolves to private)", names(ents), err)
 	}
 }
