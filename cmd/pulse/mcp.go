@@ -29,7 +29,7 @@ func init() {
 		summary: "serve the sandbox to an MCP client over stdio (execute, files, diff, commit)",
 		usage:   []string{"pulse mcp [--workspace DIR] [--policy FILE] [--backend B] [flags]"},
 		help: `Speaks the Model Context Protocol on stdin and stdout. Tools: execute, read_file,
-list_files, write_file, diff, commit, discard. Policy, secrets and the audit log
+list_files, write_file, diff, commit, discard, squash. Policy, secrets and the audit log
 apply as for 'pulse exec'; a refused action is a tool error that says why.
 A client starts it, for example: {"command": "pulse", "args": ["mcp", "--workspace", "/repo"]}`,
 		run: runMCP,
@@ -38,10 +38,12 @@ A client starts it, for example: {"command": "pulse", "args": ["mcp", "--workspa
 
 const mcpInstructions = `Pulse runs your commands in an isolated sandbox of one workspace.
 Nothing a command writes reaches the workspace directly: its writes become a
-pending transaction (the "transaction" of a result). Use diff to see what is
-pending, commit to apply it to the workspace, discard to drop it. read_file
-shows a file as the next command sees it (pending writes included);
-list_files lists the committed workspace. The policy
+pending transaction (the "transaction" of a result), and the next command
+sees the workspace with every pending transaction on top (the pending stack).
+Use diff to see what is pending; commit with no id applies the whole stack
+as one commit, discard with no id drops it, squash folds it into one
+transaction. read_file shows a file as the next command sees it (pending
+writes included); list_files lists the committed workspace. The policy
 decides what is allowed; a refusal comes back as a tool error that says why.`
 
 // runMCP implements `pulse mcp`: one sandbox for the life of the server,
@@ -109,10 +111,16 @@ func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
 		"(the workspace is untouched until it is committed). The policy decides whether the path may be written."}, t.writeFile)
 	mcp.AddTool(srv, &mcp.Tool{Name: "diff", Description: "Show pending changes as a unified diff: one transaction by id, or every pending one.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.diff)
-	mcp.AddTool(srv, &mcp.Tool{Name: "commit", Description: "Apply pending changes to the workspace: one transaction by id, or every pending one, oldest first. " +
+	mcp.AddTool(srv, &mcp.Tool{Name: "commit", Description: "Apply pending changes to the workspace. Without an id: the whole pending stack, " +
+		"in order, as one commit (all or nothing) — what an agent wants after edit, test and fix. With an id: that transaction alone, " +
+		"refused (naming the transactions it shares paths with) when another pending one changes the same paths. " +
 		"A file changed by someone else since it was staged stops the commit; nothing is overwritten."}, t.commit)
-	mcp.AddTool(srv, &mcp.Tool{Name: "discard", Description: "Drop pending changes: one transaction by id, or every pending one.",
+	mcp.AddTool(srv, &mcp.Tool{Name: "discard", Description: "Drop pending changes. Without an id: the whole pending stack. " +
+		"With an id: that transaction, refused (naming them) while transactions made on top of it are pending.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}}, t.discard)
+	mcp.AddTool(srv, &mcp.Tool{Name: "squash", Description: "Fold the whole pending stack into one pending transaction with the same effect " +
+		"(to review or commit it as one); nothing reaches the workspace.",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true}}, t.squash)
 	return srv
 }
 
@@ -313,7 +321,7 @@ func (t *mcpTools) modeOf(p string) os.FileMode {
 }
 
 type idIn struct {
-	ID string `json:"id,omitempty" jsonschema:"transaction id (default: every pending transaction)"`
+	ID string `json:"id,omitempty" jsonschema:"transaction id (default: the whole pending stack)"`
 }
 
 type txDiff struct {
@@ -380,52 +388,130 @@ func (t *mcpTools) diff(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.String()}}}, out, nil
 }
 
-type committedTx struct {
-	ID    string   `json:"id"`
-	Paths []string `json:"paths"`
-}
-
 type commitOut struct {
-	Committed []committedTx `json:"committed"`
+	Transactions []string `json:"transactions" jsonschema:"the transactions committed, oldest first"`
+	Paths        []string `json:"paths" jsonschema:"the workspace paths written"`
 }
 
+// commit applies one transaction, or, without an id, the whole pending
+// stack as one all-or-nothing commit: an agent's fixes touch the files
+// its earlier commands touched, and those transactions cannot be
+// committed one by one.
 func (t *mcpTools) commit(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, commitOut, error) {
-	txs, err := t.pending(ctx, in.ID)
-	if err != nil {
-		return nil, commitOut{}, err
-	}
-	out := commitOut{Committed: []committedTx{}}
-	for _, tx := range txs {
-		paths, err := tx.Commit(ctx)
+	out := commitOut{Transactions: []string{}, Paths: []string{}}
+	if in.ID == "" {
+		paths, ids, err := t.sb.CommitStack(ctx)
 		if err != nil {
-			if len(out.Committed) > 0 {
-				return nil, out, fmt.Errorf("transaction %s not committed (%d before it were): %w", tx.ID(), len(out.Committed), err)
-			}
-			return nil, out, fmt.Errorf("transaction %s not committed: %w", tx.ID(), err)
+			return nil, out, mcpStackErr(fmt.Errorf("the pending stack was not committed, nothing was written: %w", err))
 		}
-		if paths == nil {
-			paths = []string{}
-		}
-		out.Committed = append(out.Committed, committedTx{ID: tx.ID(), Paths: paths})
+		out.Transactions = append(out.Transactions, ids...)
+		out.Paths = append(out.Paths, paths...)
+		return mcpText(commitText(out)), out, nil
 	}
-	return nil, out, nil
+	tx, err := t.sb.OpenTx(ctx, in.ID)
+	if err != nil {
+		return nil, out, err
+	}
+	paths, err := tx.Commit(ctx)
+	if err != nil {
+		return nil, out, mcpStackErr(fmt.Errorf("transaction %s not committed: %w", tx.ID(), err))
+	}
+	out.Transactions = append(out.Transactions, tx.ID())
+	out.Paths = append(out.Paths, paths...)
+	return mcpText(commitText(out)), out, nil
+}
+
+func commitText(out commitOut) string {
+	if len(out.Transactions) == 0 {
+		return "nothing pending, nothing committed"
+	}
+	return fmt.Sprintf("committed transaction(s) %s: %d path(s) written: %s",
+		strings.Join(out.Transactions, ", "), len(out.Paths), strings.Join(out.Paths, ", "))
+}
+
+func mcpText(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// mcpStackErr says, in the tools an MCP client has, what to do about a
+// transaction that cannot be committed or discarded alone: the sandbox's
+// own words name a command line the agent has no tool for.
+func mcpStackErr(err error) error {
+	var se *cowfs.StackError
+	switch {
+	case errors.As(err, &se) && se.Op == "discard":
+		return fmt.Errorf("transaction %s cannot be discarded alone: transaction(s) %s were made on top of it (they also change %q) and depend on it; "+
+			"discard those first (discard with their id), or call discard without an id to drop the whole pending stack: %w",
+			se.ID, strings.Join(se.Others, ", "), se.Path, cowfs.ErrStackDependency)
+	case errors.As(err, &se):
+		return fmt.Errorf("transaction %s cannot be committed alone: it and pending transaction(s) %s change %q, so each depends on the other's order; "+
+			"call commit without an id to commit the whole pending stack as one, or squash to fold it into one transaction first: %w",
+			se.ID, strings.Join(se.Others, ", "), se.Path, cowfs.ErrStackDependency)
+	case errors.Is(err, cowfs.ErrStackChanged):
+		return fmt.Errorf("%w; another command staged a transaction meanwhile: look at diff, then call commit again", err)
+	}
+	return err
 }
 
 type discardOut struct {
-	Discarded []string `json:"discarded"`
+	Discarded []string `json:"discarded" jsonschema:"the transactions dropped"`
 }
 
+// discard drops one transaction, or, without an id, the whole pending
+// stack (but the empty transactions of commands still running).
 func (t *mcpTools) discard(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, discardOut, error) {
-	txs, err := t.pending(ctx, in.ID)
-	if err != nil {
-		return nil, discardOut{}, err
-	}
 	out := discardOut{Discarded: []string{}}
-	for _, tx := range txs {
-		if err := tx.Discard(ctx); err != nil {
-			return nil, out, fmt.Errorf("transaction %s not discarded: %w", tx.ID(), err)
+	if in.ID == "" {
+		ids, err := t.sb.DiscardAll(ctx)
+		out.Discarded = append(out.Discarded, ids...)
+		if err != nil {
+			return nil, out, mcpStackErr(fmt.Errorf("the pending stack was not all discarded (dropped: %v): %w", ids, err))
 		}
-		out.Discarded = append(out.Discarded, tx.ID())
+		return mcpText(discardText(out)), out, nil
 	}
-	return nil, out, nil
+	tx, err := t.sb.OpenTx(ctx, in.ID)
+	if err != nil {
+		return nil, out, err
+	}
+	if err := tx.Discard(ctx); err != nil {
+		return nil, out, mcpStackErr(fmt.Errorf("transaction %s not discarded: %w", tx.ID(), err))
+	}
+	out.Discarded = append(out.Discarded, tx.ID())
+	return mcpText(discardText(out)), out, nil
+}
+
+func discardText(out discardOut) string {
+	if len(out.Discarded) == 0 {
+		return "nothing pending, nothing discarded"
+	}
+	return "discarded transaction(s) " + strings.Join(out.Discarded, ", ")
+}
+
+type squashOut struct {
+	Transaction string   `json:"transaction,omitempty" jsonschema:"the one transaction that now holds the whole pending stack"`
+	Squashed    []string `json:"squashed" jsonschema:"the transactions it replaced, oldest first"`
+}
+
+func (t *mcpTools) squash(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, squashOut, error) {
+	out := squashOut{Squashed: []string{}}
+	id, err := t.sb.Squash(ctx)
+	if err != nil {
+		return nil, out, fmt.Errorf("the pending stack was not squashed: %w", err)
+	}
+	if id == "" {
+		return mcpText("nothing pending, nothing squashed"), out, nil
+	}
+	out.Transaction = id
+	if st, err := t.sb.Stack(ctx); err == nil {
+		for _, tx := range st {
+			if tx.ID == id {
+				out.Squashed = append(out.Squashed, tx.Squashes...)
+			}
+		}
+	}
+	text := "the pending stack is one transaction, " + id
+	if len(out.Squashed) > 0 {
+		text += " (it replaced " + strings.Join(out.Squashed, ", ") + ")"
+	}
+	return mcpText(text), out, nil
 }

@@ -174,7 +174,7 @@ func TestMCPWithTheOfficialTypeScriptClient(t *testing.T) {
 	}
 	var cm commitOut
 	step("commit_one", false).decode(t, &cm)
-	if len(cm.Committed) != 1 || cm.Committed[0].ID != ex.Transaction {
+	if !slices.Equal(cm.Transactions, []string{ex.Transaction}) || !slices.Contains(cm.Paths, "a.txt") {
 		t.Errorf("commit = %+v", cm)
 	}
 	step("read_after_commit", false).decode(t, &rf)
@@ -217,5 +217,80 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMCPAgentLoopEndsInOneCommit: an agent's edit → build → test → fix
+// loop, driven by the MCP TypeScript SDK, ends in one commit with no step
+// outside MCP: the fix touches the file the first attempt wrote, the
+// second test run rewrites what the first wrote, and commit without an id
+// applies the whole stack. On each isolating backend.
+func TestMCPAgentLoopEndsInOneCommit(t *testing.T) {
+	node, dir := requireNode(t)
+	self, err := os.Executable()
+	must(t, err)
+	for _, be := range mcpBackends {
+		t.Run(be, func(t *testing.T) {
+			if be == "docker" {
+				requireDockerEngine(t)
+			}
+			ws := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "loop.mjs"), self, "mcp", "--workspace", ws, "--backend", be)
+			cmd.Env = append(os.Environ(), asPulseEnv+"=1")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				if strings.Contains(stderr.String(), "unavailable") {
+					testenv.Missing(t, testenv.Namespace, be+" backend unavailable here: "+stderr.String())
+				}
+				t.Fatalf("client: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
+			}
+			var rep struct {
+				Steps map[string]nodeStep `json:"steps"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+				t.Fatalf("report is not JSON: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			step := func(name string) nodeStep {
+				t.Helper()
+				s, ok := rep.Steps[name]
+				if !ok || s.IsError {
+					t.Fatalf("step %q: %+v", name, s)
+				}
+				return s
+			}
+			var fail, pass executeOut
+			step("test_fails").decode(t, &fail)
+			if fail.ExitCode != 1 || !strings.Contains(fail.Stderr, "FAIL: add 2 3 = -1") {
+				t.Fatalf("first test run = %+v, want it to fail", fail)
+			}
+			step("test_passes").decode(t, &pass)
+			if pass.ExitCode != 0 || pass.Stdout != "PASS\n" {
+				t.Fatalf("test run after the fix = %+v, want PASS", pass)
+			}
+			var cm commitOut
+			step("commit").decode(t, &cm)
+			if len(cm.Transactions) != 5 || !slices.Contains(cm.Transactions, fail.Transaction) || !slices.Contains(cm.Transactions, pass.Transaction) {
+				t.Fatalf("commit {} = %+v, want the five transactions of the loop", cm)
+			}
+			var after diffOut
+			step("diff_after").decode(t, &after)
+			if len(after.Transactions) != 0 {
+				t.Fatalf("still pending after commit {}: %+v", after)
+			}
+			for p, want := range map[string]string{
+				"calc.sh":          "add() { echo $(($1 + $2)); }\n",
+				"build/report.txt": "add 2 3 = 5\n",
+			} {
+				if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != want {
+					t.Errorf("%s in the workspace = %q (%v), want %q", p, b, err, want)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, "test.sh")); err != nil {
+				t.Errorf("test.sh: %v", err)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,11 @@ func mcpSession(t *testing.T, ctx context.Context, args ...string) *mcp.ClientSe
 	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		if strings.Contains(stderr.String(), "unavailable") {
-			testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr.String())
+			c := testenv.Namespace
+			if slices.Contains(args, "docker") {
+				c = testenv.Docker
+			}
+			testenv.Missing(t, c, string(c)+" backend unavailable here: "+stderr.String())
 		}
 		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr.String())
 	}
