@@ -75,6 +75,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if errors.Is(err, worker.ErrTokenRefused) {
 			return exitRefused
 		}
+		if errors.Is(err, worker.ErrMissingPrograms) {
+			return exitUsage
+		}
 		return exitFailure
 	}
 	return exitOK

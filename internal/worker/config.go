@@ -181,6 +181,36 @@ func parseBool(v string) (bool, error) {
 	return false, errors.New("want 0 or 1")
 }
 
+// RequiredPrograms are what the relay's exec path runs on the worker: it
+// makes each execution's directory with mktemp, moves the workspace in
+// and out as base64 of a gzipped tar, runs the command under env -i bash,
+// and removes the directory with rm. A worker image without one of them
+// would run every command and then lose its writes, and say so only
+// afterwards; Run refuses to start instead.
+var RequiredPrograms = []string{"bash", "env", "mktemp", "cat", "rm", "base64", "tar", "gzip"}
+
+// ErrMissingPrograms marks a worker that lacks a program of
+// RequiredPrograms.
+var ErrMissingPrograms = errors.New("worker: programs the relay's exec path needs are missing")
+
+// CheckPrograms reports, wrapping ErrMissingPrograms, every program of
+// RequiredPrograms that lookPath (exec.LookPath when nil) does not find.
+func CheckPrograms(lookPath func(string) (string, error)) error {
+	if lookPath == nil {
+		lookPath = exec.LookPath
+	}
+	var missing []string
+	for _, p := range RequiredPrograms {
+		if _, err := lookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s not on PATH; add them to the worker image", ErrMissingPrograms, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // DetectCapabilities returns the probes that lookPath finds (exec.LookPath
 // when nil), in probe order.
 func DetectCapabilities(lookPath func(string) (string, error)) []string {

@@ -64,8 +64,9 @@ const (
 // Run connects to the relay and serves it until ctx is done, re-dialling
 // with backoff whenever the stream ends. It returns nil when ctx ends, an
 // error wrapping ErrTokenRefused when the relay refuses the token (after
-// logging it at ERROR), and otherwise an error only for a configuration it
-// cannot start with.
+// logging it at ERROR), one wrapping ErrMissingPrograms when a program of
+// RequiredPrograms is not on PATH, and otherwise an error only for a
+// configuration it cannot start with.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -73,6 +74,10 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := CheckPrograms(nil); err != nil {
+		log.Error("cannot serve the relay", "err", err)
+		return err
 	}
 	if cfg.Capabilities == nil {
 		cfg.Capabilities = DetectCapabilities(nil)
