@@ -485,3 +485,53 @@ func TestPolicyPageNamesEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeIsTheFrontDoor keeps the README short, one click from what a
+// newcomer comes for, and honest about the test command CI runs.
+func TestReadmeIsTheFrontDoor(t *testing.T) {
+	readme := read(t, "README.md")
+	if n := len(readme); n > 16<<10 {
+		t.Errorf("README.md is %d bytes, over 16 KiB: move the detail into docs/", n)
+	}
+	// Each task a newcomer comes for is a link on the README itself.
+	for task, target := range map[string]string{
+		"run a command":      "docs/cli.md#pulse-exec",
+		"review and commit":  "docs/cli.md#reviewing-what-commands-wrote",
+		"use the SDK":        "docs/guide.md",
+		"allow a host":       "docs/policy.md#network",
+		"run a fleet":        "docs/operations.md#a-fleet-pulse-worker",
+		"what is enforced":   "docs/security.md",
+		"write a policy":     "docs/policy.md",
+		"reproduce a figure": "docs/benchmarks.md",
+	} {
+		if !strings.Contains(readme, "]("+target+")") {
+			t.Errorf("README.md has no link to %s (%s)", target, task)
+		}
+	}
+	// The README's test command is the one CI runs.
+	ci := read(t, ".ci/run")
+	const cmd = "make test"
+	ciRuns := false
+	for _, l := range strings.Split(ci, "\n") {
+		if strings.TrimSpace(l) == cmd {
+			ciRuns = true
+		}
+	}
+	if !ciRuns {
+		t.Errorf(".ci/run no longer runs %q on a line of its own; the README says it does", cmd)
+	}
+	blocks, _, _ := scan(readme)
+	found := false
+	for _, b := range blocks {
+		if strings.TrimSpace(b.text) == cmd {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("README.md has no block holding just %q, the command CI runs", cmd)
+	}
+	mk := read(t, "Makefile")
+	if !strings.Contains(mk, "\ntest:") {
+		t.Error("the Makefile has no test target")
+	}
+}
