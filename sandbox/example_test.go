@@ -348,3 +348,34 @@ func ExampleSandbox_ListDir() {
 		fmt.Println("build is not committed yet")
 	}
 }
+
+// SafeGit commits as the identity given: the sandbox's environment holds
+// no git configuration of the caller's. (Not run: it needs git and an
+// isolating backend.)
+func ExampleSafeGit_Commit() {
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, "/path/to/repo", sandbox.WithPolicy(policy.Default()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	g := sb.Git()
+	if _, err := g.Add(ctx, "."); err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := g.Commit(ctx, "fix the build",
+		sandbox.GitAuthor("Build Agent", "agent@example.com"),
+		sandbox.GitCommitter("Ada Reviewer", "ada@example.com"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if res.ExitCode != 0 {
+		// git refused: nothing was staged; res.Stderr says why.
+		fmt.Print(res.Stderr)
+		return
+	}
+	fmt.Println("pending review:", res.Transaction)
+}

@@ -58,6 +58,9 @@ type Command struct {
 	// review holds the command's writes for a person (set by SafeGit
 	// when the policy asks about a git operation).
 	review bool
+	// keepOnlyOnSuccess stages the command's writes only when it exits
+	// 0 (set by SafeGit: a failed git operation leaves nothing to review).
+	keepOnlyOnSuccess bool
 }
 
 func (c Command) String() string {
@@ -596,11 +599,31 @@ func (x *execution) recordWrites(ctx context.Context, ov *backend.Overlay, res *
 		}
 		return nil
 	}
+	if x.cmd.keepOnlyOnSuccess && (res.ExitCode != 0 || res.Termination != backend.Exited) && !ov.Empty() {
+		x.dropWrites(ctx, ov, res)
+		return nil
+	}
 	ov = s.specialReplacements(x.view, ov)
 	if ov = s.dropHiddenDeletions(ctx, x.id, ov, x.hidden, res); ov.Empty() {
 		return nil
 	}
 	return s.stageOverlay(ctx, x, ov, res)
+}
+
+// dropWrites leaves every write of a command that failed unstaged, each
+// listed in res.Refused and audited.
+func (x *execution) dropWrites(ctx context.Context, ov *backend.Overlay, res *Result) {
+	reason := fmt.Sprintf("the command failed (exit %d, %s): its writes are not staged", res.ExitCode, res.Termination)
+	paths := append([]string(nil), ov.Deleted...)
+	for _, f := range ov.Files {
+		paths = append(paths, f.Path)
+	}
+	events := make([]audit.Event, 0, len(paths))
+	for _, p := range paths {
+		res.Refused = append(res.Refused, RefusedPath{Path: x.s.scrubber.Redact(p), Reason: reason})
+		events = append(events, audit.Event{ExecutionID: x.id, Action: "write", Target: p, Decision: "deny", Detail: reason})
+	}
+	x.s.recordBatch(ctx, "drop-failed", events)
 }
 
 // close releases what prepare set up, in reverse, whichever phase the
