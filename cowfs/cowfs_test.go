@@ -477,7 +477,7 @@ func TestWithoutNewWriteBits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f := openFS(t, ws, WithoutNewWriteBits())
+	f := openFS(t, ws, WithoutNewWriteBits(0o022))
 	tx, err := f.Begin(t.Context(), "modes")
 	if err != nil {
 		t.Fatal(err)

@@ -44,8 +44,8 @@ type options struct {
 	maxChanges     int
 	undoDepth      int
 	lane           string // lane.go
-	// noNewWriteBits: see WithoutNewWriteBits.
-	noNewWriteBits bool
+	// guardWrite: the write bits WithoutNewWriteBits guards.
+	guardWrite uint32
 }
 
 // Option configures an FS.
@@ -109,16 +109,19 @@ func WithUndoDepth(n int) Option {
 	}
 }
 
-// WithoutNewWriteBits makes a write or mkdir stage group and other write
-// permission only where the workspace entry it replaces (a file for a
-// write, a directory for a mkdir) already has it, bit by bit: a command
-// that made a directory 0777 or a file 0666 must not leave it writable by
-// the other users of the machine (who could then plant objects or move a
-// branch in .git) once it is committed. Without it, staged modes are
-// committed as given.
-func WithoutNewWriteBits() Option {
+// WithoutNewWriteBits makes a write or mkdir stage the write bits of bits
+// (0o022: group and other; 0o002: other only) only where the workspace
+// entry it replaces (a file for a write, a directory for a mkdir) already
+// has them, bit by bit: a command that made a directory 0777 or a file
+// 0666 must not leave it writable by the other users of the machine (who
+// could then plant objects or move a branch in .git) once it is
+// committed. Without it, staged modes are committed as given.
+func WithoutNewWriteBits(bits os.FileMode) Option {
 	return func(o *options) error {
-		o.noNewWriteBits = true
+		if bits&^0o022 != 0 {
+			return fmt.Errorf("cowfs: WithoutNewWriteBits(%#o): only group (0o020) and other (0o002) write can be guarded", uint32(bits))
+		}
+		o.guardWrite = uint32(bits)
 		return nil
 	}
 }

@@ -224,18 +224,15 @@ func (t *Tx) planMkdir(rel string, mode os.FileMode) ([]stageRec, error) {
 	return append(recs, stageRec{Op: "set", Change: nc}), nil
 }
 
-// writeBits takes group and other write out of m where before, the
+// writeBits takes the guarded write bits out of m where before, the
 // workspace entry, is not of type typ or has not got them
 // (WithoutNewWriteBits).
 func (t *Tx) writeBits(m uint32, before snapshot, typ string) uint32 {
-	if !t.fs.opts.noNewWriteBits {
-		return m
-	}
 	had := uint32(0)
 	if before.Type == typ {
 		had = before.Mode
 	}
-	return m &^ (0o022 &^ had)
+	return m &^ (t.fs.opts.guardWrite &^ had)
 }
 
 func (t *Tx) planSymlink(rel, target string) ([]stageRec, error) {

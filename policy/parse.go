@@ -205,7 +205,7 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 }
 
 func decodeFile(n *yaml.Node, p *Policy) error {
-	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches"}
+	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches", "group_write"}
 	var sw netSwitch
 	err := mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
@@ -274,6 +274,15 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				return err
 			}
 			p.Caches = cs
+		case "group_write":
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+				return fieldErr(v, key, "want true or false")
+			}
+			b, err := strconv.ParseBool(v.Value)
+			if err != nil {
+				return fieldErr(v, key, "want true or false, got %q", v.Value)
+			}
+			p.GroupWrite = b
 		}
 		return nil
 	})

@@ -144,6 +144,8 @@ func TestParseRefuses(t *testing.T) {
 		{"image empty", "image: \"\"\n", "line 1: image"},
 		{"image with space", "image: \"a b\"\n", "line 1: image"},
 		{"image flag-like", "image: -rm\n", "line 1: image"},
+		{"group_write not a bool", "group_write: 1\n", "line 1: group_write"},
+		{"group_write a string", "group_write: \"yes\"\n", "line 1: group_write"},
 		{"alias", "rules: &r []\ndefaults: *r\n", "aliases"},
 		{"two documents", "rules: []\n---\nrules: []\n", "more than one document"},
 		{"syntax", "rules: [\n", "invalid policy"},
@@ -210,6 +212,16 @@ func TestParseImage(t *testing.T) {
 		p, err := Parse([]byte("image: " + ref + "\n"))
 		if err != nil || p.Image != ref {
 			t.Errorf("image %q: %+v, %v", ref, p, err)
+		}
+	}
+}
+
+// TestParseGroupWrite: group_write: true lets a commit keep group write.
+func TestParseGroupWrite(t *testing.T) {
+	for in, want := range map[string]bool{"group_write: true\n": true, "group_write: false\n": false, "rules: []\n": false} {
+		p, err := Parse([]byte(in))
+		if err != nil || p.GroupWrite != want {
+			t.Errorf("%q: group_write %v, %v; want %v", in, p.GroupWrite, err, want)
 		}
 	}
 }

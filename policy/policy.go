@@ -152,6 +152,11 @@ type Policy struct {
 	// Caches are the persistent directories mounted read-write into
 	// every command (the file's caches:); see Cache.
 	Caches []Cache `json:"caches,omitempty" yaml:"caches,omitempty"`
+	// GroupWrite lets what a command writes keep group write permission
+	// when committed (a repository a group shares, umask 002). Without
+	// it, a commit gives group or other write only where the workspace
+	// entry already had it; other write never (the file's group_write:).
+	GroupWrite bool `json:"group_write,omitempty" yaml:"group_write,omitempty"`
 }
 
 // Default returns the built-in policy: reads and shell commands allowed,

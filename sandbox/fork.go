@@ -65,7 +65,7 @@ func (s *Sandbox) Fork(ctx context.Context) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: fork: %w", err)
 	}
-	opts := append([]cowfs.Option{cowfs.WithLogger(s.o.logger), cowfs.WithoutNewWriteBits()}, s.o.cowOpts...)
+	opts := append([]cowfs.Option{cowfs.WithLogger(s.o.logger), cowfs.WithoutNewWriteBits(s.o.writeGuard())}, s.o.cowOpts...)
 	cow, err := cowfs.Open(ctx, s.workspace, append(opts, cowfs.WithLane(lane))...)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: fork: %w", err)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // checkWriteBitsNotWidened: a command opens directories (0777, 2777) and
@@ -71,6 +73,25 @@ echo more >> plain.txt`})
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "plain.txt")); err != nil || string(b) != "plain.txt\nmore\n" {
 		t.Errorf("plain.txt: %q %v", b, err)
+	}
+}
+
+// TestGroupWritePolicyNamespace: a policy with group_write lets a
+// command's new files and directories keep group write; other write is
+// still never given.
+func TestGroupWritePolicyNamespace(t *testing.T) {
+	ws := t.TempDir()
+	pol := policy.Default()
+	pol.GroupWrite = true
+	sb := newIsolated(t, ws, WithPolicy(pol), WithAutoCommit())
+	res, err := sb.Execute(context.Background(), Command{Shell: `umask 0; mkdir d && chmod 0777 d && echo x > d/f && chmod 0666 d/f`})
+	if err != nil || res.ExitCode != 0 || res.CommitErr != nil {
+		t.Fatalf("command: %v, exit %d, commit %v, stderr %s", err, res.ExitCode, res.CommitErr, res.Stderr)
+	}
+	for p, m := range map[string]fs.FileMode{"d": fs.ModeDir | 0o775, "d/f": 0o664} {
+		if fi, err := os.Lstat(filepath.Join(ws, p)); err != nil || fi.Mode() != m {
+			t.Errorf("%s: %v %v, want %v", p, fi.Mode(), err, m)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
@@ -49,6 +50,16 @@ type options struct {
 	maxStack      int            // stack.go
 	image         string         // image.go
 	caches        []policy.Cache // caches.go
+}
+
+// writeGuard is the write bits a commit never adds where the workspace
+// entry had them not (cowfs.WithoutNewWriteBits): group and other, or
+// other only when the policy allows group write.
+func (o *options) writeGuard() os.FileMode {
+	if o.policy != nil && o.policy.GroupWrite {
+		return 0o002
+	}
+	return 0o022
 }
 
 // WithPolicy sets the action policy. The default is policy.Default():

@@ -153,7 +153,7 @@ func OpenReview(ctx context.Context, workspace string, opts ...ReviewOption) (*R
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: review: %w", err)
 	}
-	cow, err := cowfs.Open(ctx, abs, cowfs.WithLogger(o.logger), cowfs.WithLane(o.lane), cowfs.WithoutNewWriteBits())
+	cow, err := cowfs.Open(ctx, abs, cowfs.WithLogger(o.logger), cowfs.WithLane(o.lane), cowfs.WithoutNewWriteBits(0o022))
 	if err != nil {
 		al.Close()
 		return nil, fmt.Errorf("sandbox: review: %w", err)

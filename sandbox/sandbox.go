@@ -159,7 +159,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 		return nil, err
 	}
 
-	s.cow, err = cowfs.Open(ctx, abs, append([]cowfs.Option{cowfs.WithLogger(o.logger), cowfs.WithoutNewWriteBits()}, o.cowOpts...)...)
+	s.cow, err = cowfs.Open(ctx, abs, append([]cowfs.Option{cowfs.WithLogger(o.logger), cowfs.WithoutNewWriteBits(o.writeGuard())}, o.cowOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
