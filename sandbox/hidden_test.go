@@ -27,7 +27,7 @@ func (h *hidingBackend) Capabilities() backend.Capabilities {
 
 const hiddenSecret = "s3cr3t-value-in-dotenv-7781"
 
-// readDenyPolicy is the README's example and its globs.
+// readDenyPolicy is docs/policy.md's read-denial example and its globs.
 func readDenyPolicy() *policy.Policy {
 	p := policy.Default()
 	p.Rules = []policy.Rule{

@@ -17,8 +17,8 @@ import (
 	"strings"
 )
 
-// exitCodesHelp is the exit code table, printed by `pulse help` and kept
-// in step with the README.
+// exitCodesHelp is the exit code table, printed by `pulse help` and so in
+// docs/cli.md's generated reference (make docs).
 const exitCodesHelp = `exit codes:
   0        success
   1        the operation failed (a conflict, a tampered log, an error it reports)

@@ -198,7 +198,7 @@ func TestExecTimeoutKeepsThePolicysPidsLimit(t *testing.T) {
 	}
 }
 
-// The README's own example: a read-deny rule keeps `cat .env` from
+// docs/policy.md's example: a read-deny rule keeps `cat .env` from
 // printing it.
 func TestExecCatOfADeniedFileDoesNotPrintIt(t *testing.T) {
 	ws := t.TempDir()
