@@ -52,8 +52,9 @@ bench-agent:
 	@./scripts/testenv.sh
 	@./bench/agent/run.sh
 
-# docs/cli.md's reference part is every command's help as the binary
-# prints it; this rewrites it. TestCLIReferenceIsCurrent fails until it is
-# run after a command's help or flags change.
+# docs/cli.md's reference sections are the commands' help as the
+# binaries print it (pulse, pulse-server, pulse-worker); this rewrites
+# them. Their tests fail, naming this target, until it is run after a
+# command's help or flags change.
 docs:
-	PULSE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIReferenceIsCurrent$$' ./cmd/pulse/
+	PULSE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestCLIReferenceIsCurrent|TestFlagReferenceIsCurrent)$$' ./cmd/pulse/ ./cmd/pulse-server/ ./cmd/pulse-worker/

@@ -12,6 +12,9 @@
 // is internal/server/cli's Run, which tests run as it is.
 package main
 
+// docs/cli.md holds this command's -help; this rewrites it (make docs).
+//go:generate env PULSE_UPDATE_DOCS=1 go test -count=1 -run ^TestFlagReferenceIsCurrent$ .
+
 import (
 	"context"
 	"os"

@@ -10,6 +10,9 @@
 // refuses the token makes it exit 3 at once: retrying cannot help.
 package main
 
+// docs/cli.md holds this command's -help; this rewrites it (make docs).
+//go:generate env PULSE_UPDATE_DOCS=1 go test -count=1 -run ^TestFlagReferenceIsCurrent$ .
+
 import (
 	"context"
 	"errors"

@@ -1,6 +1,7 @@
 package main
 
-// docs/cli.md holds every command's help; this rewrites it (make docs).
+// docs/cli.md holds every command's help; this rewrites it (make docs
+// rewrites it with pulse-server's and pulse-worker's).
 //go:generate env PULSE_UPDATE_DOCS=1 go test -count=1 -run ^TestCLIReferenceIsCurrent$ .
 
 import (

@@ -4,23 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
-// docs/cli.md holds, between these markers, every command's help as the
-// command prints it. Text outside them is written by hand and kept.
-const (
-	cliDocBegin = "<!-- BEGIN GENERATED: pulse help (make docs); edit the commands' help, not this -->"
-	cliDocEnd   = "<!-- END GENERATED -->"
-	cliDocPath  = "../../docs/cli.md"
-	// updateDocsEnv makes TestCLIReferenceIsCurrent rewrite the file
-	// instead of failing: `make docs` and `go generate ./cmd/pulse` set it.
-	updateDocsEnv = "PULSE_UPDATE_DOCS"
-)
+// cliDocPath is the page whose reference section is every command's help.
+const cliDocPath = "../../docs/cli.md"
 
 // helpText runs `pulse ARGS... --help` in-process, as a user who started
 // the binary as "pulse" with an empty environment would see it.
@@ -59,40 +51,7 @@ func cliReference(t *testing.T) string {
 
 // TestCLIReferenceIsCurrent fails when docs/cli.md does not hold the
 // commands' help as they print it now, so the reference cannot drift from
-// the binary. With PULSE_UPDATE_DOCS=1 it rewrites the generated part.
+// the binary. With PULSE_UPDATE_DOCS=1 (make docs) it rewrites the section.
 func TestCLIReferenceIsCurrent(t *testing.T) {
-	data, err := os.ReadFile(cliDocPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(data)
-	before, rest, ok1 := strings.Cut(doc, cliDocBegin+"\n")
-	old, after, ok2 := strings.Cut(rest, cliDocEnd)
-	if !ok1 || !ok2 {
-		t.Fatalf("%s lacks the markers %q and %q around its generated part", cliDocPath, cliDocBegin, cliDocEnd)
-	}
-	want := cliReference(t)
-	if old == want {
-		return
-	}
-	if os.Getenv(updateDocsEnv) == "1" {
-		out := before + cliDocBegin + "\n" + want + cliDocEnd + after
-		if err := os.WriteFile(cliDocPath, []byte(out), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	abs, _ := filepath.Abs(cliDocPath)
-	t.Fatalf("%s does not match the commands' help (first difference at line %d of its generated part): run `make docs` (or go generate ./cmd/pulse) and commit it",
-		abs, firstDiffLine(old, want))
-}
-
-func firstDiffLine(a, b string) int {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := range min(len(al), len(bl)) {
-		if al[i] != bl[i] {
-			return i + 1
-		}
-	}
-	return min(len(al), len(bl)) + 1
+	testenv.Generated(t, cliDocPath, "pulse help", cliReference(t))
 }

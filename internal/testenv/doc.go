@@ -25,6 +25,8 @@
 // # Helpers
 //
 //   - GoMirror: a GOPROXY directory of one module and its go.sum lines.
+//   - Generated: a section of a Markdown page that must be what a program
+//     prints (its help); PULSE_UPDATE_DOCS=1 (make docs) rewrites it.
 //   - NewPKI: a CA, a server certificate for 127.0.0.1, ::1 and localhost,
 //     and a client certificate, as tls.Certificates, a pool and PEM files
 //     in t.TempDir().
