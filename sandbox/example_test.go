@@ -379,3 +379,82 @@ func ExampleSafeGit_Commit() {
 	}
 	fmt.Println("pending review:", res.Transaction)
 }
+
+// WriteFiles stages a batch of edits as one transaction: one change to
+// review, commit or discard.
+func ExampleSandbox_WriteFiles() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	id, err := sb.WriteFiles(ctx, []sandbox.FileWrite{
+		{Path: "cmd/main.go", Data: []byte("package main\n")},
+		{Path: "cmd/main_test.go", Data: []byte("package main\n")},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tx, err := sb.OpenTx(ctx, id)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, c := range tx.Changes() {
+		fmt.Println(c.Kind, c.Path)
+	}
+	// A refused path refuses the whole batch.
+	_, err = sb.WriteFiles(ctx, []sandbox.FileWrite{{Path: "ok.txt"}, {Path: "../outside.txt"}})
+	fmt.Println(errors.Is(err, sandbox.ErrInvalidCommand))
+	// Output:
+	// mkdir cmd
+	// write cmd/main.go
+	// write cmd/main_test.go
+	// true
+}
+
+// Rename, Remove and Mkdir stage a transaction each; nothing reaches the
+// workspace until it is committed.
+func ExampleSandbox_Rename() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	if _, err := sb.Mkdir(ctx, "docs", 0o755); err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, err := sb.Rename(ctx, "README.md", "docs/README.md")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tx, err := sb.OpenTx(ctx, id)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, c := range tx.Changes() {
+		fmt.Println(c.Kind, c.Path)
+	}
+	if _, err := sb.Remove(ctx, "missing.txt"); errors.Is(err, fs.ErrNotExist) {
+		fmt.Println("missing.txt: not there")
+	}
+	// Output:
+	// delete README.md
+	// mkdir docs
+	// write docs/README.md
+	// missing.txt: not there
+}

@@ -194,20 +194,19 @@ func (s *Sandbox) stat(ctx context.Context, p string) (fs.FileInfo, error) {
 }
 
 // WriteFile stages data at path as a transaction of its own on top of
-// the pending stack, under every check a command's write gets (the write
-// policy and the Approver, secrets in names and content), and returns
-// the transaction's id; nothing reaches the workspace until it is
-// committed. A refused write stages nothing.
+// the pending stack, under every check a command's write gets — the path
+// is the workspace's (no "..", no absolute path outside it, nothing
+// staged through a link of the workspace) and not the sandbox's own
+// state, the write policy and the Approver allow it (ErrPolicyDenied),
+// no configured secret is in its name or content (ErrSecretInContent),
+// the file size limit holds (ErrLimitExceeded), no path the policy
+// protects is removed or replaced with it — and returns the
+// transaction's id; nothing reaches the workspace until it is committed.
+// A refused write stages nothing. WriteFiles stages many in one
+// transaction.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode os.FileMode) (string, error) {
-	tx, err := s.BeginTx(ctx, "write "+p)
-	if err != nil {
-		return "", err
-	}
-	if err := tx.Write(ctx, p, data, mode); err != nil {
-		_ = tx.tx.Discard(context.WithoutCancel(ctx))
-		return "", err
-	}
-	return tx.ID(), nil
+	id, err := s.stageFiles(ctx, "write "+p, []cowfs.Op{cowfs.WriteOp(p, data, mode)})
+	return id, s.scrubErr(err)
 }
 
 // fileRel cleans a caller's path for the files API and checks the read

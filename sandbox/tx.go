@@ -59,43 +59,30 @@ func (s *Sandbox) Transactions(ctx context.Context) ([]cowfs.TxInfo, error) {
 }
 
 // stageOp stages one write (a is policy.Write: data with mode) or
-// deletion (policy.Delete) of path in tx, in the order every staged
-// change is checked: the path is the workspace's, the policy allows a,
-// no protected path goes with it, and written content holds no
-// configured secret. Each outcome is audited.
+// deletion (policy.Delete) of path in tx, after the checks every staged
+// change of the files API passes (fileOp); each outcome is audited.
 func (s *Sandbox) stageOp(ctx context.Context, tx *cowfs.Tx, a policy.Action, path string, data []byte, mode os.FileMode) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.running.Done()
-	path, err := s.workspaceRel(path)
-	if err != nil {
-		return err
-	}
-	if _, err := s.decide(ctx, a, path, ""); err != nil {
-		return err
-	}
 	op := cowfs.DeleteOp(path)
 	if a == policy.Write {
-		op = cowfs.WriteOp(path, nil, mode)
+		op = cowfs.WriteOp(path, data, mode)
 	}
-	if err := s.checkSideEffects(ctx, op); err != nil {
+	if err := s.fileOp(ctx, &op); err != nil {
 		return err
 	}
+	var err error
 	if a == policy.Write {
-		if s.scrubber.Contains(path) || s.scrubber.ContainsBytes(data) {
-			s.record(ctx, audit.Event{Action: "write", Target: path, Decision: "deny",
-				Detail: "staged content contains a configured secret"})
-			return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(path))
-		}
-		err = tx.Write(ctx, path, data, mode)
+		err = tx.Write(ctx, op.Path, data, mode)
 	} else {
-		err = tx.Delete(ctx, path)
+		err = tx.Delete(ctx, op.Path)
 	}
 	if err != nil {
 		return err
 	}
-	s.record(ctx, audit.Event{Action: string(a) + "-staged", Target: path, Decision: "allow", Detail: "transaction " + tx.ID()})
+	s.record(ctx, audit.Event{Action: string(a) + "-staged", Target: op.Path, Decision: "allow", Detail: "transaction " + tx.ID()})
 	return nil
 }
 
