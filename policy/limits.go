@@ -28,7 +28,9 @@ type ResourceLimits struct {
 	// may take while it runs. The kernel enforces it as the command
 	// writes, so that a command cannot fill the host's disk; one that
 	// reaches it is ended and the result names the limit. Zero means the
-	// isolating backends' default (see DefaultDiskBytes).
+	// isolating backends' default (see DefaultDiskBytes). On the
+	// namespace backend the writes are held in a tmpfs, so they count
+	// toward MemoryBytes as well.
 	DiskBytes int64 `json:"disk_bytes,omitempty" yaml:"disk_bytes,omitempty"`
 }
 

@@ -175,13 +175,14 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		policy.LimitTimeout:       policy.Strong,
 		policy.LimitOutputBytes:   policy.Strong,
 		policy.LimitFileSizeBytes: policy.Strong,
+		policy.LimitDiskBytes:     policy.Strong,
 		policy.LimitMemoryBytes:   policy.BestEffort,
 		policy.LimitPids:          policy.BestEffort,
 		policy.LimitCPUs:          policy.Unsupported,
 	}
 	notes := []string{
 		"new user, mount, pid, ipc, uts and cgroup namespaces per command; net namespace unless allow-all",
-		"workspace read-only under overlayfs; writes captured",
+		"workspace read-only under overlayfs; writes captured in a size- and inode-limited tmpfs (limits.disk_bytes; it counts toward memory too)",
 		"own session, no controlling terminal; descriptors above stderr closed; stdin relayed through a pipe",
 		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, TIOCSTI/TIOCLINUX, new namespaces refused)",
 	}
@@ -467,7 +468,7 @@ var runLockHook func(dir string)
 
 // runSubdirs are the directories of a run: the overlay's upper and work
 // directories and the mount point of the sandbox's root.
-var runSubdirs = []string{"upper", "work", "root"}
+var runSubdirs = []string{"upper", "work", "root", "scratch"}
 
 // newRun returns a run directory, locked, with empty runSubdirs: one a
 // finished run left (recycleRun), or a new one.
@@ -605,9 +606,12 @@ func (r *run) empty() error {
 	if err := emptyDir(filepath.Join(r.dir, "work")); err != nil {
 		return err
 	}
-	root := filepath.Join(r.dir, "root")
-	if ents, err := os.ReadDir(root); err != nil || len(ents) != 0 {
-		return fmt.Errorf("run root %s is not an empty directory (%v)", root, err)
+	for _, d := range []string{"root", "scratch"} {
+		// Mount points, of the sandbox's mount namespace only.
+		p := filepath.Join(r.dir, d)
+		if ents, err := os.ReadDir(p); err != nil || len(ents) != 0 {
+			return fmt.Errorf("run %s %s is not an empty directory (%v)", d, p, err)
+		}
 	}
 	return nil
 }
@@ -727,6 +731,8 @@ func (b *Backend) prepare(req *backend.Request, probe bool) (childConfig, error)
 		envMap: env,
 		hidden: hidden,
 	}
+	c.ScratchBytes = scratchBytes(lim)
+	c.ScratchInodes = scratchInodes(c.ScratchBytes)
 	if c.Caches, err = cacheBinds(req.Caches, ws); err != nil {
 		return c, err
 	}

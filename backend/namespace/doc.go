@@ -12,7 +12,16 @@
 // caller's home path, so nothing of the caller's home (~/.ssh) is visible. The workspace appears read-only at its own path with an overlayfs on
 // top; whatever the command writes lands in an upper directory that Exec
 // returns as Result.Overlay (byte-exact; whiteouts and opaque directories
-// become deletions). The workspace's .pulse/ directory is hidden behind an
+// become deletions). The upper and work directories are on a tmpfs the
+// init mounts with the size of limits.disk_bytes (policy.DiskDefault of
+// the memory available without one) and an inode count to match, so the
+// kernel refuses writes past the bound while the command runs: a command
+// can fill neither the host's disk nor its memory past it. Exec ends a
+// command whose tmpfs is full with Termination backend.DiskLimit and
+// returns what it wrote up to there. The tmpfs is the sandbox mount
+// namespace's own; the init hands the backend a descriptor of it, which
+// keeps it readable until the overlay is read (scratch_linux.go). Its
+// pages count toward the command's memory cgroup too. The workspace's .pulse/ directory is hidden behind an
 // empty read-only tmpfs.
 //
 // Request.Pending is laid between the workspace and the upper directory:
@@ -170,9 +179,9 @@
 // pid inside the namespace. Result.Metrics count the command and every
 // process it started (the init's own, when it was killed). All mounts live
 // in the sandbox's own mount namespace and vanish with it; the only state
-// on the host is a run directory (upper and work directories of the
-// overlay) under a per-user state directory, locked by its owner while it
-// runs. Reconcile removes the run directories whose owner is gone.
+// on the host is a run directory (mount points, and the hidden paths'
+// whiteouts copied into the upper directory) under a per-user state
+// directory, locked by its owner while it runs. Reconcile removes the run directories whose owner is gone.
 //
 // # Enforcement
 //

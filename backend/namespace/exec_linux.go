@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -117,9 +118,15 @@ type nsExec struct {
 	onStart func(p *initProc, nsPid int) // see exec
 	fresh   bool                         // see execWith
 
-	done   chan struct{} // closed when the init is reaped: the watch ends
-	out    *outputs
-	copies sync.WaitGroup
+	done chan struct{} // closed when the init is reaped: the watch ends
+	out  *outputs
+	// scratch is the root of the tmpfs holding the command's upper and
+	// work directories (scratch_linux.go), from its start; scratchErr,
+	// why it is not there.
+	scratch    *os.File
+	scratchErr error
+	started    bool // the init said the command started
+	copies     sync.WaitGroup
 }
 
 // kill ends the command for why, unless it was already ended for another
@@ -251,6 +258,7 @@ func (x *nsExec) send() error {
 	cfg.Root = filepath.Join(p.run.dir, "root")
 	cfg.Upper = filepath.Join(p.run.dir, "upper")
 	cfg.Work = filepath.Join(p.run.dir, "work")
+	cfg.Scratch = filepath.Join(p.run.dir, "scratch")
 	if x.cg != nil && x.cg.added != p.pid() {
 		if err := x.cg.add(p.pid()); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
@@ -316,6 +324,12 @@ func (x *nsExec) wait() (initStatus, error) {
 			return
 		}
 		if pid, ok := strings.CutPrefix(line, "started "); ok {
+			if err := x.takeScratch(); err != nil {
+				// What it writes could not be read back: it does not
+				// run on.
+				x.scratchErr = err
+				x.kill(backend.Cancelled)
+			}
 			if x.cg != nil && pid != "0" {
 				if err := x.cg.tightenPids(x.lim.Pids, p.pid()); err != nil {
 					b.o.logger.Warn("namespace: pids limit", slog.Any("err", err))
@@ -374,6 +388,10 @@ func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backe
 	if !reaped && !x.reapLater {
 		return nil, fmt.Errorf("%w: namespace: sandbox init: %v", backend.ErrUnavailable, waitErr)
 	}
+	if x.scratchErr != nil {
+		return nil, fmt.Errorf("%w: namespace: %w", backend.ErrUnavailable, x.scratchErr)
+	}
+	x.started = st.started
 	why, killed := x.reason.Load().(backend.TerminationReason)
 	if !st.started && !killed {
 		return nil, fmt.Errorf("%w: namespace: sandbox init ended (%v) before starting the command", backend.ErrUnavailable, waitErr)
@@ -400,6 +418,11 @@ func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backe
 			res.Termination = backend.OOM
 		}
 	}
+	if res.Termination != backend.Cancelled && x.scratchFull() {
+		// The kernel refused writes past the bound: however the command
+		// took that, it did not write all it meant to.
+		res.Termination = backend.DiskLimit
+	}
 	res.TimedOut = res.Termination == backend.Timeout
 	if x.reapLater {
 		res.Metrics = backend.Metrics{
@@ -419,11 +442,22 @@ func (x *nsExec) result(st initStatus, waitErr error, dur time.Duration) (*backe
 
 // readOverlay reads what the command wrote from the upper layer into res.
 func (x *nsExec) readOverlay(res *backend.Result) (*backend.Result, error) {
+	if ran := x.lateScratch(); !ran {
+		res.Overlay = &backend.Overlay{}
+		return res, nil
+	}
+	if x.scratch == nil {
+		return res, fmt.Errorf("namespace: %w: %w", errNoScratch, backend.ErrOverlayLost)
+	}
+	upper := scratchPath(x.scratch) + "/upper"
 	var keep *holder
 	if x.req.StreamFiles {
-		keep = &holder{b: x.b}
+		// The files it keeps stay in the scratch, which it holds open
+		// until the overlay is released.
+		keep = &holder{b: x.b, scratch: x.scratch}
+		x.scratch = nil
 	}
-	ov, err := readOverlayKeep(x.cfg.Upper, lowerView{dir: x.cfg.Workspace, pend: x.cfg.pend}, x.cfg.hidden, keep)
+	ov, err := readOverlayKeep(upper, lowerView{dir: x.cfg.Workspace, pend: x.cfg.pend}, x.cfg.hidden, keep)
 	if err != nil {
 		keep.release()
 		// The command ran; its writes could not be read back. Report it
@@ -439,6 +473,9 @@ func (x *nsExec) readOverlay(res *backend.Result) (*backend.Result, error) {
 // release undoes what the phases did, in reverse, whichever one stopped.
 func (x *nsExec) release() {
 	b := x.b
+	if x.scratch != nil {
+		x.scratch.Close()
+	}
 	if x.sent {
 		x.releaseRun()
 	}

@@ -136,12 +136,12 @@ func WithReadWriteBind(dir string) Option {
 	}
 }
 
-// WithStateDir sets where run directories (overlay upper and work dirs) are
-// kept. The default is $XDG_RUNTIME_DIR/pulse-namespace, or without
+// WithStateDir sets where run directories (the mount points of a
+// sandbox), pending layers and the keeper's socket are kept. The default is $XDG_RUNTIME_DIR/pulse-namespace, or without
 // XDG_RUNTIME_DIR the user's cache directory's pulse/namespace (see
 // defaultStateDir): never a name in the shared temporary directory that
 // another user could take first. It must be this user's directory, on
-// a filesystem overlayfs accepts as an upper layer.
+// a filesystem overlayfs accepts as a lower layer (the pending layers).
 func WithStateDir(dir string) Option {
 	return func(o *options) error {
 		if !filepath.IsAbs(dir) {

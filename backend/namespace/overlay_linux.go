@@ -70,8 +70,10 @@ func readOverlayKeep(upper string, lower lowerView, hidden hiddenSet, keep *hold
 		return nil, err
 	}
 	ov := &w.Overlay
-	if keep != nil && keep.r != nil {
+	if keep.holds() {
 		ov.SetRelease(keep.release)
+	} else {
+		_ = keep.release() // nothing kept: it only frees the scratch
 	}
 	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
 	sort.Strings(ov.Deleted)
@@ -94,11 +96,39 @@ type holder struct {
 	b *Backend
 	r *run
 	n int
+	// scratch, when set, is the tmpfs the upper layer is on (see
+	// scratch_linux.go): files are kept in it, moved (another filesystem
+	// would take a copy), and it is held open until release.
+	scratch *os.File
+	kept    bool
+}
+
+// holds reports whether the holder keeps anything; nil-safe.
+func (h *holder) holds() bool {
+	return h != nil && (h.r != nil || h.kept)
 }
 
 // take moves the upper file full into the holder and returns its new
 // path. The command is gone, so nothing else writes the file.
 func (h *holder) take(full string) (string, error) {
+	if h.scratch != nil {
+		dir := scratchPath(h.scratch) + "/keep"
+		if !h.kept {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+			}
+			h.kept = true
+		}
+		if err := os.Chmod(full, 0o600); err != nil {
+			return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+		}
+		h.n++
+		dst := filepath.Join(dir, strconv.Itoa(h.n))
+		if err := os.Rename(full, dst); err != nil {
+			return "", fmt.Errorf("namespace: keeping overlay files: %w", err)
+		}
+		return dst, nil
+	}
 	if h.r == nil {
 		r, err := h.b.newRun()
 		if err != nil {
@@ -123,7 +153,15 @@ func (h *holder) take(full string) (string, error) {
 // release removes what the holder keeps; nil-safe and idempotent. An
 // error names the directory left on the host.
 func (h *holder) release() error {
-	if h == nil || h.r == nil {
+	if h == nil {
+		return nil
+	}
+	if h.scratch != nil {
+		// The last hold on the tmpfs: its memory is freed.
+		h.scratch.Close()
+		h.scratch = nil
+	}
+	if h.r == nil {
 		return nil
 	}
 	r := h.r

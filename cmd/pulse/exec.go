@@ -253,6 +253,10 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 	if res.Truncated {
 		fmt.Fprintln(w, "   output was truncated at the output cap")
 	}
+	if res.Termination == backend.DiskLimit {
+		fmt.Fprintln(w, "   stopped at the disk bound: what it wrote reached limits.disk_bytes (the default when the policy sets none);"+
+			" its writes up to there are staged, the last file perhaps cut short; raise limits.disk_bytes in the policy to allow more")
+	}
 	if len(res.NetworkRefused) > 0 {
 		fmt.Fprintf(w, "   network refused: %s (not in the allowlist; --allow-host HOST:PORT allows one; each refusal is in the audit log)\n",
 			strings.Join(res.NetworkRefused, ", "))

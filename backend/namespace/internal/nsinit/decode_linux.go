@@ -695,6 +695,9 @@ var configFields = []struct {
 	{"egress", func(d *configDecoder, c *Config) error { return d.setEgress(&c.Egress) }},
 	{"tty", func(d *configDecoder, c *Config) error { return d.setTTY(&c.TTY) }},
 	{"layers", func(d *configDecoder, c *Config) error { return d.setStrings(&c.Layers) }},
+	{"scratch", func(d *configDecoder, c *Config) error { return d.setString(&c.Scratch) }},
+	{"scratch_bytes", func(d *configDecoder, c *Config) error { return d.setInt64(&c.ScratchBytes) }},
+	{"scratch_inodes", func(d *configDecoder, c *Config) error { return d.setInt64(&c.ScratchInodes) }},
 }
 
 // configField is the setter of Config's field for key: the exact match,

@@ -93,7 +93,7 @@ func randConfig(r *rand.Rand) Config {
 		Env: randStrings(r), NewNet: r.IntN(2) == 0, ReadOnly: randStrings(r), Mask: randStrings(r),
 		ReadWrite: randStrings(r), Hostname: randString(r), LastCap: r.IntN(64) - 1,
 		PidsLimited: r.IntN(2) == 0, FileSize: r.Int64() - r.Int64(), NProc: r.Int64N(1 << 20), Data: -r.Int64N(3),
-		Layers: randStrings(r),
+		Layers: randStrings(r), Scratch: randString(r), ScratchBytes: r.Int64(), ScratchInodes: r.Int64N(1 << 30),
 	}
 	for range r.IntN(3) {
 		c.Caches = append(c.Caches, CacheBind{Src: randString(r), Dst: randString(r)})

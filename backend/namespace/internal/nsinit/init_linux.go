@@ -377,6 +377,9 @@ func setupStatic(cfg *Config) error {
 // setupStatic prepared, and pivots into it.
 func setupRequest(cfg *Config) error {
 	root := cfg.Root
+	if err := mountScratch(cfg); err != nil { // scratch_linux.go
+		return err
+	}
 	if err := mountWorkspace(cfg); err != nil {
 		return err
 	}

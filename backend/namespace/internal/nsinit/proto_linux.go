@@ -68,6 +68,13 @@ type Config struct {
 	// Layers are the pending layers laid between the workspace and the
 	// upper directory, bottom first (overlay_linux.go).
 	Layers []string `json:"layers,omitempty"`
+	// Scratch, when set, is an empty host directory on which the init
+	// mounts a tmpfs of ScratchBytes bytes and ScratchInodes inodes for
+	// the upper and work directories (scratch_linux.go): the kernel then
+	// bounds what the command writes while it runs.
+	Scratch       string `json:"scratch,omitempty"`
+	ScratchBytes  int64  `json:"scratch_bytes,omitempty"`
+	ScratchInodes int64  `json:"scratch_inodes,omitempty"`
 }
 
 // CacheBind is one Request.Cache: host Src shown writable at Dst.

@@ -1,0 +1,120 @@
+package namespace
+
+import (
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// hostBytes is the size of the regular files under dir on the host.
+func hostBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// watchHost records the most bytes the files under dir held while the
+// returned stop has not been called.
+func watchHost(dir string) (stop func() int64) {
+	var most atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if n := hostBytes(dir); n > most.Load() {
+				most.Store(n)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int64 { close(done); wg.Wait(); return most.Load() }
+}
+
+// TestDiskBoundEndsACommandAndKeepsItsWrites: a command that writes past
+// limits.disk_bytes is refused by the kernel at the bound and ended with
+// termination reason disk_limit, what it wrote before (and up to the
+// bound) is in its overlay, and the host's disk under the state dir never
+// held more than the bound (the writes went to the size-limited scratch,
+// not the host's temporary directory).
+func TestDiskBoundEndsACommandAndKeepsItsWrites(t *testing.T) {
+	const bound = 8 << 20
+	state := filepath.Join(t.TempDir(), "state")
+	b := newBackend(t, WithStateDir(state))
+	stop := watchHost(state)
+	res, _, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(),
+		Shell:  "echo kept > a.txt; mkdir d; echo also > d/b.txt; head -c 64M /dev/zero > big; sleep 20",
+		Limits: policy.ResourceLimits{DiskBytes: bound, Timeout: 10 * time.Second}})
+	most := stop()
+	if res.Termination != backend.DiskLimit {
+		t.Fatalf("termination %q (exit %d), want %q", res.Termination, res.ExitCode, backend.DiskLimit)
+	}
+	if most > bound {
+		t.Errorf("the host held %d bytes under the state dir while the command ran, past the bound %d", most, bound)
+	}
+	files := map[string]int{}
+	for _, f := range res.Overlay.Files {
+		files[f.Path] = len(f.Data)
+	}
+	if files["a.txt"] != 5 || files["d/b.txt"] != 5 {
+		t.Fatalf("writes before the bound lost: %v", files)
+	}
+	if n, ok := files["big"]; !ok || n == 0 || n > bound {
+		t.Fatalf("the file that reached the bound: %d bytes (kept %v), want 1..%d", n, ok, bound)
+	}
+}
+
+// TestDiskBoundCountsFiles: empty files take no space but an inode each;
+// the scratch's inodes bound them too.
+func TestDiskBoundCountsFiles(t *testing.T) {
+	b := newBackend(t)
+	res, _, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(),
+		Shell:  "mkdir d; i=0; while [ $i -lt 5000 ]; do : > d/f$i || break; i=$((i+1)); done; sleep 20",
+		Limits: policy.ResourceLimits{DiskBytes: 1 << 20, Timeout: 10 * time.Second}})
+	if res.Termination != backend.DiskLimit {
+		t.Fatalf("termination %q (exit %d), want %q", res.Termination, res.ExitCode, backend.DiskLimit)
+	}
+	if n := len(res.Overlay.Files); n < 100 || n > int(scratchInodes(1<<20)) {
+		t.Fatalf("%d entries kept, want most of the %d the scratch holds", n, scratchInodes(1<<20))
+	}
+}
+
+// TestDiskDefaultIsBounded: with no disk_bytes the scratch is bounded
+// anyway, by policy.DiskDefault of the memory available.
+func TestDiskDefaultIsBounded(t *testing.T) {
+	if n := scratchBytes(policy.ResourceLimits{}); n <= 0 || n > policy.DefaultDiskBytes {
+		t.Fatalf("default scratch %d bytes, want 1..%d", n, policy.DefaultDiskBytes)
+	}
+	if n := scratchBytes(policy.ResourceLimits{DiskBytes: 3 << 30}); n != 3<<30 {
+		t.Fatalf("scratch for disk_bytes 3GiB: %d", n)
+	}
+	// What the command sees: the workspace's filesystem has the bound's
+	// size.
+	b := newBackend(t)
+	_, out, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: "df -k . | tail -1",
+		Limits: policy.ResourceLimits{DiskBytes: 64 << 20}})
+	f := strings.Fields(out)
+	if len(f) < 2 || f[1] != strconv.Itoa(64<<10) {
+		t.Fatalf("df of the workspace in the sandbox: %q, want %d KiB in all", out, 64<<10)
+	}
+}

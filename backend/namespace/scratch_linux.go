@@ -1,0 +1,170 @@
+package namespace
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/namespace/internal/nsinit"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// What a command writes lives in a tmpfs that its init mounts in the
+// sandbox's mount namespace (nsinit.mountScratch), sized by
+// limits.disk_bytes: the kernel refuses writes past it (ENOSPC) while the
+// command runs, where an upper directory on the host's disk was bounded
+// by nothing until staging, after the command ended, and a command could
+// fill the filesystem under the state dir. A tmpfs, not a disk quota:
+// project quotas and loop-mounted filesystems need privileges and
+// support the backend cannot count on, and a tmpfs mount works for an
+// unprivileged user in a user namespace. Its pages are memory, charged
+// to the command's memory cgroup: writes count against limits.memory_bytes
+// too, so the default bound takes no more than a share of the memory
+// available (scratchBytes), and a command that writes more than its
+// memory allows is ended as out of memory.
+
+// scratchInodeBytes is the bytes of the bound per inode the tmpfs
+// allows: a command that makes empty files is bounded too, with room for
+// a source tree of small files (a 4 GiB bound allows 262144 entries).
+const scratchInodeBytes = 16 << 10
+
+// scratchPoll is how often a running command's scratch is checked for
+// being full.
+const scratchPoll = 100 * time.Millisecond
+
+// scratchBytes is the bound on what a command under lim writes: the
+// policy's, or the default, policy.DiskDefault of the memory available.
+func scratchBytes(lim policy.ResourceLimits) int64 {
+	n := lim.DiskBytes
+	if n <= 0 {
+		n = policy.DiskDefault(memAvailable())
+	}
+	return max(n, 4096) // tmpfs reads 0 as "no limit"
+}
+
+// scratchInodes is the inode bound of a scratch of n bytes.
+func scratchInodes(n int64) int64 {
+	return max(n/scratchInodeBytes, 1024)
+}
+
+// memAvailable is MemAvailable of /proc/meminfo in bytes, -1 when not
+// known.
+func memAvailable() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return -1
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) >= 2 && string(f[0]) == "MemAvailable:" {
+			kb, err := strconv.ParseInt(string(f[1]), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// errNoScratch: the init did not hand over its scratch filesystem, so
+// what the command writes could not be read back.
+var errNoScratch = errors.New("the sandbox init did not hand over its scratch filesystem")
+
+// takeScratch receives the scratch filesystem's root from the init (it
+// is sent before the command starts) and starts watching it.
+func (x *nsExec) takeScratch() error {
+	f, err := x.p.dialer.receiveScratch(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	x.scratch = f
+	go x.watchScratch()
+	return nil
+}
+
+// watchScratch ends the command once its scratch is full, until the init
+// is reaped: the kernel has refused its writes past the bound, and the
+// command is stopped there rather than left to go on without them (and
+// perhaps exit 0 with a file cut short).
+func (x *nsExec) watchScratch() {
+	t := time.NewTicker(scratchPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-x.done:
+			return
+		case <-t.C:
+			if x.scratchFull() {
+				x.kill(backend.DiskLimit)
+				return
+			}
+		}
+	}
+}
+
+// scratchFull reports whether the command's scratch has no block or no
+// inode left.
+func (x *nsExec) scratchFull() bool {
+	if x.scratch == nil {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(x.scratch.Fd()), &st); err != nil {
+		return false
+	}
+	return st.Bavail == 0 || st.Ffree == 0
+}
+
+// scratchPath is the path, in this process, of the scratch's root.
+func scratchPath(f *os.File) string {
+	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+}
+
+// receiveScratch reads the init's scratch message, waiting up to wait:
+// sent before the command starts, it is there by the time the init says
+// the command started.
+func (d *initDialer) receiveScratch(wait time.Duration) (*os.File, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_ = d.c.SetReadDeadline(time.Now().Add(wait))
+	defer d.c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 64)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := d.c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoScratch, err)
+	}
+	f := receivedFile(oob[:oobn])
+	if string(buf[:n]) != nsinit.ScratchMessage || f == nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("%w: got %q", errNoScratch, buf[:n])
+	}
+	return f, nil
+}
+
+// lateScratch is the scratch of a command ended before the init said it
+// started (cancelled while the sandbox was being set up): the init may
+// have handed it over already, and then what is in it is read as usual;
+// an init ended before it mounted one ran no command, which wrote
+// nothing.
+func (x *nsExec) lateScratch() (ran bool) {
+	if x.scratch != nil || x.started {
+		return x.started
+	}
+	if f, err := x.p.dialer.receiveScratch(200 * time.Millisecond); err == nil {
+		x.scratch = f
+		return true
+	}
+	return false
+}
