@@ -78,7 +78,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		sb.Workspace(), sb.Backend().Name(), sb.AuditPath())
 
 	srv := newMCPServer(sb)
-	t := &mcp.IOTransport{Reader: io.NopCloser(env.stdin), Writer: nopWriteCloser{env.stdout}}
+	// Every line goes through frameReader, which answers what the SDK
+	// would end the session on; the SDK's own cap stays, above ours.
+	out := &lockedWriter{w: env.stdout}
+	t := &mcp.IOTransport{Reader: io.NopCloser(newFrameReader(env.stdin, mcpFrameLimit, out)), Writer: nopWriteCloser{out},
+		MaxLineLength: mcpFrameLimit + 64<<10}
 	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
 		return exitFailure
