@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,10 @@ type Command struct {
 	// keepOnlyOnSuccess stages the command's writes only when it exits
 	// 0 (set by SafeGit: a failed git operation leaves nothing to review).
 	keepOnlyOnSuccess bool
+	// run, when set, is the script the backend runs in place of Shell
+	// (a Shell session's wrapper, shell.go); the policy, the audit log
+	// and the transaction see Shell, the command as given.
+	run string
 }
 
 func (c Command) String() string {
@@ -393,7 +398,7 @@ func (x *execution) prepare(ctx context.Context) error {
 		ExecutionID: x.id,
 		Workspace:   s.workspace,
 		Args:        x.cmd.Args,
-		Shell:       x.cmd.Shell,
+		Shell:       cmp.Or(x.cmd.run, x.cmd.Shell),
 		Dir:         x.dir,
 		Env:         env,
 		Stdin:       x.cmd.Stdin,
