@@ -133,7 +133,7 @@ func repairTree(dirfd int, owner uint32, depth int) {
 			var cst unix.Stat_t
 			if unix.Fstat(cfd, &cst) == nil && cst.Ino == st.Ino && cst.Dev == st.Dev {
 				isDir := cst.Mode&unix.S_IFMT == unix.S_IFDIR
-				_, _ = grantACL(cfd, owner, cst.Mode, isDir)
+				_, _ = grantACL(cfd, owner, uint32(cst.Mode), isDir)
 				if isDir {
 					repairTree(cfd, owner, depth+1)
 				}
