@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -35,12 +36,19 @@ func TestParseExpose(t *testing.T) {
 		}
 	}
 	for name, in := range map[string]string{
-		"zero":          "network: {expose: [0]}",
-		"too large":     "network: {expose: [65536]}",
-		"not a number":  "network: {expose: [http]}",
-		"twice":         "network: {mode: deny-all, expose: [8000, 8000]}",
-		"not a list":    "network: {expose: 8000}",
-		"ports no mode": "network: {expose: [8000], ports: [443]}",
+		"zero":              "network: {expose: [0]}",
+		"too large":         "network: {expose: [65536]}",
+		"not a number":      "network: {expose: [http]}",
+		"twice":             "network: {mode: deny-all, expose: [8000, 8000]}",
+		"not a list":        "network: {expose: 8000}",
+		"ports no mode":     "network: {expose: [8000], ports: [443]}",
+		"range upside down": "network: {expose: [3999-3000]}",
+		"range from zero":   "network: {expose: [0-10]}",
+		"range too large":   "network: {expose: [\"65000-65536\"]}",
+		"range open":        "network: {expose: [3000-]}",
+		"range signed":      "network: {expose: [\"+1-5\"]}",
+		"range of three":    "network: {expose: [1-2-3]}",
+		"range spaced":      "network: {expose: [\"1 - 2\"]}",
 	} {
 		if _, err := Parse([]byte(in)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
@@ -61,5 +69,43 @@ func TestValidateExpose(t *testing.T) {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err = %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// TestParseExposeRanges: expose takes ranges beside ports; a port in a
+// range is exposed, one beside it is not, and the ranges survive the JSON
+// a policy travels to pulse-server in.
+func TestParseExposeRanges(t *testing.T) {
+	p, err := Parse([]byte(`network: {expose: [8000, 3000-3999, "9000-9000"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := p.Network
+	if n.Mode != NetworkDenyAll || !slices.Equal(n.Expose, []int{8000}) ||
+		!slices.Equal(n.ExposeRanges, []PortRange{{3000, 3999}, {9000, 9000}}) {
+		t.Fatalf("parsed %+v", n)
+	}
+	for port, want := range map[int]bool{8000: true, 3000: true, 3500: true, 3999: true, 9000: true,
+		2999: false, 4000: false, 8999: false, 9001: false, 8001: false} {
+		if n.Exposes(port) != want {
+			t.Errorf("Exposes(%d) = %v, want %v", port, !want, want)
+		}
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back NetworkPolicy
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if !slices.Equal(back.ExposeRanges, n.ExposeRanges) || !back.Exposes(3456) {
+		t.Errorf("after JSON %s: %+v", b, back)
+	}
+	if err := json.Unmarshal([]byte(`{"mode":"deny-all","expose_ranges":["5-1"]}`), &back); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an upside-down range in JSON: err = %v, want ErrInvalid", err)
+	}
+	if err := (NetworkPolicy{Mode: NetworkDenyAll, ExposeRanges: []PortRange{{0, 5}}}).Validate(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Validate of range 0-5: %v, want ErrInvalid", err)
 	}
 }

@@ -63,16 +63,82 @@ type NetworkPolicy struct {
 	// (sandbox.Expose). It is inbound only, grants no way out, and is
 	// valid in every mode, deny-all included.
 	Expose []int `json:"expose,omitempty" yaml:"expose,omitempty"`
+	// ExposeRanges are ranges of ports exposed as Expose's are, for a
+	// caller that does not know the port in advance (a dev server that
+	// picks one): in a policy file, entries of the same expose list
+	// written "3000-3999".
+	ExposeRanges []PortRange `json:"expose_ranges,omitempty" yaml:"-"`
 }
 
-// Exposes reports whether n lists port in Expose.
+// Exposes reports whether n lists port in Expose or in one of
+// ExposeRanges.
 func (n NetworkPolicy) Exposes(port int) bool {
 	for _, p := range n.Expose {
 		if p == port {
 			return true
 		}
 	}
+	for _, r := range n.ExposeRanges {
+		if r.Contains(port) {
+			return true
+		}
+	}
 	return false
+}
+
+// PortRange is an inclusive range of TCP ports, written "From-To"
+// ("3000-3999"; "8080-8080" is one port).
+type PortRange struct {
+	From, To int
+}
+
+// Contains reports whether port is in r.
+func (r PortRange) Contains(port int) bool { return r.From <= port && port <= r.To }
+
+func (r PortRange) String() string { return strconv.Itoa(r.From) + "-" + strconv.Itoa(r.To) }
+
+// ParsePortRange parses "From-To": two decimal ports, 1-65535, From no
+// greater than To. Anything else is an error wrapping ErrInvalid.
+func ParsePortRange(s string) (PortRange, error) {
+	from, to, ok := strings.Cut(s, "-")
+	if !ok {
+		return PortRange{}, fmt.Errorf("%w: port range %q: want FROM-TO", ErrInvalid, s)
+	}
+	var r PortRange
+	for _, f := range []struct {
+		s string
+		p *int
+	}{{from, &r.From}, {to, &r.To}} {
+		if f.s == "" || len(f.s) > 5 || strings.TrimLeft(f.s, "0123456789") != "" {
+			return PortRange{}, fmt.Errorf("%w: port range %q: want FROM-TO, two decimal ports", ErrInvalid, s)
+		}
+		*f.p, _ = strconv.Atoi(f.s)
+	}
+	if err := r.validate(); err != nil {
+		return PortRange{}, err
+	}
+	return r, nil
+}
+
+func (r PortRange) validate() error {
+	if r.From < 1 || r.To > 65535 || r.From > r.To {
+		return fmt.Errorf("%w: port range %d-%d: want 1 <= FROM <= TO <= 65535", ErrInvalid, r.From, r.To)
+	}
+	return nil
+}
+
+// MarshalText writes r as "From-To", the form ParsePortRange reads, so
+// that a policy sent as JSON (to pulse-server) keeps its ranges.
+func (r PortRange) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads "From-To".
+func (r *PortRange) UnmarshalText(b []byte) error {
+	v, err := ParsePortRange(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
 }
 
 // DenyAllNetwork is the policy that isolates a command from every network.

@@ -36,7 +36,7 @@ const FileVersion = 1
 //	  hosts: [example.org]     # the older form: any port unless ports is set
 //	  cidrs: [192.0.2.0/24]
 //	  ports: [443]
-//	  expose: [8000]           # inbound: ports sandbox.Expose may reach, any mode;
+//	  expose: [8000, 3000-3999]  # inbound: ports (and ranges) sandbox.Expose may reach, any mode;
 //	                           # a section with only expose means mode deny-all
 //	secrets:                  # optional
 //	  inject:                 # the command sees a placeholder; the proxy puts
@@ -464,14 +464,14 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 		case "ports":
 			np.Ports, err = ports(v, name)
 		case "expose":
-			np.Expose, err = ports(v, name)
+			np.Expose, np.ExposeRanges, err = exposeList(v, name)
 		}
 		return err
 	})
 	if err != nil {
 		return NetworkPolicy{}, err
 	}
-	if np.Mode == "" && len(np.Expose) > 0 && len(np.Allow)+len(np.Hosts)+len(np.CIDRs)+len(np.Ports) == 0 {
+	if np.Mode == "" && len(np.Expose)+len(np.ExposeRanges) > 0 && len(np.Allow)+len(np.Hosts)+len(np.CIDRs)+len(np.Ports) == 0 {
 		// A section that only exposes ports leaves the way out as an
 		// unset policy has it: none.
 		np.Mode = NetworkDenyAll
@@ -483,6 +483,36 @@ func decodeNetwork(n *yaml.Node, field string) (NetworkPolicy, error) {
 }
 
 // ports decodes a sequence of TCP port numbers.
+// exposeList reads network.expose: ports (8000) and ranges of them
+// ("3000-3999", quoted or not).
+func exposeList(v *yaml.Node, name string) ([]int, []PortRange, error) {
+	var (
+		ps []int
+		rs []PortRange
+	)
+	err := sequence(v, name, func(i int, e *yaml.Node) error {
+		en := fmt.Sprintf("%s[%d]", name, i)
+		if e.Kind == yaml.ScalarNode && e.Tag == "!!str" {
+			r, err := ParsePortRange(e.Value)
+			if err != nil {
+				return fieldErr(e, en, "want a port or a range FROM-TO of ports 1-65535, got %q", e.Value)
+			}
+			rs = append(rs, r)
+			return nil
+		}
+		port, err := scalarInt(e, en)
+		if err != nil {
+			return err
+		}
+		if port < 1 || port > 65535 {
+			return fieldErr(e, en, "port %d out of range 1-65535", port)
+		}
+		ps = append(ps, int(port))
+		return nil
+	})
+	return ps, rs, err
+}
+
 func ports(v *yaml.Node, name string) ([]int, error) {
 	var out []int
 	err := sequence(v, name, func(i int, e *yaml.Node) error {

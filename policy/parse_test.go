@@ -250,7 +250,7 @@ func TestLoad(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{fullYAML, fullJSON, "", "rules: []", "defaults: {read: deny}",
-		"rules:\n  - {action: read, target: \"[!a-z]*\", decision: ask}\n", "network: {mode: deny-all}", "network: {expose: [8000, 3000]}",
+		"rules:\n  - {action: read, target: \"[!a-z]*\", decision: ask}\n", "network: {mode: deny-all}", "network: {expose: [8000, 3000]}", "network: {expose: [8000, 3000-3999, \"9000-9001\"]}",
 		"limits: {timeout: 1.5, memory_bytes: 1KiB}", "a: &x 1\nb: *x\n", "image: pulse-sandbox:latest", "caches: [{name: go-mod, env: GOMODCACHE, max_bytes: 1GiB}]"} {
 		f.Add([]byte(s))
 	}

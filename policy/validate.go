@@ -22,6 +22,11 @@ func (n NetworkPolicy) Validate() error {
 		}
 		seen[p] = true
 	}
+	for i, r := range n.ExposeRanges {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("expose range %d: %w", i, err)
+		}
+	}
 	switch n.Mode {
 	case NetworkDenyAll, NetworkAllowAll:
 		if len(n.Allow)+len(n.Hosts)+len(n.CIDRs)+len(n.Ports) > 0 {

@@ -458,3 +458,32 @@ func ExampleSandbox_Rename() {
 	// write docs/README.md
 	// missing.txt: not there
 }
+
+// A policy exposes a range of ports for a server that picks its own;
+// a port outside every range is refused with an *ExposeError.
+func ExampleSandbox_Expose() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	pol, err := policy.Parse([]byte("network: {expose: [3000-3999]}"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sb, err := sandbox.New(ctx, ws, sandbox.WithPolicy(pol),
+		sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	addr, err := sb.Expose(ctx, 3417) // a dev server's port, inside the range
+	fmt.Println(err == nil && addr != "")
+	var ee *sandbox.ExposeError
+	_, err = sb.Expose(ctx, 5432)
+	fmt.Println(errors.As(err, &ee), ee.Port, errors.Is(err, sandbox.ErrPortNotExposed))
+	// Output:
+	// true
+	// true 5432 true
+}

@@ -52,9 +52,11 @@ type forwarder struct {
 // Expose makes the TCP port a process of the sandbox listens on (on the
 // loopback address of the sandbox's own network) reachable from the
 // host at the address it returns, on 127.0.0.1. Only ports the policy
-// lists in network.expose are exposed, in any network mode (deny-all
-// included): another port is refused with an *ExposeError (ErrPortNotExposed,
-// ErrPolicyDenied). Both the exposure and a refusal are audited.
+// lists in network.expose — as a port, or within a range FROM-TO
+// (NetworkPolicy.ExposeRanges) — are exposed, in any network mode
+// (deny-all included): another port is refused with an *ExposeError
+// (ErrPortNotExposed, ErrPolicyDenied). Both the exposure and a refusal
+// are audited.
 //
 // Each connection to the address is relayed to the newest live process
 // (see Start) that accepts one on that port; with none, the connection

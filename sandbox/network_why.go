@@ -47,7 +47,7 @@ func (s *Sandbox) effectiveNetwork() (policy.NetworkPolicy, string) {
 		// Inbound only and valid in every mode: a backend that checks
 		// Expose itself (remote: pulse-server) sees the same ports as
 		// the facade's own check.
-		net.Expose = s.o.network.Expose
+		net.Expose, net.ExposeRanges = s.o.network.Expose, s.o.network.ExposeRanges
 	}
 	return net, why
 }

@@ -265,6 +265,26 @@ func TestExposeHTTPServerDocker(t *testing.T) {
 	exposeDoneWhen(t, newDockerSandbox(t, t.TempDir(), WithPolicy(exposePolicy())))
 }
 
+// TestExposeRangeHTTPServer and TestExposeRangeHTTPServerDocker are
+// exposeDoneWhen under a policy that lists no port, only a range holding
+// 8000 (9000 and 22, outside it, are still refused).
+func TestExposeRangeHTTPServer(t *testing.T) {
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (httpd) not installed")
+	}
+	exposeDoneWhen(t, newIsolated(t, t.TempDir(), WithPolicy(exposeRangePolicy())))
+}
+
+func TestExposeRangeHTTPServerDocker(t *testing.T) {
+	exposeDoneWhen(t, newDockerSandbox(t, t.TempDir(), WithPolicy(exposeRangePolicy())))
+}
+
+func exposeRangePolicy() *policy.Policy {
+	pol := policy.Default()
+	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, ExposeRanges: []policy.PortRange{{From: 7990, To: 8010}}}
+	return pol
+}
+
 func exposePolicy() *policy.Policy {
 	pol := policy.Default()
 	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{8000}}

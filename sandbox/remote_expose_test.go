@@ -34,14 +34,30 @@ func TestExposeHTTPServerRemote(t *testing.T) {
 	}
 	t.Cleanup(func() { nb.Close() })
 	testenv.MustHaveNamespace(t, nb.Probe)
-	remoteExposeDoneWhen(t, nb, 8001)
+	remoteExposeDoneWhen(t, nb, 8001, false)
+}
+
+// TestExposeRangeHTTPServerRemote is the same with the port in a range
+// of the policy's, not listed: the range travels to pulse-server, which
+// checks each dial against it.
+func TestExposeRangeHTTPServerRemote(t *testing.T) {
+	if _, err := osexec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (httpd) not installed")
+	}
+	nb, err := namespace.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	testenv.MustHaveNamespace(t, nb.Probe)
+	remoteExposeDoneWhen(t, nb, 8003, true)
 }
 
 // TestExposeHTTPServerRemoteDocker is the same behind a pulse-server on
 // the Docker backend (network none; the image has busybox).
 func TestExposeHTTPServerRemoteDocker(t *testing.T) {
 	db := newDockerBackend(t)
-	remoteExposeDoneWhen(t, db, 8002)
+	remoteExposeDoneWhen(t, db, 8002, false)
 }
 
 // remoteExposeDoneWhen: through a real pulse-server on 127.0.0.1 whose
@@ -52,7 +68,7 @@ func TestExposeHTTPServerRemoteDocker(t *testing.T) {
 // leaves nothing of it running, Watch sees the file it wrote join the
 // pending stack, the files are listed and read, and a file written
 // through the files API reaches the next remote command.
-func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
+func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int, byRange bool) {
 	// The site directory carries a mark of this run, so the check for a
 	// surviving httpd sees only this one.
 	site := fmt.Sprintf("site-%d-%d", os.Getpid(), time.Now().UnixNano())
@@ -65,6 +81,9 @@ func remoteExposeDoneWhen(t *testing.T, exec backend.Backend, port int) {
 	rb := startRemoteOn(t, dl, exec, 0, policy.DenyAllNetwork(), secrets.DenyAllSecrets())
 	pol := policy.Default()
 	pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, Expose: []int{port}}
+	if byRange {
+		pol.Network = &policy.NetworkPolicy{Mode: policy.NetworkDenyAll, ExposeRanges: []policy.PortRange{{From: port - 1, To: port + 1}}}
+	}
 	sb, err := New(context.Background(), t.TempDir(), withGetenv(noEnv), WithBackend(rb), WithPolicy(pol))
 	if err != nil {
 		t.Fatal(err)
