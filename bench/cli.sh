@@ -4,7 +4,7 @@
 # compared by their medians (pulse ÷ reference, below 1 is faster):
 #   - namespace `true` against `bwrap --unshare-all --ro-bind / / true`,
 #     back to back, and with 0.3 s between commands (the keeper's case)
-#   - host `true` (--unsafe-host) against `bash -c true`, in a fresh
+#   - host `true` (--unsafe-host=network,secrets) against `bash -c true`, in a fresh
 #     workspace and in one with 40 pending transactions, and against
 #     itself with PULSE_HUGEPAGES=0 (its heap in small pages)
 #   - 256 MiB of stdout through pulse exec (host and namespace) into a pipe,
@@ -81,7 +81,7 @@ pair() {
 }
 
 ns="$pulse exec --backend namespace --workspace $tmp/ws"
-hostx="$pulse exec --backend host --unsafe-host --workspace $tmp/ws"
+hostx="$pulse exec --backend host --unsafe-host=network,secrets --workspace $tmp/ws"
 if [ "$have_bwrap" = 1 ]; then
 	pair BenchmarkCLINamespaceTrue x-vs-bwrap "$N" : "$ns -- true" "bwrap --unshare-all --ro-bind / / true"
 	# The agent's pattern: 0.3 s between commands (untimed on both
@@ -108,7 +108,7 @@ if [ "$have_bwrap" = 1 ]; then
 	done
 	pending=$(find "$tmp/ws40/.pulse/cow/tx" -mindepth 1 -maxdepth 1 -type d | wc -l)
 	[ "$pending" = 40 ] || { echo "bench: BenchmarkCLIHostTruePending40: $pending pending transactions, not 40" >&2; exit 1; }
-	pair BenchmarkCLIHostTruePending40 x-vs-bash "$N" : "$pulse exec --backend host --unsafe-host --workspace $tmp/ws40 -- true" "bash -c true"
+	pair BenchmarkCLIHostTruePending40 x-vs-bash "$N" : "$pulse exec --backend host --unsafe-host=network,secrets --workspace $tmp/ws40 -- true" "bash -c true"
 fi
 
 # The default output cap (16 MiB) would cut the stream short.

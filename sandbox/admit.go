@@ -84,16 +84,17 @@ func (s *Sandbox) effectivePolicies() (policy.NetworkPolicy, secrets.Policy) {
 
 // checkEnforcement resolves the effective policies and refuses, before
 // anything starts, a command whose policies the backend cannot enforce
-// strongly. The one exception is the host backend chosen with
-// WithUnsafeHostExecution: the caller has accepted that it enforces
-// nothing, so a network mode it cannot enforce at all is sent as what
-// really happens (allow-all), and each accepted downgrade is audited.
+// strongly. On the host backend chosen with WithUnsafeHostExecution a
+// rule the host cannot enforce is refused too (ErrHostCannotEnforce),
+// unless the caller accepted it by name (UnsafeNetwork, UnsafeSecrets,
+// UnsafeLimits): then a network mode the host cannot enforce at all is
+// sent as what really happens (allow-all), and each accepted downgrade is
+// audited.
 func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, limits policy.ResourceLimits) (policy.NetworkPolicy, secrets.Policy, error) {
 	net, sec := s.effectivePolicies()
 	name := s.backend.Name()
 	netLevel := s.caps.NetworkLevel(net.Mode)
 	secLevel := s.caps.SecretLevel(sec.Mode)
-	accepted := s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe
 	// The admission's events go out as one append (one lock, one write),
 	// whichever way it ends, before anything of the command starts.
 	var events []audit.Event
@@ -113,34 +114,46 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 		Decision: decision(sec.Mode == secrets.DenyAll), Backend: name,
 		EnforcementLevel: string(secLevel), Detail: "secret policy mode applied: " + string(sec.Mode)})
 
-	check := func(kind, mode string, level policy.EnforcementLevel) error {
+	// On the unsafe host every rule it cannot enforce is gathered before
+	// the refusal, so that it names all the caller would have to accept.
+	var host HostRuleError
+	check := func(kind, mode string, level policy.EnforcementLevel, rule UnsafeRule, consequence string) error {
 		if level == policy.Strong {
 			return nil
 		}
-		if accepted {
+		if s.acceptsUnsafe(rule) {
 			add(audit.Event{ExecutionID: execID, Action: kind, Target: cmdStr, Decision: "allow",
 				IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
 				Reason: "UNSAFE_HOST",
-				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by unsafe host opt-in", kind, mode, level, name)})
+				Detail: fmt.Sprintf("%s policy %s is %s on backend %s; accepted by the unsafe host opt-in for %s", kind, mode, level, name, rule)})
 			return nil
 		}
 		add(audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(level),
 			Reason: "unsupported_policy",
 			Detail: fmt.Sprintf("backend cannot strongly enforce %s policy: %s", kind, mode)})
+		if s.unsafeHostRun() {
+			host.add(rule, kind+" policy "+mode, level, consequence)
+			return nil
+		}
 		return fmt.Errorf("%w: backend %q enforces %s policy %q only at level %q; refused to prevent a silent downgrade",
 			ErrUnsupportedPolicy, name, kind, mode, level)
 	}
-	if err := check("network", string(net.Mode), netLevel); err != nil {
+	if err := check("network", string(net.Mode), netLevel, UnsafeNetwork,
+		"the command would reach the host's network, all of it"); err != nil {
 		return net, sec, err
 	}
-	if err := check("secrets", string(sec.Mode), secLevel); err != nil {
+	if err := check("secrets", string(sec.Mode), secLevel, UnsafeSecrets,
+		"only the environment is withheld; the command could read any secret on the disk"); err != nil {
 		return net, sec, err
 	}
-	if err := s.checkLimits(execID, cmdStr, limits, accepted, add); err != nil {
+	if err := s.checkLimits(execID, cmdStr, limits, add, &host); err != nil {
 		return net, sec, err
 	}
-	if accepted && netLevel == policy.Unsupported {
+	if err := host.err(); err != nil {
+		return net, sec, err
+	}
+	if s.acceptsUnsafe(UnsafeNetwork) && netLevel == policy.Unsupported {
 		net = policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
 	}
 	return net, sec, nil
@@ -152,9 +165,10 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 // the output cap, filled in by default) are refused only when the backend
 // says outright that it cannot enforce them; the others, only set when
 // asked for, must be listed by the backend as enforced. Best-effort
-// enforcement is accepted and audited, and so is anything the unsafe host
-// opt-in accepted. Its audit events go to add.
-func (s *Sandbox) checkLimits(execID, cmdStr string, l policy.ResourceLimits, accepted bool, add func(audit.Event)) error {
+// enforcement is accepted and audited, and so is what the unsafe host
+// opt-in accepted by name (UnsafeLimits); what it did not accept goes to
+// host. Its audit events go to add.
+func (s *Sandbox) checkLimits(execID, cmdStr string, l policy.ResourceLimits, add func(audit.Event), host *HostRuleError) error {
 	name := s.backend.Name()
 	for _, k := range policy.LimitKeys() {
 		if !l.IsSet(k) {
@@ -169,15 +183,19 @@ func (s *Sandbox) checkLimits(execID, cmdStr string, l policy.ResourceLimits, ac
 				Backend: name, EnforcementLevel: string(policy.BestEffort),
 				Detail: fmt.Sprintf("limit %s is enforced best-effort by backend %s", k, name)})
 			continue
-		case accepted:
+		case s.acceptsUnsafe(UnsafeLimits):
 			add(audit.Event{ExecutionID: execID, Action: "limits", Target: string(k), Decision: "allow",
 				Backend: name, EnforcementLevel: string(policy.Unsupported), Reason: "UNSAFE_HOST",
-				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by unsafe host opt-in", k, name)})
+				Detail: fmt.Sprintf("limit %s is not enforced by backend %s; accepted by the unsafe host opt-in for limits", k, name)})
 			continue
 		}
 		add(audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: string(policy.Unsupported),
 			Reason: "unsupported_policy", Detail: fmt.Sprintf("backend cannot enforce limit %s", k)})
+		if s.unsafeHostRun() {
+			host.add(UnsafeLimits, "limit "+string(k), policy.Unsupported, "the command would run without it")
+			continue
+		}
 		return fmt.Errorf("%w: backend %q cannot enforce the %s limit; refused to prevent a silent downgrade",
 			ErrUnsupportedPolicy, name, k)
 	}

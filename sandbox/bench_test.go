@@ -26,7 +26,7 @@ func BenchmarkExecuteTrueHost(b *testing.B) {
 		b.Skip("needs bash for the reference: ", err)
 	}
 	ws := b.TempDir()
-	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution())
+	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution(UnsafeNetwork, UnsafeSecrets))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func BenchmarkExecuteStdout256MiB(b *testing.B) {
 		}
 	}
 	b.Run("host", func(b *testing.B) {
-		sb, err := New(context.Background(), b.TempDir(), withGetenv(noEnv), WithPolicy(p), WithBackendName("host"), WithUnsafeHostExecution())
+		sb, err := New(context.Background(), b.TempDir(), withGetenv(noEnv), WithPolicy(p), WithBackendName("host"), WithUnsafeHostExecution(UnsafeNetwork, UnsafeSecrets))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -147,7 +147,7 @@ func TestWithCacheRefusesClashes(t *testing.T) {
 		"path in /work":           {WithCache(policy.Cache{Name: "x", Path: "/work/x"})},
 	} {
 		t.Run(name, func(t *testing.T) {
-			opts = append([]Option{withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution()}, opts...)
+			opts = append([]Option{withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution(UnsafeNetwork, UnsafeSecrets)}, opts...)
 			if sb, err := New(context.Background(), t.TempDir(), opts...); !errors.Is(err, policy.ErrInvalid) {
 				if sb != nil {
 					sb.Close()

@@ -18,13 +18,17 @@
 //     secret policies are resolved (a policy denying the network or
 //     secrets action forces deny-all) and the command is refused with
 //     ErrUnsupportedPolicy unless the backend enforces them strongly. The
-//     only exception is the unsafe host backend the caller opted into;
-//     each accepted downgrade is audited.
+//     unsafe host backend's opt-in (WithUnsafeHostExecution) is consent to
+//     running unisolated, not to dropping rules: a rule the host cannot
+//     enforce is refused too (ErrHostCannotEnforce, a *HostRuleError
+//     naming each), unless the caller accepted it by name (UnsafeNetwork,
+//     UnsafeSecrets, UnsafeReads, UnsafeLimits); each accepted downgrade
+//     is audited.
 //   - Read denials bind commands: they are expanded against the
 //     workspace into Request.Hidden before each command, and a backend
 //     without Capabilities.HidesPaths gets no such command
-//     (ErrUnsupportedPolicy, audited; the unsafe host opt-in accepts it,
-//     audited). A hidden path is never deleted by a command.
+//     (ErrUnsupportedPolicy, audited; on the unsafe host, UnsafeReads
+//     accepts it, audited). A hidden path is never deleted by a command.
 //   - Every action is checked against the policy (ErrPolicyDenied) and
 //     lands in the hash-chained audit log, scrubbed of secrets. A command
 //     whose start cannot be audited does not run.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -43,6 +44,10 @@ type PolicyFit struct {
 	// Refused is the error Execute would return before starting anything
 	// ("" when the command would run).
 	Refused string `json:"refused,omitempty"`
+	// NeedsUnsafe lists, on the unsafe host backend, the rules the caller
+	// would have to accept by name (WithUnsafeHostExecution(rules...),
+	// --unsafe-host=rules) for the command to run.
+	NeedsUnsafe []UnsafeRule `json:"needs_unsafe,omitempty"`
 }
 
 // LimitFit is one resource limit and the level it is enforced at.
@@ -75,6 +80,10 @@ func fit(ctx context.Context, o *options, b backend.Backend, caps backend.Capabi
 		Secrets: sec.Mode, SecretsLevel: caps.SecretLevel(sec.Mode), Limits: map[policy.LimitKey]LimitFit{}}
 	if _, _, err := probe.checkEnforcement(ctx, "", "", limits); err != nil {
 		f.Refused = err.Error()
+		var he *HostRuleError
+		if errors.As(err, &he) {
+			f.NeedsUnsafe = he.Rules
+		}
 	}
 	add := func(name policy.LimitKey, value float64, unit string) {
 		if !limits.IsSet(name) {

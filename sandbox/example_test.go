@@ -17,6 +17,9 @@ import (
 // nothing and writes in place: a program handing untrusted commands to
 // the sandbox leaves the backend to New's choice (remote, Docker,
 // namespaces), which captures every write into a pending transaction.
+// The host cannot deny the network or hide secrets on the disk, which the
+// default policy asks for: the examples accept that by name
+// (UnsafeNetwork, UnsafeSecrets), or the host would refuse to run them.
 
 // newWorkspace makes a throwaway workspace holding a README.
 func newWorkspace() string {
@@ -36,7 +39,7 @@ func Example() {
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
 
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -89,7 +92,7 @@ func ExampleNew() {
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
 
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		// With no backend available: errors.Is(err, sandbox.ErrUnavailable).
 		fmt.Println(err)
@@ -109,7 +112,7 @@ func ExampleSandbox_Execute() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -132,7 +135,7 @@ func ExampleTx_Diff() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -178,7 +181,7 @@ func ExampleTx_Commit() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -228,7 +231,7 @@ rules:
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
 	sb, err := sandbox.New(ctx, ws, sandbox.WithPolicy(pol),
-		sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+		sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -263,7 +266,7 @@ func ExampleProcess_OutputSnapshot() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -306,7 +309,7 @@ func (c cancelOnWrite) Write(p []byte) (int, error) { c(); return len(p), nil }
 func ExampleSandbox_Execute_cancel() {
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(context.Background(), ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(context.Background(), ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -386,7 +389,7 @@ func ExampleSandbox_WriteFiles() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -425,7 +428,7 @@ func ExampleSandbox_Rename() {
 	ctx := context.Background()
 	ws := newWorkspace()
 	defer os.RemoveAll(ws)
-	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		fmt.Println(err)
 		return

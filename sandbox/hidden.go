@@ -356,15 +356,20 @@ func (s *Sandbox) checkHidden(ctx context.Context, execID, cmdStr string) ([]str
 			EnforcementLevel: "strong", Detail: "hidden from the command by the read policy: " + list})
 		return hidden, nil
 	}
-	if s.o.unsafeHost && s.caps.Isolation == backend.IsolationHostUnsafe {
+	if s.acceptsUnsafe(UnsafeReads) {
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "read", Target: cmdStr, Decision: "allow", Backend: name,
 			EnforcementLevel: "unsupported", Reason: "UNSAFE_HOST",
-			Detail: "the read policy denies " + list + " but backend " + name + " cannot hide paths; accepted by unsafe host opt-in"})
+			Detail: "the read policy denies " + list + " but backend " + name + " cannot hide paths; accepted by the unsafe host opt-in for reads"})
 		return nil, nil
 	}
 	s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 		IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: "unsupported",
 		Reason: "unsupported_policy", Detail: "backend cannot hide what the read policy denies: " + list})
+	if s.unsafeHostRun() {
+		var host HostRuleError
+		host.add(UnsafeReads, "the read policy, which denies "+list, policy.Unsupported, "the host cannot hide paths; the command could read them")
+		return nil, &host
+	}
 	return nil, fmt.Errorf("%w: the read policy denies %s, and backend %q cannot hide paths from a command; refused to prevent a silent downgrade",
 		ErrUnsupportedPolicy, list, name)
 }

@@ -140,10 +140,11 @@ func TestReadDenyOnABackendThatCannotHideIsRefused(t *testing.T) {
 	}
 }
 
-// The unsafe host cannot hide anything; its opt-in accepts that, audited.
+// The unsafe host cannot hide anything; its opt-in for reads accepts
+// that, audited.
 func TestUnsafeHostAcceptsReadDenyAudited(t *testing.T) {
 	ws := secretWorkspace(t)
-	sb := newHost(t, ws, WithPolicy(readDenyPolicy()))
+	sb := newHost(t, ws, WithPolicy(readDenyPolicy()), WithUnsafeHostExecution(UnsafeReads))
 	if _, err := sb.Execute(context.Background(), Command{Shell: "true"}); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func TestUnenforceableLimitIsRefused(t *testing.T) {
 }
 
 func TestUnsafeHostAcceptsUnenforcedLimitsAudited(t *testing.T) {
-	sb := newHost(t, t.TempDir(), WithLimits(policy.ResourceLimits{MemoryBytes: 256 << 20}))
+	sb := newHost(t, t.TempDir(), WithLimits(policy.ResourceLimits{MemoryBytes: 256 << 20}), WithUnsafeHostExecution(UnsafeLimits))
 	res, err := sb.Execute(context.Background(), Command{Shell: "true"})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("res=%+v err=%v", res, err)

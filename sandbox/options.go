@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
@@ -33,6 +34,7 @@ type options struct {
 	backend       backend.Backend
 	backendName   string
 	unsafeHost    bool
+	unsafeAccept  []UnsafeRule  // unsafehost.go
 	noPrestart    bool          // select.go
 	keepWarm      time.Duration // select.go
 	fullProbe     bool          // select.go: pulse doctor probes every time
@@ -157,12 +159,34 @@ func WithBackendName(name string) Option {
 }
 
 // WithUnsafeHostExecution allows the host backend: commands then run
-// unisolated, in the workspace itself, with the caller's network. It is
-// chosen only when no isolating backend is available (or when named), it
-// is logged as UNSAFE_HOST, and the policies it cannot enforce are
-// accepted and audited as such instead of refused.
-func WithUnsafeHostExecution() Option {
-	return func(o *options) error { o.unsafeHost = true; return nil }
+// unisolated, in the workspace itself. It is chosen only when no isolating
+// backend is available (or when named), and it is logged as UNSAFE_HOST.
+//
+// The opt-in is consent to running unisolated, not to dropping rules: a
+// command whose policy asks for what the host cannot enforce — a network
+// deny-all or allowlist, a secrets deny-all or allowlist, hidden paths,
+// memory, cpu or pids limits — is refused with ErrHostCannotEnforce,
+// unless that rule is named here too, as in
+//
+//	sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets)
+//
+// Each rule accepted that way is audited (UNSAFE_HOST) for every command
+// it applies to. A policy that allows the network and secrets needs no
+// rule named: the host enforces allow-all. Options given more than once
+// add up.
+func WithUnsafeHostExecution(accept ...UnsafeRule) Option {
+	return func(o *options) error {
+		for _, r := range accept {
+			if !r.valid() {
+				return fmt.Errorf("sandbox: WithUnsafeHostExecution: unknown rule %q (want %s)", r, joinRules(UnsafeRules()))
+			}
+			if !slices.Contains(o.unsafeAccept, r) {
+				o.unsafeAccept = append(o.unsafeAccept, r)
+			}
+		}
+		o.unsafeHost = true
+		return nil
+	}
 }
 
 // WithAutoCommit commits each command's writes at once. Conflicts are

@@ -46,7 +46,7 @@ func readFile(t *testing.T, dir, rel string) string {
 // newHost opens a sandbox on the real host backend (unsafe opt-in).
 func newHost(t *testing.T, ws string, opts ...Option) *Sandbox {
 	t.Helper()
-	opts = append([]Option{withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution()}, opts...)
+	opts = append([]Option{withGetenv(noEnv), WithBackendName("host"), WithUnsafeHostExecution(UnsafeNetwork, UnsafeSecrets)}, opts...)
 	sb, err := New(context.Background(), ws, opts...)
 	if err != nil {
 		t.Fatal(err)

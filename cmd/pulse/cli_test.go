@@ -183,7 +183,7 @@ func TestSignalExitsWith128PlusN(t *testing.T) {
 	self, err := os.Executable()
 	must(t, err)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		cmd := exec.Command(self, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--", "sh", "-c", "echo started; exec sleep 60")
+		cmd := exec.Command(self, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--", "sh", "-c", "echo started; exec sleep 60")
 		cmd.Env = append(os.Environ(), asPulseEnv+"=1")
 		out, err := cmd.StdoutPipe()
 		must(t, err)

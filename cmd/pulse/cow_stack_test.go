@@ -101,7 +101,7 @@ func TestWhiteoutOnlyTransactionIsListedAndDiffed(t *testing.T) {
 		}
 	}
 
-	sb, err := sandbox.New(t.Context(), ws, sandbox.WithUnsafeHostExecution())
+	sb, err := sandbox.New(t.Context(), ws, sandbox.WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,12 @@ title, links, colours; DCS, APC, PM, SOS; queries the terminal would answer as
 typed input) are held back and counted after the summary, and the terminal's
 colours and modes are reset before it. --raw sends the output as it is. Into a
 pipe or a file the output is byte for byte.
+--unsafe-host lets the command run unisolated on this machine when nothing
+isolates (or with --backend host); a rule of the policy the host cannot
+enforce is still refused unless named: --unsafe-host=network,secrets
+accepts that the network and the secrets on disk are open to the command
+(also reads: read-deny rules, limits: memory, cpu and pids). 'pulse doctor
+--unsafe-host' shows what the host enforces.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
 listed after it.

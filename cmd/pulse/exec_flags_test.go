@@ -10,7 +10,7 @@ import (
 func TestExecEnvAndCwd(t *testing.T) {
 	ws := t.TempDir()
 	must(t, os.Mkdir(filepath.Join(ws, "sub"), 0o755))
-	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host", "--json",
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host=network,secrets", "--json",
 		"--env", "GREETING=hi there", "--env", "EMPTY=", "--cwd", "sub", "--", "sh", "-c", `echo "$GREETING|${EMPTY-unset}|$(basename "$PWD")"`)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -30,18 +30,18 @@ func TestExecEnvAndCwd(t *testing.T) {
 		t.Errorf("durations are not milliseconds fields: %s", stdout)
 	}
 	for _, bad := range [][]string{{"--env", "NOEQUALS"}, {"--env", "=v"}} {
-		args := append([]string{"exec", "--workspace", ws, "--backend", "host", "--unsafe-host"}, bad...)
+		args := append([]string{"exec", "--workspace", ws, "--backend", "host", "--unsafe-host=network,secrets"}, bad...)
 		if code, _, _ := runCLI(t, append(args, "--", "true")...); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d", bad, code, exitUsage)
 		}
 	}
-	if code, _, _ := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host", "--cwd", "../..", "--", "true"); code != exitSandbox {
+	if code, _, _ := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host=network,secrets", "--cwd", "../..", "--", "true"); code != exitSandbox {
 		t.Errorf("--cwd outside the workspace: exit %d, want %d", code, exitSandbox)
 	}
 }
 
 func TestExecMaxOutputBytesCapsTheOutput(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--json",
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--json",
 		"--max-output-bytes", "2048", "--", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x")
 	if code == exitSandbox {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -15,7 +15,7 @@ import (
 
 func TestExecUnsafeHostSaysItWroteInPlace(t *testing.T) {
 	ws := t.TempDir()
-	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host", "--", "sh", "-c", "echo hi > hi.txt")
+	code, _, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "host", "--unsafe-host=network,secrets", "--", "sh", "-c", "echo hi > hi.txt")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -40,11 +40,11 @@ func TestExecWithoutIsolationRefusesAndSaysHowToOptIn(t *testing.T) {
 }
 
 func TestExecPassesTheCommandsExitCode(t *testing.T) {
-	code, _, _ := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--", "sh", "-c", "exit 7")
+	code, _, _ := runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--", "sh", "-c", "exit 7")
 	if code != 7 {
 		t.Fatalf("exit %d, want 7", code)
 	}
-	code, _, _ = runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--timeout", "100ms", "--", "sleep", "5")
+	code, _, _ = runCLI(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--timeout", "100ms", "--", "sleep", "5")
 	if code != exitTimeout {
 		t.Fatalf("timeout exit %d, want %d", code, exitTimeout)
 	}
@@ -122,7 +122,7 @@ func TestExecWarnsWhenTheConfiguredRemoteIsUnreachable(t *testing.T) {
 		}
 		return ""
 	}}
-	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--unsafe-host", "--", "true"})
+	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--unsafe-host=network,secrets", "--", "true"})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -151,7 +151,7 @@ func TestExecJSONScrubsTheCommandLine(t *testing.T) {
 		}
 		return ""
 	}}
-	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host",
+	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets",
 		"--secret-env", "API_KEY", "--json", "--", "echo", "key=" + secret})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -343,5 +343,55 @@ func TestExecSaysWhenTheCommandsWritesWereLost(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ws, "ok.txt")); !os.IsNotExist(err) {
 			t.Errorf("json=%v: ok.txt reached the workspace: %v", asJSON, err)
 		}
+	}
+}
+
+// TestExecUnsafeHostRefusesWhatItCannotEnforce: --unsafe-host is consent
+// to running unisolated, not to dropping rules. Under the built-in policy
+// (network and secrets denied) the host is refused, naming the flag that
+// accepts each rule, until --unsafe-host names them; a policy the host
+// enforces (network and secrets allowed) runs with the plain flag.
+func TestExecUnsafeHostRefusesWhatItCannotEnforce(t *testing.T) {
+	allow := filepath.Join(t.TempDir(), "allow.yaml")
+	must(t, os.WriteFile(allow, []byte("version: 1\ndefaults: {read: allow, write: ask, delete: ask, shell: allow, git: ask, network: allow, secrets: allow}\n"), 0o644))
+	for _, c := range []struct {
+		flags []string
+		code  int
+		says  string
+	}{
+		{[]string{"--unsafe-host"}, exitSandbox, "--unsafe-host=network,secrets"},
+		{[]string{"--unsafe-host=network"}, exitSandbox, "--unsafe-host=secrets"},
+		{[]string{"--unsafe-host=secrets,network"}, exitOK, ""},
+		{[]string{"--unsafe-host", "--policy", allow}, exitOK, ""},
+		{[]string{"--unsafe-host=network,everything"}, exitUsage, "everything"},
+	} {
+		ws := t.TempDir()
+		args := append(append([]string{"exec", "--workspace", ws, "--backend", "host"}, c.flags...), "--", "sh", "-c", "echo ran > ran.txt")
+		code, _, stderr := runCLI(t, args...)
+		_, ran := os.Stat(filepath.Join(ws, "ran.txt"))
+		if code != c.code || !strings.Contains(stderr, c.says) || (ran == nil) != (c.code == exitOK) {
+			t.Errorf("%q: exit %d (ran: %v), want %d saying %q:\n%s", c.flags, code, ran == nil, c.code, c.says, stderr)
+		}
+	}
+
+	code, stdout, _ := runCLI(t, "doctor", "--unsafe-host")
+	for _, want := range []string{
+		"the host enforces: network allow-all, secrets allow-all",
+		"network deny-all, network allowlist: accepted by --unsafe-host=network",
+		"files on disk stay readable): accepted by --unsafe-host=secrets",
+		"read-deny rules (the command can read every file): accepted by --unsafe-host=reads",
+		"to run anyway, accept each by name",
+	} {
+		if code != exitOK || !strings.Contains(strings.ToLower(stdout), strings.ToLower(want)) {
+			t.Fatalf("pulse doctor --unsafe-host does not say %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, _ = runCLI(t, "doctor", "--unsafe-host", "--json")
+	if code != exitOK || !strings.Contains(stdout, `"needs_unsafe": [`) {
+		t.Fatalf("doctor --unsafe-host --json does not list the rules to accept: %d\n%s", code, stdout)
+	}
+	code, stdout, _ = runCLI(t, "doctor", "--unsafe-host=network,secrets", "--json")
+	if code != exitOK || !strings.Contains(stdout, `"name": "host"`) || strings.Contains(stdout, `"needs_unsafe"`) {
+		t.Fatalf("doctor --unsafe-host=network,secrets --json: %d\n%s", code, stdout)
 	}
 }

@@ -30,7 +30,7 @@ func TestExecGrowsAPipedStdout(t *testing.T) {
 	}()
 	var errb strings.Builder
 	env := &cliEnv{stdin: strings.NewReader(""), stdout: pw, stderr: &errb, getenv: func(string) string { return "" }, prog: "pulse"}
-	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--", "echo", "streamed"})
+	code := run(context.Background(), env, []string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--", "echo", "streamed"})
 	sz, szErr := unix.FcntlInt(pw.Fd(), unix.F_GETPIPE_SZ, 0)
 	pw.Close()
 	if out := <-got; code != 0 || out != "streamed\n" {

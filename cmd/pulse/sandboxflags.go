@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pulse-agent/pulse/backend/remote"
@@ -17,7 +19,7 @@ import (
 // secrets and backend choice exactly as `pulse exec` does.
 type sandboxFlags struct {
 	backend    *string
-	unsafeHost *bool
+	unsafeHost *unsafeHostFlag
 	policyFile *string
 	workspace  *string
 	secretEnv  stringList
@@ -30,7 +32,7 @@ type sandboxFlags struct {
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f := &sandboxFlags{}
 	f.backend = fs.String("backend", "auto", "backend: auto, remote, docker, namespace or host")
-	f.unsafeHost = fs.Bool("unsafe-host", false, "allow running unisolated on the host when nothing isolates")
+	f.unsafeHost = addUnsafeHostFlag(fs, "allow running unisolated on the host when nothing isolates; a rule the host cannot enforce is refused unless named: --unsafe-host=network,secrets,reads,limits (any of them)")
 	f.policyFile = fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
 	f.workspace = fs.String("workspace", ".", "workspace directory")
 	fs.Var(&f.secretEnv, "secret-env", "`NAME` of an environment variable holding a secret to scrub (repeatable)")
@@ -54,8 +56,8 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 	if *f.maxOutput > 0 {
 		opts = append(opts, sandbox.WithLimits(policy.ResourceLimits{OutputBytes: *f.maxOutput}))
 	}
-	if *f.unsafeHost {
-		opts = append(opts, sandbox.WithUnsafeHostExecution())
+	if f.unsafeHost.on {
+		opts = append(opts, sandbox.WithUnsafeHostExecution(f.unsafeHost.accept...))
 	}
 	if *f.image != "" {
 		opts = append(opts, sandbox.WithImage(*f.image))
@@ -92,6 +94,57 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 		opts = append(opts, sandbox.WithSecretPolicy(sp))
 	}
 	return opts, nil
+}
+
+// unsafeHostFlag is --unsafe-host: alone (a boolean flag) the consent to
+// running unisolated; --unsafe-host=network,secrets also accepts that the
+// named rules go unenforced (sandbox.UnsafeRule).
+type unsafeHostFlag struct {
+	on     bool
+	accept []sandbox.UnsafeRule
+}
+
+func addUnsafeHostFlag(fs *flag.FlagSet, usage string) *unsafeHostFlag {
+	f := &unsafeHostFlag{}
+	fs.Var(f, "unsafe-host", usage)
+	return f
+}
+
+func (f *unsafeHostFlag) IsBoolFlag() bool { return true }
+
+func (f *unsafeHostFlag) String() string {
+	if f == nil || !f.on {
+		return ""
+	}
+	s := make([]string, len(f.accept))
+	for i, r := range f.accept {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *unsafeHostFlag) Set(v string) error {
+	if b, err := strconv.ParseBool(v); err == nil {
+		f.on = b
+		if !b {
+			f.accept = nil
+		}
+		return nil
+	}
+	rules, err := sandbox.ParseUnsafeRules(v)
+	if err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		return fmt.Errorf("want rules to accept (%s), or no value", "network,secrets,reads,limits")
+	}
+	f.on = true
+	for _, r := range rules {
+		if !slices.Contains(f.accept, r) {
+			f.accept = append(f.accept, r)
+		}
+	}
+	return nil
 }
 
 // fleetHint is what to do when a pulse-server relaying to pulse-workers

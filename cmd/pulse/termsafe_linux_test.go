@@ -98,7 +98,7 @@ func onlyPTYNewlines(s string) bool {
 // terminal concealing text (ESC[8m); on a terminal, pulse exec's summary
 // is preceded by a soft reset so that it shows.
 func TestSummaryResetsTheTerminal(t *testing.T) {
-	code, out := runOnTerminal(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host", "--",
+	code, out := runOnTerminal(t, "exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets", "--",
 		"printf", `\033[8m`)
 	reset := strings.Index(out, "\x1b[!p\x1b[0m")
 	if code != exitOK || reset < 0 || reset > strings.Index(out, "── pulse:") || reset < strings.Index(out, "\x1b[8m") {
@@ -121,7 +121,7 @@ func TestExecOnTerminalHoldsBackEscapes(t *testing.T) {
 	const script = `before\033]52;c;ZXZpbA==\007\033]11;rgb:ffff/ffff/ffff\033\\\n` +
 		`\342\224\200\342\224\200 pulse: host backend, exit 0 (exited) in 1ms\n   no file changed\n\033[31mred\033[0m\n`
 	args := func(extra ...string) []string {
-		return append(append([]string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host"}, extra...),
+		return append(append([]string{"exec", "--workspace", t.TempDir(), "--backend", "host", "--unsafe-host=network,secrets"}, extra...),
 			"--", "printf", script)
 	}
 	code, out := runOnTerminal(t, args()...)
