@@ -109,3 +109,27 @@ func TestParseExposeRanges(t *testing.T) {
 		t.Errorf("Validate of range 0-5: %v, want ErrInvalid", err)
 	}
 }
+
+// FuzzParsePortRange: what parses is a valid range that prints back as
+// it was read (leading zeros aside) and contains its ends.
+func FuzzParsePortRange(f *testing.F) {
+	for _, s := range []string{"3000-3999", "1-65535", "8080-8080", "0-1", "5-1", "-", "1-", "65535-65536", "007-9", "1-2-3", " 1-2", "+1-2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParsePortRange(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%q: error %v does not wrap ErrInvalid", s, err)
+			}
+			return
+		}
+		if r.From < 1 || r.To > 65535 || r.From > r.To || !r.Contains(r.From) || !r.Contains(r.To) {
+			t.Fatalf("%q parsed to invalid %+v", s, r)
+		}
+		again, err := ParsePortRange(r.String())
+		if err != nil || again != r {
+			t.Fatalf("%q: %v printed %q, parsed back %+v, %v", s, r, r.String(), again, err)
+		}
+	})
+}

@@ -490,3 +490,61 @@ func ExampleSandbox_Expose() {
 	// true
 	// true 5432 true
 }
+
+// Mkdir stages a directory, its missing parents with it; a path already
+// there is fs.ErrExist.
+func ExampleSandbox_Mkdir() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	id, err := sb.Mkdir(ctx, "internal/app", 0o755)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tx, err := sb.OpenTx(ctx, id)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, c := range tx.Changes() {
+		fmt.Println(c.Kind, c.Path)
+	}
+	_, err = sb.Mkdir(ctx, "README.md", 0)
+	fmt.Println(errors.Is(err, fs.ErrExist))
+	// Output:
+	// mkdir internal
+	// mkdir internal/app
+	// true
+}
+
+// Remove stages a removal; the delete policy decides, and a refusal
+// stages nothing.
+func ExampleSandbox_Remove() {
+	ctx := context.Background()
+	ws := newWorkspace()
+	defer os.RemoveAll(ws)
+	pol := policy.Default()
+	pol.Rules = append([]policy.Rule{{Action: policy.Delete, Target: "README.md", Decision: policy.Deny}}, pol.Rules...)
+	sb, err := sandbox.New(ctx, ws, sandbox.WithPolicy(pol), sandbox.WithBackendName("host"), sandbox.WithUnsafeHostExecution())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	_, err = sb.Remove(ctx, "README.md")
+	fmt.Println(errors.Is(err, sandbox.ErrPolicyDenied))
+	pending, err := sb.Transactions(ctx)
+	fmt.Println(len(pending), err)
+	// Output:
+	// true
+	// 0 <nil>
+}

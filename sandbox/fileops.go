@@ -209,7 +209,13 @@ func (s *Sandbox) viewNode(ctx context.Context, p string) (*node, error) {
 						return nil, err
 					}
 					defer r.Close()
-					return io.ReadAll(io.LimitReader(r, s.guard.MaxFileSize()+1))
+					limit := s.guard.MaxFileSize()
+					b, err := io.ReadAll(io.LimitReader(r, limit+1))
+					if err == nil && int64(len(b)) > limit {
+						// Never a truncated copy: the move is refused.
+						err = fmt.Errorf("%w: %s is larger than %d bytes", pathguard.ErrTooLarge, rel, limit)
+					}
+					return b, err
 				}
 			}
 			return n, nil

@@ -77,8 +77,17 @@ func TestListDirShowsWhatMayBeReadAndNoMore(t *testing.T) {
 // directory that exists only as pending writes lists, a pending deletion
 // is gone — and ListCommitted the workspace alone; List and ListDir
 // check a directory where it resolves, so a link to a read-denied one
-// lists nothing (namespace backend).
+// lists nothing. On the namespace and Docker backends.
 func TestListDirPendingView(t *testing.T) {
+	for _, bk := range []struct {
+		name string
+		open func(*testing.T, string, ...Option) *Sandbox
+	}{{"namespace", newIsolated}, {"docker", newDockerSandbox}} {
+		t.Run(bk.name, func(t *testing.T) { listDirPendingView(t, bk.open) })
+	}
+}
+
+func listDirPendingView(t *testing.T, open func(*testing.T, string, ...Option) *Sandbox) {
 	ws := t.TempDir()
 	for _, d := range []string{"private", "src"} {
 		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
@@ -98,7 +107,7 @@ func TestListDirPendingView(t *testing.T) {
 		{Action: policy.Read, Target: "private", Decision: policy.Deny},
 		{Action: policy.Read, Target: "private/**", Decision: policy.Deny},
 	}, pol.Rules...)
-	sb := newIsolated(t, ws, WithPolicy(pol))
+	sb := open(t, ws, WithPolicy(pol))
 	ctx := context.Background()
 	if _, err := sb.Execute(ctx, Command{Shell: "rm gone.txt; mkdir -p newdir/sub && echo hello > newdir/sub/a.txt && echo y > src/new.go"}); err != nil {
 		t.Fatal(err)
