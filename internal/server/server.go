@@ -207,7 +207,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.log =
 type Server struct {
 	o     options
 	exec  Executor
-	store *store.Store
+	store store.Interface
 	auth  *authenticator
 	log   *slog.Logger
 	m     *metrics
@@ -234,7 +234,7 @@ type Server struct {
 // process left RUNNING as UNKNOWN before returning, so nothing is ever
 // replayed, and starts retention cleanup. The server is ready once New
 // returns.
-func New(ctx context.Context, exec Executor, st *store.Store, opts ...Option) (*Server, error) {
+func New(ctx context.Context, exec Executor, st store.Interface, opts ...Option) (*Server, error) {
 	o := options{
 		maxConcurrent:   DefaultMaxConcurrent,
 		retention:       DefaultRetention,

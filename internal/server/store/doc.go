@@ -19,9 +19,12 @@
 //     stream_events table, so a replay after a restart sees the same
 //     events, once each, that a live client saw. A record cut short by a
 //     crash ends its log.
-//   - MarkRunningUnknown turns every RUNNING record into UNKNOWN. A new
-//     server process cannot know whether an old command finished or what it
+//   - MarkRunningUnknown turns every RUNNING record of its replica
+//     (WithReplica, "" for a single server) into UNKNOWN. A new server
+//     process cannot know whether an old command finished or what it
 //     changed, so it never replays one; callers reconcile deliberately.
+//     Records another replica created are left alone: it may be running
+//     them right now.
 //
 // Timestamps are stored as ISO-8601 text in UTC with microseconds and a
 // "+00:00" offset (Python's isoformat), so that string order is time order

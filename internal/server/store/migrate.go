@@ -54,6 +54,13 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 		}
 		return nil
 	},
+	// 4: the replica that created each execution, so that a server
+	// starting beside others quarantines only its own RUNNING records.
+	// Earlier records were a single server's: "".
+	func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `ALTER TABLE executions ADD COLUMN owner TEXT NOT NULL DEFAULT ''`)
+		return err
+	},
 }
 
 // SchemaVersion is the version Open migrates to.

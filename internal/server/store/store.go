@@ -48,6 +48,9 @@ type Execution struct {
 	// Encoding is how stream data is sent to clients: "" (UTF-8 text) or
 	// "base64".
 	Encoding string
+	// Owner is the replica that created the execution (the store's
+	// WithReplica; "" for a single server). Create ignores it.
+	Owner string
 	// Result is the JSON result payload, nil until the execution ends.
 	Result    json.RawMessage
 	CreatedAt time.Time
@@ -72,6 +75,8 @@ type Ref struct {
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
+	// replica owns the records this store creates (WithReplica).
+	replica string
 	// eventsDir holds one event log per execution (eventlog.go).
 	eventsDir string
 	// The statements every execution runs, prepared once: compiling one
@@ -82,11 +87,11 @@ type Store struct {
 
 // Statements of Store's per-execution calls.
 const (
-	createSQL = `INSERT INTO executions (execution_id, tenant_id, status, correlation_id, encoding, created_at, updated_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?)`
+	createSQL = `INSERT INTO executions (execution_id, tenant_id, status, correlation_id, encoding, created_at, updated_at, owner)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	finishSQL = `UPDATE executions SET status = ?, result_json = ?, updated_at = ?
 		 WHERE execution_id = ? AND status = ?`
-	getSQL = `SELECT status, result_json, created_at, updated_at, correlation_id, encoding
+	getSQL = `SELECT status, result_json, created_at, updated_at, correlation_id, encoding, owner
 		 FROM executions WHERE execution_id = ? AND tenant_id = ?`
 	existsSQL = `SELECT 1 FROM executions WHERE execution_id = ?`
 )
@@ -110,7 +115,24 @@ func (s *Store) prepare(ctx context.Context) error {
 type Option func(*options) error
 
 type options struct {
-	now func() time.Time
+	now     func() time.Time
+	replica string
+}
+
+// WithReplica names the server process the store works for: records it
+// creates carry the name, and MarkRunningUnknown touches only records
+// carrying it, so a server starting beside others on a shared database
+// never quarantines their running executions. The default "" is a
+// single server's (every record of a SQLite database written by an
+// earlier version has it).
+func WithReplica(id string) Option {
+	return func(o *options) error {
+		if len(id) > 255 {
+			return errors.New("store: replica id longer than 255 bytes")
+		}
+		o.replica = id
+		return nil
+	}
 }
 
 // WithClock replaces time.Now, for retention tests.
@@ -124,17 +146,22 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+func applyOptions(opts []Option) (options, error) {
+	o := options{now: time.Now}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
 // Open opens (creating if needed) the database at path and migrates it to
 // the current schema.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{}
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if o.now == nil {
-		o.now = time.Now
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -162,7 +189,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: create event directory: %w", err)
 	}
-	s := &Store{db: db, now: o.now, eventsDir: eventsDir}
+	s := &Store{db: db, now: o.now, replica: o.replica, eventsDir: eventsDir}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -214,7 +241,7 @@ func (s *Store) Create(ctx context.Context, e Execution) error {
 		corr = e.CorrelationID
 	}
 	_, err := s.create.ExecContext(ctx,
-		e.ID, e.Tenant, StatusRunning, corr, e.Encoding, now, now)
+		e.ID, e.Tenant, StatusRunning, corr, e.Encoding, now, now, s.replica)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("store: %s: %w", e.ID, ErrExists)
@@ -260,7 +287,7 @@ func (s *Store) Get(ctx context.Context, id, tenant string) (Execution, error) {
 		created, updated string
 	)
 	err := s.get.QueryRowContext(ctx, id, tenant).
-		Scan(&e.Status, &res, &created, &updated, &corr, &enc)
+		Scan(&e.Status, &res, &created, &updated, &corr, &enc, &e.Owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("store: %s: %w", id, ErrNotFound)
 	}
@@ -289,12 +316,13 @@ func (s *Store) Exists(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
-// MarkRunningUnknown quarantines every RUNNING record as UNKNOWN and
-// returns how many there were. Call it once at startup, before serving.
+// MarkRunningUnknown quarantines every RUNNING record this replica owns
+// (WithReplica) as UNKNOWN and returns how many there were. Call it once
+// at startup, before serving.
 func (s *Store) MarkRunningUnknown(ctx context.Context) (int64, error) {
 	r, err := s.db.ExecContext(ctx,
-		`UPDATE executions SET status = ?, updated_at = ? WHERE status = ?`,
-		StatusUnknown, s.stamp(), StatusRunning)
+		`UPDATE executions SET status = ?, updated_at = ? WHERE status = ? AND owner = ?`,
+		StatusUnknown, s.stamp(), StatusRunning, s.replica)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark unknown: %w", err)
 	}

@@ -1,0 +1,8 @@
+package store
+
+import "testing"
+
+// implementations lists what the conformance suite runs on.
+func implementations(t *testing.T) []impl {
+	return []impl{sqliteImpl()}
+}
