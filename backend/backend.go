@@ -302,6 +302,10 @@ type Metrics struct {
 	MaxRSSBytes int64         `json:"max_rss_bytes"`
 	UserCPU     time.Duration `json:"user_cpu"`
 	SystemCPU   time.Duration `json:"system_cpu"`
+	// DiskBytes is the space what the command wrote took when it ended,
+	// where the backend bounds it (limits.disk_bytes); 0 when unknown. On
+	// namespace it is memory too (see policy.ResourceLimits.DiskBytes).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // Overlay is the set of changes a command made to the workspace, relative

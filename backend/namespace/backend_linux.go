@@ -68,6 +68,10 @@ type Backend struct {
 	// path is the default PATH of commands (see sandboxPath).
 	path string
 	cg   cgroupSupport
+	// scratch: what commands write goes to a size-limited tmpfs
+	// (scratch_linux.go); false on kernels whose tmpfs cannot be the
+	// upper layer.
+	scratch bool
 
 	// The separate init program, when one is installed and trusted
 	// (initprog_linux.go): looked for once; used once a probe ran with it;
@@ -104,6 +108,7 @@ func New(opts ...Option) (*Backend, error) {
 	}
 	b.landlock = nsinit.LandlockABI()
 	b.cg = detectCgroups()
+	b.scratch = scratchKernel()
 	b.path = sandboxPath(os.Getenv("PATH"), o.readOnly)
 	return b, nil
 }
@@ -175,14 +180,13 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		policy.LimitTimeout:       policy.Strong,
 		policy.LimitOutputBytes:   policy.Strong,
 		policy.LimitFileSizeBytes: policy.Strong,
-		policy.LimitDiskBytes:     policy.Strong,
 		policy.LimitMemoryBytes:   policy.BestEffort,
 		policy.LimitPids:          policy.BestEffort,
 		policy.LimitCPUs:          policy.Unsupported,
 	}
 	notes := []string{
 		"new user, mount, pid, ipc, uts and cgroup namespaces per command; net namespace unless allow-all",
-		"workspace read-only under overlayfs; writes captured in a size- and inode-limited tmpfs (limits.disk_bytes; it counts toward memory too)",
+		"workspace read-only under overlayfs; writes captured",
 		"own session, no controlling terminal; descriptors above stderr closed; stdin relayed through a pipe",
 		"no_new_privs, all capabilities dropped, seccomp filter (mount, ptrace, bpf, keyctl, kexec, userfaultfd, io_uring, TIOCSTI/TIOCLINUX, new namespaces refused)",
 	}
@@ -204,6 +208,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		limits[policy.LimitCPUs] = policy.Strong
 	} else {
 		notes = append(notes, "cpu limit: no writable cpu cgroup")
+	}
+	if b.scratch {
+		limits[policy.LimitDiskBytes] = policy.Strong
+		notes = append(notes, "what a command writes is held in a size- and inode-limited tmpfs (limits.disk_bytes); it counts toward memory too")
+	} else {
+		notes = append(notes, "disk_bytes: the kernel's tmpfs cannot be the overlay's upper layer here (before Linux 6.6); writes go to the state dir, unbounded while the command runs")
 	}
 	if b.landlock > 0 {
 		notes = append(notes, fmt.Sprintf("landlock ABI %d: writes confined to workspace, /tmp, home, /dev and caches", b.landlock))
@@ -731,8 +741,10 @@ func (b *Backend) prepare(req *backend.Request, probe bool) (childConfig, error)
 		envMap: env,
 		hidden: hidden,
 	}
-	c.ScratchBytes = scratchBytes(lim)
-	c.ScratchInodes = scratchInodes(c.ScratchBytes)
+	if b.scratch {
+		c.ScratchBytes = scratchBytes(lim)
+		c.ScratchInodes = scratchInodes(c.ScratchBytes)
+	}
 	if c.Caches, err = cacheBinds(req.Caches, ws); err != nil {
 		return c, err
 	}

@@ -118,3 +118,75 @@ func TestDiskDefaultIsBounded(t *testing.T) {
 		t.Fatalf("df of the workspace in the sandbox: %q, want %d KiB in all", out, 64<<10)
 	}
 }
+
+// TestWithoutScratchWritesStillCaptured: on a kernel whose tmpfs cannot
+// be the upper layer (before Linux 6.6; forced here) the upper directory
+// stays in the run directory, writes are captured as before, and the
+// backend does not claim the disk bound, so a policy that sets it is
+// refused rather than unenforced.
+func TestWithoutScratchWritesStillCaptured(t *testing.T) {
+	b := newBackend(t)
+	b.scratch = false
+	if _, ok := b.Capabilities().Limits[policy.LimitDiskBytes]; ok {
+		t.Fatal("disk_bytes listed as enforced without a scratch")
+	}
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "d", "old"), "x")
+	res, _, _ := runCmd(t, b, &backend.Request{Workspace: ws, Shell: "echo new > a.txt; rm -r d; mkdir d; echo y > d/n", StreamFiles: true})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+	defer res.Overlay.Release()
+	got := map[string]bool{}
+	for _, f := range res.Overlay.Files {
+		got[f.Path] = true
+	}
+	if !got["a.txt"] || !got["d/n"] || len(res.Overlay.Deleted) != 1 || res.Overlay.Deleted[0] != "d/old" {
+		t.Fatalf("overlay %+v", res.Overlay)
+	}
+}
+
+// TestScratchKeepsOpaqueDirectories: a directory removed and made again
+// is opaque in the tmpfs upper layer too (user.overlay.opaque, which
+// tmpfs stores since Linux 6.6): the old entries read as deleted.
+func TestScratchKeepsOpaqueDirectories(t *testing.T) {
+	b := newBackend(t)
+	if !b.scratch {
+		t.Skip("this kernel's tmpfs cannot be the upper layer (before Linux 6.6)")
+	}
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "d", "old"), "x")
+	res, _, _ := runCmd(t, b, &backend.Request{Workspace: ws, Shell: "rm -r d && mkdir d && echo y > d/n"})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+	var made bool
+	for _, f := range res.Overlay.Files {
+		made = made || f.Path == "d/n"
+	}
+	if !made || len(res.Overlay.Deleted) != 1 || res.Overlay.Deleted[0] != "d/old" {
+		t.Fatalf("overlay %+v", res.Overlay)
+	}
+	if res.Metrics.DiskBytes <= 0 {
+		t.Errorf("Metrics.DiskBytes %d, want what the tmpfs held", res.Metrics.DiskBytes)
+	}
+}
+
+func TestKernelVersion(t *testing.T) {
+	for _, c := range []struct {
+		in           string
+		major, minor int
+		ok           bool
+	}{
+		{"6.18.44-fc-v1300", 6, 18, true},
+		{"6.6", 6, 6, true},
+		{"5.15.0-91-generic", 5, 15, true},
+		{"6.1.0-rc1", 6, 1, true},
+		{"bogus", 0, 0, false},
+	} {
+		major, minor, ok := kernelVersion(c.in)
+		if ok != c.ok || ok && (major != c.major || minor != c.minor) {
+			t.Errorf("kernelVersion(%q) = %d, %d, %v", c.in, major, minor, ok)
+		}
+	}
+}

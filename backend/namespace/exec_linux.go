@@ -258,7 +258,9 @@ func (x *nsExec) send() error {
 	cfg.Root = filepath.Join(p.run.dir, "root")
 	cfg.Upper = filepath.Join(p.run.dir, "upper")
 	cfg.Work = filepath.Join(p.run.dir, "work")
-	cfg.Scratch = filepath.Join(p.run.dir, "scratch")
+	if x.b.scratch {
+		cfg.Scratch = filepath.Join(p.run.dir, "scratch")
+	}
 	if x.cg != nil && x.cg.added != p.pid() {
 		if err := x.cg.add(p.pid()); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
@@ -324,11 +326,15 @@ func (x *nsExec) wait() (initStatus, error) {
 			return
 		}
 		if pid, ok := strings.CutPrefix(line, "started "); ok {
-			if err := x.takeScratch(); err != nil {
-				// What it writes could not be read back: it does not
-				// run on.
-				x.scratchErr = err
-				x.kill(backend.Cancelled)
+			// Without a scratch (an older kernel's tmpfs) the upper
+			// directory is the run's.
+			if x.cfg.Scratch != "" {
+				if err := x.takeScratch(); err != nil {
+					// What it writes could not be read back: it does
+					// not run on.
+					x.scratchErr = err
+					x.kill(backend.Cancelled)
+				}
 			}
 			if x.cg != nil && pid != "0" {
 				if err := x.cg.tightenPids(x.lim.Pids, p.pid()); err != nil {
@@ -446,10 +452,14 @@ func (x *nsExec) readOverlay(res *backend.Result) (*backend.Result, error) {
 		res.Overlay = &backend.Overlay{}
 		return res, nil
 	}
-	if x.scratch == nil {
-		return res, fmt.Errorf("namespace: %w: %w", errNoScratch, backend.ErrOverlayLost)
+	upper := x.cfg.Upper
+	if x.cfg.Scratch != "" {
+		if x.scratch == nil {
+			return res, fmt.Errorf("namespace: %w: %w", errNoScratch, backend.ErrOverlayLost)
+		}
+		upper = scratchPath(x.scratch) + "/upper"
+		res.Metrics.DiskBytes = x.scratchUsed()
 	}
-	upper := scratchPath(x.scratch) + "/upper"
 	var keep *holder
 	if x.req.StreamFiles {
 		// The files it keeps stay in the scratch, which it holds open

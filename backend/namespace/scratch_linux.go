@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -75,6 +76,38 @@ func memAvailable() int64 {
 	return -1
 }
 
+// scratchKernel reports whether the kernel's tmpfs can be an overlay's
+// upper layer in a user namespace: overlayfs marks opaque directories
+// (a directory removed and made again) with user.overlay.* extended
+// attributes there, which tmpfs stores since Linux 6.6. Before, the upper
+// directory stays in the run directory on the host's disk, without the
+// bound (Capabilities does not list disk_bytes, so a policy that sets it
+// is refused).
+func scratchKernel() bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	major, minor, ok := kernelVersion(unix.ByteSliceToString(u.Release[:]))
+	return ok && (major > 6 || major == 6 && minor >= 6)
+}
+
+// kernelVersion parses the major and minor numbers of a kernel release
+// ("6.18.44-fc-v1300").
+func kernelVersion(release string) (major, minor int, ok bool) {
+	a, rest, found := strings.Cut(release, ".")
+	if !found {
+		return 0, 0, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	major, err1 := strconv.Atoi(a)
+	minor, err2 := strconv.Atoi(rest[:end])
+	return major, minor, err1 == nil && err2 == nil
+}
+
 // errNoScratch: the init did not hand over its scratch filesystem, so
 // what the command writes could not be read back.
 var errNoScratch = errors.New("the sandbox init did not hand over its scratch filesystem")
@@ -124,6 +157,18 @@ func (x *nsExec) scratchFull() bool {
 	return st.Bavail == 0 || st.Ffree == 0
 }
 
+// scratchUsed is the bytes the command's scratch holds, 0 when unknown.
+func (x *nsExec) scratchUsed() int64 {
+	if x.scratch == nil {
+		return 0
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(x.scratch.Fd()), &st); err != nil {
+		return 0
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize
+}
+
 // scratchPath is the path, in this process, of the scratch's root.
 func scratchPath(f *os.File) string {
 	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
@@ -159,6 +204,9 @@ func (d *initDialer) receiveScratch(wait time.Duration) (*os.File, error) {
 // an init ended before it mounted one ran no command, which wrote
 // nothing.
 func (x *nsExec) lateScratch() (ran bool) {
+	if x.cfg.Scratch == "" {
+		return true // no scratch: the upper directory is the run's
+	}
 	if x.scratch != nil || x.started {
 		return x.started
 	}

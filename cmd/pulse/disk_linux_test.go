@@ -39,3 +39,29 @@ func TestExecStopsAtTheDiskBound(t *testing.T) {
 		t.Fatalf("the files written before the bound are not staged:\n%s", stderr)
 	}
 }
+
+// A command that writes more than its memory allows on namespace (its
+// writes are held in memory) ends as out of memory, and the summary says
+// how much its writes took and which limit to raise.
+func TestExecOOMNamesTheWrites(t *testing.T) {
+	nb, err := namespace.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.Probe(t.Context()); err != nil {
+		nb.Close()
+		testenv.Missing(t, testenv.Namespace, fmt.Sprintf("namespace backend unavailable here: %v", err))
+	}
+	lim := nb.Capabilities().Limits
+	nb.Close()
+	if lim["memory_bytes"] != "strong" || lim["disk_bytes"] != "strong" {
+		t.Skipf("needs a memory cgroup and the disk bound: limits %v", lim)
+	}
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	must(t, os.WriteFile(pol, []byte("limits:\n  memory_bytes: 48MiB\n  disk_bytes: 512MiB\n  timeout: 20s\n"), 0o644))
+	code, stdout, stderr := runCLI(t, "exec", "--backend", "namespace", "--policy", pol, "--workspace", t.TempDir(), "--",
+		"sh", "-c", "exec head -c 256M /dev/zero > big")
+	if code != exitKilled || !strings.Contains(stderr, "(oom)") || !strings.Contains(stderr, "raise limits.memory_bytes") {
+		t.Fatalf("exit %d, summary:\n%s\n%s", code, stdout, stderr)
+	}
+}

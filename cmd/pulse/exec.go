@@ -259,6 +259,10 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 	if res.Truncated {
 		fmt.Fprintln(w, "   output was truncated at the output cap")
 	}
+	if res.Termination == backend.OOM && res.Metrics.DiskBytes > 0 {
+		fmt.Fprintf(w, "   out of memory; what it wrote took %s of it (on this backend a command's writes are held in memory"+
+			" and count toward limits.memory_bytes): raise limits.memory_bytes in the policy\n", humanBytes(res.Metrics.DiskBytes))
+	}
 	if res.Termination == backend.DiskLimit {
 		fmt.Fprintln(w, "   stopped at the disk bound: what it wrote reached limits.disk_bytes (the default when the policy sets none);"+
 			" its writes up to there are staged, the last file perhaps cut short; raise limits.disk_bytes in the policy to allow more")
