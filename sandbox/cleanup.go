@@ -37,3 +37,18 @@ func (x *execution) endCleaning(ctx context.Context, left []error) {
 		Detail: "cleanup failed, left behind (remove by hand): " + strings.Join(what, "; ")})
 	x.step(ctx, lifecycle.RecoveryRequired)
 }
+
+// auditBackendLeftovers records, before the audit log closes, what the
+// backend's Close could not remove (a run directory holding a command's
+// writes, a container, a keeper): a sandbox-cleanup event (deny, reason
+// cleanup_failed) naming it, as an execution's own leftovers get. The
+// executions have ended by then; this is the sandbox's.
+func (s *Sandbox) auditBackendLeftovers(err error) {
+	if err == nil || s.audit == nil || !s.ownsAudit {
+		return
+	}
+	s.log.Error("backend cleanup failed; resources are left behind", "backend", s.backend.Name(), "err", err)
+	s.record(context.Background(), audit.Event{Action: "sandbox-cleanup", Target: err.Error(), Decision: "deny",
+		Backend: s.backend.Name(), Reason: "cleanup_failed",
+		Detail: "closing the backend failed, left behind (remove by hand): " + err.Error()})
+}

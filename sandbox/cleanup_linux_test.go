@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 // TestCleanupFailureEndsInRecoveryRequired makes a command's cleanup fail
@@ -89,5 +92,74 @@ func TestCleanupFailureEndsInRecoveryRequiredNamespaceRoot(t *testing.T) {
 	}
 	if len(end) != 1 || !strings.HasPrefix(end[0], "execution state RECOVERY_REQUIRED:") || !strings.HasSuffix(end[0], "CLEANING -> RECOVERY_REQUIRED") {
 		t.Errorf("lifecycle events %q, want one ending CLEANING -> RECOVERY_REQUIRED", end)
+	}
+}
+
+// TestBackendLeftoversAuditedAtCloseNamespaceRoot: a run directory of
+// the namespace backend (where a command's writes were caught) that
+// cannot be removed — its state dir became a read-only bind mount after
+// the command — is named by Close's error and by a sandbox-cleanup event
+// in the audit log, never only logged. Needs root (mount).
+func TestBackendLeftoversAuditedAtCloseNamespaceRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test makes the state dir a read-only bind mount")
+	}
+	probe, err := namespace.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.MustHaveNamespace(t, probe.Probe)
+	probe.Close()
+	ws, runtime := t.TempDir(), t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", runtime)
+	state := filepath.Join(runtime, "pulse-namespace")
+	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("namespace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Execute(context.Background(), Command{Shell: "echo x > f"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("execute: %v %+v", err, res)
+	}
+	if err := unix.Mount(state, state, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount here: %v", err)
+	}
+	mounted := true
+	unmount := func() {
+		if mounted {
+			mounted = false
+			if err := unix.Unmount(state, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", state, err)
+			}
+		}
+	}
+	t.Cleanup(unmount)
+	if err := unix.Mount("", state, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	path := sb.AuditPath()
+	cerr := sb.Close()
+	unmount()
+	if cerr == nil || !strings.Contains(cerr.Error(), "run directory "+state+"/") {
+		t.Fatalf("Close = %v, want an error naming a run directory under %s", cerr, state)
+	}
+	if _, err := audit.Verify(t.Context(), path); err != nil {
+		t.Fatalf("audit log does not verify: %v", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		e, err := audit.ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = found || e.Action == "sandbox-cleanup" && e.Decision == "deny" && e.Reason == "cleanup_failed" &&
+			strings.Contains(e.Target, "run directory "+state+"/")
+	}
+	if !found {
+		t.Errorf("no sandbox-cleanup event naming the run directory:\n%s", data)
 	}
 }

@@ -123,7 +123,13 @@ func (s *Sandbox) releaseShared() error {
 		}()
 	}
 	if s.ownsBE && s.backend != nil {
-		errs = append(errs, s.backend.Close())
+		err := s.backend.Close()
+		if synced != nil {
+			<-synced
+			synced = nil
+		}
+		s.auditBackendLeftovers(err) // cleanup.go
+		errs = append(errs, err)
 	}
 	if synced != nil {
 		<-synced

@@ -60,7 +60,10 @@ type Backend struct {
 	// freeRuns are finished runs' directories, emptied and still locked,
 	// that newRun hands out again (see recycleRun).
 	freeRuns []*run
-	wg       sync.WaitGroup
+	// leftovers are the run directories that could not be removed (a
+	// command's writes may still be in them); Close reports them.
+	leftovers []error
+	wg        sync.WaitGroup
 
 	probeMu  sync.Mutex
 	probeOK  bool
@@ -430,7 +433,9 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 const halfRunAge = time.Minute
 
 // Close implements backend.Backend: it kills running commands and waits
-// for their Exec calls to return.
+// for their Exec calls to return. Its error names every run directory
+// (a command's overlay, its writes) that could not be removed since the
+// backend was made.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -458,12 +463,26 @@ func (b *Backend) Close() error {
 	b.freeRuns = nil
 	b.mu.Unlock()
 	for _, r := range free {
-		if err := r.remove(); err != nil {
-			b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
-		}
+		b.removeRunDir(r)
 	}
 	b.closeInitProg()
-	return nil
+	b.mu.Lock()
+	left := b.leftovers
+	b.leftovers = nil
+	b.mu.Unlock()
+	return errors.Join(left...)
+}
+
+// removeRunDir removes a run for good; one that cannot be removed is
+// logged and kept in b.leftovers, for Close to report: what a command
+// wrote may be left in it, and the caller must know.
+func (b *Backend) removeRunDir(r *run) {
+	if err := r.remove(); err != nil {
+		b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
+		b.mu.Lock()
+		b.leftovers = append(b.leftovers, fmt.Errorf("namespace: run directory %s left: %w", r.dir, err))
+		b.mu.Unlock()
+	}
 }
 
 // run is the host side state of one execution.
@@ -598,9 +617,7 @@ func (b *Backend) recycleRun(r *run) {
 		}
 		b.mu.Unlock()
 	}
-	if err := r.remove(); err != nil {
-		b.o.logger.Warn("namespace: removing run directory", slog.String("dir", r.dir), slog.Any("err", err))
-	}
+	b.removeRunDir(r)
 }
 
 // empty makes the run's subdirectories what newRun makes: the upper
