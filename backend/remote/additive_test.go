@@ -54,7 +54,7 @@ func startServerExec(t *testing.T, exec server.Executor, extra ...server.Option)
 func TestLimitsTravel(t *testing.T) {
 	rec := &recordingExecutor{Executor: hostExecutor(t)}
 	ts := startServerExec(t, rec, server.WithLimitCeiling(policy.ResourceLimits{Pids: 100}))
-	lim := policy.ResourceLimits{Timeout: time.Minute, MemoryBytes: 1 << 30, CPUs: 1.5, Pids: 500, FileSizeBytes: 8192, OutputBytes: 1 << 20}
+	lim := policy.ResourceLimits{Timeout: time.Minute, MemoryBytes: 1 << 30, CPUs: 1.5, Pids: 500, FileSizeBytes: 8192, OutputBytes: 1 << 20, DiskBytes: 1 << 20}
 	for _, legacy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "limits field", true: "older server"}[legacy], func(t *testing.T) {
 			b := newBackend(t, ts.url)
@@ -66,7 +66,7 @@ func TestLimitsTravel(t *testing.T) {
 			}
 			caps := b.Capabilities()
 			srvLimits := rec.Capabilities().Limits
-			for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes} {
+			for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes, policy.LimitDiskBytes} {
 				want := known(srvLimits[k])
 				if legacy {
 					want = policy.Unsupported
@@ -79,7 +79,7 @@ func TestLimitsTravel(t *testing.T) {
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("Exec: %+v, %v", res, err)
 			}
-			want := policy.ResourceLimits{Timeout: time.Minute, MemoryBytes: 1 << 30, CPUs: 1.5, Pids: 100, FileSizeBytes: 8192, OutputBytes: 1 << 20}
+			want := policy.ResourceLimits{Timeout: time.Minute, MemoryBytes: 1 << 30, CPUs: 1.5, Pids: 100, FileSizeBytes: 8192, OutputBytes: 1 << 20, DiskBytes: 1 << 20}
 			if legacy {
 				// Only the timeout travels; the server's ceiling and cap
 				// apply.

@@ -498,6 +498,7 @@ func wireLimits(l policy.ResourceLimits) *policy.ResourceLimits {
 	w := policy.ResourceLimits{
 		MemoryBytes: max(l.MemoryBytes, 0), CPUs: max(l.CPUs, 0), Pids: max(l.Pids, 0),
 		FileSizeBytes: max(l.FileSizeBytes, 0), OutputBytes: max(l.OutputBytes, 0),
+		DiskBytes: max(l.DiskBytes, 0),
 	}
 	if w == (policy.ResourceLimits{}) {
 		return nil

@@ -308,7 +308,7 @@ func remoteCaps(server backend.Capabilities, executor string, info serverInfo) b
 			policy.LimitOutputBytes: policy.Strong,
 		},
 	}
-	for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes} {
+	for _, k := range []policy.LimitKey{policy.LimitMemoryBytes, policy.LimitCPUs, policy.LimitPids, policy.LimitFileSizeBytes, policy.LimitDiskBytes} {
 		// Sent in submit's limits only to a server that lists the
 		// feature; the server's executor enforces them as it says.
 		c.Limits[k] = policy.Unsupported

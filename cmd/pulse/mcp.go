@@ -144,7 +144,7 @@ type refusedOut struct {
 
 type executeOut struct {
 	ExitCode    int          `json:"exit_code"`
-	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit, oom or disk_limit"`
+	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit, oom or disk_limit (its writes reached the policy's limits.disk_bytes; what it wrote up to there is staged)"`
 	TimedOut    bool         `json:"timed_out"`
 	Truncated   bool         `json:"truncated" jsonschema:"true when output passed the output cap and was cut"`
 	Stdout      string       `json:"stdout"`

@@ -133,7 +133,7 @@ func WithMaxOutputBytes(n int64) Option {
 	return func(o *options) error { o.maxOutput = n; return nil }
 }
 
-// WithLimitCeiling sets the largest memory, CPU, pids and file-size
+// WithLimitCeiling sets the largest memory, CPU, pids, file-size and disk
 // limits a submission may have: a larger request, or none (which means
 // unlimited), is clamped to it. A zero field sets no ceiling. The output
 // ceiling is WithMaxOutputBytes and the timeout's is 24 hours.
@@ -142,7 +142,7 @@ func WithLimitCeiling(l policy.ResourceLimits) Option {
 		if l.Timeout != 0 || l.OutputBytes != 0 {
 			return fmt.Errorf("limit ceiling: timeout and output have their own bounds: %w", ErrConfig)
 		}
-		if l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || math.IsNaN(l.CPUs) || l.CPUs < 0 {
+		if l.MemoryBytes < 0 || l.Pids < 0 || l.FileSizeBytes < 0 || l.DiskBytes < 0 || math.IsNaN(l.CPUs) || l.CPUs < 0 {
 			return fmt.Errorf("limit ceiling %+v has a negative field: %w", l, ErrConfig)
 		}
 		o.ceiling = l
@@ -166,6 +166,7 @@ func (s *Server) effectiveLimits(asked *policy.ResourceLimits, timeout time.Dura
 	clampInt(&l.MemoryBytes, c.MemoryBytes)
 	clampInt(&l.Pids, c.Pids)
 	clampInt(&l.FileSizeBytes, c.FileSizeBytes)
+	clampInt(&l.DiskBytes, c.DiskBytes)
 	if c.CPUs > 0 && (l.CPUs == 0 || l.CPUs > c.CPUs) {
 		l.CPUs = c.CPUs
 	}
