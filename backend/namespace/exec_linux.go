@@ -125,7 +125,8 @@ type nsExec struct {
 	// why it is not there.
 	scratch    *os.File
 	scratchErr error
-	started    bool // the init said the command started
+	started    bool          // the init said the command started
+	watched    chan struct{} // closed when watchScratch has returned
 	copies     sync.WaitGroup
 }
 
@@ -358,6 +359,10 @@ func (x *nsExec) wait() (initStatus, error) {
 	}
 	b.phase("init-reaped")
 	close(x.done)
+	if x.watched != nil {
+		// Before the scratch is read, handed on or closed.
+		<-x.watched
+	}
 	x.drain()
 	b.phase("output-copied")
 	return st, waitErr

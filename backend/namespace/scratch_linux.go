@@ -120,7 +120,8 @@ func (x *nsExec) takeScratch() error {
 		return err
 	}
 	x.scratch = f
-	go x.watchScratch()
+	x.watched = make(chan struct{})
+	go x.watchScratch(f)
 	return nil
 }
 
@@ -128,7 +129,8 @@ func (x *nsExec) takeScratch() error {
 // is reaped: the kernel has refused its writes past the bound, and the
 // command is stopped there rather than left to go on without them (and
 // perhaps exit 0 with a file cut short).
-func (x *nsExec) watchScratch() {
+func (x *nsExec) watchScratch(f *os.File) {
+	defer close(x.watched)
 	t := time.NewTicker(scratchPoll)
 	defer t.Stop()
 	for {
@@ -136,7 +138,7 @@ func (x *nsExec) watchScratch() {
 		case <-x.done:
 			return
 		case <-t.C:
-			if x.scratchFull() {
+			if full(f) {
 				x.kill(backend.DiskLimit)
 				return
 			}
@@ -147,11 +149,14 @@ func (x *nsExec) watchScratch() {
 // scratchFull reports whether the command's scratch has no block or no
 // inode left.
 func (x *nsExec) scratchFull() bool {
-	if x.scratch == nil {
-		return false
-	}
+	return x.scratch != nil && full(x.scratch)
+}
+
+// full reports whether the tmpfs f is the root of has no block or no
+// inode left.
+func full(f *os.File) bool {
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(x.scratch.Fd()), &st); err != nil {
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
 		return false
 	}
 	return st.Bavail == 0 || st.Ffree == 0
