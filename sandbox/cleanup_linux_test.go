@@ -24,12 +24,20 @@ import (
 // RECOVERY_REQUIRED, not FINALIZED, with an audit event naming the
 // directory left behind. Needs root (mount); namespace backend.
 func TestCleanupFailureEndsInRecoveryRequiredNamespaceRoot(t *testing.T) {
+	checkCleanupFailure(t, newIsolated)
+}
+
+func TestCleanupFailureEndsInRecoveryRequiredDockerRoot(t *testing.T) {
+	checkCleanupFailure(t, newDockerSandbox)
+}
+
+func checkCleanupFailure(t *testing.T, newSandbox func(t *testing.T, ws string, opts ...Option) *Sandbox) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the test makes TMPDIR a read-only bind mount")
 	}
 	ws := t.TempDir()
 	tmp := t.TempDir()
-	sb := newIsolated(t, ws, WithAllowHosts("127.0.0.1:1"))
+	sb := newSandbox(t, ws, WithAllowHosts("127.0.0.1:1"))
 	t.Setenv("TMPDIR", tmp)
 	if err := unix.Mount(tmp, tmp, "", unix.MS_BIND, ""); err != nil {
 		t.Skipf("cannot bind-mount here: %v", err)

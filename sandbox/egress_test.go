@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -107,11 +109,20 @@ exec 3<>/dev/tcp/127.0.0.1/3128; printf "CONNECT %s HTTP/1.1\r\n\r\n" >&3; cat <
 
 // Without WithAllowHosts, and with the policy denying the network, an
 // allowlist in WithNetworkPolicy is not applied: deny-all stays.
+// The caller hears why, in the log and in the reason Diagnose gives.
 func TestAllowlistNeedsNetworkAllowedOrAllowHosts(t *testing.T) {
-	sb := newIsolated(t, t.TempDir(), WithNetworkPolicy(networkAllowlist("127.0.0.1:1")))
+	var logs syncio.Buffer
+	sb := newIsolated(t, t.TempDir(), WithNetworkPolicy(networkAllowlist("127.0.0.1:1")),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	np, _ := sb.effectivePolicies()
 	if np.Mode != "deny-all" {
 		t.Errorf("mode %s", np.Mode)
+	}
+	if !strings.Contains(logs.String(), "network policy not applied") || !strings.Contains(logs.String(), "defaults.network: deny") {
+		t.Errorf("no warning that the allowlist is not applied:\n%s", logs.String())
+	}
+	if _, why := sb.effectiveNetwork(); !strings.Contains(why, "asks for allowlist, but the policy does not allow the network action (defaults.network: deny)") {
+		t.Errorf("why = %q", why)
 	}
 }
 

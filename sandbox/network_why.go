@@ -64,3 +64,17 @@ func describeNetwork(n policy.NetworkPolicy, source string) string {
 		return source + " says deny-all"
 	}
 }
+
+// warnUnappliedNetwork logs, once per sandbox, a network policy that asks
+// for a way out (WithNetworkPolicy, or a policy's Network) while the
+// policy denies the network action: commands then get deny-all, as the
+// seed's contract has it, and the caller should hear why rather than
+// find a command's connections refused.
+func (s *Sandbox) warnUnappliedNetwork() {
+	n := s.o.network
+	if n == nil || n.Mode == policy.NetworkDenyAll || s.o.policy.Allowed(policy.Network) {
+		return
+	}
+	s.log.Warn("network policy not applied: the policy does not allow the network action, so commands get deny-all; set Defaults[policy.Network] = policy.Allow",
+		"mode", string(n.Mode), "because", s.o.policy.WhyNotAllowed(policy.Network))
+}

@@ -109,6 +109,7 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	}
 
 	s := &Sandbox{o: o, workspace: abs, log: o.logger, shared: &shared{refs: 1}}
+	s.warnUnappliedNetwork() // network_why.go
 	if s.caches, err = o.cacheList(); err != nil {
 		return nil, err
 	}
