@@ -67,7 +67,7 @@ func (s *Sandbox) remove(ctx context.Context, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return s.stageFiles(ctx, "remove "+n.rel, []cowfs.Op{cowfs.WhiteoutOp(n.rel)})
+	return s.stageFiles(ctx, "remove "+n.rel, []cowfs.Op{n.removeOp()})
 }
 
 // Mkdir stages a directory at path (its missing parents too) with mode's
@@ -127,7 +127,7 @@ func (s *Sandbox) rename(ctx context.Context, oldpath, newpath string) (string, 
 	if err := s.copyOps(ctx, n, to, &ops); err != nil {
 		return "", err
 	}
-	ops = append(ops, cowfs.WhiteoutOp(n.rel))
+	ops = append(ops, n.removeOp())
 	return s.stageFiles(ctx, "rename "+n.rel+" to "+to, ops)
 }
 
@@ -170,6 +170,20 @@ type node struct {
 	mode   os.FileMode
 	target string
 	read   func() ([]byte, error)
+	// workspace: found in the committed workspace, which the stack
+	// leaves as it is.
+	workspace bool
+}
+
+// removeOp is the op that removes n: a deletion of what the workspace
+// holds (refused by cowfs through a link of the workspace, where it would
+// delete nothing the caller named), or a removal through the stack of
+// what the stack holds.
+func (n *node) removeOp() cowfs.Op {
+	if n.workspace {
+		return cowfs.DeleteOp(n.rel)
+	}
+	return cowfs.WhiteoutOp(n.rel)
 }
 
 // viewNode describes p as the next command sees it, after the read policy
@@ -181,7 +195,7 @@ func (s *Sandbox) viewNode(ctx context.Context, p string) (*node, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	rel, err := s.fileRel(ctx, p, "stat")
+	rel, err := s.entryRel(ctx, p, "stat")
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +250,7 @@ func (s *Sandbox) viewNode(ctx context.Context, p string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %s: %w", rel, err)
 	}
-	n := &node{rel: rel, mode: fi.Mode().Perm()}
+	n := &node{rel: rel, mode: fi.Mode().Perm(), workspace: true}
 	switch {
 	case fi.IsDir():
 		n.kind = cowfs.KindMkdir

@@ -154,7 +154,7 @@ func (s *Sandbox) stat(ctx context.Context, p string) (fs.FileInfo, error) {
 		return nil, err
 	}
 	defer s.running.Done()
-	rel, err := s.fileRel(ctx, p, "stat")
+	rel, err := s.entryRel(ctx, p, "stat")
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +226,29 @@ func (s *Sandbox) fileRel(ctx context.Context, p, op string) (string, error) {
 	}
 	if _, err := s.decide(ctx, policy.Read, rel, ""); err != nil {
 		return "", err
+	}
+	return rel, nil
+}
+
+// entryRel is fileRel for a call that looks at the entry p itself (a
+// last link not followed), as Stat does: the read policy must also allow
+// where p lies once the links of the workspace on its way are resolved,
+// so that no link lets a caller learn what is in a directory it may not
+// read.
+func (s *Sandbox) entryRel(ctx context.Context, p, op string) (string, error) {
+	rel, err := s.fileRel(ctx, p, op)
+	if err != nil || rel == "." {
+		return rel, err
+	}
+	dir, err := s.resolvedReadTarget(path.Dir(rel))
+	if err != nil {
+		s.record(ctx, audit.Event{Action: "read", Target: rel, Decision: "deny", Detail: op + ": " + err.Error()})
+		return "", fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	if t := path.Join(dir, path.Base(rel)); t != rel {
+		if _, err := s.decide(ctx, policy.Read, t, ""); err != nil {
+			return "", err
+		}
 	}
 	return rel, nil
 }

@@ -161,4 +161,27 @@ func listDirPendingView(t *testing.T, open func(*testing.T, string, ...Option) *
 	if ents, err := sb.List(ctx, "link"); !errors.Is(err, ErrPolicyDenied) {
 		t.Errorf("List(link) = %v, %v; want ErrPolicyDenied (it resolves to private)", names(ents), err)
 	}
+	// Nor does a path through the link tell what private holds.
+	for _, p := range []string{"link/key.pem", "link/nope"} {
+		if fi, err := sb.Stat(ctx, p); !errors.Is(err, ErrPolicyDenied) {
+			t.Errorf("Stat(%s) = %v, %v; want ErrPolicyDenied", p, fi, err)
+		}
+		if _, err := sb.Remove(ctx, p); !errors.Is(err, ErrPolicyDenied) {
+			t.Errorf("Remove(%s) = %v; want ErrPolicyDenied", p, err)
+		}
+	}
+	// Through a link to a readable directory: refused, as a write
+	// there is, not a removal of nothing.
+	if err := os.Symlink("src", filepath.Join(ws, "srclink")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Remove(ctx, "srclink/main.go"); err == nil {
+		t.Error("Remove through a link of the workspace was staged")
+	}
+	if _, err := sb.Rename(ctx, "srclink/main.go", "main.go"); err == nil {
+		t.Error("Rename through a link of the workspace was staged")
+	}
+	if fi, err := sb.Stat(ctx, "link"); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("Stat(link) = %v, %v; want the link itself", fi, err)
+	}
 }
