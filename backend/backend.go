@@ -491,8 +491,10 @@ type NetworkEvent struct {
 	// Addr is the address dialled ("" when nothing was).
 	Addr    string
 	Allowed bool
-	// Rule is the allowlist entry that allowed it, Reason why it was
-	// refused (or failed after being allowed).
+	// Rule is the allowlist entry that allowed its destination, Reason
+	// why it was refused (or failed after being allowed); a refusal with
+	// Rule set was for what was sent to an allowed destination (see
+	// egress.Event).
 	Rule, Reason string
 	// Injected names the secrets put into its headers.
 	Injected       []string

@@ -42,8 +42,11 @@ type Event struct {
 	Port   int
 	// Addr is the address dialled ("" when nothing was).
 	Addr string
-	// Allowed is the decision; Rule the allowlist entry that allowed it,
-	// or Reason why it was refused (or failed after being allowed).
+	// Allowed is the decision; Rule the allowlist entry that allowed the
+	// destination, or Reason why it was refused (or failed after being
+	// allowed). A refusal with Rule set was for what the command sent to
+	// an allowed destination (a request in a tunnel naming another host,
+	// a secret's placeholder bound to other hosts), not for where it went.
 	Allowed bool
 	Rule    string
 	Reason  string
@@ -592,6 +595,9 @@ func (p *Proxy) forward(ctx context.Context, c *countConn, req *http.Request, ho
 		deny(what, host, port, chk.Reason)
 		return false
 	}
+	// The destination is allowed: a refusal from here on is for what the
+	// request carries, and Rule says so.
+	ev.Rule = chk.Rule
 	if strays := placeholdersIn(p.cfg.Inject, req.URL.String()); len(strays) > 0 {
 		deny(what, host, port, fmt.Sprintf("the placeholder of secret %s is in the URL; it is put only into headers to its bound hosts", strays[0].Name))
 		return false

@@ -310,22 +310,25 @@ func TestAllowedThroughConnectAndPlainHTTP(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	w := newWorld(t)
 	evil := fmt.Sprintf("127.0.0.1:%d", w.evilPort)
+	// cut: the destination is allowed and the refusal is for what the
+	// request carries, which the event tells by naming the rule.
 	for _, tt := range []struct {
 		name, req string
+		cut       bool
 	}{
-		{"CONNECT to an unlisted port", "CONNECT " + evil + " HTTP/1.1\r\nHost: " + evil + "\r\n\r\n"},
-		{"CONNECT to an unlisted name", "CONNECT evil.test:443 HTTP/1.1\r\n\r\n"},
-		{"plain HTTP, unlisted URI", "GET http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\n\r\n"},
-		{"plain HTTP, allowed Host header, denied URI", fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", evil, w.httpPort)},
-		{"plain HTTP, allowed URI, denied Host header", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: %s\r\n\r\n", w.httpPort, evil)},
-		{"plain HTTP, two Host headers", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nHost: %s\r\n\r\n", w.httpPort, w.httpPort, evil)},
-		{"plain HTTP, origin form", fmt.Sprintf("GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", w.httpPort)},
-		{"IPv6 literal not listed", fmt.Sprintf("CONNECT [::1]:%d HTTP/1.1\r\n\r\n", w.httpPort)},
-		{"another loopback address", fmt.Sprintf("CONNECT 127.0.0.2:%d HTTP/1.1\r\n\r\n", w.httpPort)},
-		{"a name resolving to a denied address", fmt.Sprintf("CONNECT rebind.test:%d HTTP/1.1\r\n\r\n", w.httpPort)},
-		{"plain HTTP to a name resolving to a denied address", fmt.Sprintf("GET http://rebind.test:%d/ HTTP/1.1\r\nHost: rebind.test:%d\r\n\r\n", w.httpPort, w.httpPort)},
-		{"a placeholder in a header to an unbound host", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\n\r\n", w.httpPort, w.httpPort, w.placeholder)},
-		{"a placeholder in the URL", fmt.Sprintf("GET http://127.0.0.1:%d/?t=%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", w.httpPort, w.placeholder, w.httpPort)},
+		{"CONNECT to an unlisted port", "CONNECT " + evil + " HTTP/1.1\r\nHost: " + evil + "\r\n\r\n", false},
+		{"CONNECT to an unlisted name", "CONNECT evil.test:443 HTTP/1.1\r\n\r\n", false},
+		{"plain HTTP, unlisted URI", "GET http://" + evil + "/ HTTP/1.1\r\nHost: " + evil + "\r\n\r\n", false},
+		{"plain HTTP, allowed Host header, denied URI", fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", evil, w.httpPort), false},
+		{"plain HTTP, allowed URI, denied Host header", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: %s\r\n\r\n", w.httpPort, evil), false},
+		{"plain HTTP, two Host headers", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nHost: %s\r\n\r\n", w.httpPort, w.httpPort, evil), false},
+		{"plain HTTP, origin form", fmt.Sprintf("GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", w.httpPort), false},
+		{"IPv6 literal not listed", fmt.Sprintf("CONNECT [::1]:%d HTTP/1.1\r\n\r\n", w.httpPort), false},
+		{"another loopback address", fmt.Sprintf("CONNECT 127.0.0.2:%d HTTP/1.1\r\n\r\n", w.httpPort), false},
+		{"a name resolving to a denied address", fmt.Sprintf("CONNECT rebind.test:%d HTTP/1.1\r\n\r\n", w.httpPort), false},
+		{"plain HTTP to a name resolving to a denied address", fmt.Sprintf("GET http://rebind.test:%d/ HTTP/1.1\r\nHost: rebind.test:%d\r\n\r\n", w.httpPort, w.httpPort), false},
+		{"a placeholder in a header to an unbound host", fmt.Sprintf("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\n\r\n", w.httpPort, w.httpPort, w.placeholder), true},
+		{"a placeholder in the URL", fmt.Sprintf("GET http://127.0.0.1:%d/?t=%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", w.httpPort, w.placeholder, w.httpPort), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			answer := w.raw(tt.req)
@@ -333,8 +336,8 @@ func TestRefusals(t *testing.T) {
 			if strings.Contains(answer, realToken) {
 				t.Errorf("the real token is in the answer")
 			}
-			if ev := w.lastEvent(); ev.Allowed || ev.Reason == "" {
-				t.Errorf("event %+v", ev)
+			if ev := w.lastEvent(); ev.Allowed || ev.Reason == "" || (ev.Rule != "") != tt.cut {
+				t.Errorf("event %+v, want a refusal for what it carries: %v", ev, tt.cut)
 			}
 		})
 	}

@@ -153,6 +153,7 @@ type egressRun struct {
 
 	mu      sync.Mutex
 	refused []string
+	why     []NetworkRefusal // refused, in its order
 }
 
 // startEgress starts the proxy for one command: on a unix socket in a
@@ -234,6 +235,30 @@ func (r *egressRun) backendEgress() *backend.Egress {
 	return r.be
 }
 
+// NetworkRefusal is one destination the egress proxy refused, the first
+// time it did.
+type NetworkRefusal struct {
+	// Destination is host:port as the command named it.
+	Destination string
+	// Reason is why, as the audit log's event has it.
+	Reason string
+	// Cut is true when the destination itself is allowed and the proxy
+	// refused what the command sent through the connection (a request
+	// in a tunnel naming another host, a secret's placeholder bound to
+	// other hosts) and cut it: allowing the destination changes nothing.
+	Cut bool
+}
+
+// refusals lists why each destination of refusedHosts was refused.
+func (r *egressRun) refusals() []NetworkRefusal {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]NetworkRefusal(nil), r.why...)
+}
+
 // refusedHosts lists the host:port destinations refused, each once.
 func (r *egressRun) refusedHosts() []string {
 	if r == nil {
@@ -280,6 +305,10 @@ func (s *Sandbox) recordEgress(ctx context.Context, execID string, ev egress.Eve
 		}
 		if !dup && ev.Host != "" {
 			r.refused = append(r.refused, hp)
+			// A refused event that names the rule that allowed its
+			// destination was refused after the check passed: for what
+			// went through it, not for where it went.
+			r.why = append(r.why, NetworkRefusal{Destination: hp, Reason: ev.Reason, Cut: ev.Rule != ""})
 		}
 		r.mu.Unlock()
 	} else if ev.Reason != "" {

@@ -78,6 +78,11 @@ exec 3<>/dev/tcp/127.0.0.1/3128; printf "CONNECT %s HTTP/1.1\r\n\r\n" >&3; cat <
 	if want := evil.Addr().String(); !slices.Contains(res.NetworkRefused, want) {
 		t.Errorf("NetworkRefused = %v, want %s", res.NetworkRefused, want)
 	}
+	if len(res.NetworkRefusals) != len(res.NetworkRefused) || !slices.ContainsFunc(res.NetworkRefusals, func(r NetworkRefusal) bool {
+		return r.Destination == evil.Addr().String() && !r.Cut && r.Reason != ""
+	}) {
+		t.Errorf("NetworkRefusals = %+v, want %s refused as a destination, with its reason", res.NetworkRefusals, evil.Addr())
+	}
 
 	events := verifyAudit(t, sb)
 	var allowed, denied, injected int

@@ -103,6 +103,11 @@ type Result struct {
 	// refused (each once; allowlist mode only). Each refusal is in the
 	// audit log with its rule, and the command got an explaining 403.
 	NetworkRefused []string
+	// NetworkRefusals says, for each destination of NetworkRefused and
+	// in its order, why the proxy refused it, as the audit log has it:
+	// a destination the allowlist does not hold, or one it does whose
+	// connection was cut for what the command sent through it.
+	NetworkRefusals []NetworkRefusal
 	// Staged lists the paths staged in Transaction.
 	Staged []string
 	// Refused lists the paths the command wrote that were not staged, each
@@ -212,7 +217,7 @@ func (x *execution) cancelled(ctx context.Context) func(*Result, error) (*Result
 		}
 		s := x.s
 		res = &Result{ExecutionID: x.id, Command: x.cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
-			ExitCode: -1, Termination: backend.Cancelled, InPlace: x.inPlace, NetworkRefused: x.eg.refusedHosts()}
+			ExitCode: -1, Termination: backend.Cancelled, InPlace: x.inPlace, NetworkRefused: x.eg.refusedHosts(), NetworkRefusals: x.eg.refusals()}
 		if !x.start.IsZero() {
 			res.Duration = time.Since(x.start)
 		}
@@ -575,7 +580,7 @@ func (x *execution) result(br *backend.Result) *Result {
 		ExecutionID: x.id, Command: x.cmdStr, Backend: s.backend.Name(), Isolation: s.caps.Isolation,
 		ExitCode: br.ExitCode, Termination: br.Termination, TimedOut: br.TimedOut, Truncated: br.Truncated,
 		Duration: br.Duration, PID: br.PID, Metrics: br.Metrics, InPlace: x.inPlace,
-		NetworkRefused: x.eg.refusedHosts(),
+		NetworkRefused: x.eg.refusedHosts(), NetworkRefusals: x.eg.refusals(),
 	}
 	if res.Duration == 0 {
 		res.Duration = time.Since(x.start)

@@ -51,6 +51,10 @@ func (s *Sandbox) scrubResult(res *Result) {
 	res.Committed = s.scrubAll(res.Committed)
 	res.RunsOnHost = s.scrubAll(res.RunsOnHost)
 	res.NetworkRefused = s.scrubAll(res.NetworkRefused)
+	for i := range res.NetworkRefusals {
+		res.NetworkRefusals[i].Destination = r(res.NetworkRefusals[i].Destination)
+		res.NetworkRefusals[i].Reason = r(res.NetworkRefusals[i].Reason)
+	}
 	res.Changed = s.scrubAll(res.Changed)
 	res.Deleted = s.scrubAll(res.Deleted)
 	for i := range res.Refused {

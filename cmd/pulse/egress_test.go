@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,5 +75,60 @@ func TestDoctorAttackOnNamespace(t *testing.T) {
 		if r.Skipped != "" && testenv.Required(testenv.Namespace) {
 			t.Errorf("%s skipped: %s", r.Name, r.Skipped)
 		}
+	}
+}
+
+// TestExecNamesTheRealReasonOfACutTunnel: the proxy cuts a tunnel to an
+// allowed host when a request inside it names another host. The summary
+// must not list that allowed host as "not in the allowlist" with an
+// --allow-host hint; it says the connection was cut, and why, as the
+// audit log has it.
+func TestExecNamesTheRealReasonOfACutTunnel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello "+r.Host) }))
+	defer srv.Close()
+	allowed := srv.Listener.Addr().String()
+	script := `exec 3<>/dev/tcp/127.0.0.1/3128; printf "CONNECT ` + allowed + ` HTTP/1.1\r\nHost: ` + allowed +
+		`\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n" >&3; cat <&3`
+	ws := t.TempDir()
+	code, stdout, stderr := runCLI(t, "exec", "--workspace", ws, "--backend", "namespace",
+		"--allow-host", allowed, "--", "bash", "-c", script)
+	if code == exitSandbox && strings.Contains(stderr, "namespace:") {
+		testenv.Missing(t, testenv.Namespace, "namespace backend unavailable here: "+stderr)
+	}
+	if code != 0 || strings.Contains(stdout, "hello evil.test") {
+		t.Fatalf("exit %d, stdout %q: %s", code, stdout, stderr)
+	}
+	audit, err := os.ReadFile(filepath.Join(ws, ".pulse", "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := ""
+	for _, line := range strings.Split(string(audit), "\n") {
+		var e struct{ Action, Decision, Destination, Reason string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Action == "network" && e.Decision == "deny" && e.Destination == "127.0.0.1" {
+			reason = e.Reason
+		}
+	}
+	if reason == "" || !strings.Contains(reason, "evil.test") {
+		t.Fatalf("the audit log has no refusal naming evil.test:\n%s", audit)
+	}
+	if strings.Contains(stderr, "not in the allowlist") || strings.Contains(stderr, "network refused: "+allowed) {
+		t.Fatalf("the allowed host is listed as not in the allowlist:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "network cut: "+allowed) || !strings.Contains(stderr, reason) {
+		t.Fatalf("the summary does not give the audit log's reason %q:\n%s", reason, stderr)
+	}
+
+	code, stdout, _ = runCLI(t, "exec", "--workspace", ws, "--backend", "namespace", "--json",
+		"--allow-host", allowed, "--", "bash", "-c", script)
+	var res struct {
+		Refusals []struct {
+			Destination, Reason string
+			Cut                 bool
+		} `json:"network_refusals"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || code != 0 || len(res.Refusals) != 1 ||
+		res.Refusals[0].Destination != allowed || !res.Refusals[0].Cut || res.Refusals[0].Reason != reason {
+		t.Fatalf("--json: exit %d, %+v (%v)\n%s", code, res.Refusals, err, stdout)
 	}
 }

@@ -49,7 +49,7 @@ accepts that the network and the secrets on disk are open to the command
 --unsafe-host' shows what the host enforces.
 --allow-host HOST[:PORT] lets the command reach that host through the egress
 proxy (the only way out: no route, no resolver); the hosts it was refused are
-listed after it.
+listed after it, each with the reason the audit log has.
 What a command ran in stays for the next pulse exec (PULSE_KEEP_WARM: how
 long it may stay unused, default 5m; 0: nothing stays; PULSE_DOCKER_IDLE is
 its older name): on Docker the container, which the next pulse exec in this
@@ -57,7 +57,10 @@ workspace takes over; on namespace a keeper process that holds a sandbox
 init ready for the next pulse exec of this user.
 --json prints {execution_id, command, backend, exit_code, termination_reason,
 duration_ms, stdout, stderr, transaction, staged, refused, diff, metrics:
-{max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused, error}.`,
+{max_rss_bytes, user_cpu_ms, system_cpu_ms}, network_refused,
+network_refusals: [{destination, reason, cut}], error}. A refusal is "cut"
+when the destination is allowed and the proxy refused what the command sent
+through it (a request in a tunnel naming another host).`,
 		run: runExec,
 	})
 }
@@ -267,10 +270,7 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 		fmt.Fprintln(w, "   stopped at the disk bound: what it wrote reached limits.disk_bytes (the default when the policy sets none);"+
 			" its writes up to there are staged, the last file perhaps cut short; raise limits.disk_bytes in the policy to allow more")
 	}
-	if len(res.NetworkRefused) > 0 {
-		fmt.Fprintf(w, "   network refused: %s (not in the allowlist; --allow-host HOST:PORT allows one; each refusal is in the audit log)\n",
-			strings.Join(res.NetworkRefused, ", "))
-	}
+	printNetworkRefusals(w, res)
 	for _, r := range res.Refused {
 		fmt.Fprintf(w, "   not staged: %s (%s)\n", r.Path, r.Reason)
 	}
@@ -316,6 +316,35 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 		fmt.Fprintln(w, "   nothing staged: the sandbox failed after the command ran (below)")
 	default:
 		fmt.Fprintln(w, "   no file changed")
+	}
+}
+
+// printNetworkRefusals tells, for each destination the egress proxy
+// refused, why, as the audit log has it. A destination the allowlist does
+// not hold gets the --allow-host hint; one it holds whose connection was
+// cut for what went through it does not, since allowing it again would
+// change nothing.
+func printNetworkRefusals(w io.Writer, res *sandbox.Result) {
+	var refused, cut []string
+	for _, r := range res.NetworkRefusals {
+		line := r.Destination + " (" + r.Reason + ")"
+		if r.Cut {
+			cut = append(cut, line)
+		} else {
+			refused = append(refused, line)
+		}
+	}
+	if len(res.NetworkRefusals) == 0 && len(res.NetworkRefused) > 0 {
+		// A result without reasons (an older server's): the hosts alone.
+		refused = res.NetworkRefused
+	}
+	if len(refused) > 0 {
+		fmt.Fprintf(w, "   network refused: %s; --allow-host HOST:PORT allows a destination; each refusal is in the audit log\n",
+			strings.Join(refused, ", "))
+	}
+	if len(cut) > 0 {
+		fmt.Fprintf(w, "   network cut: %s; the destination is allowed, what the command sent through it was not; each is in the audit log\n",
+			strings.Join(cut, ", "))
 	}
 }
 
@@ -379,6 +408,11 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string, failed error) 
 		Path   string `json:"path"`
 		Reason string `json:"reason"`
 	}
+	type netWhy struct {
+		Destination string `json:"destination"`
+		Reason      string `json:"reason"`
+		Cut         bool   `json:"cut"`
+	}
 	out := struct {
 		ExecutionID string      `json:"execution_id"`
 		Command     string      `json:"command"`
@@ -404,6 +438,7 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string, failed error) 
 		Diff        string      `json:"diff,omitempty"`
 		Metrics     execMetrics `json:"metrics"`
 		NetRefused  []string    `json:"network_refused,omitempty"`
+		NetWhy      []netWhy    `json:"network_refusals,omitempty"`
 		Error       string      `json:"error,omitempty"`
 	}{
 		ExecutionID: res.ExecutionID, Command: res.Command, Backend: res.Backend, Isolation: string(res.Isolation),
@@ -417,6 +452,9 @@ func writeExecJSON(w io.Writer, res *sandbox.Result, diff string, failed error) 
 	}
 	for _, r := range res.Refused {
 		out.Refused = append(out.Refused, refused{r.Path, r.Reason})
+	}
+	for _, r := range res.NetworkRefusals {
+		out.NetWhy = append(out.NetWhy, netWhy{r.Destination, r.Reason, r.Cut})
 	}
 	if res.CommitErr != nil {
 		out.CommitError = res.CommitErr.Error()
