@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
@@ -188,5 +191,71 @@ func TestKernelVersion(t *testing.T) {
 		if ok != c.ok || ok && (major != c.major || minor != c.minor) {
 			t.Errorf("kernelVersion(%q) = %d, %d, %v", c.in, major, minor, ok)
 		}
+	}
+}
+
+// scratchFDs counts this process's descriptors on a tmpfs of exactly
+// size bytes: a command's scratch, held open.
+func scratchFDs(t *testing.T, size int64) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Statfs_t
+		if unix.Fstatfs(fd, &st) == nil && st.Type == unix.TMPFS_MAGIC && int64(st.Blocks)*st.Bsize == size {
+			n++
+		}
+	}
+	return n
+}
+
+// TestScratchIsFreed: a command's scratch is held only until its overlay
+// is read, or, with files handed by path (StreamFiles), until the
+// overlay is released; then its memory is free.
+func TestScratchIsFreed(t *testing.T) {
+	const size = 3<<20 + 7*4096 // a size no other tmpfs here has
+	b := newBackend(t)
+	if !b.scratch {
+		t.Skip("this kernel's tmpfs cannot be the upper layer (before Linux 6.6)")
+	}
+	req := func(stream bool) *backend.Request {
+		return &backend.Request{Workspace: t.TempDir(), Shell: "head -c 2M /dev/zero > big; echo s > small", StreamFiles: stream,
+			Limits: policy.ResourceLimits{DiskBytes: size}}
+	}
+	res, _, _ := runCmd(t, b, req(false))
+	if len(res.Overlay.Files) != 2 {
+		t.Fatalf("overlay %+v", res.Overlay)
+	}
+	if n := scratchFDs(t, size); n != 0 {
+		t.Fatalf("%d descriptors of the scratch left open after the overlay was read", n)
+	}
+	res, _, _ = runCmd(t, b, req(true))
+	var src string
+	for _, f := range res.Overlay.Files {
+		if f.Path == "big" {
+			src = f.Source
+		}
+	}
+	if src == "" {
+		t.Fatalf("the 2 MiB file was not handed by path: %+v", res.Overlay)
+	}
+	if n := scratchFDs(t, size); n != 1 {
+		t.Fatalf("%d descriptors of the scratch open while its files are handed by path, want 1", n)
+	}
+	if data, err := os.ReadFile(src); err != nil || len(data) != 2<<20 {
+		t.Fatalf("reading the kept file: %d bytes, %v", len(data), err)
+	}
+	if err := res.Overlay.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if n := scratchFDs(t, size); n != 0 {
+		t.Fatalf("%d descriptors of the scratch left open after Release", n)
 	}
 }
