@@ -52,7 +52,7 @@ const FileVersion = 1
 //	  pids: 256
 //	  output_bytes: 4MiB
 //	  file_size_bytes: 50MiB
-//	  disk_bytes: 8GiB        # what a running command may write in all
+//	  disk_bytes: 2GiB        # what a running command may write in all
 //
 // A network section in mode allowlist or allow-all allows the network
 // action by itself; beside a defaults.network or a network rule that is

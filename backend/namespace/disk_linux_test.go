@@ -111,6 +111,11 @@ func TestDiskDefaultIsBounded(t *testing.T) {
 	if n := scratchBytes(policy.ResourceLimits{DiskBytes: 3 << 30}); n != 3<<30 {
 		t.Fatalf("scratch for disk_bytes 3GiB: %d", n)
 	}
+	// No more than the backend reads back: past it every write would be
+	// lost.
+	if n := scratchBytes(policy.ResourceLimits{DiskBytes: 64 << 30}); n != maxOverlayTotal {
+		t.Fatalf("scratch for disk_bytes 64GiB: %d, want %d", n, maxOverlayTotal)
+	}
 	// What the command sees: the workspace's filesystem has the bound's
 	// size.
 	b := newBackend(t)

@@ -41,13 +41,16 @@ const scratchInodeBytes = 16 << 10
 const scratchPoll = 100 * time.Millisecond
 
 // scratchBytes is the bound on what a command under lim writes: the
-// policy's, or the default, policy.DiskDefault of the memory available.
+// policy's, or the default, policy.DiskDefault of the memory available;
+// never more than maxOverlayTotal, the most the backend reads back (a
+// command stopped there keeps its writes; one let past it would lose
+// them all, ErrOverlayTooLarge).
 func scratchBytes(lim policy.ResourceLimits) int64 {
 	n := lim.DiskBytes
 	if n <= 0 {
 		n = policy.DiskDefault(memAvailable())
 	}
-	return max(n, 4096) // tmpfs reads 0 as "no limit"
+	return min(max(n, 4096), maxOverlayTotal) // tmpfs reads 0 as "no limit"
 }
 
 // scratchInodes is the inode bound of a scratch of n bytes.
