@@ -147,8 +147,16 @@ func TestExecOnTerminalHoldsBackEscapes(t *testing.T) {
 		t.Fatalf("--raw did not send the output as it is: %d\n%q", code, out)
 	}
 
-	code, stdout, _ := runCLI(t, args()...)
-	if code != exitOK || !strings.Contains(stdout, "before\x1b]52;c;ZXZpbA==\a\x1b]11;rgb:ffff/ffff/ffff\x1b\\\n") {
-		t.Fatalf("a pipe did not get the bytes as written: %d\n%q", code, stdout)
+	// A file (an *os.File that is no terminal) gets the bytes as written.
+	f, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: f, stderr: io.Discard, getenv: func(string) string { return "" }, prog: "pulse"}
+	code = run(context.Background(), env, args())
+	written, _ := os.ReadFile(f.Name())
+	if code != exitOK || !strings.Contains(string(written), "before\x1b]52;c;ZXZpbA==\a\x1b]11;rgb:ffff/ffff/ffff\x1b\\\n") {
+		t.Fatalf("a file did not get the bytes as written: %d\n%q", code, written)
 	}
 }
