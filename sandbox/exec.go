@@ -197,6 +197,11 @@ func (s *Sandbox) execute(ctx context.Context, cmd Command) (*Result, error) {
 	if err := x.prepare(ctx); err != nil {
 		return x.cancelled(ctx)(x.fail(ctx, err))
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended while the command was being set up: a backend would
+		// start it only to kill it, with whatever it did meanwhile.
+		return x.cancelled(ctx)(x.fail(ctx, err))
+	}
 	x.launching(ctx)
 	br, err := s.backend.Exec(ctx, x.req)
 	return x.cancelled(ctx)(x.finish(ctx, br, err))
