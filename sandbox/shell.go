@@ -51,6 +51,43 @@ func (s *Sandbox) NewShell() *Shell {
 	return &Shell{sb: s, env: map[string]string{}, unset: map[string]bool{}}
 }
 
+// ShellState is what a Shell keeps between commands, to carry a session
+// from one process to the next (`pulse exec --session`).
+type ShellState struct {
+	// Dir is relative to the workspace ("" its root), or an absolute
+	// path inside the sandbox.
+	Dir   string            `json:"dir"`
+	Env   map[string]string `json:"env,omitempty"`
+	Unset []string          `json:"unset,omitempty"`
+}
+
+// State is the session's state now.
+func (sh *Shell) State() ShellState {
+	set, unset := sh.Env()
+	return ShellState{Dir: sh.Dir(), Env: set, Unset: unset}
+}
+
+// ResumeShell continues a session from its State. A variable name that
+// is not a shell identifier is refused (ErrInvalidCommand): it could not
+// have come from a session.
+func (s *Sandbox) ResumeShell(st ShellState) (*Shell, error) {
+	sh := s.NewShell()
+	sh.dir = st.Dir
+	for k, v := range st.Env {
+		if !shellName.MatchString(k) {
+			return nil, fmt.Errorf("%w: shell state: variable name %q", ErrInvalidCommand, k)
+		}
+		sh.env[k] = v
+	}
+	for _, k := range st.Unset {
+		if !shellName.MatchString(k) {
+			return nil, fmt.Errorf("%w: shell state: variable name %q", ErrInvalidCommand, k)
+		}
+		sh.unset[k] = true
+	}
+	return sh, nil
+}
+
 // Dir is the session's working directory: relative to the workspace
 // ("" is its root), or an absolute path inside the sandbox when a
 // command went outside the workspace.

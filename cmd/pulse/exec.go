@@ -80,6 +80,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	var envVars stringList
 	fs.Var(&envVars, "env", "`K=V` added to the command's environment (repeatable)")
 	cwd := fs.String("cwd", "", "working directory of the command, relative to the workspace (default: its root)")
+	session := fs.String("session", "", "run in the shell session `NAME` of this workspace: start in the directory and with the exported variables its last command left, and keep what this one leaves (each command is still its own transaction)")
 	var allowHosts stringList
 	fs.Var(&allowHosts, "allow-host", "let the command reach `HOST[:PORT]` (or *.domain, IP, CIDR[:PORT]; no port means 80 and 443) through the egress proxy, even under a policy that denies the network (repeatable)")
 	if code, done := parseFlags(env, fs, args); done {
@@ -88,6 +89,14 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	argv := fs.Args()
 	if len(argv) == 0 {
 		return usageError(env, fs, "no command given")
+	}
+	if *session != "" {
+		if err := checkSessionName(*session); err != nil {
+			return usageError(env, fs, err.Error())
+		}
+		if *cwd != "" {
+			return usageError(env, fs, "--session keeps its own directory; cd in the command instead of --cwd")
+		}
 	}
 	cmdEnv := map[string]string{}
 	for _, kv := range envVars {
@@ -168,7 +177,12 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		l := policy.ResourceLimits{Timeout: *timeout}
 		cmd.Limits = &l
 	}
-	res, err := sb.Execute(ctx, cmd)
+	var res *sandbox.Result
+	if *session != "" {
+		res, err = runInSession(ctx, sb, *session, cmd) // session.go
+	} else {
+		res, err = sb.Execute(ctx, cmd)
+	}
 	for _, f := range []*termFilter{outFilter, errFilter} {
 		if f != nil {
 			f.Close()
