@@ -55,6 +55,13 @@ func TestUnsafeHostEnforcesOrRefuses(t *testing.T) {
 			defer sb.Close()
 			_, err = sb.Execute(context.Background(), Command{Shell: "echo ran > ran.txt"})
 			_, statErr := os.Stat(filepath.Join(ws, "ran.txt"))
+			var startErr error
+			if c.refused != nil {
+				var p *Process
+				if p, startErr = sb.Start(context.Background(), Command{Shell: "true"}); p != nil {
+					p.Kill()
+				}
+			}
 			evs := verifyAudit(t, sb)
 			if c.refused == nil {
 				if err != nil || statErr != nil {
@@ -81,6 +88,10 @@ func TestUnsafeHostEnforcesOrRefuses(t *testing.T) {
 			}
 			if statErr == nil {
 				t.Fatal("the refused command ran")
+			}
+			// A background process is held to the same rules.
+			if !errors.Is(startErr, ErrHostCannotEnforce) {
+				t.Fatalf("Start: err = %v, want ErrHostCannotEnforce", startErr)
 			}
 			if !hasEvent(evs, func(e audit.Event) bool { return e.Decision == "deny" && e.Reason == "unsupported_policy" }) {
 				t.Fatal("the refusal is not audited")
