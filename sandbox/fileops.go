@@ -139,11 +139,9 @@ func (s *Sandbox) copyOps(ctx context.Context, n *node, to string, ops *[]cowfs.
 		*ops = append(*ops, cowfs.SymlinkOp(n.target, to))
 		return nil
 	case cowfs.KindWrite:
-		data, err := n.read()
-		if err != nil {
-			return fmt.Errorf("sandbox: rename: reading %s: %w", n.rel, err)
-		}
-		*ops = append(*ops, cowfs.WriteOp(to, data, n.mode))
+		// Streamed: a moved tree is staged in bounded memory, each file
+		// read when its turn comes (fileOp scans it first).
+		*ops = append(*ops, cowfs.StreamOp(to, n.open, n.mode))
 		return nil
 	}
 	*ops = append(*ops, cowfs.MkdirOp(to, n.mode))
@@ -169,7 +167,7 @@ type node struct {
 	kind   cowfs.ChangeKind // KindWrite (a file), KindMkdir, KindSymlink
 	mode   os.FileMode
 	target string
-	read   func() ([]byte, error)
+	open   func() (io.ReadCloser, error) // a file's bytes
 	// workspace: found in the committed workspace, which the stack
 	// leaves as it is.
 	workspace bool
@@ -217,20 +215,7 @@ func (s *Sandbox) viewNode(ctx context.Context, p string) (*node, error) {
 			}
 			n := &node{rel: rel, kind: e.Kind, mode: e.Mode.Perm(), target: e.Target}
 			if e.Kind == cowfs.KindWrite {
-				n.read = func() ([]byte, error) {
-					r, err := e.Open()
-					if err != nil {
-						return nil, err
-					}
-					defer r.Close()
-					limit := s.guard.MaxFileSize()
-					b, err := io.ReadAll(io.LimitReader(r, limit+1))
-					if err == nil && int64(len(b)) > limit {
-						// Never a truncated copy: the move is refused.
-						err = fmt.Errorf("%w: %s is larger than %d bytes", pathguard.ErrTooLarge, rel, limit)
-					}
-					return b, err
-				}
+				n.open = e.Open
 			}
 			return n, nil
 		}
@@ -263,7 +248,7 @@ func (s *Sandbox) viewNode(ctx context.Context, p string) (*node, error) {
 		n.kind = cowfs.KindWrite
 		// Read through pathguard: regular files only, no link followed,
 		// the size limit.
-		n.read = func() ([]byte, error) { return s.guard.ReadFile(rel) }
+		n.open = func() (io.ReadCloser, error) { return s.guard.Open(rel) }
 	default:
 		return nil, fmt.Errorf("%w: %s is not a regular file, directory or symlink", ErrInvalidCommand, rel)
 	}
@@ -377,12 +362,53 @@ func (s *Sandbox) fileOp(ctx context.Context, op *cowfs.Op) error {
 			Detail: "staged name, content or link target contains a configured secret"})
 		return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(rel))
 	}
-	if limit := s.o.limits.FileSizeBytes; limit > 0 && int64(len(op.Data)) > limit {
-		le := &policy.LimitError{Field: policy.LimitFileSizeBytes, Asked: strconv.Itoa(len(op.Data)), Allowed: strconv.FormatInt(limit, 10)}
+	size := int64(len(op.Data))
+	if op.Open != nil {
+		var hit bool
+		var err error
+		if size, hit, err = s.scanStream(op.Open); err != nil {
+			s.record(ctx, audit.Event{Action: "write", Target: rel, Decision: "deny", Detail: "reading: " + err.Error()})
+			return fmt.Errorf("sandbox: %s: %w", rel, err)
+		}
+		if hit {
+			s.record(ctx, audit.Event{Action: "write", Target: rel, Decision: "deny", Detail: "staged content contains a configured secret"})
+			return fmt.Errorf("%w: %s", ErrSecretInContent, s.scrubber.Redact(rel))
+		}
+	}
+	if limit := s.o.limits.FileSizeBytes; limit > 0 && size > limit {
+		le := &policy.LimitError{Field: policy.LimitFileSizeBytes, Asked: strconv.FormatInt(size, 10), Allowed: strconv.FormatInt(limit, 10)}
 		s.record(ctx, audit.Event{Action: "write", Target: rel, Decision: "deny", Reason: "limit_exceeded", Detail: le.Error()})
 		return fmt.Errorf("sandbox: %s: %w", rel, le)
 	}
 	return s.checkSideEffects(ctx, *op)
+}
+
+// scanStream reads what open gives once, through, and returns its size
+// and whether it holds a configured secret.
+func (s *Sandbox) scanStream(open func() (io.ReadCloser, error)) (int64, bool, error) {
+	r, err := open()
+	if err != nil {
+		return 0, false, err
+	}
+	defer r.Close()
+	c := &countingReader{r: r}
+	hit, err := s.scrubber.ContainsReader(c)
+	if err == nil && !hit {
+		// ContainsReader may stop early; the size is the whole file's.
+		_, err = io.Copy(io.Discard, c)
+	}
+	return c.n, hit, err
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // describePaths names a batch's paths in its description, the first few.

@@ -40,6 +40,9 @@ func filesAPIChanges(t *testing.T, open func(*testing.T, string, ...Option) *San
 		"locked/x": "x\n", "private/key": "k\n"} {
 		writeFile(t, ws, name, data)
 	}
+	const secret = "sekret-value-123456"
+	writeFile(t, ws, "creds.txt", "t="+secret+"\n")
+	writeFile(t, ws, "big.bin", string(make([]byte, 2<<10)))
 	if err := os.Symlink(outside, filepath.Join(ws, "out")); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +53,6 @@ func filesAPIChanges(t *testing.T, open func(*testing.T, string, ...Option) *San
 		{Action: policy.Read, Target: "private", Decision: policy.Deny},
 		{Action: policy.Read, Target: "private/**", Decision: policy.Deny},
 	}, pol.Rules...)
-	const secret = "sekret-value-123456"
 	sb := open(t, ws, WithPolicy(pol), WithLimits(policy.ResourceLimits{FileSizeBytes: 1 << 10}),
 		WithSecrets([]secrets.Secret{{Name: "TOKEN", Value: secret}}))
 	ctx := context.Background()
@@ -185,6 +187,8 @@ func filesAPIChanges(t *testing.T, open func(*testing.T, string, ...Option) *San
 		{"moved", "moved/inner", ErrInvalidCommand},
 		{"src/c.go", "../c.go", ErrInvalidCommand},
 		{"nope", "x", fs.ErrNotExist},
+		{"creds.txt", "creds2.txt", ErrSecretInContent}, // read as staged: the secret is refused
+		{"big.bin", "big2.bin", ErrLimitExceeded},       // over file_size_bytes
 	} {
 		if _, err := sb.Rename(ctx, tc.from, tc.to); !errors.Is(err, tc.want) {
 			t.Errorf("Rename(%s, %s) = %v, want %v", tc.from, tc.to, err, tc.want)
