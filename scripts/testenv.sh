@@ -168,3 +168,26 @@ if ! command -v python3 >/dev/null 2>&1; then
 		say "python3 is missing and this is not root; the agent-loop battery will fail"
 	fi
 fi
+
+# The Postgres store's tests start a throwaway cluster of their own with
+# initdb and pg_ctl from Debian's postgresql (internal/testenv
+# StartPostgres: a private Unix socket, no port, removed afterwards); they
+# need only the programs. As root, the package is installed when missing.
+# The cluster the package may create and start is not used and is
+# stopped, so no server of it stays running. Without the programs the
+# tests skip (in CI, PULSE_REQUIRE_POSTGRES=1, they fail).
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		say "installing postgresql from apt (the Postgres store's tests start a cluster of their own)"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq postgresql >/dev/null
+		if command -v pg_lsclusters >/dev/null 2>&1; then
+			pg_lsclusters --no-header 2>/dev/null | while read -r ver name _; do
+				pg_ctlcluster "$ver" "$name" stop 2>/dev/null || true
+			done
+		fi
+	else
+		say "postgresql is missing and this is not root; the Postgres store's tests will skip"
+	fi
+fi

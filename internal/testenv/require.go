@@ -34,6 +34,10 @@ const (
 	Chromium Capability = "chromium"
 	// Node: node, with the npm packages the tests drive installed.
 	Node Capability = "node"
+	// Postgres: PostgreSQL's server programs (initdb, pg_ctl, createdb;
+	// Debian: postgresql, which scripts/testenv.sh installs), run by
+	// StartPostgres.
+	Postgres Capability = "postgres"
 )
 
 // EnvPrefix starts the variable that makes a capability required.

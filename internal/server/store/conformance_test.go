@@ -15,8 +15,10 @@ import (
 // impl is one implementation of Interface under the conformance suite.
 type impl struct {
 	name string
-	// location returns a new, empty database for OpenDatabase.
-	location func(t *testing.T) string
+	// start prepares the implementation for the tests under t (ending
+	// them, skipped or failed, when it cannot run here) and returns what
+	// makes a new, empty database for OpenDatabase.
+	start func(t *testing.T) (location func(t *testing.T) string)
 	// bumpSchema marks the database at location as written by a newer
 	// version.
 	bumpSchema func(t *testing.T, location string)
@@ -41,8 +43,10 @@ func (d db) open(opts ...Option) Interface {
 
 func sqliteImpl() impl {
 	return impl{
-		name:     "sqlite",
-		location: func(t *testing.T) string { return filepath.Join(t.TempDir(), "db.sqlite3") },
+		name: "sqlite",
+		start: func(*testing.T) func(t *testing.T) string {
+			return func(t *testing.T) string { return filepath.Join(t.TempDir(), "db.sqlite3") }
+		},
 		bumpSchema: func(t *testing.T, location string) {
 			s := open(t, location)
 			if _, err := s.db.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion()+1)); err != nil {
@@ -56,11 +60,12 @@ func sqliteImpl() impl {
 // TestConformance runs every case of conformanceCases on every
 // implementation, each case on a database of its own.
 func TestConformance(t *testing.T) {
-	for _, im := range implementations(t) {
+	for _, im := range implementations() {
 		t.Run(im.name, func(t *testing.T) {
+			location := im.start(t)
 			for _, c := range conformanceCases {
 				t.Run(c.name, func(t *testing.T) {
-					c.run(t, im, db{t: t, location: im.location(t)})
+					c.run(t, im, db{t: t, location: location(t)})
 				})
 			}
 		})
@@ -148,10 +153,12 @@ var conformanceCases = []struct {
 				t.Fatal(err)
 			}
 		}
-		// A re-sent seq with other bytes does not replace the first.
+		// A re-sent seq with other bytes does not replace the first, in
+		// a later batch or in the same one.
 		if err := s.AppendEvents(ctx, []Event{
 			{ExecutionID: "e", Seq: 1, Stream: "stdout", Data: []byte("changed")},
 			{ExecutionID: "e", Seq: 3, Stream: "stdout", Data: nil},
+			{ExecutionID: "e", Seq: 3, Stream: "stderr", Data: []byte("second")},
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,19 @@
-// Package store is pulse-server's durable execution store: one SQLite
-// database (pure Go driver, WAL mode) holding every execution's record and
-// the stream events it produced.
+// Package store is pulse-server's durable execution store: every
+// execution's record and the stream events it produced, behind Interface,
+// in one of two databases:
+//
+//   - Store, SQLite (pure Go driver, WAL mode): the embedded default, one
+//     server, nothing to run.
+//   - Postgres (pgx): several pulse-server replicas share one database;
+//     records and events are rows, so any replica can answer for and
+//     replay an execution another one ran. Selected by a postgres:// URL
+//     (OpenDatabase); MoveSQLiteToPostgres copies a SQLite database in.
 //
 // What it promises:
-//   - Schema changes are versioned migrations keyed on PRAGMA user_version,
-//     applied in one transaction each, so an interrupted upgrade leaves the
+//   - Schema changes are versioned migrations keyed on PRAGMA user_version
+//     (Postgres: the table pulse_schema, under an advisory lock so that
+//     replicas starting at once migrate once), applied in one transaction
+//     each, so an interrupted upgrade leaves the
 //     previous version intact. Versions 1 and 2 are the layout of the Python
 //     server this one replaces, so its database files open and upgrade in
 //     place.
@@ -18,7 +27,9 @@
 //     returns them in seq order, with any an older version wrote into the
 //     stream_events table, so a replay after a restart sees the same
 //     events, once each, that a live client saw. A record cut short by a
-//     crash ends its log.
+//     crash ends its log. Postgres keeps them in its stream_events table
+//     with the same key: a re-sent (execution_id, seq) keeps its first
+//     bytes, and Events returns seq order, each seq once.
 //   - MarkRunningUnknown turns every RUNNING record of its replica
 //     (WithReplica, "" for a single server) into UNKNOWN. A new server
 //     process cannot know whether an old command finished or what it
@@ -26,7 +37,8 @@
 //     Records another replica created are left alone: it may be running
 //     them right now.
 //
-// Timestamps are stored as ISO-8601 text in UTC with microseconds and a
+// SQLite timestamps are stored as ISO-8601 text in UTC with microseconds and a
 // "+00:00" offset (Python's isoformat), so that string order is time order
-// for records written by either implementation.
+// for records written by the Python server or this one; Postgres uses
+// timestamptz at the same (microsecond) resolution.
 package store

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -45,8 +47,15 @@ type Interface interface {
 
 var _ Interface = (*Store)(nil)
 
-// OpenDatabase opens the store that location names: a path is a SQLite
-// database (Open).
+// OpenDatabase opens the store that location names: a postgres:// or
+// postgresql:// URL is a Postgres database (OpenPostgres), any other URL
+// is refused (ErrBadURL), and a path is a SQLite database (Open).
 func OpenDatabase(ctx context.Context, location string, opts ...Option) (Interface, error) {
+	if IsPostgresURL(location) {
+		return OpenPostgres(ctx, location, opts...)
+	}
+	if scheme, _, ok := strings.Cut(location, "://"); ok && !strings.ContainsAny(scheme, `/\`) {
+		return nil, fmt.Errorf("store: %q URLs are not supported; use postgres:// or a SQLite path: %w", scheme, ErrBadURL)
+	}
 	return Open(ctx, location, opts...)
 }
