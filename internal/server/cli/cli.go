@@ -72,6 +72,7 @@ type Env struct {
 type config struct {
 	host, port           string
 	workspaceRoot, db    string
+	replicaID            string
 	maxConcurrency       int
 	retentionHours       int
 	development          bool
@@ -166,6 +167,9 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Version == "" {
 		env.Version = "dev"
 	}
+	if len(args) > 0 && args[0] == "migrate-store" {
+		return migrateStore(ctx, args[1:], getenv, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("pulse-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
@@ -196,7 +200,10 @@ func Run(ctx context.Context, args []string, env Env) int {
 	fs.StringVar(&c.host, "host", envOr(getenv, "PULSE_REMOTE_HOST", "127.0.0.1"), "bind host (PULSE_REMOTE_HOST)")
 	fs.StringVar(&c.port, "port", envOr(getenv, "PULSE_REMOTE_PORT", "8080"), "bind port (PULSE_REMOTE_PORT)")
 	fs.StringVar(&c.workspaceRoot, "workspace-root", envOr(getenv, "PULSE_REMOTE_WORKSPACE_ROOT", ".pulse/remote-workspaces"), "tenant workspace root (PULSE_REMOTE_WORKSPACE_ROOT)")
-	fs.StringVar(&c.db, "database", envOr(getenv, "PULSE_REMOTE_DB", ".pulse/remote-executions.sqlite3"), "durable execution database (PULSE_REMOTE_DB)")
+	// The database's default is not shown as the flag's: a Postgres URL
+	// may hold a password, and -help must not print it.
+	fs.StringVar(&c.db, "database", "", "durable execution database: a SQLite file, or a postgres:// URL that several replicas share (default PULSE_REMOTE_DB, or the file PULSE_REMOTE_DB_FILE names, else "+defaultDB+"); pulse-server migrate-store copies a SQLite database into Postgres")
+	fs.StringVar(&c.replicaID, "replica-id", getenv("PULSE_REPLICA_ID"), "this server's name among replicas sharing a Postgres database; it quarantines only its own interrupted executions at start (PULSE_REPLICA_ID; default: the host name with Postgres, none with SQLite)")
 	fs.IntVar(&c.maxConcurrency, "max-concurrency", maxConc, "maximum active executions, 1-128 (PULSE_REMOTE_MAX_CONCURRENCY)")
 	fs.IntVar(&c.retentionHours, "retention-hours", retention, "retention of terminal execution records, 1-8760 hours (PULSE_REMOTE_RETENTION_HOURS)")
 	fs.BoolVar(&c.development, "development", false, "allow short development tokens and relative paths; loopback only")
@@ -234,6 +241,19 @@ func Run(ctx context.Context, args []string, env Env) int {
 			problems = append(problems, err.Error())
 		}
 	}
+	if c.db == "" {
+		if c.db, err = secretEnv(getenv, "PULSE_REMOTE_DB"); err != nil {
+			problems = append(problems, err.Error())
+		}
+		if c.db == "" {
+			c.db = defaultDB
+		}
+	}
+	if c.replicaID == "" && store.IsPostgresURL(c.db) {
+		if c.replicaID, err = os.Hostname(); err != nil || c.replicaID == "" {
+			problems = append(problems, "--replica-id is needed with a Postgres database: the host name is unknown")
+		}
+	}
 	c.tlsCert, c.tlsKey, c.tca = getenv("PULSE_TLS_CERT"), getenv("PULSE_TLS_KEY"), getenv("PULSE_TLS_CA")
 	if c.clientTokens, err = secretEnv(getenv, "PULSE_REMOTE_TOKEN"); err != nil {
 		problems = append(problems, err.Error())
@@ -256,6 +276,9 @@ func Run(ctx context.Context, args []string, env Env) int {
 	}
 	return ExitOK
 }
+
+// defaultDB is the SQLite database of a server given none.
+const defaultDB = ".pulse/remote-executions.sqlite3"
 
 // localTryHint ends every start-up refusal: the shortest way to see the
 // server run at all.
@@ -294,8 +317,12 @@ func (c *config) check() []string {
 			}
 		}
 	}
-	if !c.development && (!filepath.IsAbs(c.workspaceRoot) || !filepath.IsAbs(c.db)) {
+	isURL := store.IsPostgresURL(c.db)
+	if !c.development && (!filepath.IsAbs(c.workspaceRoot) || !isURL && !filepath.IsAbs(c.db)) {
 		add("production remote paths must be absolute; set PULSE_REMOTE_WORKSPACE_ROOT and PULSE_REMOTE_DB")
+	}
+	if scheme, _, ok := strings.Cut(c.db, "://"); ok && !isURL && !strings.ContainsAny(scheme, `/\`) {
+		add(fmt.Sprintf("--database: %q URLs are not supported; give a SQLite path or a postgres:// URL", scheme))
 	}
 	fileOK := func(v string) bool {
 		info, err := os.Stat(v)
@@ -425,11 +452,12 @@ func serve(ctx context.Context, c *config, log *slog.Logger, env Env) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, c.db)
+	st, err := store.OpenDatabase(ctx, c.db, store.WithReplica(c.replicaID))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	log.Info("execution store open", "database", store.Redact(c.db), "replica", c.replicaID)
 
 	var exec server.Executor
 	var workers *relay.Relay
@@ -561,4 +589,66 @@ func serve(ctx context.Context, c *config, log *slog.Logger, env Env) error {
 		return serveErr
 	}
 	return nil
+}
+
+// migrateStore is `pulse-server migrate-store --from FILE --to URL`: it
+// copies a SQLite database's records and events into Postgres, for a
+// server that grows into several replicas. It can run again after an
+// interruption; what was copied is skipped.
+func migrateStore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pulse-server migrate-store", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", "", "the SQLite database to copy; stop every server using it first")
+	to := fs.String("to", "", "the postgres:// URL to copy into (default PULSE_REMOTE_DB, or the file PULSE_REMOTE_DB_FILE names, when it is one)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	var problems []string
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Sprintf("unexpected arguments %q", fs.Args()))
+	}
+	if *to == "" {
+		v, err := secretEnv(getenv, "PULSE_REMOTE_DB")
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		if store.IsPostgresURL(v) {
+			*to = v
+		}
+	}
+	if !store.IsPostgresURL(*to) {
+		problems = append(problems, "--to must be a postgres:// URL (or PULSE_REMOTE_DB one)")
+	}
+	// Opening a missing SQLite file would create an empty one and move
+	// nothing, silently.
+	if info, err := os.Stat(*from); *from == "" || err != nil || !info.Mode().IsRegular() {
+		problems = append(problems, "--from must name an existing SQLite database file")
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "pulse-server migrate-store: %s\n", strings.Join(problems, "; "))
+		return ExitUsage
+	}
+	src, err := store.Open(ctx, *from)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-server migrate-store: %v\n", err)
+		return ExitFailure
+	}
+	defer src.Close()
+	dst, err := store.OpenPostgres(ctx, *to)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-server migrate-store: %v\n", err)
+		return ExitFailure
+	}
+	defer dst.Close()
+	st, err := store.MoveSQLiteToPostgres(ctx, dst, src)
+	if err != nil {
+		fmt.Fprintf(stderr, "pulse-server migrate-store: %v (run it again to go on: what was copied is skipped)\n", err)
+		return ExitFailure
+	}
+	fmt.Fprintf(stdout, "moved %d executions with %d events from %s to %s (%d were there already; %d interrupted ones arrive UNKNOWN)\n",
+		st.Executions, st.Events, *from, store.Redact(*to), st.Skipped, st.Quarantined)
+	return ExitOK
 }

@@ -122,17 +122,18 @@ type started struct {
 	api, workers string
 	code         chan int
 	cancel       context.CancelFunc
+	stderr       *lockedBuffer // the server's log
 }
 
 func start(t *testing.T, args []string, vars map[string]string) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &started{code: make(chan int, 1), cancel: cancel}
+	s := &started{code: make(chan int, 1), cancel: cancel, stderr: &lockedBuffer{}}
 	ready := make(chan struct{})
 	var once sync.Once
-	var stderr lockedBuffer
+	stderr := s.stderr
 	go func() {
-		s.code <- run(ctx, args, env(vars), &bytes.Buffer{}, &stderr, func(api, workers string) {
+		s.code <- run(ctx, args, env(vars), &bytes.Buffer{}, stderr, func(api, workers string) {
 			s.api, s.workers = api, workers
 			once.Do(func() { close(ready) })
 		})

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
+)
+
+// frame is one server frame, decoded loosely.
+type frame struct {
+	Type    string         `json:"type"`
+	Payload map[string]any `json:"payload"`
+}
+
+// exchange sends one message on a new connection and returns the frames
+// up to the first for which last is true.
+func exchange(t *testing.T, api, token string, msg map[string]any, last func(frame) bool) []frame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+api, &websocket.DialOptions{HTTPHeader: map[string][]string{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatalf("dial %s: %v", api, err)
+	}
+	defer c.CloseNow()
+	b, _ := json.Marshal(msg)
+	if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+	var out []frame
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %+v: %v", out, err)
+		}
+		var f frame
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
+		if f.Type == "error" {
+			t.Fatalf("error frame: %s", data)
+		}
+		if last(f) {
+			return out
+		}
+	}
+}
+
+func statusOf(t *testing.T, api, id string) string {
+	t.Helper()
+	fs := exchange(t, api, "dev-token", map[string]any{"action": "status", "payload": map[string]any{"execution_id": id}},
+		func(f frame) bool { return f.Type == "response" })
+	s, _ := fs[len(fs)-1].Payload["status"].(string)
+	return s
+}
+
+// A server's SQLite database moves into Postgres with migrate-store; two
+// replicas then share it: either replays what the other (or the old
+// server) ran, and one restarting leaves the other's running execution
+// alone. The URL's password appears in no output.
+func TestMigrateStoreThenReplicasShareIt(t *testing.T) {
+	cluster := testenv.StartPostgres(t)
+	const password = "pw-s3cret-4417"
+	url := strings.Replace(cluster.NewDatabase(t), "postgres@", "postgres:"+password+"@", 1)
+	dir := t.TempDir()
+	sqlite := filepath.Join(dir, "db.sqlite3")
+	vars := map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"}
+	serverArgs := func(db ...string) []string {
+		return append([]string{"--development", "--backend", "host", "--unsafe-host", "--port", "0",
+			"--workspace-root", filepath.Join(dir, "ws")}, db...)
+	}
+
+	one := start(t, serverArgs("--database", sqlite), vars)
+	if out := roundTrip(t, "ws://"+one.api, "dev-token", nil); out != "from-main\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	one.cancel()
+	if code := <-one.code; code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	one.code <- ExitOK // for the cleanup
+
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"migrate-store", "--from", sqlite, "--to", url}, env(nil), &stdout, &stderr, nil); code != ExitOK {
+		t.Fatalf("migrate-store exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "moved 1 executions with ") || strings.Contains(stdout.String()+stderr.String(), password) {
+		t.Fatalf("migrate-store said %q %q", stdout.String(), stderr.String())
+	}
+	// Run again (as after an interruption): nothing is copied twice.
+	stdout.Reset()
+	if code := run(context.Background(), []string{"migrate-store", "--from", sqlite, "--to", url}, env(nil), &stdout, &stderr, nil); code != ExitOK ||
+		!strings.Contains(stdout.String(), "moved 0 executions with 0 events") || !strings.Contains(stdout.String(), "1 were there already") {
+		t.Fatalf("second migrate-store: %d %q %q", code, stdout.String(), stderr.String())
+	}
+
+	// Replica a reads the URL from a file, replica b from the
+	// environment.
+	urlFile := filepath.Join(dir, "db-url")
+	if err := os.WriteFile(urlFile, []byte(url+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, serverArgs("--replica-id", "a"), map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_REMOTE_DB_FILE": urlFile})
+	startB := func() *started {
+		return start(t, serverArgs(), map[string]string{"PULSE_REMOTE_TOKEN": "dev-token", "PULSE_REMOTE_DB": url, "PULSE_REPLICA_ID": "b"})
+	}
+	b := startB()
+
+	// What the SQLite server ran replays through a replica that never
+	// saw it.
+	replay := exchange(t, b.api, "dev-token", map[string]any{"action": "attach", "payload": map[string]any{"execution_id": "cli-1"}},
+		func(f frame) bool { return f.Type == "result" })
+	var got string
+	for _, f := range replay {
+		if f.Type == "stream" {
+			d, _ := f.Payload["data"].(string)
+			got += d
+		}
+	}
+	if got != "from-main\n" {
+		t.Fatalf("replayed %q, frames %+v", got, replay)
+	}
+
+	// a runs something long; b restarts and must not quarantine it.
+	exchange(t, a.api, "dev-token", map[string]any{"action": "submit", "payload": map[string]any{
+		"execution_id": "long-1", "command": "sleep 60", "request_id": "s1"}},
+		func(f frame) bool { return f.Type == "response" })
+	if st := statusOf(t, b.api, "long-1"); st != "RUNNING" {
+		t.Fatalf("long-1 is %s on b", st)
+	}
+	b.cancel()
+	if code := <-b.code; code != ExitOK {
+		t.Fatalf("b exit %d", code)
+	}
+	b.code <- ExitOK
+	b = startB()
+	if st := statusOf(t, b.api, "long-1"); st != "RUNNING" {
+		t.Fatalf("after b restarted, a's running execution is %s", st)
+	}
+	exchange(t, a.api, "dev-token", map[string]any{"action": "cancel", "payload": map[string]any{"execution_id": "long-1", "request_id": "c1"}},
+		func(f frame) bool { return f.Type == "response" })
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if st := statusOf(t, b.api, "long-1"); st == "RUNNING" {
+			return errors.New("still RUNNING")
+		}
+		return nil
+	})
+	for name, s := range map[string]*started{"a": a, "b": b} {
+		log := s.stderr.String()
+		if strings.Contains(log, password) {
+			t.Fatalf("replica %s logged the database password:\n%s", name, log)
+		}
+		if !strings.Contains(log, `"replica":"`+name+`"`) {
+			t.Fatalf("replica %s's log does not name it:\n%s", name, log)
+		}
+	}
+}
