@@ -51,13 +51,13 @@ func (s *Sandbox) commandLimits(ctx context.Context, execID, cmdStr string, aske
 	if asked.DiskBytes == 0 {
 		l.DiskBytes = limits.DiskBytes
 	}
-	if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs) {
+	if s.wholeLimits && (l.MemoryBytes != limits.MemoryBytes || l.Pids != limits.Pids || l.CPUs != limits.CPUs || l.DiskBytes != limits.DiskBytes) {
 		// Quietly running under the container's higher limits would
 		// be a downgrade like any other.
 		s.record(ctx, audit.Event{ExecutionID: execID, Action: "shell", Target: cmdStr, Decision: "deny",
 			Backend: s.backend.Name(), Reason: "unsupported_policy",
-			Detail: "memory, cpu and pids limits apply to the whole container; a command cannot lower them"})
-		return limits, fmt.Errorf("%w: backend %q applies memory, cpu and pids limits to its whole container; a command cannot lower them (set them with WithLimits or the policy instead)",
+			Detail: "memory, cpu, pids and disk limits apply to the whole container; a command cannot lower them"})
+		return limits, fmt.Errorf("%w: backend %q applies memory, cpu, pids and disk limits to its whole container; a command cannot lower them (set them with WithLimits or the policy instead)",
 			ErrUnsupportedPolicy, s.backend.Name())
 	}
 	return l, nil

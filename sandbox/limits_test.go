@@ -219,7 +219,7 @@ func TestCommandLimitsCannotExceedTheIsolationDefaults(t *testing.T) {
 	}
 }
 
-// Docker's memory, cpu and pids limits are its container's: a command's
+// Docker's memory, cpu, pids and disk limits are its container's: a command's
 // own lower value would quietly not apply, so it is refused.
 func TestDockerRefusesPerCommandResourceLimits(t *testing.T) {
 	ws := t.TempDir()
@@ -232,9 +232,11 @@ func TestDockerRefusesPerCommandResourceLimits(t *testing.T) {
 	}
 	defer sb.Close()
 	ctx := context.Background()
-	_, err = sb.Execute(ctx, Command{Shell: "true", Limits: &policy.ResourceLimits{Pids: 16}})
-	if !errors.Is(err, ErrUnsupportedPolicy) {
-		t.Fatalf("err = %v, want ErrUnsupportedPolicy", err)
+	for _, l := range []policy.ResourceLimits{{Pids: 16}, {DiskBytes: 1 << 20}} {
+		_, err = sb.Execute(ctx, Command{Shell: "true", Limits: &l})
+		if !errors.Is(err, ErrUnsupportedPolicy) {
+			t.Fatalf("limits %+v: err = %v, want ErrUnsupportedPolicy", l, err)
+		}
 	}
 	if res, err := sb.Execute(ctx, Command{Shell: "true", Limits: &policy.ResourceLimits{Timeout: time.Minute}}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("a per-command timeout on Docker: %+v %v", res, err)

@@ -122,6 +122,37 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 // (capdrop.go); the command itself keeps none of them, in any set.
 var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP"}
 
+// tmpfsBytes is the size of the container's /tmp.
+const tmpfsBytes = 512 << 20
+
+// defaultScratch is the most the scratch tmpfs gets by default.
+const defaultScratch = 2 << 30
+
+// scratchBytes is the size of the container's scratch tmpfs (/work): the
+// workspace's baseline, the commands' working copies and all they write
+// there, which the kernel holds to it as they write (ENOSPC, an error the
+// command sees and the report names: wrapper.sh, disk). Files on a tmpfs
+// are memory charged to the container, so the size must be reached
+// before the container's memory limit, where the OOM killer would end
+// the wrapper and lose all the command wrote. asked: it is the policy's
+// limits.disk_bytes (WithContainerLimits), else WithScratchSize, and the
+// container's memory limit is limits.memory_bytes plus it. Else it is
+// half the memory limit, at most defaultScratch, within that limit: a
+// container nobody gave a disk bound holds no more memory than before.
+func (b *Backend) scratchBytes() (n int64, asked bool) {
+	if d := b.o.limits.DiskBytes; d > 0 {
+		return d, true
+	}
+	if b.o.scratchSize > 0 {
+		return b.o.scratchSize, true
+	}
+	n = int64(defaultScratch)
+	if m := b.o.limits.MemoryBytes; m > 0 {
+		n = min(n, m/2)
+	}
+	return n, false
+}
+
 // create makes, starts and seeds a container for key; with a slot, a warm
 // one that outlives this process (warm.go).
 func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlot) (string, error) {
@@ -130,9 +161,15 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 		netMode = "bridge"
 	}
 	l := b.o.limits
+	scratch, asked := b.scratchBytes()
 	res := container.Resources{Memory: l.MemoryBytes, NanoCPUs: int64(l.CPUs * 1e9)}
 	if l.MemoryBytes > 0 {
-		res.MemorySwap = l.MemoryBytes // no swap on top of the memory limit
+		if asked {
+			// A scratch size asked for is memory on top of the
+			// processes' (scratchBytes).
+			res.Memory += scratch
+		}
+		res.MemorySwap = res.Memory // no swap on top of the memory limit
 	}
 	if l.Pids > 0 {
 		p := l.Pids
@@ -184,11 +221,11 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 		// and noexec is no boundary here (any interpreter reads a script),
 		// only a broken ./script.sh.
 		Tmpfs: map[string]string{
-			"/tmp": "rw,exec,nosuid,nodev,size=" + b.o.tmpfsSize,
+			"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d", tmpfsBytes),
 			// The commands' working copies: tmpfs, because creating and
 			// copying files on the engine's disk costs milliseconds each.
 			// 0711: a command reaches its own copy below, lists nothing.
-			"/work": fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,uid=%d,gid=%d,mode=0711", b.o.scratchSize, sandboxUID, sandboxGID),
+			"/work": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0711", scratch, sandboxUID, sandboxGID),
 		},
 		// An anonymous volume where the workspace is copied in: a valid
 		// CopyToContainer target although the root filesystem is
@@ -201,7 +238,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 			VolumeOptions: &mount.VolumeOptions{DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
 				"type":   "tmpfs",
 				"device": "tmpfs",
-				"o":      fmt.Sprintf("size=%s,uid=%d,gid=%d,mode=0755,nosuid,nodev", b.o.scratchSize, sandboxUID, sandboxGID),
+				"o":      fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0755,nosuid,nodev", scratch, sandboxUID, sandboxGID),
 			}}},
 		}}, append(append(append(b.toolsMounts(), cacheMounts(key.caches)...), bx.trust.mounts()...), chanMounts...)...),
 		Init:      &yes,

@@ -49,9 +49,26 @@
 //     CA variables, which name the same file.
 //   - Scripts run from the workspace and /tmp (both tmpfs mounted with
 //     exec: noexec stops ./script.sh but no interpreter). Every place the
-//     container can write is bounded: /tmp (512m), the working copies and
-//     the copy-in volume (WithScratchSize each), the latter a tmpfs volume
-//     rather than a directory on the engine's disk.
+//     container can write is bounded by the kernel as it writes: /tmp
+//     (512m), the scratch tmpfs of the baseline, the working copies and
+//     what commands write, and the copy-in volume of the same size, the
+//     latter a tmpfs volume rather than a directory on the engine's disk.
+//     Files on a tmpfs are memory charged to the container, so the
+//     scratch size is reached before its memory limit as long as the
+//     processes leave room (scratchBytes): limits.disk_bytes (or
+//     WithScratchSize), the container's memory limit then being
+//     limits.memory_bytes plus it; else half of memory_bytes (at most 2
+//     GiB) within it, so that a container no policy gave a disk bound
+//     holds no more memory than memory_bytes. A write past the scratch
+//     fails with ENOSPC, which the command sees, instead of waking the
+//     OOM killer. A command that filled the scratch or /tmp ends with
+//     Termination DiskLimit, its stderr naming the limit and how to raise
+//     it, and what it wrote up to there is reported as always; it is not
+//     merged into the baseline, which would not hold it (a reserve of 8
+//     MiB on the scratch, freed when the command ends, leaves the wrapper
+//     room to list it). What changed is read back straight from the
+//     command's copy (a tar per batch of names, measured first), never
+//     copied on the tmpfs first.
 //   - The command has stdin, stdout and stderr and no other descriptor;
 //     the caller's stdin, a terminal or not, reaches it only as a stream
 //     the backend copies into the exec. With Request.TTY (Start), those
@@ -147,7 +164,9 @@
 // an entry changed), so its cost grows with the number of files in the
 // workspace; the first command of a uid
 // in a container copies the workspace; the workspace lives in memory
-// (WithScratchSize), once in the baseline and once per copy kept; an entry whose name holds a newline is not carried back, only reported (the facade lists it as not staged), and a directory so named with entries in it loses all the command wrote (ErrOverlayLost); what a command leaves in its report is as
+// (the scratch), once in the baseline and once per copy kept, so a
+// pending file that takes more than half the scratch cannot be synced
+// and its sync failure names limits.disk_bytes; an entry whose name holds a newline is not carried back, only reported (the facade lists it as not staged), and a directory so named with entries in it loses all the command wrote (ErrOverlayLost); what a command leaves in its report is as
 // trustworthy as the command, so the overlay parser fails closed: a report
 // whose changes cannot be read (malformed, over the overlay limit) or that
 // never came leaves the command's Result standing, without an overlay, with

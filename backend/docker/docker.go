@@ -44,6 +44,7 @@ var hardenedNotes = []string{
 	"each command runs as a uid of its own (20000 and up), never root, with no capabilities, in a working copy only that uid can enter (0700)",
 	"concurrent commands of one container cannot signal, trace or read the memory of each other or of each other's wrapper, nor touch each other's working copy; they share /tmp (1777), the network, the container's limits and one group (gid 19999, through which caches are shared)",
 	"memory, cpu and pids limits from ResourceLimits (WithContainerLimits) apply to the whole container; without them pids 1024 and memory 1 GiB (policy.DefaultPids, DefaultMemoryBytes)",
+	"disk: the workspace, the commands' copies and their writes live on a tmpfs of limits.disk_bytes, the container's memory limit then being memory_bytes plus it (without disk_bytes: half of memory_bytes, at most 2 GiB, within it); a write past it fails with ENOSPC and the result says disk_limit",
 	"seccomp: the namespace backend's deny list (ptrace, process_vm_*, io_uring, bpf, keyctl, mount, new namespaces, TIOCSTI/TIOCLINUX) replaces the engine's default profile",
 	"/tmp and the working copies are tmpfs with exec allowed; the copy-in volume is a tmpfs of the scratch size",
 	"timeouts and cancellation kill every process of the command's uid inside the container, setsid or not",
@@ -56,8 +57,7 @@ type options struct {
 	logger      *slog.Logger
 	session     string
 	limits      policy.ResourceLimits
-	tmpfsSize   string
-	scratchSize string
+	scratchSize int64         // bytes; 0: limits.DiskBytes, else the default (scratchBytes)
 	tools       string        // tools.go
 	reuseIdle   time.Duration // warm.go; 0: no reuse across processes
 }
@@ -116,7 +116,7 @@ func WithSessionID(id string) Option {
 // FileSizeBytes of each Request still apply per command.
 func WithContainerLimits(l policy.ResourceLimits) Option {
 	return func(o *options) error {
-		if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
+		if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 {
 			return errors.New("docker: negative container limit")
 		}
 		o.limits = l
@@ -125,17 +125,43 @@ func WithContainerLimits(l policy.ResourceLimits) Option {
 }
 
 // WithScratchSize sets the size of the tmpfs holding the container's
-// workspace and the commands' working copies (default "2g"; engine tmpfs
-// size syntax). It needs room for the workspace once plus once per
-// concurrent command, and counts against the container's memory limit.
+// workspace and the commands' working copies and writes: bytes, or a
+// number with k, m or g (binary units). It needs room for the workspace
+// once plus once per concurrent command, plus what they write. A
+// DiskBytes given with WithContainerLimits (the policy's
+// limits.disk_bytes) takes its place; without either it is
+// defaultScratch, or a quarter of the engine's memory if that is less.
+// It is added to the container's memory limit (see scratchBytes).
 func WithScratchSize(size string) Option {
 	return func(o *options) error {
-		if size == "" || strings.ContainsAny(size, ", ") {
+		n, err := parseSize(size)
+		if err != nil || n <= 0 {
 			return fmt.Errorf("docker: bad scratch size %q", size)
 		}
-		o.scratchSize = size
+		o.scratchSize = n
 		return nil
 	}
+}
+
+// parseSize reads a size as the engine's tmpfs options write it: digits,
+// then an optional k, m or g (powers of 1024), either case.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'k', 'K':
+			mult, s = 1<<10, s[:n-1]
+		case 'm', 'M':
+			mult, s = 1<<20, s[:n-1]
+		case 'g', 'G':
+			mult, s = 1<<30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
 }
 
 // Backend runs commands in Docker containers, one warm container per
@@ -192,12 +218,6 @@ func New(opts ...Option) (*Backend, error) {
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
-	}
-	if o.tmpfsSize == "" {
-		o.tmpfsSize = "512m"
-	}
-	if o.scratchSize == "" {
-		o.scratchSize = "2g"
 	}
 	// A container nobody set limits for still may not exhaust the host's
 	// pids or memory (policy.WithIsolationDefaults).
@@ -270,9 +290,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		policy.LimitTimeout:       policy.Strong,
 		policy.LimitOutputBytes:   policy.Strong,
 		policy.LimitFileSizeBytes: policy.Strong,
-		policy.LimitMemoryBytes:   policy.Unsupported,
-		policy.LimitCPUs:          policy.Unsupported,
-		policy.LimitPids:          policy.Unsupported,
+		// The scratch tmpfs's size, which the kernel holds every write
+		// to (scratchBytes).
+		policy.LimitDiskBytes:   policy.Strong,
+		policy.LimitMemoryBytes: policy.Unsupported,
+		policy.LimitCPUs:        policy.Unsupported,
+		policy.LimitPids:        policy.Unsupported,
 	}
 	// Container-wide limits are only as good as what New was given.
 	if l.MemoryBytes > 0 {

@@ -351,7 +351,7 @@ wait:
 
 	res := &backend.Result{ExitCode: -1, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
-	m, lost, err := readOutcome(req, j, inspect, res)
+	m, lost, err := readOutcome(req, j, inspect, res, b.diskLimitNote())
 	if err != nil {
 		return nil, m, err
 	}
@@ -368,10 +368,12 @@ wait:
 
 // readOutcome reads the wrapper's report of a finished command into res
 // (exit status, overlay, process group, metrics) and says what is known
-// of what it merged into base. lost wraps ErrOverlayLost when the command
+// of what it merged into base. scratch says how the container's scratch
+// got its size (diskLimitNote), named when the command filled it. lost
+// wraps ErrOverlayLost when the command
 // ran but what it wrote cannot be read back (res keeps what the report or
 // inspect says of its exit); err is a request the wrapper refused.
-func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *backend.Result) (m merged, lost, err error) {
+func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *backend.Result, scratch string) (m merged, lost, err error) {
 	var oc *outcome
 	var readErr error
 	m = mergedKnown
@@ -384,7 +386,7 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 		m = mergedUnknown
 		readErr = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
 	default:
-		oc, readErr = parseOutTar(bytes.NewReader(j.out.report()), int64(maxOverlayBytes))
+		oc, readErr = parseReport(j.out.report(), int64(maxOverlayBytes))
 		if readErr != nil {
 			m = mergedUnknown
 		}
@@ -448,7 +450,53 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", oc.warn)
 		}
 	}
+	if oc != nil {
+		switch {
+		case oc.basefail:
+			m = mergedUnknown
+		case oc.nomerge && m == mergedKnown:
+			m = mergedNone
+		}
+		if oc.disk != "" {
+			// The command's own exit status stands: it ended on the
+			// error the kernel gave its write.
+			res.Termination = backend.DiskLimit
+			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", diskFullMessage(oc.disk, scratch))
+		}
+	}
 	return m, lost, nil
+}
+
+// diskLimitNote says how large the scratch tmpfs is, and why.
+func (b *Backend) diskLimitNote() string {
+	n, asked := b.scratchBytes()
+	switch {
+	case b.o.limits.DiskBytes > 0:
+		return fmt.Sprintf("limits.disk_bytes, %d bytes", n)
+	case asked:
+		return fmt.Sprintf("%d bytes, set by the caller", n)
+	}
+	return fmt.Sprintf("%d bytes: half of limits.memory_bytes, at most %d MiB, as limits.disk_bytes is not set", n, defaultScratch>>20)
+}
+
+// diskFullMessage says which of the container's tmpfs a command filled
+// (the wrapper's list: /work, /tmp) and how to give it more.
+func diskFullMessage(which, scratch string) string {
+	var parts []string
+	for _, w := range strings.Fields(which) {
+		switch w {
+		case "/work":
+			parts = append(parts, "the container's workspace space ("+scratch+
+				"; it holds the workspace, each running command's copy of it and what they write); raise limits.disk_bytes in the policy")
+		case "/tmp":
+			parts = append(parts, fmt.Sprintf("/tmp (%d MiB, fixed); write large files in the workspace or a cache instead", tmpfsBytes>>20))
+		}
+	}
+	if len(parts) == 0 {
+		return "the command filled a disk of the container"
+	}
+	return "disk_limit: the command's writes filled " + strings.Join(parts, ", and ") +
+		"; what it wrote up to there is kept"
 }
 
 // startFresh runs the wrapper in an exec of its own: for commands with

@@ -32,6 +32,13 @@ type outcome struct {
 	signal  int // the signal that killed the command, as time saw it; 0 if none
 	metrics backend.Metrics
 	overlay *backend.Overlay
+	// disk names the tmpfs the command filled ("/work": the scratch,
+	// limits.disk_bytes; "/tmp"), "" when none was full when it ended.
+	disk string
+	// nomerge: the wrapper merged nothing into base (a full scratch
+	// would not hold it); basefail: its merge failed part way, so base
+	// holds what nobody knows.
+	nomerge, basefail bool
 }
 
 // parseTime reads what busybox time wrote: an optional "Command
@@ -60,18 +67,37 @@ func seconds(s string) time.Duration {
 	return time.Duration(v * float64(time.Second))
 }
 
-// parseOutTar reads the tar the wrapper writes after its marker: the
-// wrapper's small status files and files.tar, the changed entries. It
-// fails closed on anything it does not expect. maxBytes bounds the sum of
-// file contents (0: no bound). When only the changed entries are refused,
-// it still returns the outcome read from the status files (without an
-// overlay), with the error: the command's exit status stands.
+// maxBatches bounds the batches a report may announce.
+const maxBatches = 1 << 16
+
+// parseOutTar reads the report the wrapper writes after its marker (see
+// finish in wrapper.sh): the tar of its small status files, then, when
+// those list batches, a tar of changed entries per batch, then one byte,
+// '0' when the batches came out whole. (A files-*.tar inside the first
+// tar is read as a batch too.) It fails closed on anything it does not
+// expect. maxBytes bounds the sum of file contents (0: no bound). When
+// only the changed entries are refused, it still returns the outcome read
+// from the status files (without an overlay), with the error: the
+// command's exit status stands.
 func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the report: %v", ErrBadOverlay, err)
+	}
+	return parseReport(b, maxBytes)
+}
+
+func parseReport(b []byte, maxBytes int64) (*outcome, error) {
 	out := &outcome{}
 	var deleted []string
 	var files, untracked []backend.File
 	var filesErr error
-	tr := tar.NewReader(r)
+	var batches []int64
+	var lim int64 = -1
+	if maxBytes > 0 {
+		lim = maxBytes
+	}
+	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -90,7 +116,11 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			continue
 		}
 		switch name {
-		case "status", "pgid", "warn", "deleted", "time", "newline":
+		case "nomerge":
+			out.nomerge = true
+		case "basefail":
+			out.basefail = true
+		case "status", "pgid", "warn", "deleted", "time", "newline", "disk", "batches":
 			b, err := io.ReadAll(io.LimitReader(tr, 1<<24))
 			if err != nil {
 				return nil, fmt.Errorf("%w: reading %s: %v", ErrBadOverlay, name, err)
@@ -104,6 +134,16 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 				out.parseTime(b)
 			case "warn":
 				out.warn = strings.TrimSpace(string(b))
+			case "disk":
+				out.disk = strings.TrimSpace(string(b))
+			case "batches":
+				for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+					n, err := strconv.ParseInt(strings.TrimSpace(l), 10, 64)
+					if err != nil || n <= 0 || len(batches) >= maxBatches {
+						return nil, fmt.Errorf("%w: bad batch list", ErrBadOverlay)
+					}
+					batches = append(batches, n)
+				}
 			case "newline":
 				nl, err := parseNewline(b)
 				if err != nil {
@@ -128,10 +168,6 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			if !strings.HasPrefix(name, "files-") || !strings.HasSuffix(name, ".tar") {
 				continue
 			}
-			var lim int64 = -1
-			if maxBytes > 0 {
-				lim = maxBytes
-			}
 			if filesErr != nil {
 				continue
 			}
@@ -139,6 +175,30 @@ func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
 			if err != nil {
 				filesErr, files = err, nil
 			}
+		}
+	}
+	if len(batches) > 0 && filesErr == nil {
+		var total int64
+		for _, n := range batches {
+			total += n
+			if total >= int64(len(b)) {
+				return nil, fmt.Errorf("%w: the batches are larger than the report", ErrBadOverlay)
+			}
+		}
+		end := len(b) - 1
+		if b[end] != '0' {
+			filesErr = fmt.Errorf("%w: the changed entries could not be read back whole", ErrBadOverlay)
+		}
+		at := int64(end) - total
+		for _, n := range batches {
+			if filesErr != nil {
+				break
+			}
+			var err error
+			if files, err = parseFilesTar(bytes.NewReader(b[at:at+n]), files, lim); err != nil {
+				filesErr, files = err, nil
+			}
+			at += n
 		}
 	}
 	if filesErr != nil {

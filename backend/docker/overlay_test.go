@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -120,6 +122,58 @@ func TestParseOutTarRejectsUnsafeInput(t *testing.T) {
 	}
 }
 
+// streamedReport is a report as finish writes it for a command with
+// changes: the out directory's tar (its batches file listing the
+// batches' sizes, no files-*.tar), the batches, then the status byte.
+func streamedReport(t testing.TB, status byte, batches ...[]byte) []byte {
+	sizes := ""
+	for _, b := range batches {
+		sizes += strconv.Itoa(len(b)) + "\n"
+	}
+	out := tarOf(t, []entry{
+		{name: "ID/", typ: tar.TypeDir, mode: 0o755},
+		{name: "ID/status", typ: tar.TypeReg, data: "exit 0\n", mode: 0o644},
+		{name: "ID/batches", typ: tar.TypeReg, data: sizes, mode: 0o644},
+		{name: "ID/disk", typ: tar.TypeReg, data: "/work\n", mode: 0o644},
+		{name: "ID/nomerge", typ: tar.TypeReg, mode: 0o644},
+	})
+	for _, b := range batches {
+		out = append(out, b...)
+	}
+	return append(out, status)
+}
+
+// TestParseStreamedReport: the changed entries that follow the out
+// directory's tar, batch by batch, are read as the overlay; a report
+// whose status byte says a batch did not come out whole, or whose
+// batches are larger than itself, is refused.
+func TestParseStreamedReport(t *testing.T) {
+	b1 := tarOf(t, []entry{{name: "./a", typ: tar.TypeReg, data: "A", mode: 0o644}, {name: "./d/", typ: tar.TypeDir, mode: 0o755}})
+	b2 := tarOf(t, []entry{{name: "./d/b", typ: tar.TypeReg, data: "BB", mode: 0o600}})
+	oc, err := parseReport(streamedReport(t, '0', b1, b2), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range oc.overlay.Files {
+		got = append(got, f.Path+"="+string(f.Data))
+	}
+	if want := []string{"a=A", "d=", "d/b=BB"}; !slices.Equal(got, want) {
+		t.Errorf("files %v, want %v", got, want)
+	}
+	if oc.status != "exit 0" || oc.disk != "/work" || !oc.nomerge || oc.basefail {
+		t.Errorf("outcome %+v", oc)
+	}
+	if oc, err := parseReport(streamedReport(t, '1', b1, b2), 0); !errors.Is(err, ErrBadOverlay) || oc == nil || oc.overlay != nil {
+		t.Errorf("a batch that did not come out whole: %+v, %v; want the status without an overlay and ErrBadOverlay", oc, err)
+	}
+	r := streamedReport(t, '0', b1)
+	r = bytes.Replace(r, []byte(strconv.Itoa(len(b1))+"\n"), []byte(strconv.Itoa(len(r))+"\n"), 1)
+	if _, err := parseReport(r, 0); !errors.Is(err, ErrBadOverlay) {
+		t.Errorf("batches larger than the report: %v, want ErrBadOverlay", err)
+	}
+}
+
 func TestContainerDir(t *testing.T) {
 	for in, want := range map[string]string{"": ".", ".": ".", "a/b/": "a/b", "a/../b": "b"} {
 		if got, err := containerDir(in); err != nil || got != want {
@@ -142,6 +196,7 @@ func FuzzParseOutTar(f *testing.F) {
 	f.Add(outTar(f, tarOf(f, []entry{{name: "./../a", typ: tar.TypeReg, data: "x"}})))
 	f.Add(outTar(f, nil, entry{name: "ID/deleted", typ: tar.TypeReg, data: "./a\n./.pulse\n"}))
 	f.Add([]byte("garbage"))
+	f.Add(streamedReport(f, '0', tarOf(f, []entry{{name: "./a", typ: tar.TypeReg, data: "x", mode: 0o644}})))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		oc, err := parseOutTar(bytes.NewReader(data), 1<<20)
 		if err != nil {

@@ -74,6 +74,10 @@ const (
 	// mergedUnsettled: the wrapper may still be running and change base;
 	// the container is never used again.
 	mergedUnsettled
+	// mergedNone: the wrapper merged nothing (the command filled the
+	// scratch tmpfs): base is what it was, and the next sync sends what
+	// the stack holds of the command's writes.
+	mergedNone
 )
 
 // signature of a workspace entry: what changes when its content may have.
@@ -478,6 +482,11 @@ func (b *Backend) syncBase(ctx context.Context, bx *box, ws string, req *backend
 			// It may still run and change base later.
 			b.poisonLocked(bx)
 		}
+		if strings.Contains(err.Error(), "No space left on device") {
+			// The scratch holds the workspace and the stack once, and
+			// once more in each running command's copy.
+			return 0, fmt.Errorf("docker: bringing the container up to date with the workspace and the pending stack: %w (the container's workspace space, limits.disk_bytes, holds them once and again in each running command's copy; raise limits.disk_bytes in the policy)", err)
+		}
 		return 0, fmt.Errorf("docker: bringing the container up to date with the workspace and the pending stack: %w", err)
 	}
 	model := make(map[string]string, len(want))
@@ -522,6 +531,8 @@ func (b *Backend) finishSync(bx *box, seq uint64, ov *backend.Overlay, m merged)
 		return
 	case mergedUnknown:
 		ss.model, ss.saved = nil, ""
+		return
+	case mergedNone:
 		return
 	}
 	if ov == nil || ss.model == nil || len(ov.Deleted) == 0 && len(ov.Files) == 0 {

@@ -26,7 +26,9 @@
 #   /work/run/ID.t/  command ID's pgid and time files
 #   /work/run/ID.*   the wrapper's manifests and lists
 #   /work/out/ID/    what goes back to the host: status, pgid, time,
-#                    deleted, warn, log, files-*.tar (the changed entries)
+#                    deleted, warn, log, disk, nomerge, basefail, batches
+#                    (see finish: the changed entries follow it, read
+#                    straight from the copy)
 #   /work/base.manifest  manifest of base (see manifest below), kept up
 #                    to date by each change of base, not made again
 #   /work/lock/      held (mkdir is atomic) while base is copied or merged
@@ -108,24 +110,61 @@ lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
 unlock() { rmdir "$P/lock"; }
 
 # keep: the uid (and its copy) may serve a later command; not when a
-# process of it outlived the kill below.
-keep=1 kept=2
+# process of it outlived the kill below. drop: the copy goes (it filled
+# the scratch tmpfs), the uid may serve again.
+keep=1 kept=2 drop=0
+# tarb MODE DIR NAME...: a tar of the named entries of DIR, each alone,
+# to stdout (emit) or its size (size); $Q.tfail once a tar failed.
+tarb='m=$1 r=$2 f=$3; shift 3; cd "$r" || { : >"$f"; exit 1; }
+if [ "$m" = size ]; then { tar -c -f - --no-recursion "$@" || : >"$f"; } | wc -c; else tar -c -f - --no-recursion "$@" || : >"$f"; fi'
 # finish STATUS CODE: hand the out directory to the host and clean up.
+# The report is the out directory's tar, then, for a command that ran
+# and changed entries, their tars read straight from the copy (no copy
+# of what it wrote is made on the tmpfs it may have filled, nor in the
+# container's memory), then one byte, 0 when they all came out whole.
+# This busybox tar cannot read names from a file, so xargs hands them
+# over in batches, a tar each: the batches' sizes, measured by a first
+# pass (the copy cannot change: every process of the uid is gone), go
+# in out/ID/batches, so the host knows the report's size before it
+# comes and where each batch starts.
 finish() {
 	echo "$1" >"$O/status"
 	exec 8>&-
+	t=0
+	if [ $keep = 1 ] && [ -s "$Q.changed" ] && [ "${1%% *}" = exit ]; then
+		tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c "$tarb" pulse-tar size "$R" "$Q.tfail" >"$O/batches" 2>>"$O/warn"
+		if [ $? = 0 ] && [ ! -e "$Q.tfail" ]; then
+			while read -r n; do t=$((t + n)); done <"$O/batches"
+		else
+			rm -f "$O/batches"
+			echo "manifest $2" >"$O/status"
+		fi
+	elif [ -s "$Q.changed" ] && [ "${1%% *}" = exit ]; then
+		echo "a process of the command outlived it: what it changed is not read back" >>"$O/warn"
+		echo "manifest $2" >"$O/status"
+	fi
 	tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
-	# stat writes the marker and the size itself: $(stat) would cost a
-	# second process. (The nonce is hex: no format directive in it; rs,
-	# set in front of this script, is \036.)
-	stat -c "${rs}PULSE-END-$nonce$rs%s" "$O.tar"
-	cat "$O.tar"
+	if [ $t = 0 ]; then
+		# stat writes the marker and the size itself: $(stat) would cost
+		# a second process. (The nonce is hex: no format directive in it;
+		# rs, set in front of this script, is \036.)
+		stat -c "${rs}PULSE-END-$nonce$rs%s" "$O.tar"
+		cat "$O.tar"
+	else
+		s=$(stat -c %s "$O.tar")
+		printf '%sPULSE-END-%s%s%s\n' "$rs" "$nonce" "$rs" $((s + t + 1))
+		cat "$O.tar"
+		# Exactly t bytes whatever happens, so that the stream of a
+		# pooled exec stays in step; a short or failed batch says 1.
+		{ tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c "$tarb" pulse-tar emit "$R" "$Q.tfail" || : >"$Q.tfail"; cat /dev/zero; } 2>/dev/null | head -c "$t"
+		if [ -e "$Q.tfail" ]; then printf 1; else printf 0; fi
+	fi
 	# Copies are kept for the first uids only, which sequential commands
 	# use: those of concurrent ones would hold memory for nothing. The
 	# uid is given back last (rm removes in the order given), once its
 	# copy is what R.man says or gone.
-	if [ $keep = 1 ] && [ $u -lt $((20000 + kept)) ]; then
+	if [ $keep = 1 ] && [ $drop = 0 ] && [ $u -lt $((20000 + kept)) ]; then
 		rm -rf "$Q".* "$O" "$O.tar" "$P/uid/$u"
 	else
 		rm -rf "$Q".* "$O" "$O.tar" "$R" "$R.man" "$R.gen"
@@ -229,6 +268,10 @@ unlock
 # The mark (see "What a command changed" above): after the copy is made
 # anew, a few clock ticks first, so that not every entry is at or after it.
 [ $fresh = 0 ] || usleep 20000
+# A reserve on the scratch tmpfs for the wrapper's own lists, freed once
+# the command has ended: a command that fills the tmpfs (its bound,
+# limits.disk_bytes) still has what it wrote listed and reported.
+head -c 8388608 /dev/zero >"$Q.res" 2>/dev/null
 : >"$Q.m0"
 cd "$R/$dir" 2>/dev/null || finish nodir 125
 # setsid makes the command the leader of a new process group whose id it
@@ -279,6 +322,15 @@ left() {
 i=0
 while left "$u" && [ $i -lt 1000 ]; do as "$u" kill -9 -1 2>/dev/null; usleep 1000; i=$((i + 1)); done
 left "$u" && keep=0
+# full: the tmpfs the command filled (no block left), read before the
+# reserve is freed: /work, whose size is limits.disk_bytes, or /tmp. What
+# it wrote is reported as always (out/ID/disk says which, for the host to
+# name the limit), and neither merged into base, which would not hold it
+# (nomerge), nor kept in the copy.
+full=
+for l in $(stat -f -c '%a:%n' /work /tmp 2>/dev/null); do case $l in 0:*) full="$full ${l#0:}" ;; esac; done
+rm -f "$Q.res"
+if [ -n "$full" ]; then echo $full >"$O/disk"; : >"$Q.bad"; drop=1; fi
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 : >"$Q.m1"
@@ -486,11 +538,6 @@ END {
 	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
 }' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish "manifest $rc" "$rc"
 fi
-# This busybox tar cannot read names from a file, so xargs hands them
-# over in batches, each batch its own files-PID.tar.
-if [ -s "$Q.changed" ]; then
-	tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>>"$O/warn"
-fi
 # base gets the modes of the archive as they are: umask 0, since tar as a
 # user other than root applies the umask. What the copy is kept with: when
 # base did not change while the command ran (its generation is still bg),
@@ -498,14 +545,34 @@ fi
 # manifest (before with the changes), of no generation.
 [ -e "$Q.removed" ] || : >"$Q.removed"
 man=$before gen=x
-if [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
+if [ -n "$full" ] && { [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; }; then
+	: >"$O/nomerge"
+	man=
+elif [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 	[ -e "$Q.new" ] || : >"$Q.new"
 	lock
 	{ read -r ng <"$P/base.manifest"; } 2>/dev/null || ng=
 	mok=1
 	# As in the repair: root's cd and umask, the sandbox user's rm and tar.
 	if [ -s "$Q.removed" ]; then { cd "$P/base" && tr '\n' '\0' <"$Q.removed" | as $B xargs -0 rm -rf; } 2>&8 || mok=0; cd /; fi
-	for f in "$O"/files-*.tar; do [ -s "$f" ] && { (umask 0 && exec nsenter -S $B -G $B tar -x -f - -C "$P/base") <"$f" 2>&8 || mok=0; }; done
+	# The changed entries straight from the copy, a batch at a time (see
+	# finish), extracted as the sandbox user.
+	if [ $mok = 1 ] && [ -s "$Q.changed" ]; then
+		tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'r=$1 b=$2 f=$3; shift 3; cd "$r" || exit 1
+{ tar -c -f - --no-recursion "$@" || : >"$f"; } | (umask 0 && exec nsenter -S 1000 -G 1000 tar -x -f - -C "$b") || : >"$f"' pulse-merge "$R" "$P/base" "$Q.mfail" 2>&8 || mok=0
+		[ ! -e "$Q.mfail" ] || mok=0
+	fi
+	# A merge that failed part way (base would not hold what changed)
+	# leaves base without the changed entries, room freed for the report,
+	# and the host learns that base is not what it thinks (basefail); the
+	# copy goes too.
+	if [ $mok = 0 ]; then
+		{ cd "$P/base" && tr '\n' '\0' <"$Q.changed" | as $B xargs -0 rm -rf; } 2>&8
+		cd /
+		: >"$O/basefail"
+		: >"$Q.bad"
+		drop=1
+	fi
 	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" "$P/base" 2>&8 && chown $B:$B "$P/base.manifest" "$P/base.drop" "$P/base.fix"; } || baseman "$P/base" 2>&8
 	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
 		{ read -r gen <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after"; } 2>&8 && man=$Q.after || man=
