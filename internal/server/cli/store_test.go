@@ -166,3 +166,37 @@ func TestMigrateStoreThenReplicasShareIt(t *testing.T) {
 		}
 	}
 }
+
+// A database URL's password shows nowhere: not in -help (the flag's
+// default is not the environment's value), not in a start-up problem,
+// not when the database does not answer. A URL of another scheme is a
+// start-up problem rather than a SQLite file of that name.
+func TestDatabaseURLPasswordIsNeverShown(t *testing.T) {
+	const password = "pw-9c41e7"
+	url := "postgres://pulse:" + password + "@127.0.0.1:1/pulse?connect_timeout=5"
+	token := "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c2e4f6a8b0c1d3e5f7a9b2c4d6e8f0a1b"
+	for _, c := range []struct {
+		name string
+		args []string
+		vars map[string]string
+		code int
+		want string
+	}{
+		{"help", []string{"-help"}, map[string]string{"PULSE_REMOTE_DB": url}, ExitOK, "-replica-id"},
+		{"other scheme", []string{"--development", "--database", "mysql://pulse:" + password + "@db/pulse"},
+			map[string]string{"PULSE_REMOTE_TOKEN": "dev"}, ExitUsage, `"mysql" URLs are not supported`},
+		// Production: a URL needs no absolute path; nothing listens on
+		// port 1, so the server fails to start, saying where it tried.
+		{"unreachable", []string{"--port", "0", "--workspace-root", t.TempDir(), "--backend", "host", "--unsafe-host"},
+			map[string]string{"PULSE_REMOTE_TOKEN": token, "PULSE_REMOTE_DB": url}, ExitFailure, "postgres://pulse@127.0.0.1:1/pulse"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), c.args, env(c.vars), &stdout, &stderr, nil)
+			out := stdout.String() + stderr.String()
+			if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, password) {
+				t.Fatalf("exit %d (want %d), output (want %q, never the password):\n%s", code, c.code, c.want, out)
+			}
+		})
+	}
+}
