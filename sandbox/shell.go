@@ -33,7 +33,8 @@ import (
 // the same bash, and on exit writes the directory and the exported
 // variables that changed behind a random marker on its standard output;
 // the marker and what follows are taken out of the output before the
-// caller sees it. Values pass the secret scrubber on the way, so a
+// caller sees it. Not kept: a variable named SHELLOPTS or BASHOPTS (they
+// would change how the wrapper itself runs). Values pass the secret scrubber on the way, so a
 // variable holding a secret comes back redacted. The sandbox must have
 // bash (every Pulse image and the namespace backend's host root do).
 type Shell struct {
@@ -151,7 +152,7 @@ func (sh *Shell) Run(ctx context.Context, cmd Command) (*Result, error) {
 	if res != nil && out == &collected {
 		res.Stdout = collected.String()
 	}
-	if st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.found && !tw.overflow); ok {
+	if st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.done && !tw.overflow); ok {
 		sh.apply(st)
 	} else if res != nil {
 		sh.sb.log.Warn("shell session: the command left no state (exec, output cap or a removed EXIT trap); keeping the previous one",
@@ -224,6 +225,8 @@ exec {__pulse_fd}>&1
 	b.WriteString(`declare -A __pulse_e0=()
 while IFS= read -r __pulse_n; do __pulse_e0[$__pulse_n]=${!__pulse_n}; done < <(compgen -e)
 __pulse_save() {
+	[[ -n ${__pulse_saved-} ]] && return
+	__pulse_saved=1
 	set +eu
 	local IFS=$' \t\n' n
 	local -A now=()
@@ -231,7 +234,7 @@ __pulse_save() {
 	{
 		printf '%s\0%s\0%s\0' "$__pulse_m" "$__pulse_root" "$PWD"
 		for n in "${!now[@]}"; do
-			case $n in PWD|OLDPWD|SHLVL|_) continue ;; esac
+			case $n in PWD|OLDPWD|SHLVL|_|SHELLOPTS|BASHOPTS) continue ;; esac
 			if [[ ! -v __pulse_e0[$n] || "${__pulse_e0[$n]}" != "${!n}" ]]; then printf '+%s=%s\0' "$n" "${!n}"; fi
 		done
 		for n in "${!__pulse_e0[@]}"; do
@@ -242,8 +245,14 @@ __pulse_save() {
 }
 `)
 	fmt.Fprintf(&b, "__pulse_m=%s\n", shellQuote(marker))
-	b.WriteString("trap '__pulse_rc=$?; __pulse_save; exit $__pulse_rc' EXIT\n")
+	// The state is saved when the command ends by itself, and by the
+	// EXIT trap when it calls exit (or set -e ends it); an EXIT trap of
+	// the command's own still runs, after. Tracing is off first, so
+	// that set -x in the command shows none of this.
+	const save = "{ __pulse_rc=$?; set +xv; } 2>/dev/null; __pulse_save; exit $__pulse_rc"
+	b.WriteString("trap " + shellQuote(save) + " EXIT\n")
 	b.WriteString("eval " + shellQuote(script) + "\n")
+	b.WriteString(save + "\n")
 	return b.String()
 }
 
@@ -289,37 +298,58 @@ func shellQuote(s string) string {
 // variables); a larger one is dropped and the state kept as it was.
 const maxShellTrailer = 4 << 20
 
-// trailerWriter passes a command's standard output on to w until the
-// marker, and keeps what follows it (the state) instead. It holds back
-// the few bytes at the end of a write that could begin the marker, until
-// the next write or flush says whether they do.
+// trailerWriter passes a command's standard output on to w, except the
+// state between the marker and the marker again, which it keeps in
+// trailer (the closing marker included); what follows the state (the
+// output of an EXIT trap of the command's own) is passed on too. It holds
+// back the few bytes at the end of a write that could begin the marker,
+// until the next write or flush says whether they do.
 type trailerWriter struct {
 	w        io.Writer
 	marker   []byte
 	held     []byte
-	found    bool
+	found    bool // the first marker was seen: in the state, or past it
+	done     bool // the closing marker was seen: passing on again
 	overflow bool
 	trailer  bytes.Buffer
 }
 
 func (t *trailerWriter) Write(p []byte) (int, error) {
+	if t.done {
+		_, err := t.w.Write(p)
+		return len(p), err
+	}
 	if t.found {
+		from := max(t.trailer.Len()-len(t.marker)+1, 0)
 		if t.trailer.Len()+len(p) > maxShellTrailer {
-			t.overflow = true
-			return len(p), nil
+			// Too large to be a state: dropped, and the rest passed on.
+			t.overflow, t.done = true, true
+			_, err := t.w.Write(p)
+			return len(p), err
 		}
 		t.trailer.Write(p)
+		if i := bytes.Index(t.trailer.Bytes()[from:], t.marker); i >= 0 {
+			end := from + i + len(t.marker)
+			rest := append([]byte(nil), t.trailer.Bytes()[end:]...)
+			t.trailer.Truncate(end)
+			t.done = true
+			if len(rest) > 0 {
+				if _, err := t.w.Write(rest); err != nil {
+					return len(p), err
+				}
+			}
+		}
 		return len(p), nil
 	}
 	data := append(t.held, p...)
 	t.held = nil
 	if i := bytes.Index(data, t.marker); i >= 0 {
 		t.found = true
-		t.trailer.Write(data[i+len(t.marker):])
 		if _, err := t.w.Write(data[:i]); err != nil {
 			return len(p), err
 		}
-		return len(p), nil
+		_, err := t.Write(data[i+len(t.marker):])
+		return len(p), err
 	}
 	keep := 0
 	for k := min(len(t.marker)-1, len(data)); k > 0; k-- {

@@ -65,6 +65,14 @@ func checkShell(t *testing.T, sb *Sandbox) {
 	if res := run(`echo "${X-unset} $Z"; test "$PWD" = "$(cd "$PWD" && pwd)" && basename "$PWD"`, nil); !strings.HasPrefix(res.Stdout, "unset 3\n") || strings.Contains(res.Stdout, "sub") {
 		t.Fatalf("after unset and cd ..: %q", res.Stdout)
 	}
+	// set -x in a command traces the command, never the wrapper; an EXIT
+	// trap of the command's own runs, and the state is kept.
+	if res := run(`set -x; trap 'echo own-trap' EXIT; export W=4`, nil); strings.Contains(res.Stderr, "__pulse") || res.Stdout != "own-trap\n" {
+		t.Fatalf("set -x and an EXIT trap: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	if res := run(`echo "$W"`, nil); res.Stdout != "4\n" {
+		t.Fatalf("after a command with its own EXIT trap: %q", res.Stdout)
+	}
 	// The policy judges the command as given.
 	if _, err := sh.Run(ctx, Command{Shell: "rm -rf sub"}); !errors.Is(err, ErrPolicyDenied) {
 		t.Fatalf("rm -rf under a policy that denies it: %v", err)
@@ -103,17 +111,17 @@ func TestShellSessionDocker(t *testing.T) {
 // output is cut into writes.
 func TestTrailerWriterSplitsAnywhere(t *testing.T) {
 	const marker = "PULSE-SHELL-STATE-0123"
-	stream := "out" + "PULS" + "put\n" + marker + "\x00/w\x00/w/sub\x00+X=1\x00" + marker
+	stream := "out" + "PULS" + "put\n" + marker + "\x00/w\x00/w/sub\x00+X=1\x00" + marker + "own trap\n"
 	for cut := 1; cut < len(stream); cut++ {
 		var got bytes.Buffer
 		tw := &trailerWriter{w: &got, marker: []byte(marker)}
 		tw.Write([]byte(stream[:cut]))
 		tw.Write([]byte(stream[cut:]))
 		tw.flush()
-		if got.String() != "outPULSput\n" {
+		if got.String() != "outPULSput\nown trap\n" {
 			t.Fatalf("cut at %d: output %q", cut, got.String())
 		}
-		st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.found)
+		st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.done)
 		if !ok || st.pwd != "/w/sub" || st.set["X"] != "1" {
 			t.Fatalf("cut at %d: state %+v %v", cut, st, ok)
 		}
@@ -180,14 +188,20 @@ func FuzzShellTrailer(f *testing.F) {
 		tw.Write(data[:cut])
 		tw.Write(data[cut:])
 		tw.flush()
+		// The output is the input less the state: from the first
+		// marker to the next one, or to the end when there is none.
 		want := data
 		if i := bytes.Index(data, []byte(marker)); i >= 0 {
-			want = data[:i]
+			want = append([]byte(nil), data[:i]...)
+			rest := data[i+len(marker):]
+			if j := bytes.Index(rest, []byte(marker)); j >= 0 {
+				want = append(want, rest[j+len(marker):]...)
+			}
 		}
 		if !bytes.Equal(got.Bytes(), want) {
 			t.Fatalf("output %q, want %q", got.Bytes(), want)
 		}
-		st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.found)
+		st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.done)
 		if !ok {
 			return
 		}
