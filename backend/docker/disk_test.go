@@ -3,6 +3,10 @@ package docker
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // TestDockerMergeThatDoesNotFitKeepsTheReport: a command whose writes fit
@@ -32,5 +36,25 @@ func TestDockerMergeThatDoesNotFitKeepsTheReport(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "pulse:") {
 		t.Errorf("the next command's stderr: %q", r.stderr)
+	}
+}
+
+// TestDockerOOMNamesTheMemoryLimit: a command the kernel's OOM killer
+// ends is reported as oom, with the limit named, not as a plain signal.
+func TestDockerOOMNamesTheMemoryLimit(t *testing.T) {
+	b := newDocker(t, WithContainerLimits(policy.ResourceLimits{MemoryBytes: 64 << 20}))
+	ws := probeWorkspace(t)
+	r := execShell(t, b, ws, `./probe alloc 200`)
+	if r.res.Termination != backend.OOM || r.res.ExitCode != -1 {
+		t.Fatalf("termination %s, exit %d, want oom; stdout %q, stderr %q", r.res.Termination, r.res.ExitCode, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "limits.memory_bytes, 67108864 bytes") {
+		t.Errorf("stderr does not name the memory limit: %q", r.stderr)
+	}
+	// A command this backend kills itself (its timeout) is not taken for
+	// one the OOM killer ended.
+	r = execShell(t, b, ws, `sleep 30`, func(req *backend.Request) { req.Limits.Timeout = time.Second })
+	if r.res.Termination != backend.Timeout {
+		t.Errorf("a timed-out command after an OOM: %s", r.res.Termination)
 	}
 }

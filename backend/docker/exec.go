@@ -18,6 +18,8 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/pulse-agent/pulse/backend"
@@ -351,7 +353,19 @@ wait:
 
 	res := &backend.Result{ExitCode: -1, Termination: backend.Exited, Duration: dur}
 	res.Truncated = stdout.truncated() || stderr.truncated()
-	m, lost, err := readOutcome(req, j, inspect, res, b.diskLimitNote())
+	// Whether the kernel's OOM killer ended a process of the container
+	// while the command ran: asked of the engine's events only for a
+	// command killed by SIGKILL or a wrapper that did not report.
+	// (Not for one this backend killed: that is its reason.) The engine
+	// records the event a moment after the kill, so the events up to a
+	// second from now are read, which that second costs.
+	oom := func() bool {
+		reasonMu.Lock()
+		ours := reason != ""
+		reasonMu.Unlock()
+		return !ours && b.oomSince(bx.id, start)
+	}
+	m, lost, err := readOutcome(req, j, inspect, res, b.diskLimitNote(), oom, b.memoryLimitNote())
 	if err != nil {
 		return nil, m, err
 	}
@@ -373,7 +387,7 @@ wait:
 // wraps ErrOverlayLost when the command
 // ran but what it wrote cannot be read back (res keeps what the report or
 // inspect says of its exit); err is a request the wrapper refused.
-func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *backend.Result, scratch string) (m merged, lost, err error) {
+func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *backend.Result, scratch string, oom func() bool, memory string) (m merged, lost, err error) {
 	var oc *outcome
 	var readErr error
 	m = mergedKnown
@@ -382,6 +396,10 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 		// The wrapper may not have ended: it may merge into base later.
 		m = mergedUnsettled
 		readErr = errors.New("the exec wrapper ended without reporting (was the container removed?)")
+		if oom() {
+			res.Termination = backend.OOM
+			readErr = fmt.Errorf("the container ran out of memory (%s) and the exec wrapper was killed with the command; raise limits.memory_bytes in the policy", memory)
+		}
 	case j.out.overflow:
 		m = mergedUnknown
 		readErr = fmt.Errorf("%w: the changes exceed %d bytes", ErrBadOverlay, maxOverlayBytes)
@@ -445,6 +463,10 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 		if oc.signal > 0 {
 			res.Termination = backend.Signaled
 			res.ExitCode = -1
+			if oc.signal == 9 && oom() {
+				res.Termination = backend.OOM
+				fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: oom: the container ran out of memory (%s); raise limits.memory_bytes in the policy\n", memory)
+			}
 		}
 		if oc.warn != "" {
 			fmt.Fprintf(stderrOrDiscard(req), "pulse: docker: %s\n", oc.warn)
@@ -465,6 +487,37 @@ func readOutcome(req *backend.Request, j *job, inspect func() (int, bool), res *
 		}
 	}
 	return m, lost, nil
+}
+
+// memoryLimitNote says what the container's memory limit is made of.
+func (b *Backend) memoryLimitNote() string {
+	n, asked := b.scratchBytes()
+	if asked {
+		return fmt.Sprintf("limits.memory_bytes, %d bytes, plus the %d bytes of its workspace space", b.o.limits.MemoryBytes, n)
+	}
+	return fmt.Sprintf("limits.memory_bytes, %d bytes, its workspace space of %d bytes included", b.o.limits.MemoryBytes, n)
+}
+
+// oomSince says whether the engine saw the kernel's OOM killer end a
+// process of container id since a little before start (a second, for
+// the engine's clock).
+func (b *Backend) oomSince(id string, start time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	since := start.Add(-time.Second)
+	msgs, errs := b.cli.Events(ctx, events.ListOptions{
+		Since:   strconv.FormatInt(since.Unix(), 10),
+		Until:   strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Filters: filters.NewArgs(filters.Arg("container", id), filters.Arg("event", "oom")),
+	})
+	for {
+		select {
+		case <-msgs:
+			return true
+		case <-errs:
+			return false // the end of the list, or no answer: not known
+		}
+	}
 }
 
 // diskLimitNote says how large the scratch tmpfs is, and why.
