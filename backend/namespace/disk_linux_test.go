@@ -264,3 +264,15 @@ func TestScratchIsFreed(t *testing.T) {
 		t.Fatalf("%d descriptors of the scratch left open after Release", n)
 	}
 }
+
+// TestMaxScratchWithinWhatIsReadBack: a scratch larger than what the
+// backend reads back would let a command write past the point where all
+// its writes are lost.
+func TestMaxScratchWithinWhatIsReadBack(t *testing.T) {
+	if maxScratch > maxOverlayTotal {
+		t.Fatalf("maxScratch %d is over maxOverlayTotal %d", maxScratch, maxOverlayTotal)
+	}
+	if got := scratchBytes(policy.ResourceLimits{DiskBytes: 1 << 40}); got != maxScratch {
+		t.Errorf("scratchBytes of 1 TiB = %d, want the cap %d", got, maxScratch)
+	}
+}

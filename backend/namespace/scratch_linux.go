@@ -40,17 +40,24 @@ const scratchInodeBytes = 16 << 10
 // being full.
 const scratchPoll = 100 * time.Millisecond
 
+// maxScratch caps every scratch at the most the backend reads back,
+// maxOverlayTotal (TestMaxScratchWithinWhatIsReadBack), so that a
+// command stopped at the bound keeps its writes while one let past it
+// would lose them all (ErrOverlayTooLarge). It is a value of its own so
+// that the conformance suite's loss trigger, which lowers
+// maxOverlayTotal, loses the overlay on reading it back rather than
+// filling a scratch shrunk with it.
+const maxScratch int64 = 4 << 30
+
 // scratchBytes is the bound on what a command under lim writes: the
 // policy's, or the default, policy.DiskDefault of the memory available;
-// never more than maxOverlayTotal, the most the backend reads back (a
-// command stopped there keeps its writes; one let past it would lose
-// them all, ErrOverlayTooLarge).
+// never more than maxScratch.
 func scratchBytes(lim policy.ResourceLimits) int64 {
 	n := lim.DiskBytes
 	if n <= 0 {
 		n = policy.DiskDefault(memAvailable())
 	}
-	return min(max(n, 4096), maxOverlayTotal) // tmpfs reads 0 as "no limit"
+	return min(max(n, 4096), maxScratch) // tmpfs reads 0 as "no limit"
 }
 
 // scratchInodes is the inode bound of a scratch of n bytes.
@@ -122,9 +129,17 @@ func (x *nsExec) takeScratch() error {
 	if err != nil {
 		return err
 	}
+	// The watch gets a descriptor of its own: release closes x.scratch
+	// while the watch may still be reading it, and an *os.File's Close
+	// races with a concurrent Fd.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("namespace: scratch: %w", err)
+	}
 	x.scratch = f
 	x.watched = make(chan struct{})
-	go x.watchScratch(f)
+	go x.watchScratch(fd)
 	return nil
 }
 
@@ -132,8 +147,9 @@ func (x *nsExec) takeScratch() error {
 // is reaped: the kernel has refused its writes past the bound, and the
 // command is stopped there rather than left to go on without them (and
 // perhaps exit 0 with a file cut short).
-func (x *nsExec) watchScratch(f *os.File) {
+func (x *nsExec) watchScratch(fd int) {
 	defer close(x.watched)
+	defer unix.Close(fd)
 	t := time.NewTicker(scratchPoll)
 	defer t.Stop()
 	for {
@@ -141,7 +157,7 @@ func (x *nsExec) watchScratch(f *os.File) {
 		case <-x.done:
 			return
 		case <-t.C:
-			if full(f) {
+			if full(fd) {
 				x.kill(backend.DiskLimit)
 				return
 			}
@@ -152,14 +168,14 @@ func (x *nsExec) watchScratch(f *os.File) {
 // scratchFull reports whether the command's scratch has no block or no
 // inode left.
 func (x *nsExec) scratchFull() bool {
-	return x.scratch != nil && full(x.scratch)
+	return x.scratch != nil && full(int(x.scratch.Fd()))
 }
 
-// full reports whether the tmpfs f is the root of has no block or no
+// full reports whether the tmpfs fd is the root of has no block or no
 // inode left.
-func full(f *os.File) bool {
+func full(fd int) bool {
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+	if err := unix.Fstatfs(fd, &st); err != nil {
 		return false
 	}
 	return st.Bavail == 0 || st.Ffree == 0
