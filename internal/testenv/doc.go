@@ -29,9 +29,9 @@
 //     prints (its help); PULSE_UPDATE_DOCS=1 (make docs) rewrites it.
 //   - StartPostgres: a throwaway PostgreSQL cluster (initdb and pg_ctl
 //     from /usr/lib/postgresql/*/bin, on a private Unix socket, stopped
-//     and removed when the test ends) and NewDatabase for an empty
-//     database in it; PULSE_REQUIRE_POSTGRES=1 turns a missing server
-//     into a failure.
+//     and removed when the test ends; SharedPostgres keeps one for the
+//     whole test binary) and NewDatabase for an empty database in it;
+//     PULSE_REQUIRE_POSTGRES=1 turns a missing server into a failure.
 //   - NewPKI: a CA, a server certificate for 127.0.0.1, ::1 and localhost,
 //     and a client certificate, as tls.Certificates, a pool and PEM files
 //     in t.TempDir().

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,9 +22,9 @@ import (
 // fsync off (nothing in it outlives the test). Every database in it is
 // reachable without a password.
 type PostgresCluster struct {
-	dir, bin string
-	cred     *syscall.Credential
-	n        atomic.Int64
+	dir, bin, data string
+	cred           *syscall.Credential
+	n              atomic.Int64
 }
 
 // postgresBin finds the directory of initdb and pg_ctl: PULSE_POSTGRES_BIN,
@@ -50,57 +52,125 @@ func postgresBin() (string, error) {
 }
 
 // StartPostgres starts a cluster for t and stops it, removing its files,
-// when t ends. It takes a second or two; start one per test binary or
-// per suite and make a database per case with NewDatabase. Where the
-// programs are missing (or, as root, the postgres user that initdb
-// needs), the test ends as Missing says for Postgres.
+// when t ends. It takes a second or two; start one per test binary
+// (SharedPostgres) or per suite and make a database per case with
+// NewDatabase. Where the programs are missing (or, as root, the postgres
+// user that initdb needs), the test ends as Missing says for Postgres.
 func StartPostgres(t testing.TB) *PostgresCluster {
 	t.Helper()
+	c, err := NewPostgresCluster()
+	if err != nil {
+		var missing *postgresMissing
+		if errors.As(err, &missing) {
+			Missing(t, Postgres, err.Error())
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+var shared struct {
+	mu  sync.Mutex
+	c   *PostgresCluster
+	err error
+}
+
+// SharedPostgres is StartPostgres for a whole test binary: the first call
+// starts the cluster, later ones get the same, and StopSharedPostgres
+// (call it from TestMain after m.Run) stops it. Give each test a database
+// of its own with NewDatabase.
+func SharedPostgres(t testing.TB) *PostgresCluster {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.c == nil && shared.err == nil {
+		shared.c, shared.err = NewPostgresCluster()
+	}
+	if shared.err != nil {
+		var missing *postgresMissing
+		if errors.As(shared.err, &missing) {
+			Missing(t, Postgres, shared.err.Error())
+		}
+		t.Fatal(shared.err)
+	}
+	return shared.c
+}
+
+// StopSharedPostgres stops the cluster SharedPostgres started, if any.
+func StopSharedPostgres() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.c != nil {
+		shared.c.Stop()
+		shared.c = nil
+	}
+}
+
+// postgresMissing: what the machine lacks to start a cluster.
+type postgresMissing struct{ why string }
+
+func (e *postgresMissing) Error() string { return e.why }
+
+// NewPostgresCluster starts a cluster; Stop stops it and removes its
+// files. The error is a *postgresMissing (a skip for tests) when the
+// machine lacks the programs or the user to run them.
+func NewPostgresCluster() (*PostgresCluster, error) {
 	bin, err := postgresBin()
 	if err != nil {
-		Missing(t, Postgres, err.Error())
+		return nil, &postgresMissing{err.Error()}
 	}
 	c := &PostgresCluster{bin: bin}
 	// The server refuses to run as root: as root, it runs as the
 	// postgres user Debian's package creates.
-	owner := -1
+	owner, base := -1, ""
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			Missing(t, Postgres, "running as root, and there is no postgres user to run the server as: "+err.Error())
+			return nil, &postgresMissing{"running as root, and there is no postgres user to run the server as: " + err.Error()}
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		owner = uid
+		// The postgres user must reach the directory: /tmp is
+		// traversable by all, where a TMPDIR may be private to root.
+		owner, base = uid, "/tmp"
 	}
 	// Not t.TempDir: its parents are private to this user, and the
 	// socket path must stay short (about 100 bytes at most).
-	c.dir, err = os.MkdirTemp("", "pulse-pg-")
+	c.dir, err = os.MkdirTemp(base, "pulse-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(c.dir) })
 	if owner >= 0 {
 		if err := os.Chown(c.dir, owner, -1); err != nil {
-			t.Fatal(err)
+			os.RemoveAll(c.dir)
+			return nil, err
 		}
 	}
-	data := filepath.Join(c.dir, "data")
-	if out, err := c.run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		Missing(t, Postgres, fmt.Sprintf("initdb failed: %v\n%s", err, out))
+	c.data = filepath.Join(c.dir, "data")
+	if out, err := c.run("initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		os.RemoveAll(c.dir)
+		return nil, &postgresMissing{fmt.Sprintf("initdb failed: %v\n%s", err, out)}
 	}
 	opts := fmt.Sprintf("-k %s -c listen_addresses='' -F -c full_page_writes=off -c synchronous_commit=off", c.dir)
-	if out, err := c.run("pg_ctl", "start", "-w", "-t", "60", "-D", data, "-l", filepath.Join(c.dir, "log"), "-o", opts); err != nil {
+	if out, err := c.run("pg_ctl", "start", "-w", "-t", "60", "-D", c.data, "-l", filepath.Join(c.dir, "log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.dir, "log"))
-		t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
+		c.Stop()
+		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
 	}
-	t.Cleanup(func() {
-		if out, err := c.run("pg_ctl", "stop", "-m", "immediate", "-w", "-D", data); err != nil {
-			t.Logf("pg_ctl stop: %v\n%s", err, out)
+	return c, nil
+}
+
+// Stop stops the cluster at once (nothing in it is kept) and removes its
+// files.
+func (c *PostgresCluster) Stop() {
+	if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
+		if out, err := c.run("pg_ctl", "stop", "-m", "immediate", "-w", "-D", c.data); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: pg_ctl stop: %v\n%s", err, out)
 		}
-	})
-	return c
+	}
+	os.RemoveAll(c.dir)
 }
 
 func (c *PostgresCluster) run(prog string, args ...string) ([]byte, error) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -9,10 +10,18 @@ import (
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
+// TestMain stops the Postgres cluster the tests shared (one start per
+// test binary: the cases make databases of their own in it).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopSharedPostgres()
+	os.Exit(code)
+}
+
 // implementations lists what the conformance suite runs on: SQLite, and
-// Postgres in a throwaway cluster this test starts (skipped, naming why,
-// where the server programs are missing; failed instead with
-// PULSE_REQUIRE_POSTGRES=1, as in CI).
+// Postgres in a throwaway cluster the package's tests share (skipped,
+// naming why, where the server programs are missing; failed instead
+// with PULSE_REQUIRE_POSTGRES=1, as in CI).
 func implementations() []impl {
 	return []impl{sqliteImpl(), postgresImpl()}
 }
@@ -21,7 +30,7 @@ func postgresImpl() impl {
 	return impl{
 		name: "postgres",
 		start: func(t *testing.T) func(t *testing.T) string {
-			cluster := testenv.StartPostgres(t)
+			cluster := testenv.SharedPostgres(t)
 			return func(t *testing.T) string { return cluster.NewDatabase(t) }
 		},
 		bumpSchema: func(t *testing.T, location string) {

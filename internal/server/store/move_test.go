@@ -14,7 +14,7 @@ import (
 // was (a RUNNING one as UNKNOWN), and a second move changes nothing.
 func TestMoveSQLiteToPostgres(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.StartPostgres(t).NewDatabase(t)
+	url := testenv.SharedPostgres(t).NewDatabase(t)
 	created := time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
 	src := open(t, filepath.Join(t.TempDir(), "db.sqlite3"), WithClock(func() time.Time { return created }))
 	for _, e := range []Execution{

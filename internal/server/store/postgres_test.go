@@ -16,7 +16,7 @@ import (
 // error: the migration lock orders them and the later ones find the
 // schema current.
 func TestPostgresReplicasMigrateAtOnce(t *testing.T) {
-	url := testenv.StartPostgres(t).NewDatabase(t)
+	url := testenv.SharedPostgres(t).NewDatabase(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
