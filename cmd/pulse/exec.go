@@ -81,8 +81,6 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Var(&envVars, "env", "`K=V` added to the command's environment (repeatable)")
 	cwd := fs.String("cwd", "", "working directory of the command, relative to the workspace (default: its root)")
 	session := fs.String("session", "", "run in the shell session `NAME` of this workspace: start in the directory and with the exported variables its last command left, and keep what this one leaves (each command is still its own transaction)")
-	var allowHosts stringList
-	fs.Var(&allowHosts, "allow-host", "let the command reach `HOST[:PORT]` (or *.domain, IP, CIDR[:PORT]; no port means 80 and 443) through the egress proxy, even under a policy that denies the network (repeatable)")
 	if code, done := parseFlags(env, fs, args); done {
 		return code
 	}
@@ -133,9 +131,6 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	prog := newProgress(env)
 	defer prog.close()
 	opts = append(opts, sandbox.WithRemoteOptions(remote.WithProgress(prog.set)))
-	if len(allowHosts) > 0 {
-		opts = append(opts, sandbox.WithAllowHosts(allowHosts...))
-	}
 
 	sb, err := sandbox.New(ctx, *workspace, opts...)
 	if err != nil {

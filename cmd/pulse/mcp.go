@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,11 +27,16 @@ import (
 func init() {
 	register(command{
 		name:    "mcp",
-		summary: "serve the sandbox to an MCP client over stdio (execute, files, diff, commit)",
+		summary: "serve the sandbox to an MCP client over stdio (execute, files, stack, processes)",
 		usage:   []string{"pulse mcp [--workspace DIR] [--policy FILE] [--backend B] [flags]"},
 		help: `Speaks the Model Context Protocol on stdin and stdout. Tools: execute, read_file,
-list_files, write_file, diff, commit, discard, squash. Policy, secrets and the audit log
-apply as for 'pulse exec'; a refused action is a tool error that says why.
+list_files, write_file, diff, commit, discard, squash; for background processes
+start, process_output, kill, list_processes and expose. Policy, secrets, the
+egress allowlist (--allow-host) and the audit log apply as for 'pulse exec';
+a refused action is a tool error that says why, a refused connection is in
+the result's network_refused. A message the server cannot take (over its
+limit of 50 MiB of base64 file content plus 1 MiB, not JSON-RPC) is answered
+with a JSON-RPC error and serving goes on.
 A client starts it, for example: {"command": "pulse", "args": ["mcp", "--workspace", "/repo"]}`,
 		run: runMCP,
 	})
@@ -42,9 +48,13 @@ pending transaction (the "transaction" of a result), and the next command
 sees the workspace with every pending transaction on top (the pending stack).
 Use diff to see what is pending; commit with no id applies the whole stack
 as one commit, discard with no id drops it, squash folds it into one
-transaction. read_file shows a file as the next command sees it (pending
-writes included); list_files lists the committed workspace. The policy
-decides what is allowed; a refusal comes back as a tool error that says why.`
+transaction. read_file and list_files show the workspace as the next command
+sees it (pending writes included). For a server or
+a watcher, start runs a command in the background: process_output reads what
+it printed (from an offset, so only what is new), kill ends it, expose makes
+a port it listens on reachable. The policy decides what is allowed; a
+refusal comes back as a tool error that says why, and hosts the network
+policy refused a command are in its result's network_refused.`
 
 // runMCP implements `pulse mcp`: one sandbox for the life of the server,
 // every tool call going through the sandbox facade, so that policy,
@@ -97,7 +107,8 @@ func (nopWriteCloser) Close() error { return nil }
 
 // mcpTools holds the sandbox the tools act on.
 type mcpTools struct {
-	sb *sandbox.Sandbox
+	sb    *sandbox.Sandbox
+	procs mcpProcs
 }
 
 func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
@@ -109,7 +120,7 @@ func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
 	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file as the next command sees it: the workspace plus every " +
 		"pending transaction (pending_transactions names those that change it).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.readFile)
-	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory of the workspace as committed (default: its root).",
+	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory as the next command sees it, pending writes included (default: the workspace root).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.listFiles)
 	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a file, staged as a new pending transaction " +
 		"(the workspace is untouched until it is committed). The policy decides whether the path may be written."}, t.writeFile)
@@ -125,6 +136,7 @@ func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
 	mcp.AddTool(srv, &mcp.Tool{Name: "squash", Description: "Fold the whole pending stack into one pending transaction with the same effect " +
 		"(to review or commit it as one); nothing reaches the workspace.",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true}}, t.squash)
+	addProcessTools(srv, t)
 	return srv
 }
 
@@ -142,34 +154,33 @@ type refusedOut struct {
 	Reason string `json:"reason"`
 }
 
+type netRefusedOut struct {
+	Destination string `json:"destination" jsonschema:"host:port the command tried to reach"`
+	Reason      string `json:"reason" jsonschema:"why the egress proxy refused it, as the audit log has it"`
+	Cut         bool   `json:"cut,omitempty" jsonschema:"true when the destination is allowed and the proxy cut the connection for what the command sent through it"`
+}
+
 type executeOut struct {
-	ExitCode    int          `json:"exit_code"`
-	Termination string       `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit, oom or disk_limit (its writes reached the policy's limits.disk_bytes; what it wrote up to there is staged)"`
-	TimedOut    bool         `json:"timed_out"`
-	Truncated   bool         `json:"truncated" jsonschema:"true when output passed the output cap and was cut"`
-	Stdout      string       `json:"stdout"`
-	Stderr      string       `json:"stderr"`
-	Transaction string       `json:"transaction,omitempty" jsonschema:"id of the pending transaction holding the files the command wrote"`
-	Staged      []string     `json:"staged,omitempty" jsonschema:"paths staged in the transaction"`
-	Concurrent  []string     `json:"concurrent_changes,omitempty" jsonschema:"staged paths that changed while this command ran (another command's transaction or commit, or an edit) without it seeing the change; auto-commit leaves such a transaction pending"`
-	Refused     []refusedOut `json:"refused,omitempty" jsonschema:"paths the command wrote that were not staged, with why"`
-	InPlace     bool         `json:"in_place,omitempty" jsonschema:"true when the unsafe host backend wrote in the workspace itself"`
-	DurationMS  float64      `json:"duration_ms" jsonschema:"wall-clock duration in milliseconds"`
-	Backend     string       `json:"backend"`
+	ExitCode    int             `json:"exit_code"`
+	Termination string          `json:"termination_reason" jsonschema:"exited, signaled, timeout, cancelled, output_limit, oom or disk_limit (its writes reached the policy's limits.disk_bytes; what it wrote up to there is staged)"`
+	TimedOut    bool            `json:"timed_out"`
+	Truncated   bool            `json:"truncated" jsonschema:"true when output passed the output cap and was cut"`
+	Stdout      string          `json:"stdout"`
+	Stderr      string          `json:"stderr"`
+	Transaction string          `json:"transaction,omitempty" jsonschema:"id of the pending transaction holding the files the command wrote"`
+	Staged      []string        `json:"staged,omitempty" jsonschema:"paths staged in the transaction"`
+	Concurrent  []string        `json:"concurrent_changes,omitempty" jsonschema:"staged paths that changed while this command ran (another command's transaction or commit, or an edit) without it seeing the change; auto-commit leaves such a transaction pending"`
+	Refused     []refusedOut    `json:"refused,omitempty" jsonschema:"paths the command wrote that were not staged, with why"`
+	NetRefused  []netRefusedOut `json:"network_refused,omitempty" jsonschema:"destinations the egress proxy refused the command, with why (the command itself saw a 403 or a closed connection)"`
+	InPlace     bool            `json:"in_place,omitempty" jsonschema:"true when the unsafe host backend wrote in the workspace itself"`
+	DurationMS  float64         `json:"duration_ms" jsonschema:"wall-clock duration in milliseconds"`
+	Backend     string          `json:"backend"`
 }
 
 func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in executeIn) (*mcp.CallToolResult, executeOut, error) {
-	if strings.TrimSpace(in.Command) == "" {
-		return nil, executeOut{}, errors.New("command is empty")
-	}
-	cmd := sandbox.Command{Shell: in.Command, Dir: in.Cwd, Env: in.Env}
-	if in.TimeoutSeconds != 0 {
-		if in.TimeoutSeconds < 0 || math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds > float64(math.MaxInt64/int64(time.Second)) {
-			return nil, executeOut{}, fmt.Errorf("timeout_seconds must be a positive number of seconds, got %v", in.TimeoutSeconds)
-		}
-		// A zero field keeps the policy's limit; a timeout past the
-		// policy's is refused by the facade.
-		cmd.Limits = &policy.ResourceLimits{Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
+	cmd, err := in.command()
+	if err != nil {
+		return nil, executeOut{}, err
 	}
 	res, err := t.sb.Execute(ctx, cmd)
 	if res == nil {
@@ -181,6 +192,33 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 		}
 		return nil, executeOut{}, err
 	}
+	out := toExecuteOut(res)
+	if err != nil {
+		// The command ran but the call was cancelled: say so, with what
+		// it left behind.
+		return nil, out, fmt.Errorf("%w (transaction %q)", err, res.Transaction)
+	}
+	return resultText(out), out, nil
+}
+
+// command is the sandbox command in describes.
+func (in executeIn) command() (sandbox.Command, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return sandbox.Command{}, errors.New("command is empty")
+	}
+	cmd := sandbox.Command{Shell: in.Command, Dir: in.Cwd, Env: in.Env}
+	if in.TimeoutSeconds != 0 {
+		if in.TimeoutSeconds < 0 || math.IsNaN(in.TimeoutSeconds) || in.TimeoutSeconds > float64(math.MaxInt64/int64(time.Second)) {
+			return cmd, fmt.Errorf("timeout_seconds must be a positive number of seconds, got %v", in.TimeoutSeconds)
+		}
+		// A zero field keeps the policy's limit; a timeout past the
+		// policy's is refused by the facade.
+		cmd.Limits = &policy.ResourceLimits{Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
+	}
+	return cmd, nil
+}
+
+func toExecuteOut(res *sandbox.Result) executeOut {
 	out := executeOut{
 		ExitCode: res.ExitCode, Termination: string(res.Termination), TimedOut: res.TimedOut, Truncated: res.Truncated,
 		Stdout: res.Stdout, Stderr: res.Stderr, Transaction: res.Transaction, Staged: res.Staged, Concurrent: res.ConcurrentChanges, InPlace: res.InPlace,
@@ -189,12 +227,46 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 	for _, r := range res.Refused {
 		out.Refused = append(out.Refused, refusedOut{r.Path, r.Reason})
 	}
-	if err != nil {
-		// The command ran but the call was cancelled: say so, with what
-		// it left behind.
-		return nil, out, fmt.Errorf("%w (transaction %q)", err, res.Transaction)
+	for _, r := range res.NetworkRefusals {
+		out.NetRefused = append(out.NetRefused, netRefusedOut{r.Destination, r.Reason, r.Cut})
 	}
-	return nil, out, nil
+	return out
+}
+
+// resultText is the text of a command's result: the result as JSON, as
+// the SDK gives it by default, and, when the egress proxy refused the
+// command, a line that says so as `pulse exec` does. The command itself
+// saw only a 403 or a closed connection.
+func resultText(out executeOut) *mcp.CallToolResult {
+	if len(out.NetRefused) == 0 {
+		return nil // the SDK's default: the JSON alone
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}, &mcp.TextContent{Text: netRefusedText(out.NetRefused)}}}
+}
+
+func netRefusedText(rs []netRefusedOut) string {
+	var refused, cut []string
+	for _, r := range rs {
+		line := r.Destination + " (" + r.Reason + ")"
+		if r.Cut {
+			cut = append(cut, line)
+		} else {
+			refused = append(refused, line)
+		}
+	}
+	var lines []string
+	if len(refused) > 0 {
+		lines = append(lines, "network refused: "+strings.Join(refused, ", ")+"; retrying will not help: the policy's network allowlist, "+
+			"or --allow-host HOST:PORT where this pulse mcp is started, allows a destination (ask whoever runs it); each refusal is in the audit log")
+	}
+	if len(cut) > 0 {
+		lines = append(lines, "network cut: "+strings.Join(cut, ", ")+"; the destination is allowed, what the command sent through it was not; each is in the audit log")
+	}
+	return strings.Join(lines, "\n")
 }
 
 type pathIn struct {

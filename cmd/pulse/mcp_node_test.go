@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -290,6 +295,158 @@ func TestMCPAgentLoopEndsInOneCommit(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(ws, "test.sh")); err != nil {
 				t.Errorf("test.sh: %v", err)
+			}
+		})
+	}
+}
+
+type planStep struct {
+	Step  string         `json:"step"`
+	Tool  string         `json:"tool,omitempty"`
+	Args  map[string]any `json:"args,omitempty"`
+	Fetch string         `json:"fetch,omitempty"`
+}
+
+type planReport struct {
+	Tools []string            `json:"tools"`
+	Steps map[string]nodeStep `json:"steps"`
+}
+
+// runPlan runs plan (calls.mjs) against `pulse mcp --backend be` with
+// args, under the MCP TypeScript SDK.
+func runPlan(t *testing.T, be string, plan []planStep, args ...string) planReport {
+	t.Helper()
+	node, dir := requireNode(t)
+	if be == "docker" {
+		requireDockerEngine(t)
+	}
+	self, err := os.Executable()
+	must(t, err)
+	b, err := json.Marshal(plan)
+	must(t, err)
+	pf := filepath.Join(t.TempDir(), "plan.json")
+	must(t, os.WriteFile(pf, b, 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{filepath.Join(dir, "calls.mjs"), pf, self, "mcp", "--backend", be}, args...)...)
+	cmd.Env = append(os.Environ(), asPulseEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(stderr.String(), "unavailable") {
+			testenv.Missing(t, testenv.Namespace, be+" backend unavailable here: "+stderr.String())
+		}
+		t.Fatalf("client: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
+	}
+	var rep planReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	return rep
+}
+
+func (r planReport) step(t *testing.T, name string, wantError bool) nodeStep {
+	t.Helper()
+	s, ok := r.Steps[name]
+	if !ok {
+		t.Fatalf("no step %q in the report", name)
+	}
+	if s.IsError != wantError {
+		t.Fatalf("%s: isError = %v, want %v: %s", name, s.IsError, wantError, s.Text)
+	}
+	return s
+}
+
+// TestMCPProcessesExposeAndNetworkRefusals: through the MCP TypeScript
+// SDK, an agent starts a server in the background, reads its output as a
+// snapshot and then only what is new, exposes its port (an unlisted one
+// is refused) and a request from the host reaches it, kills it (its
+// writes are staged); a command reaches a host --allow-host lets through,
+// and the destination the proxy refused it is in the result, structured
+// and in the text, with the proxy's reason. On each isolating backend.
+func TestMCPProcessesExposeAndNetworkRefusals(t *testing.T) {
+	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "allowed host\n") }))
+	defer allowed.Close()
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer refused.Close()
+	for _, be := range mcpBackends {
+		t.Run(be, func(t *testing.T) {
+			ws := t.TempDir()
+			pol := filepath.Join(t.TempDir(), "policy.yaml")
+			must(t, os.WriteFile(pol, []byte("network: {expose: [8000]}\n"), 0o644))
+			site := fmt.Sprintf("site-%d-%d", os.Getpid(), time.Now().UnixNano())
+			viaProxy := `p=${HTTP_PROXY#http://}; exec 3<>/dev/tcp/${p%:*}/${p##*:}; `
+			plan := []planStep{
+				{Step: "site", Tool: "execute", Args: map[string]any{"command": "mkdir " + site + " && echo hello from the sandbox > " + site + "/index.html"}},
+				{Step: "start", Tool: "start", Args: map[string]any{"command": "echo serving; echo up > served.txt; exec busybox httpd -f -v -p 127.0.0.1:8000 -h " + site, "timeout_seconds": 120}},
+				{Step: "out1", Tool: "process_output", Args: map[string]any{"process_id": "${start.process_id}", "wait_seconds": 30}},
+				{Step: "expose_unlisted", Tool: "expose", Args: map[string]any{"port": 9000}},
+				{Step: "expose", Tool: "expose", Args: map[string]any{"port": 8000}},
+				{Step: "get", Fetch: "${expose.url}/index.html"},
+				{Step: "out2", Tool: "process_output", Args: map[string]any{"process_id": "${start.process_id}", "offset": "${out1.next_offset}", "wait_seconds": 30}},
+				{Step: "list", Tool: "list_processes"},
+				{Step: "kill", Tool: "kill", Args: map[string]any{"process_id": "${start.process_id}"}},
+				{Step: "out_all", Tool: "process_output", Args: map[string]any{"process_id": "${start.process_id}"}},
+				{Step: "net", Tool: "execute", Args: map[string]any{"command": viaProxy +
+					`printf "GET http://` + allowed.Listener.Addr().String() + `/ HTTP/1.1\r\nHost: ` + allowed.Listener.Addr().String() + `\r\nConnection: close\r\n\r\n" >&3; cat <&3; ` +
+					viaProxy + `printf "CONNECT ` + refused.Addr().String() + ` HTTP/1.1\r\n\r\n" >&3; cat <&3`}},
+			}
+			rep := runPlan(t, be, plan, "--workspace", ws, "--policy", pol, "--allow-host", allowed.Listener.Addr().String())
+			for _, tool := range []string{"start", "process_output", "kill", "list_processes", "expose", "squash"} {
+				if !slices.Contains(rep.Tools, tool) {
+					t.Errorf("tools/list lacks %q: %v", tool, rep.Tools)
+				}
+			}
+			var st startOut
+			rep.step(t, "start", false).decode(t, &st)
+			var o1, o2, all outputOut
+			rep.step(t, "out1", false).decode(t, &o1)
+			if !strings.HasPrefix(o1.Output, "serving\n") || !o1.Running || o1.NextOffset != int64(len(o1.Output)) {
+				t.Errorf("first output snapshot = %+v", o1)
+			}
+			if s := rep.step(t, "expose_unlisted", true); !strings.Contains(s.Text, "network.expose") {
+				t.Errorf("unlisted port: %q", s.Text)
+			}
+			var ex exposeOut
+			rep.step(t, "expose", false).decode(t, &ex)
+			if !strings.HasPrefix(ex.Address, "127.0.0.1:") {
+				t.Errorf("expose = %+v", ex)
+			}
+			if s := rep.step(t, "get", false); s.Text != "hello from the sandbox\n" {
+				t.Errorf("GET through the exposed port = %q", s.Text)
+			}
+			rep.step(t, "out2", false).decode(t, &o2)
+			if o2.Offset != o1.NextOffset || strings.Contains(o2.Output, "serving") || !strings.Contains(o2.Output, "response:200") {
+				t.Errorf("output since %d = %+v, want only the new lines, the request's among them", o1.NextOffset, o2)
+			}
+			var ls listProcessesOut
+			rep.step(t, "list", false).decode(t, &ls)
+			if len(ls.Processes) != 1 || ls.Processes[0].ProcessID != st.ProcessID || !ls.Processes[0].Running {
+				t.Errorf("list_processes = %+v", ls)
+			}
+			var k executeOut
+			rep.step(t, "kill", false).decode(t, &k)
+			if k.Termination != "cancelled" || !slices.Contains(k.Staged, "served.txt") {
+				t.Errorf("kill = %+v, want it cancelled and served.txt staged", k)
+			}
+			rep.step(t, "out_all", false).decode(t, &all)
+			if all.Running || all.Result == nil || all.Result.Transaction != k.Transaction || !strings.HasPrefix(all.Output, o1.Output) {
+				t.Errorf("output after kill = %+v", all)
+			}
+
+			s := rep.step(t, "net", false)
+			var ne executeOut
+			s.decode(t, &ne)
+			if !strings.Contains(ne.Stdout, "allowed host") {
+				t.Errorf("the --allow-host destination was not reached: %+v", ne)
+			}
+			want := netRefusedOut{Destination: refused.Addr().String(), Reason: "127.0.0.1 is in 127.0.0.0/8, which is reached only when listed explicitly"}
+			if !slices.Equal(ne.NetRefused, []netRefusedOut{want}) {
+				t.Errorf("network_refused = %+v, want %+v", ne.NetRefused, want)
+			}
+			if !strings.Contains(s.Text, "network refused: "+want.Destination+" ("+want.Reason+")") {
+				t.Errorf("the text does not name the refusal:\n%s", s.Text)
 			}
 		})
 	}

@@ -27,6 +27,7 @@ type sandboxFlags struct {
 	maxUpload  *int64
 	maxOutput  *int64
 	image      *string
+	allowHosts stringList
 }
 
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
@@ -40,6 +41,7 @@ func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f.secretMode = fs.String("secrets", "", "which --secret-env secrets the command may see when the policy allows secrets: deny-all, allow-all or NAME,NAME (default deny-all)")
 	f.maxUpload = fs.Int64("max-upload-bytes", 0, "remote backend: largest workspace archive to upload, compressed (default 32 MiB, as the server's default; the server's --max-upload-bytes must allow it too)")
 	f.maxOutput = fs.Int64("max-output-bytes", 0, "cap on each of stdout and stderr of a command; may only lower the policy's (default 16 MiB)")
+	fs.Var(&f.allowHosts, "allow-host", "let the command reach `HOST[:PORT]` (or *.domain, IP, CIDR[:PORT]; no port means 80 and 443) through the egress proxy, even under a policy that denies the network (repeatable)")
 	return f
 }
 
@@ -58,6 +60,9 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 	}
 	if f.unsafeHost.on {
 		opts = append(opts, sandbox.WithUnsafeHostExecution(f.unsafeHost.accept...))
+	}
+	if len(f.allowHosts) > 0 {
+		opts = append(opts, sandbox.WithAllowHosts(f.allowHosts...))
 	}
 	if *f.image != "" {
 		opts = append(opts, sandbox.WithImage(*f.image))
