@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -501,8 +502,35 @@ func (s *Server) removeAbandonedUploads(ctx context.Context) int {
 			}
 			lk.Unlock()
 		}
+		s.removeOrphanOverlays(ctx, t.Name(), cutoff)
 	}
 	return n
+}
+
+// removeOrphanOverlays deletes the overlays of tenant older than cutoff
+// whose record is gone. On one server the record's cleanup removes its
+// overlay; with replicas sharing a store, another replica's cleanup may
+// have deleted the record, and the overlay on this one's disk would stay
+// for ever.
+func (s *Server) removeOrphanOverlays(ctx context.Context, tenant string, cutoff time.Time) {
+	dir := filepath.Dir(s.overlayFile(tenant, "x"))
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, ent := range entries {
+		id, ok := strings.CutSuffix(ent.Name(), ".tar.gz")
+		info, err := ent.Info()
+		if !ok || !ent.Type().IsRegular() || !protocol.ValidID(id) || err != nil || !info.ModTime().Before(cutoff) {
+			continue
+		}
+		lk := s.idLock(id)
+		lk.Lock()
+		if taken, err := s.store.Exists(ctx, id); err == nil && !taken && s.lookup(id, tenant) == nil {
+			os.Remove(filepath.Join(dir, ent.Name()))
+		}
+		lk.Unlock()
+	}
 }
 
 func (s *Server) removeWorkspace(tenant, id string) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -802,4 +803,52 @@ func TestShutdownWaitsForASubmitOnItsWay(t *testing.T) {
 		t.Fatalf("result: %s", res.raw)
 	}
 	<-done
+}
+
+// Two replicas share one store (here one SQLite file; Postgres in a
+// fleet), each with a disk of its own. When one replica's retention
+// cleanup deletes the record of an execution the other ran, the other's
+// cleanup still removes that execution's workspace and overlay from its
+// disk.
+func TestRetentionCleanupOfAnotherReplicasExecution(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	exec := hostExecutor(t)
+	ha := startServer(t, dir, exec)
+	stB, err := store.Open(ctx, ha.dbPath, store.WithReplica("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stB.Close() })
+	rootB := filepath.Join(dir, "workspaces-b")
+	b, err := New(ctx, exec, stB, WithTokens(tokenA, tokenB), WithWorkspaceRoot(rootB), hostPolicies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Shutdown(context.Background()) })
+	hb := &harness{t: t, srv: b, st: stB, root: rootB, http: httptest.NewServer(b.Handler())}
+	t.Cleanup(hb.http.Close)
+	hb.url = "ws" + strings.TrimPrefix(hb.http.URL, "http")
+	c := hb.dial(tokenA)
+	c.submit("ran-on-b", "echo data > f", nil)
+	c.untilResult("ran-on-b", nil)
+	overlay := b.overlayFile(TenantOf(tokenA), "ran-on-b")
+	if _, err := os.Stat(overlay); err != nil {
+		t.Fatalf("overlay not saved: %v", err)
+	}
+
+	later := func() time.Time { return time.Now().Add(ha.srv.o.retention + time.Minute) }
+	ha.srv.o.now = later
+	ha.srv.cleanupOnce(ctx) // deletes the record
+	if ok, err := stB.Exists(ctx, "ran-on-b"); err != nil || ok {
+		t.Fatalf("record after the other replica's cleanup: %v, %v", ok, err)
+	}
+	b.o.now = later
+	b.cleanupOnce(ctx)
+	if _, err := os.Stat(filepath.Join(rootB, TenantOf(tokenA), "ran-on-b")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("workspace kept: %v", err)
+	}
+	if _, err := os.Stat(overlay); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("overlay kept: %v", err)
+	}
 }
