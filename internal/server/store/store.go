@@ -71,7 +71,9 @@ type Ref struct {
 	Tenant      string
 }
 
-// Store is the execution database. It is safe for concurrent use.
+// Store is the execution database on SQLite, the embedded default (its
+// name predates Interface and Postgres). It is safe for concurrent use,
+// also by several Stores on one file on one machine.
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
@@ -156,8 +158,8 @@ func applyOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
-// Open opens (creating if needed) the database at path and migrates it to
-// the current schema.
+// Open opens (creating if needed) the SQLite database at path and
+// migrates it to the current schema.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o, err := applyOptions(opts)
 	if err != nil {
