@@ -44,7 +44,7 @@ func (x *execution) endCleaning(ctx context.Context, left []error) {
 // cleanup_failed) naming it, as an execution's own leftovers get. The
 // executions have ended by then; this is the sandbox's.
 func (s *Sandbox) auditBackendLeftovers(err error) {
-	if err == nil || s.audit == nil || !s.ownsAudit {
+	if err == nil || s.audit == nil {
 		return
 	}
 	s.log.Error("backend cleanup failed; resources are left behind", "backend", s.backend.Name(), "err", err)
