@@ -38,6 +38,11 @@ func TestExecStopsAtTheDiskBound(t *testing.T) {
 	if !strings.Contains(stderr, "a.txt") || !strings.Contains(stderr, "big") {
 		t.Fatalf("the files written before the bound are not staged:\n%s", stderr)
 	}
+	// The bound the command reached is the policy's: the summary names
+	// its size and never calls it the default.
+	if !strings.Contains(stderr, "limits.disk_bytes of the policy, 4.0MiB") || strings.Contains(stderr, "default") {
+		t.Fatalf("the summary does not name the policy's bound:\n%s", stderr)
+	}
 }
 
 // A command that writes more than its memory allows on namespace (its

@@ -205,7 +205,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 			wsFlag = " --workspace " + shellQuote(*workspace)
 		}
 		resetTerminal(env.stderr)
-		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag, err)
+		summarize(forTerminal(env.stderr), res, diff, env.prog+" cow", wsFlag, err, sf.policyDisk)
 		if held := heldBack(outFilter, errFilter); held != "" {
 			fmt.Fprintf(forTerminal(env.stderr), "   held back from the terminal: %s (sequences that act outside the screen; --raw sends them)\n", held)
 		}
@@ -264,8 +264,10 @@ func execExitCode(res *sandbox.Result) int {
 // when that is how they ran this one); wsFlag is the --workspace flag it
 // needs ("" for the current directory); failed, the error the sandbox
 // returned with res (nil when none), since then what is staged need not
-// be all the command wrote.
-func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, failed error) {
+// be all the command wrote; policyDisk, the policy's limits.disk_bytes
+// (0: it sets none), so that a command stopped at the disk bound is told
+// which bound that was.
+func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, failed error, policyDisk int64) {
 	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, res.ExitCode, res.Termination,
 		res.Duration.Round(time.Millisecond))
 	if res.Truncated {
@@ -276,8 +278,13 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 			" and count toward limits.memory_bytes): raise limits.memory_bytes in the policy\n", humanBytes(res.Metrics.DiskBytes))
 	}
 	if res.Termination == backend.DiskLimit {
-		fmt.Fprintln(w, "   stopped at the disk bound: what it wrote reached limits.disk_bytes (the default when the policy sets none);"+
-			" its writes up to there are staged, the last file perhaps cut short; raise limits.disk_bytes in the policy to allow more")
+		bound := "the backend's default (the policy sets no limits.disk_bytes; pulse doctor says how this backend sizes it)"
+		raise := "set limits.disk_bytes in the policy"
+		if policyDisk > 0 {
+			bound, raise = "limits.disk_bytes of the policy, "+humanBytes(policyDisk), "raise limits.disk_bytes in the policy"
+		}
+		fmt.Fprintf(w, "   stopped at the disk bound: what it wrote reached %s;"+
+			" its writes up to there are staged, the last file perhaps cut short; %s to allow more\n", bound, raise)
 	}
 	printNetworkRefusals(w, res)
 	for _, r := range res.Refused {

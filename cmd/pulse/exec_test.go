@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	"github.com/pulse-agent/pulse/sandbox"
 )
@@ -228,7 +229,7 @@ func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
 			res.Committed = append(res.Committed, fmt.Sprintf("f%04d.txt", i))
 		}
 		var b strings.Builder
-		summarize(&b, res, "", "pulse cow", "", nil)
+		summarize(&b, res, "", "pulse cow", "", nil, 0)
 		out := b.String()
 		if !strings.Contains(out, fmt.Sprintf("committed %d path(s): f0000.txt", n)) {
 			t.Fatalf("%d paths: summary lacks the count and first path:\n%s", n, out)
@@ -252,14 +253,14 @@ func TestSummaryNamesAFewCommittedPathsAndCountsTheRest(t *testing.T) {
 func TestSummaryWarnsOfConcurrentChanges(t *testing.T) {
 	res := &sandbox.Result{Transaction: "abc", Staged: []string{"shared", "mine"}, ConcurrentChanges: []string{"shared"}}
 	var b strings.Builder
-	summarize(&b, res, "", "pulse cow", " --workspace ws", nil)
+	summarize(&b, res, "", "pulse cow", " --workspace ws", nil, 0)
 	out := b.String()
 	if !strings.Contains(out, "warning: shared changed while this command ran") ||
 		!strings.Contains(out, "pulse cow diff --workspace ws abc shows") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	b.Reset()
-	summarize(&b, &sandbox.Result{Transaction: "abc", Staged: []string{"mine"}}, "", "pulse cow", "", nil)
+	summarize(&b, &sandbox.Result{Transaction: "abc", Staged: []string{"mine"}}, "", "pulse cow", "", nil, 0)
 	if strings.Contains(b.String(), "warning") {
 		t.Fatalf("summary warns without a concurrent change:\n%s", b.String())
 	}
@@ -275,7 +276,7 @@ func TestSummaryClipsALongDiff(t *testing.T) {
 	}
 	res := &sandbox.Result{Transaction: "abc", Staged: []string{"f"}}
 	var b strings.Builder
-	summarize(&b, res, long.String(), "pulse cow", "", nil)
+	summarize(&b, res, long.String(), "pulse cow", "", nil, 0)
 	out := b.String()
 	if !strings.Contains(out, "+line 0\n") || !strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines-1)) ||
 		strings.Contains(out, fmt.Sprintf("+line %d\n", maxSummaryDiffLines)) {
@@ -286,12 +287,12 @@ func TestSummaryClipsALongDiff(t *testing.T) {
 	}
 	huge := strings.Repeat("+"+strings.Repeat("x", 999)+"\n", 100) // 100 KB in 100 lines
 	b.Reset()
-	summarize(&b, res, huge, "pulse cow", "", nil)
+	summarize(&b, res, huge, "pulse cow", "", nil, 0)
 	if out := b.String(); len(out) > maxSummaryDiffBytes+1024 || !strings.Contains(out, "more line(s) of diff") {
 		t.Fatalf("a diff of long lines is shown whole (%d bytes)", len(out))
 	}
 	b.Reset()
-	summarize(&b, res, "+short\n", "pulse cow", "", nil)
+	summarize(&b, res, "+short\n", "pulse cow", "", nil, 0)
 	if out := b.String(); !strings.Contains(out, "+short\n") || strings.Contains(out, "more line(s)") {
 		t.Fatalf("a short diff is clipped:\n%s", out)
 	}
@@ -393,5 +394,24 @@ func TestExecUnsafeHostRefusesWhatItCannotEnforce(t *testing.T) {
 	code, stdout, _ = runCLI(t, "doctor", "--unsafe-host=network,secrets", "--json")
 	if code != exitOK || !strings.Contains(stdout, `"name": "host"`) || strings.Contains(stdout, `"needs_unsafe"`) {
 		t.Fatalf("doctor --unsafe-host=network,secrets --json: %d\n%s", code, stdout)
+	}
+}
+
+// TestSummaryNamesTheDiskBound: a command stopped at the disk bound is
+// told which bound it was: the policy's, by size, or, where the policy
+// sets none, the backend's default and where to see it; never the
+// default when the policy set one.
+func TestSummaryNamesTheDiskBound(t *testing.T) {
+	res := &sandbox.Result{Termination: backend.DiskLimit, ExitCode: -1}
+	var b strings.Builder
+	summarize(&b, res, "", "pulse cow", "", nil, 1<<30)
+	if out := b.String(); !strings.Contains(out, "limits.disk_bytes of the policy, 1.0GiB") || strings.Contains(out, "default") {
+		t.Fatalf("policy bound of 1 GiB, summary:\n%s", out)
+	}
+	b.Reset()
+	summarize(&b, res, "", "pulse cow", "", nil, 0)
+	if out := b.String(); !strings.Contains(out, "the backend's default") || !strings.Contains(out, "pulse doctor") ||
+		!strings.Contains(out, "set limits.disk_bytes in the policy") {
+		t.Fatalf("no policy bound, summary:\n%s", out)
 	}
 }

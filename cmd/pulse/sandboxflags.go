@@ -28,6 +28,10 @@ type sandboxFlags struct {
 	maxOutput  *int64
 	image      *string
 	allowHosts stringList
+
+	// policyDisk is the loaded policy's limits.disk_bytes (0: none), set
+	// by options, for what the summary says of the disk bound.
+	policyDisk int64
 }
 
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
@@ -73,6 +77,7 @@ func (f *sandboxFlags) options(getenv func(string) string, warn func(string)) ([
 			return nil, err
 		}
 		opts = append(opts, sandbox.WithPolicy(p))
+		f.policyDisk = p.Limits.DiskBytes
 	}
 	if len(f.secretEnv) > 0 {
 		var list []secrets.Secret
