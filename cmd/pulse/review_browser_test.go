@@ -382,6 +382,14 @@ func TestReviewPageStackInChromium(t *testing.T) {
 	if errs, _ := steps["committed"]["errors"].([]any); len(errs) > 0 {
 		t.Errorf("page errors: %v", errs)
 	}
+	// The message after Commit all names the committed paths: the one
+	// with a direction control as a marker, as everywhere on the page.
+	if raw, _ := steps["committed"]["rawAfter"].(bool); raw {
+		t.Errorf("after Commit all the page's text holds a raw direction control: message %q", steps["committed"]["message"])
+	}
+	if l, _ := json.Marshal(steps["committed"]["messageMarkers"]); string(l) != `["⟨U+202E⟩"]` {
+		t.Errorf("the message after Commit all marks %s, want the one direction control of %q", l, bidiPath)
+	}
 	if b, err := os.ReadFile(filepath.Join(ws, "a.txt")); err != nil || string(b) != "fixed\n" {
 		t.Errorf("a.txt after Commit all: %q %v", b, err)
 	}

@@ -64,9 +64,11 @@
     return out;
   }
 
+  // say shows a message: it may name paths (what was committed, a
+  // conflict, a refusal the server explains), so it is marked like them.
   function say(text, error) {
     const m = $("message");
-    m.textContent = text;
+    m.replaceChildren(...marked(text));
     m.className = "message" + (error ? " error" : "");
   }
 
@@ -116,12 +118,12 @@
       el("span", { class: "meta" }, ...marked((tx.description || "") + " · " + new Date(tx.created).toLocaleString() + " · " + files.length + " file(s)")),
       el("span", { class: "actions" }, commit, discard)));
     if (tx.commit_depends) {
-      card.append(el("div", { class: "depends", text: "Depends on transaction(s) " + tx.commit_depends.on.join(", ") +
-        " (both change " + clean(tx.commit_depends.path) + "): commit it with the stack (Commit all) or Squash." }));
+      card.append(el("div", { class: "depends" }, ...marked("Depends on transaction(s) " + tx.commit_depends.on.join(", ") +
+        " (both change " + tx.commit_depends.path + "): commit it with the stack (Commit all) or Squash.")));
     }
     if (tx.conflict) {
-      card.append(el("div", { class: "conflict", role: "alert",
-        text: "Conflict: " + clean(tx.conflict.path) + " was " + tx.conflict.reason + " in the workspace since it was staged, so the commit was refused and nothing was written. The diff below is against the workspace as it is now: discard, or stage again." }));
+      card.append(el("div", { class: "conflict", role: "alert" },
+        ...marked("Conflict: " + tx.conflict.path + " was " + tx.conflict.reason + " in the workspace since it was staged, so the commit was refused and nothing was written. The diff below is against the workspace as it is now: discard, or stage again.")));
     }
     for (const f of files) {
       const k = tx.id + "\u0000" + f.path;

@@ -6,7 +6,7 @@
 // file named with a direction control, of its diff line and of the mode
 // change), "explained" (the message after clicking Commit on the fix
 // alone), and "committed" (after unticking UNTICK_PATH and clicking
-// Commit all).
+// Commit all: the message, and what it shows of BIDI_PATH).
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -64,7 +64,11 @@ try {
   await page.locator("#message", { hasText: "Committed the pending stack" }).waitFor();
   await edit.waitFor({ state: "detached" });
   await fix.waitFor({ state: "detached" });
-  step("committed", { message: await page.locator("#message").textContent(), errors });
+  // The message names the committed paths, the one with a direction
+  // control among them: as a marker too, never as the raw rune.
+  const rawAfter = await page.evaluate(() => /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/.test(document.body.innerText));
+  const messageMarkers = await page.locator("#message mark.bidi").allTextContents();
+  step("committed", { message: await page.locator("#message").textContent(), errors, rawAfter, messageMarkers });
 } finally {
   await ctx.close();
   rmSync(profile, { recursive: true, force: true });
