@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,8 +62,8 @@ type Command struct {
 	// 0 (set by SafeGit: a failed git operation leaves nothing to review).
 	keepOnlyOnSuccess bool
 	// run, when set, is the script the backend runs in place of Shell
-	// (a Shell session's wrapper, shell.go); the policy, the audit log
-	// and the transaction see Shell, the command as given.
+	// or Args (a Shell session's wrapper, shell.go); the policy, the
+	// audit log and the transaction see the command as given.
 	run string
 }
 
@@ -404,11 +403,15 @@ func (x *execution) prepare(ctx context.Context) error {
 	if x.eg, err = s.startEgress(ctx, x.id, x.net); err != nil {
 		return err
 	}
+	args, shell := x.cmd.Args, x.cmd.Shell
+	if x.cmd.run != "" {
+		args, shell = nil, x.cmd.run
+	}
 	x.req = &backend.Request{
 		ExecutionID: x.id,
 		Workspace:   s.workspace,
-		Args:        x.cmd.Args,
-		Shell:       cmp.Or(x.cmd.run, x.cmd.Shell),
+		Args:        args,
+		Shell:       shell,
 		Dir:         x.dir,
 		Env:         env,
 		Stdin:       x.cmd.Stdin,

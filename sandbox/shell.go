@@ -99,7 +99,7 @@ func (sh *Shell) Dir() string {
 }
 
 // Env is what the session changed in the environment: the exported
-// variables set, and the names unset (with ok false in unset).
+// variables set, and the names unset.
 func (sh *Shell) Env() (set map[string]string, unset []string) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -121,12 +121,13 @@ func (sh *Shell) Run(ctx context.Context, cmd Command) (*Result, error) {
 	}
 	script := cmd.Shell
 	if script == "" {
+		// The wrapper runs the argv quoted; the policy and the audit log
+		// still see it as Execute shows an argv.
 		quoted := make([]string, len(cmd.Args))
 		for i, a := range cmd.Args {
 			quoted[i] = shellQuote(a)
 		}
 		script = strings.Join(quoted, " ")
-		cmd.Shell, cmd.Args = script, nil
 	}
 	var mark [16]byte
 	if _, err := rand.Read(mark[:]); err != nil {

@@ -77,6 +77,9 @@ func checkShell(t *testing.T, sb *Sandbox) {
 	if _, err := sh.Run(ctx, Command{Shell: "rm -rf sub"}); !errors.Is(err, ErrPolicyDenied) {
 		t.Fatalf("rm -rf under a policy that denies it: %v", err)
 	}
+	if _, err := sh.Run(ctx, Command{Args: []string{"rm", "-rf", "sub"}}); !errors.Is(err, ErrPolicyDenied) {
+		t.Fatalf("rm -rf as an argv under a policy that denies it: %v", err)
+	}
 	evs := verifyAudit(t, sb)
 	if !hasEvent(evs, func(e audit.Event) bool {
 		return e.Action == "shell" && e.Target == "rm -rf sub" && e.Decision == "deny"
