@@ -83,9 +83,9 @@ func checkCleanupFailure(t *testing.T, newSandbox func(t *testing.T, ws string, 
 		t.Fatalf("the egress directory is gone (%v): the cleanup did not fail, the test proves nothing", err)
 	}
 	unmount()
+	evs := verifyAudit(t, sb)
 	os.RemoveAll(egressDir)
 
-	evs := verifyAudit(t, sb)
 	if !hasEvent(evs, func(e audit.Event) bool {
 		return e.Action == "sandbox-cleanup" && e.Decision == "deny" && e.Reason == "cleanup_failed" &&
 			strings.Contains(e.Target, egressDir) && strings.Contains(e.Detail, egressDir)
@@ -169,5 +169,78 @@ func TestBackendLeftoversAuditedAtCloseNamespaceRoot(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no sandbox-cleanup event naming the run directory:\n%s", data)
+	}
+}
+
+// readAudit verifies the audit log at path and returns its events.
+func readAudit(t *testing.T, path string) []audit.Event {
+	t.Helper()
+	if _, err := audit.Verify(t.Context(), path); err != nil {
+		t.Fatalf("audit log does not verify: %v", err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []audit.Event
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		e, err := audit.ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// TestBackendLeftoversAuditedAtCloseDockerRoot: the egress trust store of
+// a Docker container under an allowlist (a directory under TMPDIR) that
+// cannot be removed when the sandbox closes — TMPDIR became a read-only
+// bind mount — is named by Close's error and a sandbox-cleanup event.
+// Needs root (mount) and Docker.
+func TestBackendLeftoversAuditedAtCloseDockerRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test makes TMPDIR a read-only bind mount")
+	}
+	newDockerBackend(t) // skips without Docker
+	ws, tmp := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("docker"), WithAllowHosts("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sb.Execute(context.Background(), Command{Shell: "true"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("execute: %v %+v", err, res)
+	}
+	if m, _ := filepath.Glob(filepath.Join(tmp, "pulse-docker-trust-*")); len(m) == 0 {
+		t.Skip("no egress trust store on this machine (no CA bundle): nothing to leave")
+	}
+	if err := unix.Mount(tmp, tmp, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount here: %v", err)
+	}
+	mounted := true
+	unmount := func() {
+		if mounted {
+			mounted = false
+			if err := unix.Unmount(tmp, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", tmp, err)
+			}
+		}
+	}
+	t.Cleanup(unmount)
+	if err := unix.Mount("", tmp, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	path := sb.AuditPath()
+	cerr := sb.Close()
+	unmount()
+	want := "docker: egress trust store " + filepath.Join(tmp, "pulse-docker-trust-")
+	if cerr == nil || !strings.Contains(cerr.Error(), want) {
+		t.Fatalf("Close = %v, want it to name %s*", cerr, want)
+	}
+	if !hasEvent(readAudit(t, path), func(e audit.Event) bool {
+		return e.Action == "sandbox-cleanup" && e.Reason == "cleanup_failed" && strings.Contains(e.Target, want)
+	}) {
+		t.Errorf("no sandbox-cleanup event naming %s*", want)
 	}
 }

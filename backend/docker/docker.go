@@ -367,7 +367,9 @@ func (b *Backend) Close() error {
 		if err := b.remove(ctx, bx.id); err != nil {
 			errs = append(errs, err)
 		}
-		bx.trust.remove()
+		if err := bx.trust.remove(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	b.wg.Wait()
 	for _, bx := range warm {

@@ -102,11 +102,16 @@ func (t *trustStore) add(ca []byte) error {
 	return nil
 }
 
-// remove deletes the host file; nil-safe.
-func (t *trustStore) remove() {
-	if t != nil {
-		os.RemoveAll(t.dir)
+// remove deletes the host file; nil-safe. The error names the directory
+// left on the host.
+func (t *trustStore) remove() error {
+	if t == nil {
+		return nil
 	}
+	if err := os.RemoveAll(t.dir); err != nil {
+		return fmt.Errorf("docker: egress trust store %s left: %w", t.dir, err)
+	}
+	return nil
 }
 
 // bridgeEgress prepares an allowlist request: a listener in the
