@@ -140,7 +140,14 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return exitUsage
 	}
-	defer sb.Close()
+	defer func() {
+		// What the sandbox could not remove (a run directory, a
+		// container) is in the audit log; the person who ran the
+		// command is told too, since nothing removes it later.
+		if err := sb.Close(); err != nil {
+			fmt.Fprintf(forTerminal(env.stderr), "pulse exec: warning: cleanup failed, left behind (remove by hand; the audit log has it): %v\n", err)
+		}
+	}()
 	if env.getenv("PULSE_REMOTE_URL") != "" && sb.Backend().Name() != "remote" {
 		for _, why := range sb.PassedOver() {
 			if strings.HasPrefix(why, "remote:") {
