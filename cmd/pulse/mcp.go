@@ -510,8 +510,8 @@ func mcpText(s string) *mcp.CallToolResult {
 }
 
 // mcpStackErr says, in the tools an MCP client has, what to do about a
-// transaction that cannot be committed or discarded alone: the sandbox's
-// own words name a command line the agent has no tool for.
+// refused commit or discard: the sandbox's own words name a command line
+// the agent has no tool for.
 func mcpStackErr(err error) error {
 	var se *cowfs.StackError
 	switch {
@@ -525,6 +525,11 @@ func mcpStackErr(err error) error {
 			se.ID, strings.Join(se.Others, ", "), se.Path, cowfs.ErrStackDependency)
 	case errors.Is(err, cowfs.ErrStackChanged):
 		return fmt.Errorf("%w; another command staged a transaction meanwhile: look at diff, then call commit again", err)
+	case errors.Is(err, sandbox.ErrRunsOnHost):
+		// Held for a person by design: no tool commits it, and the agent
+		// is told whom to ask rather than what to run.
+		return fmt.Errorf("%w. No tool commits such a change: ask the person you work for to review and commit it (the review page or the CLI's cow commit), "+
+			"or discard it", err)
 	}
 	return err
 }

@@ -93,6 +93,20 @@ func TestMCPStackCommitDiscardSquash(t *testing.T) {
 			if txt, isErr := callTool(t, ctx, s, "commit", map[string]any{}, &cm); isErr || len(cm.Transactions) != 0 {
 				t.Fatalf("commit {} of nothing = %s %+v", txt, cm)
 			}
+
+			// A hook in the stack is for a person: commit {} refuses the
+			// whole stack and says whom to ask, and nothing lands.
+			if txt, isErr := callTool(t, ctx, s, "execute", map[string]any{"command": "echo c > c.txt; mkdir -p .git/hooks && printf '#!/bin/sh\\n' > .git/hooks/pre-commit"}, &ex); isErr || ex.ExitCode != 0 {
+				t.Fatalf("execute: %s %+v", txt, ex)
+			}
+			if txt, isErr := callTool(t, ctx, s, "commit", map[string]any{}, nil); !isErr || !strings.Contains(txt, ".git/hooks/pre-commit") || !strings.Contains(txt, "ask the person") {
+				t.Fatalf("commit {} of a stack holding a hook = %q (error %v), want a refusal that names it and whom to ask", txt, isErr)
+			}
+			for _, p := range []string{"c.txt", ".git/hooks/pre-commit"} {
+				if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+					t.Errorf("%s reached the workspace through a refused commit", p)
+				}
+			}
 		})
 	}
 }
