@@ -159,7 +159,8 @@ func sandboxPath(hostPath string, readOnly []string) string {
 // fixed name in the temporary directory is still used where it is this
 // user's already (made by an earlier pulse: nobody else can take or
 // replace it there), so that its keeper and runs are found, and as the
-// last resort of a user without a home.
+// last resort of a user without a home (or one whose home cannot hold
+// the cache directory).
 func defaultStateDir() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "pulse-namespace")
@@ -168,8 +169,14 @@ func defaultStateDir() string {
 	if checkStateDir(tmp) == nil {
 		return tmp
 	}
+	// The cache directory only where it can be made: a user whose home
+	// cannot hold one (HOME=/nonexistent, as service accounts have)
+	// keeps the name in the temporary directory, as before.
 	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
-		return filepath.Join(c, "pulse", "namespace")
+		d := filepath.Join(c, "pulse", "namespace")
+		if os.MkdirAll(d, 0o700) == nil {
+			return d
+		}
 	}
 	return tmp
 }

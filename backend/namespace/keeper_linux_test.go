@@ -390,3 +390,34 @@ func TestDefaultStateDirCannotBeSquatted(t *testing.T) {
 		t.Fatalf("checkStateDir of a squatted dir = %v", err)
 	}
 }
+
+// TestDefaultStateDirWithoutAHome: a user whose home cannot hold a cache
+// directory (HOME=/nonexistent, as service accounts have) and who has no
+// XDG_RUNTIME_DIR keeps the backend: the default state dir falls back to
+// the fixed name in the temporary directory, which nobody else has taken
+// here, instead of a cache directory that cannot be made.
+func TestDefaultStateDirWithoutAHome(t *testing.T) {
+	newBackend(t) // skips without namespaces
+	tmp := t.TempDir()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv("HOME", filepath.Join(file, "home")) // under a file: no one can make it, root included
+	want := filepath.Join(tmp, "pulse-namespace-"+strconv.Itoa(os.Getuid()))
+	if got := defaultStateDir(); got != want {
+		t.Fatalf("default state dir %s, want %s", got, want)
+	}
+	b, err := New(WithoutPrestart(), WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	res, out, _ := runCmd(t, b, &backend.Request{Workspace: t.TempDir(), Shell: "echo ok"})
+	if res.ExitCode != 0 || out != "ok\n" {
+		t.Fatalf("exit %d, output %q", res.ExitCode, out)
+	}
+}
