@@ -41,6 +41,7 @@ type Shell struct {
 	sb *Sandbox
 
 	mu    sync.Mutex
+	lost  bool              // the last Run's command left no state
 	dir   string            // "" the workspace root; relative, or absolute outside the workspace
 	env   map[string]string // exported variables set or changed by the session
 	unset map[string]bool   // variables the session unset
@@ -98,6 +99,15 @@ func (sh *Shell) Dir() string {
 	return sh.dir
 }
 
+// Lost reports whether the last Run's command ran but left no state (it
+// exec'd another program, or the output cap cut the state off): the
+// session kept the state from before it.
+func (sh *Shell) Lost() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.lost
+}
+
 // Env is what the session changed in the environment: the exported
 // variables set, and the names unset.
 func (sh *Shell) Env() (set map[string]string, unset []string) {
@@ -153,7 +163,9 @@ func (sh *Shell) Run(ctx context.Context, cmd Command) (*Result, error) {
 	if res != nil && out == &collected {
 		res.Stdout = collected.String()
 	}
-	if st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.done && !tw.overflow); ok {
+	st, ok := parseShellState(tw.trailer.Bytes(), marker, tw.done && !tw.overflow)
+	sh.lost = !ok && res != nil
+	if ok {
 		sh.apply(st)
 	} else if res != nil {
 		sh.sb.log.Warn("shell session: the command left no state (exec, output cap or a removed EXIT trap); keeping the previous one",

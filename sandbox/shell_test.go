@@ -73,6 +73,15 @@ func checkShell(t *testing.T, sb *Sandbox) {
 	if res := run(`echo "$W"`, nil); res.Stdout != "4\n" {
 		t.Fatalf("after a command with its own EXIT trap: %q", res.Stdout)
 	}
+	// A command that exec's another program leaves no state: Lost says
+	// so, and the session keeps the one from before.
+	run("cd / && export W=5 && exec true", nil)
+	if !sh.Lost() || sh.Dir() != "" {
+		t.Fatalf("after exec: Lost %v, dir %q; want true and the root", sh.Lost(), sh.Dir())
+	}
+	if res := run(`echo "$W"`, nil); res.Stdout != "4\n" || sh.Lost() {
+		t.Fatalf("after a command that left no state: %q, Lost %v", res.Stdout, sh.Lost())
+	}
 	// The policy judges the command as given.
 	if _, err := sh.Run(ctx, Command{Shell: "rm -rf sub"}); !errors.Is(err, ErrPolicyDenied) {
 		t.Fatalf("rm -rf under a policy that denies it: %v", err)

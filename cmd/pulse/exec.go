@@ -181,7 +181,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	var res *sandbox.Result
 	if *session != "" {
-		res, err = runInSession(ctx, sb, *session, cmd) // session.go
+		res, err = runInSession(ctx, sb, *session, cmd, func(w string) { fmt.Fprintf(env.stderr, "pulse exec: warning: %s\n", w) }) // session.go
 	} else {
 		res, err = sb.Execute(ctx, cmd)
 	}

@@ -35,7 +35,7 @@ func sessionFile(sb *sandbox.Sandbox, name string) string {
 // state is read before and written after, whatever the command's exit.
 // Two commands of one session at once leave the state of the one that
 // ends last.
-func runInSession(ctx context.Context, sb *sandbox.Sandbox, name string, cmd sandbox.Command) (*sandbox.Result, error) {
+func runInSession(ctx context.Context, sb *sandbox.Sandbox, name string, cmd sandbox.Command, warn func(string)) (*sandbox.Result, error) {
 	file := sessionFile(sb, name)
 	var st sandbox.ShellState
 	switch data, err := os.ReadFile(file); {
@@ -54,6 +54,9 @@ func runInSession(ctx context.Context, sb *sandbox.Sandbox, name string, cmd san
 	res, err := sh.Run(ctx, cmd)
 	if res == nil {
 		return res, err
+	}
+	if sh.Lost() {
+		warn(fmt.Sprintf("session %s: the command left no state (it exec'd another program, or the output cap cut it off); the session keeps its directory and variables from before", name))
 	}
 	if serr := saveSession(file, sh.State()); serr != nil {
 		return res, errors.Join(err, fmt.Errorf("session %s: keeping its state: %w", name, serr))

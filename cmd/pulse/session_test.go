@@ -48,6 +48,14 @@ func TestExecSession(t *testing.T) {
 			t.Fatalf("%v: exit %d, stdout %q; want a fresh start", other, code, stdout)
 		}
 	}
+	// A command that leaves no state says so, and the session keeps its own.
+	code, _, stderr = execIn("--session", "s", "--", "cd / && exec true")
+	if code != exitOK || !strings.Contains(stderr, "session s: the command left no state") {
+		t.Fatalf("exec at the end: exit %d: %s", code, stderr)
+	}
+	if code, stdout, _ := execIn("--session", "s", "--", `pwd; echo "$X"`); code != exitOK || !strings.Contains(stdout, "/sub\n1\n") {
+		t.Fatalf("after a command that left no state: exit %d, %q", code, stdout)
+	}
 	if code, _, stderr := execIn("--session", "../x", "--", "true"); code != exitUsage || !strings.Contains(stderr, "--session") {
 		t.Fatalf("a session name with a path: exit %d: %s", code, stderr)
 	}
