@@ -31,7 +31,7 @@ func init() {
 		usage:   []string{"pulse mcp [--workspace DIR] [--policy FILE] [--backend B] [flags]"},
 		help: `Speaks the Model Context Protocol on stdin and stdout. Tools: execute, read_file,
 list_files, write_file, diff, commit, discard, squash; for background processes
-start, process_output, kill, list_processes and expose. Policy, secrets, the
+start, process_output, send_input, kill, list_processes and expose. Policy, secrets, the
 egress allowlist (--allow-host) and the audit log apply as for 'pulse exec';
 a refused action is a tool error that says why, a refused connection is in
 the result's network_refused. A message the server cannot take (over its
@@ -51,8 +51,8 @@ as one commit, discard with no id drops it, squash folds it into one
 transaction. read_file and list_files show the workspace as the next command
 sees it (pending writes included). For a server or
 a watcher, start runs a command in the background: process_output reads what
-it printed (from an offset, so only what is new), kill ends it, expose makes
-a port it listens on reachable. The policy decides what is allowed; a
+it printed (from an offset, so only what is new), send_input writes to its
+input, kill ends it, expose makes a port it listens on reachable. The policy decides what is allowed; a
 refusal comes back as a tool error that says why, and hosts the network
 policy refused a command are in its result's network_refused.`
 

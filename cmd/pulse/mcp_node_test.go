@@ -388,12 +388,17 @@ func TestMCPProcessesExposeAndNetworkRefusals(t *testing.T) {
 				{Step: "list", Tool: "list_processes"},
 				{Step: "kill", Tool: "kill", Args: map[string]any{"process_id": "${start.process_id}"}},
 				{Step: "out_all", Tool: "process_output", Args: map[string]any{"process_id": "${start.process_id}"}},
+				{Step: "reader", Tool: "start", Args: map[string]any{"command": "read line; echo \"got $line\"; cat; echo eof"}},
+				{Step: "input", Tool: "send_input", Args: map[string]any{"process_id": "${reader.process_id}", "input": "hello\nrest\n", "close": true}},
+				{Step: "reader_out", Tool: "process_output", Args: map[string]any{"process_id": "${reader.process_id}", "wait_seconds": 30}},
+				{Step: "reader_end", Tool: "kill", Args: map[string]any{"process_id": "${reader.process_id}"}},
+				{Step: "reader_all", Tool: "process_output", Args: map[string]any{"process_id": "${reader.process_id}"}},
 				{Step: "net", Tool: "execute", Args: map[string]any{"command": viaProxy +
 					`printf "GET http://` + allowed.Listener.Addr().String() + `/ HTTP/1.1\r\nHost: ` + allowed.Listener.Addr().String() + `\r\nConnection: close\r\n\r\n" >&3; cat <&3; ` +
 					viaProxy + `printf "CONNECT ` + refused.Addr().String() + ` HTTP/1.1\r\n\r\n" >&3; cat <&3`}},
 			}
 			rep := runPlan(t, be, plan, "--workspace", ws, "--policy", pol, "--allow-host", allowed.Listener.Addr().String())
-			for _, tool := range []string{"start", "process_output", "kill", "list_processes", "expose", "squash"} {
+			for _, tool := range []string{"start", "process_output", "send_input", "kill", "list_processes", "expose", "squash"} {
 				if !slices.Contains(rep.Tools, tool) {
 					t.Errorf("tools/list lacks %q: %v", tool, rep.Tools)
 				}
@@ -433,6 +438,17 @@ func TestMCPProcessesExposeAndNetworkRefusals(t *testing.T) {
 			rep.step(t, "out_all", false).decode(t, &all)
 			if all.Running || all.Result == nil || all.Result.Transaction != k.Transaction || !strings.HasPrefix(all.Output, o1.Output) {
 				t.Errorf("output after kill = %+v", all)
+			}
+
+			var in inputOut
+			rep.step(t, "input", false).decode(t, &in)
+			if in.Written != len("hello\nrest\n") || !in.Closed {
+				t.Errorf("send_input = %+v", in)
+			}
+			var rd outputOut
+			rep.step(t, "reader_all", false).decode(t, &rd)
+			if rd.Output != "got hello\nrest\neof\n" || rd.Running {
+				t.Errorf("a process's output after send_input and close = %+v", rd)
 			}
 
 			s := rep.step(t, "net", false)

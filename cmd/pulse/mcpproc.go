@@ -64,6 +64,7 @@ func addProcessTools(srv *mcp.Server, t *mcpTools) {
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.processOutput)
 	mcp.AddTool(srv, &mcp.Tool{Name: "kill", Description: "End a started process and everything it started; returns once it has ended and its writes are staged, with its result.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true}}, t.kill)
+	mcp.AddTool(srv, &mcp.Tool{Name: "send_input", Description: "Write to a started process's standard input; with close, close it afterwards (the process reads end of file)."}, t.sendInput)
 	mcp.AddTool(srv, &mcp.Tool{Name: "list_processes", Description: "The processes started in this session, running or ended, oldest first.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, t.listProcesses)
 	mcp.AddTool(srv, &mcp.Tool{Name: "expose", Description: "Make a TCP port that a started process listens on (inside the sandbox, on 127.0.0.1) " +
@@ -227,6 +228,69 @@ func (t *mcpTools) kill(ctx context.Context, _ *mcp.CallToolRequest, in processI
 	}
 	out := toExecuteOut(res)
 	return resultText(out), out, nil
+}
+
+type inputIn struct {
+	ProcessID string `json:"process_id"`
+	Input     string `json:"input,omitempty" jsonschema:"the bytes to write, as UTF-8 text"`
+	Close     bool   `json:"close,omitempty" jsonschema:"close standard input after writing"`
+}
+
+type inputOut struct {
+	ProcessID string `json:"process_id"`
+	Written   int    `json:"written_bytes"`
+	Closed    bool   `json:"closed"`
+}
+
+func (t *mcpTools) sendInput(ctx context.Context, _ *mcp.CallToolRequest, in inputIn) (*mcp.CallToolResult, inputOut, error) {
+	p, err := t.procs.get(in.ProcessID)
+	if err != nil {
+		return nil, inputOut{}, err
+	}
+	out := inputOut{ProcessID: p.ID()}
+	if in.Input != "" {
+		// A process that does not read would block the write, and with it
+		// this call, for good: the call's context bounds it (the write
+		// given up on may still be delivered, before any later one).
+		n, err := writeCtx(ctx, p, []byte(in.Input))
+		out.Written = n
+		if err != nil {
+			return nil, out, fmt.Errorf("writing to %s (%d bytes written): %w", p.ID(), n, err)
+		}
+	}
+	if in.Close {
+		if err := p.Stdin().Close(); err != nil {
+			return nil, out, fmt.Errorf("closing the input of %s: %w", p.ID(), err)
+		}
+		out.Closed = true
+	}
+	return nil, out, nil
+}
+
+// writeCtx writes b to p's input, giving up when ctx ends or p does.
+func writeCtx(ctx context.Context, p *sandbox.Process, b []byte) (int, error) {
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := p.Stdin().Write(b)
+		done <- res{n, err}
+	}()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-p.Done():
+		select {
+		case r := <-done:
+			return r.n, r.err
+		default:
+			return 0, errors.New("the process has ended")
+		}
+	}
 }
 
 type processInfo struct {
