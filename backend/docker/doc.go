@@ -65,10 +65,10 @@
 //     Termination DiskLimit, its stderr naming the limit and how to raise
 //     it, and what it wrote up to there is reported as always; it is not
 //     merged into the baseline, which would not hold it (a reserve of 8
-//     MiB on the scratch, freed when the command ends, leaves the wrapper
-//     room to list it). What changed is read back straight from the
-//     command's copy (a tar per batch of names, measured first), never
-//     copied on the tmpfs first.
+//     MiB on the scratch, freed when a command has filled it and made
+//     again by the next, leaves the wrapper room to list it). What changed goes back as tars made on the
+//     tmpfs, or, where it has no room for them, read straight from the
+//     command's copy (a tar per batch of names, measured first).
 //   - The command has stdin, stdout and stderr and no other descriptor;
 //     the caller's stdin, a terminal or not, reaches it only as a stream
 //     the backend copies into the exec. With Request.TTY (Start), those

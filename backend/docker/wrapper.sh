@@ -32,6 +32,7 @@
 #   /work/base.manifest  manifest of base (see manifest below), kept up
 #                    to date by each change of base, not made again
 #   /work/lock/      held (mkdir is atomic) while base is copied or merged
+#   /work/reserve    room kept for the wrapper's lists (see the mark below)
 #   /work/uid/U      held by the command running as uid U
 # run/ID* and out/ID are removed before the wrapper exits.
 #
@@ -112,38 +113,51 @@ unlock() { rmdir "$P/lock"; }
 # keep: the uid (and its copy) may serve a later command; not when a
 # process of it outlived the kill below. drop: the copy goes (it filled
 # the scratch tmpfs), the uid may serve again.
-keep=1 kept=2 drop=0
+keep=1 kept=2 drop=0 stream=0
 # tarb MODE DIR NAME...: a tar of the named entries of DIR, each alone,
 # to stdout (emit) or its size (size); $Q.tfail once a tar failed.
 tarb='m=$1 r=$2 f=$3; shift 3; cd "$r" || { : >"$f"; exit 1; }
 if [ "$m" = size ]; then { tar -c -f - --no-recursion "$@" || : >"$f"; } | wc -c; else tar -c -f - --no-recursion "$@" || : >"$f"; fi'
-# finish STATUS CODE: hand the out directory to the host and clean up.
-# The report is the out directory's tar, then, for a command that ran
-# and changed entries, their tars read straight from the copy (no copy
-# of what it wrote is made on the tmpfs it may have filled, nor in the
-# container's memory), then one byte, 0 when they all came out whole.
-# This busybox tar cannot read names from a file, so xargs hands them
-# over in batches, a tar each: the batches' sizes, measured by a first
-# pass (the copy cannot change: every process of the uid is gone), go
-# in out/ID/batches, so the host knows the report's size before it
-# comes and where each batch starts.
-finish() {
-	echo "$1" >"$O/status"
-	exec 8>&-
-	t=0
-	if [ $keep = 1 ] && [ -s "$Q.changed" ] && [ "${1%% *}" = exit ]; then
+# measure CODE: for the report of finish, the sizes of the batches of
+# changed entries read straight from the copy (out/ID/batches) and their
+# sum (t); the copy cannot change between this and the reading, every
+# process of its uid being gone (else, keep=0, it is not read: status
+# manifest CODE, as for a measure that fails).
+measure() {
+	if [ $keep = 1 ]; then
 		tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c "$tarb" pulse-tar size "$R" "$Q.tfail" >"$O/batches" 2>>"$O/warn"
 		if [ $? = 0 ] && [ ! -e "$Q.tfail" ]; then
 			while read -r n; do t=$((t + n)); done <"$O/batches"
-		else
-			rm -f "$O/batches"
-			echo "manifest $2" >"$O/status"
+			return
 		fi
-	elif [ -s "$Q.changed" ] && [ "${1%% *}" = exit ]; then
+		rm -f "$O/batches"
+	else
 		echo "a process of the command outlived it: what it changed is not read back" >>"$O/warn"
-		echo "manifest $2" >"$O/status"
 	fi
-	tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null
+	echo "manifest $1" >"$O/status"
+}
+# finish STATUS CODE: hand the out directory to the host and clean up.
+# The report is the out directory's tar, with the changed entries in
+# its files-*.tar; or, where the tmpfs had no room for those (stream=1,
+# or none for the out directory's tar with them), the out directory's tar
+# without them, then their tars read straight from the copy, then one
+# byte, 0 when they all came out whole: then no copy of what the command
+# wrote is made on the tmpfs it may have filled. This busybox tar cannot
+# read names from a file, so xargs hands them over in batches, a tar
+# each: the batches' sizes (measure) go in out/ID/batches, so the host
+# knows the report's size before it comes and where each batch starts.
+finish() {
+	echo "$1" >"$O/status"
+	exec 8>&-
+	t=0 ex=0
+	[ -s "$Q.changed" ] && [ "${1%% *}" = exit ] && ex=1
+	[ $stream = 1 ] && [ $ex = 1 ] && measure "$2"
+	if ! tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null && [ $stream = 0 ] && [ $ex = 1 ]; then
+		rm -f "$O"/files-*.tar "$O.tar"
+		stream=1
+		measure "$2"
+		tar -c -f "$O.tar" -C "$P/out" "$id" 2>/dev/null
+	fi
 	printf '\036PULSE-ERR-%s\036' "$nonce" >&2
 	if [ $t = 0 ]; then
 		# stat writes the marker and the size itself: $(stat) would cost
@@ -268,10 +282,13 @@ unlock
 # The mark (see "What a command changed" above): after the copy is made
 # anew, a few clock ticks first, so that not every entry is at or after it.
 [ $fresh = 0 ] || usleep 20000
-# A reserve on the scratch tmpfs for the wrapper's own lists, freed once
-# the command has ended: a command that fills the tmpfs (its bound,
-# limits.disk_bytes) still has what it wrote listed and reported.
-head -c 8388608 /dev/zero >"$Q.res" 2>/dev/null
+# A reserve on the scratch tmpfs for the wrapper's own lists, freed when
+# a command has filled the tmpfs (its bound, limits.disk_bytes), so that
+# what it wrote is still listed and reported. 8 MiB, made by the first
+# command and again by the first after one freed it: allocating it costs
+# tens of milliseconds, too much for every command. (1 MiB written by
+# the shell itself where there is no fallocate.)
+[ -s "$P/reserve" ] || fallocate -l 8388608 "$P/reserve" 2>/dev/null || { printf '%1048576s' '' >"$P/reserve"; } 2>/dev/null
 : >"$Q.m0"
 cd "$R/$dir" 2>/dev/null || finish nodir 125
 # setsid makes the command the leader of a new process group whose id it
@@ -322,14 +339,17 @@ left() {
 i=0
 while left "$u" && [ $i -lt 1000 ]; do as "$u" kill -9 -1 2>/dev/null; usleep 1000; i=$((i + 1)); done
 left "$u" && keep=0
-# full: the tmpfs the command filled (no block left), read before the
-# reserve is freed: /work, whose size is limits.disk_bytes, or /tmp. What
-# it wrote is reported as always (out/ID/disk says which, for the host to
-# name the limit), and neither merged into base, which would not hold it
-# (nomerge), nor kept in the copy.
+# full: the tmpfs the command filled (no block left), found before the
+# reserve is freed: /work, whose size is limits.disk_bytes (a byte the
+# shell cannot write there, no process), or, for a command that failed,
+# /tmp. What it wrote is reported as always (out/ID/disk says which, for
+# the host to name the limit), and neither merged into base, which would
+# not hold it (nomerge), nor kept in the copy.
 full=
-for l in $(stat -f -c '%a:%n' /work /tmp 2>/dev/null); do case $l in 0:*) full="$full ${l#0:}" ;; esac; done
-rm -f "$Q.res"
+{ printf x >"$Q.probe"; } 2>/dev/null || { full=/work && : >"$P/reserve"; }
+if [ "$rc" != 0 ]; then
+	for l in $(stat -f -c '%a:%n' /tmp 2>/dev/null); do case $l in 0:*) full="$full ${l#0:}" ;; esac; done
+fi
 if [ -n "$full" ]; then echo $full >"$O/disk"; : >"$Q.bad"; drop=1; fi
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
@@ -538,6 +558,21 @@ END {
 	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
 }' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish "manifest $rc" "$rc"
 fi
+# The changed entries, in files-PID.tar in the out directory, a batch
+# each (this busybox tar cannot read names from a file, so xargs hands
+# them over in batches); where the tmpfs has no room for them (the
+# command filled it, or what it wrote is large), they are read straight
+# from the copy instead, when merged and when reported (stream; finish).
+if [ -s "$Q.changed" ]; then
+	if [ -n "$full" ]; then
+		stream=1
+	elif ! tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>"$Q.tarerr"; then
+		rm -f "$O"/files-*.tar
+		stream=1
+	elif [ -s "$Q.tarerr" ]; then
+		cat "$Q.tarerr" >>"$O/warn"
+	fi
+fi
 # base gets the modes of the archive as they are: umask 0, since tar as a
 # user other than root applies the umask. What the copy is kept with: when
 # base did not change while the command ran (its generation is still bg),
@@ -555,9 +590,11 @@ elif [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 	mok=1
 	# As in the repair: root's cd and umask, the sandbox user's rm and tar.
 	if [ -s "$Q.removed" ]; then { cd "$P/base" && tr '\n' '\0' <"$Q.removed" | as $B xargs -0 rm -rf; } 2>&8 || mok=0; cd /; fi
-	# The changed entries straight from the copy, a batch at a time (see
-	# finish), extracted as the sandbox user.
-	if [ $mok = 1 ] && [ -s "$Q.changed" ]; then
+	# The changed entries, extracted as the sandbox user: from their
+	# tars, or straight from the copy, a batch at a time (stream).
+	if [ $mok = 1 ] && [ $stream = 0 ]; then
+		for f in "$O"/files-*.tar; do [ -s "$f" ] && { (umask 0 && exec nsenter -S $B -G $B tar -x -f - -C "$P/base") <"$f" 2>&8 || mok=0; }; done
+	elif [ $mok = 1 ] && [ -s "$Q.changed" ]; then
 		tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'r=$1 b=$2 f=$3; shift 3; cd "$r" || exit 1
 { tar -c -f - --no-recursion "$@" || : >"$f"; } | (umask 0 && exec nsenter -S 1000 -G 1000 tar -x -f - -C "$b") || : >"$f"' pulse-merge "$R" "$P/base" "$Q.mfail" 2>&8 || mok=0
 		[ ! -e "$Q.mfail" ] || mok=0
