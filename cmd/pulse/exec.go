@@ -285,13 +285,26 @@ func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, faile
 			" and count toward limits.memory_bytes): raise limits.memory_bytes in the policy\n", humanBytes(res.Metrics.DiskBytes))
 	}
 	if res.Termination == backend.DiskLimit {
-		bound := "the backend's default (the policy sets no limits.disk_bytes; pulse doctor says how this backend sizes it)"
-		raise := "set limits.disk_bytes in the policy"
-		if policyDisk > 0 {
-			bound, raise = "limits.disk_bytes of the policy, "+humanBytes(policyDisk), "raise limits.disk_bytes in the policy"
+		switch res.Isolation {
+		case backend.IsolationContainer, backend.IsolationRemote:
+			// A container has two bounded spaces, and only the
+			// workspace's is limits.disk_bytes; /tmp's size is fixed.
+			// The backend's own line says which one filled.
+			size := "the backend's default, the policy setting none"
+			if policyDisk > 0 {
+				size = humanBytes(policyDisk) + " in the policy"
+			}
+			fmt.Fprintf(w, "   stopped at a disk bound: what it wrote filled the workspace space (limits.disk_bytes: %s) or /tmp (fixed);"+
+				" the disk_limit line above says which and how to make room; its writes up to there are staged, the last file perhaps cut short\n", size)
+		default:
+			bound := "the backend's default (the policy sets no limits.disk_bytes; pulse doctor says how this backend sizes it)"
+			raise := "set limits.disk_bytes in the policy"
+			if policyDisk > 0 {
+				bound, raise = "limits.disk_bytes of the policy, "+humanBytes(policyDisk), "raise limits.disk_bytes in the policy"
+			}
+			fmt.Fprintf(w, "   stopped at the disk bound: what it wrote reached %s;"+
+				" its writes up to there are staged, the last file perhaps cut short; %s to allow more\n", bound, raise)
 		}
-		fmt.Fprintf(w, "   stopped at the disk bound: what it wrote reached %s;"+
-			" its writes up to there are staged, the last file perhaps cut short; %s to allow more\n", bound, raise)
 	}
 	printNetworkRefusals(w, res)
 	for _, r := range res.Refused {

@@ -415,3 +415,23 @@ func TestSummaryNamesTheDiskBound(t *testing.T) {
 		t.Fatalf("no policy bound, summary:\n%s", out)
 	}
 }
+
+// TestSummaryDiskBoundOnDocker: a Docker command stops at a disk bound
+// that is either the workspace space (limits.disk_bytes) or /tmp, whose
+// size is fixed; the backend's own line says which. The summary must not
+// tell a command that filled /tmp to raise limits.disk_bytes: it names
+// both spaces and points at that line.
+func TestSummaryDiskBoundOnDocker(t *testing.T) {
+	res := &sandbox.Result{Backend: "docker", Isolation: backend.IsolationContainer, Termination: backend.DiskLimit, ExitCode: 1}
+	for _, policyDisk := range []int64{0, 1 << 30} {
+		var b strings.Builder
+		summarize(&b, res, "", "pulse cow", "", nil, policyDisk)
+		out := b.String()
+		if strings.Contains(out, "to allow more") || !strings.Contains(out, "/tmp") || !strings.Contains(out, "disk_limit line above") {
+			t.Fatalf("policy disk_bytes %d, summary:\n%s", policyDisk, out)
+		}
+		if policyDisk > 0 && !strings.Contains(out, "1.0GiB") {
+			t.Fatalf("the policy's bound is not named:\n%s", out)
+		}
+	}
+}
