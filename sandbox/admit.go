@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
@@ -116,7 +117,7 @@ func (s *Sandbox) checkEnforcement(ctx context.Context, execID, cmdStr string, l
 
 	// On the unsafe host every rule it cannot enforce is gathered before
 	// the refusal, so that it names all the caller would have to accept.
-	var host HostRuleError
+	host := HostRuleError{Accepted: slices.Clone(s.o.unsafeAccept)}
 	check := func(kind, mode string, level policy.EnforcementLevel, rule UnsafeRule, consequence string) error {
 		if level == policy.Strong {
 			return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -366,7 +367,7 @@ func (s *Sandbox) checkHidden(ctx context.Context, execID, cmdStr string) ([]str
 		IsolationLevel: string(s.caps.Isolation), Backend: name, EnforcementLevel: "unsupported",
 		Reason: "unsupported_policy", Detail: "backend cannot hide what the read policy denies: " + list})
 	if s.unsafeHostRun() {
-		var host HostRuleError
+		host := HostRuleError{Accepted: slices.Clone(s.o.unsafeAccept)}
 		host.add(UnsafeReads, "the read policy, which denies "+list, policy.Unsupported, "the host cannot hide paths; the command could read them")
 		return nil, &host
 	}

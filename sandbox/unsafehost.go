@@ -86,6 +86,10 @@ type HostRuleError struct {
 	// Unenforced says, for each, what the host would not enforce and
 	// what running anyway would mean.
 	Unenforced []string
+	// Accepted are the rules the caller accepted already. The way out
+	// the error names is those and Rules together: naming Rules alone
+	// would refuse the command again for the ones accepted now.
+	Accepted []UnsafeRule
 }
 
 // add records that rule goes unenforced: what (the rule as the policy
@@ -106,13 +110,19 @@ func (e *HostRuleError) err() error {
 }
 
 func (e *HostRuleError) Error() string {
-	consts := make([]string, len(e.Rules))
-	for i, r := range e.Rules {
+	var all []UnsafeRule
+	for _, r := range UnsafeRules() {
+		if slices.Contains(e.Rules, r) || slices.Contains(e.Accepted, r) {
+			all = append(all, r)
+		}
+	}
+	consts := make([]string, len(all))
+	for i, r := range all {
 		consts[i] = "sandbox." + constName(r)
 	}
 	return fmt.Sprintf("sandbox: the unsafe host backend cannot enforce %s; refused. "+
 		"To run anyway, accept each by name: WithUnsafeHostExecution(%s), or `pulse exec --unsafe-host=%s`",
-		strings.Join(e.Unenforced, "; "), strings.Join(consts, ", "), joinRules(e.Rules))
+		strings.Join(e.Unenforced, "; "), strings.Join(consts, ", "), joinRules(all))
 }
 
 // Unwrap makes the error match ErrHostCannotEnforce and, as every

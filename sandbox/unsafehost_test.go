@@ -112,3 +112,37 @@ func TestParseUnsafeRules(t *testing.T) {
 		t.Fatal("an unknown rule was taken")
 	}
 }
+
+// TestUnsafeHostRefusalSuggestsWhatRuns: the refusal's `--unsafe-host=`
+// list is one that runs the command. A caller who accepted the network
+// and the secrets and is refused for a read denial is told to accept
+// reads in addition, not in their place (which would be refused again,
+// for the network).
+func TestUnsafeHostRefusalSuggestsWhatRuns(t *testing.T) {
+	ws := secretWorkspace(t)
+	open := func(accept ...UnsafeRule) *Sandbox {
+		sb, err := New(context.Background(), ws, withGetenv(noEnv), WithBackendName("host"),
+			WithPolicy(readDenyPolicy()), WithUnsafeHostExecution(accept...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close() })
+		return sb
+	}
+	_, err := open(UnsafeNetwork, UnsafeSecrets).Execute(context.Background(), Command{Shell: "true"})
+	if !errors.Is(err, ErrHostCannotEnforce) {
+		t.Fatalf("err = %v, want ErrHostCannotEnforce", err)
+	}
+	_, flag, ok := strings.Cut(err.Error(), "--unsafe-host=")
+	flag, _, _ = strings.Cut(flag, "`")
+	suggested, perr := ParseUnsafeRules(flag)
+	if !ok || perr != nil {
+		t.Fatalf("no --unsafe-host= list in %v (%v)", err, perr)
+	}
+	if !strings.Contains(err.Error(), "WithUnsafeHostExecution(sandbox.UnsafeNetwork, sandbox.UnsafeSecrets, sandbox.UnsafeReads)") {
+		t.Errorf("the option suggested is not the whole set: %v", err)
+	}
+	if _, err := open(suggested...).Execute(context.Background(), Command{Shell: "echo ran > ran.txt"}); err != nil {
+		t.Fatalf("with the suggested --unsafe-host=%s: %v", flag, err)
+	}
+}

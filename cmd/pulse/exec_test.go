@@ -350,7 +350,8 @@ func TestExecSaysWhenTheCommandsWritesWereLost(t *testing.T) {
 // TestExecUnsafeHostRefusesWhatItCannotEnforce: --unsafe-host is consent
 // to running unisolated, not to dropping rules. Under the built-in policy
 // (network and secrets denied) the host is refused, naming the flag that
-// accepts each rule, until --unsafe-host names them; a policy the host
+// accepts each rule (with those accepted already), until --unsafe-host
+// names them; a policy the host
 // enforces (network and secrets allowed) runs with the plain flag.
 func TestExecUnsafeHostRefusesWhatItCannotEnforce(t *testing.T) {
 	allow := filepath.Join(t.TempDir(), "allow.yaml")
@@ -361,7 +362,8 @@ func TestExecUnsafeHostRefusesWhatItCannotEnforce(t *testing.T) {
 		says  string
 	}{
 		{[]string{"--unsafe-host"}, exitSandbox, "--unsafe-host=network,secrets"},
-		{[]string{"--unsafe-host=network"}, exitSandbox, "--unsafe-host=secrets"},
+		// The list to pass keeps what was accepted: secrets in addition.
+		{[]string{"--unsafe-host=network"}, exitSandbox, "--unsafe-host=network,secrets`"},
 		{[]string{"--unsafe-host=secrets,network"}, exitOK, ""},
 		{[]string{"--unsafe-host", "--policy", allow}, exitOK, ""},
 		{[]string{"--unsafe-host=network,everything"}, exitUsage, "everything"},
