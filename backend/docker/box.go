@@ -122,8 +122,9 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 // (capdrop.go); the command itself keeps none of them, in any set.
 var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP"}
 
-// tmpfsBytes is the size of the container's /tmp.
-const tmpfsBytes = 512 << 20
+// tmpfsBytes is the size of the container's /tmp (a variable so that a
+// test can fill it without filling the machine's memory).
+var tmpfsBytes int64 = 512 << 20
 
 // defaultScratch is the most the scratch tmpfs gets by default.
 const defaultScratch = 2 << 30

@@ -58,3 +58,28 @@ func TestDockerOOMNamesTheMemoryLimit(t *testing.T) {
 		t.Errorf("a timed-out command after an OOM: %s", r.res.Termination)
 	}
 }
+
+// TestDockerFullTmpNamed: a command that fills /tmp and fails is reported
+// as disk_limit naming /tmp, and what it wrote in the workspace is kept;
+// the next command sees the workspace as it is (nothing was staged).
+func TestDockerFullTmpNamed(t *testing.T) {
+	old := tmpfsBytes
+	tmpfsBytes = 8 << 20
+	t.Cleanup(func() { tmpfsBytes = old })
+	b := newDocker(t)
+	ws := t.TempDir()
+	r := execShell(t, b, ws, `echo s > s.txt && head -c 20000000 /dev/zero > /tmp/big`)
+	if r.res.Termination != backend.DiskLimit || r.res.ExitCode != 1 {
+		t.Fatalf("termination %s, exit %d, want disk_limit and the command's exit 1; stderr %q", r.res.Termination, r.res.ExitCode, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "/tmp (8 MiB, fixed)") {
+		t.Errorf("stderr does not name /tmp: %q", r.stderr)
+	}
+	if !hasFile(r.res.Overlay, "s.txt") {
+		t.Fatalf("the workspace write is not in the overlay: %+v", r.res.Overlay)
+	}
+	r = execShell(t, b, ws, `rm -f /tmp/big; ls`)
+	if r.res.ExitCode != 0 || r.stdout != "" {
+		t.Fatalf("the next command: exit %d, stdout %q, stderr %q; want an empty workspace", r.res.ExitCode, r.stdout, r.stderr)
+	}
+}

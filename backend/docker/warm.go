@@ -201,7 +201,7 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 	for _, part := range []string{
 		strconv.Itoa(warmFormat), img, key.workspace, string(key.network), key.hidden, key.caches,
 		strconv.FormatInt(l.MemoryBytes, 10), strconv.FormatFloat(l.CPUs, 'g', -1, 64), strconv.FormatInt(l.Pids, 10),
-		strconv.Itoa(tmpfsBytes), strconv.FormatInt(b.o.scratchSize, 10), strconv.FormatInt(l.DiskBytes, 10), b.tools, strconv.FormatInt(int64(b.o.reuseIdle/time.Second), 10),
+		strconv.FormatInt(tmpfsBytes, 10), strconv.FormatInt(b.o.scratchSize, 10), strconv.FormatInt(l.DiskBytes, 10), b.tools, strconv.FormatInt(int64(b.o.reuseIdle/time.Second), 10),
 		wrapperScript(), syncScript(), loopScript, killScript, seccompJSON(), b.chanKey(),
 	} {
 		h.Write([]byte(part))

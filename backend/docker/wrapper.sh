@@ -343,14 +343,15 @@ left "$u" && keep=0
 # reserve is freed: /work, whose size is limits.disk_bytes (a byte the
 # shell cannot write there, no process), or, for a command that failed,
 # /tmp. What it wrote is reported as always (out/ID/disk says which, for
-# the host to name the limit), and neither merged into base, which would
-# not hold it (nomerge), nor kept in the copy.
-full=
-{ printf x >"$Q.probe"; } 2>/dev/null || { full=/work && : >"$P/reserve"; }
+# the host to name the limit); a full /work (wfull) has it neither merged
+# into base, which would not hold it (nomerge), nor kept in the copy.
+full= wfull=0
+{ printf x >"$Q.probe"; } 2>/dev/null || { full=/work wfull=1 && : >"$P/reserve"; }
 if [ "$rc" != 0 ]; then
 	for l in $(stat -f -c '%a:%n' /tmp 2>/dev/null); do case $l in 0:*) full="$full ${l#0:}" ;; esac; done
 fi
-if [ -n "$full" ]; then echo $full >"$O/disk"; : >"$Q.bad"; drop=1; fi
+[ -z "$full" ] || echo $full >"$O/disk"
+if [ $wfull = 1 ]; then : >"$Q.bad"; drop=1; fi
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 : >"$Q.m1"
@@ -564,7 +565,7 @@ fi
 # command filled it, or what it wrote is large), they are read straight
 # from the copy instead, when merged and when reported (stream; finish).
 if [ -s "$Q.changed" ]; then
-	if [ -n "$full" ]; then
+	if [ $wfull = 1 ]; then
 		stream=1
 	elif ! tr '\n' '\0' <"$Q.changed" | xargs -0 sh -c 'o=$1 r=$2; shift 2; cd "$r" && exec tar -c -f "$o/files-$$.tar" --no-recursion "$@"' pulse-tar "$O" "$R" 2>"$Q.tarerr"; then
 		rm -f "$O"/files-*.tar
@@ -580,7 +581,7 @@ fi
 # manifest (before with the changes), of no generation.
 [ -e "$Q.removed" ] || : >"$Q.removed"
 man=$before gen=x
-if [ -n "$full" ] && { [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; }; then
+if [ $wfull = 1 ] && { [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; }; then
 	: >"$O/nomerge"
 	man=
 elif [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
