@@ -415,6 +415,13 @@ func (c *conn) attach(ctx context.Context, m *protocol.Message, id string) error
 	if err != nil {
 		return err
 	}
+	if w, ok := c.s.store.(store.Watcher); ok && rec.Status == store.StatusRunning {
+		// Running on another replica sharing the store: follow its rows
+		// live. Not tracked by the server's wait group: it ends with the
+		// connection, which shutdown closes.
+		go c.follow(ctx, w, m.RequestID, id, after)
+		return nil
+	}
 	if rec.Status == store.StatusRunning {
 		// Not running here, yet RUNNING in the store: it finished between
 		// the two lookups and its record is being written. Read again.
@@ -437,6 +444,67 @@ func (c *conn) attach(ctx context.Context, m *protocol.Message, id string) error
 		c.out.push(protocol.RawFrame(protocol.TypeResult, rec.Result))
 	}
 	return nil
+}
+
+// followPoll is how often follow reads the store with no signal from it:
+// the safety net for a notification the database or the listener lost.
+const followPoll = 2 * time.Second
+
+// follow serves an attach to an execution another replica runs, from the
+// shared store: the events after afterSeq, then the ATTACHED answer, then
+// each event as the running replica appends it, then the result. Every
+// read asks for the events after the last one sent, so a signal lost or
+// merged with another delays an event but never loses or repeats one.
+// The record is read before the events: once it is terminal, the events
+// read after it are all there are (the running replica stores them
+// first).
+func (c *conn) follow(ctx context.Context, w store.Watcher, reqID, id string, after int64) {
+	wake, stop := w.Watch(id)
+	defer stop()
+	tick := time.NewTicker(followPoll)
+	defer tick.Stop()
+	replied := false
+	for {
+		rec, err := c.s.store.Get(ctx, id, c.tenant)
+		var events []store.Event
+		if err == nil {
+			events, err = c.s.store.Events(ctx, id, after)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				c.s.log.Error("follow an execution in the store", "execution_id", id, "err", err)
+				c.out.push(protocol.ErrorFrame(reqID, protocol.MsgInternal, protocol.CodeInternal))
+			}
+			return
+		}
+		for _, ev := range events {
+			if !c.out.push(protocol.StreamFrame(id, ev.Stream, ev.Data, ev.Seq, rec.Encoding)) {
+				return
+			}
+			after = ev.Seq
+		}
+		running := rec.Status == store.StatusRunning
+		if !replied {
+			replied = true
+			status := rec.Status
+			if running {
+				status = protocol.StatusAttached
+			}
+			c.out.push(protocol.ResponseFrame(reqID, status, map[string]any{"execution_id": id}))
+		}
+		if !running {
+			if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
+				c.out.push(protocol.RawFrame(protocol.TypeResult, rec.Result))
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-tick.C:
+		}
+	}
 }
 
 func (c *conn) upload(ctx context.Context, m *protocol.Message, id string) error {

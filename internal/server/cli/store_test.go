@@ -200,3 +200,108 @@ func TestDatabaseURLPasswordIsNeverShown(t *testing.T) {
 		})
 	}
 }
+
+// A client that reattaches to replica b while replica a runs its command
+// gets, from b, the events so far once, then each later one as a appends
+// it, then the result: b follows the shared store live (LISTEN/NOTIFY
+// with re-reads after the last seq sent).
+func TestReattachOnAnotherReplicaIsLive(t *testing.T) {
+	url := testenv.SharedPostgres(t).NewDatabase(t)
+	dir := t.TempDir()
+	replica := func(id string) *started {
+		return start(t, []string{"--development", "--backend", "host", "--unsafe-host", "--port", "0",
+			"--workspace-root", filepath.Join(dir, "ws-"+id), "--database", url, "--replica-id", id},
+			map[string]string{"PULSE_REMOTE_TOKEN": "dev-token"})
+	}
+	a, b := replica("a"), replica("b")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func(api string) *websocket.Conn {
+		c, _, err := websocket.Dial(ctx, "ws://"+api, &websocket.DialOptions{HTTPHeader: map[string][]string{"Authorization": {"Bearer dev-token"}}})
+		if err != nil {
+			t.Fatalf("dial %s: %v", api, err)
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		return c
+	}
+	send := func(c *websocket.Conn, msg map[string]any) {
+		b, _ := json.Marshal(msg)
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(c *websocket.Conn) (frame, string) {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f frame
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f, string(data)
+	}
+
+	// Submit on a and wait for its first line there: the command runs.
+	ca := dial(a.api)
+	send(ca, map[string]any{"action": "submit", "request_id": "s1", "payload": map[string]any{
+		"execution_id": "live-1", "command": "for i in 1 2 3 4 5; do echo $i; sleep 0.3; done"}})
+	for {
+		f, raw := read(ca)
+		if f.Type == "error" || f.Type == "result" {
+			t.Fatalf("on a before the first line: %s", raw)
+		}
+		if f.Type == "stream" {
+			break
+		}
+	}
+	ca.CloseNow() // the client leaves a, as when its connection dropped
+
+	cb := dial(b.api)
+	send(cb, map[string]any{"action": "attach", "request_id": "r1", "payload": map[string]any{"execution_id": "live-1", "after_seq": 0}})
+	var (
+		got      string
+		lastSeq  float64
+		answered string
+		live     int // stream frames after the answer
+		trace    []string
+	)
+	for {
+		f, raw := read(cb)
+		trace = append(trace, raw)
+		switch f.Type {
+		case "stream":
+			seq, _ := f.Payload["seq"].(float64)
+			if seq <= lastSeq {
+				t.Fatalf("seq %v after %v: a replayed or repeated event\n%s", seq, lastSeq, strings.Join(trace, "\n"))
+			}
+			lastSeq = seq
+			d, _ := f.Payload["data"].(string)
+			got += d
+			if answered != "" {
+				live++
+			}
+		case "response":
+			// ATTACHED: b follows a run still going. Anything else (the
+			// RUNNING of a snapshot) leaves the client with no live
+			// stream and no result.
+			if answered, _ = f.Payload["status"].(string); answered != "ATTACHED" {
+				t.Fatalf("b answered %s\n%s", raw, strings.Join(trace, "\n"))
+			}
+		case "result":
+			if answered == "" || live == 0 {
+				t.Fatalf("b answered %q and sent %d events live; the run was not followed\n%s", answered, live, strings.Join(trace, "\n"))
+			}
+			if got != "1\n2\n3\n4\n5\n" {
+				t.Fatalf("b streamed %q\n%s", got, strings.Join(trace, "\n"))
+			}
+			if code, _ := f.Payload["exit_code"].(float64); code != 0 || f.Payload["stdout"] != got {
+				t.Fatalf("result %s", raw)
+			}
+			return
+		default:
+			t.Fatalf("unexpected frame %s\n%s", raw, strings.Join(trace, "\n"))
+		}
+	}
+}

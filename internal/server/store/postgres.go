@@ -26,6 +26,7 @@ type Postgres struct {
 	pool    *pgxpool.Pool
 	now     func() time.Time
 	replica string
+	watch   watchers
 }
 
 var _ Interface = (*Postgres)(nil)
@@ -90,8 +91,9 @@ func OpenPostgres(ctx context.Context, location string, opts ...Option) (*Postgr
 	return s, nil
 }
 
-// Close closes the connection pool.
+// Close stops the listener of Watch and closes the connection pool.
 func (s *Postgres) Close() error {
+	s.watch.close()
 	s.pool.Close()
 	return nil
 }
@@ -137,7 +139,15 @@ func (s *Postgres) Finish(ctx context.Context, id, status string, result json.Ra
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("store: finish %s: not running: %w", id, ErrNotFound)
 	}
+	s.notify(ctx, id, -1)
 	return nil
+}
+
+// notify tells the replicas watching id (Watch) that its rows changed.
+// A failure is not the write's: the rows are stored, and a watcher's
+// periodic re-read finds them.
+func (s *Postgres) notify(ctx context.Context, id string, seq int64) {
+	_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(id, seq))
 }
 
 // Get returns the execution id of tenant, or ErrNotFound.
@@ -215,7 +225,19 @@ func (s *Postgres) CleanupOld(ctx context.Context, cutoff time.Time) ([]Ref, err
 // (same execution and seq) keeps its first bytes, as the SQLite store's
 // log does, so a retried batch is harmless.
 func (s *Postgres) AppendEvents(ctx context.Context, events []Event) error {
-	return appendPgEvents(ctx, s.pool, events)
+	if err := appendPgEvents(ctx, s.pool, events); err != nil {
+		return err
+	}
+	// After the insert committed, so a watcher that reads on the signal
+	// finds the rows. One signal per execution, with its last seq.
+	last := map[string]int64{}
+	for _, e := range events {
+		last[e.ExecutionID] = max(last[e.ExecutionID], e.Seq)
+	}
+	for id, seq := range last {
+		s.notify(ctx, id, seq)
+	}
+	return nil
 }
 
 // pgExecer is a pool or a transaction.
