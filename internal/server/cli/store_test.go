@@ -243,10 +243,15 @@ func TestReattachOnAnotherReplicaIsLive(t *testing.T) {
 		return f, string(data)
 	}
 
-	// Submit on a and wait for its first line there: the command runs.
+	// Submit on a and wait for its first line there: the command runs,
+	// and prints the rest once b has answered the attach (the gate file),
+	// so lines 2..5 can only reach b live.
+	gate := filepath.Join(dir, "gate")
+	// On a failure too: a's shutdown waits for its command to end.
+	t.Cleanup(func() { os.WriteFile(gate, nil, 0o600) })
 	ca := dial(a.api)
-	send(ca, map[string]any{"action": "submit", "request_id": "s1", "payload": map[string]any{
-		"execution_id": "live-1", "command": "for i in 1 2 3 4 5; do echo $i; sleep 0.3; done"}})
+	send(ca, map[string]any{"action": "submit", "payload": map[string]any{
+		"request_id": "s1", "execution_id": "live-1", "command": "echo 1; while [ ! -e " + gate + " ]; do sleep 0.05; done; for i in 2 3 4 5; do echo $i; sleep 0.3; done"}})
 	for {
 		f, raw := read(ca)
 		if f.Type == "error" || f.Type == "result" {
@@ -259,7 +264,7 @@ func TestReattachOnAnotherReplicaIsLive(t *testing.T) {
 	ca.CloseNow() // the client leaves a, as when its connection dropped
 
 	cb := dial(b.api)
-	send(cb, map[string]any{"action": "attach", "request_id": "r1", "payload": map[string]any{"execution_id": "live-1", "after_seq": 0}})
+	send(cb, map[string]any{"action": "attach", "payload": map[string]any{"request_id": "r1", "execution_id": "live-1", "after_seq": 0}})
 	var (
 		got      string
 		lastSeq  float64
@@ -289,8 +294,11 @@ func TestReattachOnAnotherReplicaIsLive(t *testing.T) {
 			if answered, _ = f.Payload["status"].(string); answered != "ATTACHED" {
 				t.Fatalf("b answered %s\n%s", raw, strings.Join(trace, "\n"))
 			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		case "result":
-			if answered == "" || live == 0 {
+			if answered == "" || live < 4 {
 				t.Fatalf("b answered %q and sent %d events live; the run was not followed\n%s", answered, live, strings.Join(trace, "\n"))
 			}
 			if got != "1\n2\n3\n4\n5\n" {
