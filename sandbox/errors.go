@@ -40,6 +40,14 @@ var (
 	// pending until a person commits or discards it. It is the class of
 	// Result.CommitErr, never a failure of Execute.
 	ErrConcurrentChange = errors.New("sandbox: a path the command wrote changed while it ran")
+	// ErrPendingInTheWay: the command was refused before it started
+	// because of the pending transactions: a backend that cannot stack
+	// them runs nothing while any are pending, and a store bounding open
+	// transactions has no room for the command's own. Committing or
+	// discarding pending transactions lets it run. Each front end names
+	// its own way to do that (a CLI command, an MCP tool), so the
+	// sandbox's message names none.
+	ErrPendingInTheWay = errors.New("sandbox: pending transactions stand in the way; commit or discard them first")
 	// ErrUnsupported is backend.ErrUnsupported: the backend cannot do
 	// what was asked (a background process, a signal, reaching a port
 	// inside the sandbox). Nothing was started.

@@ -485,8 +485,8 @@ func (x *execution) pendingStack(ctx context.Context) (*backend.Pending, error) 
 		s.record(ctx, audit.Event{ExecutionID: x.id, Action: "shell", Target: x.cmdStr, Decision: "deny",
 			IsolationLevel: string(s.caps.Isolation), Backend: s.backend.Name(), Reason: "unsupported_policy",
 			Detail: "backend cannot show the command the pending stack"})
-		return nil, fmt.Errorf("%w: backend %q cannot run a command on top of pending transactions; commit or discard them first (pulse cow list)",
-			ErrUnsupportedPolicy, s.backend.Name())
+		return nil, fmt.Errorf("%w: backend %q cannot run a command on top of pending transactions: %w",
+			ErrUnsupportedPolicy, s.backend.Name(), ErrPendingInTheWay)
 	}
 	return pend, nil
 }
@@ -501,7 +501,10 @@ func (x *execution) beginTx(ctx context.Context) error {
 	}
 	tx, err := x.s.cow.Begin(ctx, x.s.scrubber.Redact(fmt.Sprintf("exec %s: %s", x.id, x.cmdStr)))
 	if err != nil {
-		return fmt.Errorf("sandbox: cannot stage this command's writes (review or discard pending transactions: pulse cow list): %w", err)
+		if le := (*cowfs.LimitError)(nil); errors.As(err, &le) && le.Name == cowfs.LimitOpenTx {
+			return fmt.Errorf("sandbox: cannot stage this command's writes: %w: %w", ErrPendingInTheWay, err)
+		}
+		return fmt.Errorf("sandbox: cannot stage this command's writes: %w", err)
 	}
 	x.tx = tx
 	return nil

@@ -195,6 +195,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		if hint := refusalHint(sb, err); hint != "" {
 			fmt.Fprintf(env.stderr, "pulse exec: %s\n", hint)
 		}
+		if errors.Is(err, sandbox.ErrPendingInTheWay) {
+			fmt.Fprintf(env.stderr, "pulse exec: the pending transactions: pulse cow list; commit them all: pulse cow commit --all\n")
+		}
 		return exitSandbox
 	}
 

@@ -187,18 +187,40 @@ func (t *mcpTools) execute(ctx context.Context, _ *mcp.CallToolRequest, in execu
 		if err == nil {
 			err = errors.New("the sandbox returned no result")
 		}
-		if hint := refusalHint(t.sb, err); hint != "" {
-			err = fmt.Errorf("%w; %s", err, hint)
-		}
-		return nil, executeOut{}, err
+		return nil, executeOut{}, mcpRefusal(t.sb, err)
 	}
 	out := toExecuteOut(res)
 	if err != nil {
-		// The command ran but the call was cancelled: say so, with what
-		// it left behind.
-		return nil, out, fmt.Errorf("%w (transaction %q)", err, res.Transaction)
+		// The command ran but the call was cancelled. The SDK drops the
+		// structured result of a handler that returns an error, and with
+		// it the partial output, so the error goes in the result itself.
+		return partialResult(out, fmt.Errorf("%w (transaction %q)", err, res.Transaction)), out, nil
 	}
 	return resultText(out), out, nil
+}
+
+// partialResult is the tool error of a command that ran and was cut
+// short: marked is_error, its text the error, then the result (output so
+// far, exit information) as JSON; structured content carries the result.
+func partialResult(out executeOut, err error) *mcp.CallToolResult {
+	text := err.Error()
+	if b, jerr := json.Marshal(out); jerr == nil {
+		text += "\n" + string(b)
+	}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// mcpRefusal adds to a refused command's error what the agent can do
+// about it, in the tools it has: the sandbox's own words name none.
+func mcpRefusal(sb *sandbox.Sandbox, err error) error {
+	if hint := refusalHint(sb, err); hint != "" {
+		err = fmt.Errorf("%w; %s", err, hint)
+	}
+	if errors.Is(err, sandbox.ErrPendingInTheWay) {
+		err = fmt.Errorf("%w; call diff to see the pending transactions, then commit without an id to commit the whole stack, "+
+			"or discard (without an id: all of it)", err)
+	}
+	return err
 }
 
 // command is the sandbox command in describes.

@@ -85,10 +85,7 @@ func (t *mcpTools) start(ctx context.Context, _ *mcp.CallToolRequest, in execute
 	}
 	p, err := t.sb.Start(ctx, cmd)
 	if err != nil {
-		if hint := refusalHint(t.sb, err); hint != "" {
-			err = fmt.Errorf("%w; %s", err, hint)
-		}
-		return nil, startOut{}, err
+		return nil, startOut{}, mcpRefusal(t.sb, err)
 	}
 	t.procs.add(p)
 	return nil, startOut{ProcessID: p.ID(), Command: p.Command(), StartedAt: p.StartedAt().UTC().Format(time.RFC3339Nano)}, nil

@@ -165,6 +165,9 @@ const fleetHint = "the server relays commands to pulse-workers, which cannot res
 // refusalHint says how to get past a refusal of sb's policy, when there
 // is something to say ("" otherwise).
 func refusalHint(sb *sandbox.Sandbox, err error) string {
+	if errors.Is(err, sandbox.ErrPendingInTheWay) {
+		return "" // each front end names its own way to the pending stack
+	}
 	if !errors.Is(err, sandbox.ErrUnsupportedPolicy) {
 		return ""
 	}
