@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/audit"
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 const auditRotHelperEnv = "PULSE_CLI_AUDIT_ROTHELPER_PATH"
@@ -147,7 +148,7 @@ func TestAuditTailFollowsRotationByAnotherProcess(t *testing.T) {
 	writeAuditLog(t, path, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testenv.SyncBuffer
 	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, env, []string{"audit", "tail", "-f", "-n", "-1", path}) }()

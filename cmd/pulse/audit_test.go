@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,24 +90,6 @@ func TestAuditTailLastN(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the follower and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestAuditTailFollowsAcrossRotation(t *testing.T) {
 	old := tailPoll
 	tailPoll = 5 * time.Millisecond
@@ -119,7 +99,7 @@ func TestAuditTailFollowsAcrossRotation(t *testing.T) {
 	writeAuditLog(t, path, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testenv.SyncBuffer
 	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	done := make(chan int)
 	go func() { done <- run(ctx, env, []string{"audit", "tail", "-f", path}) }()

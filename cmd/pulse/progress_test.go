@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
 func TestProgressOnlyOnATerminal(t *testing.T) {
@@ -30,7 +32,7 @@ func TestProgressDrawsASlowStepAndErasesIt(t *testing.T) {
 	old := progressDelay
 	progressDelay = 0
 	defer func() { progressDelay = old }()
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	// The drawing, on a writer that stands in for the terminal the check
 	// above requires.
 	p := &progress{w: &out, quit: make(chan struct{}), done: make(chan struct{})}

@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -309,39 +308,12 @@ func (p pod) env(t *testing.T, c corev1.Container, podName string) map[string]st
 	return out
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func token(t *testing.T) string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestServerAndWorkerRunAsTheManifestSays starts pulse-server with
@@ -386,11 +358,11 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := freeAddr(t)
+	health := testenv.FreeAddr(t)
 	senv["PULSE_REMOTE_PORT"], senv["PULSE_WORKER_LISTEN"], senv["PULSE_HEALTH_LISTEN"] = "0", "0.0.0.0:0", health
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var serr lockedBuffer
+	var serr testenv.SyncBuffer
 	type addrs struct{ api, workers string }
 	ready := make(chan addrs, 1)
 	done := make(chan int, 1)
@@ -440,13 +412,13 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 	wp.file(t, strings.TrimPrefix(wenv["SSL_CERT_FILE"], wp.root), readPEM(pki.CAFile))
 	_, port, _ := net.SplitHostPort(a.workers)
 	wenv["RELAY_ADDR"] = net.JoinHostPort("127.0.0.1", port)
-	whealth := freeAddr(t)
+	whealth := testenv.FreeAddr(t)
 	wenv["WORKER_HEALTH_LISTEN"] = whealth
 	w := testenv.Command(t, "pulse-worker")
 	for k, v := range wenv {
 		w.Env = append(w.Env, k+"="+v)
 	}
-	var wlog lockedBuffer
+	var wlog testenv.SyncBuffer
 	w.Stderr = &wlog
 	if err := w.Start(); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -331,7 +330,7 @@ func TestWrongTokenIsFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfg := worker.Default()
 	cfg.RelayAddr = relay.Addr()
 	cfg.Token = "wrong"
@@ -375,7 +374,7 @@ func TestAttachedOnlyOnEvidence(t *testing.T) {
 			// A cleanup registered before setup's runs after it, once
 			// Run has returned and no longer reads the setting.
 			t.Cleanup(worker.SetAttachQuiet(tc.quiet))
-			var logs syncBuffer
+			var logs testenv.SyncBuffer
 			f := setup(t, func(c *worker.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 			if tc.exec {
 				// The Hello has arrived and the quiet period is an hour:
@@ -397,24 +396,6 @@ func TestAttachedOnlyOnEvidence(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer the worker's goroutines may log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // groupMembers lists the live (non-zombie) processes of a process group,

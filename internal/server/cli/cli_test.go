@@ -122,13 +122,13 @@ type started struct {
 	api, workers string
 	code         chan int
 	cancel       context.CancelFunc
-	stderr       *lockedBuffer // the server's log
+	stderr       *testenv.SyncBuffer // the server's log
 }
 
 func start(t *testing.T, args []string, vars map[string]string) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &started{code: make(chan int, 1), cancel: cancel, stderr: &lockedBuffer{}}
+	s := &started{code: make(chan int, 1), cancel: cancel, stderr: &testenv.SyncBuffer{}}
 	ready := make(chan struct{})
 	var once sync.Once
 	stderr := s.stderr
@@ -155,18 +155,6 @@ func start(t *testing.T, args []string, vars map[string]string) *started {
 	})
 	return s
 }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // roundTrip submits echo over the WebSocket API and returns the result's
 // stdout.

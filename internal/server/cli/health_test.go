@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,19 +15,6 @@ import (
 
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
-
-// freeAddr returns a loopback address that was free a moment ago, for a
-// child process's listener whose address the test must know beforehand.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
 
 func getStatus(c *http.Client, url string) (int, string, error) {
 	resp, err := c.Get(url)
@@ -60,7 +46,7 @@ func TestHealthListenerForProbesWithoutClientCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	health := freeAddr(t)
+	health := testenv.FreeAddr(t)
 	s := start(t, []string{"--development", "--executor", "relay", "--worker-listen", "127.0.0.1:0", "--port", "0",
 		"--health-listen", health,
 		"--workspace-root", filepath.Join(dir, "ws"), "--database", filepath.Join(dir, "db.sqlite3")},
@@ -83,11 +69,11 @@ func TestHealthListenerForProbesWithoutClientCertificate(t *testing.T) {
 		t.Error("the API listener answered a client without a certificate")
 	}
 
-	wHealth := freeAddr(t)
+	wHealth := testenv.FreeAddr(t)
 	w := testenv.Command(t, "pulse-worker")
 	w.Env = append(w.Env, "RELAY_ADDR="+s.workers, "SANDBOX_TOKEN_FILE="+filepath.Join(tokens, "worker"), "RELAY_TLS=1",
 		"SANDBOX_ID=probed-worker", "SSL_CERT_FILE="+p.CAFile, "WORKER_HEALTH_LISTEN="+wHealth)
-	var wlog lockedBuffer
+	var wlog testenv.SyncBuffer
 	w.Stderr = &wlog
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
