@@ -19,7 +19,10 @@
 //     across reconnects and server restarts.
 //   - An execution outlives the connection that submitted it; only cancel,
 //     its timeout or server shutdown stop it. After a crash, executions
-//     that were running are UNKNOWN, never replayed.
+//     that were running are UNKNOWN, never replayed: marked by the
+//     server when it starts again, or, with replicas sharing a Postgres
+//     store, by another replica once the dead one's lease expires
+//     (WithLease); status and attach then give the reason.
 //   - Uploads are extracted fail-closed (see package artifact); what a
 //     command changed is returned by download_artifact as an overlay
 //     archive with a deletions manifest.

@@ -379,6 +379,9 @@ func (c *conn) status(ctx context.Context, m *protocol.Message, id string) error
 	if rec.CorrelationID != "" {
 		extra["correlation_id"] = rec.CorrelationID
 	}
+	if why := store.ReasonOf(rec); why != "" {
+		extra["reason"] = why
+	}
 	if e := c.s.lookup(id, c.tenant); e != nil {
 		e.mu.Lock()
 		extra["last_seq"] = e.seq
@@ -439,11 +442,22 @@ func (c *conn) attach(ctx context.Context, m *protocol.Message, id string) error
 			return nil
 		}
 	}
-	c.out.push(protocol.ResponseFrame(m.RequestID, rec.Status, map[string]any{"execution_id": id}))
+	c.out.push(protocol.ResponseFrame(m.RequestID, rec.Status, terminalExtra(id, rec)))
 	if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
 		c.out.push(protocol.RawFrame(protocol.TypeResult, rec.Result))
 	}
 	return nil
+}
+
+// terminalExtra is the payload of the answer to an attach that finds rec
+// ended: its id, and for an UNKNOWN record the reason the store gives
+// (an additive field: which replica stopped while it ran).
+func terminalExtra(id string, rec store.Execution) map[string]any {
+	extra := map[string]any{"execution_id": id}
+	if why := store.ReasonOf(rec); why != "" {
+		extra["reason"] = why
+	}
+	return extra
 }
 
 // followPoll is how often follow reads the store with no signal from it:
@@ -484,15 +498,21 @@ func (c *conn) follow(ctx context.Context, w store.Watcher, reqID, id string, af
 			after = ev.Seq
 		}
 		running := rec.Status == store.StatusRunning
+		followed := replied // ATTACHED was answered: the end needs a frame
 		if !replied {
 			replied = true
 			status := rec.Status
 			if running {
 				status = protocol.StatusAttached
 			}
-			c.out.push(protocol.ResponseFrame(reqID, status, map[string]any{"execution_id": id}))
+			c.out.push(protocol.ResponseFrame(reqID, status, terminalExtra(id, rec)))
 		}
 		if !running {
+			if followed && rec.Status == store.StatusUnknown {
+				// Followed while RUNNING, then swept: say how it ended,
+				// since no result frame will.
+				c.out.push(protocol.ResponseFrame(reqID, rec.Status, terminalExtra(id, rec)))
+			}
 			if (rec.Status == store.StatusCompleted || rec.Status == store.StatusFailed) && rec.Result != nil {
 				c.out.push(protocol.RawFrame(protocol.TypeResult, rec.Result))
 			}

@@ -33,6 +33,10 @@ const (
 	DefaultUploadGrace     = time.Hour
 	DefaultCancelWait      = 10 * time.Second
 	DefaultPingInterval    = 20 * time.Second
+	// DefaultLease is how long a replica's lease in a shared store lasts
+	// without renewal (renewed every third of it): how long the executions
+	// of a replica that died stay RUNNING before another marks them.
+	DefaultLease = 15 * time.Second
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -55,6 +59,7 @@ type options struct {
 	uploadGrace     time.Duration
 	cancelWait      time.Duration
 	pingInterval    time.Duration
+	lease           time.Duration
 	log             *slog.Logger
 	now             func() time.Time
 }
@@ -200,6 +205,20 @@ func WithPingInterval(d time.Duration) Option {
 	return func(o *options) error { o.pingInterval = d; return nil }
 }
 
+// WithLease sets the lease a replica holds in a shared store
+// (store.Leaser; default DefaultLease). It is renewed every third of d;
+// a replica that misses renewals for d counts as dead, and another
+// replica marks its running executions UNKNOWN, saying why.
+func WithLease(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 100*time.Millisecond {
+			return fmt.Errorf("lease %v under 100ms: %w", d, ErrConfig)
+		}
+		o.lease = d
+		return nil
+	}
+}
+
 // WithLogger sets the structured logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.log = l; return nil } }
 
@@ -249,6 +268,7 @@ func New(ctx context.Context, exec Executor, st store.Interface, opts ...Option)
 		uploadGrace:     DefaultUploadGrace,
 		cancelWait:      DefaultCancelWait,
 		pingInterval:    DefaultPingInterval,
+		lease:           DefaultLease,
 		now:             time.Now,
 	}
 	for _, opt := range opts {
@@ -283,6 +303,14 @@ func New(ctx context.Context, exec Executor, st store.Interface, opts ...Option)
 		return nil, fmt.Errorf("workspace root: %w", err)
 	}
 	o.workspaceRoot = root
+	leaser, _ := st.(store.Leaser)
+	if leaser != nil {
+		// Before anything is created: a record must never be RUNNING
+		// under a replica with no lease, or no one would sweep it.
+		if _, err := leaser.RenewLease(ctx, o.lease); err != nil {
+			return nil, err
+		}
+	}
 	n, err := st.MarkRunningUnknown(ctx)
 	if err != nil {
 		return nil, err
@@ -305,6 +333,10 @@ func New(ctx context.Context, exec Executor, st store.Interface, opts ...Option)
 	}
 	s.wg.Add(1)
 	go s.cleanupLoop()
+	if leaser != nil {
+		s.wg.Add(1)
+		go s.leaseLoop(leaser)
+	}
 	s.ready.Store(true)
 	return s, nil
 }
@@ -435,6 +467,40 @@ func (s *Server) workspaceDir(tenant, id string) string {
 // never be taken for a workspace.
 func (s *Server) overlayFile(tenant, id string) string {
 	return filepath.Join(s.tenantDir(tenant), ".overlays", id+".tar.gz")
+}
+
+// leaseLoop renews this replica's lease and sweeps the executions of
+// replicas whose lease expired, every third of the lease, until the
+// server's context ends. A sweep lands in the store, where a client
+// following a swept execution (attach on this or any replica) reads it.
+func (s *Server) leaseLoop(l store.Leaser) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.o.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.o.lease/3)
+		lost, err := l.RenewLease(ctx, s.o.lease)
+		switch {
+		case err != nil:
+			s.log.Error("lease not renewed; another replica may take this one for dead", "err", err)
+		case lost:
+			s.log.Error("this replica's lease had expired; another replica may have marked its running executions UNKNOWN")
+		}
+		refs, err := l.SweepExpired(ctx)
+		cancel()
+		if err != nil {
+			s.log.Error("sweeping the executions of dead replicas", "err", err)
+			continue
+		}
+		for _, r := range refs {
+			s.log.Warn("execution of a dead replica marked UNKNOWN", "execution_id", r.ExecutionID, "tenant", r.Tenant)
+		}
+	}
 }
 
 func (s *Server) cleanupLoop() {

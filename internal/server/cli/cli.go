@@ -83,6 +83,7 @@ type config struct {
 	healthListen         string
 	workerTokens         string
 	drain                time.Duration
+	lease                time.Duration
 	logLevel             string
 	tlsCert, tlsKey, tca string
 	clientTokens         string // PULSE_REMOTE_TOKEN
@@ -213,6 +214,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	fs.StringVar(&c.workerListen, "worker-listen", getenv("PULSE_WORKER_LISTEN"), "gRPC address pulse-workers attach to (relay executor)")
 	fs.StringVar(&c.workerTokens, "worker-token", "", "worker bearer tokens, comma-separated (default PULSE_WORKER_TOKEN)")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long running executions may finish at shutdown")
+	fs.DurationVar(&c.lease, "replica-lease", server.DefaultLease, "with a Postgres database: how long this replica stays alive in it without renewing (every third of it); the running executions of a replica whose lease expired are marked UNKNOWN by another")
 	fs.Int64Var(&c.ceiling.MemoryBytes, "max-memory-bytes", 0, "largest memory limit of one execution; also applied to those that set none (0: no ceiling)")
 	fs.Float64Var(&c.ceiling.CPUs, "max-cpus", 0, "largest CPU limit of one execution, in cores (0: no ceiling)")
 	fs.Int64Var(&c.ceiling.Pids, "max-pids", 0, "largest process count limit of one execution (0: no ceiling)")
@@ -471,6 +473,7 @@ func serve(ctx context.Context, c *config, log *slog.Logger, env Env) error {
 		server.WithLimitCeiling(c.ceiling),
 		server.WithArtifactLimits(c.uploads),
 		server.WithMaxOutputBytes(c.maxOutput),
+		server.WithLease(c.lease),
 	}
 	// An upload travels base64-encoded in one frame: the frame limit
 	// grows with the upload limit.

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -321,6 +323,14 @@ func TestMain(m *testing.M) {
 	// init, as it does pulse-server itself.
 	namespace.Init()
 	testenv.RunIfChild("pulse-worker", testproc.Worker)
+	testenv.RunIfChild("pulse-server", func() {
+		// As cmd/pulse-server's main runs it, so a test can SIGKILL a
+		// real server process.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Run(ctx, os.Args[1:], Env{Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
+		stop()
+		os.Exit(code)
+	})
 	os.Exit(m.Run())
 }
 

@@ -36,6 +36,11 @@
 //     changed, so it never replays one; callers reconcile deliberately.
 //     Records another replica created are left alone: it may be running
 //     them right now.
+//   - On Postgres each replica holds a lease (Leaser) on the database's
+//     clock. SweepExpired, run by the live replicas, marks UNKNOWN the
+//     RUNNING records of a replica whose lease expired (it died without
+//     marking them), with {"reason": ...} as their result naming it; a
+//     record is swept once, and a late Finish does not overwrite it.
 //
 // SQLite timestamps are stored as ISO-8601 text in UTC with microseconds and a
 // "+00:00" offset (Python's isoformat), so that string order is time order

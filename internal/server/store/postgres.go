@@ -188,8 +188,9 @@ func (s *Postgres) Exists(ctx context.Context, id string) (bool, error) {
 // UNKNOWN and returns how many there were; other replicas' are left
 // alone.
 func (s *Postgres) MarkRunningUnknown(ctx context.Context) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE executions SET status = $1, updated_at = $2
-		WHERE status = $3 AND owner = $4`, StatusUnknown, s.stamp(), StatusRunning, s.replica)
+	reason := reasonJSON("replica %s restarted while this ran; its outcome is unknown, and it was not run again", s.replica)
+	tag, err := s.pool.Exec(ctx, `UPDATE executions SET status = $1, updated_at = $2, result_json = $5
+		WHERE status = $3 AND owner = $4`, StatusUnknown, s.stamp(), StatusRunning, s.replica, reason)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark unknown: %w", err)
 	}

@@ -36,6 +36,13 @@ var pgMigrations = []string{
 		data bytea NOT NULL,
 		PRIMARY KEY (execution_id, seq)
 	);`,
+	// 2: one lease per live replica (Leaser): a replica whose lease
+	// expired died, and another marks its running records.
+	`CREATE TABLE replica_leases (
+		replica text PRIMARY KEY,
+		expires_at timestamptz NOT NULL,
+		renewed_at timestamptz NOT NULL
+	);`,
 }
 
 // pgMigrationLock is the advisory lock key that orders replicas
