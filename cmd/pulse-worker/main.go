@@ -3,6 +3,11 @@
 // each Exec as a bash -c child and streams the bytes back. It holds no
 // credentials besides its relay token and does no orchestration.
 //
+// RELAY_ADDR may list several relays (the replicas of a pulse-server
+// fleet), separated by commas; the worker attaches to each and counts
+// its capacity once across them. With RELAY_EACH_ADDRESS=1 it attaches
+// to every address each name resolves to.
+//
 // Configuration comes from the environment (RELAY_ADDR, SANDBOX_ID,
 // SANDBOX_TOKEN, RELAY_TLS, WORKER_MAX_CONCURRENT, SANDBOX_IMAGE,
 // SANDBOX_TRUST); flags of the same meaning override it. SIGINT and SIGTERM

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +18,13 @@ import (
 // Config is the worker's configuration. FromEnv fills it from the
 // environment variables of the design; BindFlags lets flags override it.
 type Config struct {
-	RelayAddr     string // RELAY_ADDR
+	// RelayAddr is the relay's host:port, or several separated by
+	// commas: the worker attaches to each (RELAY_ADDR).
+	RelayAddr string
+	// RelayEach attaches to every address each relay name resolves to,
+	// looked up again every few seconds: the pods of a pulse-server
+	// Deployment behind a headless Service (RELAY_EACH_ADDRESS).
+	RelayEach     bool
 	SandboxID     string // SANDBOX_ID
 	Token         string // SANDBOX_TOKEN
 	TLS           bool   // RELAY_TLS
@@ -50,6 +58,7 @@ const (
 	EnvImage         = "SANDBOX_IMAGE"
 	EnvTrust         = "SANDBOX_TRUST"
 	EnvHealthListen  = "WORKER_HEALTH_LISTEN"
+	EnvRelayEach     = "RELAY_EACH_ADDRESS"
 	// EnvTokenFile names a file holding the token, as Kubernetes mounts a
 	// secret, so that it need not sit in the environment.
 	EnvTokenFile = "SANDBOX_TOKEN_FILE"
@@ -112,6 +121,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.TLS = b
 	}
+	if v := getenv(EnvRelayEach); v != "" {
+		b, err := parseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvRelayEach, v, err)
+		}
+		c.RelayEach = b
+	}
 	if v := getenv(EnvMaxConcurrent); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -124,7 +140,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 // BindFlags registers flags that override c's current values.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.RelayAddr, "relay-addr", c.RelayAddr, "relay host:port ("+EnvRelayAddr+")")
+	fs.StringVar(&c.RelayAddr, "relay-addr", c.RelayAddr, "relay host:port, or several separated by commas, each attached to ("+EnvRelayAddr+")")
+	fs.BoolVar(&c.RelayEach, "relay-each-address", c.RelayEach, "attach to every address each relay name resolves to, re-resolved every 10s: the replicas behind a headless Service ("+EnvRelayEach+")")
 	fs.StringVar(&c.SandboxID, "sandbox-id", c.SandboxID, "id reported in Hello ("+EnvSandboxID+")")
 	fs.StringVar(&c.Token, "token", c.Token, "bearer token; prefer the environment, flags show in ps ("+EnvToken+")")
 	fs.BoolVar(&c.TLS, "tls", c.TLS, "dial with TLS instead of h2c ("+EnvTLS+")")
@@ -137,7 +154,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 // Validate reports the first invalid value.
 func (c Config) Validate() error {
 	switch {
-	case c.RelayAddr == "":
+	case len(c.RelayAddrs()) == 0:
 		return fmt.Errorf("%w: empty relay address", ErrConfig)
 	case c.SandboxID == "":
 		return fmt.Errorf("%w: empty sandbox id", ErrConfig)
@@ -146,7 +163,25 @@ func (c Config) Validate() error {
 	case c.BackoffMin < 0 || c.BackoffMax < 0 || (c.BackoffMax > 0 && c.BackoffMin > c.BackoffMax):
 		return fmt.Errorf("%w: backoff %v..%v", ErrConfig, c.BackoffMin, c.BackoffMax)
 	}
+	if c.RelayEach {
+		for _, a := range c.RelayAddrs() {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return fmt.Errorf("%w: relay %q with %s: %w", ErrConfig, a, EnvRelayEach, err)
+			}
+		}
+	}
 	return nil
+}
+
+// RelayAddrs returns the relay addresses of RelayAddr, each once.
+func (c Config) RelayAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.RelayAddr, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // readTokenFile reads a token file, dropping the trailing newline that

@@ -61,10 +61,14 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
-// Run connects to the relay and serves it until ctx is done, re-dialling
-// with backoff whenever the stream ends. It returns nil when ctx ends, an
-// error wrapping ErrTokenRefused when the relay refuses the token (after
-// logging it at ERROR), one wrapping ErrMissingPrograms when a program of
+// Run attaches to every relay of cfg.RelayAddrs (each replica of a
+// pulse-server fleet) and serves them until ctx is done, re-dialling each
+// with backoff whenever its stream ends. The worker's capacity is one
+// pool shared by its attachments: each relay is told capacity_max, and
+// at most that many commands run at once across all of them (an exec
+// beyond it waits for a slot). It returns nil when ctx ends, an error
+// wrapping ErrTokenRefused when a relay refuses the token (after logging
+// it at ERROR), one wrapping ErrMissingPrograms when a program of
 // RequiredPrograms is not on PATH, and otherwise an error only for a
 // configuration it cannot start with.
 func Run(ctx context.Context, cfg Config) error {
@@ -84,7 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Said up front because every value may be a silent default: a worker
 	// started with nothing set dials localhost with the development token.
-	log.Info("starting", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "tls", cfg.TLS)
+	log.Info("starting", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "tls", cfg.TLS, "each_address", cfg.RelayEach)
 	if cfg.Token == DefaultToken {
 		log.Warn("SANDBOX_TOKEN not set: using the development default token")
 	}
@@ -96,6 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// One session for every relay: its dedup cache answers a req_id
+	// whichever relay sends it again. Each attachment gets a pool of its
+	// own from the session; the slots bound them together.
 	sess, err := session.New(session.Config{
 		SandboxID:    cfg.SandboxID,
 		Capacity:     cfg.MaxConcurrent,
@@ -104,32 +111,17 @@ func Run(ctx context.Context, cfg Config) error {
 		Trust:        cfg.Trust,
 		Heartbeat:    cfg.Heartbeat,
 		Logger:       log,
-	}, r)
+	}, &sharedSlots{r: r, slots: make(chan struct{}, cfg.MaxConcurrent)})
 	if err != nil {
 		return err
 	}
-
-	var creds credentials.TransportCredentials
-	if cfg.TLS {
-		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
-	} else {
-		creds = insecure.NewCredentials()
-		if !isLoopback(cfg.RelayAddr) {
-			log.Warn("RELAY_TLS is off: the bearer token crosses the network in clear text", "relay", cfg.RelayAddr)
+	for _, addr := range cfg.RelayAddrs() {
+		if !cfg.TLS && !isLoopback(addr) {
+			log.Warn("RELAY_TLS is off: the bearer token crosses the network in clear text", "relay", addr)
 		}
 	}
-	cc, err := grpc.NewClient(cfg.RelayAddr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxExecFrame)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: false}),
-	)
-	if err != nil {
-		return fmt.Errorf("worker: %w: %w", ErrConfig, err)
-	}
-	defer cc.Close()
-	client := sandboxv1.NewSandboxWorkerClient(cc)
 
-	var attached atomic.Bool
+	var attached atomic.Int64
 	if cfg.HealthListen != "" {
 		stop, err := serveHealth(cfg.HealthListen, &attached, log)
 		if err != nil {
@@ -138,6 +130,151 @@ func Run(ctx context.Context, cfg Config) error {
 		defer stop()
 	}
 
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	f := &fleet{cfg: cfg, sess: sess, log: log, attached: &attached, stop: cancel, running: map[string]context.CancelFunc{}}
+	if err := f.update(rctx); err != nil {
+		if !cfg.RelayEach {
+			return err
+		}
+		// The relays' names may not resolve yet (their pods are
+		// starting): the next look-up tries again.
+		log.Warn("resolving the relays", "err", err)
+	}
+	if cfg.RelayEach {
+		t := time.NewTicker(resolveEvery)
+		defer t.Stop()
+	loop:
+		for {
+			select {
+			case <-rctx.Done():
+				break loop
+			case <-t.C:
+				if err := f.update(rctx); err != nil {
+					log.Warn("resolving the relays", "err", err)
+				}
+			}
+		}
+	}
+	<-rctx.Done()
+	f.wg.Wait()
+	if err := context.Cause(rctx); errors.Is(err, ErrTokenRefused) {
+		return err
+	}
+	log.Info("stopping", "reason", context.Cause(ctx))
+	return nil
+}
+
+// resolveEvery is how often a worker with RelayEach looks the relay names
+// up again, to attach to replicas that appeared and leave those gone.
+var resolveEvery = 10 * time.Second
+
+// fleet is the set of relays one worker is attached to.
+type fleet struct {
+	cfg      Config
+	sess     *session.Session
+	log      *slog.Logger
+	attached *atomic.Int64
+	stop     context.CancelCauseFunc // a refused token stops the worker
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // target address → its loop
+}
+
+// target is one relay to attach to: the address dialled and the name TLS
+// verifies (the host name, also when the address is one of its IPs).
+type target struct{ addr, authority string }
+
+// targets lists the relays to attach to now: the configured addresses,
+// or with RelayEach every address each name resolves to.
+func (f *fleet) targets(ctx context.Context) ([]target, error) {
+	var out []target
+	for _, a := range f.cfg.RelayAddrs() {
+		if !f.cfg.RelayEach {
+			out = append(out, target{addr: a, authority: a})
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("worker: relay %q: %w", a, err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ips, err := net.DefaultResolver.LookupHost(lctx, host)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("worker: resolve %s: %w", host, err)
+		}
+		for _, ip := range ips {
+			out = append(out, target{addr: net.JoinHostPort(ip, port), authority: a})
+		}
+	}
+	return out, nil
+}
+
+// update starts a loop for each new target and stops those of targets
+// gone. A name that does not resolve keeps the loops it had: a DNS blip
+// must not detach a worker.
+func (f *fleet) update(ctx context.Context) error {
+	ts, err := f.targets(ctx)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := map[string]bool{}
+	for _, t := range ts {
+		want[t.addr] = true
+		if _, ok := f.running[t.addr]; ok {
+			continue
+		}
+		cc, err := dial(t, f.cfg)
+		if err != nil {
+			return err
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		f.running[t.addr] = cancel
+		f.wg.Go(func() {
+			defer cc.Close()
+			f.serveRelay(lctx, t.addr, sandboxv1.NewSandboxWorkerClient(cc))
+		})
+	}
+	for addr, cancel := range f.running {
+		if !want[addr] {
+			f.log.Info("relay address gone; detaching", "relay", addr)
+			cancel()
+			delete(f.running, addr)
+		}
+	}
+	return nil
+}
+
+func dial(t target, cfg Config) (*grpc.ClientConn, error) {
+	var creds credentials.TransportCredentials
+	if cfg.TLS {
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	} else {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxExecFrame)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: false}),
+	}
+	if t.authority != t.addr {
+		opts = append(opts, grpc.WithAuthority(t.authority))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+t.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w: %w", ErrConfig, err)
+	}
+	return cc, nil
+}
+
+// serveRelay attaches to one relay until ctx ends, re-dialling with
+// backoff. A refused token stops the whole worker.
+func (f *fleet) serveRelay(ctx context.Context, addr string, client sandboxv1.SandboxWorkerClient) {
+	cfg, log := f.cfg, f.log.With("relay", addr)
 	bo := backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}
 	if bo.min == 0 {
 		bo.min = defaultBackoffMin
@@ -147,15 +284,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	for {
 		started := time.Now()
-		err := attach(ctx, client, cfg, sess, log, &attached)
-		attached.Store(false)
+		var attached atomic.Bool
+		err := attach(ctx, client, addr, cfg, f.sess, log, &attached, f.attached)
 		if ctx.Err() != nil {
-			log.Info("stopping", "reason", context.Cause(ctx))
-			return nil
+			return
 		}
 		if refused(err) {
-			log.Error("relay refused the token; check SANDBOX_TOKEN against the relay's worker tokens", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "err", err)
-			return fmt.Errorf("%w: %w", ErrTokenRefused, err)
+			log.Error("relay refused the token; check SANDBOX_TOKEN against the relay's worker tokens", "sandbox_id", cfg.SandboxID, "err", err)
+			f.stop(fmt.Errorf("%w: %w", ErrTokenRefused, err))
+			return
 		}
 		// A connection that stayed up for a while was healthy: the next
 		// failure starts the backoff over.
@@ -168,17 +305,36 @@ func Run(ctx context.Context, cfg Config) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			log.Info("stopping", "reason", context.Cause(ctx))
-			return nil
+			return
 		case <-t.C:
 		}
 	}
 }
 
+// sharedSlots is the worker's one pool of capacity across its relays:
+// each relay counts only what it sent, so together they may send more
+// than capacity_max; the extra execs wait here, before their process
+// (and its timeout) starts, rather than running beyond the capacity the
+// worker announced.
+type sharedSlots struct {
+	r     runner.Runner
+	slots chan struct{}
+}
+
+func (s *sharedSlots) Run(ctx context.Context, spec runner.Spec, sink runner.Sink) (int32, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return -1, fmt.Errorf("%w: waiting for a slot: %w", runner.ErrAborted, context.Cause(ctx))
+	}
+	defer func() { <-s.slots }()
+	return s.r.Run(ctx, spec, sink)
+}
+
 // serveHealth serves /healthz (the process runs) and /readyz (attached to
-// the relay, so the relay can hand this worker work) on addr over plain
+// a relay at least, so a relay can hand this worker work) on addr over plain
 // HTTP until stop is called. Neither holds anything a command could use.
-func serveHealth(addr string, attached *atomic.Bool, log *slog.Logger) (stop func(), err error) {
+func serveHealth(addr string, attached *atomic.Int64, log *slog.Logger) (stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w: health listener: %w", ErrConfig, err)
@@ -194,7 +350,7 @@ func serveHealth(addr string, attached *atomic.Bool, log *slog.Logger) (stop fun
 		io.WriteString(w, `{"status":"ok"}`)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { answer(w, true) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, attached.Load()) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { answer(w, attached.Load() > 0) })
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go hs.Serve(lis)
 	log.Info("health endpoints listening", "url", "http://"+lis.Addr().String()+"/readyz")
@@ -213,7 +369,7 @@ func refused(err error) bool {
 // attach opens one Attach stream and serves it until it ends. It logs
 // "connected" once the stream is open and "attached" only once the relay
 // has sent a frame or let attachQuiet pass without refusing the token.
-func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Config, sess *session.Session, log *slog.Logger, attached *atomic.Bool) error {
+func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, addr string, cfg Config, sess *session.Session, log *slog.Logger, attached *atomic.Bool, count *atomic.Int64) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+cfg.Token)
@@ -221,7 +377,7 @@ func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Confi
 	if err != nil {
 		return fmt.Errorf("worker: attach: %w", err)
 	}
-	log.Info("connected; waiting for the relay to accept the token", "relay", cfg.RelayAddr)
+	log.Info("connected; waiting for the relay to accept the token")
 	ws := &watchedStream{SandboxWorker_AttachClient: st, firstFrame: make(chan struct{})}
 	served := make(chan struct{})
 	var wg sync.WaitGroup
@@ -241,12 +397,16 @@ func attach(ctx context.Context, client sandboxv1.SandboxWorkerClient, cfg Confi
 		case <-served: // ended meanwhile: "attached" would now be false
 		default:
 			attached.Store(true)
-			log.Info("attached", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "evidence", evidence)
+			count.Add(1)
+			log.Info("attached", "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "evidence", evidence)
 		}
 	})
 	err = sess.Serve(sctx, ws)
 	close(served)
 	wg.Wait()
+	if attached.Load() {
+		count.Add(-1)
+	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
 	}
