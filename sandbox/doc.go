@@ -92,6 +92,11 @@
 //   - Many Execute calls may run at once on one Sandbox; Close kills the
 //     live processes, stops exposing ports and waits for the calls.
 //
-// Programs that may pick the namespace backend must call namespace.Init()
-// first thing in main (see package backend/namespace).
+// Selection picks among the backends the program links: each backend's
+// package registers itself with backend.Register when imported, and this
+// package imports none. Import backend/all for every backend (what the
+// pulse binary does), or only the ones wanted, e.g. backend/namespace
+// alone, which links no Docker client. Programs that may pick the
+// namespace backend must call namespace.Init() first thing in main (see
+// package backend/namespace).
 package sandbox

@@ -119,22 +119,19 @@ func Diagnose(ctx context.Context, opts ...Option) ([]BackendStatus, error) {
 	o.fullProbe = true // a diagnosis trusts no remembered probe
 	var out []BackendStatus
 	for _, c := range candidates() {
-		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {
+		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.Name {
 			continue
 		}
-		st := BackendStatus{Name: c.name}
-		skip := ""
-		if c.skip != nil {
-			skip = c.skip(&o)
-		}
-		b, err := c.make(&o)
+		st := BackendStatus{Name: c.Name}
+		skip := o.skip(c)
+		b, err := o.open(c)
 		if err != nil {
 			st.Reason = err.Error()
 			out = append(out, st)
 			continue
 		}
 		st.Capabilities = b.Capabilities()
-		if skip != "" && c.name == "remote" {
+		if skip != "" && c.Name == "remote" {
 			st.Reason = skip
 		} else {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)

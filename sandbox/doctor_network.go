@@ -43,14 +43,14 @@ func DiagnoseNetwork(ctx context.Context, opts ...Option) ([]NetworkDiagnosis, e
 	o.fullProbe = true // a diagnosis trusts no remembered probe
 	var out []NetworkDiagnosis
 	for _, c := range candidates() {
-		if c.name != "namespace" && c.name != "docker" {
+		if c.Name != "namespace" && c.Name != "docker" {
 			continue
 		}
-		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {
+		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.Name {
 			continue
 		}
-		d := NetworkDiagnosis{Backend: c.name}
-		b, err := c.make(&o)
+		d := NetworkDiagnosis{Backend: c.Name}
+		b, err := o.open(c)
 		if err != nil {
 			d.Reason = err.Error()
 			out = append(out, d)

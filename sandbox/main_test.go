@@ -5,6 +5,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	// Selection picks among the backends a program links: the tests
+	// link them all, as the pulse binary does.
+	_ "github.com/pulse-agent/pulse/backend/all"
 	"github.com/pulse-agent/pulse/backend/namespace"
 )
 

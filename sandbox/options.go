@@ -11,7 +11,6 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/remote"
 	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -46,12 +45,12 @@ type options struct {
 	approver      Approver
 	sessionID     string
 	getenv        func(string) string
-	cowOpts       []cowfs.Option // tests: limits of the transaction store
-	egress        egressOptions  // egress.go
-	remoteOpts    []remote.Option
-	maxStack      int            // stack.go
-	image         string         // image.go
-	caches        []policy.Cache // caches.go
+	cowOpts       []cowfs.Option   // tests: limits of the transaction store
+	egress        egressOptions    // egress.go
+	backendOpts   map[string][]any // select.go: WithRemoteOptions
+	maxStack      int              // stack.go
+	image         string           // image.go
+	caches        []policy.Cache   // caches.go
 }
 
 // writeGuard is the write bits a commit never adds where the workspace
@@ -261,11 +260,24 @@ func withCOWOptions(opts ...cowfs.Option) Option {
 
 // WithRemoteOptions passes options to the remote backend when selection
 // builds it from PULSE_REMOTE_URL (for example remote.WithWorkspaceLimits,
-// to upload a larger workspace to a server that accepts one). They do not
-// apply to a backend given with WithBackend.
-func WithRemoteOptions(opts ...remote.Option) Option {
+// to upload a larger workspace to a server that accepts one). Each must be
+// a remote.Option: the facade links no backend, so the type is checked
+// when the backend is opened, and New fails on one of another type. They
+// do not apply to a backend given with WithBackend.
+func WithRemoteOptions(opts ...any) Option {
+	return WithBackendOptions("remote", opts...)
+}
+
+// WithBackendOptions passes options, of the named backend package's own
+// Option type (namespace.Option, docker.Option, ...), to that backend when
+// selection opens it (backend.Config.Options). New fails on an option of
+// another type. They do not apply to a backend given with WithBackend.
+func WithBackendOptions(name string, opts ...any) Option {
 	return func(o *options) error {
-		o.remoteOpts = append(o.remoteOpts, opts...)
+		if o.backendOpts == nil {
+			o.backendOpts = map[string][]any{}
+		}
+		o.backendOpts[name] = append(o.backendOpts[name], opts...)
 		return nil
 	}
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/docker"
-	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/cowfs"
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/internal/randhex"
@@ -81,11 +79,16 @@ func New(ctx context.Context, workspace string, opts ...Option) (_ *Sandbox, err
 	if err != nil {
 		return nil, err
 	}
-	if o.backend == nil && o.backendName == "namespace" && o.image == "" && o.keepWarm == 0 {
-		// What the backend prepares in the background when it is made
-		// starts now, beside the audit log's and the store's opening
-		// (with a keeper, the first init most likely comes ready from it).
-		namespace.Prewarm()
+	if o.backend == nil && o.backendName != "" && o.backendName != "auto" && o.image == "" && o.keepWarm == 0 {
+		// What the named backend prepares in the background when it is
+		// made (namespaces: backend.Driver.Prewarm) starts now, beside the
+		// audit log's and the store's opening (with a keeper, the first
+		// init most likely comes ready from it).
+		for _, d := range candidates() {
+			if d.Name == o.backendName && d.Prewarm != nil {
+				d.Prewarm()
+			}
+		}
 	}
 	if o.network == nil && o.policy.Network != nil {
 		n := *o.policy.Network
@@ -298,11 +301,10 @@ func (s *Sandbox) chooseBackend(ctx context.Context, o *options, early *ahead) e
 			return err
 		}
 		s.ownsBE = true
-		if _, ok := s.backend.(*docker.Backend); ok {
-			// Its memory, cpu and pids limits are the container's, set
-			// from o.limits when it was made (see candidates).
-			s.wholeLimits = true
-		}
+		// A backend whose driver applies the limits to the whole box
+		// (Docker: the container's memory, cpu and pids, set from o.limits
+		// when it was opened) takes no command's own.
+		s.wholeLimits = s.driver(s.backend.Name()).BoxLimits
 	}
 	s.caps = s.backend.Capabilities()
 	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
@@ -560,4 +562,15 @@ func (s *Sandbox) recordBatch(ctx context.Context, what string, events []audit.E
 
 func randomID() string {
 	return randhex.String(12)
+}
+
+// driver is the registered driver of the backend named name (the zero
+// Driver when none is).
+func (s *Sandbox) driver(name string) backend.Driver {
+	for _, d := range candidates() {
+		if d.Name == name {
+			return d
+		}
+	}
+	return backend.Driver{}
 }

@@ -2,94 +2,54 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/docker"
-	"github.com/pulse-agent/pulse/backend/host"
-	"github.com/pulse-agent/pulse/backend/namespace"
-	"github.com/pulse-agent/pulse/backend/remote"
 )
 
 // probeTimeout bounds each backend's Probe during selection, so that an
 // engine that does not answer cannot stall New.
 const probeTimeout = 10 * time.Second
 
-// candidate is one backend the selection may try, in order.
-type candidate struct {
-	name string
-	// skip says why the candidate is not even tried ("" = try it).
-	skip func(o *options) string
-	make func(o *options) (backend.Backend, error)
+// candidates are the registered drivers (backend.Register) in selection
+// order: the product's is remote, Docker, namespaces, host (opt-in). A
+// backend whose package the program does not import is not among them.
+func candidates() []backend.Driver { return backend.Drivers() }
+
+// config is what the sandbox hands driver d to open its backend with.
+func (o *options) config(d backend.Driver) *backend.Config {
+	c := &backend.Config{
+		Logger:     o.logger,
+		SessionID:  o.sessionID,
+		Getenv:     o.getenv,
+		Limits:     o.limits,
+		KeepWarm:   o.keepWarm,
+		NoPrestart: o.noPrestart,
+		UnsafeHost: o.unsafeHost,
+		ProbeCache: o.probeCacheFile(d.Name),
+		Options:    o.backendOpts[d.Name],
+	}
+	if d.RunsImages {
+		c.Image = o.dockerImage()
+	}
+	return c
 }
 
-// Candidates in DESIGN order: remote, docker, namespace, host (opt-in).
-func candidates() []candidate {
-	return []candidate{
-		{
-			name: "remote",
-			skip: func(o *options) string {
-				if strings.TrimSpace(o.getenv("PULSE_REMOTE_URL")) == "" {
-					return "PULSE_REMOTE_URL is not set"
-				}
-				return ""
-			},
-			make: func(o *options) (backend.Backend, error) {
-				return remote.FromEnv(o.getenv, append([]remote.Option{remote.WithLogger(o.logger)}, o.remoteOpts...)...)
-			},
-		},
-		{
-			name: "docker",
-			make: func(o *options) (backend.Backend, error) {
-				// Docker sets memory, cpu and pids limits on the container,
-				// not per command: the sandbox's limits become the
-				// container's, so that they are enforced, not dropped.
-				opts := []docker.Option{docker.WithLogger(o.logger), docker.WithSessionID(o.sessionID)}
-				if ref := o.dockerImage(); ref != "" {
-					opts = append(opts, docker.WithImage(ref))
-				}
-				if o.limits != nil {
-					opts = append(opts, docker.WithContainerLimits(*o.limits))
-				}
-				if o.keepWarm > 0 {
-					opts = append(opts, docker.WithReuse(o.keepWarm))
-				}
-				return docker.New(opts...)
-			},
-		},
-		{
-			name: "namespace",
-			make: func(o *options) (backend.Backend, error) {
-				opts := []namespace.Option{namespace.WithLogger(o.logger)}
-				if f := o.probeCacheFile("namespace"); f != "" {
-					opts = append(opts, namespace.WithProbeCache(f))
-				}
-				if o.noPrestart {
-					opts = append(opts, namespace.WithoutPrestart())
-				}
-				if o.keepWarm > 0 {
-					opts = append(opts, namespace.WithKeeper(o.keepWarm))
-				}
-				return namespace.New(opts...)
-			},
-		},
-		{
-			name: "host",
-			skip: func(o *options) string {
-				if !o.unsafeHost {
-					return "not allowed: commands would run unisolated on this machine " +
-						"(opt in with WithUnsafeHostExecution, or `pulse exec --unsafe-host`)"
-				}
-				return ""
-			},
-			make: func(o *options) (backend.Backend, error) {
-				return host.New(host.WithLogger(o.logger))
-			},
-		},
+// skip says why d is not even tried ("" = try it).
+func (o *options) skip(d backend.Driver) string {
+	if d.Skip == nil {
+		return ""
 	}
+	return d.Skip(o.config(d))
+}
+
+// open makes d's backend, unprobed.
+func (o *options) open(d backend.Driver) (backend.Backend, error) {
+	return d.Open(o.config(d))
 }
 
 // WithoutPrestart says the sandbox runs one command and is closed (a CLI
@@ -148,30 +108,39 @@ func (o *options) probeCacheFile(name string) string {
 // their recovery. Selection takes it in the remote candidate's turn,
 // exactly as if it probed then.
 type ahead struct {
-	name   string
-	b      backend.Backend
-	err    error // of make, or of Probe (b is then closed and nil)
-	done   chan struct{}
-	cancel context.CancelFunc
-	taken  bool
+	name string
+	b    backend.Backend
+	err  error // of Open, or of Probe (b is then closed and nil)
+	// badOpts: Open refused the program's options for the backend.
+	badOpts bool
+	done    chan struct{}
+	cancel  context.CancelFunc
+	taken   bool
 }
 
-// probeAhead starts probing the remote candidate when selection will try
-// it first (PULSE_REMOTE_URL set, no backend given or another named, no
-// image); nil otherwise.
+// probeAhead starts probing the first candidate selection will try when
+// its driver allows it (backend.Driver.ProbeEarly: remote, with
+// PULSE_REMOTE_URL set); nil otherwise.
 func probeAhead(ctx context.Context, o *options) *ahead {
-	if o.backend != nil || o.image != "" || (o.backendName != "" && o.backendName != "auto" && o.backendName != "remote") {
+	if o.backend != nil {
 		return nil
 	}
-	c := candidates()[0]
-	if c.skip(o) != "" {
+	var c backend.Driver
+	for _, d := range candidates() {
+		if o.tries(d) {
+			c = d
+			break
+		}
+	}
+	if !c.ProbeEarly || o.skip(c) != "" {
 		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	a := &ahead{name: c.name, done: make(chan struct{}), cancel: cancel}
+	a := &ahead{name: c.Name, done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(a.done)
-		b, err := c.make(o)
+		b, err := o.open(c)
+		a.badOpts = errors.Is(err, backend.ErrInvalidRequest)
 		if err == nil {
 			if err = b.Probe(pctx); err != nil {
 				_ = b.Close()
@@ -181,6 +150,15 @@ func probeAhead(ctx context.Context, o *options) *ahead {
 		a.b, a.err = b, err
 	}()
 	return a
+}
+
+// tries says whether selection considers d at all: it is the backend
+// named, if one is, and runs images, if one was asked for.
+func (o *options) tries(d backend.Driver) bool {
+	if o.backendName != "" && o.backendName != "auto" && o.backendName != d.Name {
+		return false
+	}
+	return o.image == "" || d.RunsImages // only Docker runs images
 }
 
 // pending says whether the probe has not ended yet.
@@ -227,33 +205,36 @@ func selectBackend(ctx context.Context, o *options, early *ahead) (backend.Backe
 		return nil, nil, err
 	}
 	for _, c := range candidates() {
-		if o.backendName != "" && o.backendName != "auto" && o.backendName != c.name {
+		if !o.tries(c) {
 			continue
 		}
-		if o.image != "" && c.name != "docker" {
-			continue // an image was asked for: only Docker runs images
-		}
 		found = true
-		if early != nil && c.name == early.name {
+		if early != nil && c.Name == early.name {
 			b, err := early.take()
 			if err == nil {
 				return b, why, nil
 			}
+			if early.badOpts {
+				return nil, why, fmt.Errorf("sandbox: %w", err)
+			}
 			if ctx.Err() != nil {
 				return nil, why, ctx.Err()
 			}
-			why = append(why, reason(c.name, err))
+			why = append(why, reason(c.Name, err))
 			continue
 		}
-		if c.skip != nil {
-			if reason := c.skip(o); reason != "" {
-				why = append(why, c.name+": "+reason)
-				continue
-			}
+		if r := o.skip(c); r != "" {
+			why = append(why, c.Name+": "+r)
+			continue
 		}
-		b, err := c.make(o)
+		b, err := o.open(c)
+		if errors.Is(err, backend.ErrInvalidRequest) {
+			// The program's options for it are wrong: a mistake to
+			// report, not a backend to pass over.
+			return nil, why, fmt.Errorf("sandbox: %w", err)
+		}
 		if err != nil {
-			why = append(why, reason(c.name, err))
+			why = append(why, reason(c.Name, err))
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -266,10 +247,14 @@ func selectBackend(ctx context.Context, o *options, early *ahead) (backend.Backe
 		if ctx.Err() != nil {
 			return nil, why, ctx.Err()
 		}
-		why = append(why, reason(c.name, err))
+		why = append(why, reason(c.Name, err))
 	}
 	if !found {
-		return nil, why, fmt.Errorf("sandbox: unknown backend %q", o.backendName)
+		if o.backendName != "" && o.backendName != "auto" {
+			return nil, why, fmt.Errorf("sandbox: unknown backend %q: the program does not import its package "+
+				"(github.com/pulse-agent/pulse/backend/%s, or backend/all for every backend)", o.backendName, o.backendName)
+		}
+		return nil, why, &UnavailableError{Tried: []string{"no backend is linked into this program: import github.com/pulse-agent/pulse/backend/all, or the backends wanted"}}
 	}
 	return nil, why, &UnavailableError{Tried: why}
 }

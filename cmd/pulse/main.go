@@ -14,6 +14,9 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	// Every backend is offered to selection (sandbox.New): remote,
+	// Docker, namespaces and the opt-in host.
+	_ "github.com/pulse-agent/pulse/backend/all"
 	"github.com/pulse-agent/pulse/backend/namespace"
 
 	// A pulse process is short: its heap in huge pages saves a few
