@@ -31,7 +31,7 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp";
 # build` builds them (CGO_ENABLED=0: static, no libc resolver or loader):
 # the binaries the project ships. CGO=1 measures a cgo build instead (what
 # a plain `go build` makes where a C compiler is found).
-CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-server
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-runtime ./cmd/pulse-server
 pulse=$tmp/pulse
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"

@@ -45,7 +45,7 @@ cleanup() {
 	[ -z "$built" ] || docker rmi -f "$built" >/dev/null
 }
 trap cleanup EXIT
-go build -o "$tmp/pulse" ./cmd/pulse
+go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"
 cid=$(docker run -d --network none --read-only --user 1000:1000 "$image" /bin/sleep 2147483647)

@@ -59,6 +59,7 @@ type options struct {
 	limits      policy.ResourceLimits
 	scratchSize int64         // bytes; 0: limits.DiskBytes, else the default (scratchBytes)
 	tools       string        // tools.go
+	runtime     string        // runtime.go
 	reuseIdle   time.Duration // warm.go; 0: no reuse across processes
 }
 

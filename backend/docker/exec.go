@@ -27,8 +27,8 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 )
 
-// wrapperScript runs one command (wrapper.sh), with the manifest helpers
-// it shares with the sync script in front (manifest.sh). Joined on first
+// wrapperScript runs one command (wrapper.sh), with what it shares with
+// the sync script in front (manifestLib). Joined on first
 // use, not at package init: every pulse process links this package, most
 // never talk to Docker, and the 22 KB copy was the costliest init of
 // pulse's own packages. rs is the report markers' separator, a control
@@ -38,8 +38,9 @@ var wrapperScript = sync.OnceValue(func() string { return manifestLib + "rs='\x1
 //go:embed wrapper.sh
 var wrapperBody string
 
-//go:embed manifest.sh
-var manifestLib string
+// manifestLib names the in-box runtime (runtime.go) for the wrapper and
+// the sync script, which run it for every step on the manifests.
+const manifestLib = "RT=" + runtimePath + "\n"
 
 // killScript kills every process of one command: all processes of the
 // uid the wrapper gave it (recorded in out/ID/uid, which only root can

@@ -303,17 +303,17 @@ fi
 if [ $rc = 0 ]; then
 	if [ $full = 0 ] && [ -e "$P/base.manifest" ]; then
 		if [ -d "$S/files" ]; then
-			(cd "$S/files" && find . -name "*$nl*" -prune -o ! -path . -exec stat -c 'S%f|%F|%N' {} + -type f -exec md5sum {} +) >"$S/new" || full=1
+			"$RT" manlines "$S/files" >"$S/new" || full=1
 		else
 			: >"$S/new"
 		fi
 		[ -e "$S/gone" ] || : >"$S/gone"
-		[ $full = 0 ] && mfupdate "$P/base.manifest" "$S/gone" "$S/new" "$P/base" || full=1
+		[ $full = 0 ] && "$RT" mfupdate "$P/base.manifest" "$S/gone" "$S/new" "$P/base" || full=1
 	else
 		full=1
 	fi
 	if [ $full = 1 ]; then
-		fullman "$P/base" "$P/base.manifest" || rc=6
+		"$RT" fullman "$P/base" "$P/base.manifest" || rc=6
 	fi
 fi
 rmdir "$P/lock"

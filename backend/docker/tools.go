@@ -13,11 +13,13 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"github.com/pulse-agent/pulse/internal/boxrt"
 )
 
 // The in-container side of the backend (wrapper.sh, the pooled exec loop,
-// the kill script) is shell with find, stat, md5sum, awk, tar, xargs,
-// time, setsid and usleep. So that any image works — one without bash,
+// the kill script) is shell with tar, xargs, time, setsid and usleep,
+// around the in-box runtime (runtime.go), which is always injected here. So that any image works — one without bash,
 // busybox or coreutils, one whose tools take other flags, one with no
 // shell at all — the backend brings those tools itself: a static busybox
 // from this host, injected into each container at toolsDir before it
@@ -88,16 +90,20 @@ type toolsArchive struct {
 	err  error
 }
 
-var toolsArchives sync.Map // busybox path → *toolsArchive
+var toolsArchives sync.Map // busybox path, NUL, runtime choice → *toolsArchive
 
-func toolsTar(busybox string) ([]byte, error) {
-	v, _ := toolsArchives.LoadOrStore(busybox, &toolsArchive{})
+func toolsTar(busybox, runtimeChoice string) ([]byte, error) {
+	v, _ := toolsArchives.LoadOrStore(busybox+"\x00"+runtimeChoice, &toolsArchive{})
 	ta := v.(*toolsArchive)
-	ta.once.Do(func() { ta.data, ta.err = makeToolsTar(busybox) })
+	ta.once.Do(func() { ta.data, ta.err = makeToolsTar(busybox, runtimeChoice) })
 	return ta.data, ta.err
 }
 
-func makeToolsTar(busybox string) ([]byte, error) {
+func makeToolsTar(busybox, runtimeChoice string) ([]byte, error) {
+	rt, err := runtimeBytes(runtimeChoice) // runtime.go
+	if err != nil {
+		return nil, err
+	}
 	var bin, out []byte
 	if busybox != "" {
 		var err error
@@ -120,6 +126,9 @@ func makeToolsTar(busybox string) ([]byte, error) {
 		return err
 	}
 	if err := put(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}, nil); err != nil {
+		return nil, err
+	}
+	if err := put(&tar.Header{Name: boxrt.Name, Typeflag: tar.TypeReg, Mode: 0o555, Size: int64(len(rt))}, rt); err != nil {
 		return nil, err
 	}
 	if cd := capdropELF(); cd != nil {
@@ -153,21 +162,16 @@ func makeToolsTar(busybox string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// toolsMount is the volume the tools are injected into, if any.
+// toolsMount is the volume the tools are injected into: the runtime
+// program is, always.
 func (b *Backend) toolsMounts() []mount.Mount {
-	if b.tools == "" && capdropELF() == nil {
-		return nil
-	}
 	return []mount.Mount{{Type: mount.TypeVolume, Target: toolsDir}}
 }
 
 // injectTools copies the tools into the created, not yet started,
 // container id.
 func (b *Backend) injectTools(ctx context.Context, id string) error {
-	if b.tools == "" && capdropELF() == nil {
-		return nil
-	}
-	data, err := toolsTar(b.tools)
+	data, err := toolsTar(b.tools, b.o.runtime)
 	if err != nil {
 		return fmt.Errorf("docker: the tools to inject: %w", err)
 	}

@@ -82,8 +82,6 @@ O=$P/out/$id
 Q=$P/run/$id
 T=$Q.t
 B=1000 G=19999
-nl='
-'
 # The umask the command gets, read with the shell's own read: $(umask)
 # would cost a process.
 um=
@@ -187,13 +185,12 @@ finish() {
 	exit "$2"
 }
 
-# manifest DIR: one line per entry, .pulse/ excluded, after the
-# generation line (manifest.sh):
-#   S<mode-hex>|<type>|<name>   (for a symlink: '<name>' -> '<target>')
-#   <md5>  <name>               for regular files
-# baseman DIR: fullman of DIR into base.manifest, given to the sandbox
-# user, as whom the sync script reads and replaces it.
-baseman() { fullman "$1" "$P/base.manifest" && chown $B:$B "$P/base.manifest"; }
+# The manifests (of base, base.manifest, and of each copy, R.man) are
+# the runtime's ($RT fullman, mfupdate, mdiff, capture: internal/boxrt):
+# one line per entry, .pulse/ excluded, after the generation line G<n>.
+# baseman DIR: the manifest of DIR into base.manifest, given to the
+# sandbox user, as whom the sync script reads and replaces it.
+baseman() { "$RT" fullman "$1" "$P/base.manifest" && chown $B:$B "$P/base.manifest"; }
 
 # base.manifest is manifest(base) whenever the lock is free.
 lock
@@ -252,18 +249,7 @@ elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ] && { read -r dh <"$P/base.dr
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
 elif [ -d "$R" ] && [ -s "$R.man" ] && [ -n "$rg" ]; then
 	fresh=0
-	awk -F '|' -v Q="$Q" "$AWKLIB"'
-	FILENAME == ARGV[1] { t = name(); if (t == 1) ws[N] = $0; else if (t == 2) wh[N] = $0; else if (t != 3) bad = 1; next }
-	{ t = name(); if (t == 1) hs[N] = $0; else if (t == 2) hh[N] = $0; else if (t != 3) bad = 1 }
-	END {
-		if (bad) exit 1
-		for (p in hs) if (!(p in ws) || ws[p] != hs[p] || wh[p] != hh[p]) drop[p] = 1
-		for (p in drop) if (!under(p, drop)) print p > (Q ".drop")
-		for (p in ws) if (!(p in hs) || (p in drop) || under(p, drop)) print p > (Q ".fix")
-	}' "$P/base.manifest" "$R.man" 2>&8 || fresh=1
-	# Directories before what is in them. (No pipes from awk: popen needs
-	# a /bin/sh, which an image need not have.)
-	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then sort -o "$Q.fix" "$Q.fix" 2>&8 || fresh=1; fi
+	"$RT" mdiff "$P/base.manifest" "$R.man" "$Q.drop" "$Q.fix" 2>&8 || fresh=1
 	if [ $fresh = 0 ] && [ -s "$Q.drop" ]; then tr '\n' '\0' <"$Q.drop" | drop || fresh=1; fi
 	if [ $fresh = 0 ] && [ -s "$Q.fix" ]; then tr '\n' '\0' <"$Q.fix" | fix || fresh=1; fi
 	[ $fresh = 1 ] || cp "$P/base.manifest" "$Q.before" 2>&8 || fresh=1
@@ -355,125 +341,6 @@ if [ $wfull = 1 ]; then : >"$Q.bad"; drop=1; fi
 as "$u" cat "$T/time" >"$O/time" 2>/dev/null
 cd /
 : >"$Q.m1"
-
-# scan LIM: the copy's entries into Q.st, then the marks' ctimes (m2 made
-# after the scan) into Q.mk. With LIM, an entry whose ctime is LIM
-# minutes old or more (find -cmin: seconds, from the clock) gets only its
-# name, and the others their ctime and manifest line: stat and its
-# formatting of times being most of the scan's cost, an entry not changed
-# for minutes, which most are, costs a name. cands checks that the clock
-# cannot have let an entry changed since the mark through as old (else it
-# asks for a scan without LIM, as for anything odd). A name holding a
-# newline cannot be told in these lines, so it is only counted (BAD), and
-# the copy is not kept. Every -exec of find writes whole lines of its own,
-# and find writes none, so its output cannot interleave. (cd and back, not
-# a subshell: that would cost a process.) A regular file of more than one
-# link (the command's ln) is only counted too (LINK): the pending stack
-# holds each name as a file of its own, so the links are broken
-# (breaklinks) and the copy scanned again.
-scan() {
-	cd "$R" || return 1
-	if [ -n "$1" ]; then
-		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o -type f -links +1 -exec echo LINK \; -o ! -path . -cmin "-$1" -exec stat -c '%z|S%f|%F|%N' {} + -o ! -path . -exec printf '%s\n' {} +
-	else
-		find . -path ./.pulse -prune -o -name "*$nl*" -exec echo BAD \; -o -type f -links +1 -exec echo LINK \; -o ! -path . -exec stat -c '%z|S%f|%F|%N' {} +
-	fi >"$Q.st"
-	sr=$?
-	cd / && [ $sr = 0 ] && : >"$Q.m2" && stat -c '%Z|%z' "$Q.m0" "$Q.m1" "$Q.m2" "$R" >"$Q.mk"
-}
-# same LIM: whether Q.st (made by scan LIM) says that nothing in the copy
-# changed since the mark, so that cands need not read it and $before:
-# no entry, the copy's top included, has a ctime at or after the mark's.
-# An entry created, removed or renamed changes the ctime of the directory
-# it is in, and anything else changes its own; the stat lines are those
-# scan gave a ctime, the others (names, "./...") being old for certain
-# (see cands).
-same() {
-	awk -F '|' -v L="$1" '
-FILENAME == ARGV[1] {
-	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
-	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
-	else if (FNR == 3) { m2 = z; s2 = s } else if (FNR == 4) { r = z; n = 4 }
-	next
-}
-substr($0, 1, 2) == "./" { next }
-{ if ($0 == "BAD" || $0 == "LINK" || $1 >= m0) ch = 1 }
-END {
-	if (n != 4 || ch || m1 < m0 || m2 < m1 || r >= m0) exit 1
-	if (L != "" && s2 + 1 - s0 >= L * 60) exit 1
-}' "$Q.mk" "$Q.st"
-}
-# cands LIM: from Q.mk, Q.st (made by scan LIM) and $before, the
-# candidates: entries at or after the mark (all, should the clock have
-# gone back), and new ones (a directory renamed onto a new name brings
-# what is in it with the ctimes it had); they go to Q.cand, with what the
-# copy held of them before to Q.bcand, the regular files among them to
-# Q.hash. Entries of before no longer there are removed and deleted. The
-# others hold what they held before. Q.redo: scan again without LIM;
-# Q.links: the same, once the links are broken (nothing else written).
-cands() {
-	awk -F '|' -v Q="$Q" -v O="$O" -v L="$1" "$AWKLIB"'
-FILENAME == ARGV[1] {
-	i = index($0, "|"); s = substr($0, 1, i - 1); z = substr($0, i + 1)
-	if (FNR == 1) { m0 = z; s0 = s } else if (FNR == 2) m1 = z
-	else if (FNR == 3) {
-		all = m1 < m0 || z < m1
-		# find -cmin -L passes what is less than L*60 s old by its
-		# clock, read before m2 was made (the kernel stamps ctime from
-		# a clock up to a tick behind it: the 1).
-		if (L != "" && (all || s + 1 - s0 >= L * 60)) redo = 1
-	}
-	next
-}
-redo { exit }
-FILENAME == ARGV[2] {
-	if ($0 == "BAD") { bad = 1; next }
-	if ($0 == "LINK") { links = 1; next }
-	if (substr($0, 1, 2) == "./") { seen[$0] = 1; next }
-	if (NF == 4 && $3 != "symbolic link") N = $4
-	else if (parse(substr($0, index($0, "|") + 1)) != 1) { odd = 1; next }
-	seen[N] = 2
-	if (all || $1 >= m0) { cand[N] = $0; nc++ } else old[N] = $0
-	next
-}
-{
-	t = name()
-	if (t == 0) { odd = 1; next }
-	if (t == 3) next
-	had[N] = 1
-	if (!(N in seen)) { if (!(N in gone)) { gone[N] = 1; print N > (Q ".removed"); print N > (O "/deleted") } }
-	else if (N in cand) print > (Q ".bcand")
-}
-END {
-	if (links) { print "" > (Q ".links"); exit }
-	if (!redo) for (p in seen) if (!(p in had) && !(p in cand)) { if (seen[p] == 1) { redo = 1; break } cand[p] = old[p] }
-	if (redo) { print "" > (Q ".redo"); exit }
-	printf "" > (Q ".cand"); printf "" > (Q ".bcand"); printf "" > (Q ".hash")
-	for (p in cand) {
-		print cand[p] > (Q ".cand")
-		l = cand[p]
-		if (parse(substr(l, index(l, "|") + 1)) == 1 && TYP == "regular file") print p > (Q ".hash")
-	}
-	if (odd) print "odd manifest line" > (O "/warn")
-	if (bad) print "a name holding a newline cannot be carried back: not staged" > (O "/warn")
-	if (odd || bad) print "" > (Q ".bad")
-	if (bad) print "" > (Q ".nl")
-}' "$Q.mk" "$Q.st" "$before"
-}
-# LIM: the command's whole minutes, plus one (its own report, which the
-# check in cands makes harmless should it lie). A command of about a
-# minute or more then scans twice, once in a while.
-lim=
-{ read -r _ _ e _ <"$O/time"; } 2>/dev/null || e=
-case ${e%.*} in '' | *[!0-9]*) ;; *) lim=$((${e%.*} / 60 + 1)) ;; esac
-ok=0
-if [ -n "$lim" ] && scan "$lim" 2>&8; then
-	if same "$lim" 2>&8; then
-		: >"$Q.cand" && ok=1
-	elif cands "$lim" 2>&8 && [ ! -e "$Q.redo" ] && [ ! -e "$Q.links" ]; then
-		ok=1
-	fi
-fi
 # breaklinks: every regular file of the copy with more than one link
 # becomes a file of its own, with its content, mode and mtime, as the uid
 # (a copy made beside it, then renamed over it; a directory the command
@@ -498,67 +365,23 @@ done' pulse-unlink; } 2>&8
 	cd /
 	return $r
 }
-if [ $ok = 0 ]; then
-	lk=0
-	while :; do
-		if [ -e "$Q.links" ]; then
-			[ $lk = 0 ] && breaklinks || { echo "a hard link the command made could not be broken" >>"$O/warn"; finish "manifest $rc" "$rc"; }
-			lk=1
-		fi
-		rm -f "$Q.redo" "$Q.links" "$Q.removed" "$Q.bcand" "$Q.cand" "$Q.hash" "$Q.nl" "$O/deleted"
-		{ scan "" && cands ""; } 2>&8 || finish "manifest $rc" "$rc"
-		[ -e "$Q.links" ] || break
-	done
-fi
-# Names holding a newline (cands left Q.nl) cannot go through the lines
-# above, so what the command wrote under one is neither reported nor
-# merged: such entries are listed apart, NUL-separated, for the host to
-# report as not staged rather than let them vanish. O/newline: the first
-# two lines of Q.mk (the marks m0 and m1), then for each entry
-# "ctime|type|name\n"; the host keeps those at or after the mark. (A
-# directory so named with entries in it makes odd lines above and the
-# listing fails: all the command wrote is reported lost.)
-if [ -e "$Q.nl" ]; then
-	{ { read -r m0l && read -r m1l; } <"$Q.mk" && cd "$R" && {
-		printf '%s\n%s\n\0' "$m0l" "$m1l"
-		find . -path ./.pulse -prune -o -name "*$nl*" -exec stat -c '%z|%F|%n' {} \; -exec printf '\0' \;
-	} >"$O/newline"; } 2>&8 || finish "manifest $rc" "$rc"
-	cd /
-fi
-if [ -s "$Q.cand" ]; then
-if [ -s "$Q.hash" ]; then
-	(cd "$R" && tr '\n' '\0' <"$Q.hash" | xargs -0 md5sum) >"$Q.md5" 2>&8 || finish "manifest $rc" "$rc"
-else
-	: >"$Q.md5"
-fi
-# changed: candidates new or different; removed: also those whose type
-# changed, so that base drops them before the merge; Q.new: the manifest
-# lines of the changed.
-awk -v Q="$Q" -v O="$O" "$AWKLIB"'
-FILENAME == ARGV[1] {
-	t = parse($0)
-	if (t == 1) { bs[N] = SIG; bt[N] = TYP } else if (t == 2) bh[N] = H
-	next
-}
-FILENAME == ARGV[2] { if (parse($0) == 2) nh[N] = H; next }
-{
-	i = index($0, "|")
-	l = substr($0, i + 1)
-	if (i == 0 || parse(l) != 1) { odd = 1; next }
-	p = N; as = SIG; at = TYP
-	ah = ""
-	if (at == "regular file") { if (p in nh) ah = nh[p]; else { odd = 1; ah = "?" } }
-	if (!(p in bt) || bs[p] != as || bh[p] != ah) {
-		print p > (Q ".changed")
-		print l > (Q ".new")
-		if (at == "regular file") print ah "  " p > (Q ".new")
-	}
-	if ((p in bt) && bt[p] != at) print p >> (Q ".removed")
-}
-END {
-	if (odd) { print "odd manifest line" >> (O "/warn"); print "" > (Q ".bad") }
-}' "$Q.bcand" "$Q.md5" "$Q.cand" 2>&8 || finish "manifest $rc" "$rc"
-fi
+# What the command changed (capture, in the runtime: by ctime against
+# the mark m0, which no process can set, hashing only what changed since
+# it) goes to Q.changed, Q.new, Q.removed, O/deleted and, for names
+# holding a newline, O/newline; Q.bad when the copy may not be kept. A
+# regular file of more than one link (the command's ln): the links are
+# broken and the copy captured again.
+lk=0
+while :; do
+	"$RT" capture "$R" "$Q" "$O" "$before" 2>&8
+	c=$?
+	[ $c = 0 ] && break
+	if [ $c = 3 ] && [ $lk = 0 ]; then
+		breaklinks && lk=1 && continue
+	fi
+	[ $c = 3 ] && echo "a hard link the command made could not be broken" >>"$O/warn"
+	finish "manifest $rc" "$rc"
+done
 # The changed entries, in files-PID.tar in the out directory, a batch
 # each (this busybox tar cannot read names from a file, so xargs hands
 # them over in batches); where the tmpfs has no room for them (the
@@ -611,11 +434,11 @@ elif [ -s "$Q.changed" ] || [ -s "$Q.removed" ]; then
 		: >"$Q.bad"
 		drop=1
 	fi
-	{ [ $mok = 1 ] && mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" "$P/base" 2>&8 && chown $B:$B "$P/base.manifest" "$P/base.drop" "$P/base.fix"; } || baseman "$P/base" 2>&8
+	{ [ $mok = 1 ] && "$RT" mfupdate "$P/base.manifest" "$Q.removed" "$Q.new" "$P/base" 2>&8 && chown $B:$B "$P/base.manifest" "$P/base.drop" "$P/base.fix"; } || baseman "$P/base" 2>&8
 	if [ -n "$ng" ] && [ "$ng" = "$bg" ] && [ $mok = 1 ]; then
 		{ read -r gen <"$P/base.manifest" && cp "$P/base.manifest" "$Q.after"; } 2>&8 && man=$Q.after || man=
 	else
-		mfupdate "$before" "$Q.removed" "$Q.new" 2>&8 || man=
+		"$RT" mfupdate "$before" "$Q.removed" "$Q.new" 2>&8 || man=
 	fi
 	unlock
 else

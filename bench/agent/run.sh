@@ -82,7 +82,7 @@ for prog in git go python3 make; do
 		exit 1
 	fi
 done
-go build -o "$tmp/pulse" ./cmd/pulse
+go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime
 pulse=$tmp/pulse
 export XDG_CACHE_HOME=$tmp/xdg # the probe cache: the run's own
 

@@ -1,0 +1,168 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/pulse-agent/pulse/internal/boxrt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The in-box runtime (package internal/boxrt, the program
+// cmd/pulse-runtime) tells, inside the container, what each command
+// changed and keeps the container's manifests of its base and copies. It
+// is a static program (no cgo in anything it links, so every build of it
+// is), injected with the tools at runtimePath, root's and read-only, and
+// run by the wrapper and the sync script for those steps.
+//
+// Where it comes from, first found:
+//   - WithRuntime's path;
+//   - pulse-runtime beside the running binary (`make build`, `go build -o
+//     bin/ ./cmd/...` and `go install ./cmd/...` put it there), trusted as
+//     much as that binary: a regular file, not a symlink, owned by root or
+//     by the binary's owner and writable by nobody else, in a directory
+//     writable by nobody else;
+//   - in a test binary (which is never static, and has nothing beside
+//     it), the program built from this module's source with the go
+//     command, once per process.
+//
+// Whichever it is, it must be a static ELF program and report the
+// identity of the runtime code this binary was built with (boxrt.Identity),
+// so that a program left from another build never writes a report this
+// backend reads by other rules. Without one, containers cannot be made and
+// Exec fails with backend.ErrUnavailable, naming what to install.
+
+// runtimePath is where the runtime program is in the container.
+const runtimePath = toolsDir + "/" + boxrt.Name
+
+// errNoRuntime: no usable runtime program was found.
+var errNoRuntime = errors.New("no in-box runtime program")
+
+// WithRuntime sets the in-box runtime program (cmd/pulse-runtime, built
+// from the same source as this binary) that is injected into every
+// container; by default it is looked for beside the running binary.
+func WithRuntime(path string) Option {
+	return func(o *options) error {
+		if path == "" {
+			return errors.New("docker: WithRuntime: empty path")
+		}
+		o.runtime = path
+		return nil
+	}
+}
+
+type runtimeProgram struct {
+	once sync.Once
+	data []byte
+	err  error
+}
+
+var runtimePrograms sync.Map // WithRuntime's path ("" for the default) → *runtimeProgram
+
+// runtimeBytes is the runtime program to inject, read once per choice.
+func runtimeBytes(choice string) ([]byte, error) {
+	v, _ := runtimePrograms.LoadOrStore(choice, &runtimeProgram{})
+	rp := v.(*runtimeProgram)
+	rp.once.Do(func() { rp.data, rp.err = loadRuntime(choice) })
+	return rp.data, rp.err
+}
+
+func loadRuntime(choice string) ([]byte, error) {
+	if choice != "" {
+		return checkRuntime(choice)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoRuntime, err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), boxrt.Name)
+	trustErr := trustedBeside(exe, beside)
+	if trustErr == nil {
+		return checkRuntime(beside)
+	}
+	if testing.Testing() {
+		return buildRuntime()
+	}
+	return nil, fmt.Errorf("%w: %v (install cmd/pulse-runtime from the same source beside %s: `go install ./cmd/...` or `make build`; or give WithRuntime)", errNoRuntime, trustErr, filepath.Base(exe))
+}
+
+// trustedBeside checks that prog, beside the binary exe, may be trusted
+// as much as exe (see the comment at runtimePath).
+func trustedBeside(exe, prog string) error {
+	var est, dst, pst syscall.Stat_t
+	if err := syscall.Stat(exe, &est); err != nil {
+		return err
+	}
+	if err := syscall.Stat(filepath.Dir(prog), &dst); err != nil {
+		return err
+	}
+	if err := syscall.Lstat(prog, &pst); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		what string
+		st   *syscall.Stat_t
+	}{{"the directory of " + prog, &dst}, {prog, &pst}} {
+		if c.st.Uid != 0 && c.st.Uid != est.Uid {
+			return fmt.Errorf("%s is owned by uid %d, neither root nor the binary's owner", c.what, c.st.Uid)
+		}
+		if c.st.Mode&0o022 != 0 {
+			return fmt.Errorf("%s is writable by group or others", c.what)
+		}
+	}
+	if pst.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return fmt.Errorf("%s is not a regular file", prog)
+	}
+	return nil
+}
+
+// checkRuntime reads the program at p once it is a static ELF program
+// reporting this build's runtime identity.
+func checkRuntime(p string) ([]byte, error) {
+	if interp, ok := elfInterp(p); !ok || interp != "" {
+		return nil, fmt.Errorf("%w: %s is not a static ELF program", errNoRuntime, p)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoRuntime, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "identity").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s identity: %v", errNoRuntime, p, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != boxrt.Identity() {
+		return nil, fmt.Errorf("%w: %s is another build (runtime identity %q, this binary's %q); install it from the same source", errNoRuntime, p, got, boxrt.Identity())
+	}
+	return data, nil
+}
+
+// buildRuntime builds cmd/pulse-runtime from the module this test binary
+// was built in, into a directory it removes once the program is read.
+func buildRuntime() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "pulse-runtime-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoRuntime, err)
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, boxrt.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", p, "github.com/pulse-agent/pulse/cmd/pulse-runtime")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: building cmd/pulse-runtime for this test binary: %v: %s", errNoRuntime, err, strings.TrimSpace(errb.String()))
+	}
+	return checkRuntime(p)
+}

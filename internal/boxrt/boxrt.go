@@ -1,0 +1,68 @@
+// Package boxrt is the in-box runtime: the code that runs inside a box
+// the backend made (a Docker container today) to tell what a command
+// changed and to keep the box's own records of its workspace copies, in
+// place of the shell, awk, find and md5sum pipelines the backend ran
+// there before. It is built into cmd/pulse-runtime, a static program
+// (the standard library and golang.org/x/sys, no cgo) that the Docker
+// backend injects into each container beside its other tools and runs
+// for each step.
+//
+// The runtime keeps manifests: one line per entry of a tree (the
+// workspace's base, a command's copy of it), with what changes when the
+// entry does (its raw mode, an MD5 of a file's contents, a symlink's
+// target), after a generation line G<n> that every change makes greater,
+// so that a copy equal to base at generation n knows it still is while
+// the line reads G<n>.
+package boxrt
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Name is the runtime program's name: the file the backend injects, and
+// the argv[0] its main answers to.
+const Name = "pulse-runtime"
+
+// sources is this package's own source, hashed into Identity.
+//
+//go:embed *.go
+var sources embed.FS
+
+// Identity names the runtime's code as built into this binary: the Go
+// version and a SHA-256 of this package's source files. The backend
+// injects a runtime program only when the program reports the identity
+// of the code the backend was built with (`pulse-runtime identity`), so
+// that a program left from another build beside a new binary never
+// writes a report the backend would read by other rules.
+var Identity = sync.OnceValue(func() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "go %s\n", runtime.Version())
+	ents, err := fs.ReadDir(sources, ".")
+	if err != nil {
+		panic("boxrt: embedded sources: " + err.Error())
+	}
+	var names []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), "_test.go") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		b, err := sources.ReadFile(n)
+		if err != nil {
+			panic("boxrt: embedded sources: " + err.Error())
+		}
+		fmt.Fprintf(h, "file %q %d\n", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+})

@@ -1,0 +1,65 @@
+package boxrt
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Exit statuses of Main besides 0 and 1.
+const (
+	// ExitUsage: the step or its arguments are not known.
+	ExitUsage = 2
+	// ExitLinks: capture found a regular file of more than one link;
+	// the caller breaks the links and captures again.
+	ExitLinks = 3
+)
+
+// Main runs one step of the runtime, named by args[0], and returns its
+// exit status:
+//
+//	identity                        print Identity
+//	capture R Q O BEFORE            what a command changed (capture)
+//	fullman DIR MANIFEST            the manifest of all of DIR (fullman)
+//	mfupdate MANIFEST GONE NEW [D]  a manifest after a step (mfupdate)
+//	mdiff BASEMAN COPYMAN DROP FIX  a copy's repair lists (mdiff)
+//	manlines DIR                    manifest lines of DIR, to stdout
+func Main(args []string) int {
+	if len(args) == 0 {
+		return usage()
+	}
+	var err error
+	switch a := args[1:]; {
+	case args[0] == "identity" && len(a) == 0:
+		_, err = fmt.Println(Identity())
+	case args[0] == "capture" && len(a) == 4:
+		err = capture(a[0], a[1], a[2], a[3])
+		if errors.Is(err, errLinks) {
+			return ExitLinks
+		}
+	case args[0] == "fullman" && len(a) == 2:
+		err = fullman(a[0], a[1])
+	case args[0] == "mfupdate" && (len(a) == 3 || len(a) == 4):
+		d := ""
+		if len(a) == 4 {
+			d = a[3]
+		}
+		err = mfupdate(a[0], a[1], a[2], d)
+	case args[0] == "mdiff" && len(a) == 4:
+		err = mdiff(a[0], a[1], a[2], a[3])
+	case args[0] == "manlines" && len(a) == 1:
+		err = manlines(a[0], os.Stdout)
+	default:
+		return usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s %s: %v\n", Name, args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage() int {
+	fmt.Fprintln(os.Stderr, Name+": the in-box runtime of the pulse backends; the backend runs it, not a person")
+	return ExitUsage
+}
