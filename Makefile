@@ -6,7 +6,7 @@ FUZZTIME ?= 10s
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build docs
+.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build docs fleet-e2e
 
 test: testenv check
 
@@ -58,3 +58,13 @@ bench-agent:
 # command's help or flags change.
 docs:
 	PULSE_UPDATE_DOCS=1 $(GO) test -count=1 -run '^(TestCLIReferenceIsCurrent|TestFlagReferenceIsCurrent)$$' ./cmd/pulse/ ./cmd/pulse-server/ ./cmd/pulse-worker/
+
+# The fleet end to end (bench/fleet): a real Postgres (Debian's, which
+# scripts/testenv.sh installs), 3 pulse-servers and 6 pulse-workers as
+# processes on 127.0.0.1, 300 clients for 2 minutes, one server and two
+# workers SIGKILLed mid-load and restarted. Prints the summary line and
+# exits 1 on any lost or twice-run execution. A single server's latency
+# under a third of the load is measured first, in the same run.
+fleet-e2e:
+	@./scripts/testenv.sh
+	$(GO) run ./bench/fleet

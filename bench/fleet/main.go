@@ -1,0 +1,595 @@
+// Command fleet is the end-to-end check of a pulse-server fleet (make
+// fleet-e2e): a real Postgres, several pulse-server replicas and
+// pulse-workers as processes on 127.0.0.1, and many clients submitting
+// bounded commands while one server and two workers are SIGKILLed and
+// restarted. It prints one summary line
+//
+//	submitted=N completed=N unknown=N lost=0 dup=0 p50=… p99=…
+//
+// and exits 1 on any loss or duplicate run. Before the fleet, the same
+// binaries run as a single server (SQLite, as one machine runs it) under
+// a third of the load, and its submit-to-first-byte latency is printed
+// beside the fleet's as the baseline line.
+//
+// What counts:
+//   - submitted: executions a server took (its STARTING answer, or found
+//     later by attach);
+//   - completed: a result with exit 0 and the command's own output;
+//   - unknown: an end without the command's outcome, with its reason:
+//     UNKNOWN (its replica died and another swept it), or an error result
+//     (error_code WORKER_LOST: its worker was killed; UNAVAILABLE: no
+//     worker could take it);
+//   - lost: a submitted execution whose client got neither by the end;
+//   - dup: a command that ran more than once. Each command first appends
+//     its execution id to one file; an id there twice ran twice. A
+//     completed id missing from the file means runs cannot be seen, and
+//     fails the check rather than report dup=0 unchecked.
+//   - p50/p99: submit to the first stream frame on the submitting
+//     connection, over the executions that completed there.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/protocol"
+)
+
+const (
+	clientToken = "dev-token"
+	workerToken = "worker-token"
+)
+
+type settings struct {
+	servers, workers, capacity int
+	clients                    int
+	duration, think, lease     time.Duration
+	baseline                   bool
+	keep                       bool
+}
+
+func main() {
+	var s settings
+	flag.IntVar(&s.servers, "servers", 3, "pulse-server replicas")
+	flag.IntVar(&s.workers, "workers", 6, "pulse-workers, each attached to every replica")
+	flag.IntVar(&s.capacity, "capacity", 8, "WORKER_MAX_CONCURRENT of each worker")
+	flag.IntVar(&s.clients, "clients", 300, "clients submitting at once")
+	flag.DurationVar(&s.duration, "duration", 2*time.Minute, "how long clients submit")
+	flag.DurationVar(&s.think, "think", 20*time.Second, "mean pause of a client between its commands")
+	flag.DurationVar(&s.lease, "lease", 3*time.Second, "--replica-lease of the servers")
+	flag.BoolVar(&s.baseline, "baseline", true, "measure a single server first")
+	flag.BoolVar(&s.keep, "keep", false, "keep the work directory (logs) afterwards")
+	flag.Parse()
+	os.Exit(run(s))
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fleet: "+format+"\n", args...)
+}
+
+func run(s settings) int {
+	dir, err := os.MkdirTemp("", "pulse-fleet-")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	failed := true
+	defer func() {
+		if s.keep || failed {
+			logf("logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+	bin := filepath.Join(dir, "bin")
+	logf("building pulse-server and pulse-worker")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/pulse-server", "./cmd/pulse-worker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		logf("build: %v", err)
+		return 2
+	}
+	ran := filepath.Join(dir, "ran.log")
+	if err := os.WriteFile(ran, nil, 0o666); err != nil {
+		logf("%v", err)
+		return 2
+	}
+
+	var base *outcomes
+	if s.baseline {
+		logf("baseline: 1 server (SQLite), %d workers, %d clients for %v", 2, s.clients/3, s.duration/4)
+		f, err := startFleet(dir, bin, "base", 1, 2, s, filepath.Join(dir, "base.sqlite3"))
+		if err != nil {
+			logf("baseline: %v", err)
+			return 2
+		}
+		base = load(f, "b", s.clients/3, s.duration/4, s.think, ran, nil)
+		f.stop()
+	}
+
+	pg, err := testenv.NewPostgresCluster()
+	if err != nil {
+		logf("postgres: %v", err)
+		return 2
+	}
+	defer pg.Stop()
+	logf("fleet: %d servers (Postgres), %d workers, %d clients for %v", s.servers, s.workers, s.clients, s.duration)
+	f, err := startFleet(dir, bin, "fleet", s.servers, s.workers, s, pg.URL("postgres"))
+	if err != nil {
+		logf("fleet: %v", err)
+		return 2
+	}
+	churn := func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.duration / 3):
+		}
+		victims := []*proc{f.servers[len(f.servers)/2]}
+		for i := 0; i < 2 && i < len(f.workers); i++ {
+			victims = append(victims, f.workers[i])
+		}
+		for _, p := range victims {
+			logf("SIGKILL %s", p.name)
+			p.kill()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+		for _, p := range victims {
+			logf("restart %s", p.name)
+			if err := p.start(); err != nil {
+				logf("restart %s: %v", p.name, err)
+			}
+		}
+	}
+	out := load(f, "f", s.clients, s.duration, s.think, ran, churn)
+	f.stop()
+
+	runs, err := countRuns(ran)
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	dup, unseen := 0, 0
+	for id, n := range runs {
+		if strings.HasPrefix(id, "f-") && n > 1 {
+			dup++
+			logf("ran %d times: %s", n, id)
+		}
+	}
+	for id, o := range out.byID {
+		if o == "completed" && runs[id] == 0 {
+			unseen++
+		}
+	}
+	// A run no client knows of: the command ran, yet its execution was
+	// never reported submitted.
+	for id := range runs {
+		if _, ok := out.byID[id]; strings.HasPrefix(id, "f-") && !ok {
+			logf("ran but never reported: %s", id)
+			out.lost++
+		}
+	}
+	p50, p99 := out.percentile(50), out.percentile(99)
+	fmt.Printf("submitted=%d completed=%d unknown=%d lost=%d dup=%d p50=%v p99=%v\n",
+		out.submitted, out.completed, out.unknown, out.lost, dup, p50, p99)
+	if base != nil {
+		b99 := base.percentile(99)
+		ratio := 0.0
+		if b99 > 0 {
+			ratio = float64(p99) / float64(b99)
+		}
+		fmt.Printf("baseline: single server p50=%v p99=%v; fleet p99 is %.2fx (goal: within 2x)\n", base.percentile(50), b99, ratio)
+	}
+	switch {
+	case out.lost > 0 || dup > 0:
+		logf("FAIL: lost=%d dup=%d", out.lost, dup)
+		return 1
+	case unseen > 0:
+		logf("FAIL: %d completed commands left no run record in %s: duplicates cannot be counted", unseen, ran)
+		return 1
+	case out.bad > 0:
+		logf("FAIL: %d executions ended in a way no command of this check should (see above)", out.bad)
+		return 1
+	case out.completed == 0:
+		logf("FAIL: nothing completed")
+		return 1
+	}
+	failed = false
+	return 0
+}
+
+// countRuns reads the run record: one line per run, the execution id.
+func countRuns(path string) (map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if id := strings.TrimSpace(sc.Text()); id != "" {
+			out[id]++
+		}
+	}
+	return out, sc.Err()
+}
+
+// proc is one server or worker process, restartable with the same
+// arguments.
+type proc struct {
+	name string
+	bin  string
+	args []string
+	env  []string
+	log  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func (p *proc) start() error {
+	lf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return err
+	}
+	go func() { cmd.Wait(); lf.Close() }()
+	p.mu.Lock()
+	p.cmd = cmd
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *proc) signal(sig os.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		cmd.Process.Signal(sig)
+	}
+}
+
+func (p *proc) kill() { p.signal(syscall.SIGKILL) }
+
+// fleet is the processes of one phase.
+type fleet struct {
+	servers, workers []*proc
+	api              []string // each server's WebSocket host:port
+}
+
+func (f *fleet) stop() {
+	for _, p := range append(slices.Clone(f.workers), f.servers...) {
+		p.signal(syscall.SIGTERM)
+	}
+	time.Sleep(2 * time.Second)
+	for _, p := range append(slices.Clone(f.workers), f.servers...) {
+		p.kill()
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startFleet(dir, bin, phase string, nServers, nWorkers int, s settings, database string) (*fleet, error) {
+	f := &fleet{}
+	var relays []string
+	for i := range nServers {
+		api, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		wl, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, port, _ := net.SplitHostPort(api)
+		id := fmt.Sprintf("%s-s%d", phase, i)
+		p := &proc{
+			name: id, bin: filepath.Join(bin, "pulse-server"), log: filepath.Join(dir, id+".log"),
+			args: []string{"--development", "--executor", "relay", "--host", "127.0.0.1", "--port", port, "--worker-listen", wl,
+				"--workspace-root", filepath.Join(dir, id+"-ws"), "--database", database, "--replica-id", id,
+				"--replica-lease", s.lease.String(), "--max-concurrency", "128", "--log-level", "warn"},
+			env: []string{"PULSE_REMOTE_TOKEN=" + clientToken, "PULSE_WORKER_TOKEN=" + workerToken},
+		}
+		if err := p.start(); err != nil {
+			return nil, err
+		}
+		f.servers = append(f.servers, p)
+		f.api = append(f.api, api)
+		relays = append(relays, wl)
+	}
+	for i := range nWorkers {
+		id := fmt.Sprintf("%s-w%d", phase, i)
+		p := &proc{
+			name: id, bin: filepath.Join(bin, "pulse-worker"), log: filepath.Join(dir, id+".log"),
+			args: []string{"--log-level", "warn"},
+			env: []string{"RELAY_ADDR=" + strings.Join(relays, ","), "SANDBOX_TOKEN=" + workerToken, "SANDBOX_ID=" + id,
+				fmt.Sprintf("WORKER_MAX_CONCURRENT=%d", s.capacity)},
+		}
+		if err := p.start(); err != nil {
+			return nil, err
+		}
+		f.workers = append(f.workers, p)
+	}
+	want := fmt.Sprintf("pulse_server_workers %d\n", nWorkers)
+	for _, api := range f.api {
+		if err := testenv.Poll(60*time.Second, func() error {
+			resp, err := http.Get("http://" + api + "/metrics")
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(b), want) {
+				return fmt.Errorf("%s: not every worker attached", api)
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%w (logs in %s)", err, dir)
+		}
+	}
+	return f, nil
+}
+
+// outcomes is what the clients of one phase saw.
+type outcomes struct {
+	mu                                  sync.Mutex
+	submitted, completed, unknown, lost int
+	bad                                 int
+	ttfb                                []time.Duration
+	byID                                map[string]string
+}
+
+func (o *outcomes) percentile(p int) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.ttfb) == 0 {
+		return 0
+	}
+	v := slices.Clone(o.ttfb)
+	slices.Sort(v)
+	i := (len(v)*p + 99) / 100
+	return v[max(0, min(i, len(v))-1)].Round(time.Millisecond)
+}
+
+// load runs clients for d, each submitting one command at a time with
+// pauses averaging think, then waits for what they have in flight;
+// during runs alongside.
+func load(f *fleet, phase string, clients int, d, think time.Duration, ran string, during func(context.Context)) *outcomes {
+	out := &outcomes{byID: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if during != nil {
+		go during(ctx)
+	}
+	end := time.Now().Add(d)
+	// An execution in flight when submitting stops has this long to end:
+	// the lease, a worker's liveness and a restart all fit in it.
+	hardEnd := end.Add(90 * time.Second)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			// Spread the first submissions over one think time.
+			time.Sleep(min(time.Duration(rng.Int64N(int64(think))), d))
+			for n := 0; time.Now().Before(end); n++ {
+				id := fmt.Sprintf("%s-%d-%d", phase, c, n)
+				cl := &client{f: f, next: c % len(f.api), ran: ran}
+				r := cl.runOne(id, hardEnd)
+				out.record(id, r)
+				pause := think/2 + time.Duration(rng.Int64N(int64(think)))
+				time.Sleep(min(pause, time.Until(end)))
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (o *outcomes) record(id string, r result) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !r.submitted {
+		return
+	}
+	o.submitted++
+	o.byID[id] = r.kind
+	switch r.kind {
+	case "completed":
+		o.completed++
+		if r.ttfb > 0 {
+			o.ttfb = append(o.ttfb, r.ttfb)
+		}
+	case "unknown":
+		o.unknown++
+	case "lost":
+		o.lost++
+		logf("lost: %s: %s", id, r.why)
+	default:
+		o.bad++
+		logf("unexpected end: %s: %s", id, r.why)
+	}
+}
+
+type result struct {
+	submitted bool
+	kind      string // completed, unknown, lost, bad
+	why       string
+	ttfb      time.Duration
+}
+
+type client struct {
+	f    *fleet
+	next int
+	ran  string
+}
+
+type wireFrame struct {
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+type payload struct {
+	Status    string `json:"status"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Reason    string `json:"reason"`
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	ErrorCode string `json:"error_code"`
+}
+
+// runOne submits id and follows it to its end, across servers: a dropped
+// connection is followed by an attach on the next server, a refusal for
+// capacity by the same submission again (the id was not taken).
+func (c *client) runOne(id string, hardEnd time.Time) result {
+	command := fmt.Sprintf("printf '%%s\\n' %s >> %s && echo %s", id, c.ran, id)
+	sent := false // a submit went out: the id may be taken
+	var res result
+	for attempt := 0; time.Now().Before(hardEnd); attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(min(attempt, 10)) * 100 * time.Millisecond)
+		}
+		api := c.f.api[c.next%len(c.f.api)]
+		ctx, cancel := context.WithDeadline(context.Background(), hardEnd)
+		conn, _, err := websocket.Dial(ctx, "ws://"+api, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + clientToken}}})
+		if err != nil {
+			cancel()
+			c.next++
+			continue
+		}
+		conn.SetReadLimit(64 << 20)
+		var msg map[string]any
+		if !sent {
+			msg = map[string]any{"action": protocol.ActionSubmit, "payload": map[string]any{
+				"request_id": "s", "execution_id": id, "command": command, "timeout_s": 60}}
+		} else {
+			msg = map[string]any{"action": protocol.ActionAttach, "payload": map[string]any{
+				"request_id": "a", "execution_id": id, "after_seq": 0}}
+		}
+		b, _ := json.Marshal(msg)
+		t0 := time.Now()
+		if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+			conn.CloseNow()
+			cancel()
+			c.next++
+			continue
+		}
+		if msg["action"] == protocol.ActionSubmit {
+			sent = true
+		}
+		done, retry, err := c.follow(ctx, conn, &res, t0, msg["action"] == protocol.ActionSubmit, id)
+		conn.CloseNow()
+		cancel()
+		if done {
+			return res
+		}
+		if retry == "resubmit" {
+			sent = false
+		}
+		if err != nil || retry == "other" {
+			c.next++
+		}
+	}
+	if !res.submitted {
+		return res
+	}
+	res.kind, res.why = "lost", "no end before the deadline"
+	return res
+}
+
+// follow reads one connection's frames. It returns done when the
+// execution's end is known, else what to try next: "resubmit" (the id was
+// never taken), "other" (another server), "" (the same, after a pause).
+func (c *client) follow(ctx context.Context, conn *websocket.Conn, res *result, t0 time.Time, timing bool, id string) (bool, string, error) {
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			return false, "other", err
+		}
+		var f wireFrame
+		var p payload
+		if json.Unmarshal(data, &f) != nil || json.Unmarshal(f.Payload, &p) != nil {
+			res.kind, res.why = "bad", "unparsable frame "+string(data)
+			return true, "", nil
+		}
+		switch f.Type {
+		case protocol.TypeStream:
+			if timing && res.ttfb == 0 {
+				res.ttfb = time.Since(t0)
+			}
+		case protocol.TypeResponse:
+			switch p.Status {
+			case protocol.StatusStarting, protocol.StatusAttached, protocol.StatusCompleted, protocol.StatusFailed:
+				res.submitted = true
+			case protocol.StatusUnknown:
+				res.submitted = true
+				res.kind, res.why = "unknown", p.Reason
+				return true, "", nil
+			}
+		case protocol.TypeError:
+			switch p.Code {
+			case protocol.CodeCapacity, protocol.CodeNotFound:
+				// Not taken: submit it again.
+				res.ttfb = 0
+				return false, "resubmit", nil
+			case protocol.CodeDuplicate:
+				// An earlier submit of ours was taken: follow it.
+				res.submitted = true
+				res.ttfb = 0
+				return false, "", nil
+			}
+			res.submitted = true
+			res.kind, res.why = "bad", "error frame "+string(data)
+			return true, "", nil
+		case protocol.TypeResult:
+			res.submitted = true
+			switch {
+			case p.ErrorCode != "" && p.ExitCode == -1:
+				// Ended with the reason it has no outcome: its worker
+				// was lost (WORKER_LOST), or none could take it.
+				res.kind, res.why = "unknown", p.ErrorCode+": "+p.Stderr
+			case p.ExitCode == 0 && p.Stdout == id+"\n":
+				res.kind = "completed"
+			default:
+				res.kind, res.why = "bad", "result "+string(data)
+			}
+			return true, "", nil
+		}
+	}
+}
