@@ -1,12 +1,14 @@
-// Package k8s_test checks deploy/k8s/pulse.yaml the way a cluster would
-// take it, without a cluster: every object is decoded strictly with the
+// Package k8s_test checks deploy/k8s/pulse.yaml (with each of the
+// Postgres files beside it) the way a cluster would take it, without a
+// cluster: every object is decoded strictly with the
 // Kubernetes API types (an unknown or misspelt field fails, as
 // `kubectl apply --validate=strict` does), every pod is evaluated against
 // the Pod Security "restricted" level by the admission plugin's own code,
-// the references between objects are resolved, and then the server and a
-// worker are started with exactly the manifest's settings (paths mapped
-// into a temporary directory) to show that they run, attach and answer
-// their probes.
+// the references between objects are resolved, and then two server
+// replicas sharing one Postgres and a worker are started with exactly the
+// manifest's settings (paths mapped into a temporary directory) to show
+// that they run, the worker attaches to both, and they answer their
+// probes.
 package k8s_test
 
 import (
@@ -22,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,20 +48,61 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.RunIfChild("pulse-worker", testproc.Worker)
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.StopSharedPostgres()
+	os.Exit(code)
 }
 
 type manifest struct {
-	services    []*corev1.Service
-	claims      []*corev1.PersistentVolumeClaim
-	deployments []*appsv1.Deployment
-	budgets     []*policyv1.PodDisruptionBudget
+	services     []*corev1.Service
+	claims       []*corev1.PersistentVolumeClaim
+	deployments  []*appsv1.Deployment
+	statefulSets []*appsv1.StatefulSet
+	budgets      []*policyv1.PodDisruptionBudget
 }
+
+// postgresFiles are the ways to give the servers their database; an
+// install is pulse.yaml and one of them.
+var postgresFiles = []string{"postgres-external.yaml", "postgres-statefulset.yaml"}
 
 // load decodes pulse.yaml strictly, one object per document.
 func load(t *testing.T) manifest {
 	t.Helper()
-	raw, err := os.ReadFile("pulse.yaml")
+	m := loadFile(t, "pulse.yaml")
+	if len(m.deployments) != 2 {
+		t.Fatalf("%d Deployments, want pulse-server and pulse-worker", len(m.deployments))
+	}
+	return m
+}
+
+// install is pulse.yaml with the Postgres file named.
+func install(t *testing.T, postgres string) manifest {
+	t.Helper()
+	m, pg := load(t), loadFile(t, postgres)
+	m.services = append(m.services, pg.services...)
+	m.claims = append(m.claims, pg.claims...)
+	m.deployments = append(m.deployments, pg.deployments...)
+	m.statefulSets = append(m.statefulSets, pg.statefulSets...)
+	m.budgets = append(m.budgets, pg.budgets...)
+	return m
+}
+
+// pods are the pod templates of the manifest's workloads, by name.
+func (m manifest) pods() map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for _, d := range m.deployments {
+		out[d.Name] = &d.Spec.Template
+	}
+	for _, s := range m.statefulSets {
+		out[s.Name] = &s.Spec.Template
+	}
+	return out
+}
+
+// loadFile decodes one file strictly, one object per document.
+func loadFile(t *testing.T, name string) manifest {
+	t.Helper()
+	raw, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +128,13 @@ func load(t *testing.T) manifest {
 		}
 		js, err := utilyaml.ToJSON(doc)
 		if err != nil {
-			t.Fatalf("document %d: %v", i, err)
+			t.Fatalf("%s document %d: %v", name, i, err)
 		}
 		obj, gvk, err := dec.Decode(js, nil, nil)
 		if err != nil {
 			// Strict decoding returns the object and an error naming each
 			// unknown or duplicate field: any of them fails.
-			t.Fatalf("document %d: %v", i, err)
+			t.Fatalf("%s document %d: %v", name, i, err)
 		}
 		switch o := obj.(type) {
 		case *corev1.Service:
@@ -99,14 +143,13 @@ func load(t *testing.T) manifest {
 			m.claims = append(m.claims, o)
 		case *appsv1.Deployment:
 			m.deployments = append(m.deployments, o)
+		case *appsv1.StatefulSet:
+			m.statefulSets = append(m.statefulSets, o)
 		case *policyv1.PodDisruptionBudget:
 			m.budgets = append(m.budgets, o)
 		default:
-			t.Fatalf("document %d: %v is not a kind this test checks; teach it", i, gvk)
+			t.Fatalf("%s document %d: %v is not a kind this test checks; teach it", name, i, gvk)
 		}
-	}
-	if len(m.deployments) != 2 {
-		t.Fatalf("%d Deployments, want pulse-server and pulse-worker", len(m.deployments))
 	}
 	return m
 }
@@ -137,17 +180,121 @@ func TestPodsMeetRestrictedPodSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range load(t).deployments {
-		lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
-		res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec))
-		if !res.Allowed {
-			t.Errorf("%s: Pod Security restricted refuses it: %s", d.Name, res.ForbiddenDetail())
+	for _, pg := range postgresFiles {
+		for name, tmpl := range install(t, pg).pods() {
+			lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+			res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &tmpl.ObjectMeta, &tmpl.Spec))
+			if !res.Allowed {
+				t.Errorf("%s (%s): Pod Security restricted refuses it: %s", name, pg, res.ForbiddenDetail())
+			}
+		}
+	}
+}
+
+// The servers are a fleet: several replicas, replaced one at a time,
+// kept two-available by a budget, on a Postgres URL from a mounted
+// secret under their pod's name; workers attach to every replica through
+// a headless Service; each Postgres file defines the Service the URL
+// names.
+func TestServersAreReplicasOnPostgres(t *testing.T) {
+	m := load(t)
+	sd := m.deployment(t, "pulse-server")
+	if sd.Spec.Replicas == nil || *sd.Spec.Replicas != 3 {
+		t.Errorf("pulse-server replicas %d, want 3", ptrValue(sd.Spec.Replicas))
+	}
+	if sd.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		t.Error("pulse-server is recreated: every replica stops at once on an update")
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range sd.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if _, ok := env["PULSE_REMOTE_DB"]; ok {
+		t.Error("PULSE_REMOTE_DB is set in the environment: the Postgres URL holds a password; mount it (PULSE_REMOTE_DB_FILE)")
+	}
+	if env["PULSE_REMOTE_DB_FILE"].Value == "" {
+		t.Error("no PULSE_REMOTE_DB_FILE: the replicas need the shared database")
+	}
+	if r := env["PULSE_REPLICA_ID"].ValueFrom; r == nil || r.FieldRef == nil || r.FieldRef.FieldPath != "metadata.name" {
+		t.Error("PULSE_REPLICA_ID is not the pod's name")
+	}
+	budget := false
+	for _, b := range m.budgets {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(sd.Spec.Template.Labels)) {
+			// An eviction must stay possible, or drains block.
+			budget = b.Spec.MaxUnavailable != nil && b.Spec.MaxUnavailable.IntValue() >= 1
+		}
+	}
+	if !budget {
+		t.Error("no PodDisruptionBudget lets one server replica go at a time")
+	}
+
+	wenv := map[string]string{}
+	for _, e := range m.deployment(t, "pulse-worker").Spec.Template.Spec.Containers[0].Env {
+		wenv[e.Name] = e.Value
+	}
+	host, port, err := net.SplitHostPort(wenv["RELAY_ADDR"])
+	if err != nil || wenv["RELAY_EACH_ADDRESS"] != "1" {
+		t.Fatalf("workers: RELAY_ADDR %q (%v), RELAY_EACH_ADDRESS %q: want one name, each address attached", wenv["RELAY_ADDR"], err, wenv["RELAY_EACH_ADDRESS"])
+	}
+	headless := false
+	for _, svc := range m.services {
+		if svc.Name != host {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			headless = headless || (svc.Spec.ClusterIP == corev1.ClusterIPNone && fmt.Sprint(p.Port) == port)
+		}
+	}
+	if !headless {
+		t.Errorf("workers dial %s:%s, which is no headless Service's port: they would reach one replica", host, port)
+	}
+	for _, pg := range postgresFiles {
+		found := false
+		for _, svc := range loadFile(t, pg).services {
+			found = found || svc.Name == "pulse-postgres"
+		}
+		if !found {
+			t.Errorf("%s defines no Service pulse-postgres, which the database URL names", pg)
 		}
 	}
 }
 
 func TestObjectsFitTogether(t *testing.T) {
-	m := load(t)
+	for _, pg := range postgresFiles {
+		t.Run(pg, func(t *testing.T) { objectsFitTogether(t, install(t, pg)) })
+	}
+}
+
+func objectsFitTogether(t *testing.T, m manifest) {
+	for _, st := range m.statefulSets {
+		sel, err := metav1.LabelSelectorAsSelector(st.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(st.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not match its pods' labels %v (%v)", st.Name, st.Spec.Selector, st.Spec.Template.Labels, err)
+		}
+		if !slices.ContainsFunc(m.services, func(s *corev1.Service) bool { return s.Name == st.Spec.ServiceName }) {
+			t.Errorf("%s: serviceName %s is no Service of the manifest", st.Name, st.Spec.ServiceName)
+		}
+		volumes := map[string]bool{}
+		for _, v := range st.Spec.Template.Spec.Volumes {
+			volumes[v.Name] = true
+		}
+		for _, c := range st.Spec.VolumeClaimTemplates {
+			volumes[c.Name] = true
+		}
+		for _, c := range st.Spec.Template.Spec.Containers {
+			checkResources(t, st.Name, c)
+			if c.ReadinessProbe == nil {
+				t.Errorf("%s: no readiness probe", st.Name)
+			}
+			for _, vm := range c.VolumeMounts {
+				if !volumes[vm.Name] {
+					t.Errorf("%s: mount %s names no volume", st.Name, vm.Name)
+				}
+			}
+		}
+	}
 	for _, d := range m.deployments {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
@@ -197,10 +344,16 @@ func TestObjectsFitTogether(t *testing.T) {
 		}
 	}
 	for _, s := range m.services {
-		var backing *appsv1.Deployment
-		for _, d := range m.deployments {
-			if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
-				backing = d
+		if s.Spec.Type == corev1.ServiceTypeExternalName {
+			if s.Spec.ExternalName == "" || len(s.Spec.Selector) > 0 {
+				t.Errorf("Service %s: an ExternalName names a host and selects no pods", s.Name)
+			}
+			continue
+		}
+		var backing *corev1.PodTemplateSpec
+		for _, tmpl := range m.pods() {
+			if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(tmpl.Labels)) {
+				backing = tmpl
 			}
 		}
 		if backing == nil {
@@ -208,14 +361,14 @@ func TestObjectsFitTogether(t *testing.T) {
 			continue
 		}
 		named := map[string]bool{}
-		for _, c := range backing.Spec.Template.Spec.Containers {
+		for _, c := range backing.Spec.Containers {
 			for _, p := range c.Ports {
 				named[p.Name] = true
 			}
 		}
 		for _, p := range s.Spec.Ports {
 			if p.TargetPort.Type == intstr.String && !named[p.TargetPort.StrVal] {
-				t.Errorf("Service %s: target port %q is no port of %s", s.Name, p.TargetPort.StrVal, backing.Name)
+				t.Errorf("Service %s: target port %q is no port of its pods", s.Name, p.TargetPort.StrVal)
 			}
 		}
 	}
@@ -316,13 +469,15 @@ func token(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// TestServerAndWorkerRunAsTheManifestSays starts pulse-server with
-// the server container's args and environment (production mode: strong
-// tokens, absolute paths, mutual TLS off loopback all checked) and a
-// pulse-worker process with the worker container's, only the listening
-// ports moved to free loopback ones and RELAY_ADDR pointed at the server.
-// The server's and the worker's probes must answer ready and the relay
-// must count the worker — the manifest describes a fleet that works.
+// TestServerAndWorkerRunAsTheManifestSays starts two pulse-server
+// replicas on one Postgres database with the server container's args and
+// environment (production mode: strong tokens, absolute paths, mutual
+// TLS off loopback all checked; the database URL from its mounted file,
+// each replica named as its pod) and a pulse-worker process with the
+// worker container's, only the listening ports moved to free loopback
+// ones and RELAY_ADDR pointed at the two replicas. The servers' and the
+// worker's probes must answer ready and each replica must count the
+// worker — the manifest describes a fleet that works.
 func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 	m := load(t)
 	pki := testenv.NewPKI(t)
@@ -334,59 +489,62 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 		return b
 	}
 	remoteTok, workerTok := token(t), token(t)
+	database := testenv.SharedPostgres(t).NewDatabase(t)
 
 	sd := m.deployment(t, "pulse-server")
 	sc := sd.Spec.Template.Spec.Containers[0]
-	sp := pod{root: t.TempDir(), mounts: sc.VolumeMounts}
-	senv := sp.env(t, sc, "pulse-server-0")
-	for name, data := range map[string][]byte{
-		"PULSE_REMOTE_TOKEN_FILE": []byte(remoteTok + "\n"), "PULSE_WORKER_TOKEN_FILE": []byte(workerTok + "\n"),
-		"PULSE_TLS_CERT": readPEM(pki.ServerCertFile), "PULSE_TLS_KEY": readPEM(pki.ServerKeyFile), "PULSE_TLS_CA": readPEM(pki.CAFile),
-	} {
-		if senv[name] == "" {
-			t.Fatalf("the server container does not set %s", name)
-		}
-		if err := os.MkdirAll(filepath.Dir(senv[name]), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(senv[name], data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{senv["PULSE_REMOTE_WORKSPACE_ROOT"], filepath.Dir(senv["PULSE_REMOTE_DB"])} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	health := testenv.FreeAddr(t)
-	senv["PULSE_REMOTE_PORT"], senv["PULSE_WORKER_LISTEN"], senv["PULSE_HEALTH_LISTEN"] = "0", "0.0.0.0:0", health
-
-	ctx, cancel := context.WithCancel(context.Background())
+	type addrs struct{ api, workers, health string }
+	var replicas []addrs
 	var serr testenv.SyncBuffer
-	type addrs struct{ api, workers string }
-	ready := make(chan addrs, 1)
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Run(ctx, append(append([]string{}, sc.Command...), sc.Args...), cli.Env{
-			Getenv: func(k string) string { return senv[k] }, Stdout: io.Discard, Stderr: &serr,
-			OnListen: func(api, workers string) { ready <- addrs{api, workers} },
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("pulse-server did not stop")
+	for _, podName := range []string{"pulse-server-7d9f-a1", "pulse-server-7d9f-b2"} {
+		sp := pod{root: t.TempDir(), mounts: sc.VolumeMounts}
+		senv := sp.env(t, sc, podName)
+		for name, data := range map[string][]byte{
+			"PULSE_REMOTE_TOKEN_FILE": []byte(remoteTok + "\n"), "PULSE_WORKER_TOKEN_FILE": []byte(workerTok + "\n"),
+			"PULSE_TLS_CERT": readPEM(pki.ServerCertFile), "PULSE_TLS_KEY": readPEM(pki.ServerKeyFile), "PULSE_TLS_CA": readPEM(pki.CAFile),
+			"PULSE_REMOTE_DB_FILE": []byte(database + "\n"),
+		} {
+			if senv[name] == "" {
+				t.Fatalf("the server container does not set %s", name)
+			}
+			if err := os.MkdirAll(filepath.Dir(senv[name]), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(senv[name], data, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
-	})
-	var a addrs
-	select {
-	case a = <-ready:
-	case code := <-done:
-		t.Fatalf("pulse-server exited %d with the manifest's settings:\n%s", code, serr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("pulse-server did not listen:\n%s", serr.String())
+		if err := os.MkdirAll(senv["PULSE_REMOTE_WORKSPACE_ROOT"], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		health := testenv.FreeAddr(t)
+		senv["PULSE_REMOTE_PORT"], senv["PULSE_WORKER_LISTEN"], senv["PULSE_HEALTH_LISTEN"] = "0", "0.0.0.0:0", health
+
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan addrs, 1)
+		done := make(chan int, 1)
+		go func() {
+			done <- cli.Run(ctx, append(append([]string{}, sc.Command...), sc.Args...), cli.Env{
+				Getenv: func(k string) string { return senv[k] }, Stdout: io.Discard, Stderr: &serr,
+				OnListen: func(api, workers string) { ready <- addrs{api, workers, health} },
+			})
+		}()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				t.Error("pulse-server did not stop")
+			}
+		})
+		select {
+		case a := <-ready:
+			replicas = append(replicas, a)
+		case code := <-done:
+			t.Fatalf("pulse-server exited %d with the manifest's settings:\n%s", code, serr.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("pulse-server did not listen:\n%s", serr.String())
+		}
 	}
 	plain := &http.Client{Timeout: 10 * time.Second}
 	probe := func(url string) error {
@@ -400,8 +558,15 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 		}
 		return nil
 	}
-	if err := probe("http://" + health + sd.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path); err != nil {
-		t.Fatalf("server readiness: %v\n%s", err, serr.String())
+	for _, a := range replicas {
+		if err := probe("http://" + a.health + sc.ReadinessProbe.HTTPGet.Path); err != nil {
+			t.Fatalf("server readiness: %v\n%s", err, serr.String())
+		}
+	}
+	for _, podName := range []string{"pulse-server-7d9f-a1", "pulse-server-7d9f-b2"} {
+		if !strings.Contains(serr.String(), `"replica":"`+podName+`"`) {
+			t.Fatalf("no replica is named %s:\n%s", podName, serr.String())
+		}
 	}
 
 	wd := m.deployment(t, "pulse-worker")
@@ -410,8 +575,14 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 	wenv := wp.env(t, wc, "pulse-worker-abc12")
 	wp.file(t, strings.TrimPrefix(wenv["SANDBOX_TOKEN_FILE"], wp.root), []byte(workerTok+"\n"))
 	wp.file(t, strings.TrimPrefix(wenv["SSL_CERT_FILE"], wp.root), readPEM(pki.CAFile))
-	_, port, _ := net.SplitHostPort(a.workers)
-	wenv["RELAY_ADDR"] = net.JoinHostPort("127.0.0.1", port)
+	// The headless Service's name resolves to each replica; here each
+	// replica is 127.0.0.1 on a port of its own.
+	var relays []string
+	for _, a := range replicas {
+		_, port, _ := net.SplitHostPort(a.workers)
+		relays = append(relays, net.JoinHostPort("127.0.0.1", port))
+	}
+	wenv["RELAY_ADDR"] = strings.Join(relays, ",")
 	whealth := testenv.FreeAddr(t)
 	wenv["WORKER_HEALTH_LISTEN"] = whealth
 	w := testenv.Command(t, "pulse-worker")
@@ -431,14 +602,26 @@ func TestServerAndWorkerRunAsTheManifestSays(t *testing.T) {
 		return nil
 	})
 	mtls := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.ClientConfig()}}
-	_, apiPort, _ := net.SplitHostPort(a.api)
-	resp, err := mtls.Get("https://127.0.0.1:" + apiPort + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	for _, a := range replicas {
+		_, apiPort, _ := net.SplitHostPort(a.api)
+		testenv.Eventually(t, 30*time.Second, func() error {
+			resp, err := mtls.Get("https://127.0.0.1:" + apiPort + "/metrics")
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !bytes.Contains(body, []byte("pulse_server_workers 1")) {
+				return fmt.Errorf("replica %s does not count the worker:\n%s\n%s", a.api, body, wlog.String())
+			}
+			return nil
+		})
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !bytes.Contains(body, []byte("pulse_server_workers 1")) {
-		t.Fatalf("the relay does not count the worker:\n%s", body)
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 0
 	}
+	return *p
 }
