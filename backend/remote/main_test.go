@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A pulse-worker child boxes executions with the namespace backend,
+	// which re-runs this binary as each box's init.
+	namespace.Init()
 	// The worker and the server that tests run as processes of their own
 	// are this test binary, re-executed (testenv.Command).
 	testenv.RunIfChild("pulse-worker", testproc.Worker)

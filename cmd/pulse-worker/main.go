@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/worker"
 )
 
@@ -42,6 +43,9 @@ const (
 )
 
 func main() {
+	// The worker boxes each execution with the namespace backend, which
+	// re-runs this binary as each box's init.
+	namespace.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop()

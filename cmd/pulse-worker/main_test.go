@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A box's init is this binary re-run: it must not run the tests.
+	namespace.Init()
 	// testenv.Command(t, "pulse-worker", ...) runs this binary as the
 	// worker: main itself, signal handling included.
 	testenv.RunIfChild("pulse-worker", main)

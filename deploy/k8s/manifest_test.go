@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"io"
 	"net"
 	"net/http"
@@ -47,6 +48,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A pulse-worker child boxes executions with the namespace backend,
+	// which re-runs this binary as each box's init.
+	namespace.Init()
 	testenv.RunIfChild("pulse-worker", testproc.Worker)
 	code := m.Run()
 	testenv.StopSharedPostgres()

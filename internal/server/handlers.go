@@ -148,7 +148,8 @@ func (c *conn) submit(ctx context.Context, m *protocol.Message) error {
 		s.m.rejected("unsupported")
 		msg := fmt.Sprintf("executor %s cannot enforce network %q with secrets %q", s.exec.Name(), net.Mode, sec.Mode)
 		if s.exec.Name() == "relay" {
-			msg += "; pulse-workers cannot restrict a command's network, so the fleet needs network allow-all: allow network " +
+			msg += "; no attached pulse-worker makes boxes (each says why at start), and a worker without them cannot restrict a " +
+				"command's network: run workers where user namespaces are allowed (docs/security.md), or allow network " +
 				"and secrets in the policy (pulse exec --policy examples/fleet-policy.yaml --secrets allow-all)"
 		}
 		c.out.push(protocol.ErrorFrame(m.RequestID, msg, protocol.CodeUnsupported))

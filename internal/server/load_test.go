@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"net"
 	"net/http"
 	"os"
@@ -149,6 +150,9 @@ func atoiTrim(s string) int {
 const childEnv = "PULSE_SERVER_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	// A pulse-worker child boxes executions with the namespace backend,
+	// which re-runs this binary as each box's init.
+	namespace.Init()
 	testenv.RunIfChild("pulse-worker", testproc.Worker)
 	if dir := os.Getenv(childEnv); dir != "" {
 		runChildServer(dir)

@@ -100,18 +100,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	rn, box, closeBoxes := boxRunner(ctx, r, cfg.MaxConcurrent, log) // box.go
+	defer closeBoxes()
 	// One session for every relay: its dedup cache answers a req_id
 	// whichever relay sends it again. Each attachment gets a pool of its
 	// own from the session; the slots bound them together.
 	sess, err := session.New(session.Config{
-		SandboxID:    cfg.SandboxID,
-		Capacity:     cfg.MaxConcurrent,
-		Capabilities: cfg.Capabilities,
-		Image:        cfg.Image,
-		Trust:        cfg.Trust,
-		Heartbeat:    cfg.Heartbeat,
-		Logger:       log,
-	}, &sharedSlots{r: r, slots: make(chan struct{}, cfg.MaxConcurrent)})
+		SandboxID:     cfg.SandboxID,
+		Capacity:      box.capacity,
+		Capabilities:  cfg.Capabilities,
+		Image:         cfg.Image,
+		Trust:         cfg.Trust,
+		Heartbeat:     cfg.Heartbeat,
+		Logger:        log,
+		Isolation:     box.isolation,
+		IsolationNote: box.note,
+		Egress:        box.isolation != "",
+	}, &sharedSlots{r: rn, slots: make(chan struct{}, box.capacity)})
 	if err != nil {
 		return err
 	}

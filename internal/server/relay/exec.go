@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,9 @@ import (
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/artifact"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 // Exec runs req with the contract of backend.Backend.Exec. The workspace
@@ -28,19 +31,23 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if (req.Shell == "") == (len(req.Args) == 0) {
 		return nil, fmt.Errorf("exactly one of Shell and Args: %w", backend.ErrInvalidRequest)
 	}
-	snap, err := artifact.Take(req.Workspace)
+	w, err := r.pickFor(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot workspace: %w", err)
+		return nil, err
+	}
+	defer w.release()
+	// A box captures the writes itself; a worker without boxes writes
+	// in place, and the snapshot is what its writes are told from.
+	var snap *artifact.Snapshot
+	if !w.boxes {
+		if snap, err = artifact.Take(req.Workspace); err != nil {
+			return nil, fmt.Errorf("snapshot workspace: %w", err)
+		}
 	}
 	packed, err := artifact.PackDir(req.Workspace, r.o.limits)
 	if err != nil {
 		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
-	w := r.pick(true, requiresFrom(ctx))
-	if w == nil {
-		return nil, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
-	}
-	defer w.release()
 	x := &remoteExec{r: r, w: w, log: r.o.log.With("execution_id", req.ExecutionID, "sandbox_id", w.id)}
 
 	// Setup runs in its own context: it is quick and must not be left
@@ -61,7 +68,11 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if err != nil {
 		return nil, err
 	}
-	if err := x.collect(ctx, snap, res); err != nil {
+	collect := func() error { return x.collect(ctx, snap, res) }
+	if w.boxes {
+		collect = func() error { return x.collectOverlay(ctx, res) }
+	}
+	if err := collect(); err != nil {
 		// The command ran: its result stands, and the error says that
 		// what it wrote is gone.
 		return res, err
@@ -69,13 +80,48 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	return res, nil
 }
 
+// pickFor reserves a worker for req. A command whose network policy is
+// not allow-all needs a worker that boxes executions (an allowlist one,
+// its egress proxy too): no other can enforce it. Every other command
+// goes to a box where one is free; one whose secret policy is not
+// allow-all waits for a box while any worker has boxes (Capabilities
+// then calls secrets strong), else runs where it can.
+func (r *Relay) pickFor(ctx context.Context, req *backend.Request) (*worker, error) {
+	requires := requiresFrom(ctx)
+	switch req.Network.Mode {
+	case policy.NetworkAllowAll, "":
+	case policy.NetworkAllowlist:
+		if w := r.pick(true, requires, egressWorker); w != nil {
+			return w, nil
+		}
+		return nil, fmt.Errorf("no attached worker that runs an egress proxy beside its boxes has a free slot: %w", backend.ErrUnavailable)
+	default:
+		if w := r.pick(true, requires, boxWorker); w != nil {
+			return w, nil
+		}
+		return nil, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
+	}
+	if w := r.pick(true, requires, boxWorker); w != nil {
+		return w, nil
+	}
+	if boxes, _ := r.boxing(); boxes && req.Secrets.Mode != secrets.AllowAll && req.Secrets.Mode != "" {
+		return nil, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
+	}
+	if w := r.pick(true, requires, anyWorker); w != nil {
+		return w, nil
+	}
+	return nil, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
+}
+
 // remoteExec is one execution on one worker, through its phases:
 //
 //	makeDir        a fresh directory on the worker
 //	sendWorkspace  the workspace archive, in pieces, unpacked there
 //	sendStdin      the command's stdin, in the run frame or as a file beside
-//	run            the command, its output forwarded under the cap
-//	collect        the directory packed back and compared: the overlay
+//	run            the command, its output forwarded under the cap; on a
+//	               worker with boxes, in a box of its own (Exec.box)
+//	collect        the directory packed back and compared: the overlay;
+//	               from a box, the overlay archive it wrote beside
 //	removeDir      the directory and its files gone, whatever happened
 type remoteExec struct {
 	r   *Relay
@@ -111,7 +157,7 @@ func (x *remoteExec) makeDir(ctx context.Context) error {
 func (x *remoteExec) removeDir(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.o.liveness)
 	defer cancel()
-	cmd := "rm -rf " + shQuote(x.dir) + " " + shQuote(x.dir+".b64") + " " + shQuote(x.dir+".stdin")
+	cmd := "rm -rf " + shQuote(x.dir) + " " + shQuote(x.dir+".b64") + " " + shQuote(x.dir+".stdin") + " " + shQuote(x.dir+".overlay")
 	if e, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{Command: cmd, TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
 		x.log.Warn("worker workspace not removed", "dir", x.dir, "err", endErr("cleanup", e))
 	}
@@ -177,11 +223,20 @@ func (x *remoteExec) run(ctx context.Context, req *backend.Request, stdin []byte
 	rctx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	capw := &relayOutput{limit: limits.OutputBytes, out: req.Stdout, err: req.Stderr, over: stopRun}
+	ex := &sandboxv1.Exec{TimeoutS: timeoutS, Streaming: true, Stdin: stdin}
+	if x.w.boxes {
+		box, err := boxOf(x.dir, req, stdinFile)
+		if err != nil {
+			return nil, err
+		}
+		ex.Box = box
+	} else {
+		ex.Command = runScript(x.dir, req, stdinFile)
+	}
 	start := time.Now()
-	end, aborted := x.r.call(rctx, x.w, &sandboxv1.Exec{
-		Command: runScript(x.dir, req, stdinFile), TimeoutS: timeoutS, Streaming: true, Stdin: stdin,
-	}, capw.chunk)
-	res := &backend.Result{Duration: time.Since(start), Truncated: capw.truncated}
+	end, aborted := x.r.call(rctx, x.w, ex, capw.chunk)
+	res := &backend.Result{Duration: time.Since(start), Truncated: capw.truncated,
+		Network: backendEvents(end.network), NetworkDropped: int(end.networkDropped)}
 	switch {
 	case end.err != nil:
 		return nil, end.err
@@ -195,6 +250,8 @@ func (x *remoteExec) run(ctx context.Context, req *backend.Request, stdin []byte
 		res.ExitCode, res.Termination = int(end.exitCode), backend.Cancelled
 	case capw.truncated:
 		res.ExitCode, res.Termination = int(end.exitCode), backend.OutputLimit
+	case end.termination == string(backend.OOM) || end.termination == string(backend.DiskLimit):
+		res.ExitCode, res.Termination = int(end.exitCode), backend.TerminationReason(end.termination)
 	case end.exitCode < 0:
 		res.ExitCode, res.Termination = -1, backend.Signaled
 	default:
@@ -241,6 +298,86 @@ func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *
 	}
 	res.Overlay = ov
 	return nil
+}
+
+// collectOverlay reads the overlay archive the box wrote beside the
+// directory: what the command wrote, as the box captured it. The command
+// ran, so a failure here leaves its result standing and returns an error
+// wrapping backend.ErrOverlayLost.
+func (x *remoteExec) collectOverlay(ctx context.Context, res *backend.Result) error {
+	lim := x.r.o.limits.WithDefaults()
+	var out bytes.Buffer
+	var tooBig bool
+	maxB64 := base64.StdEncoding.EncodedLen(int(lim.MaxCompressed)) * 78 / 76
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	end, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{
+		Command: "base64 < " + shQuote(x.dir+".overlay"), TimeoutS: 300, Streaming: true,
+	}, func(s sandboxv1.Stream, b []byte) {
+		if s == sandboxv1.Stream_STDOUT && !tooBig {
+			if out.Len()+len(b) > maxB64 {
+				tooBig = true
+				return
+			}
+			out.Write(b)
+		}
+	})
+	cancel()
+	if err := endErr("collect overlay", end); err != nil || tooBig {
+		return fmt.Errorf("relay: collecting the box's overlay (over the limit: %v): %v: %w", tooBig, err, backend.ErrOverlayLost)
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(out.String()), ""))
+	if err != nil {
+		return fmt.Errorf("relay: the box's overlay is not base64: %v: %w", err, backend.ErrOverlayLost)
+	}
+	ov, err := protocol.UnpackOverlay(raw, protocol.OverlayLimits{Bytes: lim.MaxUnpacked, Members: lim.MaxMembers})
+	if err != nil {
+		return fmt.Errorf("relay: reading the box's overlay: %w: %w", err, backend.ErrOverlayLost)
+	}
+	res.Overlay = ov
+	return nil
+}
+
+// boxOf is req as a worker's box runs it, in dir: the command, its
+// environment (over the box's own base), the policies it enforces, and
+// the secrets bound to hosts for the egress proxy beside it, which only
+// an allowlist command has.
+func boxOf(dir string, req *backend.Request, stdinFile string) (*sandboxv1.Box, error) {
+	np := req.Network
+	if np.Mode == "" {
+		np.Mode = policy.NetworkAllowAll // as pickFor reads it
+	}
+	nj, err := json.Marshal(np)
+	if err != nil {
+		return nil, fmt.Errorf("network policy: %v: %w", err, backend.ErrInvalidRequest)
+	}
+	lim := req.Limits
+	lim.Timeout, lim.OutputBytes = 0, 0 // the Exec's timeout and the relay's cap bound them
+	lj, err := json.Marshal(lim)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %v: %w", err, backend.ErrInvalidRequest)
+	}
+	box := &sandboxv1.Box{
+		Workspace: dir, Dir: req.Dir, Args: req.Args, Shell: req.Shell, Env: req.Env,
+		StdinFile: stdinFile, OverlayFile: dir + ".overlay", Network: nj, Limits: lj,
+	}
+	if np.Mode == policy.NetworkAllowlist && req.Egress != nil {
+		for _, in := range req.Egress.Inject {
+			box.Inject = append(box.Inject, &sandboxv1.Injection{Name: in.Name, Placeholder: in.Placeholder, Value: in.Value, Hosts: in.Hosts})
+		}
+	}
+	return box, nil
+}
+
+// backendEvents are a boxed exec's connections as the backend contract
+// reports them.
+func backendEvents(evs []*sandboxv1.NetworkEvent) []backend.NetworkEvent {
+	var out []backend.NetworkEvent
+	for _, e := range evs[:min(len(evs), protocol.MaxNetworkEvents)] {
+		out = append(out, backend.NetworkEvent{Method: e.GetMethod(), Host: e.GetHost(), Port: int(e.GetPort()), Addr: e.GetAddr(),
+			Allowed: e.GetAllowed(), Rule: e.GetRule(), Reason: e.GetReason(), Injected: e.GetInjected(),
+			Sent: e.GetSent(), Received: e.GetReceived(), Duration: time.Duration(e.GetDurationNs())})
+	}
+	return out
 }
 
 // relayOutput forwards chunks to the request's writers, capping each

@@ -43,6 +43,9 @@ const (
 	DefaultWorkerLiveness = 35 * time.Second // 3.5 default heartbeats
 	relayWorkerPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	maxWorkerErrorMessage = 512
+	// isolationNamespace is Hello's isolation of a worker that boxes
+	// each execution (runner.IsolationNamespace on the worker's side).
+	isolationNamespace = "namespace"
 	// defaultStdinPiece keeps every Exec frame well under gRPC's default
 	// 4 MiB message limit.
 	defaultStdinPiece = 2 << 20
@@ -148,6 +151,10 @@ type worker struct {
 	capacity int
 	caps     []string
 	arch     string
+	// boxes: the worker's Hello said isolation "namespace", so each
+	// execution sent to it runs in a box of its own (Exec.box); egress:
+	// it runs the box's allowlist proxy and injection beside the box.
+	boxes, egress bool
 
 	sendMu sync.Mutex
 	stream sandboxv1.SandboxWorker_AttachServer
@@ -168,9 +175,14 @@ type pendingExec struct {
 
 type execEnd struct {
 	exitCode int32
-	message  string // ExecError message; "" for End
-	isError  bool
-	err      error // the worker was lost
+	// What a boxed exec's End adds: its egress connections and how it
+	// ended when the code does not say it.
+	network        []*sandboxv1.NetworkEvent
+	networkDropped uint32
+	termination    string
+	message        string // ExecError message; "" for End
+	isError        bool
+	err            error // the worker was lost
 }
 
 func (w *worker) send(f *sandboxv1.ServerFrame) error {
@@ -214,11 +226,20 @@ func (r *Relay) Attach(stream sandboxv1.SandboxWorker_AttachServer) error {
 		id: hello.GetSandboxId(), capacity: int(hello.GetCapacityMax()), caps: hello.GetCapabilities(),
 		arch: hello.GetArch(), stream: stream, pending: map[uint64]*pendingExec{},
 		lastSeen: time.Now(), gone: make(chan struct{}),
+		boxes: hello.GetIsolation() == isolationNamespace,
+	}
+	w.egress = w.boxes && hello.GetEgress()
+	if !w.boxes && w.capacity > 1 {
+		// Executions side by side as one user in one pod see each
+		// other: a worker that cannot keep them apart gets one at a
+		// time, whatever it says (an older worker says nothing).
+		w.capacity = 1
 	}
 	r.mu.Lock()
 	r.workers[w] = struct{}{}
 	r.mu.Unlock()
-	r.o.log.Info("worker attached", "sandbox_id", w.id, "capacity", w.capacity, "capabilities", w.caps, "arch", w.arch)
+	r.o.log.Info("worker attached", "sandbox_id", w.id, "capacity", w.capacity, "capabilities", w.caps, "arch", w.arch,
+		"isolation", hello.GetIsolation(), "isolation_note", hello.GetIsolationNote(), "egress", w.egress)
 
 	frames := make(chan *sandboxv1.WorkerFrame)
 	recvErr := make(chan error, 1)
@@ -313,7 +334,8 @@ func (r *Relay) dispatch(w *worker, f *sandboxv1.WorkerFrame) {
 		return
 	case *sandboxv1.WorkerFrame_End:
 		id = x.End.GetReqId()
-		end = &execEnd{exitCode: x.End.GetExitCode()}
+		end = &execEnd{exitCode: x.End.GetExitCode(), network: x.End.GetNetwork(),
+			networkDropped: x.End.GetNetworkDropped(), termination: x.End.GetTermination()}
 	case *sandboxv1.WorkerFrame_ExecError:
 		id = x.ExecError.GetReqId()
 		msg := x.ExecError.GetMessage()
@@ -353,13 +375,20 @@ func (r *Relay) drop(w *worker, cause error) {
 // Name names the executor in logs and capabilities replies.
 func (r *Relay) Name() string { return "relay" }
 
-// Capabilities is what the relay enforces. A worker runs commands with bash in
-// its own sandbox image; the relay cannot enforce network or secret modes
-// inside it, so it reports what the worker's deployment must provide: the
-// network and the secrets are the pod's (allow-all), the command's
-// environment is built from scratch (deny-all best effort).
+// Capabilities is what the relay enforces. Where a live worker boxes its
+// executions (Hello's isolation), the relay sends every execution whose
+// policy restricts the network or the secrets to such a worker, and what
+// the box enforces is the relay's: each command in namespaces of its own,
+// its network empty or (with the worker's egress) behind an allowlist
+// proxy on the worker that injects the secrets bound to hosts, its
+// environment built from scratch. Without one, a worker runs commands
+// with bash in its own image, and the relay reports what the worker's
+// deployment must provide: the network and the secrets are the pod's
+// (allow-all), the command's environment is built from scratch (deny-all
+// best effort). Workers come and go, so the answer is the one of now.
 func (r *Relay) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
+	boxes, egress := r.boxing()
+	c := backend.Capabilities{
 		Isolation: backend.IsolationRemote,
 		Network: map[policy.NetworkMode]policy.EnforcementLevel{
 			policy.NetworkAllowAll: policy.Strong,
@@ -376,12 +405,42 @@ func (r *Relay) Capabilities() backend.Capabilities {
 		},
 		Notes: []string{"commands run on attached pulse-workers; isolation is the worker pod's"},
 	}
+	if !boxes {
+		return c
+	}
+	c.Network[policy.NetworkDenyAll] = policy.Strong
+	if egress {
+		c.Network[policy.NetworkAllowlist] = policy.Strong
+	}
+	c.Secrets[secrets.DenyAll], c.Secrets[secrets.Allowlist] = policy.Strong, policy.Strong
+	c.Notes = []string{"commands run on attached pulse-workers, each execution in a box of its own (namespaces)"}
+	if egress {
+		c.Notes = append(c.Notes, "an allowlist command reaches the network through an egress proxy beside its box on the worker, which injects the secrets bound to hosts")
+	}
+	return c
+}
+
+// boxing reports whether a live worker boxes its executions, and whether
+// one of those also runs their egress proxy.
+func (r *Relay) boxing() (boxes, egress bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.workers {
+		w.mu.Lock()
+		live := w.lost == nil
+		w.mu.Unlock()
+		if live && w.boxes {
+			boxes = true
+			egress = egress || w.egress
+		}
+	}
+	return boxes, egress
 }
 
 // Available returns nil when one more execution needing the programs in
 // requires could start now, or an error wrapping ErrNoCapacity.
 func (r *Relay) Available(requires []string) error {
-	if r.pick(false, requires) == nil {
+	if r.pick(false, requires, anyWorker) == nil {
 		if len(requires) > 0 {
 			return fmt.Errorf("no attached worker with %v has a free slot: %w", requires, ErrNoCapacity)
 		}
@@ -406,9 +465,29 @@ func (w *worker) has(requires []string) bool {
 	return true
 }
 
-// pick returns the least-loaded live worker with a free slot and every
-// required program, reserving the slot when reserve is set.
-func (r *Relay) pick(reserve bool, requires []string) *worker {
+// need is what an execution needs of its worker beyond programs.
+type need int
+
+const (
+	anyWorker    need = iota
+	boxWorker         // one that boxes executions
+	egressWorker      // one that boxes them and runs their egress proxy
+)
+
+func (w *worker) meets(n need) bool {
+	switch n {
+	case boxWorker:
+		return w.boxes
+	case egressWorker:
+		return w.egress
+	}
+	return true
+}
+
+// pick returns the least-loaded live worker with a free slot, every
+// required program and what n asks, reserving the slot when reserve is
+// set.
+func (r *Relay) pick(reserve bool, requires []string, n need) *worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := make([]*worker, 0, len(r.workers))
@@ -421,7 +500,7 @@ func (r *Relay) pick(reserve bool, requires []string) *worker {
 	bestLoad := math.Inf(1)
 	for _, w := range ws {
 		w.mu.Lock()
-		free := w.lost == nil && w.busy < w.capacity && w.has(requires)
+		free := w.lost == nil && w.busy < w.capacity && w.has(requires) && w.meets(n)
 		load := float64(w.busy) / float64(w.capacity)
 		w.mu.Unlock()
 		if free && load < bestLoad {

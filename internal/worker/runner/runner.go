@@ -62,6 +62,9 @@ type Spec struct {
 	Stdin     []byte
 	TimeoutS  uint32 // 0: no timeout
 	Streaming bool
+	// Box, when set, asks for the command of Box run in a box of its own
+	// (Boxes) in place of Command. Bash refuses it with ErrNoBox.
+	Box *sandboxv1.Box
 }
 
 // Sink receives output as it is produced. data is only valid during the
@@ -221,6 +224,9 @@ func envMap(list []string) map[string]string {
 // runner's own context, so that output is cut off the moment it fires),
 // runs it on the host backend and turns its end into Run's result.
 func (b *Bash) Run(ctx context.Context, s Spec, sink Sink) (int32, error) {
+	if s.Box != nil {
+		return -1, fmt.Errorf("%w: %w", ErrStart, ErrNoBox)
+	}
 	if b.shellErr != nil {
 		return -1, fmt.Errorf("%w: %w", ErrStart, b.shellErr)
 	}
@@ -233,7 +239,7 @@ func (b *Bash) Run(ctx context.Context, s Spec, sink Sink) (int32, error) {
 	}
 	d := &delivery{ctx: runCtx, fail: cancel, sink: sink, streaming: s.Streaming}
 	res, err := b.host.Exec(runCtx, b.request(s, d))
-	return b.outcome(ctx, runCtx, s, d, res, err)
+	return outcome(ctx, runCtx, b.o.logger, s, d, res, err)
 }
 
 // request is the host backend request for s: the command in the
@@ -260,11 +266,11 @@ func (b *Bash) request(s Spec, d *delivery) *backend.Request {
 	return req
 }
 
-// outcome turns the host backend's end of the command into Run's: a
+// outcome turns the backend's end of the command into Run's: a
 // failed sink first, then a command that never started, then one the
 // runner's context ended (timeout or abort); otherwise the buffered
 // output is emitted and the exit code returned.
-func (b *Bash) outcome(ctx, runCtx context.Context, s Spec, d *delivery, res *backend.Result, err error) (int32, error) {
+func outcome(ctx, runCtx context.Context, log *slog.Logger, s Spec, d *delivery, res *backend.Result, err error) (int32, error) {
 	if serr := d.sinkErr(); serr != nil {
 		return -1, fmt.Errorf("%w: %w", ErrSink, serr)
 	}
@@ -284,7 +290,7 @@ func (b *Bash) outcome(ctx, runCtx context.Context, s Spec, d *delivery, res *ba
 		for i, stream := range []sandboxv1.Stream{sandboxv1.Stream_STDOUT, sandboxv1.Stream_STDERR} {
 			buf := &d.bufs[i]
 			if buf.dropped > 0 {
-				b.o.logger.Warn("non-streaming output truncated",
+				log.Warn("non-streaming output truncated",
 					"req_id", s.ReqID, "stream", stream.String(), "kept", buf.b.Len(), "dropped", buf.dropped)
 			}
 			if err := emitBuffered(stream, buf.b.Bytes(), d.sink); err != nil {

@@ -11,15 +11,27 @@ import (
 
 // fingerprint identifies an exec's content. The command's length is hashed
 // first so that command "ab" with stdin "c" differs from "a" with "bc".
+// A Box, when there is one, is hashed after the stdin (deterministic
+// encoding, its length first): an Exec without one hashes as it always did.
 type fingerprint [sha256.Size]byte
 
-func fingerprintOf(command string, stdin []byte) fingerprint {
+func fingerprintOf(command string, stdin []byte, box *sandboxv1.Box) fingerprint {
 	h := sha256.New()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(command)))
 	h.Write(n[:])
 	h.Write([]byte(command))
-	h.Write(stdin)
+	if box != nil {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(box)
+		binary.BigEndian.PutUint64(n[:], uint64(len(stdin)))
+		h.Write(n[:])
+		h.Write(stdin)
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	} else {
+		h.Write(stdin)
+	}
 	var fp fingerprint
 	h.Sum(fp[:0])
 	return fp

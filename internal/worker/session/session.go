@@ -61,8 +61,14 @@ type Config struct {
 	Image        string
 	Trust        string
 	Labels       map[string]string
-	Heartbeat    time.Duration
-	Logger       *slog.Logger
+	// Isolation is Hello's isolation: runner.IsolationNamespace when the
+	// runner boxes Execs carrying a Box, "" (IsolationNote says why)
+	// when it cannot. Egress is Hello's egress.
+	Isolation     string
+	IsolationNote string
+	Egress        bool
+	Heartbeat     time.Duration
+	Logger        *slog.Logger
 }
 
 // Session is a worker's state that outlives connections: its
@@ -110,13 +116,16 @@ func New(cfg Config, r runner.Runner) (*Session, error) {
 // Hello returns the frame that opens every connection.
 func (s *Session) Hello() *sandboxv1.Hello {
 	return &sandboxv1.Hello{
-		SandboxId:    s.cfg.SandboxID,
-		CapacityMax:  uint32(s.cfg.Capacity),
-		Capabilities: slices.Clone(s.cfg.Capabilities),
-		Arch:         s.cfg.Arch,
-		Image:        s.cfg.Image,
-		Trust:        s.cfg.Trust,
-		Labels:       maps.Clone(s.cfg.Labels),
+		SandboxId:     s.cfg.SandboxID,
+		CapacityMax:   uint32(s.cfg.Capacity),
+		Capabilities:  slices.Clone(s.cfg.Capabilities),
+		Arch:          s.cfg.Arch,
+		Image:         s.cfg.Image,
+		Trust:         s.cfg.Trust,
+		Labels:        maps.Clone(s.cfg.Labels),
+		Isolation:     s.cfg.Isolation,
+		IsolationNote: s.cfg.IsolationNote,
+		Egress:        s.cfg.Egress,
 	}
 }
 
@@ -200,7 +209,7 @@ func (c *conn) handle(f *sandboxv1.ServerFrame) {
 
 func (c *conn) exec(e *sandboxv1.Exec) {
 	s, id := c.s, e.GetReqId()
-	fp := fingerprintOf(e.GetCommand(), e.GetStdin())
+	fp := fingerprintOf(e.GetCommand(), e.GetStdin(), e.GetBox())
 
 	s.mu.Lock()
 	// In-flight first: a duplicate arriving while the original runs must
@@ -232,6 +241,7 @@ func (c *conn) exec(e *sandboxv1.Exec) {
 			Stdin:     e.GetStdin(),
 			TimeoutS:  e.GetTimeoutS(),
 			Streaming: e.GetStreaming(),
+			Box:       e.GetBox(),
 		},
 		fp:     fp,
 		ctx:    jctx,
@@ -278,7 +288,11 @@ func (c *conn) run(j *job) {
 	if err != nil && !errors.Is(err, runner.ErrTimeout) {
 		s.log.Debug("exec ended with error", "req_id", id, "err", err)
 	}
-	c.finish(j, c.terminalFor(j, code, err))
+	terminal := c.terminalFor(j, code, err)
+	if end := terminal.GetEnd(); end != nil && sink.extra != nil {
+		end.Network, end.NetworkDropped, end.Termination = sink.extra.Network, sink.extra.NetworkDropped, sink.extra.Termination
+	}
+	c.finish(j, terminal)
 }
 
 // terminalFor maps a runner outcome to the exec's terminal frame, or nil
@@ -369,11 +383,16 @@ func (s *sender) send(f *sandboxv1.WorkerFrame) error {
 	return err
 }
 
-// chunkSink turns runner output into Chunk frames.
+// chunkSink turns runner output into Chunk frames, and keeps what a
+// boxed exec adds to its End (runner.Reporter).
 type chunkSink struct {
 	snd   *sender
 	reqID uint64
+	extra *sandboxv1.End
 }
+
+// Report implements runner.Reporter; Run calls it before it returns.
+func (k *chunkSink) Report(extra *sandboxv1.End) { k.extra = extra }
 
 func (k *chunkSink) Chunk(stream sandboxv1.Stream, data []byte) error {
 	return k.snd.send(&sandboxv1.WorkerFrame{Frame: &sandboxv1.WorkerFrame_Chunk{Chunk: &sandboxv1.Chunk{ReqId: k.reqID, Stream: stream, Data: data}}})

@@ -497,13 +497,13 @@ func TestLRUOrder(t *testing.T) {
 }
 
 func TestFingerprintSeparatesCommandFromStdin(t *testing.T) {
-	if fingerprintOf("ab", []byte("c")) == fingerprintOf("a", []byte("bc")) {
+	if fingerprintOf("ab", []byte("c"), nil) == fingerprintOf("a", []byte("bc"), nil) {
 		t.Error("command/stdin boundary is not part of the fingerprint")
 	}
 	// Two separately built inputs, so the comparison is not of one value
 	// with itself.
 	cmd, in := string([]byte{'a'}), []byte{'b'}
-	if fingerprintOf("a", []byte("b")) != fingerprintOf(cmd, in) {
+	if fingerprintOf("a", []byte("b"), nil) != fingerprintOf(cmd, in, nil) {
 		t.Error("fingerprint is not deterministic")
 	}
 }

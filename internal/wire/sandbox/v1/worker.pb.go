@@ -301,10 +301,23 @@ type Hello struct {
 	// capabilities lists the programs found on the worker's PATH.
 	Capabilities []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// arch is the Go GOARCH of the worker binary (amd64, arm64, ...).
-	Arch          string            `protobuf:"bytes,4,opt,name=arch,proto3" json:"arch,omitempty"`
-	Image         string            `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
-	Trust         string            `protobuf:"bytes,6,opt,name=trust,proto3" json:"trust,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Arch   string            `protobuf:"bytes,4,opt,name=arch,proto3" json:"arch,omitempty"`
+	Image  string            `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
+	Trust  string            `protobuf:"bytes,6,opt,name=trust,proto3" json:"trust,omitempty"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// isolation says how the worker keeps executions apart: "namespace" when
+	// an Exec carrying a Box runs in a box of its own (new mount, pid, net,
+	// user, ipc and uts namespaces; its own workspace view; nothing of
+	// another execution or of the worker visible). Empty when the worker
+	// cannot make boxes, isolation_note says why, and then capacity_max is
+	// 1: executions run one at a time rather than side by side. Workers
+	// that predate boxes send neither.
+	Isolation     string `protobuf:"bytes,8,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	IsolationNote string `protobuf:"bytes,9,opt,name=isolation_note,json=isolationNote,proto3" json:"isolation_note,omitempty"`
+	// egress is true when the worker runs, beside each boxed exec with an
+	// allowlist network policy, the egress proxy that is the box's only way
+	// out and injects the secrets bound to hosts (Box.inject).
+	Egress        bool `protobuf:"varint,10,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +399,27 @@ func (x *Hello) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Hello) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
+}
+
+func (x *Hello) GetIsolationNote() string {
+	if x != nil {
+		return x.IsolationNote
+	}
+	return ""
+}
+
+func (x *Hello) GetEgress() bool {
+	if x != nil {
+		return x.Egress
+	}
+	return false
 }
 
 // Heartbeat tells the relay the worker is alive while no exec is running.
@@ -489,9 +523,17 @@ func (x *Chunk) GetData() []byte {
 // End is the terminal frame of an exec whose child exited. exit_code is -1
 // when the child was killed (Abort) rather than exiting on its own.
 type End struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReqId         uint64                 `protobuf:"varint,1,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ReqId    uint64                 `protobuf:"varint,1,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
+	ExitCode int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// network are the connections of a boxed exec through its egress
+	// proxy, refusals first when there were more than the worker keeps;
+	// network_dropped counts those left out.
+	Network        []*NetworkEvent `protobuf:"bytes,3,rep,name=network,proto3" json:"network,omitempty"`
+	NetworkDropped uint32          `protobuf:"varint,4,opt,name=network_dropped,json=networkDropped,proto3" json:"network_dropped,omitempty"`
+	// termination is how a boxed exec ended when the exit code alone does
+	// not say it ("oom", "disk_limit"); empty otherwise.
+	Termination   string `protobuf:"bytes,5,opt,name=termination,proto3" json:"termination,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -540,6 +582,154 @@ func (x *End) GetExitCode() int32 {
 	return 0
 }
 
+func (x *End) GetNetwork() []*NetworkEvent {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *End) GetNetworkDropped() uint32 {
+	if x != nil {
+		return x.NetworkDropped
+	}
+	return 0
+}
+
+func (x *End) GetTermination() string {
+	if x != nil {
+		return x.Termination
+	}
+	return ""
+}
+
+// NetworkEvent is one connection (or plain-HTTP request) through a boxed
+// exec's egress proxy. Never a secret's value: injected names the secrets
+// put into its headers.
+type NetworkEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Method        string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Port          int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	Allowed       bool                   `protobuf:"varint,5,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Rule          string                 `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Injected      []string               `protobuf:"bytes,8,rep,name=injected,proto3" json:"injected,omitempty"`
+	Sent          int64                  `protobuf:"varint,9,opt,name=sent,proto3" json:"sent,omitempty"`
+	Received      int64                  `protobuf:"varint,10,opt,name=received,proto3" json:"received,omitempty"`
+	DurationNs    int64                  `protobuf:"varint,11,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkEvent) Reset() {
+	*x = NetworkEvent{}
+	mi := &file_sandbox_v1_worker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkEvent) ProtoMessage() {}
+
+func (x *NetworkEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_worker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkEvent.ProtoReflect.Descriptor instead.
+func (*NetworkEvent) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NetworkEvent) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *NetworkEvent) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetInjected() []string {
+	if x != nil {
+		return x.Injected
+	}
+	return nil
+}
+
+func (x *NetworkEvent) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
 // ExecError is the terminal frame of an exec that produced no exit status:
 // "timeout:<n>", "busy: queue full", a refused duplicate req_id, or a
 // spawn failure.
@@ -553,7 +743,7 @@ type ExecError struct {
 
 func (x *ExecError) Reset() {
 	*x = ExecError{}
-	mi := &file_sandbox_v1_worker_proto_msgTypes[6]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +755,7 @@ func (x *ExecError) String() string {
 func (*ExecError) ProtoMessage() {}
 
 func (x *ExecError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_worker_proto_msgTypes[6]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +768,7 @@ func (x *ExecError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecError.ProtoReflect.Descriptor instead.
 func (*ExecError) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecError) GetReqId() uint64 {
@@ -599,19 +789,23 @@ func (x *ExecError) GetMessage() string {
 // child and then closed. timeout_s of 0 means no timeout. With streaming
 // false the worker buffers output and sends one Chunk per stream at exit.
 type Exec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReqId         uint64                 `protobuf:"varint,1,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
-	Command       string                 `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
-	Stdin         []byte                 `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
-	TimeoutS      uint32                 `protobuf:"varint,4,opt,name=timeout_s,json=timeoutS,proto3" json:"timeout_s,omitempty"`
-	Streaming     bool                   `protobuf:"varint,5,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ReqId     uint64                 `protobuf:"varint,1,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
+	Command   string                 `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Stdin     []byte                 `protobuf:"bytes,3,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	TimeoutS  uint32                 `protobuf:"varint,4,opt,name=timeout_s,json=timeoutS,proto3" json:"timeout_s,omitempty"`
+	Streaming bool                   `protobuf:"varint,5,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	// box, when set, runs the exec in a box of its own on a worker whose
+	// Hello said isolation "namespace", in place of command (which is then
+	// empty). A worker that cannot make boxes answers it with ExecError.
+	Box           *Box `protobuf:"bytes,6,opt,name=box,proto3" json:"box,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Exec) Reset() {
 	*x = Exec{}
-	mi := &file_sandbox_v1_worker_proto_msgTypes[7]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +817,7 @@ func (x *Exec) String() string {
 func (*Exec) ProtoMessage() {}
 
 func (x *Exec) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_worker_proto_msgTypes[7]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +830,7 @@ func (x *Exec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exec.ProtoReflect.Descriptor instead.
 func (*Exec) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Exec) GetReqId() uint64 {
@@ -674,6 +868,215 @@ func (x *Exec) GetStreaming() bool {
 	return false
 }
 
+func (x *Exec) GetBox() *Box {
+	if x != nil {
+		return x.Box
+	}
+	return nil
+}
+
+// Box is an execution's command as the box runs it: argv or a script
+// against workspace, a directory on the worker an earlier exec filled,
+// shown read-only, with every write captured and written as an overlay
+// archive (the format of the remote protocol's overlay) to overlay_file.
+type Box struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// dir is the working directory relative to workspace.
+	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	// Exactly one of args and shell is set.
+	Args  []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Shell string   `protobuf:"bytes,4,opt,name=shell,proto3" json:"shell,omitempty"`
+	// env is the whole environment over the box's minimal base.
+	Env map[string]string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// stdin_file, when set, is a file on the worker whose bytes are the
+	// command's stdin (in place of Exec.stdin).
+	StdinFile   string `protobuf:"bytes,6,opt,name=stdin_file,json=stdinFile,proto3" json:"stdin_file,omitempty"`
+	OverlayFile string `protobuf:"bytes,7,opt,name=overlay_file,json=overlayFile,proto3" json:"overlay_file,omitempty"`
+	// network is the policy.NetworkPolicy (JSON) the box enforces; empty
+	// is deny-all.
+	Network []byte `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
+	// limits is the policy.ResourceLimits (JSON) of the command, beside
+	// Exec.timeout_s.
+	Limits []byte `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// inject are the secrets bound to hosts, for the egress proxy alone:
+	// env holds only their placeholders. Sent only with an allowlist
+	// network policy.
+	Inject        []*Injection `protobuf:"bytes,10,rep,name=inject,proto3" json:"inject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Box) Reset() {
+	*x = Box{}
+	mi := &file_sandbox_v1_worker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Box) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Box) ProtoMessage() {}
+
+func (x *Box) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_worker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Box.ProtoReflect.Descriptor instead.
+func (*Box) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Box) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *Box) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *Box) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *Box) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *Box) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Box) GetStdinFile() string {
+	if x != nil {
+		return x.StdinFile
+	}
+	return ""
+}
+
+func (x *Box) GetOverlayFile() string {
+	if x != nil {
+		return x.OverlayFile
+	}
+	return ""
+}
+
+func (x *Box) GetNetwork() []byte {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *Box) GetLimits() []byte {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Box) GetInject() []*Injection {
+	if x != nil {
+		return x.Inject
+	}
+	return nil
+}
+
+// Injection is a secret bound to hosts: the proxy puts value into the
+// headers of requests to hosts, in place of placeholder.
+type Injection struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Placeholder   string                 `protobuf:"bytes,2,opt,name=placeholder,proto3" json:"placeholder,omitempty"`
+	Value         string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Hosts         []string               `protobuf:"bytes,4,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Injection) Reset() {
+	*x = Injection{}
+	mi := &file_sandbox_v1_worker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Injection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Injection) ProtoMessage() {}
+
+func (x *Injection) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_worker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Injection.ProtoReflect.Descriptor instead.
+func (*Injection) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Injection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Injection) GetPlaceholder() string {
+	if x != nil {
+		return x.Placeholder
+	}
+	return ""
+}
+
+func (x *Injection) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Injection) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 // Abort kills the exec with req_id, or drops it if it has not started.
 // An unknown req_id is ignored.
 type Abort struct {
@@ -685,7 +1088,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_sandbox_v1_worker_proto_msgTypes[8]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1100,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_worker_proto_msgTypes[8]
+	mi := &file_sandbox_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1113,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Abort) GetReqId() uint64 {
@@ -737,7 +1140,7 @@ const file_sandbox_v1_worker_proto_rawDesc = "" +
 	"\vServerFrame\x12&\n" +
 	"\x04exec\x18\x01 \x01(\v2\x10.sandbox.v1.ExecH\x00R\x04exec\x12)\n" +
 	"\x05abort\x18\x02 \x01(\v2\x11.sandbox.v1.AbortH\x00R\x05abortB\a\n" +
-	"\x05frame\"\x9f\x02\n" +
+	"\x05frame\"\xfc\x02\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
@@ -746,7 +1149,11 @@ const file_sandbox_v1_worker_proto_rawDesc = "" +
 	"\x04arch\x18\x04 \x01(\tR\x04arch\x12\x14\n" +
 	"\x05image\x18\x05 \x01(\tR\x05image\x12\x14\n" +
 	"\x05trust\x18\x06 \x01(\tR\x05trust\x125\n" +
-	"\x06labels\x18\a \x03(\v2\x1d.sandbox.v1.Hello.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2\x1d.sandbox.v1.Hello.LabelsEntryR\x06labels\x12\x1c\n" +
+	"\tisolation\x18\b \x01(\tR\tisolation\x12%\n" +
+	"\x0eisolation_note\x18\t \x01(\tR\risolationNote\x12\x16\n" +
+	"\x06egress\x18\n" +
+	" \x01(\bR\x06egress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
@@ -754,19 +1161,58 @@ const file_sandbox_v1_worker_proto_rawDesc = "" +
 	"\x05Chunk\x12\x15\n" +
 	"\x06req_id\x18\x01 \x01(\x04R\x05reqId\x12*\n" +
 	"\x06stream\x18\x02 \x01(\x0e2\x12.sandbox.v1.StreamR\x06stream\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"9\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xb8\x01\n" +
 	"\x03End\x12\x15\n" +
 	"\x06req_id\x18\x01 \x01(\x04R\x05reqId\x12\x1b\n" +
-	"\texit_code\x18\x02 \x01(\x05R\bexitCode\"<\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x122\n" +
+	"\anetwork\x18\x03 \x03(\v2\x18.sandbox.v1.NetworkEventR\anetwork\x12'\n" +
+	"\x0fnetwork_dropped\x18\x04 \x01(\rR\x0enetworkDropped\x12 \n" +
+	"\vtermination\x18\x05 \x01(\tR\vtermination\"\x95\x02\n" +
+	"\fNetworkEvent\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x18\n" +
+	"\aallowed\x18\x05 \x01(\bR\aallowed\x12\x12\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1a\n" +
+	"\binjected\x18\b \x03(\tR\binjected\x12\x12\n" +
+	"\x04sent\x18\t \x01(\x03R\x04sent\x12\x1a\n" +
+	"\breceived\x18\n" +
+	" \x01(\x03R\breceived\x12\x1f\n" +
+	"\vduration_ns\x18\v \x01(\x03R\n" +
+	"durationNs\"<\n" +
 	"\tExecError\x12\x15\n" +
 	"\x06req_id\x18\x01 \x01(\x04R\x05reqId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x88\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xab\x01\n" +
 	"\x04Exec\x12\x15\n" +
 	"\x06req_id\x18\x01 \x01(\x04R\x05reqId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x14\n" +
 	"\x05stdin\x18\x03 \x01(\fR\x05stdin\x12\x1b\n" +
 	"\ttimeout_s\x18\x04 \x01(\rR\btimeoutS\x12\x1c\n" +
-	"\tstreaming\x18\x05 \x01(\bR\tstreaming\"\x1e\n" +
+	"\tstreaming\x18\x05 \x01(\bR\tstreaming\x12!\n" +
+	"\x03box\x18\x06 \x01(\v2\x0f.sandbox.v1.BoxR\x03box\"\xe6\x02\n" +
+	"\x03Box\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x12\x12\n" +
+	"\x04args\x18\x03 \x03(\tR\x04args\x12\x14\n" +
+	"\x05shell\x18\x04 \x01(\tR\x05shell\x12*\n" +
+	"\x03env\x18\x05 \x03(\v2\x18.sandbox.v1.Box.EnvEntryR\x03env\x12\x1d\n" +
+	"\n" +
+	"stdin_file\x18\x06 \x01(\tR\tstdinFile\x12!\n" +
+	"\foverlay_file\x18\a \x01(\tR\voverlayFile\x12\x18\n" +
+	"\anetwork\x18\b \x01(\fR\anetwork\x12\x16\n" +
+	"\x06limits\x18\t \x01(\fR\x06limits\x12-\n" +
+	"\x06inject\x18\n" +
+	" \x03(\v2\x15.sandbox.v1.InjectionR\x06inject\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
+	"\tInjection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vplaceholder\x18\x02 \x01(\tR\vplaceholder\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x14\n" +
+	"\x05hosts\x18\x04 \x03(\tR\x05hosts\"\x1e\n" +
 	"\x05Abort\x12\x15\n" +
 	"\x06req_id\x18\x01 \x01(\x04R\x05reqId* \n" +
 	"\x06Stream\x12\n" +
@@ -790,37 +1236,45 @@ func file_sandbox_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sandbox_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sandbox_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sandbox_v1_worker_proto_goTypes = []any{
-	(Stream)(0),         // 0: sandbox.v1.Stream
-	(*WorkerFrame)(nil), // 1: sandbox.v1.WorkerFrame
-	(*ServerFrame)(nil), // 2: sandbox.v1.ServerFrame
-	(*Hello)(nil),       // 3: sandbox.v1.Hello
-	(*Heartbeat)(nil),   // 4: sandbox.v1.Heartbeat
-	(*Chunk)(nil),       // 5: sandbox.v1.Chunk
-	(*End)(nil),         // 6: sandbox.v1.End
-	(*ExecError)(nil),   // 7: sandbox.v1.ExecError
-	(*Exec)(nil),        // 8: sandbox.v1.Exec
-	(*Abort)(nil),       // 9: sandbox.v1.Abort
-	nil,                 // 10: sandbox.v1.Hello.LabelsEntry
+	(Stream)(0),          // 0: sandbox.v1.Stream
+	(*WorkerFrame)(nil),  // 1: sandbox.v1.WorkerFrame
+	(*ServerFrame)(nil),  // 2: sandbox.v1.ServerFrame
+	(*Hello)(nil),        // 3: sandbox.v1.Hello
+	(*Heartbeat)(nil),    // 4: sandbox.v1.Heartbeat
+	(*Chunk)(nil),        // 5: sandbox.v1.Chunk
+	(*End)(nil),          // 6: sandbox.v1.End
+	(*NetworkEvent)(nil), // 7: sandbox.v1.NetworkEvent
+	(*ExecError)(nil),    // 8: sandbox.v1.ExecError
+	(*Exec)(nil),         // 9: sandbox.v1.Exec
+	(*Box)(nil),          // 10: sandbox.v1.Box
+	(*Injection)(nil),    // 11: sandbox.v1.Injection
+	(*Abort)(nil),        // 12: sandbox.v1.Abort
+	nil,                  // 13: sandbox.v1.Hello.LabelsEntry
+	nil,                  // 14: sandbox.v1.Box.EnvEntry
 }
 var file_sandbox_v1_worker_proto_depIdxs = []int32{
 	3,  // 0: sandbox.v1.WorkerFrame.hello:type_name -> sandbox.v1.Hello
 	4,  // 1: sandbox.v1.WorkerFrame.heartbeat:type_name -> sandbox.v1.Heartbeat
 	5,  // 2: sandbox.v1.WorkerFrame.chunk:type_name -> sandbox.v1.Chunk
 	6,  // 3: sandbox.v1.WorkerFrame.end:type_name -> sandbox.v1.End
-	7,  // 4: sandbox.v1.WorkerFrame.exec_error:type_name -> sandbox.v1.ExecError
-	8,  // 5: sandbox.v1.ServerFrame.exec:type_name -> sandbox.v1.Exec
-	9,  // 6: sandbox.v1.ServerFrame.abort:type_name -> sandbox.v1.Abort
-	10, // 7: sandbox.v1.Hello.labels:type_name -> sandbox.v1.Hello.LabelsEntry
+	8,  // 4: sandbox.v1.WorkerFrame.exec_error:type_name -> sandbox.v1.ExecError
+	9,  // 5: sandbox.v1.ServerFrame.exec:type_name -> sandbox.v1.Exec
+	12, // 6: sandbox.v1.ServerFrame.abort:type_name -> sandbox.v1.Abort
+	13, // 7: sandbox.v1.Hello.labels:type_name -> sandbox.v1.Hello.LabelsEntry
 	0,  // 8: sandbox.v1.Chunk.stream:type_name -> sandbox.v1.Stream
-	1,  // 9: sandbox.v1.SandboxWorker.Attach:input_type -> sandbox.v1.WorkerFrame
-	2,  // 10: sandbox.v1.SandboxWorker.Attach:output_type -> sandbox.v1.ServerFrame
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 9: sandbox.v1.End.network:type_name -> sandbox.v1.NetworkEvent
+	10, // 10: sandbox.v1.Exec.box:type_name -> sandbox.v1.Box
+	14, // 11: sandbox.v1.Box.env:type_name -> sandbox.v1.Box.EnvEntry
+	11, // 12: sandbox.v1.Box.inject:type_name -> sandbox.v1.Injection
+	1,  // 13: sandbox.v1.SandboxWorker.Attach:input_type -> sandbox.v1.WorkerFrame
+	2,  // 14: sandbox.v1.SandboxWorker.Attach:output_type -> sandbox.v1.ServerFrame
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_worker_proto_init() }
@@ -845,7 +1299,7 @@ func file_sandbox_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_worker_proto_rawDesc), len(file_sandbox_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
