@@ -90,6 +90,7 @@ func TestJSONFailureIsAnObjectOnStdout(t *testing.T) {
 		"cache":   {"cache", "prune", "--json", "no-such-cache"},
 		"review":  {"review", "--json", "--workspace", empty},
 		"gc":      {"gc", "--json", "unexpected"},
+		"daemon":  {"daemon", "status", "--json", "unexpected"},
 	}
 	for name := range commands {
 		if _, ok := fails[name]; !ok {

@@ -114,8 +114,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		opts = append(opts, sandbox.WithAutoCommit())
 	}
 	// One command per process: an init started ahead for a next one
-	// would only be killed at exit.
-	opts = append(opts, sandbox.WithoutPrestart())
+	// would only be killed at exit. A daemon's sandbox runs the next.
+	if env.hold == nil {
+		opts = append(opts, sandbox.WithoutPrestart())
+	}
 	// What the command ran in outlives this process, for the next
 	// command: on Docker the container, on namespace the keeper with an
 	// init ready (PULSE_KEEP_WARM: how long unused; 0 turns it off).
@@ -132,7 +134,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	defer prog.close()
 	opts = append(opts, sandbox.WithRemoteOptions(remote.WithProgress(prog.set)))
 
-	sb, err := sandbox.New(ctx, *workspace, opts...)
+	sb, release, err := openSandbox(ctx, env, fs, *workspace, opts) // daemon.go
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
 		if errors.Is(err, sandbox.ErrUnavailable) {
@@ -144,7 +146,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		// What the sandbox could not remove (a run directory, a
 		// container) is in the audit log; the person who ran the
 		// command is told too, since nothing removes it later.
-		if err := sb.Close(); err != nil {
+		if err := release(); err != nil {
 			fmt.Fprintf(forTerminal(env.stderr), "pulse exec: warning: cleanup failed, left behind (remove by hand; the audit log has it): %v\n", err)
 		}
 	}()

@@ -57,6 +57,11 @@ type cliEnv struct {
 	// prog is how the user started pulse ("pulse", or "go run ./cmd/pulse"),
 	// for the hints that tell them what to run next.
 	prog string
+	// hold is the daemon's sandboxes (daemon.go) when the command runs
+	// in the daemon, and env the environment its request came with;
+	// nil in a pulse process of its own.
+	hold *sandboxHold
+	env  []string
 }
 
 var commands = map[string]command{}
@@ -72,6 +77,11 @@ func main() {
 	// The namespace backend re-runs this binary as the sandbox init; in
 	// that child Init never returns.
 	namespace.Init()
+	// exec and cow go to the user's daemon where one can serve them
+	// (daemon_linux.go), before anything else is set up.
+	if code, ok := viaDaemon(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	ctx, sig := notifySignals(context.Background())
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, prog: progName(os.Args[0])}
 	code := run(ctx, env, os.Args[1:])

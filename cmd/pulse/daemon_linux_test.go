@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
+)
+
+// daemonRig is a built pulse binary, a workspace to run it in and the
+// environment its runs share: its own runtime dir (so its own daemons),
+// cache dir and keep-warm time.
+type daemonRig struct {
+	t    *testing.T
+	bin  string
+	rt   string
+	ws   string
+	env  []string
+	args []string // the backend flags
+}
+
+// newDaemonRig builds cmd/pulse: these tests run the real binary, whose
+// main hands exec and cow to the daemon (the test binary as pulse does
+// not).
+func newDaemonRig(t *testing.T) *daemonRig {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the pulse binary; skipped with -short")
+	}
+	// Short, and open to other users (the two-user test runs the binary
+	// as another uid): a socket path must fit a socket address.
+	root, err := os.MkdirTemp("/tmp", "pd")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	must(t, os.Chmod(root, 0o755))
+	bin := filepath.Join(root, "pulse")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r := &daemonRig{t: t, bin: bin, rt: filepath.Join(root, "rt"), ws: filepath.Join(root, "ws")}
+	must(t, os.Mkdir(r.rt, 0o700))
+	must(t, os.Mkdir(r.ws, 0o755))
+	must(t, os.WriteFile(filepath.Join(r.ws, "README"), []byte("hello\n"), 0o644))
+	r.env = append(os.Environ(), "XDG_RUNTIME_DIR="+r.rt, "XDG_CACHE_HOME="+filepath.Join(root, "cache"),
+		"PULSE_KEEP_WARM=1m", noDaemonEnv+"=")
+	r.args = []string{"--backend", "namespace"}
+	if code, _, stderr := r.run(true, "", "exec", "--", "true"); code != 0 {
+		t.Logf("namespace backend unavailable here (%s); the host backend runs the commands", strings.TrimSpace(stderr))
+		r.args = []string{"--backend", "host", "--unsafe-host=network,secrets"}
+	}
+	t.Cleanup(func() {
+		// Every daemon of the rig's runtime dir: stop it.
+		r.run(true, "", "daemon", "stop")
+	})
+	return r
+}
+
+// command returns pulse ARGS in the rig's workspace and environment;
+// inProcess sets PULSE_NO_DAEMON.
+func (r *daemonRig) command(inProcess bool, args ...string) *exec.Cmd {
+	return r.commandIn(r.ws, inProcess, args...)
+}
+
+func (r *daemonRig) commandIn(dir string, inProcess bool, args ...string) *exec.Cmd {
+	if len(args) > 0 && args[0] == "exec" {
+		args = append(append([]string{"exec"}, r.args...), args[1:]...)
+	}
+	cmd := exec.Command(r.bin, args...)
+	cmd.Dir = dir
+	cmd.Env = r.env
+	if inProcess {
+		cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], noDaemonEnv+"=1")
+	}
+	return cmd
+}
+
+func (r *daemonRig) run(inProcess bool, stdin string, args ...string) (int, string, string) {
+	return r.runIn(r.ws, inProcess, stdin, args...)
+}
+
+func (r *daemonRig) runIn(dir string, inProcess bool, stdin string, args ...string) (int, string, string) {
+	cmd := r.commandIn(dir, inProcess, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		r.t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+}
+
+// serve starts the daemon of the rig's workspace and environment in the
+// foreground, as the first pulse exec would start it, and waits until it
+// answers.
+func (r *daemonRig) serve() *exec.Cmd {
+	r.t.Helper()
+	cmd := r.command(false, "daemon", "serve", "--log")
+	var log testenv.SyncBuffer
+	cmd.Stderr = &log
+	must(r.t, cmd.Start())
+	r.t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if r.t.Failed() {
+			r.t.Logf("daemon log:\n%s", log.String())
+		}
+	})
+	testenv.Eventually(r.t, 30*time.Second, func() error {
+		if _, err := r.status(); err != nil {
+			return err
+		}
+		return nil
+	})
+	return cmd
+}
+
+type daemonStatus struct {
+	Running bool  `json:"running"`
+	Pid     int   `json:"pid"`
+	Served  int64 `json:"served"`
+	Active  int   `json:"active"`
+}
+
+func (r *daemonRig) status() (daemonStatus, error) {
+	code, out, stderr := r.run(true, "", "daemon", "status", "--json")
+	var st daemonStatus
+	if code != 0 {
+		return st, fmt.Errorf("pulse daemon status: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return st, err
+	}
+	if !st.Running {
+		return st, errors.New("no daemon runs")
+	}
+	return st, nil
+}
+
+// volatile matches what differs between two runs of the same command:
+// durations, times, transaction and execution ids.
+var volatile = regexp.MustCompile(`\b[0-9a-f]{16,32}\b|in [0-9.]+(ms|s|µs)\b|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`)
+
+// TestDaemonRunsCommandsAsAProcessOfItsOwnWould runs a sequence of
+// commands in pulse processes of their own (PULSE_NO_DAEMON=1) in one
+// workspace, and the same sequence through the daemon in a copy of it,
+// and compares exit code, stdout and stderr of each, byte for byte once
+// durations, ids and the workspace's path are masked.
+func TestDaemonRunsCommandsAsAProcessOfItsOwnWould(t *testing.T) {
+	r := newDaemonRig(t)
+	r.serve()
+	alone := filepath.Join(filepath.Dir(r.ws), "alone")
+	must(t, os.Mkdir(alone, 0o755))
+	must(t, os.WriteFile(filepath.Join(alone, "README"), []byte("hello\n"), 0o644))
+	rows := []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"stdout and stderr", "", []string{"exec", "--", "sh", "-c", "echo out; echo err >&2"}},
+		{"stdin", "line 1\nline 2\n", []string{"exec", "--", "cat"}},
+		{"exit code", "", []string{"exec", "--", "sh", "-c", "echo before; exit 3"}},
+		{"script with a pipe", "", []string{"exec", "printf 'b\\na\\n' | sort"}},
+		{"binary output", "", []string{"exec", "--", "printf", "\\000\\377\\033[31m"}},
+		{"a write", "", []string{"exec", "--", "sh", "-c", "echo made >> made.txt"}},
+		{"cow list", "", []string{"cow", "list"}},
+		{"cow diff", "", []string{"cow", "diff"}},
+		{"usage error", "", []string{"exec"}},
+		{"unknown flag", "", []string{"exec", "--no-such-flag", "--", "true"}},
+		{"timeout", "", []string{"exec", "--timeout", "1s", "--", "sleep", "30"}},
+		{"cow discard", "", []string{"cow", "discard", "--all"}},
+	}
+	before, err := r.status()
+	must(t, err)
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			code1, out1, err1 := r.runIn(alone, true, row.stdin, row.args...)
+			code2, out2, err2 := r.run(false, row.stdin, row.args...)
+			out1, err1 = strings.ReplaceAll(out1, alone, "WS"), strings.ReplaceAll(err1, alone, "WS")
+			out2, err2 = strings.ReplaceAll(out2, r.ws, "WS"), strings.ReplaceAll(err2, r.ws, "WS")
+			if code1 != code2 {
+				t.Errorf("exit code: in-process %d, daemon %d", code1, code2)
+			}
+			if m1, m2 := volatile.ReplaceAllString(out1, "X"), volatile.ReplaceAllString(out2, "X"); m1 != m2 {
+				t.Errorf("stdout differs:\nin-process: %q\ndaemon:     %q", out1, out2)
+			}
+			if m1, m2 := volatile.ReplaceAllString(err1, "X"), volatile.ReplaceAllString(err2, "X"); m1 != m2 {
+				t.Errorf("stderr differs:\nin-process: %q\ndaemon:     %q", m1, m2)
+			}
+		})
+	}
+	after, err := r.status()
+	must(t, err)
+	if got := after.Served - before.Served; got != int64(len(rows)) {
+		t.Errorf("the daemon served %d of the %d commands", got, len(rows))
+	}
+}
+
+// startedRun starts pulse exec of script, which prints "started" once it
+// runs, and waits for that line.
+func (r *daemonRig) startedRun(inProcess bool, script string) (*exec.Cmd, *testenv.SyncBuffer) {
+	r.t.Helper()
+	cmd := r.command(inProcess, "exec", "--", "sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	must(r.t, err)
+	var errOut testenv.SyncBuffer
+	cmd.Stderr = &errOut
+	must(r.t, cmd.Start())
+	r.t.Cleanup(func() { cmd.Process.Kill() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "started\n" {
+		cmd.Process.Kill()
+		r.t.Fatalf("did not start: %q %v; stderr: %s", line, err, errOut.String())
+	}
+	go io.Copy(io.Discard, out)
+	return cmd, &errOut
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	err := testenv.Recv(t, done, time.Minute, "pulse's exit")
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func TestDaemonForwardsInterrupt(t *testing.T) {
+	r := newDaemonRig(t)
+	r.serve()
+	for _, inProcess := range []bool{true, false} {
+		cmd, errOut := r.startedRun(inProcess, "echo started; exec sleep 60")
+		must(t, cmd.Process.Signal(syscall.SIGINT))
+		if code := waitExit(t, cmd); code != 130 {
+			t.Errorf("in-process=%v: exit %d after SIGINT, want 130; stderr: %s", inProcess, code, errOut.String())
+		}
+	}
+	// The daemon lives on and serves the next command.
+	if code, out, stderr := r.run(false, "", "exec", "--", "echo", "next"); code != 0 || out != "next\n" {
+		t.Fatalf("after the interrupt: exit %d %q %s", code, out, stderr)
+	}
+}
+
+func TestDaemonKilledMidCommandIsReported(t *testing.T) {
+	r := newDaemonRig(t)
+	d := r.serve()
+	cmd, errOut := r.startedRun(false, "echo written > half.txt; echo started; exec sleep 60")
+	st, err := r.status()
+	must(t, err)
+	if st.Active != 1 || st.Pid != d.Process.Pid {
+		t.Fatalf("status %+v: want the command running in daemon %d", st, d.Process.Pid)
+	}
+	must(t, d.Process.Kill())
+	if code := waitExit(t, cmd); code != exitSandbox {
+		t.Errorf("exit %d, want %d", code, exitSandbox)
+	}
+	msg := errOut.String()
+	if !strings.Contains(msg, "daemon that ran the command ended before the command did") || !strings.Contains(msg, "pulse cow list") {
+		t.Errorf("stderr does not say what happened: %q", msg)
+	}
+	// Nothing half made: the workspace untouched, and the review state
+	// readable, with no transaction of the lost command.
+	if _, err := os.Stat(filepath.Join(r.ws, "half.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("half.txt in the workspace: %v", err)
+	}
+	code, out, stderr := r.run(true, "", "cow", "list", "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("cow list after the kill: exit %d %q %s", code, out, stderr)
+	}
+	// The next command runs (in-process, starting a new daemon).
+	if code, out, stderr := r.run(false, "", "exec", "--", "echo", "again"); code != 0 || out != "again\n" {
+		t.Fatalf("after the kill: exit %d %q %s", code, out, stderr)
+	}
+}
+
+// TestDaemonOfAnotherUserIsNotReached runs pulse as another uid pointed
+// at this user's runtime dir: it must not reach this user's daemon (the
+// directory is not its own), and runs its command itself.
+func TestDaemonOfAnotherUserIsNotReached(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a process as another uid")
+	}
+	r := newDaemonRig(t)
+	r.args = []string{"--backend", "host", "--unsafe-host=network,secrets"}
+	r.serve()
+	before, err := r.status()
+	must(t, err)
+	const nobody = 65534
+	home := filepath.Join(filepath.Dir(r.bin), "home")
+	must(t, os.Mkdir(home, 0o700))
+	must(t, os.Chown(home, nobody, nobody))
+	ws := filepath.Join(home, "ws")
+	must(t, os.Mkdir(ws, 0o755))
+	must(t, os.Chown(ws, nobody, nobody))
+	// The runtime dir the daemon's socket is in: reachable by path.
+	must(t, os.Chmod(r.rt, 0o755))
+	cmd := exec.Command(r.bin, "exec", "--backend", "host", "--unsafe-host=network,secrets", "--", "sh", "-c", "id -u")
+	cmd.Dir = ws
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_RUNTIME_DIR=" + r.rt, "PULSE_KEEP_WARM=1m"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pulse as uid %d: %v: %s", nobody, err, errOut.String())
+	}
+	if got := strings.TrimSpace(out.String()); got != fmt.Sprint(nobody) {
+		t.Errorf("the command ran as uid %q, want %d", got, nobody)
+	}
+	after, err := r.status()
+	must(t, err)
+	if after.Served != before.Served {
+		t.Errorf("this user's daemon served a command of uid %d", nobody)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(r.rt, "pulse-daemon", "*")); len(ents) != 2 {
+		t.Errorf("the runtime dir holds %v: uid %d left something in it", ents, nobody)
+	}
+}

@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
+)
+
+// serveInProcess runs a daemon for this process's directory and
+// environment in a fresh socket directory, with handle.
+func serveInProcess(t *testing.T, handle Handler) (dir, name string, srv *Server) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "d")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = Name(wd, os.Environ())
+	srv = &Server{Dir: dir, Name: name, Idle: time.Minute, Handle: handle, Logger: testenv.Logger(t)}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	testenv.Eventually(t, 5*time.Second, func() error {
+		_, err := os.Stat(socketPath(dir, name))
+		return err
+	})
+	return dir, name, srv
+}
+
+func request(t *testing.T) *Request {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Request{Args: []string{"exec", "--", "true"}, Dir: wd, Env: os.Environ()}
+}
+
+// pipes returns the three descriptors a client passes, and the other
+// ends: stdin's writer, stdout's and stderr's readers.
+func pipes(t *testing.T) (stdio [3]*os.File, in *os.File, out, errOut *os.File) {
+	t.Helper()
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, f := range []*os.File{inR, inW, outR, outW, errR, errW} {
+			f.Close()
+		}
+	})
+	return [3]*os.File{inR, outW, errW}, inW, outR, errR
+}
+
+func TestRunPassesStreamsAndExitCode(t *testing.T) {
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		data, _ := io.ReadAll(stdio[0])
+		stdio[1].Write(append([]byte("out:"), data...))
+		stdio[2].WriteString(req.Args[len(req.Args)-1])
+		return 7
+	})
+	stdio, in, out, errOut := pipes(t)
+	in.WriteString("hello")
+	in.Close()
+	code, err := Run(dir, name, request(t), stdio, nil)
+	if err != nil || code != 7 {
+		t.Fatalf("Run = %d, %v; want 7", code, err)
+	}
+	stdio[1].Close()
+	stdio[2].Close()
+	if got, _ := io.ReadAll(out); string(got) != "out:hello" {
+		t.Errorf("stdout %q", got)
+	}
+	if got, _ := io.ReadAll(errOut); string(got) != "true" {
+		t.Errorf("stderr %q", got)
+	}
+}
+
+func TestRunForwardsSignal(t *testing.T) {
+	cause := make(chan error, 1)
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return 1
+	})
+	stdio, _, _, _ := pipes(t)
+	sigs := make(chan os.Signal, 1)
+	sigs <- syscall.SIGINT
+	code, err := Run(dir, name, request(t), stdio, sigs)
+	if err != nil || code != 130 {
+		t.Fatalf("Run = %d, %v; want 130", code, err)
+	}
+	if c := testenv.Recv(t, cause, 5*time.Second, "the command's cancellation"); !errors.Is(c, Signaled(2)) {
+		t.Errorf("cause %v, want Signaled(2)", c)
+	}
+}
+
+func TestRequestOfAnotherDirectoryOrEnvironmentIsRefused(t *testing.T) {
+	ran := make(chan struct{}, 4)
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		ran <- struct{}{}
+		return 0
+	})
+	other := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		edit func(r *Request)
+	}{
+		{"environment", func(r *Request) { r.Env = append(r.Env, "DOCKER_HOST=unix:///elsewhere") }},
+		{"directory", func(r *Request) { r.Dir = other }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request(t)
+			tc.edit(req)
+			stdio, _, _, _ := pipes(t)
+			if _, err := Run(dir, name, req, stdio, nil); !errors.Is(err, ErrRefused) {
+				t.Fatalf("Run = %v, want ErrRefused", err)
+			}
+		})
+	}
+	if len(ran) != 0 {
+		t.Errorf("the daemon ran %d foreign request(s)", len(ran))
+	}
+	// What only the shell changes between commands picks the same daemon.
+	req := request(t)
+	req.Env = append(req.Env, "OLDPWD=/somewhere", "SHLVL=9", "_=/bin/x")
+	stdio, _, _, _ := pipes(t)
+	if _, err := Run(dir, name, req, stdio, nil); err != nil {
+		t.Fatalf("Run with only volatile variables changed: %v", err)
+	}
+}
+
+func TestClientRefusesDirectoryOpenToOthers(t *testing.T) {
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int { return 0 })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdio, _, _, _ := pipes(t)
+	if _, err := Run(dir, name, request(t), stdio, nil); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("Run in a 0755 directory = %v, want ErrUntrusted", err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(link, name, request(t), stdio, nil); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("Run through a symlink = %v, want ErrUntrusted", err)
+	}
+	if _, err := Run(filepath.Join(t.TempDir(), "none"), name, request(t), stdio, nil); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Run in a missing directory = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestStatusAndStop(t *testing.T) {
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int { return 0 })
+	stdio, _, _, _ := pipes(t)
+	if _, err := Run(dir, name, request(t), stdio, nil); err != nil {
+		t.Fatal(err)
+	}
+	req := request(t)
+	req.Op = OpStatus
+	rep, err := Ask(dir, name, req)
+	if err != nil || rep.Status == nil || rep.Status.Served != 1 || rep.Status.Pid != os.Getpid() {
+		t.Fatalf("status = %+v, %v; want 1 served by pid %d", rep, err, os.Getpid())
+	}
+	req.Op = OpStop
+	if _, err := Ask(dir, name, req); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if _, err := os.Stat(socketPath(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			return errors.New("the socket is still there")
+		}
+		return nil
+	})
+	if _, err := Run(dir, name, request(t), stdio, nil); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Run after stop = %v, want ErrNotRunning", err)
+	}
+}
