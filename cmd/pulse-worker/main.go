@@ -1,6 +1,7 @@
 // Command pulse-worker executes commands for a pulse-server relay. It dials
 // out over gRPC (SandboxWorker.Attach), announces itself with Hello, runs
-// each Exec as a bash -c child and streams the bytes back. It holds no
+// each execution in a box of its own (the namespace backend; one at a time
+// as bash -c children where no box can be made) and streams the bytes back. It holds no
 // credentials besides its relay token and does no orchestration.
 //
 // RELAY_ADDR may list several relays (the replicas of a pulse-server

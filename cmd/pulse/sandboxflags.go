@@ -159,8 +159,9 @@ func (f *unsafeHostFlag) Set(v string) error {
 
 // fleetHint is what to do when a pulse-server relaying to pulse-workers
 // refuses the policy.
-const fleetHint = "the server relays commands to pulse-workers, which cannot restrict a command's network or environment; " +
-	"to run on the fleet, allow network and secrets explicitly: --policy examples/fleet-policy.yaml --secrets allow-all"
+const fleetHint = "the server relays commands to pulse-workers, and none attached makes boxes (each says why at start), " +
+	"so the fleet cannot restrict a command's network or environment; run workers where user namespaces are allowed " +
+	"(docs/security.md), or allow network and secrets explicitly: --policy examples/fleet-policy.yaml --secrets allow-all"
 
 // refusalHint says how to get past a refusal of sb's policy, when there
 // is something to say ("" otherwise).

@@ -7,7 +7,9 @@
 //
 // The worker holds no credentials other than its relay token, which it
 // keeps out of the commands' environment, and does no orchestration: it
-// only executes commands and returns bytes. Subpackages: runner (one
+// only executes commands and returns bytes. It probes once at start
+// whether executions can each have a box (box.go) and says so at Hello;
+// without boxes it takes one execution at a time. Subpackages: runner (one
 // command), session (one connection), relaytest (an in-process relay for
 // tests).
 package worker

@@ -11,8 +11,13 @@
 // every required program (WithRequires), as a few worker execs in a fresh
 // directory there: the workspace is sent in (a tar.gz, base64 on stdin, in
 // pieces under gRPC's message limit) and unpacked, the command runs with
-// an environment built from scratch and its output capped, the directory
-// comes back and is compared with the snapshot taken before to give the
-// overlay, and the directory is removed whatever happened. Cancelling the
+// an environment built from scratch and its output capped, and the
+// directory is removed whatever happened. On a worker whose Hello says it
+// boxes executions, the command runs in a box of its own (Exec.box) with
+// the network policy, the limits and, for an allowlist, the secrets bound
+// to hosts for the egress proxy beside it; the overlay is the archive the
+// box wrote beside the directory, and the proxy's connections come back in
+// End. On any other worker (one execution at a time) the directory comes
+// back and is compared with the snapshot taken before to give the overlay. Cancelling the
 // execution sends Abort and waits for the worker's answer.
 package relay

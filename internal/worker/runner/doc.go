@@ -1,5 +1,9 @@
-// Package runner runs one command for pulse-worker: a fresh "bash -c" child
-// per exec, with stdout and stderr on independent pipes. The process is the
+// Package runner runs one command for pulse-worker. An Exec that carries a
+// Box runs in a box of its own (Boxes, box.go: the namespace backend, the
+// workspace read-only with the writes written beside it as an overlay
+// archive, an egress proxy beside an allowlist box); every other Exec, the
+// relay's own steps around it, is a fresh "bash -c" child (Bash), with
+// stdout and stderr on independent pipes. The process is the
 // host backend's (backend/host): a session and process group of its own, in
 // a cgroup of its own where the machine has a writable cgroup v2 hierarchy,
 // and the whole tree killed when the command ends or is ended; the backend
