@@ -20,16 +20,18 @@
 //     (error_code WORKER_LOST: its worker was killed; UNAVAILABLE: no
 //     worker could take it);
 //   - lost: a submitted execution whose client got neither by the end;
-//   - dup: a command that ran more than once. Each command first appends
-//     its execution id to one file; an id there twice ran twice. A
-//     completed id missing from the file means runs cannot be seen, and
-//     fails the check rather than report dup=0 unchecked.
+//   - dup: a command that ran more than once. Each command first sends
+//     its execution id to a listener of this program (bash's /dev/tcp:
+//     the fleet's commands run with the network allowed, in boxes whose
+//     writes outside the workspace are captured, so a file would not
+//     do); an id received twice ran twice. A completed id never received
+//     means runs cannot be seen, and fails the check rather than report
+//     dup=0 unchecked.
 //   - p50/p99: submit to the first stream frame on the submitting
 //     connection, over the executions that completed there.
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -107,11 +109,12 @@ func run(s settings) int {
 		logf("build: %v", err)
 		return 2
 	}
-	ran := filepath.Join(dir, "ran.log")
-	if err := os.WriteFile(ran, nil, 0o666); err != nil {
+	runs, err := listenRuns()
+	if err != nil {
 		logf("%v", err)
 		return 2
 	}
+	ran := runs.addr
 
 	var base *outcomes
 	if s.baseline {
@@ -165,26 +168,22 @@ func run(s settings) int {
 	out := load(f, "f", s.clients, s.duration, s.think, ran, churn)
 	f.stop()
 
-	runs, err := countRuns(ran)
-	if err != nil {
-		logf("%v", err)
-		return 2
-	}
+	seen := runs.close()
 	dup, unseen := 0, 0
-	for id, n := range runs {
+	for id, n := range seen {
 		if strings.HasPrefix(id, "f-") && n > 1 {
 			dup++
 			logf("ran %d times: %s", n, id)
 		}
 	}
 	for id, o := range out.byID {
-		if o == "completed" && runs[id] == 0 {
+		if o == "completed" && seen[id] == 0 {
 			unseen++
 		}
 	}
 	// A run no client knows of: the command ran, yet its execution was
 	// never reported submitted.
-	for id := range runs {
+	for id := range seen {
 		if _, ok := out.byID[id]; strings.HasPrefix(id, "f-") && !ok {
 			logf("ran but never reported: %s", id)
 			out.lost++
@@ -206,7 +205,7 @@ func run(s settings) int {
 		logf("FAIL: lost=%d dup=%d", out.lost, dup)
 		return 1
 	case unseen > 0:
-		logf("FAIL: %d completed commands left no run record in %s: duplicates cannot be counted", unseen, ran)
+		logf("FAIL: %d completed commands never reported their run to %s: duplicates cannot be counted", unseen, ran)
 		return 1
 	case out.bad > 0:
 		logf("FAIL: %d executions ended in a way no command of this check should (see above)", out.bad)
@@ -219,21 +218,50 @@ func run(s settings) int {
 	return 0
 }
 
-// countRuns reads the run record: one line per run, the execution id.
-func countRuns(path string) (map[string]int, error) {
-	f, err := os.Open(path)
+// runLog counts the runs commands report: each connects to it and sends
+// its execution id.
+type runLog struct {
+	addr string
+	l    net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func listenRuns() (*runLog, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	out := map[string]int{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if id := strings.TrimSpace(sc.Text()); id != "" {
-			out[id]++
+	r := &runLog{addr: l.Addr().String(), l: l, n: map[string]int{}}
+	r.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			r.wg.Go(func() {
+				defer c.Close()
+				c.SetReadDeadline(time.Now().Add(30 * time.Second))
+				b, _ := io.ReadAll(io.LimitReader(c, 256))
+				if id := strings.TrimSpace(string(b)); id != "" {
+					r.mu.Lock()
+					r.n[id]++
+					r.mu.Unlock()
+				}
+			})
 		}
-	}
-	return out, sc.Err()
+	})
+	return r, nil
+}
+
+// close stops listening once the reports under way are read, and returns
+// how often each id ran.
+func (r *runLog) close() map[string]int {
+	time.Sleep(time.Second) // a report whose command just ended
+	r.l.Close()
+	r.wg.Wait()
+	return r.n
 }
 
 // proc is one server or worker process, restartable with the same
@@ -478,7 +506,8 @@ type payload struct {
 // connection is followed by an attach on the next server, a refusal for
 // capacity by the same submission again (the id was not taken).
 func (c *client) runOne(id string, hardEnd time.Time) result {
-	command := fmt.Sprintf("printf '%%s\\n' %s >> %s && echo %s", id, c.ran, id)
+	host, port, _ := net.SplitHostPort(c.ran)
+	command := fmt.Sprintf("echo %s > /dev/tcp/%s/%s && echo %s", id, host, port, id)
 	sent := false // a submit went out: the id may be taken
 	var res result
 	for attempt := 0; time.Now().Before(hardEnd); attempt++ {
