@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 // Errors from Record; test with errors.Is.
 var (
 	// ErrClosed: Record was called after Close.
-	ErrClosed = errors.New("audit logger closed")
+	ErrClosed = errdefs.New("audit logger closed", errdefs.ErrClosed)
 	// ErrEventTooLarge: the event's line would exceed MaxLineLen, which
 	// Verify would not read back. Nothing was written.
 	ErrEventTooLarge = errors.New("audit event too large")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"io"
 	"io/fs"
 	"net"
@@ -21,18 +22,20 @@ import (
 
 // Error classes shared by every backend. Implementations wrap them with %w
 // and a message that says what was tried; callers test with errors.Is.
+// All but ErrOverlayLost are the classes of package errdefs themselves,
+// so that a caller's errors.Is matches whichever layer returned one.
 var (
 	// ErrUnavailable: the backend cannot run commands on this machine
 	// (no engine, no namespaces, server unreachable). Probe wraps it.
-	ErrUnavailable = errors.New("backend unavailable")
+	ErrUnavailable = errdefs.ErrUnavailable
 	// ErrClosed: the backend was used after Close.
-	ErrClosed = errors.New("backend closed")
+	ErrClosed = errdefs.ErrClosed
 	// ErrInvalidRequest: the request is malformed (no command, cwd outside
 	// the workspace, bad limits). Nothing was started.
-	ErrInvalidRequest = errors.New("invalid request")
+	ErrInvalidRequest = errdefs.ErrInvalidArgument
 	// ErrUnsupported: the request asks for something the backend cannot do
 	// (for example a network mode it cannot enforce). Nothing was started.
-	ErrUnsupported = errors.New("unsupported by backend")
+	ErrUnsupported = errdefs.ErrUnsupported
 	// ErrOverlayLost: the command ran, but what it wrote could not be
 	// captured (its overlay could not be read back, was over a limit, or
 	// could not be kept or fetched). It is the one error Exec returns

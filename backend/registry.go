@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pulse-agent/pulse/errdefs"
 	"github.com/pulse-agent/pulse/policy"
 )
 
@@ -75,7 +76,7 @@ type Config struct {
 	ProbeCache string
 	// Options are the program's options for this backend, of the
 	// backend package's own Option type (sandbox.WithRemoteOptions).
-	// Open refuses one of another type with ErrInvalidRequest.
+	// Open refuses one of another type with ErrOptionType.
 	Options []any
 }
 
@@ -109,14 +110,20 @@ func Drivers() []Driver {
 	return slices.Clone(drivers)
 }
 
+// ErrOptionType: a program passed a backend an option of another type
+// than the backend's own Option (Config.Options). It is of class
+// ErrInvalidRequest; selection fails on it instead of passing the backend
+// over.
+var ErrOptionType = errdefs.New("backend option of another type", ErrInvalidRequest)
+
 // OptionsOf returns opts as the option type T of the backend name, or an
-// error wrapping ErrInvalidRequest that names the first of another type.
+// error wrapping ErrOptionType that names the first of another type.
 func OptionsOf[T any](name string, opts []any) ([]T, error) {
 	out := make([]T, 0, len(opts))
 	for i, o := range opts {
 		t, ok := o.(T)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s option %d is a %T, not a %T", ErrInvalidRequest, name, i, o, t)
+			return nil, fmt.Errorf("%w: %s option %d is a %T, not a %T", ErrOptionType, name, i, o, t)
 		}
 		out = append(out, t)
 	}

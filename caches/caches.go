@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 const DirEnv = "PULSE_CACHE_DIR"
 
 // ErrNotFound: no cache of that name exists under the root.
-var ErrNotFound = errors.New("cache not found")
+var ErrNotFound = errdefs.New("cache not found", errdefs.ErrNotFound)
 
 // Root is where the caches live: $PULSE_CACHE_DIR when set, else
 // os.UserCacheDir()/pulse/caches. getenv nil means os.Getenv.

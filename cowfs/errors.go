@@ -3,6 +3,7 @@ package cowfs
 import (
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 )
 
 // Error classes. Every error cowfs returns for one of these conditions
@@ -12,9 +13,9 @@ var (
 	// ErrConflict: a staged path changed in the workspace since it was
 	// first staged (or, for Undo, since it was committed). Nothing was
 	// written and the transaction is kept for inspection.
-	ErrConflict = errors.New("cowfs: conflict")
+	ErrConflict = errdefs.New("cowfs: conflict", errdefs.ErrConflict)
 	// ErrLimit: a size or count limit would be exceeded. Nothing was staged.
-	ErrLimit = errors.New("cowfs: limit exceeded")
+	ErrLimit = errdefs.New("cowfs: limit exceeded", errdefs.ErrLimit)
 	// ErrRecovery: an interrupted commit cannot be rolled forward (its WAL
 	// is corrupt, names a path outside the workspace, or its targets were
 	// changed by someone else). The transaction is quarantined: kept on
@@ -22,20 +23,20 @@ var (
 	ErrRecovery = errors.New("cowfs: recovery refused")
 	// ErrClosed: the transaction was committed or discarded (here or in
 	// another process), or the FS was closed.
-	ErrClosed = errors.New("cowfs: closed")
+	ErrClosed = errdefs.New("cowfs: closed", errdefs.ErrClosed)
 	// ErrNotFound: no transaction has that id, or nothing is left to undo,
 	// or Delete names a path that does not exist.
-	ErrNotFound = errors.New("cowfs: not found")
+	ErrNotFound = errdefs.New("cowfs: not found", errdefs.ErrNotFound)
 	// ErrInvalidPath: the path is malformed, escapes the workspace, lies
 	// under the reserved .pulse directory, or needs a directory where the
 	// workspace (or the transaction) has a file.
-	ErrInvalidPath = errors.New("cowfs: invalid path")
+	ErrInvalidPath = errdefs.New("cowfs: invalid path", errdefs.ErrInvalidArgument)
 	// ErrDamaged: a state file does not hold what its records say: staged
 	// bytes or a saved previous version whose size or SHA-256 is wrong or
 	// that is missing, or a stage log that lost records. The error names
 	// the workspace path concerned; nothing of the damaged file reached
 	// the workspace.
-	ErrDamaged = errors.New("cowfs: damaged state")
+	ErrDamaged = errdefs.New("cowfs: damaged state", errdefs.ErrDataLoss)
 	// ErrStackChanged: CommitStack found other pending transactions than
 	// the ones the caller checked; nothing was squashed or written.
 	ErrStackChanged = errors.New("cowfs: the pending stack changed since it was checked")

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"io"
 	"log/slog"
 	"net"
@@ -23,7 +24,7 @@ import (
 )
 
 // ErrClosed is returned by Serve once Close was called.
-var ErrClosed = errors.New("egress: proxy closed")
+var ErrClosed = errdefs.New("egress: proxy closed", errdefs.ErrClosed)
 
 // Resolver looks host names up. *net.Resolver is one; tests map names to
 // their own 127.0.0.1 servers with a fixed table.

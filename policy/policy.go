@@ -1,15 +1,15 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"path"
 	"strings"
 )
 
 // ErrInvalid is wrapped by every error about a malformed action, decision,
 // glob, rule, network policy, resource limit or policy file.
-var ErrInvalid = errors.New("invalid policy")
+var ErrInvalid = errdefs.New("invalid policy", errdefs.ErrInvalidArgument)
 
 // Action is a kind of thing an agent asks to do.
 type Action string

@@ -3,13 +3,14 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"strconv"
 	"time"
 )
 
 // ErrLimitExceeded is wrapped by a LimitError: a command (or a caller's
 // option) asked for more of a resource than the policy allows.
-var ErrLimitExceeded = errors.New("limit exceeds the policy's")
+var ErrLimitExceeded = errdefs.New("limit exceeds the policy's", errdefs.ErrLimit)
 
 // LimitError says which limit was asked above the policy's, by how much.
 // It wraps ErrLimitExceeded.

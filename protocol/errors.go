@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/errdefs"
 )
 
 // Codes of a result's error_code (additive) that name an error class of
@@ -24,16 +25,18 @@ const (
 // CodeOf returns the error code of err's class, as the server sends it:
 // the first of the backend error classes err wraps, else CodeInternal.
 // It is one of the two edges where error classes become codes; ErrorOf
-// is the other.
+// is the other. The classes are errdefs' (backend's names for them are
+// the same values), so an error of any layer — a closed transaction, an
+// invalid path — crosses as its class.
 func CodeOf(err error) string {
 	switch {
 	case errors.Is(err, backend.ErrOverlayLost):
 		return CodeOverlayLost
-	case errors.Is(err, backend.ErrInvalidRequest):
+	case errors.Is(err, errdefs.ErrInvalidArgument):
 		return CodeInvalid
-	case errors.Is(err, backend.ErrUnsupported):
+	case errors.Is(err, errdefs.ErrUnsupported):
 		return CodeUnsupported
-	case errors.Is(err, backend.ErrUnavailable), errors.Is(err, backend.ErrClosed):
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, errdefs.ErrClosed):
 		return CodeUnavailable
 	}
 	return CodeInternal
@@ -48,9 +51,9 @@ func ErrorOf(code string) error {
 	case CodeOverlayLost:
 		return backend.ErrOverlayLost
 	case CodeInvalid:
-		return backend.ErrInvalidRequest
+		return errdefs.ErrInvalidArgument
 	case CodeUnsupported:
-		return backend.ErrUnsupported
+		return errdefs.ErrUnsupported
 	}
-	return backend.ErrUnavailable
+	return errdefs.ErrUnavailable
 }

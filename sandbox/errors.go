@@ -2,18 +2,19 @@ package sandbox
 
 import (
 	"errors"
+	"github.com/pulse-agent/pulse/errdefs"
 
-	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 )
 
-// Error classes of the facade, tested with errors.Is. Where a lower layer
-// already defines the class, the facade reuses its sentinel, so that
-// errors.Is works whichever layer the caller thinks of.
+// Error classes of the facade, tested with errors.Is. Where the class is
+// shared (package errdefs), the facade's name is the class itself, so
+// that errors.Is works whichever layer returned the error: ErrClosed
+// matches a closed sandbox, backend, transaction or audit log alike.
 var (
 	// ErrUnavailable: no backend can run commands here (or the one asked
 	// for cannot). The message names what was tried and why each failed.
-	ErrUnavailable = backend.ErrUnavailable
+	ErrUnavailable = errdefs.ErrUnavailable
 	// ErrUnsupportedPolicy: the backend cannot strongly enforce the
 	// effective network or secret policy, so the command was refused
 	// before anything started.
@@ -24,7 +25,7 @@ var (
 	// ErrSecretInContent: staged content embeds a configured secret.
 	ErrSecretInContent = errors.New("sandbox: content contains a secret")
 	// ErrClosed: the Sandbox was used after Close.
-	ErrClosed = errors.New("sandbox: closed")
+	ErrClosed = errdefs.ErrClosed
 	// ErrLimitExceeded is policy.ErrLimitExceeded: a command's limits (or
 	// WithLimits) ask for more than the policy allows. The error is a
 	// *policy.LimitError per field, found with errors.As.
@@ -51,8 +52,12 @@ var (
 	// ErrUnsupported is backend.ErrUnsupported: the backend cannot do
 	// what was asked (a background process, a signal, reaching a port
 	// inside the sandbox). Nothing was started.
-	ErrUnsupported = backend.ErrUnsupported
+	ErrUnsupported = errdefs.ErrUnsupported
 	// ErrInvalidCommand: the Command is malformed (no program, both Args
 	// and Shell, a working directory outside the workspace).
-	ErrInvalidCommand = errors.New("sandbox: invalid command")
+	ErrInvalidCommand = errdefs.New("sandbox: invalid command", errdefs.ErrInvalidArgument)
 )
+
+// errClosed is what a closed Sandbox returns: of class ErrClosed, saying
+// which layer was closed.
+var errClosed = errdefs.New("sandbox: closed", ErrClosed)

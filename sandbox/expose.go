@@ -89,7 +89,7 @@ func (s *Sandbox) expose(ctx context.Context, port int) (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return "", ErrClosed
+		return "", errClosed
 	}
 	if f := t.byPort[port]; f != nil {
 		return f.ln.Addr().String(), nil

@@ -169,7 +169,7 @@ func (s *Sandbox) start(ctx context.Context, cmd Command) (_ *Process, err error
 		// already listed the processes it kills: this one is not among
 		// them, so it is ended here, before Close stops waiting for it.
 		_ = p.Kill()
-		return nil, fmt.Errorf("%w: the sandbox was closed while the process started", ErrClosed)
+		return nil, fmt.Errorf("%w: the sandbox was closed while the process started", errClosed)
 	}
 	return p, nil
 }

@@ -480,7 +480,7 @@ func (s *Sandbox) enter() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	s.running.Add(1)
 	return nil

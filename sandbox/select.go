@@ -140,7 +140,7 @@ func probeAhead(ctx context.Context, o *options) *ahead {
 	go func() {
 		defer close(a.done)
 		b, err := o.open(c)
-		a.badOpts = errors.Is(err, backend.ErrInvalidRequest)
+		a.badOpts = errors.Is(err, backend.ErrOptionType)
 		if err == nil {
 			if err = b.Probe(pctx); err != nil {
 				_ = b.Close()
@@ -228,7 +228,7 @@ func selectBackend(ctx context.Context, o *options, early *ahead) (backend.Backe
 			continue
 		}
 		b, err := o.open(c)
-		if errors.Is(err, backend.ErrInvalidRequest) {
+		if errors.Is(err, backend.ErrOptionType) {
 			// The program's options for it are wrong: a mistake to
 			// report, not a backend to pass over.
 			return nil, why, fmt.Errorf("sandbox: %w", err)

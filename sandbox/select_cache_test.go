@@ -56,7 +56,7 @@ func TestBackendOptionsReachTheDriver(t *testing.T) {
 			if err == nil {
 				defer sb.Close()
 			}
-			if got := errors.Is(err, backend.ErrInvalidRequest); got != tc.bad {
+			if got := errors.Is(err, backend.ErrOptionType); got != tc.bad {
 				t.Fatalf("New: %v; refused as an invalid option: %v, want %v", err, got, tc.bad)
 			}
 			if !tc.bad && sb.Backend().Name() != "host" {

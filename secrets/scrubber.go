@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/pulse-agent/pulse/errdefs"
 	"io"
 	"net/url"
 	"strings"
@@ -23,7 +24,7 @@ var (
 	// letters, digits, '_', '-' and '.'.
 	ErrInvalidName = errors.New("invalid secret name")
 	// ErrClosed: a Writer was used after Close.
-	ErrClosed = errors.New("writer closed")
+	ErrClosed = errdefs.New("writer closed", errdefs.ErrClosed)
 )
 
 // Redacted is what an unnamed secret is replaced with. A named secret is
