@@ -507,7 +507,9 @@ type payload struct {
 // capacity by the same submission again (the id was not taken).
 func (c *client) runOne(id string, hardEnd time.Time) result {
 	host, port, _ := net.SplitHostPort(c.ran)
-	command := fmt.Sprintf("echo %s > /dev/tcp/%s/%s && echo %s", id, host, port, id)
+	// The second's sleep keeps executions in flight, so that the kills
+	// find some running; the first byte comes before it.
+	command := fmt.Sprintf("echo %s > /dev/tcp/%s/%s && echo %s && sleep 1", id, host, port, id)
 	sent := false // a submit went out: the id may be taken
 	var res result
 	for attempt := 0; time.Now().Before(hardEnd); attempt++ {
