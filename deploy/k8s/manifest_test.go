@@ -194,22 +194,24 @@ func TestPodsMeetRestrictedPodSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range load(t).deployments {
-		except := restrictedExceptions[d.Name]
-		if len(except) > 0 {
-			lv := psaapi.LevelVersion{Level: psaapi.LevelBaseline, Version: psaapi.LatestVersion()}
-			if res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec)); !res.Allowed {
-				t.Errorf("%s: Pod Security baseline refuses it: %s", d.Name, res.ForbiddenDetail())
+	for _, pg := range postgresFiles {
+		for name, tmpl := range install(t, pg).pods() {
+			except := restrictedExceptions[name]
+			if len(except) > 0 {
+				lv := psaapi.LevelVersion{Level: psaapi.LevelBaseline, Version: psaapi.LatestVersion()}
+				if res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &tmpl.ObjectMeta, &tmpl.Spec)); !res.Allowed {
+					t.Errorf("%s (%s): Pod Security baseline refuses it: %s", name, pg, res.ForbiddenDetail())
+				}
+				if tmpl.Spec.HostUsers == nil || *tmpl.Spec.HostUsers {
+					t.Errorf("%s (%s): excepted from restricted without a user namespace of its own (hostUsers: false)", name, pg)
+				}
 			}
-			if d.Spec.Template.Spec.HostUsers == nil || *d.Spec.Template.Spec.HostUsers {
-				t.Errorf("%s: excepted from restricted without a user namespace of its own (hostUsers: false)", d.Name)
-			}
-		}
-		lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
-		res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec))
-		for i, reason := range res.ForbiddenReasons {
-			if !slices.Contains(except, reason) {
-				t.Errorf("%s: Pod Security restricted refuses it: %s: %s", d.Name, reason, res.ForbiddenDetails[i])
+			lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+			res := psapolicy.AggregateCheckResults(eval.EvaluatePod(lv, &tmpl.ObjectMeta, &tmpl.Spec))
+			for i, reason := range res.ForbiddenReasons {
+				if !slices.Contains(except, reason) {
+					t.Errorf("%s (%s): Pod Security restricted refuses it: %s: %s", name, pg, reason, res.ForbiddenDetails[i])
+				}
 			}
 		}
 	}
@@ -260,6 +262,76 @@ func TestWorkerSeccompProfileAddsOnlyTheBox(t *testing.T) {
 	for _, n := range []string{"bpf", "perf_event_open", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "keyctl", "add_key", "request_key", "open_by_handle_at", "clone3", "syslog", "reboot", "swapon", "acct", "quotactl", "iopl", "userfaultfd"} {
 		if free[n] {
 			t.Errorf("%s is allowed, which the runtime's default refuses a container without capabilities", n)
+		}
+	}
+}
+
+// The servers are a fleet: several replicas, replaced one at a time,
+// kept two-available by a budget, on a Postgres URL from a mounted
+// secret under their pod's name; workers attach to every replica through
+// a headless Service; each Postgres file defines the Service the URL
+// names.
+func TestServersAreReplicasOnPostgres(t *testing.T) {
+	m := load(t)
+	sd := m.deployment(t, "pulse-server")
+	if sd.Spec.Replicas == nil || *sd.Spec.Replicas != 3 {
+		t.Errorf("pulse-server replicas %d, want 3", ptrValue(sd.Spec.Replicas))
+	}
+	if sd.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		t.Error("pulse-server is recreated: every replica stops at once on an update")
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range sd.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if _, ok := env["PULSE_REMOTE_DB"]; ok {
+		t.Error("PULSE_REMOTE_DB is set in the environment: the Postgres URL holds a password; mount it (PULSE_REMOTE_DB_FILE)")
+	}
+	if env["PULSE_REMOTE_DB_FILE"].Value == "" {
+		t.Error("no PULSE_REMOTE_DB_FILE: the replicas need the shared database")
+	}
+	if r := env["PULSE_REPLICA_ID"].ValueFrom; r == nil || r.FieldRef == nil || r.FieldRef.FieldPath != "metadata.name" {
+		t.Error("PULSE_REPLICA_ID is not the pod's name")
+	}
+	budget := false
+	for _, b := range m.budgets {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(sd.Spec.Template.Labels)) {
+			// An eviction must stay possible, or drains block.
+			budget = b.Spec.MaxUnavailable != nil && b.Spec.MaxUnavailable.IntValue() >= 1
+		}
+	}
+	if !budget {
+		t.Error("no PodDisruptionBudget lets one server replica go at a time")
+	}
+
+	wenv := map[string]string{}
+	for _, e := range m.deployment(t, "pulse-worker").Spec.Template.Spec.Containers[0].Env {
+		wenv[e.Name] = e.Value
+	}
+	host, port, err := net.SplitHostPort(wenv["RELAY_ADDR"])
+	if err != nil || wenv["RELAY_EACH_ADDRESS"] != "1" {
+		t.Fatalf("workers: RELAY_ADDR %q (%v), RELAY_EACH_ADDRESS %q: want one name, each address attached", wenv["RELAY_ADDR"], err, wenv["RELAY_EACH_ADDRESS"])
+	}
+	headless := false
+	for _, svc := range m.services {
+		if svc.Name != host {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			headless = headless || (svc.Spec.ClusterIP == corev1.ClusterIPNone && fmt.Sprint(p.Port) == port)
+		}
+	}
+	if !headless {
+		t.Errorf("workers dial %s:%s, which is no headless Service's port: they would reach one replica", host, port)
+	}
+	for _, pg := range postgresFiles {
+		found := false
+		for _, svc := range loadFile(t, pg).services {
+			found = found || svc.Name == "pulse-postgres"
+		}
+		if !found {
+			t.Errorf("%s defines no Service pulse-postgres, which the database URL names", pg)
 		}
 	}
 }
