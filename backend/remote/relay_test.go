@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,11 +18,15 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/backendtest"
+	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/internal/server"
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/server/store"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 const workerToken = "remote-backend-worker-token"
@@ -147,5 +154,76 @@ func TestRelayCutMidStream(t *testing.T) {
 	}
 	if res.ExitCode != 0 || out.String() != seqOutput(1, 150000) {
 		t.Errorf("exit %d, stdout %d bytes; want %d", res.ExitCode, len(out.String()), len(seqOutput(1, 150000)))
+	}
+}
+
+// A client of a fleet whose worker boxes its executions gets the box's
+// enforcement as the server's capabilities, and an allowlist command with
+// a secret bound to a host runs there: the host gets the value, the
+// command its placeholder, and the connection comes back in the result.
+func TestRelayWithBoxesEnforcesAllowlistAndInjection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a pulse-worker process; skipped with -short")
+	}
+	nb, err := namespace.New(namespace.WithoutPrestart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.Probe(context.Background()); err != nil {
+		nb.Close()
+		t.Skipf("no boxes on this machine, so the worker makes none: %v", err)
+	}
+	nb.Close()
+	const value = "remote-fleet-secret-4242"
+	// What the host got is recorded here: the command's output is
+	// scrubbed of the value on its way back.
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		io.WriteString(w, "answered")
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+
+	b := newBackend(t, startRelayServer(t))
+	caps := b.Capabilities()
+	for _, m := range []policy.NetworkMode{policy.NetworkDenyAll, policy.NetworkAllowlist} {
+		if caps.NetworkLevel(m) != policy.Strong {
+			t.Errorf("network %s on a fleet with boxes: %s, want strong", m, caps.NetworkLevel(m))
+		}
+	}
+	if caps.SecretLevel(secrets.DenyAll) != policy.Strong {
+		t.Errorf("secrets deny-all on a fleet with boxes: %s, want strong", caps.SecretLevel(secrets.DenyAll))
+	}
+
+	ph := egress.NewPlaceholder("TOKEN")
+	var out buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := b.Exec(ctx, &backend.Request{ExecutionID: t.Name(), Workspace: t.TempDir(),
+		Shell: `echo "env=$TOKEN"; (exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://localhost:` + port + `/ HTTP/1.1\r\nHost: localhost:` + port +
+			`\r\nAuthorization: %s\r\nConnection: close\r\n\r\n' "$TOKEN" >&3 && cat <&3)`,
+		Env:     map[string]string{"TOKEN": ph},
+		Network: policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{"localhost:" + port}},
+		Secrets: denySecrets,
+		Egress:  &backend.Egress{Inject: []backend.Injection{{Name: "TOKEN", Placeholder: ph, Value: value, Hosts: []string{"localhost"}}}},
+		Stdout:  &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "env="+ph) || !strings.Contains(out.String(), "answered") {
+		t.Errorf("the command should see the placeholder and the host's answer; stdout:\n%s", out.String())
+	}
+	select {
+	case auth := <-got:
+		if auth != value {
+			t.Errorf("the host got Authorization %q, want the injected value", auth)
+		}
+	default:
+		t.Error("the host got no request")
+	}
+	if len(res.Network) != 1 || !res.Network[0].Allowed || len(res.Network[0].Injected) != 1 {
+		t.Errorf("network events %+v: want the one connection, allowed, TOKEN injected", res.Network)
 	}
 }
