@@ -333,3 +333,57 @@ func TestDaemonOfAnotherUserIsNotReached(t *testing.T) {
 		t.Errorf("the runtime dir holds %v: uid %d left something in it", ents, nobody)
 	}
 }
+
+// TestDaemonFrontHandsOffAndFallsBack: the thin front end
+// (internal/daemon/front) beside the binary hands exec to the binary's
+// daemon, and executes the binary for the rest and where it must not.
+func TestDaemonFrontHandsOffAndFallsBack(t *testing.T) {
+	r := newDaemonRig(t)
+	front := filepath.Join(filepath.Dir(r.bin), "pulse-front")
+	build := exec.Command("go", "build", "-o", front, "../../internal/daemon/front")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r.serve()
+	runFront := func(extra []string, args ...string) (int, string, string) {
+		cmd := exec.Command(front, args...)
+		cmd.Dir, cmd.Env = r.ws, append(r.env[:len(r.env):len(r.env)], extra...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+	}
+	backend := append([]string{"exec"}, r.args...)
+	for _, tc := range []struct {
+		name   string
+		extra  []string
+		args   []string
+		served int64
+		code   int
+		out    string
+	}{
+		{"exec through the daemon", nil, append(backend, "--", "sh", "-c", "echo hi; exit 4"), 1, 4, "hi\n"},
+		{"PULSE_NO_DAEMON runs it in-process", []string{noDaemonEnv + "=1"}, append(backend, "--", "echo", "alone"), 0, 0, "alone\n"},
+		{"cow through the daemon", nil, []string{"cow", "list", "--json"}, 1, 0, "[]\n"},
+		{"another command runs in the binary", nil, []string{"version", "--json"}, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, err := r.status()
+			must(t, err)
+			code, out, stderr := runFront(tc.extra, tc.args...)
+			if code != tc.code || (tc.out != "" && out != tc.out) {
+				t.Fatalf("exit %d, stdout %q, want %d %q; stderr: %s", code, out, tc.code, tc.out, stderr)
+			}
+			after, err := r.status()
+			must(t, err)
+			if got := after.Served - before.Served; got != tc.served {
+				t.Errorf("the daemon served %d command(s), want %d", got, tc.served)
+			}
+		})
+	}
+}

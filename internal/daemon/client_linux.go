@@ -40,7 +40,13 @@ const replyWait = 5 * time.Second
 // second one returns at once (the caller then exits, which cancels the
 // command in the daemon).
 func Run(dir, name string, req *Request, stdio [3]*os.File, signals <-chan os.Signal) (int, error) {
-	c, pid, err := dial(dir, name)
+	return RunFor("/proc/self/exe", dir, name, req, stdio, signals)
+}
+
+// RunFor is Run from a client that is not the daemon's executable exe
+// (a front end that only hands commands over).
+func RunFor(exe, dir, name string, req *Request, stdio [3]*os.File, signals <-chan os.Signal) (int, error) {
+	c, pid, err := dial(exe, dir, name)
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +119,7 @@ func Run(dir, name string, req *Request, stdio [3]*os.File, signals <-chan os.Si
 // Ask sends an OpStatus or OpStop to the daemon name in dir and returns
 // its reply.
 func Ask(dir, name string, req *Request) (*Reply, error) {
-	c, _, err := dial(dir, name)
+	c, _, err := dial("/proc/self/exe", dir, name)
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +144,8 @@ func Ask(dir, name string, req *Request) (*Reply, error) {
 }
 
 // dial connects to the daemon name in dir and checks it is this user's,
-// running this executable.
-func dial(dir, name string) (*net.UnixConn, int, error) {
+// running the executable exe.
+func dial(exe, dir, name string) (*net.UnixConn, int, error) {
 	if name == "" {
 		return nil, 0, fmt.Errorf("%w: no name", ErrUnavailable)
 	}
@@ -167,7 +173,7 @@ func dial(dir, name string) (*net.UnixConn, int, error) {
 	}
 	var pid int
 	var perr error
-	if err := raw.Control(func(fd uintptr) { pid, perr = checkPeer(int(fd), true) }); err != nil || perr != nil {
+	if err := raw.Control(func(fd uintptr) { pid, perr = checkPeer(int(fd), exe) }); err != nil || perr != nil {
 		c.Close()
 		return nil, 0, errors.Join(err, perr)
 	}

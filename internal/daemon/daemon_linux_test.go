@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +20,13 @@ import (
 // environment in a fresh socket directory, with handle.
 func serveInProcess(t *testing.T, handle Handler) (dir, name string, srv *Server) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "d")
+	return serveIn(t, t.TempDir(), handle)
+}
+
+// serveIn is serveInProcess with the socket directory in base.
+func serveIn(t *testing.T, base string, handle Handler) (dir, name string, srv *Server) {
+	t.Helper()
+	dir = filepath.Join(base, "d")
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
@@ -191,5 +200,95 @@ func TestStatusAndStop(t *testing.T) {
 	})
 	if _, err := Run(dir, name, request(t), stdio, nil); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("Run after stop = %v, want ErrNotRunning", err)
+	}
+}
+
+// TestClientOfAnotherUserIsRefused is the second wall, behind the
+// directory only its user can open: a client of another uid that reaches
+// the socket anyway (here the directory and socket are opened to all on
+// purpose) is refused by the daemon's SO_PEERCRED check, and the daemon's
+// client refuses a daemon of another uid.
+func TestClientOfAnotherUserIsRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a process as another uid")
+	}
+	const nobody = 65534
+	// Under a directory uid 65534 can pass through.
+	base, err := os.MkdirTemp("", "daemon-uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	ran := make(chan struct{}, 1)
+	dir, name, _ := serveIn(t, base, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		ran <- struct{}{}
+		return 0
+	})
+	sock := socketPath(dir, name)
+	for _, p := range []string{base, dir} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary, where uid 65534 may run it.
+	bin := filepath.Join(filepath.Dir(dir), "daemon.test")
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	cmd := testenv.Command(t, "daemon-dial", append([]string{sock, wd}, os.Environ()...)...)
+	cmd.Path = bin
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the client as uid %d: %v: %s", nobody, err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "closed" {
+		t.Errorf("the daemon answered uid %d: %q, want it to hang up", nobody, got)
+	}
+	if len(ran) != 0 {
+		t.Errorf("the daemon ran a command of uid %d", nobody)
+	}
+	// The other way round: a listener of uid 65534 is not this user's
+	// daemon, whatever the socket is called.
+	other := filepath.Join(filepath.Dir(dir), "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(other, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.Command(t, "daemon-listen", filepath.Join(other, "y.sock"))
+	srv.Path = bin
+	srv.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "listening" {
+		t.Fatalf("the listener of uid %d: %q %v", nobody, line, err)
+	}
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: filepath.Join(other, "y.sock"), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, _ := c.SyscallConn()
+	var perr error
+	raw.Control(func(fd uintptr) { _, perr = checkPeer(int(fd), "/proc/self/exe") })
+	if !errors.Is(perr, ErrUntrusted) {
+		t.Errorf("checkPeer of a uid %d listener = %v, want ErrUntrusted", nobody, perr)
 	}
 }

@@ -77,12 +77,18 @@ var volatileEnv = []string{"_", "OLDPWD", "SHLVL", "PULSE_NO_DAEMON"}
 // executable, working directory and environment; "" when the executable
 // cannot be told apart.
 func Name(dir string, env []string) string {
-	exe, err := exeIdentity()
+	return NameFor("/proc/self/exe", dir, env)
+}
+
+// NameFor is Name for a daemon that runs the executable exe, from a
+// client that is not that executable.
+func NameFor(exe, dir string, env []string) string {
+	id, err := exeIdentity(exe)
 	if err != nil {
 		return ""
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "pulse daemon %d\nexe %s\ndir %q\n", Version, exe, dir)
+	fmt.Fprintf(h, "pulse daemon %d\nexe %s\ndir %q\n", Version, id, dir)
 	env = slices.Clone(env)
 	slices.Sort(env)
 	for _, kv := range env {
@@ -95,11 +101,11 @@ func Name(dir string, env []string) string {
 	return "daemon-" + hex.EncodeToString(h.Sum(nil)[:10])
 }
 
-// exeIdentity tells this executable apart from any other, a rebuild of
-// it included.
-func exeIdentity() (string, error) {
+// exeIdentity tells the executable exe apart from any other, a rebuild
+// of it included.
+func exeIdentity(exe string) (string, error) {
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &st); err != nil {
+	if err := unix.Stat(exe, &st); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), nil
@@ -116,9 +122,9 @@ func socketPath(dir, name string) string {
 }
 
 // checkPeer checks that the process at the other end of fd is of this
-// uid, in this process's user, pid and mount namespaces, and, with
-// sameExe, runs this very executable. It returns the peer's pid.
-func checkPeer(fd int, sameExe bool) (int, error) {
+// uid, in this process's user, pid and mount namespaces, and, unless exe
+// is "", runs the executable exe. It returns the peer's pid.
+func checkPeer(fd int, exe string) (int, error) {
 	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return 0, fmt.Errorf("%w: peer credentials: %w", ErrUntrusted, err)
@@ -134,8 +140,8 @@ func checkPeer(fd int, sameExe bool) (int, error) {
 			return 0, fmt.Errorf("%w: peer %d is not in this %s namespace", ErrUntrusted, cred.Pid, ns)
 		}
 	}
-	if sameExe {
-		own, err1 := os.Stat("/proc/self/exe")
+	if exe != "" {
+		own, err1 := os.Stat(exe)
 		peer, err2 := os.Stat(proc + "/exe")
 		if err1 != nil || err2 != nil || !os.SameFile(own, peer) {
 			return 0, fmt.Errorf("%w: peer %d runs another executable", ErrUntrusted, cred.Pid)

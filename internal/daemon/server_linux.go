@@ -51,12 +51,12 @@ type Server struct {
 	// Logger gets a line for each connection; nil: discard.
 	Logger *slog.Logger
 
-	served  atomic.Int64
-	mu      sync.Mutex
-	running int
-	last    time.Time
-	stop    chan struct{}
-	stopped sync.Once
+	served   atomic.Int64
+	mu       sync.Mutex
+	running  int
+	last     time.Time
+	stop     chan struct{}
+	stopping bool
 }
 
 // Serve runs the daemon until it has been idle for s.Idle, ctx ends, a
@@ -66,7 +66,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
-	s.stop = make(chan struct{})
+	stop := s.stopped()
 	if err := makeDir(s.Dir); err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
-		case <-s.stop:
+		case <-stop:
 			break loop
 		case <-tick.C:
 		}
@@ -157,8 +157,25 @@ loop:
 	return nil
 }
 
-// Stop makes Serve return.
-func (s *Server) Stop() { s.stopped.Do(func() { close(s.stop) }) }
+// Stop makes Serve return; a Serve not started yet returns at once.
+func (s *Server) Stop() {
+	ch := s.stopped()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopping {
+		s.stopping = true
+		close(ch)
+	}
+}
+
+func (s *Server) stopped() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		s.stop = make(chan struct{})
+	}
+	return s.stop
+}
 
 func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
@@ -168,7 +185,7 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	}
 	var pid int
 	var perr error
-	if err := raw.Control(func(fd uintptr) { pid, perr = checkPeer(int(fd), false) }); err != nil || perr != nil {
+	if err := raw.Control(func(fd uintptr) { pid, perr = checkPeer(int(fd), "") }); err != nil || perr != nil {
 		s.Logger.Warn("daemon: refused a client", slog.Any("err", perr))
 		return
 	}
