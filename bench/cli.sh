@@ -18,7 +18,15 @@
 #     system on both sides, so what is left is pulse's own work
 #   - remote `true` (pulse-server on loopback, host executor) against the
 #     host CLI: the difference in ms rather than a ratio
+#   - through the daemon (pulse daemon: the first pulse exec starts it,
+#     each later one hands its command to it): namespace `true` against
+#     bwrap, host `true` against `bash -c true`, and 256 MiB of namespace
+#     stdout against the direct pipe, the in-process rows beside them;
+#     and `true` through the thin front end (internal/daemon/front, not
+#     what make build installs as pulse), the BenchmarkCLIFront rows
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
+# ROWS=daemon runs only the daemon rows and the in-process rows of the
+# same commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-21}
@@ -32,6 +40,9 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp";
 # the binaries the project ships. CGO=1 measures a cgo build instead (what
 # a plain `go build` makes where a C compiler is found).
 CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-runtime ./cmd/pulse-server
+# The thin front end (internal/daemon/front), beside pulse, for the
+# BenchmarkCLIFront rows.
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/pulse-front" ./internal/daemon/front
 pulse=$tmp/pulse
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"
@@ -82,6 +93,48 @@ pair() {
 
 ns="$pulse exec --backend namespace --workspace $tmp/ws"
 hostx="$pulse exec --backend host --unsafe-host=network,secrets --workspace $tmp/ws"
+
+# The daemon rows: PULSE_KEEP_WARM=5m lets a daemon run (the rest of the
+# script runs with 0: in-process, as before the daemon). The daemon is
+# the one of this directory and environment: the first command starts
+# it, and warm_daemon waits until it answers before the timed runs.
+dmn="PULSE_KEEP_WARM=5m"
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; PULSE_KEEP_WARM=5m "$pulse" daemon stop; wait 2>/dev/null; rm -rf "$tmp"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
+warm_daemon() {
+	eval "$dmn $1" >/dev/null 2>&1 || true
+	for _ in $(seq 100); do
+		PULSE_KEEP_WARM=5m "$pulse" daemon status | grep -q '^daemon pid' && return
+		sleep 0.1
+	done
+	echo "bench: the daemon did not start" >&2
+	exit 1
+}
+printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
+big="head -c 268435456 /dev/zero"
+# The same commands through the front end: the same daemon, a client
+# that links only the client side.
+front_rows() {
+	if [ "$have_bwrap" = 1 ]; then
+		pair BenchmarkCLIFrontNamespaceTrue x-vs-bwrap "$N" : "$dmn ${ns/$pulse/$tmp/pulse-front} -- true" "bwrap --unshare-all --ro-bind / / true"
+	fi
+	pair BenchmarkCLIFrontHostTrue x-vs-bash "$N" : "$dmn ${hostx/$pulse/$tmp/pulse-front} -- true" "bash -c true"
+}
+daemon_rows() {
+	if [ "$have_bwrap" = 1 ]; then
+		pair BenchmarkCLINamespaceTrue x-vs-bwrap "$N" : "$ns -- true" "bwrap --unshare-all --ro-bind / / true"
+		warm_daemon "$ns -- true"
+		pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $ns -- true" "bwrap --unshare-all --ro-bind / / true"
+	fi
+	pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
+	warm_daemon "$hostx -- true"
+	pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
+	front_rows
+	pair BenchmarkCLIDaemonNamespaceStdout256MiB x-vs-pipe "$NBULK" : "$dmn $ns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
+}
+if [ "${ROWS:-all}" = daemon ]; then
+	daemon_rows
+	exit 0
+fi
 if [ "$have_bwrap" = 1 ]; then
 	pair BenchmarkCLINamespaceTrue x-vs-bwrap "$N" : "$ns -- true" "bwrap --unshare-all --ro-bind / / true"
 	# The agent's pattern: 0.3 s between commands (untimed on both
@@ -89,11 +142,19 @@ if [ "$have_bwrap" = 1 ]; then
 	# starts the init the next one takes over. Not a back-to-back figure:
 	# the init is made in the pause; the row above is what a script that
 	# runs pulse back to back gets (the keeper then steps aside).
-	pair BenchmarkCLINamespaceTrueThinkTime x-vs-bwrap "$N" "sleep 0.3" "PULSE_KEEP_WARM=5m $ns -- true" "bwrap --unshare-all --ro-bind / / true"
+	# In-process (PULSE_NO_DAEMON=1): the keeper's figure.
+	pair BenchmarkCLINamespaceTrueThinkTime x-vs-bwrap "$N" "sleep 0.3" "PULSE_NO_DAEMON=1 PULSE_KEEP_WARM=5m $ns -- true" "bwrap --unshare-all --ro-bind / / true"
 else
 	echo "BenchmarkCLINamespaceTrue: bwrap cannot run here, no ratio"
 fi
 pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
+if [ "$have_bwrap" = 1 ]; then
+	warm_daemon "$ns -- true"
+	pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $ns -- true" "bwrap --unshare-all --ro-bind / / true"
+fi
+warm_daemon "$hostx -- true"
+pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
+front_rows
 # What the Go heap in huge pages (internal/hugeheap) saves each pulse
 # process: the same command with it turned off as the reference.
 pair BenchmarkCLIHostTrueHugeHeap x-vs-small-pages "$N" : "$hostx -- true" "PULSE_HUGEPAGES=0 $hostx -- true"
@@ -111,9 +172,7 @@ if [ "$have_bwrap" = 1 ]; then
 	pair BenchmarkCLIHostTruePending40 x-vs-bash "$N" : "$pulse exec --backend host --unsafe-host=network,secrets --workspace $tmp/ws40 -- true" "bash -c true"
 fi
 
-# The default output cap (16 MiB) would cut the stream short.
-printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
-big="head -c 268435456 /dev/zero"
+# The default output cap (16 MiB) would cut the stream short: bulk.yaml.
 pair BenchmarkCLINamespaceStdout256MiB x-vs-pipe "$NBULK" : "$ns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
 pair BenchmarkCLIHostStdout256MiB x-vs-pipe "$NBULK" : "$hostx --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
 
@@ -144,7 +203,7 @@ if [ "$have_bwrap" = 1 ]; then
 	echo "BenchmarkCLICommit1000Files: workspace on $(stat -f -c %T "$tmp"), state dir on $(stat -f -c %T "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}")"
 	if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
 		shm=$(mktemp -d /dev/shm/pulse-bench.XXXXXX)
-		trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "$shm"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
+		trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; PULSE_KEEP_WARM=5m "$pulse" daemon stop; rm -rf "$tmp" "$shm"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
 		mkdir -m 700 "$shm/run"
 		# The workspace on the disk, the upper directory on a tmpfs.
 		pair BenchmarkCLICommit1000FilesStateTmpfs x-vs-bwrap-tmpfs "$NBULK" "$fresh" \

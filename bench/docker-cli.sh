@@ -7,7 +7,10 @@
 # commands do.
 #   BenchmarkDockerCLITrue: `pulse exec --backend docker -- true` against
 #     `docker exec` of `true` into a warm container of the same image
-#     (x-vs-docker-exec).
+#     (x-vs-docker-exec), through the daemon (pulse daemon: the first
+#     pulse exec starts it, and every later one hands it its command);
+#     BenchmarkDockerCLITrueNoDaemon: the same with PULSE_NO_DAEMON=1,
+#     each pulse exec in a process of its own, in the same loop.
 #   BenchmarkDockerCLIStdout256MiB: 256 MiB of stdout through `pulse exec
 #     --backend docker` into a pipe against `docker exec` of the same
 #     command into the warm container, its stdout into a pipe as well
@@ -37,6 +40,8 @@ command -v docker >/dev/null || { echo "docker-cli: needs the docker CLI for the
 tmp=$(mktemp -d)
 cid="" built=""
 cleanup() {
+	# the daemon of this directory and environment, which holds one
+	[ ! -x "$tmp/pulse" ] || "$tmp/pulse" daemon stop
 	# the warm containers pulse left for the workspaces under $tmp
 	docker ps -a --format '{{.ID}} {{.Label "pulse.warm"}}' | awk -v t="$tmp/" 'index($2, t) == 1 {print $1}' |
 		xargs -r docker rm -f >/dev/null
@@ -76,13 +81,24 @@ pulses() {
 		t0=$(now); "$B" "$@" >/dev/null 2>&1; t1=$(now); b_ns+=($((t1 - t0)))
 	fi
 }
-pulse_ns=() b_ns=() ref_ns=()
+# The first pulse exec makes the container and starts the daemon (the
+# one of this directory and environment); the timed ones start once it
+# answers.
+"$tmp/pulse" exec --backend docker --workspace "$tmp/ws" -- true >/dev/null 2>&1
+for _ in $(seq 100); do
+	"$tmp/pulse" daemon status | grep -q '^daemon pid' && break
+	sleep 0.1
+done
+pulse_ns=() b_ns=() ref_ns=() nod_ns=()
 for i in $(seq "$N"); do
 	pulses "$i" exec --backend docker --workspace "$tmp/ws" -- true
 	t1=$(now); docker exec "$cid" true; t2=$(now)
 	ref_ns+=($((t2 - t1)))
+	t1=$(now); PULSE_NO_DAEMON=1 "$tmp/pulse" exec --backend docker --workspace "$tmp/ws" -- true >/dev/null 2>&1; t2=$(now)
+	nod_ns+=($((t2 - t1)))
 done
 report BenchmarkDockerCLITrue x-vs-docker-exec
+row BenchmarkDockerCLITrueNoDaemon x-vs-docker-exec "$(median "${nod_ns[@]}")" "$(median "${ref_ns[@]}")"
 
 if [ "${BULK:-1}" = 1 ]; then
 	# The default output cap (16 MiB) would cut the stream short.
