@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -30,9 +30,11 @@ import (
 //     much as that binary: a regular file, not a symlink, owned by root or
 //     by the binary's owner and writable by nobody else, in a directory
 //     writable by nobody else;
-//   - in a test binary (which is never static, and has nothing beside
-//     it), the program built from this module's source with the go
-//     command, once per process.
+//   - where the binary was built from a checkout that is still at hand
+//     (`go run ./cmd/pulse`, the README's first command, and every test
+//     binary: neither has anything beside it), the program built from
+//     that checkout with the go command, once per process; the go
+//     command's build cache makes every build after the first a link.
 //
 // Whichever it is, it must be a static ELF program and report the
 // identity of the runtime code this binary was built with (boxrt.Identity),
@@ -88,7 +90,7 @@ func loadRuntime(choice string) ([]byte, error) {
 	if trustErr == nil {
 		return checkRuntime(beside)
 	}
-	if testing.Testing() {
+	if _, ok := sourceRoot(); ok {
 		return buildRuntime()
 	}
 	return nil, fmt.Errorf("%w: %v (install cmd/pulse-runtime from the same source beside %s: `go install ./cmd/...` or `make build`; or give WithRuntime)", errNoRuntime, trustErr, filepath.Base(exe))
@@ -146,9 +148,48 @@ func checkRuntime(p string) ([]byte, error) {
 	return data, nil
 }
 
-// buildRuntime builds cmd/pulse-runtime from the module this test binary
-// was built in, into a directory it removes once the program is read.
+// modulePath is this module's path, as its go.mod names it.
+const modulePath = "github.com/pulse-agent/pulse"
+
+// sourceRoot is the checkout this binary was built from, when it is still
+// there: the compiler recorded this file's absolute path (builds with
+// -trimpath record none), and three directories up is a go.mod naming
+// this module, owned by root or by the binary's owner like the program
+// beside it would be. The runtime built from it must still report this
+// build's identity (checkRuntime), so a checkout edited since is refused.
+func sourceRoot() (string, bool) {
+	_, file, _, ok := goruntime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return "", false
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	gomod := filepath.Join(root, "go.mod")
+	var st syscall.Stat_t
+	if err := syscall.Stat(gomod, &st); err != nil {
+		return "", false
+	}
+	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return "", false
+	}
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return root, strings.Trim(f[1], `"`) == modulePath
+		}
+	}
+	return "", false
+}
+
+// buildRuntime builds cmd/pulse-runtime from the checkout this binary was
+// built from, into a directory it removes once the program is read.
 func buildRuntime() ([]byte, error) {
+	root, ok := sourceRoot()
+	if !ok {
+		return nil, fmt.Errorf("%w: the source this binary was built from is not at hand", errNoRuntime)
+	}
 	dir, err := os.MkdirTemp("", "pulse-runtime-")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoRuntime, err)
@@ -157,12 +198,13 @@ func buildRuntime() ([]byte, error) {
 	p := filepath.Join(dir, boxrt.Name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", p, "github.com/pulse-agent/pulse/cmd/pulse-runtime")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", p, modulePath+"/cmd/pulse-runtime")
+	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: building cmd/pulse-runtime for this test binary: %v: %s", errNoRuntime, err, strings.TrimSpace(errb.String()))
+		return nil, fmt.Errorf("%w: building cmd/pulse-runtime from %s: %v: %s", errNoRuntime, root, err, strings.TrimSpace(errb.String()))
 	}
 	return checkRuntime(p)
 }
