@@ -44,7 +44,9 @@
 //     again, so the command runs once. Uploads and overlay downloads are
 //     retried on a new connection. Only the server saying
 //     UNKNOWN (it restarted while the command ran) or NOT_FOUND ends the
-//     execution, with ErrExecutionLost.
+//     execution, with ErrExecutionLost; so does a result saying the
+//     pulse-worker running it was lost (WORKER_LOST), with
+//     ErrUnavailable too.
 //   - Cancelling ctx, going over Limits.OutputBytes, or Close sends
 //     "cancel" and waits (WithCancelWait) for the server's result, so the
 //     Result says how the command really ended.

@@ -192,7 +192,8 @@ func (x *run) limit(deadline time.Time) time.Time {
 // stdin over a limit, with ErrTooLarge), ErrUnavailable (with
 // ErrUnreachable, ErrUnauthorized, ErrTLS, ErrVersion or ErrCapacity),
 // ErrClosed; and, once the command has started, ErrExecutionLost when the
-// server lost it, and ErrOverlay with backend.ErrOverlayLost (and the
+// server lost it or the pulse-worker running it went away (that one with
+// ErrUnavailable too), and ErrOverlay with backend.ErrOverlayLost (and the
 // Result) when it ran but its writes could not be kept or fetched.
 func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
 	return b.exec(ctx, req, nil)
@@ -873,6 +874,12 @@ func (x *run) result() (*backend.Result, error) {
 		msg := p.Stderr
 		if d, err := base64.StdEncoding.DecodeString(msg); err == nil && p.Encoding == "base64" {
 			msg = string(d)
+		}
+		if p.ErrorCode == protocol.CodeWorkerLost {
+			// It started: the worker running it went away (killed, its
+			// node lost). Nothing says how far it got.
+			return nil, fmt.Errorf("remote: execution %s was lost with the worker running it: %s: %w: %w",
+				x.id, msg, ErrExecutionLost, protocol.ErrorOf(p.ErrorCode))
 		}
 		return nil, fmt.Errorf("remote: the server could not start the command: %s: %w", msg, protocol.ErrorOf(p.ErrorCode))
 	}

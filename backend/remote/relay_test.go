@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -35,6 +36,14 @@ const workerToken = "remote-backend-worker-token"
 // 127.0.0.1 and one pulse-worker process (testproc.Worker: this test
 // binary, re-executed) attached to it over gRPC.
 func startRelayServer(t *testing.T, opts ...relay.Option) string {
+	t.Helper()
+	url, _ := startRelayWorker(t, opts...)
+	return url
+}
+
+// startRelayWorker is startRelayServer, and it returns the worker's
+// process too, for a test that kills it.
+func startRelayWorker(t *testing.T, opts ...relay.Option) (string, *exec.Cmd) {
 	t.Helper()
 	relay, err := relay.New([]string{workerToken}, opts...)
 	if err != nil {
@@ -86,7 +95,7 @@ func startRelayServer(t *testing.T, opts ...relay.Option) string {
 		}
 		return nil
 	})
-	return ts.url
+	return ts.url, cmd
 }
 
 // relayProcessReason is why the relay runs no started processes: its

@@ -33,8 +33,10 @@ var (
 	// ErrCapacity: the server is running as many executions as it may.
 	ErrCapacity = errors.New("remote server at capacity")
 	// ErrExecutionLost: the server no longer knows how a started execution
-	// ended: it restarted while the command ran (UNKNOWN) or has no record
-	// of it (NOT_FOUND). The command may or may not have run to its end.
+	// ended: it restarted while the command ran (UNKNOWN), has no record
+	// of it (NOT_FOUND), or the pulse-worker running it went away
+	// (WORKER_LOST, wrapped with backend.ErrUnavailable). The command may
+	// or may not have run to its end.
 	ErrExecutionLost = errors.New("remote execution lost")
 	// ErrTooLarge: the workspace or stdin is over a limit; nothing was
 	// sent. Wrapped together with backend.ErrUnsupported.
