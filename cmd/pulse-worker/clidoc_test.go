@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"testing"
 
 	"github.com/pulse-agent/pulse/internal/testenv"
@@ -13,7 +14,7 @@ import (
 // make docs rewrites the section.
 func TestFlagReferenceIsCurrent(t *testing.T) {
 	var help bytes.Buffer
-	if code := run(context.Background(), []string{"-help"}, func(string) string { return "" }, &help); code != exitOK {
+	if code := run(context.Background(), []string{"-help"}, func(string) string { return "" }, io.Discard, &help); code != exitOK {
 		t.Fatalf("pulse-worker -help: exit %d\n%s", code, help.String())
 	}
 	testenv.Generated(t, "../../docs/cli.md", "pulse-worker -help", "```text\n"+help.String()+"```\n")

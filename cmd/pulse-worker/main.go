@@ -28,10 +28,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/worker"
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 )
 
 const (
@@ -43,17 +45,20 @@ const (
 	exitRefused = 3
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
 	// The worker boxes each execution with the namespace backend, which
 	// re-runs this binary as each box's init.
 	namespace.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pulse-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg, err := worker.FromEnv(getenv)
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	cfg.BindFlags(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	check := fs.Bool("check", false, "check what this worker needs here (the programs of the relay's exec path, boxes), print it and exit: 0 when it would attach, 2 when it would refuse")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -72,6 +79,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pulse-worker: unexpected arguments %q\n", fs.Args())
 		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "pulse-worker %s\n", version)
+		return exitOK
+	}
+	if *check {
+		return runCheck(ctx, stdout, stderr)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -93,5 +107,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return exitFailure
 	}
+	return exitOK
+}
+
+// runCheck says what Run would find at start, without dialling: the
+// programs of the relay's exec path (missing ones make Run refuse, exit
+// 2) and whether executions get boxes of their own here (without, the
+// worker attaches all the same and runs one at a time). An image build
+// runs it inside the image it made.
+func runCheck(ctx context.Context, stdout, stderr io.Writer) int {
+	if err := worker.CheckPrograms(nil); err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "programs: ok (%s)\n", strings.Join(worker.RequiredPrograms, ", "))
+	b, err := runner.ProbeBoxes(ctx, nil)
+	if err != nil {
+		fmt.Fprintf(stdout, "boxes: none, so one execution at a time: %v\n", err)
+		return exitOK
+	}
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+	fmt.Fprintf(stdout, "boxes: %s\n", runner.IsolationNamespace)
 	return exitOK
 }

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"github.com/pulse-agent/pulse/backend/namespace"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/testenv"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/internal/worker/relaytest"
@@ -141,7 +143,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			if got := run(t.Context(), tc.args, tc.env, &stderr); got != tc.want {
+			if got := run(t.Context(), tc.args, tc.env, io.Discard, &stderr); got != tc.want {
 				t.Errorf("exit %d, want %d; stderr:\n%s", got, tc.want, stderr.String())
 			}
 		})
@@ -162,7 +164,7 @@ func TestWrongTokenIsFatal(t *testing.T) {
 	getenv := func(k string) string {
 		return map[string]string{"RELAY_ADDR": relay.Addr(), "SANDBOX_TOKEN": "wrong-token"}[k]
 	}
-	code := run(ctx, nil, getenv, &stderr)
+	code := run(ctx, nil, getenv, io.Discard, &stderr)
 	out := stderr.String()
 	if code != exitRefused {
 		t.Fatalf("exit %d, want %d (exitRefused)\n%s", code, exitRefused, out)
@@ -198,7 +200,7 @@ func TestStartupSaysWhatItUses(t *testing.T) {
 				return relay.Addr()
 			}
 			return ""
-		}, &stderr)
+		}, io.Discard, &stderr)
 	}()
 	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 	defer acancel()
@@ -219,5 +221,85 @@ func TestStartupSaysWhatItUses(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// thinPath is a directory holding links to bash and env alone: a worker
+// image without tar, gzip, base64, mktemp, cat and rm.
+func thinPath(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, p := range []string{"bash", "env"} {
+		real, err := exec.LookPath(p)
+		if err != nil {
+			t.Skipf("needs %s on PATH to build the thin PATH from", p)
+		}
+		if err := os.Symlink(real, filepath.Join(bin, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
+// TestMissingProgramsRefuseToAttach, tried as an operator would meet it:
+// the pulse-worker process, on a PATH without the exec path's programs,
+// exits 2 with every missing one named before it dials, so the relay
+// never counts a worker that would lose each command's writes; -check
+// says the same, and on a full PATH says it would attach.
+func TestMissingProgramsRefuseToAttach(t *testing.T) {
+	relay, err := relaytest.Start("tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	thin := thinPath(t)
+	missing := []string{"mktemp", "cat", "rm", "base64", "tar", "gzip"}
+
+	var stderr bytes.Buffer
+	cmd := testenv.Command(t, "pulse-worker", "-relay-addr", relay.Addr(), "-sandbox-id", "sbx-thin")
+	cmd.Env = append(cmd.Env, "SANDBOX_TOKEN=tok", "PATH="+thin)
+	cmd.Stderr = &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the worker did not refuse: still running 60s later\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
+		t.Fatalf("worker on a thin PATH: %v, want exit %d\n%s", err, exitUsage, stderr.String())
+	}
+	for _, p := range missing {
+		if !strings.Contains(stderr.String(), p) {
+			t.Errorf("the refusal does not name %s:\n%s", p, stderr.String())
+		}
+	}
+	if n := relay.Attaches(); n != 0 {
+		t.Errorf("the relay saw %d attaches from a worker that lacks what it needs", n)
+	}
+
+	check := func(path string) (int, string) {
+		var out bytes.Buffer
+		c := testenv.Command(t, "pulse-worker", "-check")
+		c.Env = append(c.Env, "PATH="+path)
+		c.Stdout, c.Stderr = &out, &out
+		err := c.Run()
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), out.String()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, out.String()
+	}
+	if code, out := check(thin); code != exitUsage || !strings.Contains(out, "gzip") {
+		t.Errorf("-check on a thin PATH: exit %d, want %d naming the missing programs:\n%s", code, exitUsage, out)
+	}
+	if code, out := check(os.Getenv("PATH")); code != exitOK || !strings.Contains(out, "programs: ok") || !strings.Contains(out, "boxes: ") {
+		t.Errorf("-check on this machine's PATH: exit %d, want 0 with programs and boxes:\n%s", code, out)
 	}
 }
