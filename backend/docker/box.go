@@ -132,7 +132,7 @@ const defaultScratch = 2 << 30
 // scratchBytes is the size of the container's scratch tmpfs (/work): the
 // workspace's baseline, the commands' working copies and all they write
 // there, which the kernel holds to it as they write (ENOSPC, an error the
-// command sees and the report names: wrapper.sh, disk). Files on a tmpfs
+// command sees and the report names: the runtime's exec step, disk). Files on a tmpfs
 // are memory charged to the container, so the size must be reached
 // before the container's memory limit, where the OOM killer would end
 // the wrapper and lose all the command wrote. asked: it is the policy's
@@ -202,7 +202,7 @@ func (b *Backend) create(ctx context.Context, key boxKey, bx *box, slot *warmSlo
 		Image: b.o.image,
 		// root, so that the wrapper's exec (User 0) holds the few
 		// capabilities below: it copies each command's working copy to a
-		// uid of the command's own and drops to it (wrapper.sh). Every
+		// uid of the command's own and drops to it (internal/boxrt, exec_linux.go). Every
 		// command runs under such a uid with no capabilities; the sleep
 		// that keeps the container up is no command's.
 		User:            "0:0",

@@ -17,7 +17,7 @@ import (
 // above it, would mix unreviewed writes into the captured ones.
 const cacheView = "/work"
 
-// commandGID is the group every command runs under (wrapper.sh sets it
+// commandGID is the group every command runs under (the runtime's exec step sets it
 // with the command's own uid). Commands of one container, and of every
 // container mounting the same cache, have different uids, so a cache is
 // shared through this group (the model of package cacheshare, which the

@@ -66,14 +66,14 @@ var chanClaimWait = 2 * time.Second
 
 // chanLoop is a warm container's main process when it has a channel:
 // warmIdleCmd's idle end, with the poll's sleep replaced by a read of
-// ctl that times out. ARGS: IDLE WRAPPER SYNC.
+// ctl that times out. ARGS: IDLE RUNTIME.
 //
-// A request runs the wrapper, or, when its file sets K=sync, the sync
-// script (sync.go) as the sandbox user, as its exec would (nsenter drops
+// A request runs the runtime's exec step, or, when its file sets K=sync,
+// its sync step (sync.go) as the sandbox user, as its exec would (nsenter drops
 // every capability with root's uid), its output on the err FIFO and its
 // exit status alone on out, as "rc N": the sync before a command that
 // has anything to send then costs no exec either.
-var chanLoop = `n=$1 W=$2 S=$3 D=` + chanMount + ` i=0
+var chanLoop = `n=$1 W=$2 D=` + chanMount + ` i=0
 exec 3<>"$D/ctl"
 while [ $i -lt "$n" ]; do
 	if read -t ` + strconv.Itoa(warmPoll) + ` -r id <&3; then
@@ -81,7 +81,7 @@ while [ $i -lt "$n" ]; do
 		case $id in '' | *[!0-9a-f]*) continue ;; esac
 		mv "$D/$id.req" "$D/$id.run" 2>/dev/null || continue
 		(exec <"$D/$id.in" >"$D/$id.out" 2>"$D/$id.err" 3<&- && K= && . "$D/$id.run" &&
-			if [ "$K" = sync ]; then nsenter -S ` + strconv.Itoa(sandboxUID) + ` -G ` + strconv.Itoa(sandboxGID) + ` sh -c "$S" pulse-sync "$@" >&2; echo "rc $?"; else exec sh -c "$W" pulse-exec "$@"; fi)
+			if [ "$K" = sync ]; then nsenter -S ` + strconv.Itoa(sandboxUID) + ` -G ` + strconv.Itoa(sandboxGID) + ` "$W" sync "$@" >&2; echo "rc $?"; else exec "$W" exec "$@"; fi)
 		continue
 	fi
 	b=0

@@ -198,13 +198,13 @@ func TestDockerWarmChannelRunsTheSync(t *testing.T) {
 		t.Fatalf("after a host edit: exit %d, stdout %q, stderr %q; want the edit seen", r.res.ExitCode, r.stdout, r.stderr)
 	}
 	for _, a := range execCreates(t, b, bx.id, since, until) {
-		if strings.Contains(a, "pulse-sync") {
+		if strings.Contains(a, runtimePath+" sync ") {
 			t.Fatalf("the sync ran through an exec (%s), not the request channel", a)
 		}
 	}
 
-	// Who the sync script is: held in its tar's read by a stdin that
-	// has not ended.
+	// Who the sync step is: held in its tar's read by a stdin that has
+	// not ended.
 	pr, pw := io.Pipe()
 	res := make(chan error, 1)
 	go func() {
@@ -218,7 +218,7 @@ func TestDockerWarmChannelRunsTheSync(t *testing.T) {
 	var who string
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		who = rootShell(t, b, bx, `for p in /proc/[0-9]*; do
-	tr '\0' '\n' <$p/cmdline 2>/dev/null | grep -qx pulse-sync && grep -E '^(Uid|Gid|CapEff|CapPrm):' $p/status
+	[ "$(tr '\0' ' ' <$p/cmdline 2>/dev/null | cut -d' ' -f1-2)" = "`+runtimePath+` sync" ] && grep -E '^(Uid|Gid|CapEff|CapPrm):' $p/status
 done; true`)
 		if who != "" || time.Now().After(deadline) {
 			break
@@ -227,9 +227,9 @@ done; true`)
 	f := strings.Fields(who)
 	want := []string{"Uid:", "1000", "1000", "1000", "1000", "Gid:", "1000", "1000", "1000", "1000", "CapPrm:", "0000000000000000", "CapEff:", "0000000000000000"}
 	if strings.Join(f, " ") != strings.Join(want, " ") {
-		t.Errorf("the sync script on the channel runs as\n%s\nwant the sandbox user without capabilities", who)
+		t.Errorf("the sync step on the channel runs as\n%s\nwant the sandbox user without capabilities", who)
 	}
-	// Not a tar: the script's extraction fails, and says so.
+	// Not a tar: the step's extraction fails, and says so.
 	if _, err := pw.Write(bytes.Repeat([]byte("x"), 1024)); err != nil {
 		t.Fatal(err)
 	}

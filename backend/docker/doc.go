@@ -27,7 +27,7 @@
 //     read-only root filesystem with tmpfs /tmp, each command under a uid
 //     of its own (20000 and up, no capabilities) in a working copy only it
 //     can enter, so that concurrent commands cannot signal, trace or read
-//     each other or each other's wrapper (see wrapper.sh), a seccomp
+//     each other or each other's wrapper (see internal/boxrt, exec_linux.go), a seccomp
 //     profile made of the namespace backend's deny list (ptrace, process_vm_readv/writev,
 //     io_uring, bpf, keyctl, mount, new namespaces, the TIOCSTI and
 //     TIOCLINUX ioctls; see seccomp.go) in place of the engine's default,
@@ -110,7 +110,7 @@
 //     its manifest). What a command changed is found by ctime, which no
 //     process can set: only entries changed at or after a mark made just
 //     before the command are hashed, and a directory renamed during it
-//     brings what is in it back whole under its new name (wrapper.sh).
+//     brings what is in it back whole under its new name (internal/boxrt, exec_linux.go).
 //     Unchanged files keep their inode and times across commands, so
 //     tools that cache by them (git's index, make, go's build cache keyed
 //     by the directory, which stays /work/run/UID) find their caches
@@ -132,13 +132,13 @@
 //     below then have the modes their command's umask gave, and may be
 //     read-only to the next.
 //
-// How a command runs: a small shell wrapper (wrapper.sh) runs it and ends
-// both output streams with a marker naming a per-command nonce, followed
+// How a command runs: the in-box runtime's exec step (internal/boxrt,
+// exec_linux.go) runs it and ends both output streams with a marker naming a per-command nonce, followed
 // on stdout by a tar of what changed. Setting up an exec in the runtime
 // costs more than the rest of a small command, so a container made
 // WithReuse runs commands, and the syncs before them, without one: its
 // main process listens on a channel of FIFOs in a directory of the
-// slot's, bound in root-only, and runs the wrapper (or the sync script,
+// slot's, bound in root-only, and runs the runtime (or the sync script,
 // as the sandbox user) for each request, stdio through the FIFOs; a request
 // it does not claim in time is taken back and runs through an exec, never
 // both (channel.go; used where the engine's socket is local and the

@@ -3,13 +3,13 @@ package docker
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,37 +27,9 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 )
 
-// wrapperScript runs one command (wrapper.sh), with what it shares with
-// the sync script in front (manifestLib). Joined on first
-// use, not at package init: every pulse process links this package, most
-// never talk to Docker, and the 22 KB copy was the costliest init of
-// pulse's own packages. rs is the report markers' separator, a control
-// byte that POSIX sh cannot spell without $(printf), a process.
-var wrapperScript = sync.OnceValue(func() string { return manifestLib + "rs='\x1e'\n" + wrapperBody })
-
-//go:embed wrapper.sh
-var wrapperBody string
-
-// manifestLib names the in-box runtime (runtime.go) for the wrapper and
-// the sync script, which run it for every step on the manifests.
-const manifestLib = "RT=" + runtimePath + "\n"
-
-// killScript kills every process of one command: all processes of the
-// uid the wrapper gave it (recorded in out/ID/uid, which only root can
-// write), signalled as that uid, so that nothing else can be reached
-// and a process that left the command's group by setsid dies too. The
-// command may not have started yet (the kill raced the start), so it
-// waits for the pgid file, or for the wrapper to finish, a bounded time.
-// It leaves out/ID/killed behind, which keeps a terminal exec (tty.go)
-// that starts later from running the command at all.
-const killScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
-while [ $i -lt 1000 ]; do
-	[ -d "$O" ] && [ ! -e "$O/killed" ] && : >"$O/killed"
-	u=; { read -r u <"$O/uid"; } 2>/dev/null
-	if [ -n "$u" ] && [ -e "$T/pgid" ]; then nsenter -S "$u" -G "$u" kill -9 -1 2>/dev/null; exit 0; fi
-	[ -e "$O/status" ] && exit 0
-	usleep 5000; i=$((i+1))
-done`
+// wrapperCmd runs one command: the in-box runtime's exec step
+// (internal/boxrt, exec_linux.go), followed by the step's arguments.
+var wrapperCmd = []string{runtimePath, "exec"}
 
 // wrapperUser is who the wrapper's exec runs as: root in the container,
 // with only wrapperCaps; it drops to the command's own uid.
@@ -559,7 +531,7 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 	if req.TTY != nil {
 		return b.startTTY(bx, j, req, args) // tty.go
 	}
-	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript(), "pulse-exec"}, args...), req.Stdin != nil)
+	execID, hj, err := b.attachCmd(bx, append(slices.Clip(wrapperCmd), args...), req.Stdin != nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -587,6 +559,11 @@ func (b *Backend) startFresh(bx *box, j *job, req *backend.Request, args []strin
 // scripts' environment, and attaches to it (to its stdin only when stdin
 // is set). script is the script, its $0 and its arguments.
 func (b *Backend) attachScript(bx *box, script []string, stdin bool, env ...string) (string, types.HijackedResponse, error) {
+	return b.attachCmd(bx, append([]string{b.shell(), "-c"}, script...), stdin, env...)
+}
+
+// attachCmd is attachScript for a program: cmd is its argv.
+func (b *Backend) attachCmd(bx *box, cmd []string, stdin bool, env ...string) (string, types.HijackedResponse, error) {
 	ctx := context.Background()
 	ec, err := b.cli.ContainerExecCreate(ctx, bx.id, container.ExecOptions{
 		User:         wrapperUser,
@@ -595,7 +572,7 @@ func (b *Backend) attachScript(bx *box, script []string, stdin bool, env ...stri
 		AttachStderr: true,
 		Env:          append(b.scriptEnv(), env...),
 		WorkingDir:   "/pulse",
-		Cmd:          append([]string{b.shell(), "-c"}, script...),
+		Cmd:          cmd,
 	})
 	if err != nil {
 		return "", types.HijackedResponse{}, fmt.Errorf("docker: creating exec: %v: %w", err, backend.ErrUnavailable)
@@ -624,7 +601,8 @@ func stderrOrDiscard(req *backend.Request) io.Writer {
 	return io.Discard
 }
 
-// killGroup runs the kill script in a second exec. It is detached: the
+// killGroup runs the runtime's kill step (every process of the
+// command's uid, internal/boxrt) in a second exec. It is detached: the
 // command's own exec ending is what Exec waits for.
 func (b *Backend) killGroup(containerID, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -632,7 +610,7 @@ func (b *Backend) killGroup(containerID, id string) {
 	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
 		User: wrapperUser,
 		Env:  b.scriptEnv(),
-		Cmd:  []string{b.shell(), "-c", killScript, "pulse-kill", id},
+		Cmd:  []string{runtimePath, "kill", id},
 	})
 	if err == nil {
 		err = b.cli.ContainerExecStart(ctx, ec.ID, container.ExecStartOptions{Detach: true})

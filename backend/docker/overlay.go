@@ -71,7 +71,7 @@ func seconds(s string) time.Duration {
 const maxBatches = 1 << 16
 
 // parseOutTar reads the report the wrapper writes after its marker (see
-// finish in wrapper.sh): the tar of its small status files, then, when
+// finish in internal/boxrt/exec_linux.go): the tar of its small status files, then, when
 // those list batches, a tar of changed entries per batch, then one byte,
 // '0' when the batches came out whole. (A files-*.tar inside the first
 // tar is read as a batch too.) It fails closed on anything it does not
@@ -221,7 +221,7 @@ func parseReport(b []byte, maxBytes int64) (*outcome, error) {
 }
 
 // parseNewline reads the wrapper's list of entries whose name holds a
-// newline (wrapper.sh, O/newline): NUL-separated records, the first the
+// newline (the runtime's capture, O/newline): NUL-separated records, the first the
 // marks' ctimes (m0, m1), each other "ctime|type|./name\n". Those changed
 // at or after the mark (all of them should the clock have gone back) come
 // back as entries of mode fs.ModeIrregular: the wrapper could not carry

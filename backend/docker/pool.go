@@ -19,7 +19,7 @@ import (
 // their own.
 const loopScript = `W=$1
 while IFS= read -r line; do
-	printf '%s' "$line" | base64 -d | xargs -0 -x -s 65536 sh -c "$W" pulse-exec
+	printf '%s' "$line" | base64 -d | xargs -0 -x -s 65536 "$W" exec
 done`
 
 // maxIdleWorkers bounds the pooled execs kept waiting per container.
@@ -114,7 +114,7 @@ func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
 }
 
 func (b *Backend) newWorker(bx *box) (*worker, error) {
-	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", wrapperScript()}, true)
+	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", runtimePath}, true)
 	if err != nil {
 		return nil, err
 	}

@@ -55,24 +55,6 @@ func (c *ttyControl) Resize(rows, cols uint16) error {
 	return c.run.resize(rows, cols)
 }
 
-// signalScript sends signal $2 to the command $1's main process, as the
-// command's own uid, once the wrapper has started it; exit 3 when it has
-// ended. The wrapper records its group leader, which is the time(1) that
-// measures the command: the signal goes to its child, the command itself.
-const signalScript = `O=/work/out/$1 T=/work/run/$1.t; i=0
-while [ $i -lt 1000 ]; do
-	[ -e "$O/status" ] && exit 3
-	u=$(cat "$O/uid" 2>/dev/null); g=$(cat "$T/pgid" 2>/dev/null)
-	if [ -n "$u" ] && [ -n "$g" ]; then
-		p=$g; c=$(cat /proc/$g/comm 2>/dev/null)
-		if [ "$c" = time ]; then p=$(cat /proc/$g/task/$g/children 2>/dev/null); p=${p%% *}; fi
-		[ -n "$p" ] || { usleep 5000; i=$((i+1)); continue; }
-		nsenter -S "$u" -G "$u" kill -"$2" $p 2>/dev/null && exit 0; exit 3
-	fi
-	usleep 5000; i=$((i+1))
-done
-exit 3`
-
 // control acts on one command of a container.
 type control struct {
 	b         *Backend
@@ -88,7 +70,7 @@ func (c *control) Signal(sig os.Signal) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	code, err := c.b.runScript(ctx, c.container, signalScript, "pulse-signal", c.id, strconv.Itoa(int(s)))
+	code, err := c.b.runCmd(ctx, c.container, runtimePath, "signal", c.id, strconv.Itoa(int(s)))
 	if err != nil {
 		return fmt.Errorf("docker: signal: %w", err)
 	}
@@ -101,12 +83,17 @@ func (c *control) Signal(sig os.Signal) error {
 // runScript runs a root script of the backend's in the container and
 // returns its exit code.
 func (b *Backend) runScript(ctx context.Context, containerID, script string, args ...string) (int, error) {
+	return b.runCmd(ctx, containerID, append([]string{b.shell(), "-c", script}, args...)...)
+}
+
+// runCmd runs cmd as root in the container and returns its exit code.
+func (b *Backend) runCmd(ctx context.Context, containerID string, cmd ...string) (int, error) {
 	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{
 		User:         wrapperUser,
 		Env:          b.scriptEnv(),
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          append([]string{b.shell(), "-c", script}, args...),
+		Cmd:          cmd,
 	})
 	if err != nil {
 		return 0, err

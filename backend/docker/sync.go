@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,59 +267,11 @@ func desired(ws string, pend *backend.Pending, hiddenList []string, since time.T
 // wrapper's O/newline, parseNewline).
 func unlisted(rel string) bool { return strings.IndexByte(rel, '\n') >= 0 }
 
-// syncScript brings base up to date from a tar on stdin: del (NUL
-// separated paths to remove first), gone (the same, one a line, as the
-// manifest names them) and files/ (entries to create, with the
-// directories above them), under the same lock the wrapper takes, then
-// updates base.manifest, which the wrapper uses as each command's
-// "before", for what changed (made again from all of base only after a
-// reset). umask 0 for the tar: as a user other than root it applies the
-// umask, and base must get the modes of the archive as they are.
-var syncScript = sync.OnceValue(func() string { return manifestLib + syncBody })
-
-const syncBody = `set -u
-P=/work S=$P/sync-$1
-umask 077
-lock() { while ! mkdir "$P/lock" 2>/dev/null; do usleep 1000; done; }
-# files/ is made first, 0700: the tar need not hold it, and the copy of
-# files/. into base gives base its mode.
-mkdir -m 0700 "$S" "$S/files" && (umask 0 && exec tar -x -f - -C "$S") || exit 2
-lock
-rc=0 full=0
-if [ -e "$S/reset" ]; then
-	# What base holds is unknown: it is made again from what came.
-	chmod -R u+rwx "$P/base" /pulse/seed 2>/dev/null
-	rm -rf "$P/base" /pulse/seed && mkdir -m 0700 "$P/base" || rc=7
-	full=1
-fi
-if [ $rc = 0 ] && [ ! -d "$P/base" ]; then
-	# 0700, as the wrapper makes it: commands (other uids) never enter base.
-	cp -a /pulse/seed "$P/base.tmp" && chmod 0700 "$P/base.tmp" && mv "$P/base.tmp" "$P/base" && rm -rf /pulse/seed || rc=3
-	full=1
-fi
-if [ $rc = 0 ]; then
-	if [ -s "$S/del" ]; then (cd "$P/base" && xargs -0 rm -rf <"$S/del") || rc=4; fi
-	if [ -d "$S/files" ]; then cp -a "$S/files/." "$P/base/" && chmod 0700 "$P/base" || rc=5; fi
-fi
-if [ $rc = 0 ]; then
-	if [ $full = 0 ] && [ -e "$P/base.manifest" ]; then
-		if [ -d "$S/files" ]; then
-			"$RT" manlines "$S/files" >"$S/new" || full=1
-		else
-			: >"$S/new"
-		fi
-		[ -e "$S/gone" ] || : >"$S/gone"
-		[ $full = 0 ] && "$RT" mfupdate "$P/base.manifest" "$S/gone" "$S/new" "$P/base" || full=1
-	else
-		full=1
-	fi
-	if [ $full = 1 ]; then
-		"$RT" fullman "$P/base" "$P/base.manifest" || rc=6
-	fi
-fi
-rmdir "$P/lock"
-rm -rf "$S"
-exit $rc`
+// The sync is the in-box runtime's sync step (internal/boxrt,
+// sync_linux.go), run as the sandbox user with a tar on stdin: del,
+// gone, reset and files/, which it applies to base under the lock the
+// exec step takes, then brings base.manifest up to date.
+var syncCmd = []string{runtimePath, "sync"}
 
 // wantWalk is desired run in the background while the container is made
 // ready (box: the engine's answers, the warm slot's files): the walk reads
@@ -510,7 +463,7 @@ func (b *Backend) runSync(ctx context.Context, bx *box, r *bytes.Buffer) error {
 		}
 		b.log.Debug("request channel did not take the sync; running an exec", "container", bx.id)
 	}
-	return b.execWithStdin(ctx, bx.id, []string{b.shell(), "-c", syncScript(), "pulse-sync", id}, r)
+	return b.execWithStdin(ctx, bx.id, append(slices.Clip(syncCmd), id), r)
 }
 
 func (b *Backend) startSeq(ss *syncState) uint64 {

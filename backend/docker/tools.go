@@ -17,9 +17,10 @@ import (
 	"github.com/pulse-agent/pulse/internal/boxrt"
 )
 
-// The in-container side of the backend (wrapper.sh, the pooled exec loop,
-// the kill script) is shell with tar, xargs, time, setsid and usleep,
-// around the in-box runtime (runtime.go), which is always injected here. So that any image works — one without bash,
+// The in-container side of the backend is the in-box runtime (runtime.go),
+// which is always injected here, and the programs it and the small
+// scripts left (the pooled exec loop, the kill and sync scripts) run:
+// tar, cp, xargs, rm, kill, env, usleep. So that any image works — one without bash,
 // busybox or coreutils, one whose tools take other flags, one with no
 // shell at all — the backend brings those tools itself: a static busybox
 // from this host, injected into each container at toolsDir before it

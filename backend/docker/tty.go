@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 // A command with Request.TTY runs on a terminal the engine makes inside
 // the container (an exec with Tty: a new pseudo-terminal of the
 // container's own devpts, /dev/pts/N there), never the caller's. The
-// wrapper (wrapper.sh, PULSE_TTY=1) still does everything around the
+// wrapper (the runtime's exec step, PULSE_TTY=1) still does everything around the
 // command: the copy of the workspace owned by a uid of the command's own,
 // the kill of that uid's processes at the end, the report of the changes.
 // Only the command itself runs elsewhere, in a second exec:
@@ -47,7 +48,7 @@ import (
 
 // ttyScript runs in the terminal exec, as root: DIR UID GID FSIZE PGID
 // TIME ROWS COLS KILLED, then the command's environment and argv (as the
-// wrapper's). KILLED exists once the command was killed (killScript):
+// wrapper's). KILLED exists once the command was killed (the runtime's kill step):
 // a terminal exec that starts only after that runs nothing.
 const ttyScript = `d=$1 u=$2 g=$3 f=$4 p=$5 t=$6 r=$7 c=$8 k=$9; shift 9
 [ -e "$k" ] && exit 137
@@ -120,7 +121,7 @@ func (b *Backend) startTTY(bx *box, j *job, req *backend.Request, args []string)
 		return nil, nil, fmt.Errorf("docker: terminal size %dx%d: %w", sz.Rows, sz.Cols, backend.ErrInvalidRequest)
 	}
 	id, dir, fsize, nonce := args[0], args[1], args[2], args[3]
-	execID, hj, err := b.attachScript(bx, append([]string{wrapperScript(), "pulse-exec"}, args...), true, "PULSE_TTY=1")
+	execID, hj, err := b.attachCmd(bx, append(slices.Clip(wrapperCmd), args...), true, "PULSE_TTY=1")
 	if err != nil {
 		return nil, nil, err
 	}

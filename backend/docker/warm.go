@@ -203,7 +203,7 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 		strconv.Itoa(warmFormat), img, key.workspace, string(key.network), key.hidden, key.caches,
 		strconv.FormatInt(l.MemoryBytes, 10), strconv.FormatFloat(l.CPUs, 'g', -1, 64), strconv.FormatInt(l.Pids, 10),
 		strconv.FormatInt(tmpfsBytes, 10), strconv.FormatInt(b.o.scratchSize, 10), strconv.FormatInt(l.DiskBytes, 10), b.tools, strconv.FormatInt(int64(b.o.reuseIdle/time.Second), 10),
-		wrapperScript(), syncScript(), loopScript, killScript, seccompJSON(), b.chanKey(), boxrt.Identity(),
+		runtimePath, loopScript, seccompJSON(), b.chanKey(), boxrt.Identity(),
 	} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
@@ -230,7 +230,7 @@ if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi; don
 // chanIdleCmd is warmIdleCmd for a container with a request channel: the
 // same idle end, and the listener (channel.go).
 func (b *Backend) chanIdleCmd() []string {
-	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), wrapperScript(), syncScript()}
+	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), runtimePath}
 }
 
 // chanKey is the warm key's part for the channel: containers with one and

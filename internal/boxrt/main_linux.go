@@ -18,6 +18,12 @@ const (
 // Main runs one step of the runtime, named by args[0], and returns its
 // exit status:
 //
+//	exec ID DIR FSIZE NONCE CMD...  run one command (exec_linux.go)
+//	cmd FSIZE UMASK ENV CMD...      the command's own process (runCmd)
+//	unlink                          break hard links (runUnlink)
+//	sync ID                         bring base up to date (runSync)
+//	kill ID                         kill a command's processes (runKill)
+//	signal ID SIG                   signal a command (runSignal)
 //	identity                        print Identity
 //	capture R Q O BEFORE            what a command changed (capture)
 //	fullman DIR MANIFEST            the manifest of all of DIR (fullman)
@@ -30,6 +36,18 @@ func Main(args []string) int {
 	}
 	var err error
 	switch a := args[1:]; {
+	case args[0] == "exec":
+		return runExec(a)
+	case args[0] == "kill":
+		return runKill(a)
+	case args[0] == "signal":
+		return runSignal(a)
+	case args[0] == "sync":
+		return runSync(a)
+	case args[0] == "cmd":
+		return runCmd(a)
+	case args[0] == "unlink" && len(a) == 0:
+		return runUnlink()
 	case args[0] == "identity" && len(a) == 0:
 		_, err = fmt.Println(Identity())
 	case args[0] == "capture" && len(a) == 4:
