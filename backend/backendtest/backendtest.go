@@ -154,6 +154,7 @@ type env struct {
 	b    backend.Backend
 	caps backend.Capabilities
 	ws   string
+	name string // the backend's, in the cross-backend cases
 }
 
 // setup builds a backend for the case, checks it is usable and gives it a
