@@ -29,8 +29,10 @@ cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build ./cowfs/ ./sandbox/ ./cmd/pulse/
 	GOOS=darwin GOARCH=arm64 $(GO) vet ./cowfs/ ./sandbox/ ./cmd/pulse/
 
+# The timeout is per package: backend/docker's suite runs for minutes
+# on 2 loaded cores, and a timeout kills the whole package's report.
 unit:
-	$(GO) test -race -timeout 15m ./...
+	$(GO) test -race -timeout 30m ./...
 
 testenv:
 	@./scripts/testenv.sh

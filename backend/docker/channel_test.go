@@ -218,7 +218,7 @@ func TestDockerWarmChannelRunsTheSync(t *testing.T) {
 	var who string
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		who = rootShell(t, b, bx, `for p in /proc/[0-9]*; do
-	[ "$(tr '\0' ' ' <$p/cmdline 2>/dev/null | cut -d' ' -f1-2)" = "`+runtimePath+` sync" ] && grep -E '^(Uid|Gid|CapEff|CapPrm):' $p/status
+	[ "$( (tr '\0' ' ' <$p/cmdline) 2>/dev/null | cut -d' ' -f1-2)" = "`+runtimePath+` sync" ] && grep -E '^(Uid|Gid|CapEff|CapPrm):' $p/status 2>/dev/null
 done; true`)
 		if who != "" || time.Now().After(deadline) {
 			break
