@@ -100,6 +100,9 @@ const (
 	IsolationNamespace  Isolation = "namespace"
 	IsolationContainer  Isolation = "container"
 	IsolationRemote     Isolation = "remote_container"
+	// IsolationGVisor: the command's system calls are served by a
+	// user-space kernel (gVisor's runsc), not the host kernel.
+	IsolationGVisor Isolation = "gvisor"
 )
 
 // Capabilities is what a backend enforces. The facade uses it to refuse,

@@ -43,6 +43,11 @@ type Driver struct {
 	// RunsImages: the backend runs Config.Image; an image asked for
 	// restricts selection to such backends.
 	RunsImages bool
+	// StrongIsolation: the backend's commands' system calls do not reach
+	// the host kernel directly (IsolationGVisor). Selection tries such a
+	// backend unnamed only for a policy asking for isolation: strong,
+	// and then no other.
+	StrongIsolation bool
 }
 
 // Ranks of the product's backends: the selection order of DESIGN.md.

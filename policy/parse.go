@@ -205,7 +205,7 @@ func scalarInt(n *yaml.Node, field string) (int64, error) {
 }
 
 func decodeFile(n *yaml.Node, p *Policy) error {
-	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches", "group_write"}
+	known := []string{"version", "defaults", "rules", "network", "limits", "secrets", "image", "caches", "group_write", "isolation"}
 	var sw netSwitch
 	err := mapping(n, "", known, func(key string, v *yaml.Node) error {
 		switch key {
@@ -274,6 +274,15 @@ func decodeFile(n *yaml.Node, p *Policy) error {
 				return err
 			}
 			p.Caches = cs
+		case "isolation":
+			lv, err := scalarString(v, key)
+			if err != nil {
+				return err
+			}
+			if IsolationLevel(lv) != IsolationStrong {
+				return fieldErr(v, key, "unknown level %q (want strong, or leave it out)", lv)
+			}
+			p.Isolation = IsolationStrong
 		case "group_write":
 			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
 				return fieldErr(v, key, "want true or false")

@@ -146,6 +146,9 @@ func TestParseRefuses(t *testing.T) {
 		{"image flag-like", "image: -rm\n", "line 1: image"},
 		{"group_write not a bool", "group_write: 1\n", "line 1: group_write"},
 		{"group_write a string", "group_write: \"yes\"\n", "line 1: group_write"},
+		{"isolation unknown", "isolation: weak\n", "line 1: isolation"},
+		{"isolation upper case", "isolation: Strong\n", "line 1: isolation"},
+		{"isolation not a string", "isolation: [strong]\n", "line 1: isolation"},
 		{"alias", "rules: &r []\ndefaults: *r\n", "aliases"},
 		{"two documents", "rules: []\n---\nrules: []\n", "more than one document"},
 		{"syntax", "rules: [\n", "invalid policy"},
@@ -222,6 +225,16 @@ func TestParseGroupWrite(t *testing.T) {
 		p, err := Parse([]byte(in))
 		if err != nil || p.GroupWrite != want {
 			t.Errorf("%q: group_write %v, %v; want %v", in, p.GroupWrite, err, want)
+		}
+	}
+}
+
+// TestParseIsolation: isolation: strong is the one level a file names.
+func TestParseIsolation(t *testing.T) {
+	for in, want := range map[string]IsolationLevel{"isolation: strong\n": IsolationStrong, `{"isolation": "strong"}`: IsolationStrong, "rules: []\n": ""} {
+		p, err := Parse([]byte(in))
+		if err != nil || p.Isolation != want {
+			t.Errorf("%q: isolation %q, %v; want %q", in, p.Isolation, err, want)
 		}
 	}
 }

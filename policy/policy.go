@@ -157,7 +157,21 @@ type Policy struct {
 	// it, a commit gives group or other write only where the workspace
 	// entry already had it; other write never (the file's group_write:).
 	GroupWrite bool `json:"group_write,omitempty" yaml:"group_write,omitempty"`
+	// Isolation is the least isolation every command must run under (the
+	// file's isolation:): IsolationStrong, or "" for whatever backend
+	// selection finds. The sandbox refuses to run under less, never
+	// downgrades it.
+	Isolation IsolationLevel `json:"isolation,omitempty" yaml:"isolation,omitempty"`
 }
+
+// IsolationLevel is a policy's isolation: requirement.
+type IsolationLevel string
+
+// IsolationStrong asks that a command's system calls never reach the
+// host kernel directly: a user-space kernel (gVisor) serves them. The
+// namespace, Docker and host backends share the host kernel and do not
+// meet it.
+const IsolationStrong IsolationLevel = "strong"
 
 // Default returns the built-in policy: reads and shell commands allowed,
 // writes and deletions staged for review (Ask), git operations staged for

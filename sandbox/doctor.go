@@ -144,6 +144,10 @@ func Diagnose(ctx context.Context, opts ...Option) ([]BackendStatus, error) {
 				st.Reason = perr.Error()
 			case skip != "":
 				st.Reason = skip
+			case !o.tries(c) && c.StrongIsolation:
+				st.Reason = "tried only when named (--backend " + c.Name + ") or when the policy asks for isolation: strong"
+			case !o.tries(c):
+				st.Reason = "the policy asks for isolation: strong, which this backend does not meet (it shares the host kernel)"
 			default:
 				st.Selectable = true
 			}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"github.com/pulse-agent/pulse/errdefs"
 
 	"github.com/pulse-agent/pulse/policy"
@@ -56,6 +57,12 @@ var (
 	// ErrInvalidCommand: the Command is malformed (no program, both Args
 	// and Shell, a working directory outside the workspace).
 	ErrInvalidCommand = errdefs.New("sandbox: invalid command", errdefs.ErrInvalidArgument)
+	// ErrIsolationDowngrade: the policy asks for isolation: strong and
+	// the backend (named, passed in, or the only one available) shares
+	// the host kernel. The sandbox refuses it rather than run commands
+	// under less isolation than the policy asked for. It is of class
+	// ErrUnsupportedPolicy.
+	ErrIsolationDowngrade = fmt.Errorf("%w: isolation: strong needs a backend whose commands' system calls do not reach the host kernel (gvisor)", ErrUnsupportedPolicy)
 )
 
 // errClosed is what a closed Sandbox returns: of class ErrClosed, saying

@@ -144,16 +144,16 @@ func WithBackend(b backend.Backend) Option {
 }
 
 // WithBackendName restricts selection to one backend by name ("remote",
-// "docker", "namespace", "host"); "auto" or "" keeps the default order.
-// Naming "host" still requires WithUnsafeHostExecution.
+// "docker", "namespace", "gvisor", "host"); "auto" or "" keeps the
+// default order. Naming "host" still requires WithUnsafeHostExecution.
 func WithBackendName(name string) Option {
 	return func(o *options) error {
 		switch name {
-		case "", "auto", "remote", "docker", "namespace", "host":
+		case "", "auto", "remote", "docker", "namespace", "gvisor", "host":
 			o.backendName = name
 			return nil
 		}
-		return fmt.Errorf("sandbox: unknown backend %q (want auto, remote, docker, namespace or host)", name)
+		return fmt.Errorf("sandbox: unknown backend %q (want auto, remote, docker, namespace, gvisor or host)", name)
 	}
 }
 

@@ -307,6 +307,13 @@ func (s *Sandbox) chooseBackend(ctx context.Context, o *options, early *ahead) e
 		s.wholeLimits = s.driver(s.backend.Name()).BoxLimits
 	}
 	s.caps = s.backend.Capabilities()
+	if err := o.checkIsolation(s.backend.Name(), s.caps); err != nil {
+		if s.ownsBE {
+			_ = s.backend.Close()
+		}
+		s.backend = nil
+		return err
+	}
 	if a, ok := s.backend.(startAheader); ok && o.noPrestart && s.ownsBE {
 		// A sandbox for one command (a CLI process): what the backend
 		// starts for it now starts while the rest of New and Execute's

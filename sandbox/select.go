@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // probeTimeout bounds each backend's Probe during selection, so that an
@@ -153,12 +154,33 @@ func probeAhead(ctx context.Context, o *options) *ahead {
 }
 
 // tries says whether selection considers d at all: it is the backend
-// named, if one is, and runs images, if one was asked for.
+// named, if one is, and runs images, if one was asked for. Unnamed, a
+// backend of strong isolation (gVisor) is tried only for a policy that
+// asks for isolation: strong, and then only such backends are: never
+// picked silently over namespace, never downgraded from.
 func (o *options) tries(d backend.Driver) bool {
-	if o.backendName != "" && o.backendName != "auto" && o.backendName != d.Name {
+	named := o.backendName != "" && o.backendName != "auto"
+	if named && o.backendName != d.Name {
+		return false
+	}
+	if !named && d.StrongIsolation != o.strongIsolation() {
 		return false
 	}
 	return o.image == "" || d.RunsImages // only Docker runs images
+}
+
+// strongIsolation says whether the policy asks for isolation: strong.
+func (o *options) strongIsolation() bool {
+	return o.policy != nil && o.policy.Isolation == policy.IsolationStrong
+}
+
+// checkIsolation refuses a backend that does not meet the policy's
+// isolation: strong (ErrIsolationDowngrade).
+func (o *options) checkIsolation(name string, caps backend.Capabilities) error {
+	if o.strongIsolation() && caps.Isolation != backend.IsolationGVisor {
+		return fmt.Errorf("%w: backend %q isolates at level %q", ErrIsolationDowngrade, name, caps.Isolation)
+	}
+	return nil
 }
 
 // pending says whether the probe has not ended yet.

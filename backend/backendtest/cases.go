@@ -26,7 +26,7 @@ func testIdentity(t *testing.T, s *suite) {
 		t.Error("Name is empty")
 	}
 	switch e.caps.Isolation {
-	case backend.IsolationHostUnsafe, backend.IsolationNamespace, backend.IsolationContainer, backend.IsolationRemote:
+	case backend.IsolationHostUnsafe, backend.IsolationNamespace, backend.IsolationContainer, backend.IsolationRemote, backend.IsolationGVisor:
 	default:
 		t.Errorf("Capabilities().Isolation = %q, not a known level", e.caps.Isolation)
 	}

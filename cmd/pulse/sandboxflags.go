@@ -36,7 +36,7 @@ type sandboxFlags struct {
 
 func addSandboxFlags(fs *flag.FlagSet) *sandboxFlags {
 	f := &sandboxFlags{}
-	f.backend = fs.String("backend", "auto", "backend: auto, remote, docker, namespace or host")
+	f.backend = fs.String("backend", "auto", "backend: auto, remote, docker, namespace, gvisor or host")
 	f.unsafeHost = addUnsafeHostFlag(fs, "allow running unisolated on the host when nothing isolates; a rule the host cannot enforce is refused unless named: --unsafe-host=network,secrets,reads,limits (any of them)")
 	f.policyFile = fs.String("policy", "", "policy file (YAML or JSON); default: the built-in policy")
 	f.workspace = fs.String("workspace", ".", "workspace directory")

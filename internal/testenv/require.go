@@ -38,6 +38,9 @@ const (
 	// Debian: postgresql, which scripts/testenv.sh installs), run by
 	// StartPostgres.
 	Postgres Capability = "postgres"
+	// GVisor: runsc starts sandboxes here, as root (Debian: runsc,
+	// which scripts/testenv.sh installs).
+	GVisor Capability = "gvisor"
 )
 
 // EnvPrefix starts the variable that makes a capability required.

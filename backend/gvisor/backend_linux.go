@@ -1,0 +1,323 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/flock"
+)
+
+// Backend runs commands under runsc. Its methods are safe for concurrent
+// use.
+type Backend struct {
+	o   options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	root     string   // runsc's --root, this Backend's own (made by Probe)
+	rootLock *os.File // flocked while root is in use
+	probed   bool     // a probe sandbox ran
+	platform string   // resolved platform
+	runsc    string   // resolved binary
+	closed   bool
+	closing  chan struct{}
+	running  sync.WaitGroup
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New makes a Backend; it starts nothing (Probe does).
+func New(opts ...Option) (*Backend, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	defaults(&o)
+	if !filepath.IsAbs(o.stateDir) {
+		return nil, fmt.Errorf("gvisor: %w: state dir %q is not absolute", backend.ErrInvalidRequest, o.stateDir)
+	}
+	return &Backend{o: o, log: o.log, closing: make(chan struct{})}, nil
+}
+
+// Name returns "gvisor".
+func (b *Backend) Name() string { return Name }
+
+// Capabilities says what the backend enforces.
+func (b *Backend) Capabilities() backend.Capabilities {
+	b.mu.Lock()
+	p := b.platform
+	b.mu.Unlock()
+	return capabilities(p)
+}
+
+// Platform is the runsc platform commands run on, once Probe succeeded
+// ("" before).
+func (b *Backend) Platform() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.platform
+}
+
+// Probe finds runsc, picks its platform and runs one sandbox. A success
+// is remembered; a failure is probed again next time.
+func (b *Backend) Probe(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("gvisor: %w", backend.ErrClosed)
+	}
+	if b.probed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("gvisor: %w: runsc sandboxes and the workspace overlay need root here (run as root, or use the namespace backend)", backend.ErrUnavailable)
+	}
+	bin, err := findRunsc(b.o.runsc)
+	if err != nil {
+		return err
+	}
+	platform := b.o.platform
+	if platform == "" {
+		platform = defaultPlatform(ctx, bin)
+	}
+	b.mu.Lock()
+	b.runsc, b.platform = bin, platform
+	b.mu.Unlock()
+	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
+		return fmt.Errorf("gvisor: %w: state dir: %w", backend.ErrUnavailable, err)
+	}
+	if err := b.makeRoot(); err != nil {
+		return fmt.Errorf("gvisor: %w: runsc root: %w", backend.ErrUnavailable, err)
+	}
+	ws, err := os.MkdirTemp(b.o.stateDir, "probe-ws-")
+	if err != nil {
+		return fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(ws)
+	var out bytes.Buffer
+	res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform)
+	if err != nil {
+		return fmt.Errorf("gvisor: %w: probe sandbox: %w", backend.ErrUnavailable, err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("gvisor: %w: probe sandbox (runsc %s, platform %s) ended %s with status %d: %s",
+			backend.ErrUnavailable, bin, platform, res.Termination, res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	b.mu.Lock()
+	b.probed = true
+	b.mu.Unlock()
+	return nil
+}
+
+// findRunsc resolves the runsc binary.
+func findRunsc(p string) (string, error) {
+	if p == "" {
+		p = os.Getenv("PULSE_RUNSC")
+	}
+	if p == "" {
+		p = "runsc"
+	}
+	bin, err := exec.LookPath(p)
+	if err != nil {
+		return "", fmt.Errorf("gvisor: %w: no runsc (%w); install it (scripts/testenv.sh does: apt-get install runsc) or set PULSE_RUNSC", backend.ErrUnavailable, err)
+	}
+	return bin, nil
+}
+
+// defaultPlatform is systrap where this runsc knows it (releases from
+// 2023 on), ptrace otherwise.
+func defaultPlatform(ctx context.Context, bin string) string {
+	out, _ := exec.CommandContext(ctx, bin, "help", "platforms").CombinedOutput()
+	if bytes.Contains(out, []byte("systrap")) {
+		return "systrap"
+	}
+	out, _ = exec.CommandContext(ctx, bin, "flags").CombinedOutput()
+	if bytes.Contains(out, []byte("systrap")) {
+		return "systrap"
+	}
+	return "ptrace"
+}
+
+// Exec runs req in a new runsc sandbox.
+func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Result, error) {
+	if req != nil && req.Stdin != nil {
+		defer closeReader(req.Stdin)
+	}
+	if err := b.Probe(ctx); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	bin, platform := b.runsc, b.platform
+	b.mu.Unlock()
+	return b.run(ctx, req, bin, platform)
+}
+
+// begin registers a running execution; it fails after Close.
+func (b *Backend) begin() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("gvisor: %w", backend.ErrClosed)
+	}
+	b.running.Add(1)
+	return nil
+}
+
+// Close ends every running execution and waits for them.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.closing)
+	b.mu.Unlock()
+	b.running.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.root == "" {
+		return nil
+	}
+	err := removeRoot(context.Background(), b.runsc, b.root)
+	b.rootLock.Close()
+	return err
+}
+
+// makeRoot makes this Backend's runsc state directory, locked for its
+// life so that Reconcile in another process leaves it alone.
+func (b *Backend) makeRoot() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.root != "" {
+		return nil
+	}
+	root, err := os.MkdirTemp(b.o.stateDir, rootPrefix)
+	if err != nil {
+		return err
+	}
+	lf, err := os.Create(filepath.Join(root, lockName))
+	if err != nil {
+		return err
+	}
+	if err := flock.TryLock(lf); err != nil {
+		lf.Close()
+		return err
+	}
+	b.root, b.rootLock = root, lf
+	return nil
+}
+
+// removeRoot deletes what containers a runsc root still lists, unmounts
+// what runsc mounted in it (the empty network namespace it keeps for
+// --network=none) and removes it.
+func removeRoot(ctx context.Context, bin, root string) error {
+	if bin != "" {
+		out, _ := exec.CommandContext(ctx, bin, "--root", root, "list", "-quiet").Output()
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.CommandContext(ctx, bin, "--root", root, "delete", "--force", id).Run()
+		}
+	}
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		_ = unix.Unmount(filepath.Join(root, e.Name()), unix.MNT_DETACH)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		return fmt.Errorf("gvisor: remove %s: %w", root, err)
+	}
+	return nil
+}
+
+// Reconcile removes what executions of crashed processes left in the
+// state dir: their sandboxes, mounts and directories. An execution's
+// directory is locked while it lives, so a live one (of any process) is
+// left alone.
+func (b *Backend) Reconcile(ctx context.Context) error {
+	ents, err := os.ReadDir(b.o.stateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: reconcile: %w", err)
+	}
+	bin, _ := findRunsc(b.o.runsc)
+	var errs []error
+	for _, e := range ents {
+		isRoot := strings.HasPrefix(e.Name(), rootPrefix)
+		if !strings.HasPrefix(e.Name(), execPrefix) && !isRoot || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(b.o.stateDir, e.Name())
+		lf, err := os.Open(filepath.Join(dir, lockName))
+		if err != nil {
+			continue // not one of ours, or half made
+		}
+		if err := flock.TryLock(lf); err != nil {
+			lf.Close()
+			continue // live
+		}
+		if isRoot {
+			if err := removeRoot(ctx, bin, dir); err != nil {
+				errs = append(errs, err)
+			}
+			lf.Close()
+			continue
+		}
+		if err := teardown(dir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+		lf.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) runscRoot() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.root
+}
+
+// rootPrefix starts the name of a Backend's runsc state directory.
+const rootPrefix = "runsc-"
+
+// teardown unmounts what an execution dir holds, deepest first.
+func teardown(dir string) error {
+	var errs []error
+	for _, m := range []string{"merged", "lower", "ws", "scratch"} {
+		p := filepath.Join(dir, m)
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("gvisor: unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func closeReader(r any) {
+	if c, ok := r.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}
+
+// waitDelay bounds how long output pipes are drained once the sandbox is
+// gone: nothing of it can hold them, but a broken runsc must not hang
+// Exec.
+const waitDelay = 5 * time.Second

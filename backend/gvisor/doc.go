@@ -1,0 +1,47 @@
+// Package gvisor runs each command under gVisor's runsc: the command's
+// system calls are served by gVisor's user-space kernel (the Sentry),
+// never by the host kernel directly. It needs no KVM: runsc intercepts
+// the calls with its systrap or ptrace platform (systrap where the runsc
+// installed has it, ptrace otherwise; WithPlatform picks one).
+//
+// Each Exec builds, on the host, the same view of the workspace the
+// namespace backend shows, and runs a fresh runsc sandbox on it:
+//
+//   - a tmpfs of limits.disk_bytes (policy.DiskDefault without one) holds
+//     one layer directory built from Request.Pending's View (files,
+//     directories, symlinks; deletions, Request.Hidden and .pulse as
+//     overlayfs whiteouts), the overlay's upper and work directories;
+//   - the workspace, bound read-only, is the bottom lower layer of a host
+//     overlayfs whose upper directory is on that tmpfs; its merged view
+//     is bound into the sandbox at the workspace's own path, so that what
+//     the command writes, through runsc's file proxy (the gofer), lands
+//     in the upper directory and nowhere else;
+//   - a second, read-only overlayfs of the same lower layers is what the
+//     command saw; once the sandbox is gone the upper directory is read
+//     back against it into Result.Overlay (whiteouts and opaque
+//     directories become deletions, a copied-up unchanged file is no
+//     change).
+//
+// The sandbox's root is an empty read-only directory with read-only binds
+// of /usr, /bin, /sbin, /lib* and /etc (secret stores masked), tmpfs /tmp
+// and /root (HOME), gVisor's own /proc and /dev, and Request.Caches bound
+// read-write at their paths. The command runs as uid 0 of the sandbox
+// with no capabilities and no_new_privs. Its network is runsc's
+// --network=none: a loopback device in gVisor's own network stack and
+// nothing else. Allow-all and allowlist are refused (ErrUnsupported):
+// bridging the egress proxy in needs a relay inside the sandbox, which
+// this backend does not run yet.
+//
+// Exit statuses. runsc reports a command killed by signal n as exit
+// status 128+n, as a shell does; the backend reads 129..192 as a signal
+// (Termination Signaled, ExitCode -1), so a command that itself exits
+// with such a status is reported as signaled.
+//
+// Requirements: root (runsc creates its sandboxes as root here, and the
+// view is a host overlayfs mount) and a runsc binary (WithRunsc, $PULSE_RUNSC, or
+// runsc on PATH). Probe starts one sandbox and says what failed.
+//
+// What it costs: every command starts a sandbox (about a second with the
+// ptrace platform on a loaded two-core machine); see docs/security.md and
+// docs/benchmarks.md for the measured ratio to the namespace backend.
+package gvisor

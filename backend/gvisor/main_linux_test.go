@@ -1,0 +1,30 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/internal/testenv"
+)
+
+// newBackend makes a probed backend with its own state dir, or ends the
+// test naming why runsc cannot start here (a failure under
+// PULSE_REQUIRE_GVISOR).
+func newBackend(t testing.TB, opts ...Option) *Backend {
+	t.Helper()
+	b, err := New(append([]Option{WithStateDir(filepath.Join(t.TempDir(), "state")), WithLogger(testenv.Logger(t))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Probe(ctx); err != nil {
+		testenv.Missing(t, testenv.GVisor, err.Error())
+	}
+	return b
+}
