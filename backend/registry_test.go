@@ -16,7 +16,7 @@ func TestDriversInSelectionOrder(t *testing.T) {
 	for _, d := range backend.Drivers() {
 		names = append(names, d.Name)
 	}
-	if want := []string{"remote", "docker", "namespace", "host"}; !slices.Equal(names, want) {
+	if want := []string{"remote", "docker", "namespace", "host", "gvisor"}; !slices.Equal(names, want) {
 		t.Errorf("drivers %v, want %v", names, want)
 	}
 	for _, d := range []backend.Driver{

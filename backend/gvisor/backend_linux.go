@@ -50,6 +50,11 @@ func New(opts ...Option) (*Backend, error) {
 	if !filepath.IsAbs(o.stateDir) {
 		return nil, fmt.Errorf("gvisor: %w: state dir %q is not absolute", backend.ErrInvalidRequest, o.stateDir)
 	}
+	// Its paths go into overlayfs mount options, which split on ',' and
+	// ':' (the workspace itself is bound to a path under it).
+	if strings.ContainsAny(o.stateDir, ",:\\\n") {
+		return nil, fmt.Errorf("gvisor: %w: state dir %q holds a character overlayfs options cannot carry", backend.ErrInvalidRequest, o.stateDir)
+	}
 	return &Backend{o: o, log: o.log, closing: make(chan struct{})}, nil
 }
 

@@ -32,7 +32,7 @@ var ErrOverlayTooLarge = errors.New("gvisor: overlay too large to capture")
 // sandbox is gone and the overlay unmounted.
 func capture(upper, lower string) (*backend.Overlay, error) {
 	c := &capturer{upper: upper, lower: lower}
-	if err := c.walk("."); err != nil {
+	if err := c.walk(".", true); err != nil {
 		return nil, err
 	}
 	ov := &backend.Overlay{Files: c.files, Deleted: c.deleted}
@@ -50,8 +50,14 @@ type capturer struct {
 func (c *capturer) up(p string) string  { return filepath.Join(c.upper, filepath.FromSlash(p)) }
 func (c *capturer) low(p string) string { return filepath.Join(c.lower, filepath.FromSlash(p)) }
 
-// lstatLower is what the command saw at p, nil for nothing.
-func (c *capturer) lstatLower(p string) fs.FileInfo {
+// lstatLower is what the command saw at p, nil for nothing. seen says
+// the lower view has a real directory at p's parent: otherwise nothing
+// was there, and the lookup must not follow what is (a symlink the
+// command replaced by a directory would lead it out of the view).
+func (c *capturer) lstatLower(p string, seen bool) fs.FileInfo {
+	if !seen {
+		return nil
+	}
 	st, err := os.Lstat(c.low(p))
 	if err != nil {
 		return nil
@@ -59,7 +65,9 @@ func (c *capturer) lstatLower(p string) fs.FileInfo {
 	return st
 }
 
-func (c *capturer) walk(rel string) error {
+// walk reads the upper directory rel; seen says the lower view has a
+// real directory there.
+func (c *capturer) walk(rel string, seen bool) error {
 	ents, err := os.ReadDir(c.up(rel))
 	if err != nil {
 		return err
@@ -76,7 +84,7 @@ func (c *capturer) walk(rel string) error {
 		if err := unix.Lstat(c.up(p), &st); err != nil {
 			return &fs.PathError{Op: "lstat", Path: c.up(p), Err: err}
 		}
-		lst := c.lstatLower(p)
+		lst := c.lstatLower(p, seen)
 		perm := fs.FileMode(st.Mode & 0o777)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
@@ -178,7 +186,7 @@ func (c *capturer) dir(p string, perm fs.FileMode, lst fs.FileInfo) error {
 			}
 		}
 	}
-	return c.walk(p)
+	return c.walk(p, lst != nil && lst.IsDir())
 }
 
 func opaque(dir string) bool {

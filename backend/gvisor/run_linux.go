@@ -189,9 +189,11 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
 		log.Warn("output pipes still open after the sandbox ended", "wait_delay", waitDelay)
 	}
-	// runsc deletes the container when run returns; a forced delete
-	// covers a runsc that was killed before it could.
-	_ = exec.Command(bin, "--root", root, "delete", "--force", id).Run()
+	if reason != "" || waitErr != nil && cmd.ProcessState.ExitCode() < 0 {
+		// runsc deletes the container when run returns by itself; one
+		// that was killed, or ended by a signal, may not have.
+		_ = exec.Command(bin, "--root", root, "delete", "--force", id).Run()
+	}
 
 	res := &backend.Result{Duration: duration, Truncated: stdout.truncated() || stderr.truncated()}
 	code := cmd.ProcessState.ExitCode()
