@@ -111,12 +111,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // runCheck says what Run would find at start, without dialling: the
-// programs of the relay's exec path (missing ones make Run refuse, exit
-// 2) and whether executions get boxes of their own here (without, the
+// programs of the relay's exec path, present and working (else Run
+// refuses: exit 2) and whether executions get boxes of their own here (without, the
 // worker attaches all the same and runs one at a time). An image build
 // runs it inside the image it made.
 func runCheck(ctx context.Context, stdout, stderr io.Writer) int {
 	if err := worker.CheckPrograms(nil); err != nil {
+		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
+		return exitUsage
+	}
+	if err := worker.CheckExecPath(ctx, nil); err != nil {
 		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
 		return exitUsage
 	}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -242,6 +243,48 @@ func CheckPrograms(lookPath func(string) (string, error)) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %s not on PATH; add them to the worker image", ErrMissingPrograms, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// execPathProbe runs, in a scratch directory ($1), the relay's own steps
+// as it sends them (internal/server/relay): a workspace packed with tar
+// and gzip, minus .pulse, through base64 and back, unpacked with
+// --no-same-owner, directories made with mktemp and removed. BusyBox's
+// tar has the program's name but not these options.
+// It uses RequiredPrograms and bash's builtins alone.
+const execPathProbe = `set -e
+src=$(mktemp -d "$1/src.XXXXXX")
+dst=$(mktemp -d "$1/dst.XXXXXX")
+echo probe > "$src/file"
+echo internal > "$src/.pulse"
+(cd "$src" && tar -czf - --exclude=./.pulse .) | base64 > "$1/ws.b64"
+base64 -d < "$1/ws.b64" | tar -xzpf - --no-same-owner -C "$dst"
+test "$(cat "$dst/file")" = probe
+test ! -e "$dst/.pulse"
+rm -rf "$src" "$dst"
+env -i bash -c true
+`
+
+// CheckExecPath runs the relay's exec path once, in a scratch directory,
+// with env (the commands' environment; the worker's own when nil), and
+// reports, wrapping ErrMissingPrograms, a step that fails here with what
+// it printed: a program there in name only (BusyBox's tar lacks
+// --exclude and --no-same-owner) would lose every command's writes.
+func CheckExecPath(ctx context.Context, env []string) error {
+	dir, err := os.MkdirTemp("", "pulse-worker-check-")
+	if err != nil {
+		return fmt.Errorf("worker: checking the exec path: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "bash", "-c", execPathProbe, "check", dir)
+	if env != nil {
+		cmd.Env = env
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: the relay's steps (tar -czf --exclude, base64, tar -xzpf --no-same-owner, mktemp) fail here: %v: %s; the worker image needs GNU tar, gzip and coreutils",
+			ErrMissingPrograms, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

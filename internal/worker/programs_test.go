@@ -52,3 +52,46 @@ func TestRefusesToStartWithoutTheExecPathsPrograms(t *testing.T) {
 		t.Errorf("the refusal names a program that is there: %v", err)
 	}
 }
+
+// TestRefusesToStartWhereTheExecPathFails: every program of the exec path
+// is on PATH, but tar is BusyBox's (a worker image built on busybox
+// alone), which takes neither --exclude nor --no-same-owner. The relay
+// would run each command and then lose its writes; Run refuses first,
+// saying which steps fail and what the image needs.
+func TestRefusesToStartWhereTheExecPathFails(t *testing.T) {
+	const busybox = "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		t.Skipf("needs a busybox at %s for its tar: %v", busybox, err)
+	}
+	if err := worker.CheckPrograms(nil); err != nil {
+		t.Skipf("this machine itself lacks what a worker needs: %v", err)
+	}
+	if err := worker.CheckExecPath(t.Context(), nil); err != nil {
+		t.Fatalf("the exec path fails with this machine's programs: %v", err)
+	}
+	bin := t.TempDir()
+	for _, p := range worker.RequiredPrograms {
+		real, _ := exec.LookPath(p)
+		if p == "tar" {
+			real = busybox
+		}
+		if err := os.Symlink(real, filepath.Join(bin, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
+	if out, err := exec.Command("tar", "--exclude=x", "-czf", "/dev/null", ".").CombinedOutput(); err == nil {
+		t.Skipf("this busybox's tar takes --exclude (%s): nothing to refuse", out)
+	}
+	cfg := worker.Default()
+	cfg.RelayAddr = "127.0.0.1:1"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := worker.Run(ctx, cfg)
+	if !errors.Is(err, worker.ErrMissingPrograms) {
+		t.Fatalf("Run = %v, want ErrMissingPrograms", err)
+	}
+	if !strings.Contains(err.Error(), "GNU tar") || !strings.Contains(err.Error(), "unrecognized option") {
+		t.Errorf("the refusal does not say what fails and what is needed: %v", err)
+	}
+}

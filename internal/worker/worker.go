@@ -69,7 +69,8 @@ const (
 // beyond it waits for a slot). It returns nil when ctx ends, an error
 // wrapping ErrTokenRefused when a relay refuses the token (after logging
 // it at ERROR), one wrapping ErrMissingPrograms when a program of
-// RequiredPrograms is not on PATH, and otherwise an error only for a
+// RequiredPrograms is not on PATH or the exec path's steps fail here
+// (CheckExecPath), and otherwise an error only for a
 // configuration it cannot start with.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
@@ -83,6 +84,14 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Error("cannot serve the relay", "err", err)
 		return err
 	}
+	env := cfg.Env
+	if env == nil {
+		env = childEnv(os.Environ())
+	}
+	if err := CheckExecPath(ctx, env); err != nil {
+		log.Error("cannot serve the relay", "err", err)
+		return err
+	}
 	if cfg.Capabilities == nil {
 		cfg.Capabilities = DetectCapabilities(nil)
 	}
@@ -91,10 +100,6 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("starting", "relay", cfg.RelayAddr, "sandbox_id", cfg.SandboxID, "capacity", cfg.MaxConcurrent, "tls", cfg.TLS, "each_address", cfg.RelayEach)
 	if cfg.Token == DefaultToken {
 		log.Warn("SANDBOX_TOKEN not set: using the development default token")
-	}
-	env := cfg.Env
-	if env == nil {
-		env = childEnv(os.Environ())
 	}
 	r, err := runner.New(runner.WithEnv(env), runner.WithLogger(log))
 	if err != nil {
