@@ -116,7 +116,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 	}
 	defer os.RemoveAll(ws)
 	var out bytes.Buffer
-	res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform)
+	res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform, nil)
 	if err != nil {
 		return fmt.Errorf("gvisor: %w: probe sandbox: %w", backend.ErrUnavailable, err)
 	}
@@ -170,7 +170,30 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	b.mu.Lock()
 	bin, platform := b.runsc, b.platform
 	b.mu.Unlock()
-	return b.run(ctx, req, bin, platform)
+	return b.run(ctx, req, bin, platform, nil)
+}
+
+var _ backend.Starter = (*Backend)(nil)
+
+// Start runs req as Exec does and returns once its sandbox is started.
+// Signal goes to the command's main process through runsc kill; ports
+// and terminals are not reachable (ErrUnsupported).
+func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
+	if err := b.Probe(ctx); err != nil {
+		if req != nil && req.Stdin != nil {
+			closeReader(req.Stdin)
+		}
+		return nil, err
+	}
+	b.mu.Lock()
+	bin, platform := b.runsc, b.platform
+	b.mu.Unlock()
+	return backend.Background(ctx, func(ctx context.Context, started func(backend.Control)) (*backend.Result, error) {
+		if req != nil && req.Stdin != nil {
+			defer closeReader(req.Stdin)
+		}
+		return b.run(ctx, req, bin, platform, started)
+	})
 }
 
 // begin registers a running execution; it fails after Close.

@@ -15,7 +15,6 @@ import (
 
 func TestConformance(t *testing.T) {
 	factory := func(t *testing.T) backend.Backend { return newBackend(t) }
-	const noStart = "the backend does not implement backend.Starter yet: every command runs to its end in Exec"
 	var extra []backendtest.Option
 	if os.Getenv("PULSE_GVISOR_LONG") == "" {
 		extra = append(extra, backendtest.Skip("StackLongSession",
@@ -39,10 +38,6 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { maxOverlayTotal = old })
 			return factory(t)
 		}),
-		backendtest.Skip("StartWait", noStart),
-		backendtest.Skip("StartKillTree", noStart),
-		backendtest.Skip("StartSignal", noStart),
-		backendtest.Skip("StartRefused", noStart),
 	)...)
 }
 

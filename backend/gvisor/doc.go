@@ -32,6 +32,12 @@
 // bridging the egress proxy in needs a relay inside the sandbox, which
 // this backend does not run yet.
 //
+// Start (backend.Starter) runs a command as Exec does and returns once
+// its sandbox is starting; Signal goes to the command's main process (the
+// container's init) through `runsc kill`, retried until runsc has made
+// the container. Ports inside the sandbox (DialPort) and terminals
+// (Request.TTY) are not reachable: ErrUnsupported.
+//
 // Exit statuses. runsc reports a command killed by signal n as exit
 // status 128+n, as a shell does; the backend reads 129..192 as a signal
 // (Termination Signaled, ExitCode -1), so a command that itself exits

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,7 +29,9 @@ import (
 )
 
 // run is Exec with runsc resolved.
-func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform string) (*backend.Result, error) {
+// onStart, when set, is called once the sandbox is starting, with what
+// signals its command (Start).
+func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform string, onStart func(backend.Control)) (*backend.Result, error) {
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
@@ -80,7 +83,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		return nil, fmt.Errorf("gvisor: nothing started: %w", err)
 	}
 
-	res, err := b.sandbox(ctx, req, limits, bin, platform, xdir, id, log)
+	res, err := b.sandbox(ctx, req, limits, bin, platform, xdir, id, log, onStart)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ func diskFull(scratch string) bool {
 // sandbox runs the bundle in xdir to its end.
 func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits policy.ResourceLimits, bin, platform, xdir, id string, log interface {
 	Warn(string, ...any)
-}) (*backend.Result, error) {
+}, onStart func(backend.Control)) (*backend.Result, error) {
 	root := b.runscRoot()
 	flags := []string{"--root", root, "--network=none", "--platform=" + platform}
 	cmd := exec.Command(bin, append(flags, "run", "--bundle", xdir, id)...)
@@ -161,7 +164,15 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 		}()
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		done <- err
+	}()
+	if onStart != nil {
+		onStart(&control{bin: bin, root: root, id: id, exited: exited})
+	}
 
 	timer := time.NewTimer(limits.Timeout)
 	defer timer.Stop()
@@ -234,6 +245,38 @@ func (b *Backend) kill(bin, root, id string, cmd *exec.Cmd, done <-chan error) e
 			_ = exec.Command(bin, "--root", root, "delete", "--force", id).Run()
 			return <-done
 		}
+	}
+}
+
+// control signals a started command through runsc.
+type control struct {
+	bin, root, id string
+	exited        <-chan struct{}
+}
+
+// Signal sends sig to the command's main process (the container's init).
+// Until runsc has made the container there is none to signal: it tries
+// again for a while.
+func (c *control) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("gvisor: %w: signal %v", backend.ErrUnsupported, sig)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command(c.bin, "--root", c.root, "kill", c.id, strconv.Itoa(int(s))).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			return backend.ErrProcessDone
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gvisor: signal %v: %w: %s", sig, err, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
