@@ -107,6 +107,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	rn, box, closeBoxes := boxRunner(ctx, r, cfg.MaxConcurrent, log) // box.go
 	defer closeBoxes()
+	// What the relays are told, and what "attached" says: a worker
+	// without boxes runs one at a time whatever was asked.
+	cfg.MaxConcurrent = box.capacity
 	// One session for every relay: its dedup cache answers a req_id
 	// whichever relay sends it again. Each attachment gets a pool of its
 	// own from the session; the slots bound them together.
