@@ -6,7 +6,7 @@ FUZZTIME ?= 10s
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build docs fleet-e2e
+.PHONY: test testenv check fmt vet lint cross unit fuzz bench bench-agent build docs fleet-e2e k8s-check
 
 test: testenv check
 
@@ -70,3 +70,12 @@ docs:
 fleet-e2e:
 	@./scripts/testenv.sh
 	$(GO) run ./bench/fleet
+
+# deploy/k8s/ on a real control plane (scripts/k8s-check.sh): kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubectl built from the
+# Kubernetes Go modules at go.mod's k8s.io/api version (cached under the
+# user cache dir; tens of minutes the first time), Debian's etcd
+# (apt-get install -y etcd-server) and kwok nodes. Applies the manifests and
+# waits until every Deployment is Available. Not part of make test or CI.
+k8s-check:
+	@./scripts/k8s-check.sh
