@@ -190,10 +190,7 @@ func buildEnv(env map[string]string) []string {
 }
 
 // maxPooledArgs bounds the request a pooled exec takes (it travels as one
-// line through xargs, which has a size limit); larger ones get their own.
-// xargs counts the wrapper (some 23 KB) too: loopScript gives it 64 KB,
-// busybox's default being 32 KB, which left a request of 9 KB and more
-// split into two wrapper runs.
+// line, and the loop step holds it whole); larger ones get their own.
 const maxPooledArgs = 16 << 10
 
 // commandArgs is the wrapper's argument list after the script name: ID
@@ -220,7 +217,7 @@ func poolable(req *backend.Request, args []string) bool {
 	n := 0
 	for _, a := range args {
 		if a == "" {
-			return false // xargs may drop empty arguments
+			return false // an empty argument: an exec of its own, as always
 		}
 		n += len(a) + 1
 	}

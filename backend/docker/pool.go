@@ -10,17 +10,13 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
-// A pooled exec runs loopScript: it reads one request a line (the
-// wrapper's arguments, NUL-separated, base64) and runs the wrapper for
-// each, in turn. A warm command then costs a line written to a stream
-// that is already open, instead of a new exec, whose set-up in the
-// runtime is most of the cost of running `true`. Commands run through
-// xargs, so their stdin is empty; commands with stdin get an exec of
-// their own.
-const loopScript = `W=$1
-while IFS= read -r line; do
-	printf '%s' "$line" | base64 -d | xargs -0 -x -s 65536 "$W" exec
-done`
+// A pooled exec runs the runtime's loop step (internal/boxrt): it reads
+// one request a line (the exec step's arguments, NUL-separated, base64)
+// and runs the exec step for each, in turn. A warm command then costs a
+// line written to a stream that is already open, instead of a new exec,
+// whose set-up in the runtime is most of the cost of running `true`.
+// Commands with stdin get an exec of their own.
+var loopCmd = []string{runtimePath, "loop"}
 
 // maxIdleWorkers bounds the pooled execs kept waiting per container.
 const maxIdleWorkers = 8
@@ -114,7 +110,7 @@ func (b *Backend) startPooled(bx *box, j *job, args []string) *worker {
 }
 
 func (b *Backend) newWorker(bx *box) (*worker, error) {
-	_, hj, err := b.attachScript(bx, []string{loopScript, "pulse-loop", runtimePath}, true)
+	_, hj, err := b.attachCmd(bx, loopCmd, true)
 	if err != nil {
 		return nil, err
 	}

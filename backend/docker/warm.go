@@ -203,7 +203,7 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 		strconv.Itoa(warmFormat), img, key.workspace, string(key.network), key.hidden, key.caches,
 		strconv.FormatInt(l.MemoryBytes, 10), strconv.FormatFloat(l.CPUs, 'g', -1, 64), strconv.FormatInt(l.Pids, 10),
 		strconv.FormatInt(tmpfsBytes, 10), strconv.FormatInt(b.o.scratchSize, 10), strconv.FormatInt(l.DiskBytes, 10), b.tools, strconv.FormatInt(int64(b.o.reuseIdle/time.Second), 10),
-		runtimePath, loopScript, seccompJSON(), b.chanKey(), boxrt.Identity(),
+		runtimePath, seccompJSON(), b.chanKey(), boxrt.Identity(),
 	} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})

@@ -1,7 +1,10 @@
 package boxrt
 
 import (
+	"bufio"
+	"encoding/base64"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -77,4 +80,37 @@ func runSignal(a []string) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return 3
+}
+
+// runLoop is a pooled exec's step: it reads one request a line (the
+// exec step's arguments, NUL-separated, base64) and runs the exec step
+// for each, in turn, its output on this exec's. A warm command then
+// costs a line written to a stream that is already open, instead of a
+// new exec, whose set-up in the engine is most of the cost of running
+// `true`. The command's stdin is empty; commands with stdin get an exec
+// of their own.
+func runLoop(a []string) int {
+	if len(a) != 0 {
+		return usage()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		self = toolsDir + "/" + Name
+	}
+	r := bufio.NewReaderSize(os.Stdin, 64<<10)
+	for {
+		line, err := r.ReadString('\n')
+		if line = strings.TrimSuffix(line, "\n"); line != "" {
+			// A line that does not decode runs nothing, and its job gets
+			// no report: the host gives the stream up.
+			if b, derr := base64.StdEncoding.DecodeString(line); derr == nil {
+				c := exec.Command(self, append([]string{"exec"}, strings.Split(string(b), "\x00")...)...)
+				c.Stdout, c.Stderr = os.Stdout, os.Stderr
+				_ = c.Run()
+			}
+		}
+		if err != nil {
+			return 0
+		}
+	}
 }

@@ -22,6 +22,7 @@ const (
 //	cmd FSIZE UMASK ENV CMD...      the command's own process (runCmd)
 //	unlink                          break hard links (runUnlink)
 //	sync ID                         bring base up to date (runSync)
+//	loop                            a pooled exec's requests (runLoop)
 //	kill ID                         kill a command's processes (runKill)
 //	signal ID SIG                   signal a command (runSignal)
 //	identity                        print Identity
@@ -38,6 +39,8 @@ func Main(args []string) int {
 	switch a := args[1:]; {
 	case args[0] == "exec":
 		return runExec(a)
+	case args[0] == "loop":
+		return runLoop(a)
 	case args[0] == "kill":
 		return runKill(a)
 	case args[0] == "signal":
