@@ -280,7 +280,10 @@ func execExitCode(res *sandbox.Result) int {
 // (0: it sets none), so that a command stopped at the disk bound is told
 // which bound that was.
 func summarize(w io.Writer, res *sandbox.Result, diff, cow, wsFlag string, failed error, policyDisk int64) {
-	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, res.ExitCode, res.Termination,
+	// The code pulse exits with, not the backend's raw one: a command
+	// killed at a bound (disk_limit, OOM) has ExitCode 0 or -1, and pulse
+	// exits 137 for it; the summary must not say otherwise.
+	fmt.Fprintf(w, "\n── pulse: %s backend, exit %d (%s) in %s\n", res.Backend, execExitCode(res), res.Termination,
 		res.Duration.Round(time.Millisecond))
 	if res.Truncated {
 		fmt.Fprintln(w, "   output was truncated at the output cap")

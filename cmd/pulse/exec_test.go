@@ -437,3 +437,29 @@ func TestSummaryDiskBoundOnDocker(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryExitIsPulsesExit: the summary line names the code pulse
+// exec exits with, whatever the backend reported: a command killed at
+// the disk bound with a raw exit code of 0 exits 137, and its summary
+// must not say "exit 0".
+func TestSummaryExitIsPulsesExit(t *testing.T) {
+	for _, res := range []*sandbox.Result{
+		{Backend: "namespace", Termination: backend.DiskLimit, ExitCode: 0},
+		{Backend: "namespace", Termination: backend.DiskLimit, ExitCode: -1},
+		{Backend: "namespace", Termination: backend.OOM, ExitCode: 0},
+		{Backend: "namespace", Termination: backend.Timeout, ExitCode: 0},
+		{Backend: "docker", Isolation: backend.IsolationContainer, Termination: backend.DiskLimit, ExitCode: 1},
+		{Backend: "host", Termination: backend.Exited, ExitCode: 3},
+		{Backend: "host", Termination: backend.Exited, ExitCode: 0},
+	} {
+		var b strings.Builder
+		summarize(&b, res, "", "pulse cow", "", nil, 0)
+		want := fmt.Sprintf("backend, exit %d (%s)", execExitCode(res), res.Termination)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%s exit %d: summary does not say %q:\n%s", res.Termination, res.ExitCode, want, b.String())
+		}
+	}
+	if got := execExitCode(&sandbox.Result{Termination: backend.DiskLimit}); got != exitKilled {
+		t.Errorf("disk_limit with exit code 0 exits %d, want %d", got, exitKilled)
+	}
+}
