@@ -11,11 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/daemon"
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
@@ -262,7 +265,18 @@ func TestDaemonForwardsInterrupt(t *testing.T) {
 func TestDaemonKilledMidCommandIsReported(t *testing.T) {
 	r := newDaemonRig(t)
 	d := r.serve()
-	cmd, errOut := r.startedRun(false, "echo written > half.txt; echo started; exec sleep 60")
+	// A transaction pending before the kill, made through the daemon:
+	// it must come through the kill as it was.
+	if code, _, stderr := r.run(false, "", "exec", "--", "sh", "-c", "echo kept > pending.txt"); code != 0 {
+		t.Fatalf("the first command: exit %d: %s", code, stderr)
+	}
+	code, pendingBefore, stderr := r.run(true, "", "cow", "list", "--json")
+	if code != 0 || !strings.Contains(pendingBefore, "pending.txt") {
+		t.Fatalf("cow list before the kill: exit %d %q %s", code, pendingBefore, stderr)
+	}
+	// The command's own marker: no process of it may outlive the kill.
+	marker := fmt.Sprintf("%d", 7_000_000+os.Getpid()%1_000_000)
+	cmd, errOut := r.startedRun(false, "echo written > half.txt; echo started; exec sleep "+marker)
 	st, err := r.status()
 	must(t, err)
 	if st.Active != 1 || st.Pid != d.Process.Pid {
@@ -277,13 +291,36 @@ func TestDaemonKilledMidCommandIsReported(t *testing.T) {
 		t.Errorf("stderr does not say what happened: %q", msg)
 	}
 	// Nothing half made: the workspace untouched, and the review state
-	// readable, with no transaction of the lost command.
-	if _, err := os.Stat(filepath.Join(r.ws, "half.txt")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("half.txt in the workspace: %v", err)
+	// readable, holding the transaction pending before and none of the
+	// lost command.
+	for _, name := range []string{"half.txt", "pending.txt"} {
+		if _, err := os.Stat(filepath.Join(r.ws, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s in the workspace before any commit: %v", name, err)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(r.ws, "README")); err != nil || string(got) != "hello\n" {
+		t.Errorf("README after the kill: %q %v", got, err)
 	}
 	code, out, stderr := r.run(true, "", "cow", "list", "--json")
-	if code != 0 || strings.TrimSpace(out) != "[]" {
-		t.Errorf("cow list after the kill: exit %d %q %s", code, out, stderr)
+	if code != 0 || out != pendingBefore {
+		t.Errorf("cow list after the kill: exit %d %q %s; before it: %q", code, out, stderr, pendingBefore)
+	}
+	// The lost command is not left running (it could write on).
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if pid := processWithArg(marker); pid != 0 {
+			return fmt.Errorf("process %d of the lost command still runs", pid)
+		}
+		return nil
+	})
+	// The pending transaction commits as it would have.
+	if code, _, stderr := r.run(true, "", "cow", "commit", "--all"); code != 0 {
+		t.Fatalf("cow commit --all after the kill: exit %d: %s", code, stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(r.ws, "pending.txt")); err != nil || string(got) != "kept\n" {
+		t.Errorf("pending.txt once committed: %q %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(r.ws, "half.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("half.txt in the workspace after the commit: %v", err)
 	}
 	// The next command runs (in-process, starting a new daemon).
 	if code, out, stderr := r.run(false, "", "exec", "--", "echo", "again"); code != 0 || out != "again\n" {
@@ -385,5 +422,100 @@ func TestDaemonFrontHandsOffAndFallsBack(t *testing.T) {
 				t.Errorf("the daemon served %d command(s), want %d", got, tc.served)
 			}
 		})
+	}
+}
+
+// processWithArg returns the pid of a process one of whose arguments is
+// arg, 0 when none.
+func processWithArg(arg string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestDaemonDirOfAnotherUserIsNeverUsed is the other side of the two
+// users: this user's runtime dir holds a pulse-daemon directory that
+// another uid made, and a daemon of that uid listens in it on the very
+// socket this user's command would dial (the same binary, directory and
+// environment give the same name). pulse must not hand it anything: the
+// command runs in its own process, as this user, and the other uid's
+// daemon never sees a request.
+func TestDaemonDirOfAnotherUserIsNeverUsed(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a process as another uid")
+	}
+	const nobody = 65534
+	r := newDaemonRig(t)
+	r.args = []string{"--backend", "host", "--unsafe-host=network,secrets"}
+	// A runtime dir that both can pass through, and its pulse-daemon
+	// directory made by uid 65534 first.
+	rt := filepath.Join(filepath.Dir(r.bin), "shared-rt")
+	must(t, os.Mkdir(rt, 0o755))
+	must(t, os.Mkdir(filepath.Join(rt, "pulse-daemon"), 0o700))
+	must(t, os.Chown(filepath.Join(rt, "pulse-daemon"), nobody, nobody))
+	cache := filepath.Join(filepath.Dir(r.bin), "cache-nobody")
+	must(t, os.Mkdir(cache, 0o700))
+	must(t, os.Chown(cache, nobody, nobody))
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent", "XDG_RUNTIME_DIR=" + rt,
+		"XDG_CACHE_HOME=" + cache, "PULSE_KEEP_WARM=1m"}
+	// The other uid's daemon, serving this directory and environment.
+	other := exec.Command(r.bin, "daemon", "serve", "--log")
+	other.Dir, other.Env = r.ws, env
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	var log testenv.SyncBuffer
+	other.Stdout, other.Stderr = &log, &log
+	must(t, other.Start())
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(log.String(), "daemon: listening") {
+			return fmt.Errorf("the daemon of uid %d is not listening: %s", nobody, log.String())
+		}
+		return nil
+	})
+	socks, _ := filepath.Glob(filepath.Join(rt, "pulse-daemon", "*.sock"))
+	if want := filepath.Join(rt, "pulse-daemon", daemon.NameFor(r.bin, r.ws, env)+".sock"); len(socks) != 1 || socks[0] != want {
+		t.Fatalf("sockets of uid %d: %v, want the one uid 0 dials, %s", nobody, socks, want)
+	}
+	if st, err := os.Stat(socks[0]); err != nil || st.Sys().(*syscall.Stat_t).Uid != nobody {
+		t.Fatalf("the socket is not uid %d's: %v", nobody, err)
+	}
+	for i := range 2 {
+		cmd := exec.Command(r.bin, "exec", "--backend", "host", "--unsafe-host=network,secrets", "--", "sh", "-c", "id -u")
+		cmd.Dir, cmd.Env = r.ws, env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("run %d: pulse as uid 0 beside a daemon of uid %d: %v: %s", i, nobody, err, errOut.String())
+		}
+		if got := strings.TrimSpace(out.String()); got != "0" {
+			t.Errorf("run %d: the command ran as uid %q, want 0", i, got)
+		}
+		if strings.Contains(errOut.String(), "daemon") {
+			t.Errorf("run %d: falling back said something: %s", i, errOut.String())
+		}
+	}
+	if strings.Contains(log.String(), "daemon: running") {
+		t.Errorf("the daemon of uid %d ran a command of uid 0:\n%s", nobody, log.String())
+	}
+	// And the directory is still the other uid's alone: nothing of uid
+	// 0's in it (no socket, no lock of a daemon it started there).
+	ents, _ := os.ReadDir(filepath.Join(rt, "pulse-daemon"))
+	for _, e := range ents {
+		info, err := e.Info()
+		if err == nil && info.Sys().(*syscall.Stat_t).Uid != nobody {
+			t.Errorf("%s in the directory of uid %d is uid %d's", e.Name(), nobody, info.Sys().(*syscall.Stat_t).Uid)
+		}
 	}
 }
