@@ -20,8 +20,9 @@
 #     host CLI: the difference in ms rather than a ratio
 #   - through the daemon (pulse daemon: the first pulse exec starts it,
 #     each later one hands its command to it): namespace `true` against
-#     bwrap, host `true` against `bash -c true`, and 256 MiB of namespace
-#     stdout against the direct pipe, the in-process rows beside them;
+#     bwrap, host `true` against `bash -c true`, 256 MiB of namespace
+#     stdout against the direct pipe and 1,000 files written and
+#     committed against bwrap on a tmpfs, the in-process rows beside them;
 #     and `true` through the thin front end (internal/daemon/front, not
 #     what make build installs as pulse), the BenchmarkCLIFront rows
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
@@ -130,7 +131,28 @@ daemon_rows() {
 	pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
 	front_rows
 	pair BenchmarkCLIDaemonNamespaceStdout256MiB x-vs-pipe "$NBULK" : "$dmn $ns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
+	if [ "$have_bwrap" = 1 ]; then
+		# 1,000 files written and committed through the daemon, in one
+		# workspace the runs share (an agent's: the daemon holds its
+		# sandbox), the last run's files moved aside between runs,
+		# untimed, on both sides (moved, not deleted: see the ext4 note
+		# below); then in a fresh workspace each run, which the daemon
+		# opens a sandbox for inside the timed command.
+		mkdir "$tmp/d1k" "$tmp/dold"
+		echo hello >"$tmp/d1k/README"
+		dmoved=0
+		rmfiles="if [ -e $tmp/d1k/f1.txt ]; then mkdir $tmp/dold/\$((++dmoved)) && mv $tmp/d1k/f*.txt $tmp/dold/\$dmoved/; fi"
+		warm_daemon "$pulse exec --backend namespace --auto-commit --workspace $tmp/d1k true"
+		pair BenchmarkCLIDaemonCommit1000Files x-vs-bwrap-tmpfs "$NBULK" "$rmfiles" \
+			"$dmn $pulse exec --backend namespace --auto-commit --workspace $tmp/d1k '$files'" \
+			"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
+		dfresh="[ ! -e $tmp/dw1k ] || mv $tmp/dw1k $tmp/dold/\$((++dmoved)); mkdir $tmp/dw1k && echo hello >$tmp/dw1k/README"
+		pair BenchmarkCLIDaemonCommit1000FilesFreshWorkspace x-vs-bwrap-tmpfs "$NBULK" "$dfresh" \
+			"$dmn $pulse exec --backend namespace --auto-commit --workspace $tmp/dw1k '$files'" \
+			"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
+	fi
 }
+files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
 if [ "${ROWS:-all}" = daemon ]; then
 	daemon_rows
 	exit 0
@@ -177,7 +199,6 @@ pair BenchmarkCLINamespaceStdout256MiB x-vs-pipe "$NBULK" : "$ns --policy $tmp/b
 pair BenchmarkCLIHostStdout256MiB x-vs-pipe "$NBULK" : "$hostx --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
 
 if [ "$have_bwrap" = 1 ]; then
-	files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
 	# Each run starts from a fresh workspace. The one before is moved
 	# aside, not deleted, until the end: ext4 without a journal (this
 	# machine class's root) skips inodes freed in the last 30 s to 3 min
