@@ -655,3 +655,13 @@ func TestUndoKilledBeforeItsCommitPoint(t *testing.T) {
 		})
 	}
 }
+
+// failpointName returns the FailpointEnv name of failpoint fp.
+func failpointName(fp int) string {
+	for _, n := range FailpointNames {
+		if n.Number == fp {
+			return n.Name
+		}
+	}
+	return strconv.Itoa(fp)
+}

@@ -106,13 +106,3 @@ func init() {
 		}
 	}
 }
-
-// failpointName returns the FailpointEnv name of failpoint fp.
-func failpointName(fp int) string {
-	for _, n := range FailpointNames {
-		if n.Number == fp {
-			return n.Name
-		}
-	}
-	return strconv.Itoa(fp)
-}

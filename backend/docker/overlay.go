@@ -70,8 +70,8 @@ func seconds(s string) time.Duration {
 // maxBatches bounds the batches a report may announce.
 const maxBatches = 1 << 16
 
-// parseOutTar reads the report the wrapper writes after its marker (see
-// finish in internal/boxrt/exec_linux.go): the tar of its small status files, then, when
+// parseReport reads the report the runtime's exec step writes after its
+// marker (see finish in internal/boxrt/exec_linux.go): the tar of its small status files, then, when
 // those list batches, a tar of changed entries per batch, then one byte,
 // '0' when the batches came out whole. (A files-*.tar inside the first
 // tar is read as a batch too.) It fails closed on anything it does not
@@ -79,14 +79,6 @@ const maxBatches = 1 << 16
 // only the changed entries are refused, it still returns the outcome read
 // from the status files (without an overlay), with the error: the
 // command's exit status stands.
-func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading the report: %v", ErrBadOverlay, err)
-	}
-	return parseReport(b, maxBytes)
-}
-
 func parseReport(b []byte, maxBytes int64) (*outcome, error) {
 	out := &outcome{}
 	var deleted []string

@@ -283,3 +283,12 @@ func TestParseNewline(t *testing.T) {
 		}
 	}
 }
+
+// parseOutTar is parseReport of a report read from r.
+func parseOutTar(r io.Reader, maxBytes int64) (*outcome, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return parseReport(b, maxBytes)
+}

@@ -80,12 +80,6 @@ func (c *control) Signal(sig os.Signal) error {
 	return nil
 }
 
-// runScript runs a root script of the backend's in the container and
-// returns its exit code.
-func (b *Backend) runScript(ctx context.Context, containerID, script string, args ...string) (int, error) {
-	return b.runCmd(ctx, containerID, append([]string{b.shell(), "-c", script}, args...)...)
-}
-
 // runCmd runs cmd as root in the container and returns its exit code.
 func (b *Backend) runCmd(ctx context.Context, containerID string, cmd ...string) (int, error) {
 	ec, err := b.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{

@@ -153,3 +153,9 @@ func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 		t.Fatalf("the killed command ran: %q (terminal %q)", r.stdout, out.String())
 	}
 }
+
+// runScript runs a root script of the backend's in the container and
+// returns its exit code.
+func (b *Backend) runScript(ctx context.Context, containerID, script string, args ...string) (int, error) {
+	return b.runCmd(ctx, containerID, append([]string{b.shell(), "-c", script}, args...)...)
+}

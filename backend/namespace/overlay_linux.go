@@ -27,20 +27,6 @@ var maxOverlayTotal int64 = 4 << 30
 // command cannot make the backend allocate without limit.
 const maxOverlayFile = 1 << 30 // and never more than maxOverlayTotal
 
-// readOverlay turns the overlayfs upper directory into an Overlay. lower is
-// the workspace the command saw. Nothing is followed: symlinks in upper or
-// lower are read as links, and lower is only consulted through directories
-// that are real directories at every level.
-func readOverlay(upper, lower string, hidden hiddenSet) (*backend.Overlay, error) {
-	return readOverlayOn(upper, lowerView{dir: lower}, hidden)
-}
-
-// readOverlayOn is readOverlay with the pending view the command saw
-// over the workspace (lowerView).
-func readOverlayOn(upper string, lower lowerView, hidden hiddenSet) (*backend.Overlay, error) {
-	return readOverlayKeep(upper, lower, hidden, nil)
-}
-
 // streamMin is the size from which a regular file is handed as
 // File.Source rather than read into memory, when the request allows it.
 // A variable so tests can lower it.

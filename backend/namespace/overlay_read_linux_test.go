@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pulse-agent/pulse/backend"
 	"golang.org/x/sys/unix"
 )
 
@@ -134,4 +135,18 @@ func TestReadOverlayEntries(t *testing.T) {
 	if len(ov.Deleted) != len(wantDeleted) {
 		t.Errorf("deleted %q, want %q", ov.Deleted, wantDeleted)
 	}
+}
+
+// readOverlay turns the overlayfs upper directory into an Overlay. lower is
+// the workspace the command saw. Nothing is followed: symlinks in upper or
+// lower are read as links, and lower is only consulted through directories
+// that are real directories at every level.
+func readOverlay(upper, lower string, hidden hiddenSet) (*backend.Overlay, error) {
+	return readOverlayOn(upper, lowerView{dir: lower}, hidden)
+}
+
+// readOverlayOn is readOverlay with the pending view the command saw
+// over the workspace (lowerView).
+func readOverlayOn(upper string, lower lowerView, hidden hiddenSet) (*backend.Overlay, error) {
+	return readOverlayKeep(upper, lower, hidden, nil)
 }

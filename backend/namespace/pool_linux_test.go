@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pulse-agent/pulse/backend"
 )
@@ -132,5 +133,19 @@ n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n`)
 		if n < 2 || n > 5 {
 			t.Fatalf("command %d saw %d processes: %q", i, n, out)
 		}
+	}
+}
+
+// waitWarm waits until no init is being started ahead; benchmarks use it
+// so that the references they time do not share the CPU with it.
+func (b *Backend) waitWarm() {
+	for {
+		b.mu.Lock()
+		busy := b.filling[true] || b.filling[false]
+		b.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -469,20 +468,6 @@ func (b *Backend) untrack(p *initProc) {
 	delete(b.running, p)
 	b.mu.Unlock()
 	b.wg.Done()
-}
-
-// waitWarm waits until no init is being started ahead; benchmarks use it
-// so that the references they time do not share the CPU with it.
-func (b *Backend) waitWarm() {
-	for {
-		b.mu.Lock()
-		busy := b.filling[true] || b.filling[false]
-		b.mu.Unlock()
-		if !busy {
-			return
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
 }
 
 // phase reports a step of the backend's side to the start-up trace hook.
