@@ -31,11 +31,14 @@ type Backend struct {
 	root     string   // runsc's --root, this Backend's own (made by Probe)
 	rootLock *os.File // flocked while root is in use
 	probed   bool     // a probe sandbox ran
-	platform string   // resolved platform
-	runsc    string   // resolved binary
-	closed   bool
-	closing  chan struct{}
-	running  sync.WaitGroup
+	// memCgroup: runsc puts each sandbox in a memory cgroup of the
+	// command's memory limit (Probe found that it can here).
+	memCgroup bool
+	platform  string // resolved platform
+	runsc     string // resolved binary
+	closed    bool
+	closing   chan struct{}
+	running   sync.WaitGroup
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -64,9 +67,9 @@ func (b *Backend) Name() string { return Name }
 // Capabilities says what the backend enforces.
 func (b *Backend) Capabilities() backend.Capabilities {
 	b.mu.Lock()
-	p := b.platform
+	p, cg := b.platform, b.memCgroup || !b.probed
 	b.mu.Unlock()
-	return capabilities(p)
+	return capabilities(p, cg)
 }
 
 // Platform is the runsc platform commands run on, once Probe succeeded
@@ -115,19 +118,36 @@ func (b *Backend) Probe(ctx context.Context) error {
 		return fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
 	}
 	defer os.RemoveAll(ws)
-	var out bytes.Buffer
-	res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform, nil)
-	if err != nil {
-		return fmt.Errorf("gvisor: %w: probe sandbox: %w", backend.ErrUnavailable, err)
+	// First with the memory cgroup, then, where runsc cannot make one
+	// (no writable memory controller), without: the memory limit is then
+	// not listed, and a policy that sets one is refused.
+	var perr error
+	for _, cg := range []bool{true, false} {
+		b.mu.Lock()
+		b.memCgroup = cg
+		b.mu.Unlock()
+		var out bytes.Buffer
+		res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform, nil)
+		switch {
+		case err != nil:
+			perr = fmt.Errorf("gvisor: %w: probe sandbox: %w", backend.ErrUnavailable, err)
+		case res.ExitCode != 0:
+			perr = fmt.Errorf("gvisor: %w: probe sandbox (runsc %s, platform %s) ended %s with status %d: %s",
+				backend.ErrUnavailable, bin, platform, res.Termination, res.ExitCode, strings.TrimSpace(out.String()))
+		default:
+			b.mu.Lock()
+			b.probed = true
+			b.mu.Unlock()
+			if !cg {
+				b.log.Warn("runsc cannot put sandboxes in a memory cgroup here; the memory limit is not enforced", "first_error", perr)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("gvisor: %w: probe sandbox (runsc %s, platform %s) ended %s with status %d: %s",
-			backend.ErrUnavailable, bin, platform, res.Termination, res.ExitCode, strings.TrimSpace(out.String()))
-	}
-	b.mu.Lock()
-	b.probed = true
-	b.mu.Unlock()
-	return nil
+	return perr
 }
 
 // findRunsc resolves the runsc binary.

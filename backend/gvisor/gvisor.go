@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"fmt"
+
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/secrets"
@@ -9,12 +11,13 @@ import (
 // Name is the backend's name on the command line and in audit events.
 const Name = "gvisor"
 
-// capabilities is what the backend enforces; platform names runsc's.
-func capabilities(platform string) backend.Capabilities {
+// capabilities is what the backend enforces; platform names runsc's,
+// memCgroup says each sandbox is in a memory cgroup of the limit.
+func capabilities(platform string, memCgroup bool) backend.Capabilities {
 	if platform == "" {
 		platform = "systrap or ptrace"
 	}
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		Isolation: backend.IsolationGVisor,
 		Network: map[policy.NetworkMode]policy.EnforcementLevel{
 			policy.NetworkDenyAll: policy.Strong,
@@ -40,7 +43,14 @@ func capabilities(platform string) backend.Capabilities {
 			"workspace seen through a host overlayfs bound in by runsc's gofer; writes captured from its upper layer",
 			"network: none (loopback of gVisor's netstack); allow-all and allowlist refused",
 			"what a command writes is held in a size-limited tmpfs (limits.disk_bytes)",
-			"memory, pids and cpus limits: not enforced per command",
 		},
 	}
+	if memCgroup {
+		c.Limits[policy.LimitMemoryBytes] = policy.Strong
+		c.Notes = append(c.Notes, fmt.Sprintf("memory: each sandbox (gVisor's kernel and the command) in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", policy.DefaultMemoryBytes>>20),
+			"pids and cpus limits: not enforced")
+	} else {
+		c.Notes = append(c.Notes, "memory, pids and cpus limits: not enforced (runsc cannot make a memory cgroup here)")
+	}
+	return c
 }

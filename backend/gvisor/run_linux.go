@@ -76,7 +76,13 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		}
 		return nil, fmt.Errorf("gvisor: %w: workspace view: %w", backend.ErrUnavailable, err)
 	}
-	if err := writeBundle(xdir, req, dir, limits); err != nil {
+	var memLimit int64
+	b.mu.Lock()
+	if b.memCgroup {
+		memLimit = limits.WithIsolationDefaults().MemoryBytes
+	}
+	b.mu.Unlock()
+	if err := writeBundle(xdir, id, req, dir, limits, memLimit); err != nil {
 		return nil, fmt.Errorf("gvisor: %w: bundle: %w", backend.ErrUnavailable, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -396,7 +402,15 @@ type spec struct {
 		Namespaces []struct {
 			Type string `json:"type"`
 		} `json:"namespaces"`
+		CgroupsPath string     `json:"cgroupsPath,omitempty"`
+		Resources   *resources `json:"resources,omitempty"`
 	} `json:"linux"`
+}
+
+type resources struct {
+	Memory struct {
+		Limit int64 `json:"limit"`
+	} `json:"memory"`
 }
 
 type process struct {
@@ -438,7 +452,9 @@ var maskedFiles = []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/
 const home = "/root"
 
 // writeBundle writes xdir/config.json and the root it names.
-func writeBundle(xdir string, req *backend.Request, dir string, limits policy.ResourceLimits) error {
+// memLimit > 0 puts the sandbox in a memory cgroup of that size, which
+// runsc makes (and removes) under each hierarchy's root.
+func writeBundle(xdir, id string, req *backend.Request, dir string, limits policy.ResourceLimits, memLimit int64) error {
 	rootfs := filepath.Join(xdir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err
@@ -459,6 +475,11 @@ func writeBundle(xdir string, req *backend.Request, dir string, limits policy.Re
 		s.Linux.Namespaces = append(s.Linux.Namespaces, struct {
 			Type string `json:"type"`
 		}{ns})
+	}
+	if memLimit > 0 {
+		s.Linux.CgroupsPath = "/pulse-gvisor/" + id
+		s.Linux.Resources = &resources{}
+		s.Linux.Resources.Memory.Limit = memLimit
 	}
 	s.Mounts = append(s.Mounts, mount{Destination: "/proc", Type: "proc", Source: "proc"},
 		mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}})
