@@ -177,6 +177,21 @@ func TestProgNameIsWhatTheUserRan(t *testing.T) {
 	}
 }
 
+// TestExecIsolationDowngradeExits125: a policy asking for isolation:
+// strong with a backend that shares the host kernel named is refused as
+// a sandbox that cannot run the command (125), not as a usage error.
+func TestExecIsolationDowngradeExits125(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte("isolation: strong\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "exec", "--workspace", t.TempDir(), "--policy", pol, "--backend", "host", "--unsafe-host", "--", "true")
+	if code != exitSandbox || !strings.Contains(stderr, "isolation: strong") {
+		t.Errorf("exit %d, stderr %q; want %d naming isolation: strong", code, stderr, exitSandbox)
+	}
+}
+
 // TestSignalExitsWith128PlusN interrupts a real pulse process (this test
 // binary acting as pulse) while its command runs: the exit code is 130,
 // as a shell reports a command ended by SIGINT.

@@ -137,8 +137,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	sb, release, err := openSandbox(ctx, env, fs, *workspace, opts) // daemon.go
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
-		if errors.Is(err, sandbox.ErrUnavailable) {
-			return exitSandbox
+		if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrUnsupportedPolicy) {
+			return exitSandbox // the sandbox cannot run it: no backend, or one the policy refuses
 		}
 		return exitUsage
 	}
