@@ -20,14 +20,11 @@ import (
 // x86-64 machine code with no libc, in a static ELF made here
 // (capdropELF); its source is testdata/capdrop_amd64.S, which
 // TestCapdropMatchesSource assembles and compares. It is injected,
-// root's and read-only, with the tools (tools.go), and the wrapper and
-// the terminal script start the command through it. On engines of
-// another architecture none is injected, and the command starts through
-// nsenter as before, with the wrapper's bounding set (Capabilities'
-// notes say so).
-
-// capdropPath is where the program is in the container.
-const capdropPath = toolsDir + "/capdrop"
+// root's and read-only, with the tools (tools.go), and the runtime's
+// exec and tty steps start the command through it (at toolsDir/capdrop). On
+// engines of another architecture none is injected, and the runtime sets
+// the command's uid and gid itself, its bounding set staying the
+// runtime's (Capabilities' notes say so).
 
 // capdropCode is testdata/capdrop_amd64.S, assembled (.text).
 var capdropCode = []byte{

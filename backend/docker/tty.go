@@ -20,18 +20,20 @@ import (
 // A command with Request.TTY runs on a terminal the engine makes inside
 // the container (an exec with Tty: a new pseudo-terminal of the
 // container's own devpts, /dev/pts/N there), never the caller's. The
-// wrapper (the runtime's exec step, PULSE_TTY=1) still does everything around the
+// runtime's exec step (PULSE_TTY=1) still does everything around the
 // command: the copy of the workspace owned by a uid of the command's own,
 // the kill of that uid's processes at the end, the report of the changes.
 // Only the command itself runs elsewhere, in a second exec:
 //
-//  1. the wrapper, in an exec without a terminal as usual, prints
+//  1. the exec step, in an exec without a terminal as usual, prints
 //     \036PULSE-TTY-NONCE\036UID\n on stdout once the copy is made, and
 //     waits for a status line on its stdin;
-//  2. the host then starts the terminal exec: root only until ttyScript
-//     has entered the command's directory and set the terminal's size,
-//     then, through capdrop as the wrapper does it, the command's uid with
-//     no capabilities and an empty bounding set, recording its pgid and running it under time(1).
+//  2. the host then starts the terminal exec, the runtime's tty step
+//     (internal/boxrt, tty_linux.go): root only until it has entered the
+//     command's directory and set the terminal's size, then, through
+//     capdrop as the exec step does it, the command's uid with no
+//     capabilities and an empty bounding set, recording its pgid and
+//     running the command as its child, measured as time(1) would.
 //     The exec's process leads the terminal's session, so the command is
 //     in its foreground group: /dev/tty is the terminal, SIGWINCH and ^C
 //     reach it;
@@ -40,27 +42,11 @@ import (
 //     a resize is the engine's exec resize, which the kernel follows with
 //     SIGWINCH;
 //  4. when the terminal exec ends, the host writes its exit status to the
-//     wrapper, which kills what is left of the uid and reports as always.
+//     exec step, which kills what is left of the uid and reports as always.
 //
 // The terminal belongs to root (mode 0620, group tty) and is reached by
 // the command only through the descriptors it was given, so no other
 // command's uid can open it.
-
-// ttyScript runs in the terminal exec, as root: DIR UID GID FSIZE PGID
-// TIME ROWS COLS KILLED, then the command's environment and argv (as the
-// wrapper's). KILLED exists once the command was killed (the runtime's kill step):
-// a terminal exec that starts only after that runs nothing.
-const ttyScript = `d=$1 u=$2 g=$3 f=$4 p=$5 t=$6 r=$7 c=$8 k=$9; shift 9
-[ -e "$k" ] && exit 137
-cd "$d" || exit 125
-stty rows "$r" cols "$c" 2>/dev/null
-cs='exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-; f=$1 p=$2 t=$3; shift 3; [ "$f" = 0 ] || ulimit -f "$f"; echo $$ >"$p"; exec time -o "$t" -f "usage %M %e %U %S" env -i "$@"'
-if [ -x ` + capdropPath + ` ]; then
-	sh=/bin/sh
-	[ -x ` + toolsDir + `/bin/sh ] && sh=` + toolsDir + `/bin/sh
-	exec ` + capdropPath + ` "$u" "$g" "$sh" -c "$cs" pulse-cmd "$f" "$p" "$t" "$@"
-fi
-exec nsenter -S "$u" -G "$g" sh -c "$cs" pulse-cmd "$f" "$p" "$t" "$@"`
 
 // ttyBeforeLaunch, when set (by a test), runs before the terminal exec is
 // created: an engine slow to start it.
@@ -193,7 +179,7 @@ func (b *Backend) runTerminal(bx *box, run *ttyRun, req *backend.Request, j *job
 	}
 	// Killed before the wrapper asked for the terminal: it is not
 	// started. Killed later, while the engine creates it, the kill
-	// script's mark stops it before the command (ttyScript).
+	// step's mark stops it before the command (the tty step).
 	select {
 	case <-j.killed:
 		close(run.ready)
@@ -210,7 +196,7 @@ func (b *Backend) runTerminal(bx *box, run *ttyRun, req *backend.Request, j *job
 		AttachStdout: true,
 		Env:          b.scriptEnv(),
 		WorkingDir:   "/",
-		Cmd:          append(append([]string{b.shell(), "-c", ttyScript, "pulse-tty"}, pre...), cmd...),
+		Cmd:          append(append([]string{runtimePath, "tty"}, pre...), cmd...),
 	})
 	if err != nil {
 		return fail(err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,4 +159,39 @@ func TestDockerTTYKilledBeforeItsTerminal(t *testing.T) {
 // returns its exit code.
 func (b *Backend) runScript(ctx context.Context, containerID, script string, args ...string) (int, error) {
 	return b.runCmd(ctx, containerID, append([]string{b.shell(), "-c", script}, args...)...)
+}
+
+// A signal reaches a command on a terminal, not the runtime that
+// measures it (the tty step's child), and ^C-style signals the runtime
+// ignores do not end the measuring before the command.
+func TestDockerTTYSignalReachesTheCommand(t *testing.T) {
+	b := newDocker(t)
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	out := &syncio.Buffer{}
+	p, err := b.Start(context.Background(), &backend.Request{
+		ExecutionID: "ttysig", Workspace: t.TempDir(), Stdin: stdinR, Stdout: out,
+		TTY:     &backend.TTY{Rows: 24, Cols: 80},
+		Network: policy.DenyAllNetwork(), Limits: policy.ResourceLimits{Timeout: 2 * time.Minute},
+		Shell: `trap 'echo usr1; exit 6' USR1; echo ready; while :; do sleep 0.05; done`,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "ready\r\n"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = p.Kill()
+			t.Fatalf("the command did not start: %q", out.String())
+		}
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 6 || !strings.Contains(out.String(), "usr1") {
+		t.Fatalf("exit %d, output %q; want the USR1 trap's exit 6", res.ExitCode, out.String())
+	}
 }

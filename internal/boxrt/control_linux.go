@@ -44,8 +44,8 @@ func runKill(a []string) int {
 
 // runSignal is the signal step (ID SIGNAL): the signal to the command's
 // main process; exit 3 when it has ended. The group leader is the
-// command itself, or, on a terminal, the time(1) that measures it, whose
-// child the signal then goes to.
+// command itself, or, on a terminal, the runtime's ttycmd step that
+// measures it, whose child the signal then goes to.
 func runSignal(a []string) int {
 	if len(a) != 2 || !hexID(a[0]) {
 		return usage()
@@ -64,7 +64,7 @@ func runSignal(a []string) int {
 		g, gerr := strconv.Atoi(firstLine(t + "/pgid"))
 		if uerr == nil && gerr == nil && u >= firstUID && g > 0 {
 			p := strconv.Itoa(g)
-			if comm, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(comm)) == "time" {
+			if comm, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(comm)) == Name {
 				kids, _ := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
 				p, _, _ = strings.Cut(strings.TrimSpace(string(kids)), " ")
 			}

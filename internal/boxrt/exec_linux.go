@@ -353,12 +353,7 @@ func (s *execStep) command() int {
 	if err != nil {
 		self = toolsDir + "/" + Name
 	}
-	envProg := toolsDir + "/bin/env"
-	if !isExec(envProg) {
-		if envProg, err = exec.LookPath("env"); err != nil {
-			envProg = "/usr/bin/env"
-		}
-	}
+	envProg := envProgram()
 	// Without a file size limit the cmd step has nothing the umask,
 	// inherited from here, does not do: a process less.
 	argv := append([]string{envProg, "-i"}, s.cmd...)
@@ -384,13 +379,32 @@ func (s *execStep) command() int {
 	}
 	_ = os.WriteFile(s.t+"/pgid", []byte(strconv.Itoa(c.Process.Pid)+"\n"), 0o644)
 	_ = c.Wait()
-	elapsed := time.Since(start)
-	ps := c.ProcessState
+	rc, usage := exitAndUsage(c.ProcessState, time.Since(start))
+	_ = os.WriteFile(s.o+"/time", []byte(usage), 0o666)
+	return rc
+}
+
+// envProgram is the env that gives the command its environment and finds
+// its program: the injected one, else the image's.
+func envProgram() string {
+	p := toolsDir + "/bin/env"
+	if isExec(p) {
+		return p
+	}
+	if p, err := exec.LookPath("env"); err == nil {
+		return p
+	}
+	return "/usr/bin/env"
+}
+
+// exitAndUsage is how a command ended, as its exit status and as the
+// lines time(1) wrote, whose form the report has always had: the status
+// is the signal's number for a command a signal ended.
+func exitAndUsage(ps *os.ProcessState, elapsed time.Duration) (int, string) {
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	rc := ws.ExitStatus()
 	var tb strings.Builder
 	if ws.Signaled() {
-		// As time(1) told it, whose status the report has always had.
 		rc = int(ws.Signal())
 		fmt.Fprintf(&tb, "Command terminated by signal %d\n", rc)
 	}
@@ -398,8 +412,7 @@ func (s *execStep) command() int {
 		fmt.Fprintf(&tb, "usage %d %.2f %.2f %.2f\n", ru.Maxrss, elapsed.Seconds(),
 			time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds())
 	}
-	_ = os.WriteFile(s.o+"/time", []byte(tb.String()), 0o666)
-	return rc
+	return rc, tb.String()
 }
 
 // runCmd is the cmd step, in the command's own process once capdrop (or

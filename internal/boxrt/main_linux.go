@@ -23,6 +23,8 @@ const (
 //	unlink                          break hard links (runUnlink)
 //	sync ID                         bring base up to date (runSync)
 //	loop                            a pooled exec's requests (runLoop)
+//	tty DIR UID GID ... CMD...      a terminal command's exec (runTTY)
+//	ttycmd FSIZE PGID TIME ENV CMD  its process as the uid (runTTYCmd)
 //	kill ID                         kill a command's processes (runKill)
 //	signal ID SIG                   signal a command (runSignal)
 //	identity                        print Identity
@@ -39,6 +41,10 @@ func Main(args []string) int {
 	switch a := args[1:]; {
 	case args[0] == "exec":
 		return runExec(a)
+	case args[0] == "tty":
+		return runTTY(a)
+	case args[0] == "ttycmd":
+		return runTTYCmd(a)
 	case args[0] == "loop":
 		return runLoop(a)
 	case args[0] == "kill":
