@@ -563,7 +563,10 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		}
 		p.Args = []string{sh, "-c", req.Shell}
 	} else {
-		p.Args = req.Args
+		// Through sh's exec, so that a program that is not there is
+		// exit status 127 from the shell, as on the other backends, not
+		// runsc failing to start the sandbox (status 128, its own words).
+		p.Args = append([]string{"/bin/sh", "-c", `exec "$0" "$@"`}, req.Args...)
 	}
 	b, err := json.Marshal(&s)
 	if err != nil {
