@@ -292,3 +292,43 @@ func TestClientOfAnotherUserIsRefused(t *testing.T) {
 		t.Errorf("checkPeer of a uid %d listener = %v, want ErrUntrusted", nobody, perr)
 	}
 }
+
+// A client that finds the socket finds it accepting: the name appears
+// only once the daemon listens (a socket bound and not yet listening
+// refuses, which a client takes for no daemon). Each round races a
+// client against a starting daemon.
+func TestSocketAppearsOnlyWhenListening(t *testing.T) {
+	for i := range 50 {
+		base := t.TempDir()
+		dir := filepath.Join(base, "d")
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := Name(wd, os.Environ())
+		srv := &Server{Dir: dir, Name: name, Idle: time.Minute, Logger: testenv.Logger(t),
+			Handle: func(context.Context, *Request, [3]*os.File) int { return 0 }}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(context.Background()) }()
+		sock := socketPath(dir, name)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(sock); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the socket never appeared")
+			}
+		}
+		c, _, err := dial("/proc/self/exe", dir, name)
+		if err != nil {
+			t.Errorf("round %d: the socket is there and refuses: %v", i, err)
+		} else {
+			c.Close()
+		}
+		srv.Stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	}
+}

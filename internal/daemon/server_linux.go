@@ -82,16 +82,29 @@ func (s *Server) Serve(ctx context.Context) error {
 	if flock.TryLock(lock) != nil {
 		return ErrRunning
 	}
-	_ = os.Remove(sock) // the lock is ours: whatever is there is a dead daemon's
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	// The socket is bound and listening under a name of its own, then
+	// renamed over the real one (whatever is there is a dead daemon's: the
+	// lock is ours). Between bind and listen a socket refuses connections,
+	// which a client takes for no daemon; so the name appears only once it
+	// accepts. The temporary name is shorter than the real one, so it fits
+	// wherever socketPath does.
+	tmp := filepath.Join(s.Dir, "."+s.Name)
+	_ = os.Remove(tmp)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
 	if err != nil {
 		return err
 	}
 	ln.SetUnlinkOnClose(false)
 	// The directory is the user's alone already; the socket too, should
 	// the directory's mode ever be widened.
-	if err := os.Chmod(sock, 0o600); err != nil {
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, sock); err != nil {
+		ln.Close()
+		os.Remove(tmp)
 		return err
 	}
 	st, err := os.Stat(sock)
