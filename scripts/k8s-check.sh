@@ -15,7 +15,8 @@
 #
 # The binaries are cached under the user cache directory
 # (${XDG_CACHE_HOME:-~/.cache}/pulse/k8s-check/<version>/bin). The first
-# build takes tens of minutes on two cores; later runs take about a minute.
+# build takes tens of minutes on two cores (95 at nice 19 on two busy
+# ones); a run with the binaries cached, a few minutes.
 # Needs: go, openssl, etcd (apt-get install -y etcd-server). Not part of
 # CI (make test checks the manifests in process, deploy/k8s/manifest_test.go).
 #
@@ -250,7 +251,7 @@ run() {
 	# applied: it and the StatefulSet's file define the same Service.
 	"$kubectl" apply --dry-run=server -f deploy/k8s/postgres-external.yaml >/dev/null || fail "the API server refuses postgres-external.yaml"
 	log "applying deploy/k8s/pulse.yaml and deploy/k8s/postgres-statefulset.yaml"
-	"$kubectl" apply -f deploy/k8s/postgres-statefulset.yaml -f deploy/k8s/pulse.yaml 2>"$dir/apply.err" >&2 ||
+	"$kubectl" apply -f deploy/k8s/postgres-statefulset.yaml -f deploy/k8s/pulse.yaml >&2 2>"$dir/apply.err" ||
 		{ cat "$dir/apply.err" >&2; fail "the API server refuses deploy/k8s"; }
 	if [[ -s $dir/apply.err ]]; then
 		log "the API server's warnings:"
