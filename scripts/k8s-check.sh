@@ -100,10 +100,21 @@ wait_for() {
 }
 
 pids=()
+# stop ends the components last started first: kube-apiserver waits for
+# etcd in its graceful shutdown, and hangs on when etcd went first. Each
+# gets 30 s before SIGKILL.
 stop() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	local i p n
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		p=${pids[i]}
+		kill "$p" 2>/dev/null || continue
+		for ((n = 0; n < 30; n++)); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 1
+		done
+		kill -9 "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
 	if [[ -n ${K8S_CHECK_KEEP:-} ]]; then
 		log "kept $dir"
 	else
