@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
@@ -52,6 +54,17 @@ func TestPostgresWatchWakesOnAnotherReplicasWrites(t *testing.T) {
 	other, stopOther := b.Watch("w:2")
 	defer stopOther()
 	waitWake(t, wake, "the listener started") // it wakes every watch once listening
+	// The listener's wake of every watch may reach other after wake's
+	// (other may be watched only after the listener woke wake): wait
+	// until this database's LISTEN session is there, then drain both.
+	testenv.Eventually(t, 20*time.Second, func() error {
+		n := pgCount(t, url, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN `+notifyChannel+`' AND state = 'idle'`)
+		if n != 1 {
+			return fmt.Errorf("%d listening sessions", n)
+		}
+		return nil
+	})
+	drain(wake)
 	drain(other)
 
 	if err := a.AppendEvents(ctx, []Event{{ExecutionID: "w:1", Seq: 1, Stream: "stdout", Data: []byte("x")}}); err != nil {
@@ -69,7 +82,7 @@ func TestPostgresWatchWakesOnAnotherReplicasWrites(t *testing.T) {
 	}
 
 	// Cut the listening connection from the server side.
-	pgExec(t, url, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN `+notifyChannel+`'`)
+	pgExec(t, url, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN `+notifyChannel+`'`)
 	waitWake(t, wake, "the listening connection was lost")
 	waitWake(t, other, "the listening connection was lost")
 }
@@ -86,4 +99,20 @@ func TestNotifyPayload(t *testing.T) {
 			t.Fatalf("%q parsed", p)
 		}
 	}
+}
+
+// pgCount runs a count query on url.
+func pgCount(t *testing.T, url, sql string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
