@@ -131,12 +131,14 @@
 //     a second Close returns nil.
 //
 // RunAcross runs the cross-backend cases against two backends or more
-// (backend/all runs them on namespace and Docker), with one workspace:
+// (backend/remote runs them on namespace, a pulse-server and Docker),
+// with one workspace:
 //   - AcrossStack: the backends take turns, each command on the pending
 //     stack the commands before it left on whichever backend; each sees
 //     every earlier write, removal and replacement, and the workspace is
 //     never written.
-//   - AcrossCache: for each ordered pair of backends, a cache tree made
+//   - AcrossCache: for each ordered pair of the backends that mount
+//     caches (Capabilities.MountsCaches), a cache tree made
 //     on the first (a file made read-only on purpose included) is read,
 //     appended to, added to and renamed in on the second, read and
 //     rewritten on the first, and removed whole on the second: one
