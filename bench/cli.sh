@@ -19,12 +19,15 @@
 #   - remote `true` (pulse-server on loopback, host executor) against the
 #     host CLI: the difference in ms rather than a ratio
 #   - through the daemon (pulse daemon: the first pulse exec starts it,
-#     each later one hands its command to it): namespace `true` against
-#     bwrap, host `true` against `bash -c true`, 256 MiB of namespace
-#     stdout against the direct pipe and 1,000 files written and
-#     committed against bwrap on a tmpfs, the in-process rows beside them;
-#     and `true` through the thin front end (internal/daemon/front, not
-#     what make build installs as pulse), the BenchmarkCLIFront rows
+#     each later one hands its command to it), with pulse as make build
+#     installs it (the thin front end, internal/daemon/front, the full
+#     binary beside it as pulse-full): namespace `true` against bwrap,
+#     host `true` against `bash -c true`, 256 MiB of namespace stdout
+#     against the direct pipe and 1,000 files written and committed
+#     against bwrap on a tmpfs, the in-process rows beside them; and
+#     `true` from the full binary itself through the daemon (what `go
+#     run ./cmd/pulse` and `go install ./cmd/pulse` give), the
+#     BenchmarkCLIFullDaemon rows
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
 # ROWS=daemon runs only the daemon rows and the in-process rows of the
 # same commands.
@@ -41,10 +44,14 @@ trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp";
 # the binaries the project ships. CGO=1 measures a cgo build instead (what
 # a plain `go build` makes where a C compiler is found).
 CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-runtime ./cmd/pulse-server
-# The thin front end (internal/daemon/front), beside pulse, for the
-# BenchmarkCLIFront rows.
-CGO_ENABLED=${CGO:-0} go build -o "$tmp/pulse-front" ./internal/daemon/front
-pulse=$tmp/pulse
+# As make build installs them: pulse is the thin front end
+# (internal/daemon/front), the full binary beside it is pulse-full. The
+# in-process rows run the full binary itself ($pulse), as `go install
+# ./cmd/pulse` installs it; the daemon rows run pulse as installed ($inst).
+mv "$tmp/pulse" "$tmp/pulse-full"
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/pulse" ./internal/daemon/front
+pulse=$tmp/pulse-full
+inst=$tmp/pulse
 mkdir "$tmp/ws"
 echo hello >"$tmp/ws/README"
 # The probe cache lives under the user's cache dir; a private one keeps
@@ -112,25 +119,28 @@ warm_daemon() {
 }
 printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
 big="head -c 268435456 /dev/zero"
-# The same commands through the front end: the same daemon, a client
-# that links only the client side.
-front_rows() {
+# The same commands from the full binary itself: the same daemon, a
+# client that links all of pulse (go run ./cmd/pulse, go install).
+full_rows() {
 	if [ "$have_bwrap" = 1 ]; then
-		pair BenchmarkCLIFrontNamespaceTrue x-vs-bwrap "$N" : "$dmn ${ns/$pulse/$tmp/pulse-front} -- true" "bwrap --unshare-all --ro-bind / / true"
+		pair BenchmarkCLIFullDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $ns -- true" "bwrap --unshare-all --ro-bind / / true"
 	fi
-	pair BenchmarkCLIFrontHostTrue x-vs-bash "$N" : "$dmn ${hostx/$pulse/$tmp/pulse-front} -- true" "bash -c true"
+	pair BenchmarkCLIFullDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
 }
+# The daemon rows run pulse as installed.
+dns=${ns/$pulse/$inst}
+dhostx=${hostx/$pulse/$inst}
 daemon_rows() {
 	if [ "$have_bwrap" = 1 ]; then
 		pair BenchmarkCLINamespaceTrue x-vs-bwrap "$N" : "$ns -- true" "bwrap --unshare-all --ro-bind / / true"
 		warm_daemon "$ns -- true"
-		pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $ns -- true" "bwrap --unshare-all --ro-bind / / true"
+		pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $dns -- true" "bwrap --unshare-all --ro-bind / / true"
 	fi
 	pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
 	warm_daemon "$hostx -- true"
-	pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
-	front_rows
-	pair BenchmarkCLIDaemonNamespaceStdout256MiB x-vs-pipe "$NBULK" : "$dmn $ns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
+	pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $dhostx -- true" "bash -c true"
+	full_rows
+	pair BenchmarkCLIDaemonNamespaceStdout256MiB x-vs-pipe "$NBULK" : "$dmn $dns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
 	if [ "$have_bwrap" = 1 ]; then
 		# 1,000 files written and committed through the daemon, in one
 		# workspace the runs share (an agent's: the daemon holds its
@@ -148,11 +158,11 @@ daemon_rows() {
 		rmfiles="if [ -e $tmp/d1k/f1.txt ]; then mkdir $tmp/dold/\$((++dmoved)) && mv $tmp/d1k/f*.txt $tmp/dold/\$dmoved/; fi; sync"
 		warm_daemon "$pulse exec --backend namespace --auto-commit --workspace $tmp/d1k true"
 		pair BenchmarkCLIDaemonCommit1000Files x-vs-bwrap-tmpfs "$NBULK" "$rmfiles" \
-			"$dmn $pulse exec --backend namespace --auto-commit --workspace $tmp/d1k '$files'" \
+			"$dmn $inst exec --backend namespace --auto-commit --workspace $tmp/d1k '$files'" \
 			"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
 		dfresh="[ ! -e $tmp/dw1k ] || mv $tmp/dw1k $tmp/dold/\$((++dmoved)); mkdir $tmp/dw1k && echo hello >$tmp/dw1k/README; sync"
 		pair BenchmarkCLIDaemonCommit1000FilesFreshWorkspace x-vs-bwrap-tmpfs "$NBULK" "$dfresh" \
-			"$dmn $pulse exec --backend namespace --auto-commit --workspace $tmp/dw1k '$files'" \
+			"$dmn $inst exec --backend namespace --auto-commit --workspace $tmp/dw1k '$files'" \
 			"bwrap --unshare-all --ro-bind / / --tmpfs /tmp --chdir /tmp bash -c '$files'"
 	fi
 }
@@ -176,11 +186,11 @@ fi
 pair BenchmarkCLIHostTrue x-vs-bash "$N" : "$hostx -- true" "bash -c true"
 if [ "$have_bwrap" = 1 ]; then
 	warm_daemon "$ns -- true"
-	pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $ns -- true" "bwrap --unshare-all --ro-bind / / true"
+	pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $dns -- true" "bwrap --unshare-all --ro-bind / / true"
 fi
 warm_daemon "$hostx -- true"
-pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $hostx -- true" "bash -c true"
-front_rows
+pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $dhostx -- true" "bash -c true"
+full_rows
 # What the Go heap in huge pages (internal/hugeheap) saves each pulse
 # process: the same command with it turned off as the reference.
 pair BenchmarkCLIHostTrueHugeHeap x-vs-small-pages "$N" : "$hostx -- true" "PULSE_HUGEPAGES=0 $hostx -- true"

@@ -51,7 +51,8 @@
 # it, so every timed run is warm except go-mod, whose module cache is
 # emptied before it on every side and every run. Then N runs (default 3)
 # of each side, compared by their medians (x-vs-direct, pulse ÷ direct,
-# below 1 is faster). With COLD=1 nothing is warmed and run 1 is reported
+# below 1 is faster; over-ms, pulse's median less direct's: what pulse
+# adds to a step of a few milliseconds). With COLD=1 nothing is warmed and run 1 is reported
 # separately (cold columns). Each step's pair starts after 0.2 s, untimed,
 # the think time an agent has between commands: what pulse prepares for
 # its next command once one ends (the namespace keeper's next init) is
@@ -73,6 +74,10 @@ tmp=$(mktemp -d)
 mirror_pid=""
 cleanup() {
 	if [ -n "$mirror_pid" ]; then kill "$mirror_pid" 2>/dev/null || true; fi
+	# The daemons this run started (one per backend's environment).
+	for be in $BACKENDS; do
+		[ -x "$tmp/pulse" ] && PULSE_CACHE_DIR=$tmp/cache-$be "$tmp/pulse" daemon stop >/dev/null 2>&1 || true
+	done
 	rm -rf "$tmp" 2>/dev/null || { chmod -R u+w "$tmp"; rm -rf "$tmp"; }
 }
 trap cleanup EXIT
@@ -82,7 +87,15 @@ for prog in git go python3 make; do
 		exit 1
 	fi
 done
-go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime
+# pulse as make build installs it: the thin front end as pulse, the full
+# binary beside it as pulse-full, static. Its exec and cow go to the
+# user's daemon (the first one starts it; one per backend here, as the
+# environment differs), the way an agent's repeated pulse exec calls do;
+# PULSE_NO_DAEMON=1 in the environment runs each in a process of its own
+# (what the battery measured before the daemon).
+CGO_ENABLED=0 go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime ./cmd/pulse-namespace-init
+mv "$tmp/pulse" "$tmp/pulse-full"
+CGO_ENABLED=0 go build -o "$tmp/pulse" ./internal/daemon/front
 pulse=$tmp/pulse
 export XDG_CACHE_HOME=$tmp/xdg # the probe cache: the run's own
 
@@ -352,7 +365,7 @@ if [ "$COLD" != 1 ]; then
 	echo "warm-up (direct, untimed): $((SECONDS - start)) s" >&2
 fi
 
-printf '%-11s %-10s %-4s %10s %10s %8s %12s %12s\n' step backend pass direct-ms pulse-ms x-vs-dir cold-dir-ms cold-pulse-ms
+printf '%-11s %-10s %-4s %10s %10s %8s %8s %12s %12s\n' step backend pass direct-ms pulse-ms x-vs-dir over-ms cold-dir-ms cold-pulse-ms
 total=0 passed=0 failed=0 warns=""
 declare -A ok tp td
 for be in $BACKENDS; do
@@ -492,7 +505,8 @@ for be in $BACKENDS; do
 		awk -v s="$name" -v be="$be" -v m="$m" -v p="$p" -v d="$d" -v cd="$cd0" -v cp="$cp0" \
 			'BEGIN {c1 = cd ? sprintf("%.1f", cd/1e3) : "-"; c2 = cp ? sprintf("%.1f", cp/1e3) : "-"
 			dd = d ? sprintf("%.1f", d/1e3) : "-"; r = d ? sprintf("%.2f", p/d) : "-"
-			printf "%-11s %-10s %-4s %10s %10.1f %8s %12s %12s\n", s, be, m, dd, p/1e3, r, c1, c2}'
+			o = d ? sprintf("%+.1f", (p-d)/1e3) : "-"
+			printf "%-11s %-10s %-4s %10s %10.1f %8s %8s %12s %12s\n", s, be, m, dd, p/1e3, r, o, c1, c2}'
 	done <<<"$steps"
 	echo "$be: $((SECONDS - bestart)) s (image build and resets included)" >&2
 done

@@ -372,16 +372,22 @@ func TestDaemonOfAnotherUserIsNotReached(t *testing.T) {
 }
 
 // TestDaemonFrontHandsOffAndFallsBack: the thin front end
-// (internal/daemon/front) beside the binary hands exec to the binary's
-// daemon, and executes the binary for the rest and where it must not.
+// (internal/daemon/front), installed as make build installs it (pulse,
+// the binary beside it as pulse-full), hands exec to the binary's daemon,
+// and executes the binary for the rest and where it must not.
 func TestDaemonFrontHandsOffAndFallsBack(t *testing.T) {
 	r := newDaemonRig(t)
-	front := filepath.Join(filepath.Dir(r.bin), "pulse-front")
+	inst := filepath.Join(filepath.Dir(r.bin), "inst")
+	must(t, os.Mkdir(inst, 0o755))
+	front := filepath.Join(inst, "pulse")
 	build := exec.Command("go", "build", "-o", front, "../../internal/daemon/front")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// A hard link: the very executable the rig's daemon runs, which the
+	// front end checks its daemon against.
+	must(t, os.Link(r.bin, filepath.Join(inst, "pulse-full")))
 	r.serve()
 	runFront := func(extra []string, args ...string) (int, string, string) {
 		cmd := exec.Command(front, args...)
@@ -420,6 +426,31 @@ func TestDaemonFrontHandsOffAndFallsBack(t *testing.T) {
 			must(t, err)
 			if got := after.Served - before.Served; got != tc.served {
 				t.Errorf("the daemon served %d command(s), want %d", got, tc.served)
+			}
+		})
+	}
+	// Without the full binary beside it, or with the front end itself
+	// under that name, the front end says so and exits 3 (not a loop of
+	// execs of itself).
+	for _, tc := range []struct{ name, full, want string }{
+		{"no pulse-full beside it", "", "pulse-full is missing"},
+		{"itself as pulse-full", "self", "is this front end itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Beside the rig's binary: a hard link stays in one file system.
+			dir, err := os.MkdirTemp(filepath.Dir(r.bin), "lone")
+			must(t, err)
+			lone := filepath.Join(dir, "pulse")
+			must(t, os.Link(front, lone))
+			if tc.full == "self" {
+				must(t, os.Link(front, filepath.Join(dir, "pulse-full")))
+			}
+			cmd := exec.Command(lone, "version")
+			cmd.Dir, cmd.Env = r.ws, r.env
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("got %v, output %q; want exit 3 and %q", err, out, tc.want)
 			}
 		})
 	}

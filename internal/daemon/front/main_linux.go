@@ -1,21 +1,5 @@
-// Command front is a thin pulse front end: it hands `pulse exec` and
-// `pulse cow` to the daemon of the pulse binary beside it, and executes
-// that binary for everything else, or where no daemon serves.
-//
-// Why it exists: a command handed to the daemon costs the client little
-// more than its own start, and the pulse binary's start (a Go program
-// that links the Docker client, the MCP SDK, gRPC...) is 5-9 ms on this
-// project's 2-core machine class, a Go program that links only this
-// package's client side 2-3 ms: the difference between 1.5x and 1x a
-// bwrap `true`. bench/cli.sh measures it beside the pulse binary itself
-// (the BenchmarkCLIFront rows). It is not what `make build` installs as
-// pulse: installed as pulse, with the full binary beside it under
-// another name, it would be.
-//
-// The daemon is the full binary's, found beside this one as PULSE_FULL
-// names it (default "pulse"): the socket name and the peer check are
-// those of that executable, so that a front end and the binary itself
-// share one daemon.
+// The Linux front end: exec and cow go to the daemon (doc.go says why).
+
 package main
 
 import (
@@ -23,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -36,23 +19,7 @@ func main() {
 	if code, ok := handOff(full, args); ok {
 		os.Exit(code)
 	}
-	// The full binary, under this program's name, as if run directly.
-	err := syscall.Exec(full, append([]string{os.Args[0]}, args...), os.Environ())
-	fmt.Fprintf(os.Stderr, "pulse: %s: %v\n", full, err)
-	os.Exit(3)
-}
-
-// fullBinary is the pulse binary beside this one.
-func fullBinary() string {
-	name := os.Getenv("PULSE_FULL")
-	if name == "" || strings.ContainsRune(name, '/') {
-		name = "pulse"
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return name
-	}
-	return filepath.Join(filepath.Dir(self), name)
+	os.Exit(execFull(full, args))
 }
 
 // handOff is cmd/pulse's viaDaemon from outside the pulse binary: the same
