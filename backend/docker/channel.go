@@ -26,12 +26,14 @@ import (
 // directory of the slot's (<slot>.chan, 0700, the CLI user's) is bound
 // into the container at chanMount, and holds
 //
-//	ctl       a FIFO the main process reads request ids from (chanLoop)
-//	ID.req    the wrapper's arguments, as `set -- 'ARG'...` (shell-quoted)
+//	ctl       a FIFO the main process reads request ids from
+//	ID.req    the request: its kind and arguments, each ended by a NUL
 //	ID.in     FIFOs for the command's stdin, stdout and stderr
 //	ID.out
 //	ID.err
 //
+// The main process is the runtime's idle step (internal/boxrt,
+// idle_linux.go), which states the protocol's container side.
 // The host makes ID's files, then writes "ID\n" to ctl. The main process
 // claims ID by renaming ID.req to ID.run, and runs the wrapper exactly as
 // an exec would run it (as root with the container's capabilities, the
@@ -55,8 +57,9 @@ import (
 const chanMount = "/.pulse-chan"
 
 // chanVersion is part of the warm key: a container is taken over only by
-// a process that talks to its main process as it listens.
-const chanVersion = "chan2"
+// a process that talks to its main process as it listens. chan3: the
+// runtime's idle step listens, requests are NUL-separated.
+const chanVersion = "chan3"
 
 // chanClaimWait is how long the host waits for the main process to claim
 // a request before it takes the request back and runs an exec instead.
@@ -64,36 +67,10 @@ const chanVersion = "chan2"
 // slower, never wrong.
 var chanClaimWait = 2 * time.Second
 
-// chanLoop is a warm container's main process when it has a channel:
-// warmIdleCmd's idle end, with the poll's sleep replaced by a read of
-// ctl that times out. ARGS: IDLE RUNTIME.
-//
-// A request runs the runtime's exec step, or, when its file sets K=sync,
-// its sync step (sync.go) as the sandbox user, as its exec would (nsenter drops
-// every capability with root's uid), its output on the err FIFO and its
-// exit status alone on out, as "rc N": the sync before a command that
-// has anything to send then costs no exec either.
-var chanLoop = `n=$1 W=$2 D=` + chanMount + ` i=0
-exec 3<>"$D/ctl"
-while [ $i -lt "$n" ]; do
-	if read -t ` + strconv.Itoa(warmPoll) + ` -r id <&3; then
-		i=0
-		case $id in '' | *[!0-9a-f]*) continue ;; esac
-		mv "$D/$id.req" "$D/$id.run" 2>/dev/null || continue
-		(exec <"$D/$id.in" >"$D/$id.out" 2>"$D/$id.err" 3<&- && K= && . "$D/$id.run" &&
-			if [ "$K" = sync ]; then nsenter -S ` + strconv.Itoa(sandboxUID) + ` -G ` + strconv.Itoa(sandboxGID) + ` "$W" sync "$@" >&2; echo "rc $?"; else exec "$W" exec "$@"; fi)
-		continue
-	fi
-	b=0
-	for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) b=1; break;; esac; done
-	if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi
-done`
-
 // chanUsable says whether this process may give its warm containers a
 // channel: on Linux (a FIFO is shared with the container only through
-// the same kernel), with an engine on a local socket, with the
-// container's shell the injected busybox (read -t), and as a user whose
-// uid no process of the container runs as.
+// the same kernel), with an engine on a local socket, with the injected
+// tools, and as a user whose uid no process of the container runs as.
 func (b *Backend) chanUsable() bool {
 	if runtime.GOOS != "linux" || b.tools == "" || !strings.HasPrefix(b.cli.DaemonHost(), "unix://") {
 		return false
@@ -161,16 +138,17 @@ func (c *chanRun) send(kind string, args []string) error {
 			return fmt.Errorf("%w: %v", errChanRefused, err)
 		}
 	}
+	if kind == "" {
+		kind = "exec"
+	}
 	var sb strings.Builder
-	if kind != "" {
-		sb.WriteString("K=" + shellQuote(kind) + "\n")
+	for _, f := range append([]string{kind}, args...) {
+		if strings.IndexByte(f, 0) >= 0 {
+			return fmt.Errorf("%w: an argument holds a NUL", errChanRefused)
+		}
+		sb.WriteString(f)
+		sb.WriteByte(0)
 	}
-	sb.WriteString("set --")
-	for _, a := range args {
-		sb.WriteByte(' ')
-		sb.WriteString(shellQuote(a))
-	}
-	sb.WriteByte('\n')
 	if err := writeFileAtomic(c.path("req"), []byte(sb.String())); err != nil {
 		return fmt.Errorf("%w: %v", errChanRefused, err)
 	}
@@ -258,7 +236,7 @@ func (b *Backend) chanSync(ctx context.Context, bx *box, id string, r io.Reader)
 	return nil
 }
 
-// parseSyncStatus reads chanLoop's "rc N\n" line.
+// parseSyncStatus reads the idle step's "rc N\n" line.
 func parseSyncStatus(b []byte) (int, bool) {
 	s, ok := strings.CutPrefix(string(b), "rc ")
 	if !ok {

@@ -18,12 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// wrapperParent is a command that prints how the wrapper that runs it
-// was started (command → time → wrapper → its parent): "chan" when its
-// parent is the container's main process (the request channel), "exec"
-// otherwise; then how many commands have run it so far.
-const wrapperParent = `t=$(awk '/^PPid/ {print $2}' /proc/$PPID/status); w=$(awk '/^PPid/ {print $2}' /proc/$t/status)
-if tr '\0' '\n' </proc/$w/cmdline | grep -qx pulse-idle; then echo chan; else echo exec; fi
+// wrapperParent is a command that prints how the runtime's exec step
+// that runs it was started (command → exec step → its parent): "chan"
+// when its parent is the container's main process, the runtime's idle
+// step (the request channel), "exec" otherwise; then how many commands
+// have run it so far.
+const wrapperParent = `t=$(awk '/^PPid/ {print $2}' /proc/$PPID/status)
+if [ "$(tr '\0' '\n' </proc/$t/cmdline 2>/dev/null | sed -n 2p)" = idle ]; then echo chan; else echo exec; fi
 echo x >> /tmp/chan-count; chmod 666 /tmp/chan-count 2>/dev/null; wc -l < /tmp/chan-count`
 
 // A warm container's commands come through its request channel, not an
@@ -56,7 +57,8 @@ func TestDockerWarmChannelRunsEachCommandOnce(t *testing.T) {
 	}
 
 	// Keep the main process busy: a request whose stdin nobody opens
-	// holds it in the redirection until the test opens it.
+	// holds it in the open of its FIFOs until the test opens them (the
+	// request itself is no request, and runs nothing then).
 	const busy = "b0"
 	for _, ext := range []string{"in", "out", "err"} {
 		if err := unix.Mkfifo(filepath.Join(dir, busy+"."+ext), 0o600); err != nil {

@@ -137,9 +137,10 @@
 // on stdout by a tar of what changed. Setting up an exec in the runtime
 // costs more than the rest of a small command, so a container made
 // WithReuse runs commands, and the syncs before them, without one: its
-// main process listens on a channel of FIFOs in a directory of the
-// slot's, bound in root-only, and runs the runtime (or the sync script,
-// as the sandbox user) for each request, stdio through the FIFOs; a request
+// main process, the runtime's idle step, listens on a channel of FIFOs
+// in a directory of the slot's, bound in root-only, and runs the
+// runtime's exec step (or its sync step, as the sandbox user) for each
+// request, stdio through the FIFOs; a request
 // it does not claim in time is taken back and runs through an exec, never
 // both (channel.go; used where the engine's socket is local and the
 // user's uid is root or none the container runs). Other commands without
@@ -150,13 +151,12 @@
 // (`pulse image build`) builds it offline from host files. Any image
 // works, with or without bash, busybox, coreutils or even a shell: the
 // backend injects a static busybox from this host, root's and read-only,
-// at /.pulse-tools (WithTools; tools.go), runs its own scripts under it,
-// and runs the command with the image's PATH and programs only; a Shell
-// command runs under the image's bash, else its sh, else the injected sh.
-// Without a static busybox on the host the image's own /bin/sh and tools
-// run the scripts (the image pulse image build makes has them). The
-// wrapper drops to each command's uid with nsenter -S/-G and hands it
-// its copy with chown -h, so the scripts' busybox needs those.
+// at /.pulse-tools (WithTools; tools.go) beside the runtime, and runs
+// the command with the image's PATH and programs only; a Shell command
+// runs under the image's bash, else its sh, else the injected sh. The
+// runtime's exec step drops to each command's uid and hands it its copy
+// itself; of the backend's own steps only BuildImage's checks of a new
+// image still run under a shell.
 //
 // Known limits: each command's end lists every entry of its copy (and
 // stats those changed in the last minute or so, reads the contents of

@@ -216,28 +216,24 @@ func (b *Backend) warmKey(ctx context.Context, key boxKey) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
-// warmIdleCmd is a warm container's main process: it ends the container
-// once no other process has run in it for idle seconds. Processes are
-// counted by their /proc entries, by the shell itself (no process start
-// per poll once the sleep has ended).
+// warmIdleCmd is a warm container's main process, the runtime's idle
+// step: it ends the container once no other process has run in it for
+// the reuse idle time.
 func (b *Backend) warmIdleCmd() []string {
-	script := `i=0; while [ $i -lt "$1" ]; do sleep ` + strconv.Itoa(warmPoll) + `; b=0
-for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) b=1; break;; esac; done
-if [ $b = 1 ]; then i=0; else i=$((i + ` + strconv.Itoa(warmPoll) + `)); fi; done`
-	return []string{b.shell(), "-c", script, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10)}
+	return []string{runtimePath, "idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), strconv.Itoa(warmPoll)}
 }
 
 // chanIdleCmd is warmIdleCmd for a container with a request channel: the
 // same idle end, and the listener (channel.go).
 func (b *Backend) chanIdleCmd() []string {
-	return []string{b.shell(), "-c", chanLoop, "pulse-idle", strconv.FormatInt(int64((b.o.reuseIdle+time.Second-1)/time.Second), 10), runtimePath}
+	return append(b.warmIdleCmd(), chanMount, strconv.Itoa(sandboxUID), strconv.Itoa(sandboxGID))
 }
 
 // chanKey is the warm key's part for the channel: containers with one and
 // without one are never taken for each other.
 func (b *Backend) chanKey() string {
 	if b.chanUsable() {
-		return chanVersion + chanLoop
+		return chanVersion
 	}
 	return ""
 }

@@ -23,6 +23,7 @@ const (
 //	unlink                          break hard links (runUnlink)
 //	sync ID                         bring base up to date (runSync)
 //	loop                            a pooled exec's requests (runLoop)
+//	idle IDLE POLL [CHAN UID GID]   a warm container's main process (runIdle)
 //	tty DIR UID GID ... CMD...      a terminal command's exec (runTTY)
 //	ttycmd FSIZE PGID TIME ENV CMD  its process as the uid (runTTYCmd)
 //	kill ID                         kill a command's processes (runKill)
@@ -47,6 +48,8 @@ func Main(args []string) int {
 		return runTTYCmd(a)
 	case args[0] == "loop":
 		return runLoop(a)
+	case args[0] == "idle":
+		return runIdle(a)
 	case args[0] == "kill":
 		return runKill(a)
 	case args[0] == "signal":
