@@ -37,6 +37,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -64,7 +65,7 @@ type settings struct {
 	servers, workers, capacity int
 	clients                    int
 	duration, think, lease     time.Duration
-	baseline                   bool
+	baseline                   time.Duration
 	keep                       bool
 }
 
@@ -75,9 +76,9 @@ func main() {
 	flag.IntVar(&s.capacity, "capacity", 8, "WORKER_MAX_CONCURRENT of each worker")
 	flag.IntVar(&s.clients, "clients", 300, "clients submitting at once")
 	flag.DurationVar(&s.duration, "duration", 2*time.Minute, "how long clients submit")
-	flag.DurationVar(&s.think, "think", 20*time.Second, "mean pause of a client between its commands")
+	flag.DurationVar(&s.think, "think", 60*time.Second, "mean pause of a client between its commands")
 	flag.DurationVar(&s.lease, "lease", 3*time.Second, "--replica-lease of the servers")
-	flag.BoolVar(&s.baseline, "baseline", true, "measure a single server first")
+	flag.DurationVar(&s.baseline, "baseline", 90*time.Second, "how long the single server is measured first, under the same load (0: not at all)")
 	flag.BoolVar(&s.keep, "keep", false, "keep the work directory (logs) afterwards")
 	flag.Parse()
 	os.Exit(run(s))
@@ -116,15 +117,19 @@ func run(s settings) int {
 	}
 	ran := runs.addr
 
+	// The baseline is the fleet's load on one server: the same workers,
+	// clients, commands and think time, one server on SQLite instead of
+	// three on Postgres, and no churn. What differs is what the goal
+	// compares: the replicas, the shared store and the kills.
 	var base *outcomes
-	if s.baseline {
-		logf("baseline: 1 server (SQLite), %d workers, %d clients for %v", 2, s.clients/3, s.duration/4)
-		f, err := startFleet(dir, bin, "base", 1, 2, s, filepath.Join(dir, "base.sqlite3"))
+	if s.baseline > 0 {
+		logf("baseline: 1 server (SQLite), %d workers, %d clients for %v", s.workers, s.clients, s.baseline)
+		f, err := startFleet(dir, bin, "base", 1, s.workers, s, filepath.Join(dir, "base.sqlite3"))
 		if err != nil {
 			logf("baseline: %v", err)
 			return 2
 		}
-		base = load(f, "b", s.clients/3, s.duration/4, s.think, ran, nil)
+		base = load(f, "b", s.clients, s.baseline, s.think, ran, nil)
 		f.stop()
 	}
 
@@ -192,14 +197,18 @@ func run(s settings) int {
 	p50, p99 := out.percentile(50), out.percentile(99)
 	fmt.Printf("submitted=%d completed=%d unknown=%d lost=%d dup=%d p50=%v p99=%v\n",
 		out.submitted, out.completed, out.unknown, out.lost, dup, p50, p99)
+	fmt.Printf("fleet hops: %s\n", out.hops(runs))
 	if base != nil {
 		b99 := base.percentile(99)
 		ratio := 0.0
 		if b99 > 0 {
 			ratio = float64(p99) / float64(b99)
 		}
-		fmt.Printf("baseline: single server p50=%v p99=%v; fleet p99 is %.2fx (goal: within 2x)\n", base.percentile(50), b99, ratio)
+		fmt.Printf("baseline: single server submitted=%d completed=%d unknown=%d p50=%v p99=%v; fleet p99 is %.2fx (goal: within 2x)\n",
+			base.submitted, base.completed, base.unknown, base.percentile(50), b99, ratio)
+		fmt.Printf("baseline hops: %s\n", base.hops(runs))
 	}
+	out.unknownWhy()
 	switch {
 	case out.lost > 0 || dup > 0:
 		logf("FAIL: lost=%d dup=%d", out.lost, dup)
@@ -219,13 +228,15 @@ func run(s settings) int {
 }
 
 // runLog counts the runs commands report: each connects to it and sends
-// its execution id.
+// its execution id. When the first report of an id arrived is the time
+// its command started in its box.
 type runLog struct {
-	addr string
-	l    net.Listener
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	n    map[string]int
+	addr  string
+	l     net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	n     map[string]int
+	first map[string]time.Time
 }
 
 func listenRuns() (*runLog, error) {
@@ -233,7 +244,7 @@ func listenRuns() (*runLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runLog{addr: l.Addr().String(), l: l, n: map[string]int{}}
+	r := &runLog{addr: l.Addr().String(), l: l, n: map[string]int{}, first: map[string]time.Time{}}
 	r.wg.Go(func() {
 		for {
 			c, err := l.Accept()
@@ -247,6 +258,9 @@ func listenRuns() (*runLog, error) {
 				if id := strings.TrimSpace(string(b)); id != "" {
 					r.mu.Lock()
 					r.n[id]++
+					if _, ok := r.first[id]; !ok {
+						r.first[id] = time.Now()
+					}
 					r.mu.Unlock()
 				}
 			})
@@ -262,6 +276,14 @@ func (r *runLog) close() map[string]int {
 	r.l.Close()
 	r.wg.Wait()
 	return r.n
+}
+
+// started returns when id's command first reported its run.
+func (r *runLog) started(id string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.first[id]
+	return t, ok
 }
 
 // proc is one server or worker process, restartable with the same
@@ -400,15 +422,65 @@ type outcomes struct {
 	bad                                 int
 	ttfb                                []time.Duration
 	byID                                map[string]string
+	timed                               map[string]hopTimes // the completed ones in ttfb
+	why                                 map[string]int      // unknown ends by their reason's kind
+}
+
+// hopTimes is when one submission passed each hop, on the client's clock:
+// the submit sent, the server's STARTING answer (the record is in the
+// store), and the first stream frame. When the command started in its
+// box comes from the run log.
+type hopTimes struct {
+	sent, ack, first time.Time
+}
+
+// hops is the p50 and p99 of each hop of the executions timed: submit
+// to STARTING (the server took it), STARTING to the command's start in
+// its box (a worker was chosen, its directory and workspace made, the
+// box started), and that start to the first byte at the client (the
+// output through the worker, the server and the WebSocket).
+func (o *outcomes) hops(r *runLog) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var accept, start, out []time.Duration
+	for id, h := range o.timed {
+		ran, ok := r.started(id)
+		if !ok || h.ack.IsZero() {
+			continue
+		}
+		accept = append(accept, h.ack.Sub(h.sent))
+		start = append(start, ran.Sub(h.ack))
+		out = append(out, h.first.Sub(ran))
+	}
+	pct := func(v []time.Duration) string {
+		return fmt.Sprintf("p50=%v p99=%v", percentile(v, 50), percentile(v, 99))
+	}
+	return fmt.Sprintf("n=%d submit->STARTING %s; STARTING->box started %s; box started->first byte %s",
+		len(accept), pct(accept), pct(start), pct(out))
+}
+
+// unknownWhy logs how many executions ended without their outcome, by
+// the kind of reason.
+func (o *outcomes) unknownWhy() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	kinds := slices.Sorted(maps.Keys(o.why))
+	for _, k := range kinds {
+		logf("unknown: %d × %s", o.why[k], k)
+	}
 }
 
 func (o *outcomes) percentile(p int) time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.ttfb) == 0 {
+	return percentile(o.ttfb, p)
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
 		return 0
 	}
-	v := slices.Clone(o.ttfb)
+	v := slices.Clone(d)
 	slices.Sort(v)
 	i := (len(v)*p + 99) / 100
 	return v[max(0, min(i, len(v))-1)].Round(time.Millisecond)
@@ -418,7 +490,7 @@ func (o *outcomes) percentile(p int) time.Duration {
 // pauses averaging think, then waits for what they have in flight;
 // during runs alongside.
 func load(f *fleet, phase string, clients int, d, think time.Duration, ran string, during func(context.Context)) *outcomes {
-	out := &outcomes{byID: map[string]string{}}
+	out := &outcomes{byID: map[string]string{}, timed: map[string]hopTimes{}, why: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if during != nil {
@@ -461,9 +533,11 @@ func (o *outcomes) record(id string, r result) {
 		o.completed++
 		if r.ttfb > 0 {
 			o.ttfb = append(o.ttfb, r.ttfb)
+			o.timed[id] = r.hops
 		}
 	case "unknown":
 		o.unknown++
+		o.why[reasonKind(r.why)]++
 	case "lost":
 		o.lost++
 		logf("lost: %s: %s", id, r.why)
@@ -478,6 +552,23 @@ type result struct {
 	kind      string // completed, unknown, lost, bad
 	why       string
 	ttfb      time.Duration
+	hops      hopTimes
+}
+
+// reasonKind is why's kind, without the names and times in it.
+func reasonKind(why string) string {
+	switch {
+	case strings.Contains(why, "stopped renewing its lease"):
+		replica, _, _ := strings.Cut(strings.TrimPrefix(why, "replica "), " ")
+		return "UNKNOWN: the lease of " + replica + " expired"
+	case strings.HasPrefix(why, protocol.CodeWorkerLost):
+		return protocol.CodeWorkerLost
+	}
+	if why == "" {
+		return "UNKNOWN without a reason (marked by its own replica at restart)"
+	}
+	code, _, _ := strings.Cut(why, ":")
+	return code
 }
 
 type client struct {
@@ -582,9 +673,13 @@ func (c *client) follow(ctx context.Context, conn *websocket.Conn, res *result, 
 		switch f.Type {
 		case protocol.TypeStream:
 			if timing && res.ttfb == 0 {
-				res.ttfb = time.Since(t0)
+				res.hops.first = time.Now()
+				res.ttfb = res.hops.first.Sub(t0)
 			}
 		case protocol.TypeResponse:
+			if timing && p.Status == protocol.StatusStarting {
+				res.hops.sent, res.hops.ack = t0, time.Now()
+			}
 			switch p.Status {
 			case protocol.StatusStarting, protocol.StatusAttached, protocol.StatusCompleted, protocol.StatusFailed:
 				res.submitted = true
@@ -597,12 +692,12 @@ func (c *client) follow(ctx context.Context, conn *websocket.Conn, res *result, 
 			switch p.Code {
 			case protocol.CodeCapacity, protocol.CodeNotFound:
 				// Not taken: submit it again.
-				res.ttfb = 0
+				res.ttfb, res.hops = 0, hopTimes{}
 				return false, "resubmit", nil
 			case protocol.CodeDuplicate:
 				// An earlier submit of ours was taken: follow it.
 				res.submitted = true
-				res.ttfb = 0
+				res.ttfb, res.hops = 0, hopTimes{}
 				return false, "", nil
 			}
 			res.submitted = true

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,9 +17,12 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
+	"github.com/pulse-agent/pulse/secrets"
 )
 
 const workerToken = "relay-worker-token"
@@ -232,5 +236,47 @@ func TestRelaySchedulingAndWorkerLoss(t *testing.T) {
 	}
 	if err := rh.relay.Available(nil); err != nil {
 		t.Fatalf("survivor has no free slot: %v", err)
+	}
+}
+
+// The server checks for a free slot before it accepts a submission but
+// does not reserve it, so two accepted at once may race for one slot. The
+// one that loses waits for the slot to free and runs, rather than fail
+// UNAVAILABLE after its STARTING: here the second Exec is started while
+// the only slot is taken, and must run once the first ends.
+func TestRelayExecWaitsForASlotTakenFirst(t *testing.T) {
+	rh := startRelay(t)
+	rh.startWorker(t, "w1", workerToken, "1")
+	rh.waitWorkers(t, 1)
+	req := func(id, shell string) *backend.Request {
+		return &backend.Request{ExecutionID: id, Workspace: t.TempDir(), Shell: shell,
+			Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, Secrets: secrets.Policy{Mode: secrets.AllowAll}}
+	}
+	first := make(chan error, 1)
+	go func() {
+		res, err := rh.relay.Exec(context.Background(), req("first", "sleep 1"))
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d", res.ExitCode)
+		}
+		first <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if _, _, busy := rh.relay.Workers(); busy != 1 {
+			return fmt.Errorf("%d slots busy, want the first's", busy)
+		}
+		return nil
+	})
+	var out strings.Builder
+	second := req("second", "echo second")
+	second.Stdout = &out
+	res, err := rh.relay.Exec(context.Background(), second)
+	if err != nil {
+		t.Fatalf("the second execution did not wait for the slot: %v", err)
+	}
+	if res.ExitCode != 0 || out.String() != "second\n" {
+		t.Fatalf("second: exit %d, stdout %q", res.ExitCode, out.String())
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first: %v", err)
 	}
 }

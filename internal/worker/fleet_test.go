@@ -18,8 +18,11 @@ import (
 // attaches to both, tells each its real capacity, and counts that
 // capacity once: with one slot, relay b's command waits while relay a's
 // runs, and runs once a's ends. A req_id b sends again after a ran it is
-// answered from the shared dedup cache, not run twice.
+// answered from the shared dedup cache, not run twice. On a worker
+// without boxes every command takes a slot (TestBoxesTakeTheSlots has
+// the worker with them).
 func TestOneCapacityAcrossRelays(t *testing.T) {
+	defer worker.RefuseBoxes(errors.New("every command counts here (test)"))()
 	a, b := startRelay(t), startRelay(t)
 	runWorker(t, func(c *worker.Config) {
 		c.RelayAddr = a.Addr() + ", " + b.Addr()
@@ -72,6 +75,74 @@ func TestOneCapacityAcrossRelays(t *testing.T) {
 	wantEnd(t, res, 0)
 	if got, _ := os.ReadFile(ranB); string(got) != "b\n" {
 		t.Fatalf("b's command left %q; want one run", got)
+	}
+}
+
+// On a worker that boxes executions the boxes are what the capacity
+// counts, across relays: relay b's box waits while relay a's holds the
+// one slot, and runs once a's ends; a relay's own steps around a box
+// (plain commands) do not wait for the slot, or an execution would queue
+// once for each of them.
+func TestBoxesTakeTheSlots(t *testing.T) {
+	a, b := startRelay(t), startRelay(t)
+	runWorker(t, func(c *worker.Config) {
+		c.RelayAddr = a.Addr() + "," + b.Addr()
+		c.MaxConcurrent = 1
+	})
+	ca, cb := accept(t, a), accept(t, b)
+	if h := ca.Hello(); h.GetIsolation() == "" {
+		t.Skipf("no boxes on this machine: %s", h.GetIsolationNote())
+	}
+	box := func(name, shell string) *sandboxv1.Box {
+		ws := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return &sandboxv1.Box{Workspace: ws, OverlayFile: ws + ".overlay", Shell: shell}
+	}
+	callA, err := ca.Exec(&sandboxv1.Exec{ReqId: 1, Box: box("a", "echo started; exec sleep 60"), TimeoutS: 90, Streaming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if f, err := callA.Next(ctx); err != nil || f.GetChunk() == nil {
+		t.Fatalf("relay a's box did not start: %v %v", f, err)
+	}
+	step, err := cb.Exec(&sandboxv1.Exec{ReqId: 2, Command: "echo step", Streaming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := step.WaitTimeout(waitLimit)
+	if err != nil {
+		t.Fatalf("relay b's step waited for the slot a's box holds: %v", err)
+	}
+	wantEnd(t, res, 0)
+	callB, err := cb.Exec(&sandboxv1.Exec{ReqId: 3, Box: box("b", "echo b"), TimeoutS: 30, Streaming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not a timing assertion: b's box must not start at all while a's
+	// holds the only slot; a while is given for it to wrongly do so.
+	early, cancelEarly := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	f, err := callB.Next(early)
+	cancelEarly()
+	if err == nil {
+		t.Fatalf("relay b's box ran while relay a's held the one slot: %v", f)
+	}
+	if err := ca.Abort(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callA.WaitTimeout(waitLimit); err != nil {
+		t.Fatal(err)
+	}
+	res, err = callB.WaitTimeout(waitLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEnd(t, res, 0)
+	if string(res.Stdout) != "b\n" {
+		t.Fatalf("relay b's box wrote %q", res.Stdout)
 	}
 }
 

@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Isolation:     box.isolation,
 		IsolationNote: box.note,
 		Egress:        box.isolation != "",
-	}, &sharedSlots{r: rn, slots: make(chan struct{}, box.capacity)})
+	}, &sharedSlots{r: rn, slots: make(chan struct{}, box.capacity), boxes: box.isolation != ""})
 	if err != nil {
 		return err
 	}
@@ -329,12 +329,23 @@ func (f *fleet) serveRelay(ctx context.Context, addr string, client sandboxv1.Sa
 // than capacity_max; the extra execs wait here, before their process
 // (and its timeout) starts, rather than running beyond the capacity the
 // worker announced.
+//
+// On a worker that boxes executions the slots are the boxes: the relay's
+// own steps around one (make its directory, move the workspace in and the
+// overlay out, remove them) are short commands of its own, bounded per
+// relay by the capacity each was told, and do not wait here. Were they to
+// take a slot, an execution would queue once per step behind every box
+// the relays sent, instead of once.
 type sharedSlots struct {
 	r     runner.Runner
 	slots chan struct{}
+	boxes bool
 }
 
 func (s *sharedSlots) Run(ctx context.Context, spec runner.Spec, sink runner.Sink) (int32, error) {
+	if s.boxes && spec.Box == nil {
+		return s.r.Run(ctx, spec, sink)
+	}
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():

@@ -35,7 +35,7 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if err != nil {
 		return nil, err
 	}
-	defer w.release()
+	defer r.release(w)
 	// A box captures the writes itself; a worker without boxes writes
 	// in place, and the snapshot is what its writes are told from.
 	var snap *artifact.Snapshot
@@ -80,37 +80,69 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	return res, nil
 }
 
-// pickFor reserves a worker for req. A command whose network policy is
-// not allow-all needs a worker that boxes executions (an allowlist one,
-// its egress proxy too): no other can enforce it. Every other command
-// goes to a box where one is free; one whose secret policy is not
-// allow-all waits for a box while any worker has boxes (Capabilities
-// then calls secrets strong), else runs where it can.
+// pickFor reserves a worker for req, waiting up to the relay's queue
+// wait while every worker that could run it is busy. The server checks
+// Available before it accepts a submission, but does not reserve: submits
+// arriving together all pass that check and then race here for the slots
+// it saw, and the losers, already acknowledged, would fail UNAVAILABLE
+// although a slot frees within a command's time. A slot freed or a worker
+// attached wakes them. With no live worker able to run req at all, it
+// answers at once.
 func (r *Relay) pickFor(ctx context.Context, req *backend.Request) (*worker, error) {
+	var wait <-chan time.Time
+	for {
+		freed := r.freedSignal() // before the pick: a release after it is not missed
+		w, n, err := r.pickOnce(ctx, req)
+		if err == nil || !r.could(requiresFrom(ctx), n) {
+			return w, err
+		}
+		if wait == nil {
+			t := time.NewTimer(r.o.queueWait)
+			defer t.Stop()
+			wait = t.C
+		}
+		select {
+		case <-freed:
+		case <-wait:
+			return nil, err
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// pickOnce reserves a worker for req if one is free now, or returns the
+// need it could not meet. A command whose network policy is not allow-all
+// needs a worker that boxes executions (an allowlist one, its egress proxy
+// too): no other can enforce it. Every other command goes to a box where
+// one is free; one whose secret policy is not allow-all waits for a box
+// while any worker has boxes (Capabilities then calls secrets strong),
+// else runs where it can.
+func (r *Relay) pickOnce(ctx context.Context, req *backend.Request) (*worker, need, error) {
 	requires := requiresFrom(ctx)
 	switch req.Network.Mode {
 	case policy.NetworkAllowAll, "":
 	case policy.NetworkAllowlist:
 		if w := r.pick(true, requires, egressWorker); w != nil {
-			return w, nil
+			return w, egressWorker, nil
 		}
-		return nil, fmt.Errorf("no attached worker that runs an egress proxy beside its boxes has a free slot: %w", backend.ErrUnavailable)
+		return nil, egressWorker, fmt.Errorf("no attached worker that runs an egress proxy beside its boxes has a free slot: %w", backend.ErrUnavailable)
 	default:
 		if w := r.pick(true, requires, boxWorker); w != nil {
-			return w, nil
+			return w, boxWorker, nil
 		}
-		return nil, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
+		return nil, boxWorker, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
 	}
 	if w := r.pick(true, requires, boxWorker); w != nil {
-		return w, nil
+		return w, boxWorker, nil
 	}
 	if boxes, _ := r.boxing(); boxes && req.Secrets.Mode != secrets.AllowAll && req.Secrets.Mode != "" {
-		return nil, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
+		return nil, boxWorker, fmt.Errorf("no attached worker that boxes executions has a free slot: %w", backend.ErrUnavailable)
 	}
 	if w := r.pick(true, requires, anyWorker); w != nil {
-		return w, nil
+		return w, anyWorker, nil
 	}
-	return nil, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
+	return nil, anyWorker, fmt.Errorf("no attached worker has a free slot: %w", backend.ErrUnavailable)
 }
 
 // remoteExec is one execution on one worker, through its phases:

@@ -41,6 +41,9 @@ var (
 const (
 	DefaultHelloTimeout   = 10 * time.Second
 	DefaultWorkerLiveness = 35 * time.Second // 3.5 default heartbeats
+	// DefaultQueueWait bounds the wait for a slot of an execution the
+	// server accepted while a slot was free, and another took it first.
+	DefaultQueueWait      = 30 * time.Second
 	relayWorkerPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	maxWorkerErrorMessage = 512
 	// isolationNamespace is Hello's isolation of a worker that boxes
@@ -55,6 +58,7 @@ type options struct {
 	log          *slog.Logger
 	helloTimeout time.Duration
 	liveness     time.Duration
+	queueWait    time.Duration
 	limits       protocol.ArchiveLimits
 	stdinPiece   int
 }
@@ -75,6 +79,19 @@ func WithWorkerLiveness(d time.Duration) Option {
 			return fmt.Errorf("worker liveness %v: %w", d, ErrConfig)
 		}
 		o.liveness = d
+		return nil
+	}
+}
+
+// WithQueueWait sets how long an execution waits for a slot when every
+// worker that could run it is busy (default DefaultQueueWait) before it
+// fails with backend.ErrUnavailable.
+func WithQueueWait(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("queue wait %v: %w", d, ErrConfig)
+		}
+		o.queueWait = d
 		return nil
 	}
 }
@@ -108,11 +125,14 @@ type Relay struct {
 
 	mu      sync.Mutex
 	workers map[*worker]struct{}
+	// freed is closed, and replaced, when a slot frees or a worker
+	// attaches: executions waiting for a slot (pickFor) try again.
+	freed chan struct{}
 }
 
 // New returns a relay that accepts workers presenting one of tokens.
 func New(tokens []string, opts ...Option) (*Relay, error) {
-	o := options{helloTimeout: DefaultHelloTimeout, liveness: DefaultWorkerLiveness, stdinPiece: defaultStdinPiece}
+	o := options{helloTimeout: DefaultHelloTimeout, liveness: DefaultWorkerLiveness, queueWait: DefaultQueueWait, stdinPiece: defaultStdinPiece}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -124,7 +144,7 @@ func New(tokens []string, opts ...Option) (*Relay, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("relay needs at least one worker token: %w", ErrConfig)
 	}
-	r := &Relay{o: o, auth: bearer.New(tokens), workers: map[*worker]struct{}{}}
+	r := &Relay{o: o, auth: bearer.New(tokens), workers: map[*worker]struct{}{}, freed: make(chan struct{})}
 	r.reqID.Store(firstReqID())
 	return r, nil
 }
@@ -237,6 +257,7 @@ func (r *Relay) Attach(stream sandboxv1.SandboxWorker_AttachServer) error {
 	}
 	r.mu.Lock()
 	r.workers[w] = struct{}{}
+	r.wakeLocked()
 	r.mu.Unlock()
 	r.o.log.Info("worker attached", "sandbox_id", w.id, "capacity", w.capacity, "capabilities", w.caps, "arch", w.arch,
 		"isolation", hello.GetIsolation(), "isolation_note", hello.GetIsolationNote(), "egress", w.egress)
@@ -359,6 +380,9 @@ func (r *Relay) dispatch(w *worker, f *sandboxv1.WorkerFrame) {
 func (r *Relay) drop(w *worker, cause error) {
 	r.mu.Lock()
 	delete(r.workers, w)
+	// An execution waiting for a slot may have only this worker to wait
+	// for: it finds out now rather than at the end of its wait.
+	r.wakeLocked()
 	r.mu.Unlock()
 	w.mu.Lock()
 	w.lost = cause
@@ -515,8 +539,42 @@ func (r *Relay) pick(reserve bool, requires []string, n need) *worker {
 	return best
 }
 
-func (w *worker) release() {
+// release frees the slot pick reserved on w.
+func (r *Relay) release(w *worker) {
 	w.mu.Lock()
 	w.busy--
 	w.mu.Unlock()
+	r.mu.Lock()
+	r.wakeLocked()
+	r.mu.Unlock()
+}
+
+// wakeLocked wakes the executions waiting for a slot. The caller holds
+// r.mu.
+func (r *Relay) wakeLocked() {
+	close(r.freed)
+	r.freed = make(chan struct{})
+}
+
+// freedSignal returns the channel the next release or attach closes.
+func (r *Relay) freedSignal() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.freed
+}
+
+// could reports whether a live worker with every program of requires
+// and what n asks is attached, free or not: one that a slot may free on.
+func (r *Relay) could(requires []string, n need) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.workers {
+		w.mu.Lock()
+		ok := w.lost == nil && w.has(requires) && w.meets(n)
+		w.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
 }
