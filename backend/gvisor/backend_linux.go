@@ -39,6 +39,10 @@ type Backend struct {
 	closed    bool
 	closing   chan struct{}
 	running   sync.WaitGroup
+
+	warmMu  sync.Mutex
+	warms   map[int64]*warm // by memory limit (warm_linux.go)
+	warmErr error           // why no warm sandbox starts here: commands run cold
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -69,7 +73,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	b.mu.Lock()
 	p, cg := b.platform, b.memCgroup || !b.probed
 	b.mu.Unlock()
-	return capabilities(p, cg)
+	coldWhy := ""
+	if ok, err := b.Warm(); !ok {
+		coldWhy = err.Error()
+	}
+	return capabilities(p, cg, coldWhy)
 }
 
 // Platform is the runsc platform commands run on, once Probe succeeded
@@ -127,7 +135,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 		b.memCgroup = cg
 		b.mu.Unlock()
 		var out bytes.Buffer
-		res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform, nil)
+		res, err := b.run(ctx, &backend.Request{ExecutionID: "probe", Workspace: ws, Shell: "cat /proc/version", Stdout: &out, Stderr: &out}, bin, platform, false, nil)
 		switch {
 		case err != nil:
 			perr = fmt.Errorf("gvisor: %w: probe sandbox: %w", backend.ErrUnavailable, err)
@@ -138,6 +146,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 			b.mu.Lock()
 			b.probed = true
 			b.mu.Unlock()
+			b.probeRuntime()
 			if !cg {
 				b.log.Warn("runsc cannot put sandboxes in a memory cgroup here; the memory limit is not enforced", "first_error", perr)
 			}
@@ -148,6 +157,22 @@ func (b *Backend) Probe(ctx context.Context) error {
 		}
 	}
 	return perr
+}
+
+// probeRuntime finds the runtime program a warm sandbox needs; without
+// one, commands run cold, and the doctor says why.
+func (b *Backend) probeRuntime() {
+	if b.o.cold {
+		return
+	}
+	if _, err := runtimeBytes(b.o.runtime); err != nil {
+		b.warmMu.Lock()
+		if b.warmErr == nil {
+			b.warmErr = err
+			b.log.Warn("no warm gVisor sandbox here: each command starts a sandbox of its own", "error", err)
+		}
+		b.warmMu.Unlock()
+	}
 }
 
 // findRunsc resolves the runsc binary.
@@ -190,7 +215,7 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	b.mu.Lock()
 	bin, platform := b.runsc, b.platform
 	b.mu.Unlock()
-	return b.run(ctx, req, bin, platform, nil)
+	return b.run(ctx, req, bin, platform, true, nil)
 }
 
 var _ backend.Starter = (*Backend)(nil)
@@ -212,7 +237,7 @@ func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Proc
 		if req != nil && req.Stdin != nil {
 			defer closeReader(req.Stdin)
 		}
-		return b.run(ctx, req, bin, platform, started)
+		return b.run(ctx, req, bin, platform, true, started)
 	})
 }
 
@@ -238,6 +263,13 @@ func (b *Backend) Close() error {
 	close(b.closing)
 	b.mu.Unlock()
 	b.running.Wait()
+	b.warmMu.Lock()
+	warms := b.warms
+	b.warms = nil
+	b.warmMu.Unlock()
+	for _, w := range warms {
+		w.stop()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.root == "" {
@@ -308,7 +340,8 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, e := range ents {
 		isRoot := strings.HasPrefix(e.Name(), rootPrefix)
-		if !strings.HasPrefix(e.Name(), execPrefix) && !isRoot || !e.IsDir() {
+		isWarm := strings.HasPrefix(e.Name(), warmPrefix)
+		if !strings.HasPrefix(e.Name(), execPrefix) && !isRoot && !isWarm || !e.IsDir() {
 			continue
 		}
 		dir := filepath.Join(b.o.stateDir, e.Name())
@@ -327,7 +360,9 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 			lf.Close()
 			continue
 		}
-		if err := teardown(dir); err != nil {
+		if isWarm {
+			warmTeardown(dir)
+		} else if err := teardown(dir); err != nil {
 			errs = append(errs, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {
@@ -336,6 +371,12 @@ func (b *Backend) Reconcile(ctx context.Context) error {
 		lf.Close()
 	}
 	return errors.Join(errs...)
+}
+
+func (b *Backend) runscBin() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runsc
 }
 
 func (b *Backend) runscRoot() string {

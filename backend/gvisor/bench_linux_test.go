@@ -19,7 +19,9 @@ import (
 // same run so that the ratios compare like with like on a shared
 // machine. The namespace backend starts its next init ahead while the
 // others run: its figure is what a caller running one command after
-// another pays per command. gvisor starts a sandbox per command.
+// another pays per command. gvisor runs each command in its warm sandbox
+// (started by the untimed first command); bare runsc do is about what a
+// cold command costs.
 func BenchmarkExecTrue(b *testing.B) {
 	gb := newBackend(b)
 	nb, err := namespace.New(namespace.WithStateDir(filepath.Join(b.TempDir(), "ns")))

@@ -5,7 +5,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,12 +15,6 @@ import (
 func TestConformance(t *testing.T) {
 	factory := func(t *testing.T) backend.Backend { return newBackend(t) }
 	var extra []backendtest.Option
-	if os.Getenv("PULSE_GVISOR_LONG") == "" {
-		extra = append(extra, backendtest.Skip("StackLongSession",
-			"200 commands in a row are 200 sandbox starts here (one per command, 1-2 s each), past the package's "+
-				"test timeout under -race on a loaded machine; StackSeesPending and StackForkIndependent cover stacking, "+
-				"and PULSE_GVISOR_LONG=1 runs it (it passed: 450 s with the pinned runsc)"))
-	}
 	if !statxWorks(t) {
 		extra = append(extra, backendtest.Skip("StackReplaceAcrossSteps",
 			"this runsc (Debian's 2022 release) answers coreutils' statx with EINVAL, so the case's `stat -c %a` fails; "+

@@ -5,7 +5,11 @@
 // installed has it, ptrace otherwise; WithPlatform picks one).
 //
 // Each Exec builds, on the host, the same view of the workspace the
-// namespace backend shows, and runs a fresh runsc sandbox on it:
+// namespace backend shows, and runs the command on it in the Backend's
+// warm sandbox (warm_linux.go: one runsc sandbox kept from the first
+// command to Close, pulse-runtime its init, each command in pid and mount
+// namespaces of its own there), or, cold, in a fresh runsc sandbox (where
+// no runtime program is found, or WithCold):
 //
 //   - a tmpfs of limits.disk_bytes (policy.DiskDefault without one) holds
 //     one layer directory built from Request.Pending's View (files,
@@ -38,16 +42,19 @@
 // the container. Ports inside the sandbox (DialPort) and terminals
 // (Request.TTY) are not reachable: ErrUnsupported.
 //
-// Exit statuses. runsc reports a command killed by signal n as exit
-// status 128+n, as a shell does; the backend reads 129..192 as a signal
-// (Termination Signaled, ExitCode -1), so a command that itself exits
-// with such a status is reported as signaled.
+// Exit statuses. Warm, the runtime reports how the command ended: an
+// exit status is an exit, a signal a signal. Cold, runsc reports a
+// command killed by signal n as exit status 128+n, as a shell does; the
+// backend reads 129..192 as a signal (Termination Signaled, ExitCode -1),
+// so a cold command that itself exits with such a status is reported as
+// signaled.
 //
 // Requirements: root (runsc creates its sandboxes as root here, and the
 // view is a host overlayfs mount) and a runsc binary (WithRunsc, $PULSE_RUNSC, or
 // runsc on PATH). Probe starts one sandbox and says what failed.
 //
-// What it costs: every command starts a sandbox (about a second with the
-// ptrace platform on a loaded two-core machine); see docs/security.md and
-// docs/benchmarks.md for the measured ratio to the namespace backend.
+// What it costs: a sandbox start per Backend (about a second on a loaded
+// two-core machine; per command when cold) and a process start under
+// gVisor per command; see docs/security.md and docs/benchmarks.md for the
+// measured ratio to the namespace backend.
 package gvisor

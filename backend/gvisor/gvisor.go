@@ -12,8 +12,9 @@ import (
 const Name = "gvisor"
 
 // capabilities is what the backend enforces; platform names runsc's,
-// memCgroup says each sandbox is in a memory cgroup of the limit.
-func capabilities(platform string, memCgroup bool) backend.Capabilities {
+// memCgroup says each sandbox is in a memory cgroup of the limit; coldWhy
+// is why commands run in a sandbox each ("": in the warm sandbox).
+func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capabilities {
 	if platform == "" {
 		platform = "systrap or ptrace"
 	}
@@ -39,15 +40,23 @@ func capabilities(platform string, memCgroup bool) backend.Capabilities {
 		},
 		Notes: []string{
 			"system calls served by gVisor's user-space kernel (runsc, platform " + platform + "), not the host kernel",
-			"a fresh runsc sandbox per command: own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs",
+			"",
 			"workspace seen through a host overlayfs bound in by runsc's gofer; writes captured from its upper layer",
 			"network: none (loopback of gVisor's netstack); allow-all and allowlist refused",
 			"what a command writes is held in a size-limited tmpfs (limits.disk_bytes)",
 		},
 	}
+	mem := "each sandbox (gVisor's kernel and the command)"
+	if coldWhy == "" {
+		c.Notes[1] = "warm: one runsc sandbox started at the first command and kept until the sandbox closes (pulse-runtime its init); " +
+			"each command in pid and mount namespaces of its own inside it, its own root and /tmp, no capabilities, no_new_privs; what it leaves running ends with it"
+		mem = "the warm sandbox (gVisor's kernel and the commands running in it together)"
+	} else {
+		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs"
+	}
 	if memCgroup {
 		c.Limits[policy.LimitMemoryBytes] = policy.Strong
-		c.Notes = append(c.Notes, fmt.Sprintf("memory: each sandbox (gVisor's kernel and the command) in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", policy.DefaultMemoryBytes>>20),
+		c.Notes = append(c.Notes, fmt.Sprintf("memory: %s in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", mem, policy.DefaultMemoryBytes>>20),
 			"pids and cpus limits: not enforced")
 	} else {
 		c.Notes = append(c.Notes, "memory, pids and cpus limits: not enforced (runsc cannot make a memory cgroup here)")

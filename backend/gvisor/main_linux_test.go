@@ -35,5 +35,12 @@ func newBackend(t testing.TB, opts ...Option) *Backend {
 	if err := b.Probe(ctx); err != nil {
 		testenv.Missing(t, testenv.GVisor, err.Error())
 	}
+	// The tests run on the warm sandbox unless they ask for cold: one
+	// that fell back to cold sandboxes tested the fallback instead.
+	t.Cleanup(func() {
+		if ok, err := b.Warm(); !ok && !b.o.cold && b.o.runtime == "" {
+			t.Errorf("commands ran cold: %v", err)
+		}
+	})
 	return b
 }

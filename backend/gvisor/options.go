@@ -13,7 +13,19 @@ type options struct {
 	runsc    string
 	platform string
 	stateDir string
+	runtime  string
+	cold     bool
 }
+
+// WithRuntime sets the in-box runtime program (cmd/pulse-runtime, built
+// from the same source) that is the warm sandbox's init; by default it is
+// looked for beside the running binary.
+func WithRuntime(path string) Option { return func(o *options) { o.runtime = path } }
+
+// WithCold runs every command in a sandbox of its own, started for it
+// (the fallback where no warm sandbox can start), instead of in the
+// Backend's warm sandbox.
+func WithCold() Option { return func(o *options) { o.cold = true } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option {

@@ -25,7 +25,7 @@ func New(opts ...Option) (*Backend, error) {
 }
 
 func (b *Backend) Name() string                       { return Name }
-func (b *Backend) Capabilities() backend.Capabilities { return capabilities("", false) }
+func (b *Backend) Capabilities() backend.Capabilities { return capabilities("", false, "not Linux") }
 func (b *Backend) Platform() string                   { return "" }
 func (b *Backend) Reconcile(context.Context) error    { return nil }
 func (b *Backend) Close() error                       { return nil }

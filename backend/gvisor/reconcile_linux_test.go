@@ -43,7 +43,7 @@ func TestReconcileRemovesLeftovers(t *testing.T) {
 		} else {
 			lf.Close()
 		}
-		if _, err := mountView(xdir, &backend.Request{Workspace: ws}, 1<<20); err != nil {
+		if _, err := mountView(xdir, "", &backend.Request{Workspace: ws}, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 		return xdir

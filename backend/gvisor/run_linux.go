@@ -28,10 +28,11 @@ import (
 	"github.com/pulse-agent/pulse/policy"
 )
 
-// run is Exec with runsc resolved.
-// onStart, when set, is called once the sandbox is starting, with what
-// signals its command (Start).
-func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform string, onStart func(backend.Control)) (*backend.Result, error) {
+// run is Exec with runsc resolved: in the warm sandbox where one runs
+// (warmOK), else in a sandbox of its own.
+// onStart, when set, is called once the command is starting, with what
+// signals it (Start).
+func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform string, warmOK bool, onStart func(backend.Control)) (*backend.Result, error) {
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
@@ -69,33 +70,66 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		lf.Close()
 	}()
 
-	v, err := mountView(xdir, req, limits.DiskBytes)
-	if err != nil {
-		if errors.Is(err, backend.ErrInvalidRequest) {
-			return nil, fmt.Errorf("gvisor: %w", err)
-		}
-		return nil, fmt.Errorf("gvisor: %w: workspace view: %w", backend.ErrUnavailable, err)
-	}
 	var memLimit int64
 	b.mu.Lock()
 	if b.memCgroup {
 		memLimit = limits.WithIsolationDefaults().MemoryBytes
 	}
 	b.mu.Unlock()
-	if err := writeBundle(xdir, id, req, dir, limits, memLimit); err != nil {
-		return nil, fmt.Errorf("gvisor: %w: bundle: %w", backend.ErrUnavailable, err)
+	var w *warm
+	if warmOK {
+		w = b.warmFor(ctx, bin, platform, memLimit)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("gvisor: nothing started: %w", err)
-	}
-
-	res, err := b.sandbox(ctx, req, limits, bin, platform, xdir, id, log, onStart)
-	if err != nil {
-		return nil, err
-	}
-	// The sandbox is gone; nothing writes the upper layer any more.
-	if err := unix.Unmount(v.merged, 0); err != nil {
-		log.Warn("unmounting the workspace overlay", "error", err)
+	var res *backend.Result
+	var v *view
+	if w != nil {
+		defer w.release()
+		vdir := filepath.Join(w.views, id)
+		if err := os.Mkdir(vdir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
+		}
+		// After the command, lazily: the sandbox may hold files of the
+		// view open for a while (gVisor's dentry cache).
+		defer unmountView(vdir)
+		v, err = mountView(xdir, filepath.Join(vdir, "ws"), req, limits.DiskBytes)
+		if err != nil {
+			return nil, viewErr(err)
+		}
+		caches, err := mountCaches(vdir, req.Caches)
+		if err != nil {
+			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("gvisor: nothing started: %w", err)
+		}
+		res, err = b.runWarm(ctx, w, req, limits, id, dir, caches, onStart)
+		if err != nil {
+			return nil, err
+		}
+		// The command and its processes are gone; the sandbox may still
+		// hold the overlay, but nothing writes it any more.
+		if err := unix.Unmount(v.merged, unix.MNT_DETACH); err != nil {
+			log.Warn("unmounting the workspace overlay", "error", err)
+		}
+	} else {
+		v, err = mountView(xdir, "", req, limits.DiskBytes)
+		if err != nil {
+			return nil, viewErr(err)
+		}
+		if err := writeBundle(xdir, id, req, dir, limits, memLimit); err != nil {
+			return nil, fmt.Errorf("gvisor: %w: bundle: %w", backend.ErrUnavailable, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("gvisor: nothing started: %w", err)
+		}
+		res, err = b.sandbox(ctx, req, limits, bin, platform, xdir, id, log, onStart)
+		if err != nil {
+			return nil, err
+		}
+		// The sandbox is gone; nothing writes the upper layer any more.
+		if err := unix.Unmount(v.merged, 0); err != nil {
+			log.Warn("unmounting the workspace overlay", "error", err)
+		}
 	}
 	if res.Termination == backend.Exited && diskFull(v.scratch) {
 		res.Termination = backend.DiskLimit
@@ -110,6 +144,13 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	}
 	res.Overlay = ov
 	return res, nil
+}
+
+func viewErr(err error) error {
+	if errors.Is(err, backend.ErrInvalidRequest) {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	return fmt.Errorf("gvisor: %w: workspace view: %w", backend.ErrUnavailable, err)
 }
 
 // diskFull reports a scratch tmpfs with no block or inode left: the
@@ -451,23 +492,24 @@ var maskedFiles = []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/
 
 const home = "/root"
 
-// writeBundle writes xdir/config.json and the root it names.
-// memLimit > 0 puts the sandbox in a memory cgroup of that size, which
-// runsc makes (and removes) under each hierarchy's root.
-func writeBundle(xdir, id string, req *backend.Request, dir string, limits policy.ResourceLimits, memLimit int64) error {
+// baseSpec makes xdir's empty root with the mount points of what every
+// sandbox has (the host's system directories, read-only, with secrets
+// masked; /proc; /dev) and the spec that mounts them. mkpoint makes
+// another mount point in that root.
+func baseSpec(xdir, id string, memLimit int64) (s *spec, mkpoint func(string) error, err error) {
 	rootfs := filepath.Join(xdir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return err
+		return nil, nil, err
 	}
 	empty := filepath.Join(xdir, "empty")
 	if err := os.WriteFile(empty, nil, 0o444); err != nil {
-		return err
+		return nil, nil, err
 	}
 	emptyDir := filepath.Join(xdir, "emptydir")
 	if err := os.Mkdir(emptyDir, 0o555); err != nil {
-		return err
+		return nil, nil, err
 	}
-	var s spec
+	s = &spec{}
 	s.OCIVersion = "1.0.2"
 	s.Root.Path, s.Root.Readonly = rootfs, true
 	s.Hostname = "pulse"
@@ -485,7 +527,7 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}})
 	// Mount points of the read-only root: made here, on the host, since
 	// the sandbox cannot make them in a read-only root.
-	mkpoint := func(p string) error {
+	mkpoint = func(p string) error {
 		return os.MkdirAll(filepath.Join(rootfs, filepath.FromSlash(p)), 0o755)
 	}
 	for _, d := range systemDirs {
@@ -496,14 +538,14 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		case st.Mode()&os.ModeSymlink != 0:
 			t, err := os.Readlink(d)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			if err := os.Symlink(t, filepath.Join(rootfs, d)); err != nil {
-				return err
+				return nil, nil, err
 			}
 		case st.IsDir():
 			if err := mkpoint(d); err != nil {
-				return err
+				return nil, nil, err
 			}
 			s.Mounts = append(s.Mounts, mount{Destination: d, Type: "bind", Source: d, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 		}
@@ -520,6 +562,17 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 			continue
 		}
 		s.Mounts = append(s.Mounts, mount{Destination: m, Type: "bind", Source: src, Options: []string{"bind", "ro"}})
+	}
+	return s, mkpoint, nil
+}
+
+// writeBundle writes xdir/config.json and the root it names.
+// memLimit > 0 puts the sandbox in a memory cgroup of that size, which
+// runsc makes (and removes) under each hierarchy's root.
+func writeBundle(xdir, id string, req *backend.Request, dir string, limits policy.ResourceLimits, memLimit int64) error {
+	s, mkpoint, err := baseSpec(xdir, id, memLimit)
+	if err != nil {
+		return err
 	}
 	for _, d := range []string{"/tmp", home} {
 		if err := mkpoint(d); err != nil {
@@ -548,6 +601,16 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		p.Rlimits = append(p.Rlimits, rlimit{Type: "RLIMIT_FSIZE", Hard: uint64(limits.FileSizeBytes), Soft: uint64(limits.FileSizeBytes)})
 	}
 	p.Rlimits = append(p.Rlimits, rlimit{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20})
+	p.Env, p.Args = commandLine(req)
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(xdir, "config.json"), b, 0o600)
+}
+
+// commandLine is the environment and argv a request's command runs with.
+func commandLine(req *backend.Request) (env, args []string) {
 	base := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME": home,
@@ -555,24 +618,20 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		"TERM": "dumb",
 		"USER": "root",
 	}
-	p.Env = backend.Environ(base, req.Env)
+	env = backend.Environ(base, req.Env)
 	if req.Shell != "" {
 		sh := "/bin/sh"
 		if _, err := os.Stat("/bin/bash"); err == nil {
 			sh = "/bin/bash"
 		}
-		p.Args = []string{sh, "-c", req.Shell}
+		args = []string{sh, "-c", req.Shell}
 	} else {
 		// Through sh's exec, so that a program that is not there is
 		// exit status 127 from the shell, as on the other backends, not
 		// runsc failing to start the sandbox (status 128, its own words).
-		p.Args = append([]string{"/bin/sh", "-c", `exec "$0" "$@"`}, req.Args...)
+		args = append([]string{"/bin/sh", "-c", `exec "$0" "$@"`}, req.Args...)
 	}
-	b, err := json.Marshal(&s)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(xdir, "config.json"), b, 0o600)
+	return env, args
 }
 
 // underTmpfs reports a path the sandbox mounts a tmpfs above, where runsc

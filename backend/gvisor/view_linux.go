@@ -46,10 +46,14 @@ type view struct {
 	scratch string
 }
 
-// mountView builds the layer and mounts the workspace view of req in dir.
-// On an error, what it mounted is left for teardown.
-func mountView(dir string, req *backend.Request, diskBytes int64) (*view, error) {
-	v := &view{dir: dir, merged: filepath.Join(dir, "merged"), lower: filepath.Join(dir, "lower"),
+// mountView builds the layer and mounts the workspace view of req in dir,
+// the overlay the command sees at merged (dir/merged when ""). On an
+// error, what it mounted is left for teardown.
+func mountView(dir, merged string, req *backend.Request, diskBytes int64) (*view, error) {
+	if merged == "" {
+		merged = filepath.Join(dir, "merged")
+	}
+	v := &view{dir: dir, merged: merged, lower: filepath.Join(dir, "lower"),
 		scratch: filepath.Join(dir, "scratch")}
 	v.upper = filepath.Join(v.scratch, "upper")
 	layer, wsb := filepath.Join(dir, "layer"), filepath.Join(dir, "ws")

@@ -34,6 +34,8 @@ const (
 //	mfupdate MANIFEST GONE NEW [D]  a manifest after a step (mfupdate)
 //	mdiff BASEMAN COPYMAN DROP FIX  a copy's repair lists (mdiff)
 //	manlines DIR                    manifest lines of DIR, to stdout
+//	gvserve                         a warm gVisor sandbox's init (gvisor_linux.go)
+//	gvcmd                           one command's namespaces there (runGVCmd)
 func Main(args []string) int {
 	if len(args) == 0 {
 		return usage()
@@ -50,6 +52,10 @@ func Main(args []string) int {
 		return runLoop(a)
 	case args[0] == "idle":
 		return runIdle(a)
+	case args[0] == "gvserve":
+		return runGVServe(a)
+	case args[0] == "gvcmd":
+		return runGVCmd(a)
 	case args[0] == "kill":
 		return runKill(a)
 	case args[0] == "signal":

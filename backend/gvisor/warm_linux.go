@@ -1,0 +1,593 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/boxrt"
+	"github.com/pulse-agent/pulse/internal/flock"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// A warm sandbox: one runsc sandbox started once and kept for the
+// Backend's life (until Close), in which every command runs. Its init is
+// the runtime's gvserve step, which reads framed requests on its stdin and
+// answers on its stdout (internal/boxrt/gvisor.go). Per command the host
+// mounts the workspace view (the same overlay as a cold command's) and
+// binds the caches under views/ID/, a directory bound into the sandbox
+// once at boxrt.GVViews as a shared mount, so that what the host mounts
+// in it later propagates to runsc (its gofer and sentry make their copies
+// slaves). In the sandbox the runtime gives each command pid and mount
+// namespaces of its own, a root of its own (the system directories, fresh
+// /tmp and /root, its view at the workspace's path, its caches) without
+// the views, and no capabilities; when the command's main process ends,
+// the runtime ends and the kernel (gVisor's) kills every process the
+// command left, as a cold sandbox's end does. The host then reads the
+// upper layer back exactly as for a cold command.
+//
+// A warm sandbox's directory, under the state dir, is named warmPrefix
+// and a random id; it holds:
+//
+//	lock         flocked while the sandbox is this Backend's
+//	views/       bound onto itself and shared: one directory per command
+//	rootfs/      the sandbox's empty root, with its mount points
+//	rt           the runtime program, bound at boxrt.GVRuntime
+//	config.json  the bundle's spec
+//
+// What a warm sandbox costs: the sandbox is in one memory cgroup of the
+// limit for all of its commands together (one sandbox per limit), and
+// gVisor keeps the host file descriptors of a finished command's view in
+// its dentry cache for a while, so that the view's memory (its scratch
+// tmpfs) is freed once runsc drops them, or when the sandbox is retired
+// (after warmMaxCommands commands) or closed.
+const (
+	warmPrefix = "w-"
+	// warmRuntime is where the runtime program is in the sandbox.
+	warmRuntime = "/.pulse-rt"
+	// warmMaxCommands retires a sandbox after this many commands: a new
+	// one serves the next, and the old one ends with its last command.
+	warmMaxCommands = 500
+	// warmStartTimeout bounds a warm sandbox's start (its hello).
+	warmStartTimeout = time.Minute
+)
+
+// warm is one running warm sandbox.
+type warm struct {
+	b      *Backend
+	dir    string
+	views  string
+	id     string
+	memKey int64
+	cmd    *exec.Cmd
+	lock   *os.File
+
+	inMu sync.Mutex
+	in   io.WriteCloser
+
+	mu       sync.Mutex
+	cmds     map[uint32]*warmCmd
+	next     uint32
+	served   int
+	retired  bool
+	inflight int
+
+	gone    chan struct{} // closed when the sandbox's stdout ended
+	goneErr error
+	stderr  bytes.Buffer // runsc's and the runtime's own words, bounded
+	exited  chan struct{}
+}
+
+type warmCmd struct {
+	stdout, stderr io.Writer
+	done           chan boxrt.GVDone
+}
+
+// warmFor returns the warm sandbox for memLimit, starting it the first
+// time; nil when commands must run cold (WithCold, or no warm sandbox
+// can start here: the reason is logged once and kept for the doctor).
+func (b *Backend) warmFor(ctx context.Context, bin, platform string, memLimit int64) *warm {
+	if b.o.cold {
+		return nil
+	}
+	b.warmMu.Lock()
+	defer b.warmMu.Unlock()
+	if b.warmErr != nil {
+		return nil
+	}
+	if w := b.warms[memLimit]; w != nil {
+		select {
+		case <-w.gone:
+			delete(b.warms, memLimit)
+			w.retire()
+		default:
+			w.mu.Lock()
+			full := w.served >= warmMaxCommands
+			if !full {
+				w.served++
+				w.inflight++
+			}
+			w.mu.Unlock()
+			if !full {
+				return w
+			}
+			delete(b.warms, memLimit)
+			w.retire()
+		}
+	}
+	w, err := b.startWarm(ctx, bin, platform, memLimit)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.warmErr = err
+			b.log.Warn("no warm gVisor sandbox here: each command starts a sandbox of its own", "error", err)
+		}
+		return nil
+	}
+	if b.warms == nil {
+		b.warms = map[int64]*warm{}
+	}
+	b.warms[memLimit] = w
+	w.served, w.inflight = 1, 1
+	return w
+}
+
+// release ends a command's hold on w (taken by warmFor).
+func (w *warm) release() {
+	w.mu.Lock()
+	w.inflight--
+	stop := w.retired && w.inflight == 0
+	w.mu.Unlock()
+	if stop {
+		go w.stop()
+	}
+}
+
+// Warm reports whether commands run in a warm sandbox (after the first
+// command tried), and why not.
+func (b *Backend) Warm() (bool, error) {
+	if b.o.cold {
+		return false, errors.New("cold mode asked for (WithCold)")
+	}
+	b.warmMu.Lock()
+	defer b.warmMu.Unlock()
+	return b.warmErr == nil, b.warmErr
+}
+
+func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit int64) (_ *warm, err error) {
+	rt, err := runtimeBytes(b.o.runtime)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(b.o.stateDir, warmPrefix)
+	if err != nil {
+		return nil, err
+	}
+	lf, err := os.Create(filepath.Join(dir, lockName))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := flock.TryLock(lf); err != nil {
+		lf.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	w := &warm{b: b, dir: dir, views: filepath.Join(dir, "views"), id: filepath.Base(dir), memKey: memLimit, lock: lf,
+		cmds: map[uint32]*warmCmd{}, gone: make(chan struct{}), exited: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			w.cleanup()
+		}
+	}()
+	if err := os.Mkdir(w.views, 0o700); err != nil {
+		return nil, err
+	}
+	if err := unix.Mount(w.views, w.views, "", unix.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("bind views: %w", err)
+	}
+	if err := unix.Mount("", w.views, "", unix.MS_SHARED, ""); err != nil {
+		return nil, fmt.Errorf("share views: %w", err)
+	}
+	rtPath := filepath.Join(dir, "rt")
+	if err := os.WriteFile(rtPath, rt, 0o555); err != nil {
+		return nil, err
+	}
+	s, mkpoint, err := baseSpec(dir, w.id, memLimit)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"/tmp", boxrt.GVViews, boxrt.GVNewRoot} {
+		if err := mkpoint(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rootfs", warmRuntime), nil, 0o555); err != nil {
+		return nil, err
+	}
+	s.Mounts = append(s.Mounts,
+		mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		mount{Destination: warmRuntime, Type: "bind", Source: rtPath, Options: []string{"bind", "ro", "nodev"}},
+		mount{Destination: boxrt.GVViews, Type: "bind", Source: w.views, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	p := &s.Process
+	p.Args = []string{warmRuntime, "gvserve"}
+	p.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	p.Cwd = "/"
+	p.NoNewPrivileges = true
+	// The runtime's own: mount namespaces and chroot for each command's
+	// root, dropping the bounding set, signalling commands. Commands have
+	// none (runtime's dropCaps).
+	caps := []string{"CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_KILL"}
+	p.Capabilities = map[string]any{"bounding": caps, "effective": caps, "inheritable": []string{}, "permitted": caps, "ambient": []string{}}
+	p.Rlimits = append(p.Rlimits, rlimit{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20})
+	js, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o600); err != nil {
+		return nil, err
+	}
+
+	root := b.runscRoot()
+	cmd := exec.Command(bin, "--root", root, "--network=none", "--platform="+platform, "run", "--bundle", dir, w.id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = &boundedWriter{w: &w.stderr, mu: &w.mu, n: 64 << 10}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start runsc: %w", err)
+	}
+	w.cmd, w.in = cmd, in
+	br := bufio.NewReaderSize(out, 64<<10)
+	hello := make(chan error, 1)
+	go func() {
+		kind, _, p, err := boxrt.ReadFrame(br)
+		switch {
+		case err != nil:
+			hello <- err
+		case kind != boxrt.FrameHello || string(p) != boxrt.Identity():
+			hello <- fmt.Errorf("%w: first frame %q", boxrt.ErrFrame, kind)
+		default:
+			hello <- nil
+			w.read(br)
+			return
+		}
+		close(w.gone)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(w.exited)
+	}()
+	timer := time.NewTimer(warmStartTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-hello:
+	case <-timer.C:
+		err = errors.New("no answer")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		w.mu.Lock()
+		msg := bytes.TrimSpace(w.stderr.Bytes())
+		w.mu.Unlock()
+		return nil, fmt.Errorf("warm sandbox did not start: %w: %s", err, msg)
+	}
+	return w, nil
+}
+
+// read demultiplexes the sandbox's frames until its stdout ends; then
+// every command still waiting learns the sandbox is gone.
+func (w *warm) read(r io.Reader) {
+	var err error
+	for {
+		var kind byte
+		var id uint32
+		var p []byte
+		kind, id, p, err = boxrt.ReadFrame(r)
+		if err != nil {
+			break
+		}
+		w.mu.Lock()
+		c := w.cmds[id]
+		w.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		switch kind {
+		case boxrt.FrameStdout:
+			if c.stdout != nil {
+				_, _ = c.stdout.Write(p)
+			}
+		case boxrt.FrameStderr:
+			if c.stderr != nil {
+				_, _ = c.stderr.Write(p)
+			}
+		case boxrt.FrameDone:
+			var d boxrt.GVDone
+			if err := json.Unmarshal(p, &d); err != nil {
+				d = boxrt.GVDone{Exit: -1, Err: "done: " + err.Error()}
+			}
+			w.mu.Lock()
+			delete(w.cmds, id)
+			w.mu.Unlock()
+			c.done <- d
+		}
+	}
+	w.mu.Lock()
+	w.goneErr = err
+	w.mu.Unlock()
+	close(w.gone)
+}
+
+// send writes one frame to the sandbox.
+func (w *warm) send(kind byte, id uint32, p []byte) error {
+	w.inMu.Lock()
+	defer w.inMu.Unlock()
+	return boxrt.WriteFrame(w.in, kind, id, p)
+}
+
+// retire ends the sandbox once no command runs in it.
+func (w *warm) retire() {
+	w.mu.Lock()
+	w.retired = true
+	idle := w.inflight == 0
+	w.mu.Unlock()
+	if idle {
+		w.stop()
+	}
+}
+
+// stop ends the sandbox: its init reads the end of its stdin and returns,
+// and the sandbox ends with it; then its directory goes.
+func (w *warm) stop() {
+	w.inMu.Lock()
+	w.in.Close()
+	w.inMu.Unlock()
+	select {
+	case <-w.exited:
+	case <-time.After(10 * time.Second):
+		w.kill()
+		<-w.exited
+	}
+	w.cleanup()
+}
+
+// kill ends the sandbox at once.
+func (w *warm) kill() {
+	bin, root := w.b.runscBin(), w.b.runscRoot()
+	_ = exec.Command(bin, "--root", root, "kill", w.id, "KILL").Run()
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// cleanup removes what a warm sandbox left: its container, its views
+// mount and directory.
+func (w *warm) cleanup() {
+	if w.cmd != nil {
+		_ = exec.Command(w.b.runscBin(), "--root", w.b.runscRoot(), "delete", "--force", w.id).Run()
+	}
+	warmTeardown(w.dir)
+	_ = os.RemoveAll(w.dir)
+	w.lock.Close()
+}
+
+// warmTeardown unmounts a warm sandbox's views (what commands left
+// mounted there with it).
+func warmTeardown(dir string) {
+	_ = unix.Unmount(filepath.Join(dir, "views"), unix.MNT_DETACH)
+}
+
+// runWarm runs req in w, its view mounted at views/vid; it returns once
+// the command and every process it left have ended.
+func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, limits policy.ResourceLimits, vid, dir string, caches []boxrt.GVCache, onStart func(backend.Control)) (*backend.Result, error) {
+	capHit := make(chan struct{})
+	var capOnce sync.Once
+	onCap := func() { capOnce.Do(func() { close(capHit) }) }
+	stdout := &capWriter{w: req.Stdout, limit: limits.OutputBytes, onCap: onCap}
+	stderr := &capWriter{w: req.Stderr, limit: limits.OutputBytes, onCap: onCap}
+	c := &warmCmd{done: make(chan boxrt.GVDone, 1)}
+	if req.Stdout != nil {
+		c.stdout = stdout
+	}
+	if req.Stderr != nil {
+		c.stderr = stderr
+	}
+	env, args := commandLine(req)
+	gr := boxrt.GVRequest{View: vid, Workspace: req.Workspace, Caches: caches, Cwd: path.Join(req.Workspace, dir),
+		Env: env, Args: args, FSize: limits.FileSizeBytes, Stdin: req.Stdin != nil}
+	if req.Shell == "" {
+		// The runtime finds the program as sh would, without the
+		// shell a cold sandbox runs it through: one program start
+		// less.
+		gr.Args, gr.Lookup = req.Args, true
+	}
+	js, err := json.Marshal(&gr)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrInvalidRequest, err)
+	}
+	w.mu.Lock()
+	w.next++
+	id := w.next
+	w.cmds[id] = c
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.cmds, id)
+		w.mu.Unlock()
+	}()
+	start := time.Now()
+	// A sandbox gone already is seen below (w.gone).
+	_ = w.send(boxrt.FrameRequest, id, js)
+	if req.Stdin != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := req.Stdin.Read(buf)
+				if n > 0 {
+					if w.send(boxrt.FrameStdin, id, append([]byte(nil), buf[:n]...)) != nil {
+						return
+					}
+				}
+				if err != nil {
+					_ = w.send(boxrt.FrameEOF, id, nil)
+					return
+				}
+			}
+		}()
+	}
+	ended := make(chan struct{})
+	if onStart != nil {
+		onStart(&warmControl{w: w, id: id, ended: ended})
+	}
+	defer close(ended)
+
+	timer := time.NewTimer(limits.Timeout)
+	defer timer.Stop()
+	var reason backend.TerminationReason
+	var d boxrt.GVDone
+	gone := false
+	select {
+	case d = <-c.done:
+	case <-w.gone:
+		gone = true
+	case <-timer.C:
+		reason = backend.Timeout
+	case <-ctx.Done():
+		reason = backend.Cancelled
+	case <-b.closing:
+		reason = backend.Cancelled
+	case <-capHit:
+		reason = backend.OutputLimit
+	}
+	if reason != "" {
+		_ = w.send(boxrt.FrameKill, id, nil)
+		t := time.NewTimer(10 * time.Second)
+		select {
+		case d = <-c.done:
+		case <-w.gone:
+		case <-t.C:
+			// The command's processes did not end: the whole sandbox
+			// goes, and with it every command in it.
+			b.log.Warn("a command of the warm sandbox did not end when killed; ending the sandbox", "sandbox", w.id)
+			w.kill()
+			<-w.gone
+		}
+		t.Stop()
+	}
+	if req.Stdin != nil {
+		closeReader(req.Stdin)
+	}
+	res := &backend.Result{Duration: time.Since(start), Truncated: stdout.truncated() || stderr.truncated()}
+	switch {
+	case reason != "":
+		res.Termination, res.ExitCode = reason, -1
+	case gone:
+		// The sandbox ended under the command: out of memory (its
+		// cgroup kills it whole) or runsc failed.
+		res.Termination, res.ExitCode = backend.Signaled, -1
+		w.mu.Lock()
+		b.log.Warn("the warm sandbox ended while a command ran", "sandbox", w.id, "error", w.goneErr, "stderr", string(bytes.TrimSpace(w.stderr.Bytes())))
+		w.mu.Unlock()
+	case !d.Started:
+		return nil, fmt.Errorf("gvisor: %w: the command could not start: %s", backend.ErrUnavailable, d.Err)
+	case d.Signal != 0:
+		res.Termination, res.ExitCode = backend.Signaled, -1
+	default:
+		res.Termination, res.ExitCode = backend.Exited, d.Exit
+	}
+	res.TimedOut = res.Termination == backend.Timeout
+	res.Metrics.UserCPU = time.Duration(d.UserNs)
+	res.Metrics.SystemCPU = time.Duration(d.SysNs)
+	return res, nil
+}
+
+// warmControl signals a command of a warm sandbox.
+type warmControl struct {
+	w     *warm
+	id    uint32
+	ended <-chan struct{}
+}
+
+func (c *warmControl) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok || s <= 0 || s > 255 {
+		return fmt.Errorf("gvisor: %w: signal %v", backend.ErrUnsupported, sig)
+	}
+	select {
+	case <-c.ended:
+		return backend.ErrProcessDone
+	default:
+	}
+	if s == syscall.SIGKILL {
+		return c.w.send(boxrt.FrameKill, c.id, nil)
+	}
+	return c.w.send(boxrt.FrameSignal, c.id, []byte{byte(s)})
+}
+
+// mountCaches binds each cache's host directory at view/cN, for the
+// runtime to mount at its path.
+func mountCaches(view string, caches []backend.Cache) ([]boxrt.GVCache, error) {
+	var out []boxrt.GVCache
+	for i, c := range caches {
+		name := "c" + strconv.Itoa(i)
+		p := filepath.Join(view, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return nil, err
+		}
+		if err := unix.Mount(c.HostDir, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return nil, fmt.Errorf("bind cache %s: %w", c.Name, err)
+		}
+		out = append(out, boxrt.GVCache{Src: name, Path: c.Path})
+	}
+	return out, nil
+}
+
+// unmountView lazily unmounts what a command's view directory holds (the
+// sandbox may still hold files of it open for a while) and removes it.
+func unmountView(view string) {
+	ents, _ := os.ReadDir(view)
+	for _, e := range ents {
+		_ = unix.Unmount(filepath.Join(view, e.Name()), unix.MNT_DETACH)
+	}
+	_ = os.RemoveAll(view)
+}
+
+// boundedWriter keeps the first n bytes written to it.
+type boundedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+	n  int
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.n - b.w.Len(); room > 0 {
+		b.w.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

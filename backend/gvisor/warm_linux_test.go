@@ -1,0 +1,121 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pulse-agent/pulse/backend"
+)
+
+// newWarm is a backend whose commands must run in its warm sandbox: a
+// test fails where it falls back to cold ones.
+func newWarm(t *testing.T) *Backend {
+	t.Helper()
+	b := newBackend(t)
+	var errb bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Args: []string{"true"}, Stderr: &errb})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("first command: %v %+v: %s", err, res, errb.String())
+	}
+	if ok, err := b.Warm(); !ok {
+		t.Fatalf("no warm sandbox: %v", err)
+	}
+	return b
+}
+
+// TestWarmOneSandbox: commands of one Backend run in one gVisor sandbox
+// (the boot time gVisor's kernel reports stays the same), each in its own
+// pid namespace (the runtime's serve step, the sandbox's init, is not in
+// it), with a /tmp of its own and its own view.
+func TestWarmOneSandbox(t *testing.T) {
+	b := newWarm(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var boots []string
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: ws,
+			Shell:  `cat f; echo; ps -eo args | grep -c '[g]vserve'; awk '/^btime/ {print $2}' /proc/stat; ls /tmp/left 2>/dev/null | wc -l; touch /tmp/left g` + string(rune('0'+i)),
+			Stdout: &out, Stderr: &errb})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v %+v %s", err, res, errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) != 4 || lines[0] != "x" || lines[1] != "0" || lines[3] != "0" {
+			t.Errorf("command %d saw %q, want the file, no serve step, no /tmp/left", i, lines)
+		}
+		if len(lines) > 2 {
+			boots = append(boots, lines[2])
+		}
+		if len(res.Overlay.Files) != 1 {
+			t.Errorf("command %d: files %+v, want its one file", i, res.Overlay.Files)
+		}
+	}
+	if len(boots) == 2 && boots[0] != boots[1] {
+		t.Errorf("boot times %q: two sandboxes, want one warm one", boots)
+	}
+}
+
+// TestWarmNoViews: a command cannot see the views of others, the
+// runtime's processes or any capability.
+func TestWarmNoViews(t *testing.T) {
+	b := newWarm(t)
+	var out bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(),
+		Shell:  `ls -d /.pulse-views/* 2>&1; ls /proc | grep -c '^[0-9]'; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; mount -t tmpfs x /tmp 2>&1 && echo mounted`,
+		Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.Contains(s, "No such file") || strings.Contains(s, "mounted") || strings.Count(s, "0000000000000000") != 3 {
+		t.Errorf("exit %d, saw:\n%s", res.ExitCode, s)
+	}
+}
+
+// TestExitCodesNotSignals: a command exiting 129..192 itself is an exit,
+// not a signal; a command a signal ends is Signaled.
+func TestExitCodesNotSignals(t *testing.T) {
+	b := newWarm(t)
+	for _, tt := range []struct {
+		sh   string
+		code int
+		term backend.TerminationReason
+	}{
+		{"exit 137", 137, backend.Exited},
+		{"exit 129", 129, backend.Exited},
+		{"kill -TERM $$", -1, backend.Signaled},
+	} {
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: tt.sh})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != tt.code || res.Termination != tt.term {
+			t.Errorf("%q: %s %d, want %s %d", tt.sh, res.Termination, res.ExitCode, tt.term, tt.code)
+		}
+	}
+}
+
+// TestColdFallback: where no warm sandbox can start (here: no runtime
+// program), commands run in a sandbox each, and Warm says why.
+func TestColdFallback(t *testing.T) {
+	for _, opt := range []Option{WithRuntime(filepath.Join(t.TempDir(), "missing")), WithCold()} {
+		b := newBackend(t, opt)
+		ws := t.TempDir()
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: ws, Shell: "echo hi > f; exit 3"})
+		if err != nil || res.ExitCode != 3 || len(res.Overlay.Files) != 1 {
+			t.Fatalf("%v %+v", err, res)
+		}
+		if ok, err := b.Warm(); ok || err == nil {
+			t.Errorf("Warm() = %v, %v; want false and why", ok, err)
+		}
+	}
+}

@@ -1,0 +1,675 @@
+package boxrt
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Paths in a warm gVisor sandbox, made by the backend in its root.
+const (
+	// GVViews is where the host's views directory is bound: one
+	// directory per running command, holding its workspace and caches.
+	GVViews = "/.pulse-views"
+	// GVNewRoot is the mount point of each command's own root.
+	GVNewRoot = "/.pulse-root"
+)
+
+// gvSystemDirs are what a command's root takes from the sandbox's (the
+// host's, read-only, with secrets masked).
+var gvSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev"}
+
+// runGVServe is the serve step: the warm sandbox's init. It reads frames
+// on stdin and starts each request as the gvcmd step, in a pid and mount
+// namespace of its own, so that a command sees only its own processes and
+// its own workspace view, and all of its processes end with it (the
+// namespace's init, the gvcmd step, ends when the command does). The
+// step keeps its capabilities; commands have none.
+func runGVServe(a []string) int {
+	if len(a) != 0 {
+		return usage()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s gvserve: %v\n", Name, err)
+		return 1
+	}
+	// SIGPIPE on a closed stdout would kill the server: an error is
+	// enough (the host is gone).
+	signal.Ignore(syscall.SIGPIPE)
+	s := &gvServer{self: self, out: &lockedWriter{w: os.Stdout}, procs: map[uint32]*gvProc{}}
+	if err := s.out.frame(FrameHello, 0, []byte(Identity())); err != nil {
+		return 1
+	}
+	s.refill()
+	for {
+		kind, id, p, err := ReadFrame(os.Stdin)
+		if err != nil {
+			// The host is gone or broken: the sandbox ends with this
+			// init, and every command with it.
+			if !errors.Is(err, io.EOF) {
+				fmt.Fprintf(os.Stderr, "%s gvserve: %v\n", Name, err)
+			}
+			return 0
+		}
+		s.handle(kind, id, p)
+	}
+}
+
+type gvServer struct {
+	self  string
+	out   *lockedWriter
+	mu    sync.Mutex
+	procs map[uint32]*gvProc
+	spare *gvProc // started ahead, waiting for a request
+	// pending is closed when the spare being started is there; nil
+	// when none is being started.
+	pending chan struct{}
+}
+
+// gvProc is one gvcmd step: started ahead of its request, which it reads
+// from req (fd 4); it writes how its command ended to status (fd 3).
+type gvProc struct {
+	cmd    *exec.Cmd
+	output sync.WaitGroup // the copies of stdout and stderr
+	req    *os.File       // the write end
+	status *os.File       // the read end
+	stdin  io.WriteCloser
+	queue  *inQueue
+	out    *frameWriter
+	errw   *frameWriter
+}
+
+// spawn starts a gvcmd step, in new pid and mount namespaces, that waits
+// for its request: a command then pays for none of the step's start.
+func (s *gvServer) spawn() (*gvProc, error) {
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		rr.Close()
+		rw.Close()
+		return nil, err
+	}
+	pr := &gvProc{req: rw, status: sr, out: &frameWriter{out: s.out, kind: FrameStdout}, errw: &frameWriter{out: s.out, kind: FrameStderr}}
+	var closers []*os.File
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	closers = append(closers, rr, sw)
+	cmd := exec.Command(s.self, "gvcmd")
+	cmd.Env = []string{}
+	// No Pdeathsig: gVisor sends it when the forking thread ends, which
+	// any of the Go runtime's may.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	cmd.ExtraFiles = []*os.File{sw, rr}
+	// Pipes of its own rather than exec's copies: the step's status is
+	// sent once both reach their end, without waiting for the step to
+	// be reaped.
+	var readers []*os.File
+	ir, iw, err := os.Pipe()
+	if err != nil {
+		rw.Close()
+		sr.Close()
+		return nil, err
+	}
+	cmd.Stdin, pr.stdin = ir, iw
+	closers = append(closers, ir)
+	for _, fw := range []*frameWriter{pr.out, pr.errw} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			break
+		}
+		closers = append(closers, w)
+		readers = append(readers, r)
+		if fw == pr.out {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+	}
+	if len(readers) == 2 {
+		err = cmd.Start()
+	} else {
+		err = errors.New("output pipes")
+	}
+	if err != nil {
+		for _, r := range readers {
+			r.Close()
+		}
+		iw.Close()
+		rw.Close()
+		sr.Close()
+		return nil, err
+	}
+	for i, fw := range []*frameWriter{pr.out, pr.errw} {
+		pr.output.Add(1)
+		go func(r *os.File, fw *frameWriter) {
+			defer pr.output.Done()
+			defer r.Close()
+			_, _ = io.Copy(fw, r)
+		}(readers[i], fw)
+	}
+	pr.cmd = cmd
+	return pr, nil
+}
+
+func (s *gvServer) handle(kind byte, id uint32, p []byte) {
+	s.mu.Lock()
+	pr := s.procs[id]
+	s.mu.Unlock()
+	switch kind {
+	case FrameRequest:
+		if pr != nil {
+			return
+		}
+		s.start(id, p)
+	case FrameStdin:
+		if pr != nil && pr.queue != nil {
+			pr.queue.put(p)
+		}
+	case FrameEOF:
+		if pr != nil && pr.queue != nil {
+			pr.queue.close()
+		}
+	case FrameSignal:
+		if pr != nil && len(p) == 1 {
+			_ = pr.cmd.Process.Signal(syscall.Signal(p[0]))
+		}
+	case FrameKill:
+		if pr != nil {
+			// The namespace's init: the kernel kills the rest with it.
+			_ = pr.cmd.Process.Kill()
+		}
+	}
+}
+
+func (s *gvServer) done(id uint32, d GVDone) {
+	b, _ := json.Marshal(d)
+	_ = s.out.frame(FrameDone, id, b)
+}
+
+func (s *gvServer) start(id uint32, p []byte) {
+	var req GVRequest
+	if err := json.Unmarshal(p, &req); err != nil {
+		s.done(id, GVDone{Exit: -1, Err: "request: " + err.Error()})
+		return
+	}
+	s.mu.Lock()
+	pr, pending := s.spare, s.pending
+	s.spare = nil
+	s.mu.Unlock()
+	if pr == nil && pending != nil {
+		<-pending
+		s.mu.Lock()
+		pr, s.spare = s.spare, nil
+		s.mu.Unlock()
+	}
+	var err error
+	for try := 0; ; try++ {
+		if pr == nil {
+			if pr, err = s.spawn(); err != nil {
+				s.done(id, GVDone{Exit: -1, Err: err.Error()})
+				return
+			}
+		}
+		pr.out.setID(id)
+		pr.errw.setID(id)
+		_, err = pr.req.Write(p)
+		pr.req.Close()
+		if err == nil || try > 0 {
+			break
+		}
+		// A spare that died while it waited: start one now.
+		_ = pr.cmd.Process.Kill()
+		_ = pr.cmd.Wait()
+		pr.status.Close()
+		pr = nil
+	}
+	if err != nil {
+		_ = pr.cmd.Process.Kill()
+	}
+	if req.Stdin {
+		pr.queue = newInQueue(pr.stdin)
+	} else {
+		pr.stdin.Close()
+	}
+	s.mu.Lock()
+	s.procs[id] = pr
+	s.mu.Unlock()
+	go func() {
+		status, _ := io.ReadAll(pr.status)
+		pr.status.Close()
+		pr.output.Wait()
+		if pr.queue != nil {
+			pr.queue.close()
+		}
+		var d GVDone
+		var werr error
+		if err := json.Unmarshal(status, &d); err == nil && (d.Started || d.Err != "") {
+			go func() { _ = pr.cmd.Wait() }()
+		} else {
+			werr = pr.cmd.Wait()
+			// The step died before it wrote how the command ended:
+			// killed (FrameKill), or out of memory.
+			d = GVDone{Exit: -1, Signal: int(syscall.SIGKILL), Err: d.Err}
+			if ws, ok := pr.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				d.Signal = int(ws.Signal())
+			} else if werr != nil && d.Err == "" {
+				d.Err = werr.Error()
+			}
+			d.Started = true
+		}
+		s.mu.Lock()
+		delete(s.procs, id)
+		s.mu.Unlock()
+		s.done(id, d)
+		s.refill()
+	}()
+}
+
+// refill starts the next spare step where there is none and none is
+// being started. It runs once a command has ended, not when it starts, so
+// that the spare's start does not slow the command down.
+func (s *gvServer) refill() {
+	s.mu.Lock()
+	if s.spare != nil || s.pending != nil {
+		s.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	s.pending = ch
+	s.mu.Unlock()
+	go func() {
+		pr, err := s.spawn()
+		s.mu.Lock()
+		if err == nil && s.spare == nil {
+			s.spare, pr = pr, nil
+		}
+		s.pending = nil
+		close(ch)
+		s.mu.Unlock()
+		if err == nil && pr != nil {
+			pr.req.Close()
+			_ = pr.cmd.Wait()
+			pr.status.Close()
+		}
+	}()
+}
+
+// lockedWriter writes whole frames, one at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) frame(kind byte, id uint32, p []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return WriteFrame(l.w, kind, id, p)
+}
+
+type frameWriter struct {
+	out  *lockedWriter
+	mu   sync.Mutex
+	id   uint32 // 0 until the step has its request
+	kind byte
+}
+
+func (f *frameWriter) setID(id uint32) {
+	f.mu.Lock()
+	f.id = id
+	f.mu.Unlock()
+}
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	f.mu.Lock()
+	id := f.id
+	f.mu.Unlock()
+	for len(p) > 0 {
+		c := p[:min(len(p), 64<<10)]
+		if err := f.out.frame(f.kind, id, c); err != nil {
+			return 0, err
+		}
+		p = p[len(c):]
+	}
+	return n, nil
+}
+
+// inQueue hands stdin frames to a command without ever blocking the
+// server's read loop on a command that does not read.
+type inQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	bufs   [][]byte
+	closed bool
+}
+
+func newInQueue(w io.WriteCloser) *inQueue {
+	q := &inQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	go func() {
+		defer w.Close()
+		for {
+			q.mu.Lock()
+			for len(q.bufs) == 0 && !q.closed {
+				q.cond.Wait()
+			}
+			if len(q.bufs) == 0 {
+				q.mu.Unlock()
+				return
+			}
+			b := q.bufs[0]
+			q.bufs = q.bufs[1:]
+			q.mu.Unlock()
+			if _, err := w.Write(b); err != nil {
+				// The command closed its stdin or ended.
+				q.mu.Lock()
+				q.bufs, q.closed = nil, true
+				q.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return q
+}
+
+func (q *inQueue) put(b []byte) {
+	q.mu.Lock()
+	if !q.closed {
+		q.bufs = append(q.bufs, b)
+	}
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *inQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+// runGVCmd is the gvcmd step: the init of one command's pid and mount
+// namespaces. It builds the command's root (the sandbox's system
+// directories, fresh /tmp and /root, the workspace view and caches the
+// host mounted under GVViews), leaves GVViews behind, drops every
+// capability, starts the command and writes how it ended, as GVDone, to
+// fd 3. When it returns, the kernel kills whatever the command left.
+func runGVCmd(a []string) int {
+	status, reqf := os.NewFile(3, "status"), os.NewFile(4, "request")
+	if len(a) != 0 || status == nil || reqf == nil {
+		return usage()
+	}
+	baseErr := gvBase()
+	p, err := io.ReadAll(io.LimitReader(reqf, MaxFrame))
+	reqf.Close()
+	if err != nil || len(p) == 0 {
+		return 0 // not needed: the server ends
+	}
+	report := func(d GVDone) int {
+		b, _ := json.Marshal(d)
+		_, _ = status.Write(b)
+		status.Close()
+		return 0
+	}
+	var req GVRequest
+	if err := json.Unmarshal(p, &req); err != nil {
+		return report(GVDone{Exit: -1, Err: "request: " + err.Error()})
+	}
+	if len(req.Args) == 0 {
+		return report(GVDone{Exit: -1, Err: "no command"})
+	}
+	if baseErr != nil {
+		return report(GVDone{Exit: -1, Err: baseErr.Error()})
+	}
+	if err := gvView(&req); err != nil {
+		return report(GVDone{Exit: -1, Err: err.Error()})
+	}
+	if req.FSize > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(req.FSize), Max: uint64(req.FSize)}); err != nil {
+			return report(GVDone{Exit: -1, Err: "file size limit: " + err.Error()})
+		}
+	}
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20})
+
+	// Capabilities are a thread's: drop them on this one and start the
+	// command from it, so that the command's process is forked from a
+	// thread with none (and no way to gain any: no_new_privs).
+	runtime.LockOSThread()
+	if err := dropCaps(); err != nil {
+		return report(GVDone{Exit: -1, Err: err.Error()})
+	}
+	if err := unix.Chdir(req.Cwd); err != nil {
+		return report(GVDone{Exit: -1, Err: "working directory: " + err.Error()})
+	}
+	prog := req.Args[0]
+	if req.Lookup {
+		// As sh would: a program not found is status 127, one that
+		// cannot run 126.
+		var code int
+		if prog, code = lookPath(req.Args[0], req.Env); code != 0 {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", req.Args[0], map[int]string{126: "Permission denied", 127: "command not found"}[code])
+			return report(GVDone{Started: true, Exit: code})
+		}
+	}
+	cmd := &exec.Cmd{Path: prog, Args: req.Args, Env: req.Env}
+	if req.Stdin {
+		cmd.Stdin = os.Stdin
+	} else {
+		os.Stdin.Close()
+	}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs)
+	if err := cmd.Start(); err != nil {
+		if !req.Lookup {
+			return report(GVDone{Exit: -1, Err: "start: " + err.Error()})
+		}
+		// A script without #! runs under sh, as sh runs it; any
+		// other failure is sh's too.
+		code := 126
+		if errors.Is(err, unix.ENOEXEC) {
+			cmd = &exec.Cmd{Path: "/bin/sh", Args: append([]string{"sh"}, req.Args...), Env: req.Env, Stdin: cmd.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+			err = cmd.Start()
+		} else if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", req.Args[0], err)
+			return report(GVDone{Started: true, Exit: code})
+		}
+	}
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGCHLD || s == syscall.SIGURG {
+				continue
+			}
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	_ = cmd.Wait()
+	// What the command left ends now, as a cold sandbox's does with
+	// it (this step is the namespace's init: -1 is all the rest), and
+	// the output pipes close with it, so the host has all output before
+	// the status.
+	_ = unix.Kill(-1, unix.SIGKILL)
+	os.Stdout.Close()
+	os.Stderr.Close()
+	d := GVDone{Started: true}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		d.Exit, d.Signal = -1, int(ws.Signal())
+	} else {
+		d.Exit = cmd.ProcessState.ExitCode()
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		d.UserNs, d.SysNs = ru.Utime.Nano(), ru.Stime.Nano()
+	}
+	return report(d)
+}
+
+// lookPath finds name as sh does, in env's PATH: the program, or 127 (not
+// found) or 126 (found, not executable).
+func lookPath(name string, env []string) (string, int) {
+	if strings.Contains(name, "/") {
+		st, err := os.Stat(name)
+		switch {
+		case err != nil:
+			return "", 127
+		case st.IsDir() || unix.Access(name, unix.X_OK) != nil:
+			return "", 126
+		}
+		return name, 0
+	}
+	pathVar := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	code := 127
+	for _, d := range filepath.SplitList(pathVar) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if unix.Access(p, unix.X_OK) != nil {
+			code = 126
+			continue
+		}
+		return p, 0
+	}
+	return "", code
+}
+
+// gvBase makes what every command's root at GVNewRoot holds; it runs
+// before the step has its request.
+func gvBase() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mounts: %w", err)
+	}
+	nr := GVNewRoot
+	if err := unix.Mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("root tmpfs: %w", err)
+	}
+	for _, d := range gvSystemDirs {
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case st.Mode()&os.ModeSymlink != 0:
+			t, err := os.Readlink(d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(t, nr+d); err != nil {
+				return err
+			}
+		case st.IsDir():
+			if err := os.Mkdir(nr+d, 0o755); err != nil {
+				return err
+			}
+			if err := unix.Mount(d, nr+d, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("bind %s: %w", d, err)
+			}
+		}
+	}
+	if err := os.Mkdir(nr+"/proc", 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", nr+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("proc: %w", err)
+	}
+	for _, d := range []string{"/tmp", "/root"} {
+		if err := os.Mkdir(nr+d, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", nr+d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("tmpfs %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// gvView mounts req's view and caches in the root gvBase made, leaves
+// the views and enters the root.
+func gvView(req *GVRequest) error {
+	nr := GVNewRoot
+	bind := func(src, dst string) error {
+		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
+			return fmt.Errorf("mount point %q", dst)
+		}
+		if strings.Contains(src, "..") {
+			return fmt.Errorf("view %q", src)
+		}
+		if err := os.MkdirAll(nr+dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(filepath.Join(GVViews, req.View, src), nr+dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", dst, err)
+		}
+		return unix.Mount("", nr+dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+	if err := bind("ws", req.Workspace); err != nil {
+		return err
+	}
+	for _, c := range req.Caches {
+		if err := bind(c.Src, c.Path); err != nil {
+			return err
+		}
+	}
+	// Every other command's view is under GVViews: gone from this
+	// namespace, not merely out of the root.
+	if err := unix.Unmount(GVViews, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("leave the views: %w", err)
+	}
+	if err := unix.Mount("", nr, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		if err := unix.Mount("", nr, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("root read-only: %w", err)
+		}
+	}
+	if err := unix.Chroot(nr); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// dropCaps empties this thread's capability sets and bounding set and
+// sets no_new_privs.
+func dropCaps() error {
+	for c := 0; c <= 63; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d: %w", c, err)
+		}
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
+}
