@@ -58,6 +58,8 @@
 # its next command once one ends (the namespace keeper's next init) is
 # made in it, not while a reference is timed.
 #
+# STEPS="git-status git-log" runs only the steps it names.
+#
 # Exit status: 0 when every step passed on every backend that ran; 1
 # otherwise. A backend that cannot run here is skipped with the reason,
 # unless REQUIRE_ALL=1 or PULSE_REQUIRE_DOCKER=1 / PULSE_REQUIRE_NAMESPACE=1
@@ -210,6 +212,13 @@ EOF
 	printf 'commit\thost\t0\t-\n'
 	printf 'git-diff\thost\t0\t-\n'
 )
+# STEPS (names, space-separated) keeps only those steps, in their order:
+# the few-millisecond ones with a large N, say, whose difference from
+# direct is a few ms where a loaded machine moves every time by tens.
+if [ -n "${STEPS:-}" ]; then
+	steps=$(awk -F'\t' -v keep=" $STEPS " 'index(keep, " " $1 " ")' <<<"$steps")
+	[ -n "$steps" ] || { echo "bench/agent: STEPS=$STEPS names no step" >&2; exit 1; }
+fi
 
 # us CMD...: runs CMD, its stdout into $tmp/out, and prints "MICROSECONDS EXIT".
 us() {
