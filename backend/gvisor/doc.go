@@ -7,7 +7,7 @@
 // Each Exec builds, on the host, the same view of the workspace the
 // namespace backend shows, and runs the command on it in the Backend's
 // warm sandbox (warm_linux.go: one runsc sandbox kept from the first
-// command to Close, pulse-runtime its init, each command in pid and mount
+// command to Close, pulse-runtime its init, each command in pid, mount, network and IPC
 // namespaces of its own there), or, cold, in a fresh runsc sandbox (where
 // no runtime program is found, or WithCold):
 //

@@ -49,7 +49,7 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 	mem := "each sandbox (gVisor's kernel and the command)"
 	if coldWhy == "" {
 		c.Notes[1] = "warm: one runsc sandbox started at the first command and kept until the sandbox closes (pulse-runtime its init); " +
-			"each command in pid and mount namespaces of its own inside it, its own root and /tmp, no capabilities, no_new_privs; what it leaves running ends with it"
+			"each command in pid, mount, network (its own loopback) and IPC namespaces of its own inside it, its own root and /tmp, no capabilities, no_new_privs; what it leaves running ends with it"
 		mem = "the warm sandbox (gVisor's kernel and the commands running in it together)"
 	} else {
 		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs"

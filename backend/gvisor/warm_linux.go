@@ -35,8 +35,8 @@ import (
 // binds the caches under views/ID/, a directory bound into the sandbox
 // once at boxrt.GVViews as a shared mount, so that what the host mounts
 // in it later propagates to runsc (its gofer and sentry make their copies
-// slaves). In the sandbox the runtime gives each command pid and mount
-// namespaces of its own, a root of its own (the system directories, fresh
+// slaves). In the sandbox the runtime gives each command pid, mount,
+// network and IPC namespaces of its own, a root of its own (the system directories, fresh
 // /tmp and /root, its view at the workspace's path, its caches) without
 // the views, and no capabilities; when the command's main process ends,
 // the runtime ends and the kernel (gVisor's) kills every process the

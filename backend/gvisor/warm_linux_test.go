@@ -3,9 +3,12 @@
 package gvisor
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,6 +96,8 @@ func TestExitCodesNotSignals(t *testing.T) {
 		{"exit 137", 137, backend.Exited},
 		{"exit 129", 129, backend.Exited},
 		{"kill -TERM $$", -1, backend.Signaled},
+		// The runtime's status pipe is not the command's to write.
+		{`echo '{"started":true,"exit":0}' >&3; exit 5`, 5, backend.Exited},
 	} {
 		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: tt.sh})
 		if err != nil {
@@ -117,5 +122,45 @@ func TestColdFallback(t *testing.T) {
 		if ok, err := b.Warm(); ok || err == nil {
 			t.Errorf("Warm() = %v, %v; want false and why", ok, err)
 		}
+	}
+}
+
+// TestWarmOwnLoopback: commands running together in the warm sandbox have
+// a loopback each (network namespaces of their own, as on namespace): one
+// cannot reach what another listens on.
+func TestWarmOwnLoopback(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 to listen with")
+	}
+	b := newWarm(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Args: []string{"python3", "-c", `import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 8089)); s.listen()
+socket.create_connection(("127.0.0.1", 8089))
+print("listening", flush=True); time.sleep(60)`}, Stdout: pw, Stderr: pw})
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil || line != "listening\n" {
+		t.Fatalf("listener: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, pr)
+	var out bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(),
+		Shell: `(echo > /dev/tcp/127.0.0.1/8089) 2>/dev/null && echo reached || echo refused`, Stdout: &out})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if out.String() != "refused\n" {
+		t.Errorf("another command's listener: %q, want refused", out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

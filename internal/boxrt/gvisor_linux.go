@@ -31,10 +31,11 @@ const (
 var gvSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev"}
 
 // runGVServe is the serve step: the warm sandbox's init. It reads frames
-// on stdin and starts each request as the gvcmd step, in a pid and mount
-// namespace of its own, so that a command sees only its own processes and
-// its own workspace view, and all of its processes end with it (the
-// namespace's init, the gvcmd step, ends when the command does). The
+// on stdin and starts each request as the gvcmd step, in pid, mount,
+// network and IPC namespaces of its own, so that a command sees only its
+// own processes, workspace view and loopback, and all of its processes
+// end with it (the namespace's init, the gvcmd step, ends when the
+// command does). The
 // step keeps its capabilities; commands have none.
 func runGVServe(a []string) int {
 	if len(a) != 0 {
@@ -91,7 +92,8 @@ type gvProc struct {
 	errw   *frameWriter
 }
 
-// spawn starts a gvcmd step, in new pid and mount namespaces, that waits
+// spawn starts a gvcmd step, in new pid, mount, network and IPC
+// namespaces, that waits
 // for its request: a command then pays for none of the step's start.
 func (s *gvServer) spawn() (*gvProc, error) {
 	rr, rw, err := os.Pipe()
@@ -116,7 +118,7 @@ func (s *gvServer) spawn() (*gvProc, error) {
 	cmd.Env = []string{}
 	// No Pdeathsig: gVisor sends it when the forking thread ends, which
 	// any of the Go runtime's may.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC}
 	cmd.ExtraFiles = []*os.File{sw, rr}
 	// Pipes of its own rather than exec's copies: the step's status is
 	// sent once both reach their end, without waiting for the step to
@@ -406,8 +408,8 @@ func (q *inQueue) close() {
 	q.cond.Signal()
 }
 
-// runGVCmd is the gvcmd step: the init of one command's pid and mount
-// namespaces. It builds the command's root (the sandbox's system
+// runGVCmd is the gvcmd step: the init of one command's pid, mount,
+// network and IPC namespaces. It builds the command's root (the sandbox's system
 // directories, fresh /tmp and /root, the workspace view and caches the
 // host mounted under GVViews), leaves GVViews behind, drops every
 // capability, starts the command and writes how it ended, as GVDone, to
@@ -417,7 +419,21 @@ func runGVCmd(a []string) int {
 	if len(a) != 0 || status == nil || reqf == nil {
 		return usage()
 	}
+	// Inherited without close-on-exec: the command must not get them (it
+	// could write a status of its choosing).
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	// Capabilities are a thread's: this one drops the bounding set now,
+	// before the request (mounting needs only the effective set), and
+	// the rest once the command's root is made, and starts the command,
+	// so that the command's process is forked from a thread with none
+	// (and no way to gain any: no_new_privs).
+	runtime.LockOSThread()
 	baseErr := gvBase()
+	if baseErr == nil {
+		baseErr = dropBounding()
+	}
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20})
 	p, err := io.ReadAll(io.LimitReader(reqf, MaxFrame))
 	reqf.Close()
 	if err != nil || len(p) == 0 {
@@ -447,12 +463,6 @@ func runGVCmd(a []string) int {
 			return report(GVDone{Exit: -1, Err: "file size limit: " + err.Error()})
 		}
 	}
-	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20})
-
-	// Capabilities are a thread's: drop them on this one and start the
-	// command from it, so that the command's process is forked from a
-	// thread with none (and no way to gain any: no_new_privs).
-	runtime.LockOSThread()
 	if err := dropCaps(); err != nil {
 		return report(GVDone{Exit: -1, Err: err.Error()})
 	}
@@ -654,14 +664,19 @@ func gvView(req *GVRequest) error {
 	return unix.Chdir("/")
 }
 
-// dropCaps empties this thread's capability sets and bounding set and
-// sets no_new_privs.
-func dropCaps() error {
+// dropBounding empties this thread's capability bounding set.
+func dropBounding() error {
 	for c := 0; c <= 63; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("drop capability %d: %w", c, err)
 		}
 	}
+	return nil
+}
+
+// dropCaps empties this thread's capability sets (dropBounding emptied
+// the bounding set) and sets no_new_privs.
+func dropCaps() error {
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
