@@ -41,7 +41,7 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 		Notes: []string{
 			"system calls served by gVisor's user-space kernel (runsc, platform " + platform + "), not the host kernel",
 			"",
-			"workspace seen through a host overlayfs bound in by runsc's gofer; writes captured from its upper layer",
+			"workspace seen through a host overlayfs mounted into the sandbox (through runsc's gofer); writes captured from its upper layer",
 			"network: none (loopback of gVisor's netstack); allow-all and allowlist refused",
 			"what a command writes is held in a size-limited tmpfs (limits.disk_bytes)",
 		},
