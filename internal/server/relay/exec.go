@@ -53,11 +53,11 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	// Setup runs in its own context: it is quick and must not be left
 	// half done when the client cancels.
 	sctx := context.WithoutCancel(ctx)
-	if err := x.makeDir(sctx); err != nil {
-		return nil, err
+	err = x.setup(sctx, packed)
+	if x.dir != "" {
+		defer x.removeDir(ctx)
 	}
-	defer x.removeDir(ctx)
-	if err := x.sendWorkspace(sctx, packed); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	stdin, stdinFile, err := x.sendStdin(sctx, req.Stdin)
@@ -147,8 +147,9 @@ func (r *Relay) pickOnce(ctx context.Context, req *backend.Request) (*worker, ne
 
 // remoteExec is one execution on one worker, through its phases:
 //
-//	makeDir        a fresh directory on the worker
-//	sendWorkspace  the workspace archive, in pieces, unpacked there
+//	setup          a fresh directory on the worker, the workspace archive
+//	               unpacked there: one exec when it fits one frame, else
+//	               makeDir, then sendWorkspace in pieces
 //	sendStdin      the command's stdin, in the run frame or as a file beside
 //	run            the command, its output forwarded under the cap; on a
 //	               worker with boxes, in a box of its own (Exec.box)
@@ -160,39 +161,76 @@ type remoteExec struct {
 	w   *worker
 	log *slog.Logger
 	dir string // on the worker, set by makeDir
+	// removed: the step that read the box's overlay removed the
+	// directory too, so removeDir has nothing left to do.
+	removed bool
 }
 
-// makeDir makes the execution's directory on the worker.
-func (x *remoteExec) makeDir(ctx context.Context) error {
-	var dirOut bytes.Buffer
-	end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{
-		Command:  `d=$(mktemp -d "${TMPDIR:-/tmp}/pulse-exec.XXXXXXXX") && printf '%s' "$d"`,
-		TimeoutS: 60, Streaming: true,
-	}, func(s sandboxv1.Stream, b []byte) {
-		if s == sandboxv1.Stream_STDOUT {
-			dirOut.Write(b)
+// setup makes the execution's directory on the worker and unpacks the
+// workspace into it. A workspace whose archive fits one Exec frame, the
+// common case, travels on the stdin of the exec that makes the directory:
+// each step is a process on the worker, and under load every one of them
+// delays the box. A larger one goes in pieces (makeDir, sendWorkspace).
+// x.dir is set once the directory exists, whatever failed after.
+func (x *remoteExec) setup(ctx context.Context, packed []byte) error {
+	b64 := []byte(base64.StdEncoding.EncodeToString(packed))
+	if len(b64) > x.r.o.stdinPiece {
+		if err := x.makeDir(ctx, nil); err != nil {
+			return err
 		}
-	})
-	if err := endErr("create workspace", end); err != nil {
+		return x.sendWorkspace(ctx, b64)
+	}
+	return x.makeDir(ctx, b64)
+}
+
+// makeDir makes the execution's directory on the worker, and unpacks the
+// base64 tar.gz b64 into it when there is one. The directory is named on
+// stdout as soon as it exists, so that it is removed even when the
+// unpacking fails.
+func (x *remoteExec) makeDir(ctx context.Context, b64 []byte) error {
+	var dirOut bytes.Buffer
+	cmd := `d=$(mktemp -d "${TMPDIR:-/tmp}/pulse-exec.XXXXXXXX") && printf '%s\n' "$d"`
+	step := "create workspace"
+	if b64 != nil {
+		cmd += ` && base64 -d | tar -xzpf - --no-same-owner -C "$d"`
+		step = "create and unpack workspace"
+	}
+	end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{Command: cmd, Stdin: b64, TimeoutS: 300, Streaming: true},
+		func(s sandboxv1.Stream, b []byte) {
+			if s == sandboxv1.Stream_STDOUT && dirOut.Len() < 4096 {
+				dirOut.Write(b)
+			}
+		})
+	dir, named := strings.CutSuffix(dirOut.String(), "\n")
+	valid := named && strings.HasPrefix(dir, "/") && !strings.ContainsAny(dir, "'\n\x00")
+	if valid {
+		x.dir = dir
+	}
+	if err := endErr(step, end); err != nil {
 		return err
 	}
-	dir := strings.TrimSpace(dirOut.String())
-	if !strings.HasPrefix(dir, "/") || strings.ContainsAny(dir, "'\n\x00") {
+	if !valid {
 		return fmt.Errorf("worker %s returned workspace %q: %w", x.w.id, dir, ErrWorkerLost)
 	}
-	x.dir = dir
 	return nil
 }
 
 // removeDir removes the directory and the files beside it, whatever
 // happened, within the worker's liveness even when ctx has ended.
 func (x *remoteExec) removeDir(ctx context.Context) {
+	if x.removed {
+		return
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.r.o.liveness)
 	defer cancel()
-	cmd := "rm -rf " + shQuote(x.dir) + " " + shQuote(x.dir+".b64") + " " + shQuote(x.dir+".stdin") + " " + shQuote(x.dir+".overlay")
-	if e, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{Command: cmd, TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
+	if e, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{Command: x.removeCmd(), TimeoutS: 60, Streaming: true}, nil); endErr("cleanup", e) != nil {
 		x.log.Warn("worker workspace not removed", "dir", x.dir, "err", endErr("cleanup", e))
 	}
+}
+
+// removeCmd removes the directory and every file beside it.
+func (x *remoteExec) removeCmd() string {
+	return "rm -rf " + shQuote(x.dir) + " " + shQuote(x.dir+".b64") + " " + shQuote(x.dir+".stdin") + " " + shQuote(x.dir+".overlay")
 }
 
 // appendFile appends data to file on the worker, in pieces of at most
@@ -210,10 +248,11 @@ func (x *remoteExec) appendFile(ctx context.Context, step, file string, data []b
 	return nil
 }
 
-// sendWorkspace sends the packed workspace and unpacks it once whole.
-func (x *remoteExec) sendWorkspace(ctx context.Context, packed []byte) error {
+// sendWorkspace sends a workspace archive too large for one frame (its
+// base64) in pieces and unpacks it once whole.
+func (x *remoteExec) sendWorkspace(ctx context.Context, b64 []byte) error {
 	b64File := x.dir + ".b64"
-	if err := x.appendFile(ctx, "send workspace", b64File, []byte(base64.StdEncoding.EncodeToString(packed))); err != nil {
+	if err := x.appendFile(ctx, "send workspace", b64File, b64); err != nil {
 		return err
 	}
 	end, _ := x.r.call(ctx, x.w, &sandboxv1.Exec{
@@ -333,9 +372,11 @@ func (x *remoteExec) collect(ctx context.Context, snap *artifact.Snapshot, res *
 }
 
 // collectOverlay reads the overlay archive the box wrote beside the
-// directory: what the command wrote, as the box captured it. The command
-// ran, so a failure here leaves its result standing and returns an error
-// wrapping backend.ErrOverlayLost.
+// directory: what the command wrote, as the box captured it. The same
+// exec then removes the directory and the files beside it, which is the
+// last step: one process on the worker fewer for each execution. The
+// command ran, so a failure here leaves its result standing and returns
+// an error wrapping backend.ErrOverlayLost.
 func (x *remoteExec) collectOverlay(ctx context.Context, res *backend.Result) error {
 	lim := x.r.o.limits.WithDefaults()
 	var out bytes.Buffer
@@ -343,7 +384,7 @@ func (x *remoteExec) collectOverlay(ctx context.Context, res *backend.Result) er
 	maxB64 := base64.StdEncoding.EncodedLen(int(lim.MaxCompressed)) * 78 / 76
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	end, _ := x.r.call(cctx, x.w, &sandboxv1.Exec{
-		Command: "base64 < " + shQuote(x.dir+".overlay"), TimeoutS: 300, Streaming: true,
+		Command: "base64 < " + shQuote(x.dir+".overlay") + "; rc=$?; " + x.removeCmd() + " || exit; exit $rc", TimeoutS: 300, Streaming: true,
 	}, func(s sandboxv1.Stream, b []byte) {
 		if s == sandboxv1.Stream_STDOUT && !tooBig {
 			if out.Len()+len(b) > maxB64 {
@@ -354,6 +395,9 @@ func (x *remoteExec) collectOverlay(ctx context.Context, res *backend.Result) er
 		}
 	})
 	cancel()
+	// The removal ran unless the exec never came to its end; a failed
+	// removal exits non-zero, and removeDir tries again.
+	x.removed = end.err == nil && !end.isError && end.exitCode == 0
 	if err := endErr("collect overlay", end); err != nil || tooBig {
 		return fmt.Errorf("relay: collecting the box's overlay (over the limit: %v): %v: %w", tooBig, err, backend.ErrOverlayLost)
 	}
