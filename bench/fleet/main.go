@@ -14,7 +14,8 @@
 // the p99s (the goal is within 2x; a miss is reported, not a failure),
 // and each phase's hops line splits that latency where it is spent.
 //
-// The load: 300 clients, each pausing 60 s on average between commands,
+// The load: 300 clients, each pausing 60 s on average between commands
+// (exponentially distributed, so the load is steady over the phase),
 // submit about 5 commands a second. Each command costs the 2-core machine
 // about 0.2 CPU-seconds (a box, the relay's steps on the worker, the
 // stream and the records), so that keeps both phases loaded (about half
@@ -88,7 +89,7 @@ func main() {
 	flag.IntVar(&s.capacity, "capacity", 8, "WORKER_MAX_CONCURRENT of each worker")
 	flag.IntVar(&s.clients, "clients", 300, "clients submitting at once")
 	flag.DurationVar(&s.duration, "duration", 2*time.Minute, "how long clients submit")
-	flag.DurationVar(&s.think, "think", 60*time.Second, "mean pause of a client between its commands")
+	flag.DurationVar(&s.think, "think", 60*time.Second, "mean pause of a client between its commands (exponential)")
 	flag.DurationVar(&s.lease, "lease", 3*time.Second, "--replica-lease of the servers")
 	flag.DurationVar(&s.baseline, "baseline", 90*time.Second, "how long the single server is measured first, under the same load (0: not at all)")
 	flag.BoolVar(&s.keep, "keep", false, "keep the work directory (logs) afterwards")
@@ -204,6 +205,13 @@ func run(s settings) int {
 		if _, ok := out.byID[id]; strings.HasPrefix(id, "f-") && !ok {
 			logf("ran but never reported: %s", id)
 			out.lost++
+		}
+	}
+	if s.keep {
+		for name, o := range map[string]*outcomes{"fleet": out, "baseline": base} {
+			if o != nil {
+				o.dump(filepath.Join(dir, name+"-hops.tsv"), runs)
+			}
 		}
 	}
 	p50, p99 := out.percentile(50), out.percentile(99)
@@ -436,6 +444,7 @@ type outcomes struct {
 	byID                                map[string]string
 	timed                               map[string]hopTimes // the completed ones in ttfb
 	why                                 map[string]int      // unknown ends by their reason's kind
+	start                               time.Time
 }
 
 // hopTimes is when one submission passed each hop, on the client's clock:
@@ -471,6 +480,23 @@ func (o *outcomes) hops(r *runLog) string {
 		len(accept), pct(accept), pct(start), pct(out))
 }
 
+// dump writes each timed execution's hops, in milliseconds from the
+// phase's start, to file (with -keep): to see when the slow ones ran.
+func (o *outcomes) dump(file string, r *runLog) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("id\tsent\tack\tstarted\tfirst\n")
+	ms := func(t time.Time) int64 { return t.Sub(o.start).Milliseconds() }
+	for id, h := range o.timed {
+		ran, _ := r.started(id)
+		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\n", id, ms(h.sent), ms(h.ack), ms(ran), ms(h.first))
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		logf("%v", err)
+	}
+}
+
 // unknownWhy logs how many executions ended without their outcome, by
 // the kind of reason.
 func (o *outcomes) unknownWhy() {
@@ -502,7 +528,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 // pauses averaging think, then waits for what they have in flight;
 // during runs alongside.
 func load(f *fleet, phase string, clients int, d, think time.Duration, ran string, during func(context.Context)) *outcomes {
-	out := &outcomes{byID: map[string]string{}, timed: map[string]hopTimes{}, why: map[string]int{}}
+	out := &outcomes{byID: map[string]string{}, timed: map[string]hopTimes{}, why: map[string]int{}, start: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if during != nil {
@@ -516,15 +542,20 @@ func load(f *fleet, phase string, clients int, d, think time.Duration, ran strin
 	for c := range clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			// Spread the first submissions over one think time.
-			time.Sleep(min(time.Duration(rng.Int64N(int64(think))), d))
+			// Pauses are exponential, the first one too: each client
+			// is then a Poisson source from the start, and the load
+			// steady over the phase. (Uniform pauses with a uniform
+			// first one peaked at about 1.5 times the mean rate a
+			// think time in, where the kills are, and the p99s
+			// measured that peak.)
+			pause := func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(think)) }
+			time.Sleep(min(pause(), d))
 			for n := 0; time.Now().Before(end); n++ {
 				id := fmt.Sprintf("%s-%d-%d", phase, c, n)
 				cl := &client{f: f, next: c % len(f.api), ran: ran}
 				r := cl.runOne(id, hardEnd)
 				out.record(id, r)
-				pause := think/2 + time.Duration(rng.Int64N(int64(think)))
-				time.Sleep(min(pause, time.Until(end)))
+				time.Sleep(min(pause(), time.Until(end)))
 			}
 		})
 	}

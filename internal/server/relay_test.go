@@ -16,10 +16,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/server/relay"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/policy"
 	"github.com/pulse-agent/pulse/protocol"
 	"github.com/pulse-agent/pulse/secrets"
@@ -278,5 +281,63 @@ func TestRelayExecWaitsForASlotTakenFirst(t *testing.T) {
 	}
 	if err := <-first; err != nil {
 		t.Fatalf("first: %v", err)
+	}
+}
+
+// A worker lost before an execution's command was sent to it never ran
+// the command: the relay sets the execution up on another worker, and it
+// ends with its outcome rather than WORKER_LOST. The first worker here
+// attaches, takes the execution's first step and drops its stream.
+func TestRelayWorkerLostBeforeTheCommandTriesAnother(t *testing.T) {
+	rh := startRelay(t)
+	cc, err := grpc.NewClient("passthrough:///"+rh.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+workerToken))
+	defer cancel()
+	st, err := sandboxv1.NewSandboxWorkerClient(cc).Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "a-" sorts first: with both idle (and both boxing), the relay picks
+	// this one first.
+	if err := st.Send(&sandboxv1.WorkerFrame{Frame: &sandboxv1.WorkerFrame_Hello{Hello: &sandboxv1.Hello{SandboxId: "a-drops", CapacityMax: 1, Isolation: "namespace"}}}); err != nil {
+		t.Fatal(err)
+	}
+	rh.waitWorkers(t, 1)
+	rh.startWorker(t, "w-real", workerToken, "1")
+	rh.waitWorkers(t, 2)
+	dropped := make(chan string, 1)
+	go func() {
+		for {
+			f, err := st.Recv()
+			if err != nil {
+				return
+			}
+			if ex := f.GetExec(); ex != nil {
+				dropped <- ex.GetCommand()
+				cancel()
+				return
+			}
+		}
+	}()
+	var out strings.Builder
+	res, err := rh.relay.Exec(context.Background(), &backend.Request{ExecutionID: "moved", Workspace: t.TempDir(), Shell: "echo ran",
+		Stdout: &out, Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, Secrets: secrets.Policy{Mode: secrets.AllowAll}})
+	if err != nil {
+		t.Fatalf("the execution did not move to the other worker: %v", err)
+	}
+	if res.ExitCode != 0 || out.String() != "ran\n" {
+		t.Fatalf("exit %d, stdout %q", res.ExitCode, out.String())
+	}
+	select {
+	case cmd := <-dropped:
+		if strings.Contains(cmd, "echo ran") {
+			t.Fatalf("the dropped worker was sent the command itself: %q", cmd)
+		}
+	default:
+		t.Fatal("the first execution step never reached the worker that drops")
 	}
 }

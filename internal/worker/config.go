@@ -42,7 +42,7 @@ type Config struct {
 	Capabilities []string
 	Heartbeat    time.Duration // default session.DefaultHeartbeat
 	BackoffMin   time.Duration // default 500ms
-	BackoffMax   time.Duration // default 30s
+	BackoffMax   time.Duration // default 5s
 	// Env is the commands' environment; default the worker's own minus
 	// SANDBOX_TOKEN.
 	Env    []string

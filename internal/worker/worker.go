@@ -40,7 +40,13 @@ var attachQuiet = 2 * time.Second
 
 const (
 	defaultBackoffMin = 500 * time.Millisecond
-	defaultBackoffMax = 30 * time.Second
+	// defaultBackoffMax is short because a replica that restarts (a
+	// rollout, a crash) gets work as soon as it is up, but schedules it
+	// only onto the workers attached to it by then: at 30 s, the
+	// replica came back to the two or three workers that had just
+	// started themselves, and its share of the load queued on them. A
+	// refused dial every 5 s is cheap for the replica.
+	defaultBackoffMax = 5 * time.Second
 
 	// MaxExecFrame is the largest ServerFrame the worker accepts. gRPC's
 	// 4 MiB default is too small for a base64 stdin carrying a file or a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,9 +32,41 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if (req.Shell == "") == (len(req.Args) == 0) {
 		return nil, fmt.Errorf("exactly one of Shell and Args: %w", backend.ErrInvalidRequest)
 	}
+	var stdin []byte
+	if req.Stdin != nil {
+		var err error
+		stdin, err = io.ReadAll(io.LimitReader(req.Stdin, protocol.MaxStdinBytes+1))
+		if err != nil || len(stdin) > protocol.MaxStdinBytes {
+			return nil, fmt.Errorf("stdin unreadable or over %d bytes: %w", protocol.MaxStdinBytes, backend.ErrInvalidRequest)
+		}
+	}
+	packed, err := artifact.PackDir(req.Workspace, r.o.limits)
+	if err != nil {
+		return nil, fmt.Errorf("pack workspace: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		res, ran, err := r.execOn(ctx, req, packed, stdin)
+		// A worker lost before the command was sent to it never ran it:
+		// another may, and the execution then has an outcome instead of
+		// WORKER_LOST. Once the command was sent it is never sent again.
+		if ran || err == nil || !errors.Is(err, ErrWorkerLost) || attempt == maxSetupAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		r.o.log.Warn("worker lost before the command started; trying another", "execution_id", req.ExecutionID, "err", err)
+	}
+}
+
+// maxSetupAttempts bounds how many workers an execution is set up on when
+// each is lost before its command starts.
+const maxSetupAttempts = 3
+
+// execOn runs req on one worker it reserves. ran reports whether the
+// command was sent to the worker: after that, whatever happens, it is
+// not run elsewhere.
+func (r *Relay) execOn(ctx context.Context, req *backend.Request, packed, stdin []byte) (res *backend.Result, ran bool, err error) {
 	w, err := r.pickFor(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer r.release(w)
 	// A box captures the writes itself; a worker without boxes writes
@@ -41,12 +74,8 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	var snap *artifact.Snapshot
 	if !w.boxes {
 		if snap, err = artifact.Take(req.Workspace); err != nil {
-			return nil, fmt.Errorf("snapshot workspace: %w", err)
+			return nil, false, fmt.Errorf("snapshot workspace: %w", err)
 		}
-	}
-	packed, err := artifact.PackDir(req.Workspace, r.o.limits)
-	if err != nil {
-		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
 	x := &remoteExec{r: r, w: w, log: r.o.log.With("execution_id", req.ExecutionID, "sandbox_id", w.id)}
 
@@ -58,15 +87,15 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 		defer x.removeDir(ctx)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	stdin, stdinFile, err := x.sendStdin(sctx, req.Stdin)
+	stdin, stdinFile, err := x.sendStdin(sctx, stdin)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	res, err := x.run(ctx, req, stdin, stdinFile)
+	res, err = x.run(ctx, req, stdin, stdinFile)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	collect := func() error { return x.collect(ctx, snap, res) }
 	if w.boxes {
@@ -75,9 +104,9 @@ func (r *Relay) Exec(ctx context.Context, req *backend.Request) (*backend.Result
 	if err := collect(); err != nil {
 		// The command ran: its result stands, and the error says that
 		// what it wrote is gone.
-		return res, err
+		return res, true, err
 	}
-	return res, nil
+	return res, true, nil
 }
 
 // pickFor reserves a worker for req, waiting up to the relay's queue
@@ -262,16 +291,10 @@ func (x *remoteExec) sendWorkspace(ctx context.Context, b64 []byte) error {
 	return endErr("unpack workspace", end)
 }
 
-// sendStdin reads the command's stdin. It travels with the run exec when
-// it fits one frame (returned), else as a file beside the workspace, sent
-// in pieces like the workspace (its name returned).
-func (x *remoteExec) sendStdin(ctx context.Context, r io.Reader) (stdin []byte, file string, err error) {
-	if r != nil {
-		stdin, err = io.ReadAll(io.LimitReader(r, protocol.MaxStdinBytes+1))
-		if err != nil || len(stdin) > protocol.MaxStdinBytes {
-			return nil, "", fmt.Errorf("stdin unreadable or over %d bytes: %w", protocol.MaxStdinBytes, backend.ErrInvalidRequest)
-		}
-	}
+// sendStdin places the command's stdin. It travels with the run exec
+// when it fits one frame (returned), else as a file beside the workspace,
+// sent in pieces like the workspace (its name returned).
+func (x *remoteExec) sendStdin(ctx context.Context, stdin []byte) (_ []byte, file string, err error) {
 	if len(stdin) <= x.r.o.stdinPiece {
 		return stdin, "", nil
 	}

@@ -128,6 +128,7 @@ type Relay struct {
 	// freed is closed, and replaced, when a slot frees or a worker
 	// attaches: executions waiting for a slot (pickFor) try again.
 	freed chan struct{}
+	turn  uint64 // where pick starts among equally loaded workers
 }
 
 // New returns a relay that accepts workers presenting one of tokens.
@@ -518,11 +519,20 @@ func (r *Relay) pick(reserve bool, requires []string, n need) *worker {
 	for w := range r.workers {
 		ws = append(ws, w)
 	}
-	// Stable order for equal load, so scheduling is deterministic.
+	// Equal loads take turns: a stable order, scanned from a start that
+	// moves on with every reservation. Always starting from the first
+	// would send every replica's next execution to the same worker (each
+	// counts only its own), piling them on its shared slots while the
+	// others idle.
 	sort.Slice(ws, func(i, j int) bool { return ws[i].id < ws[j].id })
+	first := 0
+	if len(ws) > 0 {
+		first = int(r.turn % uint64(len(ws)))
+	}
 	var best *worker
 	bestLoad := math.Inf(1)
-	for _, w := range ws {
+	for i := range ws {
+		w := ws[(first+i)%len(ws)]
 		w.mu.Lock()
 		free := w.lost == nil && w.busy < w.capacity && w.has(requires) && w.meets(n)
 		load := float64(w.busy) / float64(w.capacity)
@@ -535,6 +545,7 @@ func (r *Relay) pick(reserve bool, requires []string, n need) *worker {
 		best.mu.Lock()
 		best.busy++
 		best.mu.Unlock()
+		r.turn++
 	}
 	return best
 }
