@@ -118,8 +118,9 @@ func (b *Backend) open(ctx context.Context, key boxKey, bx *box) (string, error)
 
 // wrapperCaps are what the wrapper, root in the container, needs to give
 // each command a working copy owned by the command's own uid and to drop
-// to that uid, and SETPCAP to empty the command's bounding set
-// (capdrop.go); the command itself keeps none of them, in any set.
+// to that uid, and SETPCAP to empty the command's bounding set (the
+// runtime's cmd step, internal/boxrt drop_linux.go); the command itself
+// keeps none of them, in any set.
 var wrapperCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP"}
 
 // tmpfsBytes is the size of the container's /tmp (a variable so that a

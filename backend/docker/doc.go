@@ -22,7 +22,8 @@
 //   - Hardened by default: network none for deny-all, all capabilities
 //     dropped (the wrapper, root in the container, keeps CHOWN,
 //     DAC_OVERRIDE, FOWNER, SETUID, SETGID and SETPCAP; the command
-//     starts with every set empty, the bounding set too: capdrop.go),
+//     starts with every set empty, the bounding set too: the runtime's
+//     cmd step, internal/boxrt drop_linux.go),
 //     no-new-privileges,
 //     read-only root filesystem with tmpfs /tmp, each command under a uid
 //     of its own (20000 and up, no capabilities) in a working copy only it

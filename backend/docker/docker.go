@@ -38,7 +38,7 @@ const (
 var hardenedNotes = []string{
 	"one warm container per sandbox and workspace, reused by every command",
 	"network: none for deny-all (loopback only), bridge for allow-all; allowlist: none, plus the egress proxy bridged in on 127.0.0.1",
-	"all capabilities dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, SETPCAP, which only the wrapper around each command holds; the command's capability sets, the bounding set included, are empty (on amd64 engines; elsewhere its bounding set is the wrapper's); no-new-privileges",
+	"all capabilities dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID, SETPCAP, which only the wrapper around each command holds; the command's capability sets, the bounding set included, are empty; no-new-privileges",
 	"read-only root filesystem; tmpfs /tmp; workspace copied in through a volume to a tmpfs, host workspace never mounted",
 	"a warm container's request channel: a directory of FIFOs under the workspace's .pulse/docker/, bound in at " + chanMount + ", 0700 and root's (or a uid no process of the container has)",
 	"each command runs as a uid of its own (20000 and up), never root, with no capabilities, in a working copy only that uid can enter (0700)",

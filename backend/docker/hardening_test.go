@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,33 @@ func TestDockerCommandHasOnlyStdio(t *testing.T) {
 	r := execShell(t, b, t.TempDir(), `ls /proc/self/fd | tr '\n' ' '`)
 	if r.stdout != "0 1 2 3 " {
 		t.Fatalf("the command's descriptors: %q, want 0 1 2 and the one ls reads with", r.stdout)
+	}
+}
+
+// TestDockerCommandBoundingSetEmpty: a command's capability bounding set
+// is empty, as on the namespace backend, although the wrapper that
+// starts it holds a few capabilities; every set else is empty too. So
+// with the injected busybox and without it (the image's own tools), on
+// every architecture: the runtime's cmd step drops them.
+func TestDockerCommandBoundingSetEmpty(t *testing.T) {
+	for name, opts := range map[string][]Option{"tools": nil, "image-tools": {WithTools("-")}} {
+		t.Run(name, func(t *testing.T) {
+			b := newDocker(t, opts...)
+			r := execShell(t, b, t.TempDir(), `grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|Uid|Groups):' /proc/self/status`)
+			if r.res.ExitCode != 0 {
+				t.Fatalf("exit %d, stderr %q", r.res.ExitCode, r.stderr)
+			}
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if !strings.Contains(r.stdout, k+":\t0000000000000000\n") {
+					t.Errorf("%s not empty:\n%s", k, r.stdout)
+				}
+			}
+			if !regexp.MustCompile(`(?m)^Groups:\s*$`).MatchString(r.stdout) {
+				t.Errorf("the command has supplementary groups:\n%s", r.stdout)
+			}
+			if !regexp.MustCompile(`(?m)^Uid:\t2[0-9]{4}\t`).MatchString(r.stdout) {
+				t.Errorf("the command does not run as a uid of its own:\n%s", r.stdout)
+			}
+		})
 	}
 }

@@ -39,9 +39,9 @@ import (
 //
 // A host without a static busybox (WithTools("-"), or none found) injects
 // no busybox: the backend then runs the image's own /bin/sh and tools,
-// which the image pulse image build makes has. The program that starts
-// each command with an empty capability bounding set (capdrop.go) is
-// injected there either way.
+// which the image pulse image build makes has. The runtime, which starts
+// each command with an empty capability bounding set, is injected there
+// either way.
 const toolsDir = "/.pulse-tools"
 
 // toolsCandidates are where a static busybox is looked for on the host.
@@ -131,11 +131,6 @@ func makeToolsTar(busybox, runtimeChoice string) ([]byte, error) {
 	}
 	if err := put(&tar.Header{Name: boxrt.Name, Typeflag: tar.TypeReg, Mode: 0o555, Size: int64(len(rt))}, rt); err != nil {
 		return nil, err
-	}
-	if cd := capdropELF(); cd != nil {
-		if err := put(&tar.Header{Name: "capdrop", Typeflag: tar.TypeReg, Mode: 0o555, Size: int64(len(cd))}, cd); err != nil {
-			return nil, err
-		}
 	}
 	if busybox == "" {
 		if err := tw.Close(); err != nil {

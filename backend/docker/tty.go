@@ -30,8 +30,8 @@ import (
 //     waits for a status line on its stdin;
 //  2. the host then starts the terminal exec, the runtime's tty step
 //     (internal/boxrt, tty_linux.go): root only until it has entered the
-//     command's directory and set the terminal's size, then, through
-//     capdrop as the exec step does it, the command's uid with no
+//     command's directory and set the terminal's size, then, as the
+//     exec step's cmd step does it (dropTo), the command's uid with no
 //     capabilities and an empty bounding set, recording its pgid and
 //     running the command as its child, measured as time(1) would.
 //     The exec's process leads the terminal's session, so the command is

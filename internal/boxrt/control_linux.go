@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -65,8 +66,7 @@ func runSignal(a []string) int {
 		if uerr == nil && gerr == nil && u >= firstUID && g > 0 {
 			p := strconv.Itoa(g)
 			if comm, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(comm)) == Name {
-				kids, _ := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
-				p, _, _ = strings.Cut(strings.TrimSpace(string(kids)), " ")
+				p = firstChild(p)
 			}
 			if p == "" {
 				time.Sleep(5 * time.Millisecond)
@@ -113,4 +113,19 @@ func runLoop(a []string) int {
 			return 0
 		}
 	}
+}
+
+// firstChild is the first child process of pid p, or "". A child is
+// listed under the thread that started it, and the runtime is a Go
+// program, which starts a process from whichever of its threads the
+// goroutine is on: every thread's list is read, not only the main one's.
+func firstChild(p string) string {
+	tasks, _ := filepath.Glob("/proc/" + p + "/task/[0-9]*/children")
+	for _, f := range tasks {
+		kids, _ := os.ReadFile(f)
+		if c, _, _ := strings.Cut(strings.TrimSpace(string(kids)), " "); c != "" {
+			return c
+		}
+	}
+	return ""
 }

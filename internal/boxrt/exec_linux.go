@@ -341,33 +341,20 @@ func (s *execStep) command() int {
 		}
 		return rc
 	}
-	// The command's uid and group are set by capdrop, which first empties
-	// the capability bounding set; where it was not injected, by the
-	// kernel's setuid here, and the bounding set stays the runtime's. The
-	// runtime's own cmd step sets the umask and the file size limit in
-	// the command's process (a limit set here could not be raised again),
-	// and env -i gives it its environment and finds its program. Every
-	// step execs the next in the same process: the group leader
-	// (ID.t/pgid) is the command.
+	// The runtime's own cmd step, in the command's process, empties the
+	// capability bounding set and becomes the command's uid and group
+	// (dropTo), sets the umask and the file size limit (a limit set here
+	// could not be raised again), and execs env -i, which gives the
+	// command its environment and finds its program. Every step execs
+	// the next in the same process: the group leader (ID.t/pgid) is the
+	// command.
 	self, err := os.Executable()
 	if err != nil {
 		self = toolsDir + "/" + Name
 	}
-	envProg := envProgram()
-	// Without a file size limit the cmd step has nothing the umask,
-	// inherited from here, does not do: a process less.
-	argv := append([]string{envProg, "-i"}, s.cmd...)
-	if s.fsize > 0 {
-		argv = append([]string{self, "cmd", strconv.FormatInt(s.fsize, 10), strconv.Itoa(s.umask), envProg}, s.cmd...)
-	}
-	c := &exec.Cmd{Dir: filepath.Join(s.r, s.dir), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	argv := append([]string{self, "cmd", strconv.Itoa(s.u), strconv.Itoa(commandGID), strconv.FormatInt(s.fsize, 10), strconv.Itoa(s.umask), envProgram()}, s.cmd...)
+	c := &exec.Cmd{Path: self, Args: argv, Dir: filepath.Join(s.r, s.dir), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
-	if capdrop := toolsDir + "/capdrop"; isExec(capdrop) {
-		c.Path, c.Args = capdrop, append([]string{capdrop, strconv.Itoa(s.u), strconv.Itoa(commandGID)}, argv...)
-	} else {
-		c.Path, c.Args = self, argv
-		c.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(s.u), Gid: commandGID, Groups: []uint32{}}
-	}
 	c.Env = []string{}
 	start := time.Now()
 	old := unix.Umask(s.umask)
@@ -415,16 +402,20 @@ func exitAndUsage(ps *os.ProcessState, elapsed time.Duration) (int, string) {
 	return rc, tb.String()
 }
 
-// runCmd is the cmd step, in the command's own process once capdrop (or
-// the kernel) made it the command's uid: FSIZE UMASK ENV-PROGRAM, then
-// the command's environment and argv for env -i.
+// runCmd is the cmd step, in the command's own process, still root's:
+// UID GID FSIZE UMASK ENV-PROGRAM, then the command's environment and
+// argv for env -i. It sets the umask and the file size limit (FSIZE
+// 512-byte blocks; 0: none), becomes UID:GID with no capability
+// (dropTo), and execs env -i. A step it cannot take runs nothing: 126.
 func runCmd(a []string) int {
-	if len(a) < 4 {
+	if len(a) < 6 {
 		return usage()
 	}
-	fsize, err1 := strconv.ParseInt(a[0], 10, 64)
-	um, err2 := strconv.Atoi(a[1])
-	if err1 != nil || err2 != nil {
+	u, err1 := strconv.Atoi(a[0])
+	g, err2 := strconv.Atoi(a[1])
+	fsize, err3 := strconv.ParseInt(a[2], 10, 64)
+	um, err4 := strconv.Atoi(a[3])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || fsize < 0 {
 		return usage()
 	}
 	unix.Umask(um)
@@ -435,8 +426,12 @@ func runCmd(a []string) int {
 			return 126
 		}
 	}
-	err := unix.Exec(a[2], append([]string{"env", "-i"}, a[3:]...), []string{})
-	fmt.Fprintf(os.Stderr, "%s: %s: %v\n", Name, a[2], err)
+	if err := dropTo(u, g); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", Name, err)
+		return 126
+	}
+	err := unix.Exec(a[4], append([]string{"env", "-i"}, a[5:]...), []string{})
+	fmt.Fprintf(os.Stderr, "%s: %s: %v\n", Name, a[4], err)
 	return 126
 }
 

@@ -19,7 +19,7 @@ import (
 // environment and argv. KILLED exists once the command was killed (the
 // kill step): a terminal exec that starts only after that runs nothing.
 // It then becomes, in place, the command's uid with no capabilities
-// (capdrop, as the exec step starts a command) and the ttycmd step, so
+// (dropTo, as the cmd step does for the exec step) and the ttycmd step, so
 // the exec's process stays the leader of the terminal's session.
 func runTTY(a []string) int {
 	if len(a) < 10 {
@@ -45,14 +45,8 @@ func runTTY(a []string) int {
 		self = toolsDir + "/" + Name
 	}
 	argv := append([]string{self, "ttycmd", fsize, pgid, timef, envProgram()}, a[9:]...)
-	if capdrop := toolsDir + "/capdrop"; isExec(capdrop) {
-		err = unix.Exec(capdrop, append([]string{capdrop, uid, gid}, argv...), []string{})
-	} else if err = syscall.Setgroups(nil); err == nil {
-		if err = syscall.Setgid(g); err == nil {
-			if err = syscall.Setuid(u); err == nil {
-				err = unix.Exec(self, argv, []string{})
-			}
-		}
+	if err = dropTo(u, g); err == nil {
+		err = unix.Exec(self, argv, []string{})
 	}
 	fmt.Fprintf(os.Stderr, "%s tty: %v\n", Name, err)
 	return 126
