@@ -81,7 +81,10 @@ func TestDockerDefaultLimits(t *testing.T) {
 	if caps.Limits["pids"] != "strong" || caps.Limits["memory_bytes"] != "strong" {
 		t.Errorf("default limits not reported as enforced: %v", caps.Limits)
 	}
-	r := execShell(t, b, ws, `n=0; while [ $n -lt 1200 ]; do sleep 30 & [ $? = 0 ] || break; n=$((n+1)); done 2>/dev/null; echo started=$n; kill -9 $(jobs -p) 2>/dev/null; true`)
+	// Each sleep outlives the loop however slowly the machine starts
+	// them (at 30 s, the first ones ended before the 1,200th started at
+	// load 20, and the count passed the limit without breaking it).
+	r := execShell(t, b, ws, `n=0; while [ $n -lt 1200 ]; do sleep 600 & [ $? = 0 ] || break; n=$((n+1)); done 2>/dev/null; echo started=$n; kill -9 $(jobs -p) 2>/dev/null; true`)
 	if strings.Contains(r.stdout, "started=1200") {
 		t.Errorf("1,200 processes started under the default limits: %q", r.stdout)
 	}

@@ -133,7 +133,7 @@ func TestDefaultLimitsBoundForkBombAndMemory(t *testing.T) {
 	}
 	res, out, errs := runCmd(t, b, &backend.Request{
 		Workspace: t.TempDir(),
-		Shell:     `n=0; while [ $n -lt 1200 ]; do sleep 30 & [ $? = 0 ] || break; n=$((n+1)); done 2>/dev/null; echo started=$n`,
+		Shell:     `n=0; while [ $n -lt 1200 ]; do sleep 600 & [ $? = 0 ] || break; n=$((n+1)); done 2>/dev/null; echo started=$n`,
 	})
 	if strings.Contains(out, "started=1200") {
 		t.Errorf("1,200 processes started under the default limits: %q %q (%s)", out, errs, res.Termination)
