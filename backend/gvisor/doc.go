@@ -32,9 +32,12 @@
 // read-write at their paths. The command runs as uid 0 of the sandbox
 // with no capabilities and no_new_privs. Its network is runsc's
 // --network=none: a loopback device in gVisor's own network stack and
-// nothing else. Allow-all and allowlist are refused (ErrUnsupported):
-// bridging the egress proxy in needs a relay inside the sandbox, which
-// this backend does not run yet.
+// nothing else (each warm command its own network namespace of it).
+// Allowlist, warm only: the runtime relays 127.0.0.1:3128 (and the
+// allowlist's loopback targets) in the command's network namespace to a
+// socket the host serves in the view, which hands each connection to the
+// egress proxy. Allow-all, and allowlist cold, are refused
+// (ErrUnsupported).
 //
 // Start (backend.Starter) runs a command as Exec does and returns once
 // its sandbox is starting; Signal goes to the command's main process (the

@@ -80,6 +80,9 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	if warmOK {
 		w = b.warmFor(ctx, bin, platform, memLimit)
 	}
+	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
+		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
+	}
 	var res *backend.Result
 	var v *view
 	if w != nil {
@@ -99,10 +102,15 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		if err != nil {
 			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
 		}
+		egress, stopEgress, err := startEgress(vdir, req)
+		if err != nil {
+			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
+		}
+		defer stopEgress()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("gvisor: nothing started: %w", err)
 		}
-		res, err = b.runWarm(ctx, w, req, limits, id, dir, caches, onStart)
+		res, err = b.runWarm(ctx, w, req, limits, id, dir, caches, egress, onStart)
 		if err != nil {
 			return nil, err
 		}
@@ -343,8 +351,23 @@ func checkRequest(req *backend.Request) error {
 	}
 	switch req.Network.Mode {
 	case "", policy.NetworkDenyAll:
-	case policy.NetworkAllowAll, policy.NetworkAllowlist:
-		return fmt.Errorf("gvisor: %w: network mode %s (only deny-all)", backend.ErrUnsupported, req.Network.Mode)
+	case policy.NetworkAllowlist:
+		// Through the egress proxy, bridged in by the warm sandbox's
+		// runtime (run refuses it where commands run cold).
+		e := req.Egress
+		if e == nil || e.Socket == "" {
+			return fmt.Errorf("gvisor: %w: network allowlist needs the egress proxy (Request.Egress)", backend.ErrUnsupported)
+		}
+		for _, p := range []string{e.Socket, e.CAFile} {
+			if p != "" && !filepath.IsAbs(p) {
+				return fmt.Errorf("gvisor: %w: egress path %q is not absolute", backend.ErrInvalidRequest, p)
+			}
+		}
+		if st, err := os.Stat(e.Socket); err != nil || st.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("gvisor: %w: egress socket %q is not a socket", backend.ErrInvalidRequest, e.Socket)
+		}
+	case policy.NetworkAllowAll:
+		return fmt.Errorf("gvisor: %w: network mode %s (deny-all, or allowlist through the egress proxy)", backend.ErrUnsupported, req.Network.Mode)
 	default:
 		return fmt.Errorf("gvisor: %w: unknown network mode %q", backend.ErrInvalidRequest, req.Network.Mode)
 	}

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/bridge"
 	"github.com/pulse-agent/pulse/internal/boxrt"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/policy"
@@ -159,6 +162,11 @@ func (w *warm) release() {
 	}
 }
 
+func (b *Backend) coldReason() error {
+	_, err := b.Warm()
+	return err
+}
+
 // Warm reports whether commands run in a warm sandbox (after the first
 // command tried), and why not.
 func (b *Backend) Warm() (bool, error) {
@@ -245,7 +253,9 @@ func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit 
 	}
 
 	root := b.runscRoot()
-	cmd := exec.Command(bin, "--root", root, "--network=none", "--platform="+platform, "run", "--bundle", dir, w.id)
+	// --host-uds=open: the runtime relays allowlist commands' connections
+	// to the egress proxy's socket, a host socket mounted in the view.
+	cmd := exec.Command(bin, "--root", root, "--network=none", "--host-uds=open", "--platform="+platform, "run", "--bundle", dir, w.id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = &boundedWriter{w: &w.stderr, mu: &w.mu, n: 64 << 10}
 	in, err := cmd.StdinPipe()
@@ -403,7 +413,7 @@ func warmTeardown(dir string) {
 
 // runWarm runs req in w, its view mounted at views/vid; it returns once
 // the command and every process it left have ended.
-func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, limits policy.ResourceLimits, vid, dir string, caches []boxrt.GVCache, onStart func(backend.Control)) (*backend.Result, error) {
+func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, limits policy.ResourceLimits, vid, dir string, caches []boxrt.GVCache, egress *boxrt.GVEgress, onStart func(backend.Control)) (*backend.Result, error) {
 	capHit := make(chan struct{})
 	var capOnce sync.Once
 	onCap := func() { capOnce.Do(func() { close(capHit) }) }
@@ -417,8 +427,28 @@ func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, li
 		c.stderr = stderr
 	}
 	env, args := commandLine(req)
+	if egress != nil {
+		ca := ""
+		if egress.CA != "" {
+			ca = boxrt.GVEgressCA
+		}
+		// The proxy's variables win over the request's: nothing is
+		// reachable but through it.
+		px := backend.ProxyEnv("http://127.0.0.1:"+strconv.Itoa(egress.Port), ca)
+		kept := env[:0:0]
+		for _, kv := range env {
+			k, _, _ := strings.Cut(kv, "=")
+			if _, ok := px[k]; !ok {
+				kept = append(kept, kv)
+			}
+		}
+		for k, v := range px {
+			kept = append(kept, k+"="+v)
+		}
+		env = kept
+	}
 	gr := boxrt.GVRequest{View: vid, Workspace: req.Workspace, Caches: caches, Cwd: path.Join(req.Workspace, dir),
-		Env: env, Args: args, FSize: limits.FileSizeBytes, Stdin: req.Stdin != nil}
+		Env: env, Args: args, FSize: limits.FileSizeBytes, Stdin: req.Stdin != nil, Egress: egress}
 	if req.Shell == "" {
 		// The runtime finds the program as sh would, without the
 		// shell a cold sandbox runs it through: one program start
@@ -564,6 +594,77 @@ func mountCaches(view string, caches []backend.Cache) ([]boxrt.GVCache, error) {
 		out = append(out, boxrt.GVCache{Src: name, Path: c.Path})
 	}
 	return out, nil
+}
+
+// egressPort is where an allowlist command finds the proxy (as on
+// namespace).
+const egressPort = 3128
+
+// startEgress makes an allowlist request's proxy reachable from the
+// view: a unix socket of its own at view/egress.sock, served here (each
+// connection handed to the proxy in this process, Egress.ServeConn, or
+// relayed to its socket), and a copy of the CA bundle at view/ca.pem, for
+// the runtime to mount and relay to. Not a bind of the proxy's own socket
+// and bundle: gVisor keys what it caches of a host file by its inode, so
+// a bind of the same file in a later command's view is seen as the
+// earlier, unmounted one. stop closes the socket.
+func startEgress(view string, req *backend.Request) (e *boxrt.GVEgress, stop func(), err error) {
+	stop = func() {}
+	if req.Network.Mode != policy.NetworkAllowlist || req.Egress == nil {
+		return nil, stop, nil
+	}
+	eg := req.Egress
+	e = &boxrt.GVEgress{Socket: "egress.sock", Port: egressPort}
+	if eg.CAFile != "" {
+		ca, err := os.ReadFile(eg.CAFile)
+		if err != nil {
+			return nil, stop, fmt.Errorf("egress CA: %w", err)
+		}
+		e.CA = "ca.pem"
+		if err := os.WriteFile(filepath.Join(view, e.CA), ca, 0o444); err != nil {
+			return nil, stop, err
+		}
+	}
+	var ls []net.Listener
+	stop = func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	serve := func(name string, handle func(net.Conn)) error {
+		l, err := net.Listen("unix", filepath.Join(view, name))
+		if err != nil {
+			return fmt.Errorf("egress socket: %w", err)
+		}
+		ls = append(ls, l)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go handle(c)
+			}
+		}()
+		return nil
+	}
+	proxy := func(c net.Conn) { bridge.ToUnix(c, eg.Socket) }
+	if eg.ServeConn != nil {
+		proxy = eg.ServeConn
+	}
+	if err := serve(e.Socket, proxy); err != nil {
+		stop()
+		return nil, func() {}, err
+	}
+	for i, target := range backend.LoopbackForwards(req.Network, egressPort) {
+		f := boxrt.GVForward{Addr: target, Socket: "fwd" + strconv.Itoa(i) + ".sock"}
+		if err := serve(f.Socket, func(c net.Conn) { bridge.Tunnel(c, eg.Socket, target) }); err != nil {
+			stop()
+			return nil, func() {}, err
+		}
+		e.Forward = append(e.Forward, f)
+	}
+	return e, stop, nil
 }
 
 // unmountView lazily unmounts what a command's view directory holds (the

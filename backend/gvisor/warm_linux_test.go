@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,10 @@ import (
 	"testing"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/egress"
+	"github.com/pulse-agent/pulse/egress/bypass"
+	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // newWarm is a backend whose commands must run in its warm sandbox: a
@@ -162,5 +168,64 @@ print("listening", flush=True); time.sleep(60)`}, Stdout: pw, Stderr: pw})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEgressBypassSuite runs every attack of the egress bypass suite in
+// the warm sandbox: allowed destinations work through the proxy the
+// runtime relays to, nothing else is reachable.
+func TestEgressBypassSuite(t *testing.T) {
+	b := newWarm(t)
+	results, err := bypass.Run(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		switch {
+		case r.Skipped != "" && testenv.Required(testenv.GVisor):
+			t.Errorf("SKIPPED %s where nothing may skip: %s", r.Name, r.Skipped)
+		case r.Skipped != "":
+			t.Logf("SKIP %s: %s", r.Name, r.Skipped)
+		case !r.Held:
+			t.Errorf("FAILED %s: %s", r.Name, r.Detail)
+		default:
+			t.Logf("held %s: %s", r.Name, r.Detail)
+		}
+	}
+}
+
+// TestEgressLoopbackForward: an allowlisted 127.0.0.1:PORT is reached
+// without the proxy variables too (as Go's net/http does, which never
+// proxies a loopback address): the runtime listens on it in the command's
+// network namespace and the host tunnels it through the proxy.
+func TestEgressLoopbackForward(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	b := newWarm(t)
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fwd-ok\n") })}
+	go hs.Serve(hl)
+	t.Cleanup(func() { hs.Close() })
+	np := policy.NetworkPolicy{Mode: policy.NetworkAllowlist, Allow: []string{hl.Addr().String()}}
+	p, err := egress.New(egress.Config{Policy: np})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	pl, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(pl)
+	var out bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Network: np, Egress: &backend.Egress{Socket: sock},
+		Args: []string{"curl", "-sS", "--noproxy", "*", "http://" + hl.Addr().String() + "/"}, Stdout: &out, Stderr: &out})
+	if err != nil || res.ExitCode != 0 || out.String() != "fwd-ok\n" {
+		t.Fatalf("%v %+v: %q", err, res, out.String())
 	}
 }

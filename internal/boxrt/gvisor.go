@@ -47,7 +47,43 @@ type GVRequest struct {
 	// Lookup: Args[0] is found in the PATH of Env as sh finds it (127
 	// when it is not there); else it is a path run as is.
 	Lookup bool `json:"lookup,omitempty"`
+	// Egress: the command reaches the network only through the egress
+	// proxy, whose socket (and CA bundle) the host mounted in the view.
+	Egress *GVEgress `json:"egress,omitempty"`
 }
+
+// GVEgress is an allowlist command's proxy: Socket and CA are names under
+// the view; the step listens on 127.0.0.1:Port in the command's network
+// namespace and relays each connection to the socket, which it also
+// mounts at GVEgressSocket (and the CA at GVEgressCA and over the system
+// trust store).
+type GVEgress struct {
+	Socket string `json:"socket"`
+	CA     string `json:"ca,omitempty"`
+	Port   int    `json:"port"`
+	// Forward are the allowlist's loopback targets (127.0.0.1:PORT): the
+	// step listens on each and relays to Socket, a socket under the view
+	// where the host tunnels to the target through the proxy (clients
+	// such as Go's net/http never use a proxy for a loopback address).
+	Forward []GVForward `json:"forward,omitempty"`
+}
+
+// GVForward is one loopback target and its socket under the view.
+type GVForward struct {
+	Addr   string `json:"addr"`
+	Socket string `json:"socket"`
+}
+
+// Where an allowlist command finds the proxy.
+const (
+	GVEgressDir    = "/run/pulse-egress"
+	GVEgressSocket = GVEgressDir + "/proxy.sock"
+	GVEgressCA     = GVEgressDir + "/ca.pem"
+)
+
+// gvSystemCA are the usual paths of a Linux system's CA bundle
+// (backend/internal/cabundle.System, which this package cannot import).
+var gvSystemCA = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // GVCache is a cache directory: Src under the view, mounted at Path.
 type GVCache struct {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -466,6 +467,11 @@ func runGVCmd(a []string) int {
 	if err := dropCaps(); err != nil {
 		return report(GVDone{Exit: -1, Err: err.Error()})
 	}
+	if req.Egress != nil {
+		if err := gvRelay(req.Egress); err != nil {
+			return report(GVDone{Exit: -1, Err: err.Error()})
+		}
+	}
 	if err := unix.Chdir(req.Cwd); err != nil {
 		return report(GVDone{Exit: -1, Err: "working directory: " + err.Error()})
 	}
@@ -648,6 +654,11 @@ func gvView(req *GVRequest) error {
 			return err
 		}
 	}
+	if e := req.Egress; e != nil {
+		if err := gvEgressMounts(req.View, e); err != nil {
+			return err
+		}
+	}
 	// Every other command's view is under GVViews: gone from this
 	// namespace, not merely out of the root.
 	if err := unix.Unmount(GVViews, unix.MNT_DETACH); err != nil {
@@ -662,6 +673,133 @@ func gvView(req *GVRequest) error {
 		return fmt.Errorf("chroot: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// gvEgressMounts binds the proxy's socket and CA bundle from the view
+// into the root at GVEgressDir, the bundle also over the system trust
+// store (regular files only: a symlink would be followed to the host's).
+func gvEgressMounts(view string, e *GVEgress) error {
+	nr := GVNewRoot
+	if err := os.MkdirAll(nr+GVEgressDir, 0o755); err != nil {
+		return err
+	}
+	file := func(src, dst string, create bool) error {
+		if strings.Contains(src, "/") || src == "" || src == "." || src == ".." {
+			return fmt.Errorf("egress file %q", src)
+		}
+		if create {
+			if err := os.WriteFile(dst, nil, 0o444); err != nil {
+				return err
+			}
+		}
+		if err := unix.Mount(filepath.Join(GVViews, view, src), dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", dst, err)
+		}
+		return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+	if err := file(e.Socket, nr+GVEgressSocket, true); err != nil {
+		return err
+	}
+	for _, f := range e.Forward {
+		if err := file(f.Socket, nr+GVEgressDir+"/"+f.Socket, true); err != nil {
+			return err
+		}
+	}
+	if e.CA == "" {
+		return nil
+	}
+	if err := file(e.CA, nr+GVEgressCA, true); err != nil {
+		return err
+	}
+	for _, p := range gvSystemCA {
+		if st, err := os.Lstat(nr + p); err == nil && st.Mode().IsRegular() {
+			if err := file(e.CA, nr+p, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// gvRelay listens on 127.0.0.1:Port in the command's network namespace
+// (its loopback, nothing else) and relays each connection to the proxy's
+// socket, and on each loopback target to its tunnel's socket. The
+// listeners are close-on-exec: the command does not inherit them.
+func gvRelay(e *GVEgress) error {
+	if err := gvListen("127.0.0.1:"+strconv.Itoa(e.Port), GVEgressSocket); err != nil {
+		return err
+	}
+	for _, f := range e.Forward {
+		if err := gvListen(f.Addr, GVEgressDir+"/"+f.Socket); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gvListen listens on addr (127.0.0.1:PORT) and relays each connection
+// to the unix socket sock. Raw sockets, not package net: the runtime must
+// not link what needs cgo (TestRuntimeLinksNoCgo).
+func gvListen(addr, sock string) error {
+	host, port, ok := strings.Cut(addr, ":")
+	p, err := strconv.Atoi(port)
+	if !ok || host != "127.0.0.1" || err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("egress relay address %q", addr)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("egress relay: %w", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("egress relay on %s: %w", addr, err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("egress relay on %s: %w", addr, err)
+	}
+	go func() {
+		for {
+			c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			go relayUnix(c, sock)
+		}
+	}()
+	return nil
+}
+
+// relayUnix copies the connection c both ways to a new connection to the
+// unix socket sock, half-closing each direction as it ends; a socket that
+// cannot be dialled closes c at once (the command sees a reset, never a
+// way around the proxy). As backend/internal/bridge.ToUnix.
+func relayUnix(c int, sock string) {
+	cf := os.NewFile(uintptr(c), "conn")
+	defer cf.Close()
+	u, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	uf := os.NewFile(uintptr(u), "proxy")
+	defer uf.Close()
+	if err := unix.Connect(u, &unix.SockaddrUnix{Name: sock}); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	half := func(dst, src *os.File, dfd int) {
+		_, _ = io.Copy(dst, src)
+		_ = unix.Shutdown(dfd, unix.SHUT_WR)
+		done <- struct{}{}
+	}
+	go half(uf, cf, u)
+	go half(cf, uf, c)
+	<-done
+	<-done
 }
 
 // dropBounding empties this thread's capability bounding set.
