@@ -5,7 +5,7 @@
 #
 # The workspace is a clone of this repository at HEAD (one per backend, and
 # one for the direct runs). Each step runs through `pulse exec` on every
-# backend of BACKENDS (default "namespace docker bwrap"; Docker with a
+# backend of BACKENDS (default "namespace docker gvisor bwrap"; Docker with a
 # toolchain image that `pulse image build --with git --with go --with
 # python3 --with make` makes first) and directly, with the same
 # environment, alternately. "bwrap" is a reference, not a backend: the
@@ -62,12 +62,12 @@
 #
 # Exit status: 0 when every step passed on every backend that ran; 1
 # otherwise. A backend that cannot run here is skipped with the reason,
-# unless REQUIRE_ALL=1 or PULSE_REQUIRE_DOCKER=1 / PULSE_REQUIRE_NAMESPACE=1
-# (CI) asks for it, where that is a failure.
+# unless REQUIRE_ALL=1 or PULSE_REQUIRE_DOCKER=1 / PULSE_REQUIRE_NAMESPACE=1 /
+# PULSE_REQUIRE_GVISOR=1 (CI) asks for it, where that is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${N:-3}
-BACKENDS=${BACKENDS:-"namespace docker bwrap"}
+BACKENDS=${BACKENDS:-"namespace docker gvisor bwrap"}
 IMAGE=${IMAGE:-pulse-sandbox-toolchain:agent}
 COLD=${COLD:-0}
 VERBOSE=${VERBOSE:-0}
