@@ -131,7 +131,8 @@
 //     a second Close returns nil.
 //
 // RunAcross runs the cross-backend cases against two backends or more
-// (backend/remote runs them on namespace, a pulse-server and Docker),
+// (backend/remote runs them on namespace, a pulse-server, Docker and
+// gVisor),
 // with one workspace:
 //   - AcrossStack: the backends take turns, each command on the pending
 //     stack the commands before it left on whichever backend; each sees

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/internal/cacheshare"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/policy"
@@ -83,6 +84,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
 	}
+	began := time.Now()
 	var res *backend.Result
 	var v *view
 	if w != nil {
@@ -137,6 +139,14 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		// The sandbox is gone; nothing writes the upper layer any more.
 		if err := unix.Unmount(v.merged, 0); err != nil {
 			log.Warn("unmounting the workspace overlay", "error", err)
+		}
+	}
+	// The Sentry applied the command's umask to what it made in its
+	// caches, which a host kernel would not have done under their default
+	// ACL: give it what the other backends' commands need (cacheshare).
+	for _, c := range req.Caches {
+		if err := cacheshare.WidenSince(c.HostDir, began); err != nil {
+			log.Warn("sharing what the command made in a cache", "cache", c.Name, "error", err)
 		}
 	}
 	if res.Termination == backend.Exited && diskFull(v.scratch) {
@@ -480,8 +490,9 @@ type resources struct {
 type process struct {
 	Terminal bool `json:"terminal"`
 	User     struct {
-		UID uint32 `json:"uid"`
-		GID uint32 `json:"gid"`
+		UID            uint32   `json:"uid"`
+		GID            uint32   `json:"gid"`
+		AdditionalGids []uint32 `json:"additionalGids,omitempty"`
 	} `json:"user"`
 	Args            []string       `json:"args"`
 	Env             []string       `json:"env"`
@@ -611,11 +622,17 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 		if err := mkpoint(c.Path); err != nil && !underTmpfs(c.Path) {
 			return err
 		}
+		if err := cacheshare.Share(c.HostDir); err != nil {
+			return fmt.Errorf("cache %s: %w", c.Name, err)
+		}
 		s.Mounts = append(s.Mounts, mount{Destination: c.Path, Type: "bind", Source: c.HostDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 
 	p := &s.Process
 	p.Cwd = path.Join(req.Workspace, dir)
+	// The caches' sharing group (cacheshare): the Sentry checks mode bits
+	// only, whose group class shows the ACL's mask.
+	p.User.AdditionalGids = []uint32{cacheshare.GID}
 	p.NoNewPrivileges = true
 	// No capability in any set: root of the sandbox, but it can neither
 	// mount, nor trace, nor pass file permissions.

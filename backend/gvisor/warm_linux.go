@@ -25,6 +25,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/backend/internal/bridge"
+	"github.com/pulse-agent/pulse/backend/internal/cacheshare"
 	"github.com/pulse-agent/pulse/internal/boxrt"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/policy"
@@ -239,9 +240,10 @@ func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit 
 	p.Cwd = "/"
 	p.NoNewPrivileges = true
 	// The runtime's own: mount namespaces and chroot for each command's
-	// root, dropping the bounding set, signalling commands. Commands have
-	// none (runtime's dropCaps).
-	caps := []string{"CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_KILL"}
+	// root, dropping the bounding set, signalling commands, giving a
+	// command the caches' sharing group. Commands have none (runtime's
+	// dropCaps).
+	caps := []string{"CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETPCAP", "CAP_KILL", "CAP_SETGID"}
 	p.Capabilities = map[string]any{"bounding": caps, "effective": caps, "inheritable": []string{}, "permitted": caps, "ambient": []string{}}
 	p.Rlimits = append(p.Rlimits, rlimit{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20})
 	js, err := json.Marshal(s)
@@ -587,6 +589,11 @@ func mountCaches(view string, caches []backend.Cache) ([]boxrt.GVCache, error) {
 		p := filepath.Join(view, name)
 		if err := os.Mkdir(p, 0o700); err != nil {
 			return nil, err
+		}
+		// The model every backend shares a cache by (cacheshare); the
+		// command runs with its group (boxrt's dropCaps).
+		if err := cacheshare.Share(c.HostDir); err != nil {
+			return nil, fmt.Errorf("cache %s: %w", c.Name, err)
 		}
 		if err := unix.Mount(c.HostDir, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return nil, fmt.Errorf("bind cache %s: %w", c.Name, err)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -812,9 +813,22 @@ func dropBounding() error {
 	return nil
 }
 
-// dropCaps empties this thread's capability sets (dropBounding emptied
-// the bounding set) and sets no_new_privs.
+// dropCaps gives this thread the one supplementary group commandGID,
+// empties its capability sets (dropBounding emptied the bounding set)
+// and sets no_new_privs.
+//
+// The group: a cache's files are shared between backends by POSIX ACLs
+// (backend/internal/cacheshare) that give the group commandGID what the
+// owner has; the Sentry checks the mode bits alone, whose group class
+// shows the ACL's mask, so a command here writes a file a Docker command
+// made (owner its own uid, group commandGID) as a member of that group.
+// The raw call: credentials are a thread's, and the command is forked
+// from this one.
 func dropCaps() error {
+	g := [1]uint32{commandGID}
+	if _, _, e := unix.RawSyscall(sysSetgroups, 1, uintptr(unsafe.Pointer(&g[0])), 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

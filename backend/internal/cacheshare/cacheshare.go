@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,7 +69,9 @@ func Share(dir string) error {
 		if changed {
 			// The first use under this model: what is already in the
 			// cache gets the entries too.
-			repairTree(fd, st.Uid, 0)
+			repairTree(fd, 0, func(cfd int, cst *unix.Stat_t, isDir bool) {
+				_, _ = grantACL(cfd, st.Uid, uint32(cst.Mode), isDir)
+			})
 		}
 		return nil
 	case errors.Is(err, unix.EPERM):
@@ -91,16 +94,59 @@ func Share(dir string) error {
 	return &os.PathError{Op: "setting the cache's ACL on", Path: dir, Err: err}
 }
 
+// WidenSince gives every directory and regular file below dir whose
+// inode changed at or after since (its ctime, less ctimeSlack) the
+// model's entries with
+// the permissions its owner has: what a command made there is then
+// open to the other backends' commands as far as to its maker.
+//
+// Why: a backend whose kernel does not read POSIX ACLs (gVisor's Sentry)
+// applies the command's umask itself before the file reaches the host,
+// so a file made 0644 under a default ACL gets a mask of r--, where the
+// host kernel, which ignores the umask under a default ACL, would have
+// given rw-. Widening to the owner's bits keeps a file made read-only on
+// purpose read-only. It walks the whole cache (a stat an entry) and
+// changes only what is new; what it cannot open or change it leaves.
+func WidenSince(dir string, since time.Time) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	// A file's times come from the kernel's coarse clock, a tick or so
+	// behind time.Now: what was made just after since may read as just
+	// before it. Widening a little more than was new changes nothing
+	// the model does not give anyway.
+	ns := since.Add(-ctimeSlack).UnixNano()
+	repairTree(fd, 0, func(cfd int, cst *unix.Stat_t, isDir bool) {
+		if cst.Ctim.Nano() < ns {
+			return
+		}
+		if perm := uint16(cst.Mode>>6) & 7; perm != 0 {
+			_, _ = grantPerm(cfd, st.Uid, uint32(cst.Mode), isDir, perm)
+		}
+	})
+	return nil
+}
+
+// ctimeSlack is how much earlier than since an entry's ctime may be and
+// still count as changed at or after it.
+const ctimeSlack = time.Second
+
 // maxRepairDepth bounds the walk of repairTree: a tree deeper than this is
 // a command's doing, not a tool's cache.
 const maxRepairDepth = 64
 
-// repairTree gives every directory and regular file below directory fd
-// the model's entries, never following a symlink: each entry is opened
+// repairTree calls visit for every directory and regular file below
+// directory fd, never following a symlink: each entry is opened
 // from its parent's descriptor with O_NOFOLLOW, so a command that swaps a
 // directory for a link while the walk runs cannot lead it out of the
 // cache. What cannot be opened or changed is left as it is.
-func repairTree(dirfd int, owner uint32, depth int) {
+func repairTree(dirfd int, depth int, visit func(fd int, st *unix.Stat_t, isDir bool)) {
 	if depth >= maxRepairDepth {
 		return
 	}
@@ -133,9 +179,9 @@ func repairTree(dirfd int, owner uint32, depth int) {
 			var cst unix.Stat_t
 			if unix.Fstat(cfd, &cst) == nil && cst.Ino == st.Ino && cst.Dev == st.Dev {
 				isDir := cst.Mode&unix.S_IFMT == unix.S_IFDIR
-				_, _ = grantACL(cfd, owner, uint32(cst.Mode), isDir)
+				visit(cfd, &cst, isDir)
 				if isDir {
-					repairTree(cfd, owner, depth+1)
+					repairTree(cfd, depth+1, visit)
 				}
 			}
 			unix.Close(cfd)
@@ -172,12 +218,18 @@ type aclEntry struct {
 // them through, in the access ACL and, for a directory, the default ACL,
 // keeping the other entries; changed says whether anything was missing.
 func grantACL(fd int, owner, mode uint32, isDir bool) (changed bool, err error) {
-	names := []string{aclXattrAccess}
 	perm := uint16(7)
+	if !isDir {
+		perm = 6 | uint16(mode>>6)&1
+	}
+	return grantPerm(fd, owner, mode, isDir, perm)
+}
+
+// grantPerm is grantACL with the permissions to give.
+func grantPerm(fd int, owner, mode uint32, isDir bool, perm uint16) (changed bool, err error) {
+	names := []string{aclXattrAccess}
 	if isDir {
 		names = append(names, aclXattrDefault)
-	} else {
-		perm = 6 | uint16(mode>>6)&1
 	}
 	for _, name := range names {
 		old, err := getACL(fd, name)

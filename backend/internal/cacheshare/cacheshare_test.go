@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,5 +119,51 @@ func TestShareRepairsWhatWasThereBefore(t *testing.T) {
 	}
 	if acl := readACL(t, outside, aclXattrAccess); acl != nil {
 		t.Errorf("the walk followed a symlink out of the cache: %s has %+v", outside, acl)
+	}
+}
+
+// TestWidenSince: files made under the model with the umask already
+// applied to their mode (as gVisor's Sentry makes them: 0644, so the
+// kernel narrows the mask to r--) get what their owner has (rw) through
+// the mask once widened; a file made read-only on purpose stays so, and
+// an entry older than since is left as it is.
+func TestWidenSince(t *testing.T) {
+	dir := t.TempDir()
+	if err := Share(dir); err != nil {
+		t.Fatal(err)
+	}
+	if readACL(t, dir, aclXattrDefault) == nil {
+		t.Skipf("the filesystem of %s keeps no POSIX ACLs", dir)
+	}
+	owner := uint32(os.Geteuid())
+	mk := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old := mk("old", 0o644)
+	time.Sleep(ctimeSlack + 100*time.Millisecond)
+	since := time.Now()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	made, ro := mk("sub/made", 0o644), mk("sub/ro", 0o444)
+	if hasModel(readACL(t, made, aclXattrAccess), owner, 6) {
+		t.Fatal("a 0644 file got rw through the mask before widening: the test shows nothing here")
+	}
+	if err := WidenSince(dir, since); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		perm uint16
+		want bool
+	}{{made, 6, true}, {sub, 7, true}, {ro, 6, false}, {ro, 4, true}, {old, 6, false}} {
+		if got := hasModel(readACL(t, c.path, aclXattrAccess), owner, c.perm); got != c.want {
+			t.Errorf("%s: %o through the mask is %v, want %v (%+v)", c.path, c.perm, got, c.want, readACL(t, c.path, aclXattrAccess))
+		}
 	}
 }
