@@ -331,7 +331,11 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	})
-	os.Exit(m.Run())
+	code := m.Run()
+	// The cluster the Postgres tests share outlives them otherwise: a
+	// postgres left running per run of this package.
+	testenv.StopSharedPostgres()
+	os.Exit(code)
 }
 
 // With an isolating backend the server runs under its defaults: network
