@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/pulse-agent/pulse/backend/internal/rtprog"
 	"github.com/pulse-agent/pulse/internal/boxrt"
 )
 
@@ -101,7 +102,7 @@ func toolsTar(busybox, runtimeChoice string) ([]byte, error) {
 }
 
 func makeToolsTar(busybox, runtimeChoice string) ([]byte, error) {
-	rt, err := runtimeBytes(runtimeChoice) // runtime.go
+	rt, err := rtprog.Bytes(runtimeChoice)
 	if err != nil {
 		return nil, err
 	}

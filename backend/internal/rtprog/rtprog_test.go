@@ -1,4 +1,4 @@
-package docker
+package rtprog
 
 import (
 	"errors"
@@ -55,14 +55,14 @@ func TestRuntimeProgramIsThisBuildsAndTrusted(t *testing.T) {
 	if err := os.WriteFile(other, patched, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkRuntime(other); !errors.Is(err, errNoRuntime) {
-		t.Errorf("a program of other sources: %v, want errNoRuntime", err)
+	if _, err := checkRuntime(other); !errors.Is(err, ErrNoRuntime) {
+		t.Errorf("a program of other sources: %v, want ErrNoRuntime", err)
 	}
 	sh := filepath.Join(t.TempDir(), boxrt.Name)
 	if err := os.WriteFile(sh, []byte("#!/bin/sh\necho "+boxrt.Identity()+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkRuntime(sh); !errors.Is(err, errNoRuntime) {
-		t.Errorf("a script that answers with this identity: %v, want errNoRuntime", err)
+	if _, err := checkRuntime(sh); !errors.Is(err, ErrNoRuntime) {
+		t.Errorf("a script that answers with this identity: %v, want ErrNoRuntime", err)
 	}
 }
