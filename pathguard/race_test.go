@@ -25,8 +25,15 @@ func swapper(target, outside string, stop <-chan struct{}, swaps *atomic.Int64) 
 			return
 		default:
 		}
-		// A writer under test may recreate target between these steps;
-		// a failed step just starts the round again.
+		// A writer under test may recreate target (WriteFile makes the
+		// parents it needs) while the real directory is aside. Put the
+		// real one back first: with a second, non-empty directory at
+		// target, neither rename nor Remove could ever succeed again and
+		// the swapper would spin without one swap.
+		if _, err := os.Lstat(aside); err == nil {
+			_ = os.RemoveAll(target) // a recreated copy or a symlink, never outside
+			_ = os.Rename(aside, target)
+		}
 		if os.Rename(target, aside) != nil {
 			_ = os.Remove(target)
 			continue
