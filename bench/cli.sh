@@ -38,12 +38,12 @@ NBULK=${NBULK:-$(((N + 2) / 3))}
 tmp=$(mktemp -d)
 srv=""
 trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
-# pulse-namespace-init beside pulse is what an install of ./cmd/... has:
+# pulse-runtime beside pulse is what an install of ./cmd/... has:
 # the namespace backend runs it as each sandbox's init. Built as `make
 # build` builds them (CGO_ENABLED=0: static, no libc resolver or loader):
 # the binaries the project ships. CGO=1 measures a cgo build instead (what
 # a plain `go build` makes where a C compiler is found).
-CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-namespace-init ./cmd/pulse-runtime ./cmd/pulse-server
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime ./cmd/pulse-server
 # As make build installs them: pulse is the thin front end
 # (internal/daemon/front), the full binary beside it is pulse-full. The
 # in-process rows run the full binary itself ($pulse), as `go install

@@ -7,7 +7,7 @@
 # sandbox.Execute (BenchmarkSandboxExecuteTrue*). Every ratio is measured
 # within one run, interleaved with its reference, and nothing on the
 # measured side is prepared in an untimed wait. The back-to-back ones again
-# with cmd/pulse-namespace-init as the init. Then where a cold Exec's time
+# with cmd/pulse-runtime as the init. Then where a cold Exec's time
 # goes, step by step (TestStartupPhases).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ fi
 # The ratios, then anything else the benchmarks said (skips, notes).
 grep -E '^Benchmark' <<<"$out" || echo "namespace benchmarks did not run"
 grep -vE '^(Benchmark|goos|goarch|pkg|cpu|PASS|ok)' <<<"$out" || true
-# The same back-to-back and parallel ones with cmd/pulse-namespace-init installed beside
+# The same back-to-back and parallel ones with cmd/pulse-runtime installed beside
 # the (test) binary, as `go build -o bin/ ./cmd/...` installs it beside
 # pulse: each init is that small program instead of the test binary again.
 # Built as `make build` builds it (CGO_ENABLED=0: static, as bench/cli.sh
@@ -26,7 +26,7 @@ grep -vE '^(Benchmark|goos|goarch|pkg|cpu|PASS|ok)' <<<"$out" || true
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/namespace.test" ./backend/namespace/
-CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse-namespace-init
+CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse-runtime
 # Two runs: a -bench pattern is matched level by level (split at "/"), and
 # one that names ExecTrue/warm skips ExecTrueParallel16, a top-level
 # benchmark with no "warm" beneath it.

@@ -90,11 +90,12 @@
 //
 // The init program. Each init is a Go process start, and re-running a large
 // binary pays all of its package initialisation again. When the program
-// cmd/pulse-namespace-init (InitProgramName) is installed beside the running
-// binary, as `go build -o bin/ ./cmd/...` and `go install ./cmd/...` put it,
-// the backend runs that instead: it links the init's code alone (package
-// internal/nsinit, which imports nothing of the backend's side), so its
-// Go start-up is close to a hello world's. It is used only when it is a
+// cmd/pulse-runtime (InitProgramName), the one in-box runtime, is installed
+// beside the running binary, as `go build -o bin/ ./cmd/...` and `go
+// install ./cmd/...` put it, the backend runs that instead: it links the
+// init's code (package internal/nsinit, which imports nothing of the
+// backend's side) and the runtime's steps, the standard library and
+// golang.org/x/sys, so its Go start-up is close to a hello world's. It is used only when it is a
 // regular file owned by root or by the binary's owner, in a directory of
 // the same, writable by nobody else (whoever could
 // replace it could replace the binary), and it is exec'd through a

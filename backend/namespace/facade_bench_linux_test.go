@@ -26,7 +26,7 @@ func facadeBackend(b *testing.B) *namespace.Backend {
 		b.Skipf("needs bwrap for the reference: %v", err)
 	}
 	// Probed as sandbox.New's selection probes a backend (unprobed, its
-	// first Exec would, to use a pulse-namespace-init found beside the
+	// first Exec would, to use a pulse-runtime found beside the
 	// binary): the probe's own run stays out of the timed loop. The init
 	// it leaves started ahead is ended, so that the first timed Execute
 	// starts its own.

@@ -18,7 +18,7 @@ import (
 // WithKeeper started it (keeper_linux.go); then too it never returns.
 //
 // The init's code is package nsinit, which links nothing of the parent's
-// side; cmd/pulse-namespace-init is a main around it alone (through
+// side; cmd/pulse-runtime, the in-box runtime, runs it first (through
 // package initprog), and every other program that re-executes itself as
 // the init gets it here.
 func Init() {

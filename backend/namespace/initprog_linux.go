@@ -12,13 +12,13 @@ import (
 
 // InitProgramName is the program the backend runs as each sandbox init
 // when it is installed beside the running binary (`go build -o bin/
-// ./cmd/...` and `go install ./cmd/...` put it there): cmd/pulse-namespace-init,
-// a main that links the init's code (package internal/nsinit) and nothing
-// of the backend's side. Every init is
-// a Go process start, and re-running a large binary (the pulse CLI links
-// the Docker client, the MCP SDK and OpenTelemetry) pays all of its
-// package initialisation and page faults again before Init runs; the
-// small program starts in well under half the time.
+// ./cmd/...` and `go install ./cmd/...` put it there): cmd/pulse-runtime,
+// the one in-box runtime, which links the init's code (package
+// internal/nsinit) and the runtime's steps, and nothing of the backend's
+// side. Every init is a Go process start, and re-running a large binary
+// (the pulse CLI links the Docker client, the MCP SDK and OpenTelemetry)
+// pays all of its package initialisation and page faults again before
+// Init runs; the small program starts in well under half the time.
 //
 // It is used only when it can be trusted as much as the running binary,
 // and only when it is the same code: see findInitProgram and
@@ -27,7 +27,12 @@ import (
 // probed runs before its first Exec: probeForInitProg). Until a probe has
 // passed with it, and for any program that embeds the backend without
 // installing it, the init is this binary, through /proc/self/exe.
-const InitProgramName = "pulse-namespace-init"
+const InitProgramName = "pulse-runtime"
+
+// initArgs is every init's argument list, whichever program it is: what
+// a process listing shows for a sandbox's pid 1. The init is chosen by
+// its environment (nsinit.Env), not by these.
+var initArgs = []string{InitProgramName, "ns-init"}
 
 // initProgram is a separate init program that passed findInitProgram.
 type initProgram struct {

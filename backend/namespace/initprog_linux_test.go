@@ -347,7 +347,7 @@ func TestInitProgramKeepsHardening(t *testing.T) {
 // fail the start too) is an error the probe reports or recovers from,
 // never a crash in the start's clean-up.
 func TestInitThatCannotStartIsAnError(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "pulse-namespace-init")
+	bad := filepath.Join(t.TempDir(), InitProgramName)
 	if err := os.WriteFile(bad, []byte("\x00not a program\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}

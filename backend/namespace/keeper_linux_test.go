@@ -120,7 +120,7 @@ func TestKeeperHandsOverAnInit(t *testing.T) {
 	if res.ExitCode != 3 || res.Termination != backend.Exited {
 		t.Fatalf("exit %d %v, want 3 exited", res.ExitCode, res.Termination)
 	}
-	if !strings.Contains(out, "base") || !strings.Contains(out, "pulse-namespace-init") {
+	if !strings.Contains(out, "base") || !strings.Contains(out, "pulse-runtime ns-init") {
 		t.Fatalf("output %q", out)
 	}
 	if len(res.Overlay.Files) != 1 || res.Overlay.Files[0].Path != "out" || string(res.Overlay.Files[0].Data) != "made\n" {

@@ -34,7 +34,7 @@ func initChildren(t *testing.T) []int {
 			continue
 		}
 		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.HasPrefix(cl, []byte("pulse-namespace-init\x00")) {
+		if err == nil && bytes.HasPrefix(cl, []byte("pulse-runtime\x00ns-init\x00")) {
 			pids = append(pids, pid)
 		}
 	}

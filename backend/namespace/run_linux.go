@@ -115,7 +115,7 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 		}
 		extra = append(extra, prog.file) // nsinit.ProgFd
 	}
-	cmd.Args = []string{"pulse-namespace-init"}
+	cmd.Args = initArgs
 	// The init's own environment; the command's is built from the
 	// request. A race-built binary would otherwise sleep a second at every
 	// exit, and one processor keeps the init's threads (which count as

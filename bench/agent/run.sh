@@ -95,7 +95,7 @@ done
 # environment differs), the way an agent's repeated pulse exec calls do;
 # PULSE_NO_DAEMON=1 in the environment runs each in a process of its own
 # (what the battery measured before the daemon).
-CGO_ENABLED=0 go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime ./cmd/pulse-namespace-init
+CGO_ENABLED=0 go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime
 mv "$tmp/pulse" "$tmp/pulse-full"
 CGO_ENABLED=0 go build -o "$tmp/pulse" ./internal/daemon/front
 pulse=$tmp/pulse

@@ -333,7 +333,7 @@ func TestExecTakesItsInitFromTheKeeper(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond) // its cgroups, its config
 	code, out := pulse("echo made > f; cat /proc/1/cmdline | tr '\\0' ' '")
-	if code != 0 || !strings.Contains(out, "pulse-namespace-init") || !strings.Contains(out, "+made") {
+	if code != 0 || !strings.Contains(out, "pulse-runtime ns-init") || !strings.Contains(out, "+made") {
 		t.Fatalf("second run: exit %d: %s", code, out)
 	}
 	for _, k := range kept {

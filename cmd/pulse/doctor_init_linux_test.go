@@ -24,7 +24,7 @@ func copyExe(t *testing.T, dir string) string {
 }
 
 // `pulse doctor` reports a namespace backend whose init cannot start
-// instead of crashing: here pulse runs with a pulse-namespace-init beside
+// instead of crashing: here pulse runs with a pulse-runtime beside
 // it that the kernel will not execute (ENOEXEC, as a sandbox that refuses
 // the clone fails the start too; the start's clean-up dereferenced a nil
 // init), and, second, with a state dir that cannot be made.

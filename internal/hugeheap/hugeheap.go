@@ -33,7 +33,7 @@
 // its limit) is not an error: the kernel falls back to small pages, and
 // so does this package, silently.
 //
-// cmd/pulse-namespace-init does not import it: its package initialisers
+// cmd/pulse-runtime (the namespace init) does not import it: its package initialisers
 // allocate a few KiB, its heap stays in the first 2 MiB, and the collapse
 // (0.5-2 ms) then costs what it saves (a namespace `true` took 51.9 ms
 // with it, 51.4 ms without).

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 )
@@ -14,9 +13,9 @@ import (
 // answers 200, copies both ways as ToUnix does. A refusal, or a proxy
 // that cannot be reached or does not answer in time, closes c: the
 // command sees a reset, never a route around the proxy.
-func Tunnel(c net.Conn, sock, target string) {
+func Tunnel(c io.ReadWriteCloser, sock, target string) {
 	defer c.Close()
-	u, err := net.Dial("unix", sock)
+	u, err := dialUnix(sock)
 	if err != nil {
 		return
 	}
@@ -81,18 +80,4 @@ func connectEstablished(br *bufio.Reader) bool {
 			return true
 		}
 	}
-}
-
-// join copies c to u and r (what is read from u) to c, half-closing each
-// direction as it ends, until both are done.
-func join(c, u net.Conn, r io.Reader) {
-	done := make(chan struct{})
-	go func() {
-		io.Copy(u, c)
-		closeWrite(u)
-		close(done)
-	}()
-	io.Copy(c, r)
-	closeWrite(c)
-	<-done
 }

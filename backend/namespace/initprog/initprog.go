@@ -1,9 +1,9 @@
 // Package initprog is the namespace backend's sandbox init for a program
-// that is nothing else: cmd/pulse-namespace-init. It links only the
-// init's own code (the backend's internal package nsinit: the standard
-// library and golang.org/x/sys), none of the backend's side, so that
-// each sandbox's pid 1 starts in little more than a Go hello world's
-// time. Programs that embed the backend call namespace.Init instead,
+// that links nothing of the backend's side: cmd/pulse-runtime, the one
+// in-box runtime. It links only the init's own code (the backend's
+// internal package nsinit: the standard library and golang.org/x/sys),
+// so that each sandbox's pid 1 starts in little more than a Go hello
+// world's time. Programs that embed the backend call namespace.Init instead,
 // which is the same init.
 package initprog
 

@@ -9,5 +9,7 @@
 // backends' leaf helpers, never the backend's own side (package backend,
 // policy, secrets, the overlay reader, net/http): every sandbox start
 // pays the package initialisation of what the init links, and
-// cmd/pulse-namespace-init links this package alone.
+// cmd/pulse-runtime links this package and the in-box runtime's steps
+// (internal/boxrt) alone. Nor package net (it dials and listens through
+// backend/internal/bridge's raw sockets): the runtime must not need cgo.
 package nsinit

@@ -2,7 +2,7 @@ package nsinit
 
 import (
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"strconv"
 
@@ -79,35 +79,19 @@ func startForwarder(cfg *Config) error {
 	if e == nil {
 		return nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(e.Port))
+	l, err := bridge.ListenLoopback("127.0.0.1:" + strconv.Itoa(e.Port))
 	if err != nil {
 		return fmt.Errorf("egress forwarder: %w", err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go bridge.ToUnix(c, EgressSocket)
-		}
-	}()
+	go l.Serve(func(c io.ReadWriteCloser) { bridge.ToUnix(c, EgressSocket) })
 	// Clients that never use a proxy for a loopback address (Go's
 	// net/http) reach an allowed 127.0.0.1:PORT here, through the proxy.
 	for _, target := range e.Forward {
-		fl, err := net.Listen("tcp", target)
+		fl, err := bridge.ListenLoopback(target)
 		if err != nil {
 			return fmt.Errorf("egress forwarder for %s: %w", target, err)
 		}
-		go func() {
-			for {
-				c, err := fl.Accept()
-				if err != nil {
-					return
-				}
-				go bridge.Tunnel(c, EgressSocket, target)
-			}
-		}()
+		go fl.Serve(func(c io.ReadWriteCloser) { bridge.Tunnel(c, EgressSocket, target) })
 	}
 	return nil
 }
