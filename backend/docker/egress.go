@@ -12,7 +12,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/internal/bridge"
+	"github.com/pulse-agent/pulse/internal/bridge"
 	"github.com/pulse-agent/pulse/policy"
 )
 

@@ -6,7 +6,7 @@ import (
 	"syscall"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/internal/bridge"
+	"github.com/pulse-agent/pulse/internal/bridge"
 )
 
 // forwardLoopback listens, in the network namespace of the container's

@@ -24,9 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
-	"github.com/pulse-agent/pulse/backend/internal/bridge"
 	"github.com/pulse-agent/pulse/backend/internal/cacheshare"
 	"github.com/pulse-agent/pulse/internal/boxrt"
+	"github.com/pulse-agent/pulse/internal/bridge"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/policy"
 )

@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/internal/bridge"
 )
 
 // Paths in a warm gVisor sandbox, made by the backend in its root.
@@ -739,68 +741,15 @@ func gvRelay(e *GVEgress) error {
 }
 
 // gvListen listens on addr (127.0.0.1:PORT) and relays each connection
-// to the unix socket sock. Raw sockets, not package net: the runtime must
-// not link what needs cgo (TestRuntimeLinksNoCgo).
+// to the unix socket sock (internal/bridge: raw sockets, not package net,
+// which the runtime must not link: TestRuntimeLinksNoCgo).
 func gvListen(addr, sock string) error {
-	host, port, ok := strings.Cut(addr, ":")
-	p, err := strconv.Atoi(port)
-	if !ok || host != "127.0.0.1" || err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("egress relay address %q", addr)
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	l, err := bridge.ListenLoopback(addr)
 	if err != nil {
 		return fmt.Errorf("egress relay: %w", err)
 	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("egress relay on %s: %w", addr, err)
-	}
-	if err := unix.Listen(fd, 128); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("egress relay on %s: %w", addr, err)
-	}
-	go func() {
-		for {
-			c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
-				continue
-			}
-			if err != nil {
-				return
-			}
-			go relayUnix(c, sock)
-		}
-	}()
+	go l.Serve(func(c io.ReadWriteCloser) { bridge.ToUnix(c, sock) })
 	return nil
-}
-
-// relayUnix copies the connection c both ways to a new connection to the
-// unix socket sock, half-closing each direction as it ends; a socket that
-// cannot be dialled closes c at once (the command sees a reset, never a
-// way around the proxy). As backend/internal/bridge.ToUnix.
-func relayUnix(c int, sock string) {
-	cf := os.NewFile(uintptr(c), "conn")
-	defer cf.Close()
-	u, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	uf := os.NewFile(uintptr(u), "proxy")
-	defer uf.Close()
-	if err := unix.Connect(u, &unix.SockaddrUnix{Name: sock}); err != nil {
-		return
-	}
-	done := make(chan struct{}, 2)
-	half := func(dst, src *os.File, dfd int) {
-		_, _ = io.Copy(dst, src)
-		_ = unix.Shutdown(dfd, unix.SHUT_WR)
-		done <- struct{}{}
-	}
-	go half(uf, cf, u)
-	go half(cf, uf, c)
-	<-done
-	<-done
 }
 
 // dropBounding empties this thread's capability bounding set.

@@ -11,5 +11,5 @@
 // pays the package initialisation of what the init links, and
 // cmd/pulse-runtime links this package and the in-box runtime's steps
 // (internal/boxrt) alone. Nor package net (it dials and listens through
-// backend/internal/bridge's raw sockets): the runtime must not need cgo.
+// internal/bridge's raw sockets): the runtime must not need cgo.
 package nsinit

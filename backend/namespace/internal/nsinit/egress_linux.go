@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pulse-agent/pulse/backend/internal/bridge"
 	"github.com/pulse-agent/pulse/backend/internal/cabundle"
+	"github.com/pulse-agent/pulse/internal/bridge"
 )
 
 // Allowlist mode: the command keeps its empty network namespace (loopback

@@ -83,7 +83,7 @@ func TestLinksNoNet(t *testing.T) {
 	if err != nil {
 		t.Skip("needs the go command to list the package's dependencies")
 	}
-	out, err := exec.Command(goBin, "list", "-deps", "github.com/pulse-agent/pulse/backend/internal/bridge").CombinedOutput()
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/pulse-agent/pulse/internal/bridge").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
