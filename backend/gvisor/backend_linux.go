@@ -218,11 +218,20 @@ func (b *Backend) Exec(ctx context.Context, req *backend.Request) (*backend.Resu
 	return b.run(ctx, req, bin, platform, true, nil)
 }
 
-var _ backend.Starter = (*Backend)(nil)
+var _ backend.TerminalStarter = (*Backend)(nil)
 
-// Start runs req as Exec does and returns once its sandbox is started.
-// Signal goes to the command's main process through runsc kill; ports
-// and terminals are not reachable (ErrUnsupported).
+// StartsTerminals implements backend.TerminalStarter: commands of the
+// warm sandbox run on a terminal of their own devpts instance there
+// (internal/boxrt); cold ones cannot (ErrUnsupported).
+func (b *Backend) StartsTerminals() bool {
+	ok, _ := b.Warm()
+	return ok
+}
+
+// Start runs req as Exec does and returns once its command runs. In the
+// warm sandbox, signals and terminal resizes go to it through the
+// runtime; cold, signals go to the sandbox's init through runsc kill and
+// terminals are refused. Ports are not reachable (ErrUnsupported).
 func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
 	if err := b.Probe(ctx); err != nil {
 		if req != nil && req.Stdin != nil {

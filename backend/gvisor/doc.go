@@ -40,10 +40,20 @@
 // (ErrUnsupported).
 //
 // Start (backend.Starter) runs a command as Exec does and returns once
-// its sandbox is starting; Signal goes to the command's main process (the
-// container's init) through `runsc kill`, retried until runsc has made
-// the container. Ports inside the sandbox (DialPort) and terminals
-// (Request.TTY) are not reachable: ErrUnsupported.
+// it is starting. Warm, Signal goes to the command through the runtime;
+// cold, to its main process (the container's init) through `runsc kill`,
+// retried until runsc has made the container.
+//
+// Terminals (Request.TTY, backend.TerminalStarter), warm only: each
+// command's mount namespace has a devpts instance of its own, in which
+// the runtime opens the command's terminal (so no command can open
+// another's); the command leads a session whose controlling terminal it
+// is, the runtime copies the master to the command's stdout frames and
+// its stdin frames to the master, and Resize reaches it as a resize frame
+// the runtime applies (the command gets SIGWINCH from gVisor's kernel).
+// Cold, a terminal is refused (ErrUnsupported), and StartsTerminals says
+// so. Ports inside the sandbox (DialPort) are not reachable:
+// ErrUnsupported.
 //
 // Exit statuses. Warm, the runtime reports how the command ended: an
 // exit status is an exit, a signal a signal. Cold, runsc reports a

@@ -84,6 +84,9 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
 	}
+	if w == nil && req.TTY != nil {
+		return nil, fmt.Errorf("gvisor: %w: terminals without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
+	}
 	began := time.Now()
 	var res *backend.Result
 	var v *view
@@ -350,8 +353,8 @@ func checkRequest(req *backend.Request) error {
 	if err := backend.CheckCommand(req); err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
-	if req.TTY != nil {
-		return fmt.Errorf("gvisor: %w: terminals", backend.ErrUnsupported)
+	if req.TTY != nil && (req.TTY.Rows == 0 || req.TTY.Cols == 0) {
+		return fmt.Errorf("gvisor: %w: terminal size %dx%d", backend.ErrInvalidRequest, req.TTY.Rows, req.TTY.Cols)
 	}
 	if !filepath.IsAbs(req.Workspace) || filepath.Clean(req.Workspace) != req.Workspace {
 		return fmt.Errorf("gvisor: %w: workspace %q is not a clean absolute path", backend.ErrInvalidRequest, req.Workspace)

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -451,6 +452,9 @@ func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, li
 	}
 	gr := boxrt.GVRequest{View: vid, Workspace: req.Workspace, Caches: caches, Cwd: path.Join(req.Workspace, dir),
 		Env: env, Args: args, FSize: limits.FileSizeBytes, Stdin: req.Stdin != nil, Egress: egress}
+	if req.TTY != nil {
+		gr.TTY = &boxrt.GVTTY{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+	}
 	if req.Shell == "" {
 		// The runtime finds the program as sh would, without the
 		// shell a cold sandbox runs it through: one program start
@@ -493,7 +497,12 @@ func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, li
 	}
 	ended := make(chan struct{})
 	if onStart != nil {
-		onStart(&warmControl{w: w, id: id, ended: ended})
+		wc := &warmControl{w: w, id: id, ended: ended}
+		if req.TTY != nil {
+			onStart(&warmTTYControl{wc})
+		} else {
+			onStart(wc)
+		}
 	}
 	defer close(ended)
 
@@ -578,6 +587,29 @@ func (c *warmControl) Signal(sig os.Signal) error {
 		return c.w.send(boxrt.FrameKill, c.id, nil)
 	}
 	return c.w.send(boxrt.FrameSignal, c.id, []byte{byte(s)})
+}
+
+// warmTTYControl is the control of a command on a terminal.
+type warmTTYControl struct{ *warmControl }
+
+// Resize implements backend.Resizer: the runtime sets the terminal's
+// size, and the kernel (gVisor's) sends the command SIGWINCH.
+func (c *warmTTYControl) Resize(rows, cols uint16) error {
+	if rows == 0 || cols == 0 {
+		return fmt.Errorf("gvisor: %w: terminal size %dx%d", backend.ErrInvalidRequest, rows, cols)
+	}
+	select {
+	case <-c.ended:
+		return backend.ErrProcessDone
+	default:
+	}
+	var p [4]byte
+	binary.BigEndian.PutUint16(p[:2], rows)
+	binary.BigEndian.PutUint16(p[2:], cols)
+	if err := c.w.send(boxrt.FrameResize, c.id, p[:]); err != nil {
+		return backend.ErrProcessDone
+	}
+	return nil
 }
 
 // mountCaches binds each cache's host directory at view/cN, for the

@@ -20,6 +20,7 @@ const (
 	FrameEOF     = 'E' // host: the command's stdin ends
 	FrameSignal  = 'S' // host: a signal for the command (payload: one byte)
 	FrameKill    = 'K' // host: kill every process of the command
+	FrameResize  = 'W' // host: the command's terminal's new size (payload: rows, cols, uint16 big endian each)
 	FrameStdout  = 'O' // sandbox: the command's stdout
 	FrameStderr  = 'e' // sandbox: the command's stderr
 	FrameDone    = 'D' // sandbox: the command ended; payload: GVDone as JSON
@@ -50,6 +51,16 @@ type GVRequest struct {
 	// Egress: the command reaches the network only through the egress
 	// proxy, whose socket (and CA bundle) the host mounted in the view.
 	Egress *GVEgress `json:"egress,omitempty"`
+	// TTY: the command runs on a new terminal of this size, of the
+	// command's own devpts instance; its stdin, stdout and stderr are
+	// the terminal, whose output comes as FrameStdout.
+	TTY *GVTTY `json:"tty,omitempty"`
+}
+
+// GVTTY is a terminal's size.
+type GVTTY struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // GVEgress is an allowlist command's proxy: Socket and CA are names under

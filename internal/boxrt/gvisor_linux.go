@@ -1,6 +1,7 @@
 package boxrt
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,13 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/internal/bridge"
+	"github.com/pulse-agent/pulse/internal/pty"
 )
 
 // Paths in a warm gVisor sandbox, made by the backend in its root.
@@ -84,12 +87,16 @@ type gvServer struct {
 }
 
 // gvProc is one gvcmd step: started ahead of its request, which it reads
-// from req (fd 4); it writes how its command ended to status (fd 3).
+// from req (fd 4); it writes how its command ended to status (fd 3), and
+// reads its terminal's resizes from ctl (fd 5).
 type gvProc struct {
 	cmd    *exec.Cmd
 	output sync.WaitGroup // the copies of stdout and stderr
 	req    *os.File       // the write end
 	status *os.File       // the read end
+	ctlMu  sync.Mutex
+	ctl    *os.File // the write end; nil once closed
+	tty    bool     // the command runs on a terminal: resizes go to ctl
 	stdin  io.WriteCloser
 	queue  *inQueue
 	out    *frameWriter
@@ -110,20 +117,28 @@ func (s *gvServer) spawn() (*gvProc, error) {
 		rw.Close()
 		return nil, err
 	}
-	pr := &gvProc{req: rw, status: sr, out: &frameWriter{out: s.out, kind: FrameStdout}, errw: &frameWriter{out: s.out, kind: FrameStderr}}
+	cr, cw, err := os.Pipe()
+	if err != nil {
+		rr.Close()
+		rw.Close()
+		sr.Close()
+		sw.Close()
+		return nil, err
+	}
+	pr := &gvProc{req: rw, status: sr, ctl: cw, out: &frameWriter{out: s.out, kind: FrameStdout}, errw: &frameWriter{out: s.out, kind: FrameStderr}}
 	var closers []*os.File
 	defer func() {
 		for _, f := range closers {
 			f.Close()
 		}
 	}()
-	closers = append(closers, rr, sw)
+	closers = append(closers, rr, sw, cr)
 	cmd := exec.Command(s.self, "gvcmd")
 	cmd.Env = []string{}
 	// No Pdeathsig: gVisor sends it when the forking thread ends, which
 	// any of the Go runtime's may.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC}
-	cmd.ExtraFiles = []*os.File{sw, rr}
+	cmd.ExtraFiles = []*os.File{sw, rr, cr}
 	// Pipes of its own rather than exec's copies: the step's status is
 	// sent once both reach their end, without waiting for the step to
 	// be reaped.
@@ -132,6 +147,7 @@ func (s *gvServer) spawn() (*gvProc, error) {
 	if err != nil {
 		rw.Close()
 		sr.Close()
+		cw.Close()
 		return nil, err
 	}
 	cmd.Stdin, pr.stdin = ir, iw
@@ -161,6 +177,7 @@ func (s *gvServer) spawn() (*gvProc, error) {
 		iw.Close()
 		rw.Close()
 		sr.Close()
+		cw.Close()
 		return nil, err
 	}
 	for i, fw := range []*frameWriter{pr.out, pr.errw} {
@@ -202,6 +219,31 @@ func (s *gvServer) handle(kind byte, id uint32, p []byte) {
 			// The namespace's init: the kernel kills the rest with it.
 			_ = pr.cmd.Process.Kill()
 		}
+	case FrameResize:
+		if pr != nil && pr.tty && len(p) == 4 {
+			// Not on this loop: a step that does not read its control
+			// pipe must not stall every other command's frames.
+			go pr.resize(p)
+		}
+	}
+}
+
+// resize passes a terminal's new size to the step.
+func (pr *gvProc) resize(p []byte) {
+	pr.ctlMu.Lock()
+	defer pr.ctlMu.Unlock()
+	if pr.ctl != nil {
+		_, _ = pr.ctl.Write(p)
+	}
+}
+
+// closeCtl closes the control pipe's write end.
+func (pr *gvProc) closeCtl() {
+	pr.ctlMu.Lock()
+	defer pr.ctlMu.Unlock()
+	if pr.ctl != nil {
+		pr.ctl.Close()
+		pr.ctl = nil
 	}
 }
 
@@ -245,6 +287,7 @@ func (s *gvServer) start(id uint32, p []byte) {
 		_ = pr.cmd.Process.Kill()
 		_ = pr.cmd.Wait()
 		pr.status.Close()
+		pr.closeCtl()
 		pr = nil
 	}
 	if err != nil {
@@ -255,6 +298,7 @@ func (s *gvServer) start(id uint32, p []byte) {
 	} else {
 		pr.stdin.Close()
 	}
+	pr.tty = req.TTY != nil
 	s.mu.Lock()
 	s.procs[id] = pr
 	s.mu.Unlock()
@@ -284,6 +328,7 @@ func (s *gvServer) start(id uint32, p []byte) {
 		s.mu.Lock()
 		delete(s.procs, id)
 		s.mu.Unlock()
+		pr.closeCtl()
 		s.done(id, d)
 		s.refill()
 	}()
@@ -314,6 +359,7 @@ func (s *gvServer) refill() {
 			pr.req.Close()
 			_ = pr.cmd.Wait()
 			pr.status.Close()
+			pr.closeCtl()
 		}
 	}()
 }
@@ -419,14 +465,15 @@ func (q *inQueue) close() {
 // capability, starts the command and writes how it ended, as GVDone, to
 // fd 3. When it returns, the kernel kills whatever the command left.
 func runGVCmd(a []string) int {
-	status, reqf := os.NewFile(3, "status"), os.NewFile(4, "request")
-	if len(a) != 0 || status == nil || reqf == nil {
+	status, reqf, ctl := os.NewFile(3, "status"), os.NewFile(4, "request"), os.NewFile(5, "control")
+	if len(a) != 0 || status == nil || reqf == nil || ctl == nil {
 		return usage()
 	}
 	// Inherited without close-on-exec: the command must not get them (it
 	// could write a status of its choosing).
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
+	syscall.CloseOnExec(5)
 	// Capabilities are a thread's: this one drops the bounding set now,
 	// before the request (mounting needs only the effective set), and
 	// the rest once the command's root is made, and starts the command,
@@ -462,6 +509,19 @@ func runGVCmd(a []string) int {
 	if err := gvView(&req); err != nil {
 		return report(GVDone{Exit: -1, Err: err.Error()})
 	}
+	// On a terminal: a new one of this namespace's own devpts instance
+	// (gvBase), which no other command's can open.
+	var tty *gvTTY
+	if req.TTY != nil {
+		if req.TTY.Rows == 0 || req.TTY.Cols == 0 {
+			return report(GVDone{Exit: -1, Err: "terminal size"})
+		}
+		if tty, err = openGVTTY(req.TTY, req.Stdin, ctl); err != nil {
+			return report(GVDone{Exit: -1, Err: err.Error()})
+		}
+	} else {
+		ctl.Close()
+	}
 	if req.FSize > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(req.FSize), Max: uint64(req.FSize)}); err != nil {
 			return report(GVDone{Exit: -1, Err: "file size limit: " + err.Error()})
@@ -489,12 +549,22 @@ func runGVCmd(a []string) int {
 		}
 	}
 	cmd := &exec.Cmd{Path: prog, Args: req.Args, Env: req.Env}
-	if req.Stdin {
-		cmd.Stdin = os.Stdin
-	} else {
+	setIO := func(c *exec.Cmd) {
+		switch {
+		case tty != nil:
+			c.Stdin, c.Stdout, c.Stderr = tty.slave, tty.slave, tty.slave
+			// It leads a session whose controlling terminal this is.
+			c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		case req.Stdin:
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+		default:
+			c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		}
+	}
+	setIO(cmd)
+	if !req.Stdin {
 		os.Stdin.Close()
 	}
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs)
 	if err := cmd.Start(); err != nil {
@@ -505,7 +575,8 @@ func runGVCmd(a []string) int {
 		// other failure is sh's too.
 		code := 126
 		if errors.Is(err, unix.ENOEXEC) {
-			cmd = &exec.Cmd{Path: "/bin/sh", Args: append([]string{"sh"}, req.Args...), Env: req.Env, Stdin: cmd.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+			cmd = &exec.Cmd{Path: "/bin/sh", Args: append([]string{"sh"}, req.Args...), Env: req.Env}
+			setIO(cmd)
 			err = cmd.Start()
 		} else if errors.Is(err, unix.ENOENT) {
 			code = 127
@@ -514,6 +585,11 @@ func runGVCmd(a []string) int {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", req.Args[0], err)
 			return report(GVDone{Started: true, Exit: code})
 		}
+	}
+	if tty != nil {
+		// The master sees the end of the terminal once no process
+		// holds its slave.
+		tty.slave.Close()
 	}
 	go func() {
 		for s := range sigs {
@@ -529,6 +605,9 @@ func runGVCmd(a []string) int {
 	// the output pipes close with it, so the host has all output before
 	// the status.
 	_ = unix.Kill(-1, unix.SIGKILL)
+	if tty != nil {
+		tty.drain()
+	}
 	os.Stdout.Close()
 	os.Stderr.Close()
 	d := GVDone{Started: true}
@@ -541,6 +620,85 @@ func runGVCmd(a []string) int {
 		d.UserNs, d.SysNs = ru.Utime.Nano(), ru.Stime.Nano()
 	}
 	return report(d)
+}
+
+// gvTTY is a command's terminal: the step copies its master to stdout,
+// stdin to it, and applies the resizes it reads on its control pipe.
+type gvTTY struct {
+	master int
+	slave  *os.File
+	out    chan struct{} // closed once the master's output is all copied
+}
+
+// openGVTTY opens the terminal and starts its copies.
+func openGVTTY(sz *GVTTY, stdin bool, ctl *os.File) (*gvTTY, error) {
+	m, sl, err := pty.Open(sz.Rows, sz.Cols)
+	if err != nil {
+		return nil, err
+	}
+	t := &gvTTY{master: m, slave: os.NewFile(uintptr(sl), "tty"), out: make(chan struct{})}
+	go func() {
+		defer close(t.out)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := unix.Read(m, buf)
+			if n > 0 {
+				if _, werr := os.Stdout.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				return // EIO: no process holds the terminal any more
+			}
+		}
+	}()
+	if stdin {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := os.Stdin.Read(buf)
+				for p := buf[:n]; len(p) > 0; {
+					w, werr := unix.Write(m, p)
+					if werr == unix.EINTR {
+						continue
+					}
+					if werr != nil {
+						return
+					}
+					p = p[w:]
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer ctl.Close()
+		var b [4]byte
+		for {
+			if _, err := io.ReadFull(ctl, b[:]); err != nil {
+				return
+			}
+			ws := &unix.Winsize{Row: binary.BigEndian.Uint16(b[:2]), Col: binary.BigEndian.Uint16(b[2:])}
+			if ws.Row != 0 && ws.Col != 0 {
+				_ = unix.IoctlSetWinsize(m, unix.TIOCSWINSZ, ws)
+			}
+		}
+	}()
+	return t, nil
+}
+
+// drain waits, a bounded time, for the terminal's output to be copied
+// once every process holding it is dead.
+func (t *gvTTY) drain() {
+	select {
+	case <-t.out:
+	case <-time.After(2 * time.Second):
+	}
 }
 
 // lookPath finds name as sh does, in env's PATH: the program, or 127 (not
@@ -612,6 +770,11 @@ func gvBase() error {
 				return fmt.Errorf("bind %s: %w", d, err)
 			}
 		}
+	}
+	// A devpts instance of the command's own: the terminals of other
+	// commands (the sandbox's instance) are not there to open.
+	if err := unix.Mount("devpts", nr+"/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666"); err != nil {
+		return fmt.Errorf("devpts: %w", err)
 	}
 	if err := os.Mkdir(nr+"/proc", 0o555); err != nil {
 		return err

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/internal/pty"
 )
 
 // Init turns this process into a sandbox init when the backend started it,
@@ -131,7 +133,7 @@ func initSandbox(version string, status *os.File) error {
 	stdio := []uintptr{0, 1, 2}
 	ptySlave := -1
 	if cfg.TTY != nil {
-		master, slave, err := openPTY(cfg.TTY) // tty_linux.go
+		master, slave, err := pty.Open(cfg.TTY.Rows, cfg.TTY.Cols)
 		if err != nil {
 			return err
 		}

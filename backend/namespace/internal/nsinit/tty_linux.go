@@ -2,7 +2,6 @@ package nsinit
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -36,31 +35,6 @@ var ptyMaster atomic.Int32
 var ptyOut sync.WaitGroup
 
 func init() { ptyMaster.Store(-1) }
-
-// openPTY opens a new terminal of the sandbox's devpts at size sz and
-// returns the master and the slave, both close-on-exec.
-func openPTY(sz *TTYConfig) (master, slave int, err error) {
-	master, err = unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, -1, fmt.Errorf("opening /dev/pts/ptmx: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("unlocking the terminal: %w", err)
-	}
-	n, err := unix.IoctlGetInt(master, unix.TIOCGPTN)
-	if err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("terminal number: %w", err)
-	}
-	slave, err = unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(master)
-		return -1, -1, fmt.Errorf("opening the terminal: %w", err)
-	}
-	_ = unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: sz.Rows, Col: sz.Cols})
-	return master, slave, nil
-}
 
 // relayPTY copies between the master and the init's stdio.
 func relayPTY(master int) {

@@ -1,0 +1,131 @@
+//go:build linux
+
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/policy"
+)
+
+// syncBuf is a buffer the backend writes while the test reads.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitOutput(t *testing.T, out *syncBuf, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output %q never held %q", out.String(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTTYTerminalsApart: each command of the warm sandbox has a devpts
+// instance of its own, so that one command cannot open another's
+// terminal: while a command runs on /dev/pts/0, another sees no terminal
+// in /dev/pts, and one on a terminal of its own gets /dev/pts/0 too.
+func TestTTYTerminalsApart(t *testing.T) {
+	b := newWarm(t)
+	out := &syncBuf{}
+	p, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), TTY: &backend.TTY{Rows: 24, Cols: 80},
+		Shell: `tty; echo ready; while :; do sleep 0.05; done`, Stdout: out, Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	waitOutput(t, out, "ready\r\n")
+	if !strings.HasPrefix(out.String(), "/dev/pts/0\r\n") {
+		t.Fatalf("first command's terminal: %q", out.String())
+	}
+	var other, errb bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: `ls /dev/pts`, Stdout: &other, Stderr: &errb})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v %s", err, res, errb.String())
+	}
+	if got := strings.Fields(other.String()); len(got) != 1 || got[0] != "ptmx" {
+		t.Errorf("another command's /dev/pts holds %q, want ptmx alone", got)
+	}
+	other.Reset()
+	res, err = b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: `tty`, Stdout: &other, TTY: &backend.TTY{Rows: 5, Cols: 5}})
+	if err != nil || res.ExitCode != 0 || other.String() != "/dev/pts/0\r\n" {
+		t.Errorf("a second terminal command: %v %+v %q", err, res, other.String())
+	}
+}
+
+// TestTTYSignal: a signal reaches a command on a terminal, and a command
+// without a terminal cannot be resized.
+func TestTTYSignal(t *testing.T) {
+	b := newWarm(t)
+	out := &syncBuf{}
+	p, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), TTY: &backend.TTY{Rows: 24, Cols: 80},
+		Shell: `trap 'echo caught; exit 7' USR1; echo armed; while :; do sleep 0.05; done`, Stdout: out,
+		Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	waitOutput(t, out, "armed\r\n")
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 7 || !strings.Contains(out.String(), "caught\r\n") {
+		t.Errorf("exit %d, output %q; want 7 and the trap's output", res.ExitCode, out.String())
+	}
+
+	q, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: `sleep 30`, Stdout: io.Discard,
+		Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Kill()
+	if err := q.Resize(10, 10); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("Resize without a terminal = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestTTYColdRefused: cold, there is no runtime to make the terminal:
+// StartsTerminals says so and a request with one is refused.
+func TestTTYColdRefused(t *testing.T) {
+	b := newBackend(t, WithCold())
+	if b.StartsTerminals() {
+		t.Error("StartsTerminals on a cold backend")
+	}
+	_, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "tty", TTY: &backend.TTY{Rows: 5, Cols: 5}, Stdout: io.Discard})
+	if !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("cold terminal: %v, want ErrUnsupported", err)
+	}
+	_, err = b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "tty", TTY: &backend.TTY{Rows: 0, Cols: 5}, Stdout: io.Discard})
+	if !errors.Is(err, backend.ErrInvalidRequest) {
+		t.Errorf("terminal of no rows: %v, want ErrInvalidRequest", err)
+	}
+}
