@@ -230,8 +230,9 @@ func (b *Backend) StartsTerminals() bool {
 
 // Start runs req as Exec does and returns once its command runs. In the
 // warm sandbox, signals and terminal resizes go to it through the
-// runtime; cold, signals go to the sandbox's init through runsc kill and
-// terminals are refused. Ports are not reachable (ErrUnsupported).
+// runtime, and DialPort reaches its loopback through it; cold, signals go
+// to the sandbox's init through runsc kill, and terminals and ports are
+// refused (ErrUnsupported).
 func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
 	if err := b.Probe(ctx); err != nil {
 		if req != nil && req.Stdin != nil {

@@ -52,7 +52,15 @@
 // its stdin frames to the master, and Resize reaches it as a resize frame
 // the runtime applies (the command gets SIGWINCH from gVisor's kernel).
 // Cold, a terminal is refused (ErrUnsupported), and StartsTerminals says
-// so. Ports inside the sandbox (DialPort) are not reachable:
+// so.
+//
+// Ports (DialPort), warm only: the host listens on a socket in the
+// command's view directory (which the command never sees: the views are
+// unmounted from its namespace); for each DialPort it sends a dial frame,
+// and the runtime makes a socket in the command's network namespace
+// (setns from a thread of its own), connects to 127.0.0.1:PORT there and
+// then to that socket (runsc's --host-uds=open), writes the dial's number
+// and whether the port answered, and relays. Cold, DialPort is
 // ErrUnsupported.
 //
 // Exit statuses. Warm, the runtime reports how the command ended: an

@@ -52,10 +52,11 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 		c.Notes[3] = "network: none (loopback of gVisor's netstack, each command its own); allowlist through the egress proxy, " +
 			"relayed by the runtime from 127.0.0.1:3128 in the command's network namespace to the proxy's socket; allow-all refused"
 		c.Notes[1] = "warm: one runsc sandbox started at the first command and kept until the sandbox closes (pulse-runtime its init); " +
-			"each command in pid, mount, network (its own loopback) and IPC namespaces of its own inside it, its own root, /tmp and devpts (terminals), no capabilities, no_new_privs; what it leaves running ends with it"
+			"each command in pid, mount, network (its own loopback) and IPC namespaces of its own inside it, its own root, /tmp and devpts (terminals), no capabilities, no_new_privs; what it leaves running ends with it; " +
+			"ports of background processes reached through the runtime, which connects in the command's network namespace"
 		mem = "the warm sandbox (gVisor's kernel and the commands running in it together)"
 	} else {
-		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs; terminals refused"
+		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs; terminals and ports of background processes refused"
 	}
 	if memCgroup {
 		c.Limits[policy.LimitMemoryBytes] = policy.Strong

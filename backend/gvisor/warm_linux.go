@@ -498,6 +498,14 @@ func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, li
 	ended := make(chan struct{})
 	if onStart != nil {
 		wc := &warmControl{w: w, id: id, ended: ended}
+		// The socket the runtime hands DialPort's connections to.
+		ln, err := net.Listen("unix", filepath.Join(w.views, vid, boxrt.GVDialSocket))
+		if err != nil {
+			b.log.Warn("no dial socket: DialPort will fail", "error", err)
+		} else {
+			defer ln.Close()
+			wc.dialer = newWarmDialer(ln)
+		}
 		if req.TTY != nil {
 			onStart(&warmTTYControl{wc})
 		} else {
@@ -566,11 +574,130 @@ func (b *Backend) runWarm(ctx context.Context, w *warm, req *backend.Request, li
 	return res, nil
 }
 
-// warmControl signals a command of a warm sandbox.
+// warmControl signals a command of a warm sandbox and dials its ports.
 type warmControl struct {
-	w     *warm
-	id    uint32
-	ended <-chan struct{}
+	w      *warm
+	id     uint32
+	ended  <-chan struct{}
+	dialer *warmDialer // nil: no dial socket
+}
+
+// DialPort implements backend.PortDialer: the runtime connects to
+// 127.0.0.1:port in the command's network namespace and hands the
+// connection to the host through the view's dial socket.
+func (c *warmControl) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("gvisor: %w: port %d", backend.ErrInvalidRequest, port)
+	}
+	select {
+	case <-c.ended:
+		return nil, backend.ErrProcessDone
+	default:
+	}
+	if c.dialer == nil {
+		return nil, fmt.Errorf("gvisor: %w: no dial socket for this command", backend.ErrUnavailable)
+	}
+	conn, ch := c.dialer.expect()
+	defer c.dialer.abandon(conn, ch)
+	var p [6]byte
+	binary.BigEndian.PutUint32(p[:4], conn)
+	binary.BigEndian.PutUint16(p[4:], uint16(port))
+	if err := c.w.send(boxrt.FrameDial, c.id, p[:]); err != nil {
+		return nil, backend.ErrProcessDone
+	}
+	t := time.NewTimer(dialTimeout)
+	defer t.Stop()
+	select {
+	case nc := <-ch:
+		if nc == nil {
+			return nil, fmt.Errorf("gvisor: port %d: %w", port, syscall.ECONNREFUSED)
+		}
+		return nc, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.ended:
+		return nil, backend.ErrProcessDone
+	case <-t.C:
+		return nil, fmt.Errorf("gvisor: port %d: %w: the runtime did not answer", port, backend.ErrUnavailable)
+	}
+}
+
+// dialTimeout bounds a DialPort whose answer never comes (a broken
+// runtime); a port that refuses answers at once.
+const dialTimeout = 30 * time.Second
+
+// warmDialer matches the connections the runtime makes to a command's
+// dial socket with the DialPort calls waiting for them.
+type warmDialer struct {
+	mu      sync.Mutex
+	next    uint32
+	pending map[uint32]chan net.Conn
+}
+
+func newWarmDialer(ln net.Listener) *warmDialer {
+	d := &warmDialer{pending: map[uint32]chan net.Conn{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go d.arrive(c)
+		}
+	}()
+	return d
+}
+
+// expect registers a dial: its conn number and where its connection
+// comes (nil: the port refused).
+func (d *warmDialer) expect() (uint32, chan net.Conn) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.next++
+	ch := make(chan net.Conn, 1)
+	d.pending[d.next] = ch
+	return d.next, ch
+}
+
+// abandon ends a dial; a connection that came for it and was not taken
+// is closed.
+func (d *warmDialer) abandon(conn uint32, ch chan net.Conn) {
+	d.mu.Lock()
+	delete(d.pending, conn)
+	d.mu.Unlock()
+	select {
+	case c := <-ch:
+		if c != nil {
+			c.Close()
+		}
+	default:
+	}
+}
+
+// arrive reads a connection's header (boxrt.GVDialSocket) and hands it
+// to its dial; one no dial waits for is closed.
+func (d *warmDialer) arrive(c net.Conn) {
+	var h [5]byte
+	_ = c.SetReadDeadline(time.Now().Add(dialTimeout))
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	d.mu.Lock()
+	ch := d.pending[binary.BigEndian.Uint32(h[:4])]
+	delete(d.pending, binary.BigEndian.Uint32(h[:4]))
+	d.mu.Unlock()
+	if ch == nil {
+		c.Close()
+		return
+	}
+	if h[4] != boxrt.GVDialOK {
+		c.Close()
+		ch <- nil
+		return
+	}
+	ch <- c
 }
 
 func (c *warmControl) Signal(sig os.Signal) error {

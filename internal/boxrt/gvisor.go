@@ -21,10 +21,26 @@ const (
 	FrameSignal  = 'S' // host: a signal for the command (payload: one byte)
 	FrameKill    = 'K' // host: kill every process of the command
 	FrameResize  = 'W' // host: the command's terminal's new size (payload: rows, cols, uint16 big endian each)
+	FrameDial    = 'P' // host: connect to a port of the command's loopback (payload: the dial's number, uint32, and the port, uint16)
 	FrameStdout  = 'O' // sandbox: the command's stdout
 	FrameStderr  = 'e' // sandbox: the command's stderr
 	FrameDone    = 'D' // sandbox: the command ended; payload: GVDone as JSON
 	FrameHello   = 'H' // sandbox: the serve step is ready; payload: Identity
+)
+
+// GVDialSocket is the name, in a command's view directory, of the socket
+// the host listens on for the connections FrameDial asks for: the serve
+// step connects to 127.0.0.1:PORT in the command's network namespace,
+// then to this socket, writes the dial's number (uint32, big endian) and
+// a status byte (GVDialOK, or GVDialRefused and nothing more), and relays
+// the two connections. The command never sees it: the views are
+// unmounted from its namespace.
+const GVDialSocket = "dial.sock"
+
+// The dial's status byte.
+const (
+	GVDialOK      = 0
+	GVDialRefused = 1
 )
 
 // MaxFrame bounds a frame's payload; a longer one is a broken peer.

@@ -97,6 +97,7 @@ type gvProc struct {
 	ctlMu  sync.Mutex
 	ctl    *os.File // the write end; nil once closed
 	tty    bool     // the command runs on a terminal: resizes go to ctl
+	view   string   // the command's view directory under GVViews
 	stdin  io.WriteCloser
 	queue  *inQueue
 	out    *frameWriter
@@ -219,6 +220,10 @@ func (s *gvServer) handle(kind byte, id uint32, p []byte) {
 			// The namespace's init: the kernel kills the rest with it.
 			_ = pr.cmd.Process.Kill()
 		}
+	case FrameDial:
+		if pr != nil && len(p) == 6 {
+			go pr.dial(binary.BigEndian.Uint32(p[:4]), int(binary.BigEndian.Uint16(p[4:])))
+		}
 	case FrameResize:
 		if pr != nil && pr.tty && len(p) == 4 {
 			// Not on this loop: a step that does not read its control
@@ -226,6 +231,119 @@ func (s *gvServer) handle(kind byte, id uint32, p []byte) {
 			go pr.resize(p)
 		}
 	}
+}
+
+// dial connects to 127.0.0.1:port in the command's network namespace and
+// hands the connection to the host through the view's dial socket
+// (GVDialSocket), or tells it the port refused.
+func (pr *gvProc) dial(n uint32, port int) {
+	if pr.view == "" || strings.Contains(pr.view, "/") || pr.view == "." || pr.view == ".." {
+		return
+	}
+	c := &dialConn{hdr: make([]byte, 5)}
+	binary.BigEndian.PutUint32(c.hdr, n)
+	fd, err := netnsSocket(pr.cmd.Process.Pid)
+	if err == nil {
+		for {
+			err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		if err == nil {
+			err = unix.SetNonblock(fd, true)
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		c.hdr[4] = GVDialRefused
+	} else {
+		c.f = os.NewFile(uintptr(fd), "port")
+	}
+	bridge.ToUnix(c, filepath.Join(GVViews, pr.view, GVDialSocket))
+}
+
+// dialConn is a connection to a port of the command's loopback (nil f:
+// refused) whose reads begin with the dial's header.
+type dialConn struct {
+	hdr []byte
+	f   *os.File
+}
+
+func (c *dialConn) Read(p []byte) (int, error) {
+	if len(c.hdr) > 0 {
+		n := copy(p, c.hdr)
+		c.hdr = c.hdr[n:]
+		return n, nil
+	}
+	if c.f == nil {
+		return 0, io.EOF
+	}
+	return c.f.Read(p)
+}
+
+func (c *dialConn) Write(p []byte) (int, error) {
+	if c.f == nil {
+		return len(p), nil
+	}
+	return c.f.Write(p)
+}
+
+// CloseWrite half-closes the connection: the server reads EOF.
+func (c *dialConn) CloseWrite() error {
+	if c.f == nil {
+		return nil
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+func (c *dialConn) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	return c.f.Close()
+}
+
+// netnsSocket makes a TCP socket in the network namespace of process pid
+// (the command's loopback, not the serve step's), from a thread that
+// enters it and comes back; a thread that cannot come back is never used
+// again (it ends with its goroutine).
+func netnsSocket(pid int) (int, error) {
+	runtime.LockOSThread()
+	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return -1, err
+	}
+	defer unix.Close(self)
+	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return -1, err
+	}
+	defer unix.Close(ns)
+	if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return -1, fmt.Errorf("enter the command's network: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if unix.Setns(self, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	if err != nil {
+		return -1, err
+	}
+	return fd, nil
 }
 
 // resize passes a terminal's new size to the step.
@@ -299,6 +417,7 @@ func (s *gvServer) start(id uint32, p []byte) {
 		pr.stdin.Close()
 	}
 	pr.tty = req.TTY != nil
+	pr.view = req.View
 	s.mu.Lock()
 	s.procs[id] = pr
 	s.mu.Unlock()
