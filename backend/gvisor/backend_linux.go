@@ -19,6 +19,7 @@ import (
 
 	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/flock"
+	"github.com/pulse-agent/pulse/policy"
 )
 
 // Backend runs commands under runsc. Its methods are safe for concurrent
@@ -88,7 +89,10 @@ func (b *Backend) Platform() string {
 	return b.platform
 }
 
-// Probe finds runsc, picks its platform and runs one sandbox. A success
+// Probe finds runsc, picks its platform and starts one sandbox: the warm
+// sandbox commands then run in, where a runtime program is found and it
+// starts (so that a session pays one sandbox start, not a probe's and the
+// warm one's), else a cold one that runs `cat /proc/version`. A success
 // is remembered; a failure is probed again next time.
 func (b *Backend) Probe(ctx context.Context) error {
 	b.mu.Lock()
@@ -121,6 +125,13 @@ func (b *Backend) Probe(ctx context.Context) error {
 	if err := b.makeRoot(); err != nil {
 		return fmt.Errorf("gvisor: %w: runsc root: %w", backend.ErrUnavailable, err)
 	}
+	werr := b.probeWarm(ctx, bin, platform)
+	if werr == nil {
+		b.mu.Lock()
+		b.probed = true
+		b.mu.Unlock()
+		return nil
+	}
 	ws, err := os.MkdirTemp(b.o.stateDir, "probe-ws-")
 	if err != nil {
 		return fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
@@ -146,7 +157,7 @@ func (b *Backend) Probe(ctx context.Context) error {
 			b.mu.Lock()
 			b.probed = true
 			b.mu.Unlock()
-			b.probeRuntime()
+			b.probeRuntime(werr)
 			if !cg {
 				b.log.Warn("runsc cannot put sandboxes in a memory cgroup here; the memory limit is not enforced", "first_error", perr)
 			}
@@ -159,13 +170,55 @@ func (b *Backend) Probe(ctx context.Context) error {
 	return perr
 }
 
-// probeRuntime finds the runtime program a warm sandbox needs; without
-// one, commands run cold, and the doctor says why.
-func (b *Backend) probeRuntime() {
+// probeWarm starts the warm sandbox for commands of default limits, in a
+// memory cgroup where runsc can make one, else without; it is nil once
+// that sandbox runs. The error says why it did not: no runtime program,
+// cold mode, or the sandbox's own failure (the cold probe then says
+// whether any sandbox starts here).
+func (b *Backend) probeWarm(ctx context.Context, bin, platform string) error {
+	if b.o.cold {
+		return errors.New("cold mode asked for (WithCold)")
+	}
+	if _, err := runtimeBytes(b.o.runtime); err != nil {
+		return err
+	}
+	var errs []error
+	for _, cg := range []bool{true, false} {
+		var memLimit int64
+		if cg {
+			memLimit = policy.ResourceLimits{}.WithDefaults().WithIsolationDefaults().MemoryBytes
+		}
+		w, err := b.startWarm(ctx, bin, platform, memLimit)
+		if err == nil {
+			b.mu.Lock()
+			b.memCgroup = cg
+			b.mu.Unlock()
+			b.warmMu.Lock()
+			if b.warms == nil {
+				b.warms = map[int64]*warm{}
+			}
+			b.warms[memLimit] = w
+			b.warmMu.Unlock()
+			if !cg {
+				b.log.Warn("runsc cannot put sandboxes in a memory cgroup here; the memory limit is not enforced", "first_error", errs[0])
+			}
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// probeRuntime records why commands run cold once the cold probe passed
+// where the warm one (werr) did not: the doctor says why.
+func (b *Backend) probeRuntime(werr error) {
 	if b.o.cold {
 		return
 	}
-	if _, err := runtimeBytes(b.o.runtime); err != nil {
+	if err := werr; err != nil {
 		b.warmMu.Lock()
 		if b.warmErr == nil {
 			b.warmErr = err

@@ -72,7 +72,9 @@
 //
 // Requirements: root (runsc creates its sandboxes as root here, and the
 // view is a host overlayfs mount) and a runsc binary (WithRunsc, $PULSE_RUNSC, or
-// runsc on PATH). Probe starts one sandbox and says what failed.
+// runsc on PATH). Probe starts the warm sandbox, which the commands then
+// run in (one sandbox start per Backend, the probe's included), or, where
+// that fails, a cold sandbox, and says what failed.
 //
 // What it costs: a sandbox start per Backend (about a second on a loaded
 // two-core machine; per command when cold) and a process start under

@@ -229,3 +229,28 @@ func TestEgressLoopbackForward(t *testing.T) {
 		t.Fatalf("%v %+v: %q", err, res, out.String())
 	}
 }
+
+// TestProbeIsWarmStart: the probe's sandbox is the warm one the commands
+// then run in: after Probe and two commands, runsc lists one sandbox.
+func TestProbeIsWarmStart(t *testing.T) {
+	b := newBackend(t)
+	b.warmMu.Lock()
+	n := len(b.warms)
+	b.warmMu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d warm sandboxes after Probe, want 1", n)
+	}
+	for i := 0; i < 2; i++ {
+		res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Args: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	out, err := exec.Command(b.runscBin(), "--root", b.runscRoot(), "list", "-quiet").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := strings.Fields(string(out)); len(ids) != 1 {
+		t.Errorf("runsc lists %q, want the one warm sandbox", ids)
+	}
+}
