@@ -36,8 +36,11 @@
 // Allowlist, warm only: the runtime relays 127.0.0.1:3128 (and the
 // allowlist's loopback targets) in the command's network namespace to a
 // socket the host serves in the view, which hands each connection to the
-// egress proxy. Allow-all, and allowlist cold, are refused
-// (ErrUnsupported).
+// egress proxy. Allowlist cold is refused (ErrUnsupported). Allow-all
+// runs cold, warm sandbox or not: a sandbox of its own with runsc's
+// --network=host, gVisor's netstack serving the command's sockets through
+// host sockets, so it reaches what the host reaches, loopback included,
+// as allow-all on namespace does; a terminal with allow-all is refused.
 //
 // Start (backend.Starter) runs a command as Exec does and returns once
 // it is starting. Warm, Signal goes to the command through the runtime;

@@ -21,7 +21,8 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 	c := backend.Capabilities{
 		Isolation: backend.IsolationGVisor,
 		Network: map[policy.NetworkMode]policy.EnforcementLevel{
-			policy.NetworkDenyAll: policy.Strong,
+			policy.NetworkDenyAll:  policy.Strong,
+			policy.NetworkAllowAll: policy.Strong,
 		},
 		Secrets: map[secrets.Mode]policy.EnforcementLevel{
 			secrets.DenyAll:   policy.Strong,
@@ -42,7 +43,7 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 			"system calls served by gVisor's user-space kernel (runsc, platform " + platform + "), not the host kernel",
 			"",
 			"workspace seen through a host overlayfs mounted into the sandbox (through runsc's gofer); writes captured from its upper layer",
-			"network: none (loopback of gVisor's netstack); allow-all and allowlist refused",
+			"network: none (loopback of gVisor's netstack); allowlist refused; allow-all in a sandbox of its own on the host's network (runsc --network=host)",
 			"what a command writes is held in a size-limited tmpfs (limits.disk_bytes)",
 		},
 	}
@@ -50,7 +51,8 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 	if coldWhy == "" {
 		c.Network[policy.NetworkAllowlist] = policy.Strong
 		c.Notes[3] = "network: none (loopback of gVisor's netstack, each command its own); allowlist through the egress proxy, " +
-			"relayed by the runtime from 127.0.0.1:3128 in the command's network namespace to the proxy's socket; allow-all refused"
+			"relayed by the runtime from 127.0.0.1:3128 in the command's network namespace to the proxy's socket; " +
+			"allow-all in a sandbox of its own on the host's network (runsc --network=host), as cold"
 		c.Notes[1] = "warm: one runsc sandbox started at the first command and kept until the sandbox closes (pulse-runtime its init); " +
 			"each command in pid, mount, network (its own loopback) and IPC namespaces of its own inside it, its own root, /tmp and devpts (terminals), no capabilities, no_new_privs; what it leaves running ends with it; " +
 			"ports of background processes reached through the runtime, which connects in the command's network namespace"

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,13 +79,22 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	}
 	b.mu.Unlock()
 	var w *warm
-	if warmOK {
+	// Allow-all runs cold: the warm sandbox's network is runsc's
+	// --network=none, and an allow-all command gets a sandbox of its own
+	// on the host's network (--network=host: gVisor's netstack serves
+	// its sockets through host sockets, so the command reaches what the
+	// host reaches, loopback included, as on namespace).
+	allowAll := req.Network.Mode == policy.NetworkAllowAll
+	if warmOK && !allowAll {
 		w = b.warmFor(ctx, bin, platform, memLimit)
 	}
 	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
 	}
 	if w == nil && req.TTY != nil {
+		if allowAll {
+			return nil, fmt.Errorf("gvisor: %w: a terminal with network allow-all (allow-all commands run in a sandbox of their own)", backend.ErrUnsupported)
+		}
 		return nil, fmt.Errorf("gvisor: %w: terminals without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
 	}
 	began := time.Now()
@@ -189,7 +199,11 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 	Warn(string, ...any)
 }, onStart func(backend.Control)) (*backend.Result, error) {
 	root := b.runscRoot()
-	flags := []string{"--root", root, "--network=none", "--platform=" + platform}
+	network := "--network=none"
+	if req.Network.Mode == policy.NetworkAllowAll {
+		network = "--network=host"
+	}
+	flags := []string{"--root", root, network, "--platform=" + platform}
 	cmd := exec.Command(bin, append(flags, "run", "--bundle", xdir, id)...)
 	// runsc's own process group, so that a last resort can kill it whole;
 	// Pdeathsig so that it does not outlive this process.
@@ -380,7 +394,6 @@ func checkRequest(req *backend.Request) error {
 			return fmt.Errorf("gvisor: %w: egress socket %q is not a socket", backend.ErrInvalidRequest, e.Socket)
 		}
 	case policy.NetworkAllowAll:
-		return fmt.Errorf("gvisor: %w: network mode %s (deny-all, or allowlist through the egress proxy)", backend.ErrUnsupported, req.Network.Mode)
 	default:
 		return fmt.Errorf("gvisor: %w: unknown network mode %q", backend.ErrInvalidRequest, req.Network.Mode)
 	}
@@ -610,6 +623,15 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 	s, mkpoint, err := baseSpec(xdir, id, memLimit)
 	if err != nil {
 		return err
+	}
+	if req.Network.Mode == policy.NetworkAllowAll {
+		// The host's network (runsc --network=host): no network
+		// namespace of the sandbox's own.
+		s.Linux.Namespaces = slices.DeleteFunc(s.Linux.Namespaces, func(n struct {
+			Type string `json:"type"`
+		}) bool {
+			return n.Type == "network"
+		})
 	}
 	for _, d := range []string{"/tmp", home} {
 		if err := mkpoint(d); err != nil {

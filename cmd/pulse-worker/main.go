@@ -1,6 +1,7 @@
 // Command pulse-worker executes commands for a pulse-server relay. It dials
 // out over gRPC (SandboxWorker.Attach), announces itself with Hello, runs
-// each execution in a box of its own (the namespace backend; one at a time
+// each execution in a box of its own (the namespace backend, or gVisor's
+// runsc where namespaces cannot be made: WORKER_ISOLATION; one at a time
 // as bash -c children where no box can be made) and streams the bytes back. It holds no
 // credentials besides its relay token and does no orchestration.
 //
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitOK
 	}
 	if *check {
-		return runCheck(ctx, stdout, stderr)
+		return runCheck(ctx, cfg.Isolation, stdout, stderr)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -115,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // refuses: exit 2) and whether executions get boxes of their own here (without, the
 // worker attaches all the same and runs one at a time). An image build
 // runs it inside the image it made.
-func runCheck(ctx context.Context, stdout, stderr io.Writer) int {
+func runCheck(ctx context.Context, isolation string, stdout, stderr io.Writer) int {
 	if err := worker.CheckPrograms(nil); err != nil {
 		fmt.Fprintf(stderr, "pulse-worker: %v\n", err)
 		return exitUsage
@@ -125,7 +126,7 @@ func runCheck(ctx context.Context, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	fmt.Fprintf(stdout, "programs: ok (%s)\n", strings.Join(worker.RequiredPrograms, ", "))
-	b, err := runner.ProbeBoxes(ctx, nil)
+	b, kind, err := runner.ProbeBoxes(ctx, nil, isolation)
 	if err != nil {
 		fmt.Fprintf(stdout, "boxes: none, so one execution at a time: %v\n", err)
 		return exitOK
@@ -133,6 +134,6 @@ func runCheck(ctx context.Context, stdout, stderr io.Writer) int {
 	if c, ok := b.(io.Closer); ok {
 		c.Close()
 	}
-	fmt.Fprintf(stdout, "boxes: %s\n", runner.IsolationNamespace)
+	fmt.Fprintf(stdout, "boxes: %s\n", kind)
 	return exitOK
 }

@@ -13,17 +13,28 @@ import (
 
 	"github.com/pulse-agent/pulse/egress"
 	"github.com/pulse-agent/pulse/internal/testenv"
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 	"github.com/pulse-agent/pulse/protocol"
 )
 
+// forEachIsolation runs test once for each kind of box a worker makes:
+// the namespace backend's and gVisor's (WORKER_ISOLATION).
+func forEachIsolation(t *testing.T, test func(t *testing.T, isolation string)) {
+	for _, iso := range []string{runner.IsolationNamespace, runner.IsolationGVisor} {
+		t.Run(iso, func(t *testing.T) { test(t, iso) })
+	}
+}
+
 // startBoxingWorker runs a pulse-worker process like startWorker, with
-// extra environment, and skips when the worker cannot box executions
-// here (no user namespaces): what is under test is the box.
-func (rh *relayHarness) startBoxingWorker(t *testing.T, id, capacity string, env ...string) {
+// extra environment, boxing with isolation, and skips when the worker
+// cannot box executions that way here (no user namespaces, no runsc;
+// unless the test environment requires it): what is under test is the
+// box.
+func (rh *relayHarness) startBoxingWorker(t *testing.T, isolation, id, capacity string, env ...string) {
 	t.Helper()
 	cmd := testenv.Command(t, "pulse-worker")
 	cmd.Env = append(cmd.Env, "RELAY_ADDR="+rh.addr, "SANDBOX_ID="+id, "SANDBOX_TOKEN="+workerToken,
-		"RELAY_TLS=0", "WORKER_MAX_CONCURRENT="+capacity)
+		"RELAY_TLS=0", "WORKER_MAX_CONCURRENT="+capacity, "WORKER_ISOLATION="+isolation)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr testenv.SyncBuffer
@@ -40,7 +51,11 @@ func (rh *relayHarness) startBoxingWorker(t *testing.T, id, capacity string, env
 	})
 	rh.waitWorkers(t, 1)
 	if _, capTotal, _ := rh.relay.Workers(); fmt.Sprint(capTotal) != capacity {
-		t.Skipf("the worker makes no boxes here (capacity %d): %s", capTotal, stderr.String())
+		err := fmt.Errorf("the worker makes no %s boxes here (capacity %d): %s", isolation, capTotal, stderr.String())
+		if isolation == runner.IsolationGVisor {
+			testenv.MustHave(t, testenv.GVisor, err)
+		}
+		t.Skip(err)
 	}
 }
 
@@ -52,9 +67,13 @@ func (rh *relayHarness) startBoxingWorker(t *testing.T, id, capacity string, env
 // proves each probe works on what is its own, so that finding nothing
 // means there was nothing to find.
 func TestFleetExecutionsOnOneWorkerCannotSeeEachOther(t *testing.T) {
+	forEachIsolation(t, fleetExecutionsCannotSeeEachOther)
+}
+
+func fleetExecutionsCannotSeeEachOther(t *testing.T, isolation string) {
 	rh := startRelay(t)
 	health := testenv.FreeAddr(t)
-	rh.startBoxingWorker(t, "w-box", "2", "WORKER_HEALTH_LISTEN="+health, "WORKER_OWN_SECRET=worker-env-secret-3141")
+	rh.startBoxingWorker(t, isolation, "w-box", "2", "WORKER_HEALTH_LISTEN="+health, "WORKER_OWN_SECRET=worker-env-secret-3141")
 	if r, _ := rh.dial(tokenA).do(protocol.ActionCapabilities, nil); !strings.Contains(r.raw, `"deny-all":"strong"`) {
 		t.Fatalf("a relay with a boxing worker does not call network deny-all strong: %s", r.raw)
 	}
@@ -147,6 +166,10 @@ done
 // not bound to. The box sees only the placeholder, and every connection
 // comes back in the result.
 func TestFleetAllowlistReachesOnlyItsHostsAndInjectsOnlyThere(t *testing.T) {
+	forEachIsolation(t, fleetAllowlistReachesOnlyItsHosts)
+}
+
+func fleetAllowlistReachesOnlyItsHosts(t *testing.T, isolation string) {
 	const value = "fleet-secret-value-0123456789"
 	type seen struct{ auth string }
 	listen := func(name string) (port string, got chan seen) {
@@ -164,7 +187,7 @@ func TestFleetAllowlistReachesOnlyItsHostsAndInjectsOnlyThere(t *testing.T) {
 	deniedPort, deniedSeen := listen("denied") // not listed
 
 	rh := startRelay(t)
-	rh.startBoxingWorker(t, "w-egress", "2")
+	rh.startBoxingWorker(t, isolation, "w-egress", "2")
 	c := rh.dial(tokenA)
 	ph := egress.NewPlaceholder("API_TOKEN")
 	get := func(port, host string) string {

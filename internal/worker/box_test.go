@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulse-agent/pulse/internal/testenv"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
 	"github.com/pulse-agent/pulse/internal/worker"
 	"github.com/pulse-agent/pulse/internal/worker/runner"
@@ -47,6 +48,44 @@ func TestWorkerBoxCapturesWritesBesideTheWorkspace(t *testing.T) {
 	if h.GetIsolation() != runner.IsolationNamespace || h.GetCapacityMax() != 3 || !h.GetEgress() {
 		t.Fatalf("hello of a boxing worker: isolation %q, capacity %d, egress %v", h.GetIsolation(), h.GetCapacityMax(), h.GetEgress())
 	}
+	checkBoxCaptures(t, f)
+}
+
+// With isolation gvisor the worker boxes each execution in gVisor's runsc
+// (a node that cannot make user namespaces): Hello says so, the command
+// sees gVisor's kernel, not the host's, and capture is as with
+// namespace boxes.
+func TestWorkerGVisorBoxes(t *testing.T) {
+	f := setup(t, func(c *worker.Config) { c.MaxConcurrent = 2; c.Isolation = runner.IsolationGVisor })
+	h := f.conn.Hello()
+	if h.GetIsolation() == "" {
+		testenv.MustHave(t, testenv.GVisor, errors.New(h.GetIsolationNote()))
+	}
+	if h.GetIsolation() != runner.IsolationGVisor || h.GetCapacityMax() != 2 || !h.GetEgress() {
+		t.Fatalf("hello of a gVisor worker: isolation %q, capacity %d, egress %v", h.GetIsolation(), h.GetCapacityMax(), h.GetEgress())
+	}
+	host, err := os.ReadFile("/proc/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(f.dir, "kws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := f.run(t, &sandboxv1.Exec{Box: &sandboxv1.Box{Workspace: ws, OverlayFile: ws + ".overlay", Shell: "cat /proc/version"},
+		TimeoutS: 120, Streaming: true})
+	wantEnd(t, res, 0)
+	if len(res.Stdout) == 0 || string(res.Stdout) == string(host) {
+		t.Fatalf("the box's kernel: %q; the host's: %q (want gVisor's own)", res.Stdout, host)
+	}
+	checkBoxCaptures(t, f)
+}
+
+// checkBoxCaptures runs a boxed Exec against a read-only view of a
+// workspace: the workspace on the worker stays untouched, and what the
+// command wrote is the overlay archive beside it.
+func checkBoxCaptures(t *testing.T, f *fixture) {
+	t.Helper()
 	ws := filepath.Join(f.dir, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)

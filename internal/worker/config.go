@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 )
 
 // Config is the worker's configuration. FromEnv fills it from the
@@ -36,6 +38,12 @@ type Config struct {
 	// (the process is up) and /readyz (attached to the relay), for a
 	// kubelet's probes (WORKER_HEALTH_LISTEN).
 	HealthListen string
+	// Isolation chooses what makes the executions' boxes
+	// (WORKER_ISOLATION): "auto" (the default: the namespace backend,
+	// else gVisor's runsc where namespaces cannot be made, else no box
+	// and one execution at a time), "namespace" or "gvisor" (that one or
+	// no box).
+	Isolation string
 
 	// Capabilities defaults to the programs of CapabilityProbes found on
 	// PATH.
@@ -60,6 +68,7 @@ const (
 	EnvTrust         = "SANDBOX_TRUST"
 	EnvHealthListen  = "WORKER_HEALTH_LISTEN"
 	EnvRelayEach     = "RELAY_EACH_ADDRESS"
+	EnvIsolation     = "WORKER_ISOLATION"
 	// EnvTokenFile names a file holding the token, as Kubernetes mounts a
 	// secret, so that it need not sit in the environment.
 	EnvTokenFile = "SANDBOX_TOKEN_FILE"
@@ -86,6 +95,7 @@ func Default() Config {
 		Token:         DefaultToken,
 		MaxConcurrent: 4,
 		Trust:         "untrusted",
+		Isolation:     runner.IsolationAuto,
 	}
 }
 
@@ -105,6 +115,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	str(EnvImage, &c.Image)
 	str(EnvTrust, &c.Trust)
 	str(EnvHealthListen, &c.HealthListen)
+	str(EnvIsolation, &c.Isolation)
 	if path := getenv(EnvTokenFile); path != "" {
 		if getenv(EnvToken) != "" {
 			return c, fmt.Errorf("%w: %s and %s are both set; set one", ErrConfig, EnvToken, EnvTokenFile)
@@ -149,6 +160,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "execs run at once ("+EnvMaxConcurrent+")")
 	fs.StringVar(&c.Image, "image", c.Image, "image reported in Hello ("+EnvImage+")")
 	fs.StringVar(&c.Trust, "trust", c.Trust, "trust level reported in Hello ("+EnvTrust+")")
+	fs.StringVar(&c.Isolation, "isolation", c.Isolation, "what boxes each execution: auto (namespace, else gvisor), namespace or gvisor ("+EnvIsolation+")")
 	fs.StringVar(&c.HealthListen, "health-listen", c.HealthListen, "plain-HTTP address serving /healthz and /readyz ("+EnvHealthListen+")")
 }
 
@@ -163,6 +175,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max concurrent %d outside 1..1024", ErrConfig, c.MaxConcurrent)
 	case c.BackoffMin < 0 || c.BackoffMax < 0 || (c.BackoffMax > 0 && c.BackoffMin > c.BackoffMax):
 		return fmt.Errorf("%w: backoff %v..%v", ErrConfig, c.BackoffMin, c.BackoffMax)
+	case !runner.ValidIsolation(c.Isolation):
+		return fmt.Errorf("%w: isolation %q: want %s, %s or %s", ErrConfig, c.Isolation, runner.IsolationAuto, runner.IsolationNamespace, runner.IsolationGVisor)
 	}
 	if c.RelayEach {
 		for _, a := range c.RelayAddrs() {

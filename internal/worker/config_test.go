@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pulse-agent/pulse/internal/worker/runner"
 )
 
 func TestFromEnvDefaultsAndOverrides(t *testing.T) {
@@ -72,6 +74,35 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// WORKER_ISOLATION is read as given and checked by Validate: a value no
+// worker knows is a configuration error, not a silent auto.
+func TestIsolationConfig(t *testing.T) {
+	c, err := FromEnv(func(k string) string {
+		if k == EnvIsolation {
+			return "gvisor"
+		}
+		return ""
+	})
+	if err != nil || c.Isolation != runner.IsolationGVisor {
+		t.Fatalf("FromEnv: %q %v, want gvisor", c.Isolation, err)
+	}
+	if d := Default(); d.Isolation != runner.IsolationAuto {
+		t.Errorf("default isolation %q, want auto", d.Isolation)
+	}
+	for _, v := range []string{"", "auto", "namespace", "gvisor"} {
+		c := Default()
+		c.Isolation = v
+		if err := c.Validate(); err != nil {
+			t.Errorf("isolation %q refused: %v", v, err)
+		}
+	}
+	c = Default()
+	c.Isolation = "docker"
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("isolation docker: %v, want ErrConfig", err)
 	}
 }
 

@@ -21,6 +21,6 @@ func SetAttachQuiet(d time.Duration) (restore func()) {
 // function.
 func RefuseBoxes(err error) (restore func()) {
 	old := probeBoxes
-	probeBoxes = func(context.Context, *slog.Logger) (backend.Backend, error) { return nil, err }
+	probeBoxes = func(context.Context, *slog.Logger, string) (backend.Backend, string, error) { return nil, "", err }
 	return func() { probeBoxes = old }
 }

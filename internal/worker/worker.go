@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	rn, box, closeBoxes := boxRunner(ctx, r, cfg.MaxConcurrent, log) // box.go
+	rn, box, closeBoxes := boxRunner(ctx, r, cfg.MaxConcurrent, cfg.Isolation, log) // box.go
 	defer closeBoxes()
 	// What the relays are told, and what "attached" says: a worker
 	// without boxes runs one at a time whatever was asked.

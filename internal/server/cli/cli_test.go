@@ -162,7 +162,10 @@ func start(t *testing.T, args []string, vars map[string]string) *started {
 // stdout.
 func roundTrip(t *testing.T, url, token string, client *http.Client) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// A bound against a hang only: a Docker server's first command makes
+	// its container and, from a test binary, builds the in-box runtime
+	// from source, which took over 20 s on two loaded cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})

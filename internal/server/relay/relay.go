@@ -46,9 +46,12 @@ const (
 	DefaultQueueWait      = 30 * time.Second
 	relayWorkerPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	maxWorkerErrorMessage = 512
-	// isolationNamespace is Hello's isolation of a worker that boxes
-	// each execution (runner.IsolationNamespace on the worker's side).
+	// Hello's isolation of a worker that boxes each execution, with the
+	// namespace backend or with gVisor's runsc
+	// (runner.IsolationNamespace, runner.IsolationGVisor on the worker's
+	// side). Any other says the worker does not.
 	isolationNamespace = "namespace"
+	isolationGVisor    = "gvisor"
 	// defaultStdinPiece keeps every Exec frame well under gRPC's default
 	// 4 MiB message limit.
 	defaultStdinPiece = 2 << 20
@@ -172,7 +175,7 @@ type worker struct {
 	capacity int
 	caps     []string
 	arch     string
-	// boxes: the worker's Hello said isolation "namespace", so each
+	// boxes: the worker's Hello said isolation "namespace" or "gvisor", so each
 	// execution sent to it runs in a box of its own (Exec.box); egress:
 	// it runs the box's allowlist proxy and injection beside the box.
 	boxes, egress bool
@@ -247,7 +250,7 @@ func (r *Relay) Attach(stream sandboxv1.SandboxWorker_AttachServer) error {
 		id: hello.GetSandboxId(), capacity: int(hello.GetCapacityMax()), caps: hello.GetCapabilities(),
 		arch: hello.GetArch(), stream: stream, pending: map[uint64]*pendingExec{},
 		lastSeen: time.Now(), gone: make(chan struct{}),
-		boxes: hello.GetIsolation() == isolationNamespace,
+		boxes: hello.GetIsolation() == isolationNamespace || hello.GetIsolation() == isolationGVisor,
 	}
 	w.egress = w.boxes && hello.GetEgress()
 	if !w.boxes && w.capacity > 1 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/backend/gvisor"
 	"github.com/pulse-agent/pulse/backend/namespace"
 	"github.com/pulse-agent/pulse/internal/egressrun"
 	sandboxv1 "github.com/pulse-agent/pulse/internal/wire/sandbox/v1"
@@ -22,9 +23,28 @@ import (
 	"github.com/pulse-agent/pulse/protocol"
 )
 
-// IsolationNamespace is what Hello's isolation says of a worker whose
-// boxes the namespace backend makes.
-const IsolationNamespace = "namespace"
+// What Hello's isolation says of a worker's boxes, and what a worker may
+// be asked to use (Config.Isolation).
+const (
+	// IsolationNamespace: the namespace backend makes the boxes.
+	IsolationNamespace = "namespace"
+	// IsolationGVisor: gVisor's runsc (the gvisor backend) makes them,
+	// for a node that cannot make user namespaces (a cluster that
+	// forbids them in pods) but lets the worker run runsc as root.
+	IsolationGVisor = "gvisor"
+	// IsolationAuto asks for namespace, else gVisor.
+	IsolationAuto = "auto"
+)
+
+// ValidIsolation reports whether s is one a worker may be asked for
+// ("" is auto).
+func ValidIsolation(s string) bool {
+	switch s {
+	case "", IsolationAuto, IsolationNamespace, IsolationGVisor:
+		return true
+	}
+	return false
+}
 
 // ErrNoBox: an Exec carrying a Box reached a runner that makes no boxes.
 // It is never run outside one.
@@ -37,15 +57,48 @@ type Reporter interface {
 	Report(extra *sandboxv1.End)
 }
 
-// ProbeBoxes makes the namespace backend and runs a trial command in it,
-// as `pulse doctor` does. The error says why no box can be made here (no
-// user namespaces in the pod, a seccomp profile refusing unshare, ...).
-// The caller closes the backend.
-func ProbeBoxes(ctx context.Context, log *slog.Logger) (backend.Backend, error) {
+// ProbeBoxes makes the backend isolation asks for and runs a trial
+// command in it, as `pulse doctor` does, and returns it with the
+// isolation it gives (IsolationNamespace or IsolationGVisor). Auto ("")
+// tries namespace, then gVisor. The error says why no box can be made
+// here (no user namespaces in the pod, a seccomp profile refusing
+// unshare, no runsc, ...), for each backend tried. The caller closes the
+// backend.
+func ProbeBoxes(ctx context.Context, log *slog.Logger, isolation string) (backend.Backend, string, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := namespace.New(namespace.WithLogger(log))
+	if !ValidIsolation(isolation) {
+		return nil, "", fmt.Errorf("runner: isolation %q: want %s, %s or %s", isolation, IsolationAuto, IsolationNamespace, IsolationGVisor)
+	}
+	var errs []error
+	for _, kind := range []string{IsolationNamespace, IsolationGVisor} {
+		if isolation != "" && isolation != IsolationAuto && isolation != kind {
+			continue
+		}
+		b, err := probeBox(ctx, log, kind)
+		if err == nil {
+			return b, kind, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", kind, err))
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// probeBox makes the backend of one isolation and probes it.
+func probeBox(ctx context.Context, log *slog.Logger, kind string) (backend.Backend, error) {
+	var b interface {
+		backend.Backend
+		Probe(context.Context) error
+		Close() error
+	}
+	var err error
+	switch kind {
+	case IsolationNamespace:
+		b, err = namespace.New(namespace.WithLogger(log))
+	default:
+		b, err = gvisor.New(gvisor.WithLogger(log))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +184,11 @@ func (x *Boxes) Run(ctx context.Context, s Spec, sink Sink) (int32, error) {
 		if werr := x.writeOverlay(s.Box.GetOverlayFile(), res.Overlay); werr != nil {
 			x.log.Warn("boxed exec's writes not kept", "req_id", s.ReqID, "err", werr)
 		}
+	}
+	if err != nil && res == nil {
+		// Nothing ran: what the box refused or failed to make is only
+		// "an internal error" past the relay, so the worker's log says it.
+		x.log.Warn("boxed exec not run", "req_id", s.ReqID, "err", err)
 	}
 	if errors.Is(err, backend.ErrOverlayLost) {
 		// The command ran; the missing overlay file tells the relay
