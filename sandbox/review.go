@@ -185,6 +185,15 @@ func (s *Sandbox) review() *Review {
 	return &Review{cow: s.cow, audit: s.audit, actor: OSUser(), via: ViaSDK, session: s.o.sessionID, log: s.log}
 }
 
+// ReviewAs is a Review over the sandbox's own staged state and audit
+// writer recording via and session: for a page or tool that shares a
+// process with the sandbox. Closing it leaves the sandbox's open.
+func (s *Sandbox) ReviewAs(via, session string) *Review {
+	r := s.review()
+	r.via, r.session = via, session
+	return r
+}
+
 // FS is the staged state, for listing and diffing (which change nothing
 // and are not audited).
 func (r *Review) FS() *cowfs.FS { return r.cow }

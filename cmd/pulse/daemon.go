@@ -43,6 +43,11 @@ type heldSandbox struct {
 	err   error
 	refs  int
 	last  time.Time
+	// ws tells the workspace apart (workspaceID): the review page
+	// takes any sandbox held for its workspace.
+	ws string
+	// retired: out of the hold, closed when its last user releases it.
+	retired bool
 }
 
 func newSandboxHold(idle time.Duration) *sandboxHold {
@@ -64,7 +69,7 @@ func openSandbox(ctx context.Context, env *cliEnv, fs *flag.FlagSet, workspace s
 		}
 		return sb, sb.Close, nil
 	}
-	return env.hold.open(key, func() (*sandbox.Sandbox, error) {
+	return env.hold.open(key, workspaceID(workspace), func() (*sandbox.Sandbox, error) {
 		// The sandbox outlives this request: not cancelled with it.
 		return sandbox.New(context.WithoutCancel(ctx), workspace, opts...)
 	})
@@ -73,11 +78,11 @@ func openSandbox(ctx context.Context, env *cliEnv, fs *flag.FlagSet, workspace s
 // open returns the sandbox held for key, opened with mk on first use.
 // A sandbox that failed to open is not held: the next request tries
 // again, as a new process would.
-func (h *sandboxHold) open(key string, mk func() (*sandbox.Sandbox, error)) (*sandbox.Sandbox, func() error, error) {
+func (h *sandboxHold) open(key, ws string, mk func() (*sandbox.Sandbox, error)) (*sandbox.Sandbox, func() error, error) {
 	h.mu.Lock()
 	e := h.held[key]
 	if e == nil {
-		e = &heldSandbox{ready: make(chan struct{})}
+		e = &heldSandbox{ready: make(chan struct{}), ws: ws}
 		h.held[key] = e
 		e.refs++
 		h.mu.Unlock()
@@ -105,16 +110,73 @@ func (h *sandboxHold) open(key string, mk func() (*sandbox.Sandbox, error)) (*sa
 			return nil, nil, e.err
 		}
 	}
+	return e.sb, h.releaser(e), nil
+}
+
+// releaser returns the release of one use of e: a retired sandbox is
+// closed by the last.
+func (h *sandboxHold) releaser(e *heldSandbox) func() error {
 	var once sync.Once
-	return e.sb, func() error {
+	var err error
+	return func() error {
 		once.Do(func() {
 			h.mu.Lock()
 			e.refs--
 			e.last = time.Now()
+			closing := e.retired && e.refs == 0
 			h.mu.Unlock()
+			if closing {
+				err = e.sb.Close()
+			}
 		})
-		return nil
-	}, nil
+		return err
+	}
+}
+
+// lookup returns the sandbox held for workspace ws used last, with its
+// release; nil when none is held. The review page serves any of them:
+// it needs the workspace's staged state and audit writer, which the
+// flags of the command that opened it do not change.
+func (h *sandboxHold) lookup(ws string) (*sandbox.Sandbox, func() error) {
+	if ws == "" {
+		return nil, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var best *heldSandbox
+	for _, e := range h.held {
+		select {
+		case <-e.ready:
+		default:
+			continue // still opening
+		}
+		if e.ws != ws || e.sb == nil {
+			continue
+		}
+		if best == nil || e.last.After(best.last) {
+			best = e
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	best.refs++
+	return best.sb, h.releaser(best)
+}
+
+// retire takes sb out of the hold: no later request gets it, and the
+// last of its users closes it. For a sandbox a session left state in
+// that must not outlive it (ports it exposed).
+func (h *sandboxHold) retire(sb *sandbox.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, e := range h.held {
+		if e.sb == sb {
+			delete(h.held, k)
+			e.retired = true
+			return
+		}
+	}
 }
 
 // holdable reports whether a sandbox may serve later requests. A remote
@@ -171,7 +233,7 @@ func (h *sandboxHold) close() {
 // perCommandFlags are exec's flags that shape the command, not the
 // sandbox: a held sandbox serves requests that differ in them. Any other
 // flag, including one added later, is part of the key.
-var perCommandFlags = []string{"timeout", "json", "raw", "env", "cwd", "session"}
+var perCommandFlags = []string{"timeout", "json", "raw", "env", "cwd", "session", "listen"}
 
 // holdKey is the key of the sandbox a command needs: its workspace
 // (path and inode), the sandbox flags set on its command line, the
@@ -182,10 +244,12 @@ func holdKey(env *cliEnv, fs *flag.FlagSet, workspace string) string {
 	if err != nil {
 		return ""
 	}
-	h := sha256.New()
-	if !identity(h, "workspace", abs) {
+	ws := workspaceID(abs)
+	if ws == "" {
 		return ""
 	}
+	h := sha256.New()
+	fmt.Fprintf(h, "workspace %s\n", ws)
 	ok := true
 	fs.Visit(func(f *flag.Flag) {
 		if slices.Contains(perCommandFlags, f.Name) {
@@ -201,6 +265,27 @@ func holdKey(env *cliEnv, fs *flag.FlagSet, workspace string) string {
 	}
 	env.environ(func(kv string) { fmt.Fprintf(h, "env %q\n", kv) })
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// workspaceID tells the workspace directory apart: its absolute path,
+// device and inode, not its size or time, which every file made in it
+// changes (a commit would otherwise leave the next request a second
+// sandbox, with a second writer, of the same workspace). "" when it
+// cannot be read.
+func workspaceID(workspace string) string {
+	abs, err := filepath.Abs(workspace)
+	if err != nil {
+		return ""
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return ""
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || !st.IsDir() {
+		return ""
+	}
+	return fmt.Sprintf("%q %d:%d", abs, sys.Dev, sys.Ino)
 }
 
 // identity writes what tells the file at path apart (device, inode,

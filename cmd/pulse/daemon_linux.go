@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/internal/daemon"
 )
@@ -17,14 +21,20 @@ import (
 func init() {
 	register(command{
 		name:    "daemon",
-		summary: "the resident pulse that pulse exec and pulse cow hand their work to",
+		summary: "the resident pulse that pulse exec, cow, mcp and review hand their work to",
 		usage:   []string{"pulse daemon serve [--idle D] [--log]", "pulse daemon status [--json]", "pulse daemon stop"},
-		help: `pulse exec and pulse cow hand their command to a resident pulse of this user,
-started by the first of them that finds none, which keeps what a command needs
-ready for the next one: the workspace's sandbox (its copy-on-write store, audit
-writer, policy and a box started ahead). Output goes straight to the caller's
-terminal or pipe; exit code, Ctrl-C (130) and the environment travel with the
-command, and what is printed is what a pulse process of its own prints.
+		help: `pulse exec, cow, mcp and review hand their command to a resident pulse of
+this user, started by the first of them that finds none, which keeps what a
+command needs ready for the next one: the workspace's sandbox (its copy-on-write
+store, audit writer, policy and a box started ahead). Output goes straight to
+the caller's terminal or pipe; exit code, Ctrl-C (130) and the environment
+travel with the command, and what is printed is what a pulse process of its own
+prints. An MCP session and the review page are served by the daemon with the
+workspace's sandbox too, so they and the commands of the workspace share one
+store, one audit writer and its locks, and the page shows at once what a
+command or MCP client stages; the daemon counts them as running (it does not
+exit while one is open) and ends one when its client ends. Processes an MCP
+session started end with it.
 One daemon serves one directory and environment (a command from another
 directory, or with another environment, gets its own), of one user (its socket
 is in a directory only the user can open, and both ends check each other's
@@ -147,7 +157,7 @@ func serveCommand(hold *sandboxHold) daemon.Handler {
 				code = exitInternal
 			}
 		}()
-		if len(req.Args) == 0 || !slices.Contains(daemonCommands, req.Args[0]) {
+		if len(req.Args) == 0 || !slices.Contains(daemon.Commands, req.Args[0]) {
 			fmt.Fprintf(stdio[2], "pulse: the daemon does not run %q\n", req.Args[0])
 			return exitUsage
 		}
@@ -155,16 +165,13 @@ func serveCommand(hold *sandboxHold) daemon.Handler {
 	}
 }
 
-// daemonCommands are the commands a daemon runs.
-var daemonCommands = []string{"exec", "cow"}
-
 // viaDaemon runs `pulse ARGS` in the daemon of this directory and
 // environment, when the command is one a daemon runs and one can. ok
 // false: the caller runs the command itself (no daemon, none trusted,
 // PULSE_NO_DAEMON, PULSE_KEEP_WARM=0); where no daemon ran, one is
 // started for the next command.
 func viaDaemon(args []string) (code int, ok bool) {
-	if len(args) == 0 || !slices.Contains(daemonCommands, args[0]) {
+	if len(args) == 0 || !slices.Contains(daemon.Commands, args[0]) {
 		return 0, false
 	}
 	if v := os.Getenv(noDaemonEnv); v != "" && v != "0" {
@@ -206,4 +213,112 @@ func viaDaemon(args []string) (code int, ok bool) {
 		_ = daemon.Start("daemon", "serve")
 	}
 	return 0, false
+}
+
+// cancelableStdin returns a reader of r (a client's stdin passed to the
+// daemon) that ends, with io.EOF, when ctx does or stop is called. A
+// read of the descriptor itself would wait for the client's writer,
+// which may outlive the session (a killed client's parent holds it), and
+// the descriptor cannot be made non-blocking: its open file is the
+// client's too.
+func cancelableStdin(ctx context.Context, r io.Reader) (io.Reader, func()) {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r, func() {}
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return r, func() {}
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return r, func() {}
+	}
+	wakeR, wakeW := os.NewFile(uintptr(p[0]), "wake"), os.NewFile(uintptr(p[1]), "wake")
+	cr := &pollReader{raw: raw, wake: wakeR}
+	done := make(chan struct{})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			close(done)
+			_, _ = wakeW.Write([]byte{0})
+		})
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-done:
+		}
+	}()
+	return cr, func() {
+		stop()
+		// The reader's descriptors go once no Read can be in one.
+		cr.mu.Lock()
+		cr.closed = true
+		cr.mu.Unlock()
+		wakeR.Close()
+		wakeW.Close()
+	}
+}
+
+// pollReader reads a blocking descriptor once poll(2) says it can,
+// waking up on the wake pipe instead.
+type pollReader struct {
+	raw    syscall.RawConn
+	wake   *os.File
+	mu     sync.Mutex // held by a Read; Close waits for it
+	closed bool
+}
+
+func (r *pollReader) Read(b []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, io.EOF
+	}
+	var n int
+	var rerr error
+	// Control holds the descriptor: the daemon's Close of the client's
+	// stdin cannot free its number for another file under this read.
+	err := r.raw.Control(func(fd uintptr) {
+		wfd := int32(r.wake.Fd())
+		for {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: wfd, Events: unix.POLLIN}}
+			_, err := unix.Poll(fds, -1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				rerr = err
+				return
+			}
+			if fds[1].Revents != 0 {
+				rerr = io.EOF
+				return
+			}
+			if fds[0].Revents == 0 {
+				continue
+			}
+			for {
+				n, err = unix.Read(int(fd), b)
+				if !errors.Is(err, unix.EINTR) {
+					break
+				}
+			}
+			switch {
+			case errors.Is(err, unix.EAGAIN):
+				continue // another reader of the client's stdin took it
+			case err != nil:
+				n, rerr = 0, err
+			case n == 0 && len(b) > 0:
+				rerr = io.EOF
+			}
+			return
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -72,7 +73,19 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
 		return exitUsage
 	}
-	sb, err := sandbox.New(ctx, *sf.workspace, opts...)
+	if env.hold != nil {
+		// In the daemon the sandbox may serve `pulse exec` next: opened
+		// as exec opens it there.
+		keep, err := keepWarm(env.getenv)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
+			return exitUsage
+		}
+		if keep > 0 {
+			opts = append(opts, sandbox.WithKeepWarm(keep))
+		}
+	}
+	sb, release, err := openSandbox(ctx, env, fs, *sf.workspace, opts) // daemon.go
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
 		if errors.Is(err, sandbox.ErrUnavailable) {
@@ -80,18 +93,33 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return exitUsage
 	}
-	defer sb.Close()
 	if sb.Capabilities().Isolation == backend.IsolationHostUnsafe {
 		fmt.Fprintln(env.stderr, "pulse mcp: WARNING: UNSAFE_HOST: commands run unisolated on this machine, writing in the workspace itself")
 	}
 	fmt.Fprintf(env.stderr, "pulse mcp: serving workspace %s on the %s backend over stdio; audit log %s\n",
 		sb.Workspace(), sb.Backend().Name(), sb.AuditPath())
 
-	srv := newMCPServer(sb)
+	srv, tools := newMCPServer(sb)
+	defer func() {
+		// A sandbox the daemon holds outlives the session: what the
+		// session started in it ends with the session.
+		if env.hold != nil && tools.endSession() {
+			env.hold.retire(sb)
+		}
+		_ = release()
+	}()
+	in := env.stdin
+	if env.hold != nil {
+		// The client's stdin, passed to the daemon, is read until the
+		// session ends, not until the client's end of it closes.
+		var stop func()
+		in, stop = cancelableStdin(ctx, in)
+		defer stop()
+	}
 	// Every line goes through frameReader, which answers what the SDK
 	// would end the session on; the SDK's own cap stays, above ours.
 	out := &lockedWriter{w: env.stdout}
-	t := &mcp.IOTransport{Reader: io.NopCloser(newFrameReader(env.stdin, mcpFrameLimit, out)), Writer: nopWriteCloser{out},
+	t := &mcp.IOTransport{Reader: io.NopCloser(newFrameReader(in, mcpFrameLimit, out)), Writer: nopWriteCloser{out},
 		MaxLineLength: mcpFrameLimit + 64<<10}
 	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
@@ -109,9 +137,23 @@ func (nopWriteCloser) Close() error { return nil }
 type mcpTools struct {
 	sb    *sandbox.Sandbox
 	procs mcpProcs
+	// exposed: a port was exposed, which stays open until the sandbox
+	// closes.
+	exposed atomic.Bool
 }
 
-func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
+// endSession kills what the session started and reports whether it left
+// anything in the sandbox that only closing the sandbox ends (exposed
+// ports, the logs of its processes): a held sandbox is then not kept.
+func (t *mcpTools) endSession() (leftState bool) {
+	procs := t.procs.all()
+	for _, p := range procs {
+		_ = p.Kill()
+	}
+	return len(procs) > 0 || t.exposed.Load()
+}
+
+func newMCPServer(sb *sandbox.Sandbox) (*mcp.Server, *mcpTools) {
 	t := &mcpTools{sb: sb}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "pulse", Title: "Pulse sandbox", Version: buildVersion().Version},
 		&mcp.ServerOptions{Instructions: mcpInstructions})
@@ -137,7 +179,7 @@ func newMCPServer(sb *sandbox.Sandbox) *mcp.Server {
 		"(to review or commit it as one); nothing reaches the workspace.",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true}}, t.squash)
 	addProcessTools(srv, t)
-	return srv
+	return srv, t
 }
 
 func ptr[T any](v T) *T { return &v }

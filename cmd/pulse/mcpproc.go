@@ -326,5 +326,6 @@ func (t *mcpTools) expose(ctx context.Context, _ *mcp.CallToolRequest, in expose
 	if err != nil {
 		return nil, exposeOut{}, err
 	}
+	t.exposed.Store(true)
 	return nil, exposeOut{Port: in.Port, Address: addr, URL: "http://" + addr}, nil
 }

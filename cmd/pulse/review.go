@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"net"
@@ -76,13 +77,12 @@ func runReview(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
 		return exitInternal
 	}
-	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaReviewPage), sandbox.ReviewSession(review.SessionID(token)),
-		sandbox.ReviewAuditKey(key))
+	r, done, err := openReview(ctx, env, fset, ws, review.SessionID(token), key)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
 		return exitFailure
 	}
-	defer r.Close()
+	defer done()
 	srv, err := review.New(review.Config{Review: r, Token: token, AuditKey: key})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
@@ -104,4 +104,39 @@ func runReview(ctx context.Context, env *cliEnv, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// openReview opens the review path of workspace ws. In the daemon it is
+// that of the sandbox held for the workspace (opened, as a `pulse exec`
+// without flags would open it, when none is), so the page, MCP sessions
+// and commands of the workspace write through one copy-on-write store
+// and one audit writer, and the page sees what they stage at its next
+// poll. Where no sandbox can be opened (no backend here), and outside
+// the daemon, it opens the staged state and audit log on its own.
+func openReview(ctx context.Context, env *cliEnv, fset *flag.FlagSet, ws, session string, key *audit.Key) (*sandbox.Review, func(), error) {
+	if env.hold != nil {
+		sb, release := env.hold.lookup(workspaceID(ws))
+		if sb == nil {
+			sf := addSandboxFlags(flag.NewFlagSet("review", flag.ContinueOnError))
+			opts, err := sf.options(env.getenv, func(string) {})
+			if keep, kerr := keepWarm(env.getenv); err == nil && kerr == nil && keep > 0 {
+				opts = append(opts, sandbox.WithKeepWarm(keep))
+			}
+			if err == nil {
+				sb, release, err = openSandbox(ctx, env, fset, ws, opts)
+			}
+			if err != nil {
+				sb = nil
+			}
+		}
+		if sb != nil {
+			return sb.ReviewAs(sandbox.ViaReviewPage, session), func() { _ = release() }, nil
+		}
+	}
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaReviewPage), sandbox.ReviewSession(session),
+		sandbox.ReviewAuditKey(key))
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, func() { _ = r.Close() }, nil
 }

@@ -49,6 +49,7 @@
 //
 // A client that finds no daemon runs its command itself and starts one
 // (Start), detached, for the next command. A daemon exits once it has
-// served no request for its idle time, or at once when its socket is
+// served no request for its idle time (a request runs until it ends: an
+// MCP session or a review page open keeps the daemon), or at once when its socket is
 // removed or replaced.
 package daemon

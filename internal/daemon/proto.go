@@ -21,6 +21,10 @@ const (
 	maxEnv  = 4096
 )
 
+// Commands are the pulse commands a client hands to the daemon (pulse
+// and its front end alike); every other command runs in the client.
+var Commands = []string{"exec", "cow", "mcp", "review"}
+
 // The request's operations.
 const (
 	OpRun    = "run"

@@ -1,4 +1,4 @@
-// The Linux front end: exec and cow go to the daemon (doc.go says why).
+// The Linux front end: daemon.Commands go to the daemon (doc.go says why).
 
 package main
 
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -28,7 +29,7 @@ func main() {
 // false, the full binary runs the command, and starts the daemon where
 // none runs.
 func handOff(full string, args []string) (int, bool) {
-	if len(args) == 0 || (args[0] != "exec" && args[0] != "cow") {
+	if len(args) == 0 || !slices.Contains(daemon.Commands, args[0]) {
 		return 0, false
 	}
 	if v := os.Getenv("PULSE_NO_DAEMON"); v != "" && v != "0" {
