@@ -8,34 +8,16 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/policy"
 )
 
-// syncBuf is a buffer the backend writes while the test reads.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitOutput(t *testing.T, out *syncBuf, want string) {
+func waitOutput(t *testing.T, out *syncio.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(out.String(), want) {
@@ -52,7 +34,7 @@ func waitOutput(t *testing.T, out *syncBuf, want string) {
 // in /dev/pts, and one on a terminal of its own gets /dev/pts/0 too.
 func TestTTYTerminalsApart(t *testing.T) {
 	b := newWarm(t)
-	out := &syncBuf{}
+	out := &syncio.Buffer{}
 	p, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), TTY: &backend.TTY{Rows: 24, Cols: 80},
 		Shell: `tty; echo ready; while :; do sleep 0.05; done`, Stdout: out, Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})
 	if err != nil {
@@ -82,7 +64,7 @@ func TestTTYTerminalsApart(t *testing.T) {
 // without a terminal cannot be resized.
 func TestTTYSignal(t *testing.T) {
 	b := newWarm(t)
-	out := &syncBuf{}
+	out := &syncio.Buffer{}
 	p, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), TTY: &backend.TTY{Rows: 24, Cols: 80},
 		Shell: `trap 'echo caught; exit 7' USR1; echo armed; while :; do sleep 0.05; done`, Stdout: out,
 		Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})

@@ -758,42 +758,10 @@ func openGVTTY(sz *GVTTY, stdin bool, ctl *os.File) (*gvTTY, error) {
 	t := &gvTTY{master: m, slave: os.NewFile(uintptr(sl), "tty"), out: make(chan struct{})}
 	go func() {
 		defer close(t.out)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := unix.Read(m, buf)
-			if n > 0 {
-				if _, werr := os.Stdout.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || n == 0 {
-				return // EIO: no process holds the terminal any more
-			}
-		}
+		pty.CopyOut(os.Stdout, m)
 	}()
 	if stdin {
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := os.Stdin.Read(buf)
-				for p := buf[:n]; len(p) > 0; {
-					w, werr := unix.Write(m, p)
-					if werr == unix.EINTR {
-						continue
-					}
-					if werr != nil {
-						return
-					}
-					p = p[w:]
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
+		go pty.CopyIn(m, os.Stdin)
 	}
 	go func() {
 		defer ctl.Close()

@@ -6,6 +6,7 @@ package pty
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -35,4 +36,46 @@ func Open(rows, cols uint16) (master, slave int, err error) {
 	}
 	_ = unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 	return master, slave, nil
+}
+
+// CopyOut copies what the terminal's master prints to w until no
+// process holds the terminal any more (EIO) or w fails.
+func CopyOut(w io.Writer, master int) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := unix.Read(master, buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return // EIO: no process holds the terminal any more
+		}
+	}
+}
+
+// CopyIn copies r to the terminal's master until r ends or the master
+// fails.
+func CopyIn(master int, r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		for p := buf[:n]; len(p) > 0; {
+			w, werr := unix.Write(master, p)
+			if werr == unix.EINTR {
+				continue
+			}
+			if werr != nil {
+				return
+			}
+			p = p[w:]
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -54,15 +54,11 @@ const GID = 19999
 // comment). Setting it needs the directory's owner or root; anyone else
 // leaves it as it is, and commands of other uids then may not write there.
 func Share(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, st, err := openDir(dir)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
+		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "stat", Path: dir, Err: err}
-	}
 	changed, err := grantACL(fd, st.Uid, uint32(st.Mode), true)
 	switch {
 	case err == nil:
@@ -108,15 +104,11 @@ func Share(dir string) error {
 // purpose read-only. It walks the whole cache (a stat an entry) and
 // changes only what is new; what it cannot open or change it leaves.
 func WidenSince(dir string, since time.Time) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, st, err := openDir(dir)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
+		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "stat", Path: dir, Err: err}
-	}
 	// A file's times come from the kernel's coarse clock, a tick or so
 	// behind time.Now: what was made just after since may read as just
 	// before it. Widening a little more than was new changes nothing
@@ -131,6 +123,21 @@ func WidenSince(dir string, since time.Time) error {
 		}
 	})
 	return nil
+}
+
+// openDir opens the cache directory dir, never through a symlink, and
+// stats it.
+func openDir(dir string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	return fd, st, nil
 }
 
 // ctimeSlack is how much earlier than since an entry's ctime may be and

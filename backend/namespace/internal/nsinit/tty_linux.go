@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/internal/pty"
 )
 
 // A command with Request.TTY runs on a pseudo-terminal the init opens in
@@ -42,41 +44,9 @@ func relayPTY(master int) {
 	ptyOut.Add(1)
 	go func() {
 		defer ptyOut.Done()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := unix.Read(master, buf)
-			if n > 0 {
-				if _, werr := os.Stdout.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || n == 0 {
-				return // EIO: no one holds the terminal any more
-			}
-		}
+		pty.CopyOut(os.Stdout, master)
 	}()
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := os.Stdin.Read(buf)
-			for p := buf[:n]; len(p) > 0; {
-				m, werr := unix.Write(master, p)
-				if werr == unix.EINTR {
-					continue
-				}
-				if werr != nil {
-					return
-				}
-				p = p[m:]
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go pty.CopyIn(master, os.Stdin)
 }
 
 // drainPTY waits, a bounded time, for the terminal's output to be copied
