@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulse-agent/pulse/audit"
 	"github.com/pulse-agent/pulse/backend/namespace"
+	"github.com/pulse-agent/pulse/internal/syncio"
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
@@ -54,14 +55,21 @@ func checkCleanupFailure(t *testing.T, newSandbox func(t *testing.T, ws string, 
 	t.Cleanup(unmount)
 
 	stdinR, stdinW := io.Pipe()
+	var out syncio.Buffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := sb.Execute(context.Background(), Command{Shell: "cat >/dev/null", Stdin: stdinR})
+		_, err := sb.Execute(context.Background(), Command{Shell: "echo running; cat >/dev/null", Stdin: stdinR, Stdout: &out})
 		done <- err
 	}()
-	// The proxy's directory exists once the command is set up.
+	// Wait for the command itself to run, not only for the proxy's
+	// directory: a backend still setting up (Docker writes its egress
+	// trust store after the proxy starts) would trip on the read-only
+	// TMPDIR before the command, and the test would prove nothing.
 	var egressDir string
 	for deadline := time.Now().Add(time.Minute); egressDir == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !strings.Contains(out.String(), "running") {
+			continue
+		}
 		m, _ := filepath.Glob(filepath.Join(tmp, "pulse-egress-*"))
 		if len(m) > 0 {
 			egressDir = m[0]
