@@ -151,12 +151,20 @@ func parseCowArgs(env *cliEnv, args []string) (a cowArgs, code int, done bool) {
 // look runs list, diff and lanes: looking changes nothing and is not
 // audited.
 func (c cowCLI) look(ctx context.Context, ws string, a cowArgs) int {
-	f, err := cowfs.Open(ctx, ws, cowfs.WithLane(a.lane))
-	if err != nil {
-		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
-		return exitFailure
+	var f *cowfs.FS
+	// In the daemon, a sandbox held for the workspace already has its
+	// store open (the default lane's); a look opens none of its own.
+	if sb, release := c.held(ws, a); sb != nil {
+		defer release()
+		f = sb.ReviewAs(sandbox.ViaCLI, "").FS()
+	} else {
+		var err error
+		if f, err = cowfs.Open(ctx, ws, cowfs.WithLane(a.lane)); err != nil {
+			fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
+			return exitFailure
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	if rerr := f.RecoveryErr(); rerr != nil {
 		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: warning: %v\n", rerr)
 	}
@@ -189,12 +197,12 @@ func (c cowCLI) look(ctx context.Context, ws string, a cowArgs) int {
 // decide runs commit, discard, reject, squash and undo, through the
 // facade's one audited review path.
 func (c cowCLI) decide(ctx context.Context, ws string, a cowArgs) int {
-	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(c.env), sandbox.ReviewLane(a.lane))
+	r, done, err := c.review(ctx, ws, a)
 	if err != nil {
 		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: %v\n", err)
 		return exitFailure
 	}
-	defer r.Close()
+	defer done()
 	if rerr := r.FS().RecoveryErr(); rerr != nil {
 		fmt.Fprintf(forTerminal(c.env.stderr), "pulse cow: warning: %v\n", rerr)
 	}
@@ -254,6 +262,39 @@ func (c cowCLI) decide(ctx context.Context, ws string, a cowArgs) int {
 		}
 		return c.print(map[string]any{"id": pos[0], "discarded": true}, "discarded "+pos[0]+"\n")
 	}
+}
+
+// held returns, in the daemon, a sandbox held for workspace ws when a
+// is for the default lane (a held sandbox's store is that lane's); nil
+// otherwise.
+func (c cowCLI) held(ws string, a cowArgs) (*sandbox.Sandbox, func()) {
+	if c.env.hold == nil || a.lane != "" {
+		return nil, nil
+	}
+	sb, release := c.env.hold.lookup(workspaceID(ws))
+	if sb == nil {
+		return nil, nil
+	}
+	return sb, func() { _ = release() }
+}
+
+// review returns the review path of a decision. In the daemon it is
+// that of the sandbox held for the workspace (opened when none is), so
+// the decision is made through the store, audit writer and locks the
+// workspace's commands, MCP sessions and review page use, as one writer
+// of the audit chain; otherwise, and for a fork's lane, the staged state
+// and audit log are opened for this command alone.
+func (c cowCLI) review(ctx context.Context, ws string, a cowArgs) (*sandbox.Review, func(), error) {
+	if a.lane == "" {
+		if sb, release := workspaceSandbox(ctx, c.env, ws); sb != nil {
+			return sb.ReviewAs(sandbox.ViaCLI, ""), release, nil
+		}
+	}
+	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(c.env), sandbox.ReviewLane(a.lane))
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, func() { _ = r.Close() }, nil
 }
 
 // reviewEnv makes the review find the audit key through the command's

@@ -239,3 +239,64 @@ func TestDaemonServesTheReviewPageOfTheHeldSandbox(t *testing.T) {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+
+// TestDaemonCowDecidesThroughTheHeldSandbox: pulse cow through the
+// daemon lists and commits through the sandbox the daemon holds for the
+// workspace, the one pulse exec ran in: one sandbox-init in the audit
+// log, and the commit recorded by that sandbox's audit writer (its
+// session), where a store and writer opened for the cow command alone
+// would record none. The next exec sees the commit.
+func TestDaemonCowDecidesThroughTheHeldSandbox(t *testing.T) {
+	r := newDaemonRig(t)
+	r.serve()
+	inits := r.auditActions()["sandbox-init/allow"] // the rig's probe
+	if code, _, errOut := r.run(false, "", "exec", "--", "sh", "-c", "echo staged > by-exec.txt"); code != 0 {
+		t.Fatalf("exec: exit %d %s", code, errOut)
+	}
+	code, out, errOut := r.run(false, "", "cow", "list", "--json")
+	var txs []struct {
+		ID string `json:"id"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &txs) != nil || len(txs) != 1 {
+		t.Fatalf("cow list: exit %d %q %s; want one transaction", code, out, errOut)
+	}
+	if code, out, errOut := r.run(false, "", "cow", "commit", txs[0].ID); code != 0 {
+		t.Fatalf("cow commit: exit %d %q %s", code, out, errOut)
+	}
+	if code, out, errOut := r.run(false, "", "exec", "--", "cat", "by-exec.txt"); code != 0 || out != "staged\n" {
+		t.Fatalf("exec cat after the commit: exit %d %q %s", code, out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.ws, "by-exec.txt")); err != nil || string(b) != "staged\n" {
+		t.Fatalf("the workspace after cow commit: %q %v", b, err)
+	}
+	testenv.Eventually(t, 30*time.Second, idleDaemon(r, 0, 0))
+	if n := r.auditActions()["sandbox-init/allow"] - inits; n != 1 {
+		t.Errorf("%d sandbox-init events in the audit log, want 1 (one sandbox for cow and exec)", n)
+	}
+	data, err := os.ReadFile(filepath.Join(r.ws, ".pulse", "audit.jsonl"))
+	must(t, err)
+	var initSession string
+	commits := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var ev struct {
+			Action, Decision, Target, Via string
+			Session                       string `json:"session_id"`
+		}
+		must(t, json.Unmarshal([]byte(line), &ev))
+		switch {
+		case ev.Action == "sandbox-init" && ev.Decision == "allow":
+			initSession = ev.Session // the last: the daemon's sandbox
+		case ev.Action == "commit" && ev.Target == "by-exec.txt":
+			commits++
+			if ev.Session == "" || ev.Session != initSession {
+				t.Errorf("the commit was recorded with session %q, want the held sandbox's %q (its audit writer)", ev.Session, initSession)
+			}
+		}
+	}
+	if commits != 1 {
+		t.Errorf("%d commit events for by-exec.txt, want 1", commits)
+	}
+	if code, out, errOut := r.run(true, "", "audit", "verify"); code != 0 {
+		t.Errorf("audit verify: exit %d %s %s", code, out, errOut)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"os"
 	"testing"
@@ -33,7 +32,7 @@ func TestDaemonHoldServesAWorkspacesSandboxToItsReviewOnly(t *testing.T) {
 		return -1
 	}
 	env := &cliEnv{hold: hold, getenv: os.Getenv, stdout: io.Discard, stderr: io.Discard}
-	r, done, err := openReview(t.Context(), env, flag.NewFlagSet("review", flag.ContinueOnError), ws, "s", nil)
+	r, done, err := openReview(t.Context(), env, ws, "s", nil)
 	must(t, err)
 	if n := refs(); n != 2 {
 		t.Fatalf("the held sandbox has %d users with the review open, want 2 (the review shares it)", n)

@@ -29,11 +29,11 @@ command needs ready for the next one: the workspace's sandbox (its copy-on-write
 store, audit writer, policy and a box started ahead). Output goes straight to
 the caller's terminal or pipe; exit code, Ctrl-C (130) and the environment
 travel with the command, and what is printed is what a pulse process of its own
-prints. An MCP session and the review page are served by the daemon with the
-workspace's sandbox too, so they and the commands of the workspace share one
-store, one audit writer and its locks, and the page shows at once what a
-command or MCP client stages; the daemon counts them as running (it does not
-exit while one is open) and ends one when its client ends. Processes an MCP
+prints. An MCP session, the review page and pulse cow are served by the daemon
+with the workspace's sandbox too, so they and the commands of the workspace
+share one store, one audit writer and its locks, and the page shows at once what
+a command or MCP client stages; the daemon counts a session or page as running
+(it does not exit while one is open) and ends one when its client ends. Processes an MCP
 session started end with it.
 One daemon serves one directory and environment (a command from another
 directory, or with another environment, gets its own), of one user (its socket

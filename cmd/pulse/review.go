@@ -77,7 +77,7 @@ func runReview(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
 		return exitInternal
 	}
-	r, done, err := openReview(ctx, env, fset, ws, review.SessionID(token), key)
+	r, done, err := openReview(ctx, env, ws, review.SessionID(token), key)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "pulse review: %v\n", err)
 		return exitFailure
@@ -113,25 +113,9 @@ func runReview(ctx context.Context, env *cliEnv, args []string) int {
 // and one audit writer, and the page sees what they stage at its next
 // poll. Where no sandbox can be opened (no backend here), and outside
 // the daemon, it opens the staged state and audit log on its own.
-func openReview(ctx context.Context, env *cliEnv, fset *flag.FlagSet, ws, session string, key *audit.Key) (*sandbox.Review, func(), error) {
-	if env.hold != nil {
-		sb, release := env.hold.lookup(workspaceID(ws))
-		if sb == nil {
-			sf := addSandboxFlags(flag.NewFlagSet("review", flag.ContinueOnError))
-			opts, err := sf.options(env.getenv, func(string) {})
-			if keep, kerr := keepWarm(env.getenv); err == nil && kerr == nil && keep > 0 {
-				opts = append(opts, sandbox.WithKeepWarm(keep))
-			}
-			if err == nil {
-				sb, release, err = openSandbox(ctx, env, fset, ws, opts)
-			}
-			if err != nil {
-				sb = nil
-			}
-		}
-		if sb != nil {
-			return sb.ReviewAs(sandbox.ViaReviewPage, session), func() { _ = release() }, nil
-		}
+func openReview(ctx context.Context, env *cliEnv, ws, session string, key *audit.Key) (*sandbox.Review, func(), error) {
+	if sb, release := workspaceSandbox(ctx, env, ws); sb != nil {
+		return sb.ReviewAs(sandbox.ViaReviewPage, session), release, nil
 	}
 	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaReviewPage), sandbox.ReviewSession(session),
 		sandbox.ReviewAuditKey(key))
@@ -139,4 +123,31 @@ func openReview(ctx context.Context, env *cliEnv, fset *flag.FlagSet, ws, sessio
 		return nil, nil, err
 	}
 	return r, func() { _ = r.Close() }, nil
+}
+
+// workspaceSandbox returns, in the daemon, the sandbox held for workspace
+// ws: the one used last, or one opened as a `pulse exec` without flags
+// would open it (so that the next such command finds it held). nil
+// outside the daemon, and where no sandbox can be opened (no backend
+// here): the caller opens the staged state on its own.
+func workspaceSandbox(ctx context.Context, env *cliEnv, ws string) (*sandbox.Sandbox, func()) {
+	if env.hold == nil {
+		return nil, nil
+	}
+	sb, release := env.hold.lookup(workspaceID(ws))
+	if sb == nil {
+		fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+		sf := addSandboxFlags(fs)
+		opts, err := sf.options(env.getenv, func(string) {})
+		if err != nil {
+			return nil, nil
+		}
+		if keep, kerr := keepWarm(env.getenv); kerr == nil && keep > 0 {
+			opts = append(opts, sandbox.WithKeepWarm(keep))
+		}
+		if sb, release, err = openSandbox(ctx, env, fs, ws, opts); err != nil {
+			return nil, nil
+		}
+	}
+	return sb, func() { _ = release() }
 }
