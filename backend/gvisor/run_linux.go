@@ -38,7 +38,19 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
-	defer b.running.Done()
+	// What the execution leaves to undo (mounts, its directory, its
+	// hold on the warm sandbox), last first, once it returns: the caller
+	// has its result without waiting for unmounts and removals, which
+	// touch nothing it reads. Close waits for them (running).
+	var undo []func()
+	defer func() {
+		go func() {
+			defer b.running.Done()
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}()
+	}()
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
@@ -62,7 +74,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		return nil, fmt.Errorf("gvisor: %w: lock %s: %w", backend.ErrUnavailable, xdir, err)
 	}
 	log := b.log.With("execution_id", req.ExecutionID, "container", id)
-	defer func() {
+	undo = append(undo, func() {
 		if err := teardown(xdir); err != nil {
 			log.Warn("tearing down the execution's mounts", "error", err)
 		}
@@ -70,7 +82,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 			log.Warn("removing the execution's directory", "error", err)
 		}
 		lf.Close()
-	}()
+	})
 
 	var memLimit int64
 	b.mu.Lock()
@@ -101,14 +113,17 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	var res *backend.Result
 	var v *view
 	if w != nil {
-		defer w.release()
+		undo = append(undo, w.release)
 		vdir := filepath.Join(w.views, id)
 		if err := os.Mkdir(vdir, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
 		}
 		// After the command, lazily: the sandbox may hold files of the
-		// view open for a while (gVisor's dentry cache).
-		defer unmountView(vdir)
+		// view open for a while (gVisor's dentry cache). The workspace
+		// overlay among them: the command and its processes are gone,
+		// nothing writes it any more, and its upper layer is read from
+		// the host's side.
+		undo = append(undo, func() { unmountView(vdir) })
 		v, err = mountView(xdir, filepath.Join(vdir, "ws"), req, limits.DiskBytes)
 		if err != nil {
 			return nil, viewErr(err)
@@ -121,18 +136,13 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		if err != nil {
 			return nil, fmt.Errorf("gvisor: %w: %w", backend.ErrUnavailable, err)
 		}
-		defer stopEgress()
+		undo = append(undo, stopEgress)
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("gvisor: nothing started: %w", err)
 		}
 		res, err = b.runWarm(ctx, w, req, limits, id, dir, caches, egress, onStart)
 		if err != nil {
 			return nil, err
-		}
-		// The command and its processes are gone; the sandbox may still
-		// hold the overlay, but nothing writes it any more.
-		if err := unix.Unmount(v.merged, unix.MNT_DETACH); err != nil {
-			log.Warn("unmounting the workspace overlay", "error", err)
 		}
 	} else {
 		v, err = mountView(xdir, "", req, limits.DiskBytes)
