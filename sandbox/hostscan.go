@@ -1,50 +1,38 @@
 package sandbox
 
 import (
-	"io/fs"
 	"sort"
-	"syscall"
-	"time"
 
-	"github.com/pulse-agent/pulse/pathguard"
+	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/internal/capture"
 )
 
 // fileStamp is what the in-place scan compares: enough to notice a
 // rewrite without reading file contents.
 type fileStamp struct {
 	size  int64
-	mtime time.Time
-	mode  fs.FileMode
+	mtime int64 // ns
+	mode  uint32
 	ino   uint64
-	ctime syscall.Timespec
+	ctime int64 // ns
 }
 
 // scanTree records a stamp for every entry under root except .pulse/. It is
 // used only for backends that write in place (the host backend), so that
-// the facade can say which files a command changed.
+// the facade can say which files a command changed. The walk is
+// capture's, lenient: an entry that vanished or cannot be read mid-walk
+// is reported as absent rather than failing the whole scan.
 func scanTree(root string) (map[string]fileStamp, error) {
 	out := make(map[string]fileStamp)
-	err := pathguard.WalkWorkspace(root, func(rel, _ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// An entry that vanished or cannot be read mid-walk is
-			// reported as absent rather than failing the whole scan.
-			return nil
-		}
-		info, ierr := d.Info()
-		if ierr != nil {
-			return nil
-		}
-		st := fileStamp{size: info.Size(), mtime: info.ModTime(), mode: info.Mode()}
-		if sys, ok := info.Sys().(*syscall.Stat_t); ok {
-			st.ino = sys.Ino
-			st.ctime = ctimeOf(sys)
-		}
-		if info.IsDir() {
+	err := capture.Walk(root, capture.Options{Lenient: true}, func(e *capture.Entry) error {
+		st := fileStamp{size: e.Size, mtime: e.Mtime, mode: e.Mode, ino: e.Ino, ctime: e.Ctime}
+		if e.Type() == unix.S_IFDIR {
 			// A directory's size and times change with its entries,
 			// which are reported on their own.
-			st.size, st.mtime, st.ctime = 0, time.Time{}, syscall.Timespec{}
+			st.size, st.mtime, st.ctime = 0, 0, 0
 		}
-		out[rel] = st
+		out[e.Rel] = st
 		return nil
 	})
 	return out, err

@@ -388,22 +388,7 @@ type statInfo struct {
 func (s statInfo) Name() string { return s.name }
 func (s statInfo) Size() int64  { return s.st.Size }
 func (s statInfo) Mode() fs.FileMode {
-	m := fsmode.FromUnix(s.st.Mode) // with setgid and sticky, as a directory's mode is compared whole
-	switch s.st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		m |= fs.ModeDir
-	case unix.S_IFLNK:
-		m |= fs.ModeSymlink
-	case unix.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		m |= fs.ModeDevice
-	case unix.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		m |= fs.ModeSocket
-	}
-	return m
+	return fsmode.FromStat(s.st.Mode) // with setgid and sticky, as a directory's mode is compared whole
 }
 func (s statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
 func (s statInfo) IsDir() bool        { return s.st.Mode&unix.S_IFMT == unix.S_IFDIR }

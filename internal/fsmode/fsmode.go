@@ -44,3 +44,36 @@ func FromUnix(u uint32) fs.FileMode {
 	}
 	return m
 }
+
+// The file type bits of st_mode (S_IFMT and its values), fixed by POSIX
+// and the same on every system this builds for.
+const (
+	typeMask = 0o170000
+	typeDir  = 0o040000
+	typeLink = 0o120000
+	typeChr  = 0o020000
+	typeBlk  = 0o060000
+	typeFIFO = 0o010000
+	typeSock = 0o140000
+)
+
+// FromStat returns a whole st_mode (the type and the permission and
+// special bits) as an fs.FileMode, as os.Lstat would give it.
+func FromStat(u uint32) fs.FileMode {
+	m := FromUnix(u)
+	switch u & typeMask {
+	case typeDir:
+		m |= fs.ModeDir
+	case typeLink:
+		m |= fs.ModeSymlink
+	case typeChr:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case typeBlk:
+		m |= fs.ModeDevice
+	case typeFIFO:
+		m |= fs.ModeNamedPipe
+	case typeSock:
+		m |= fs.ModeSocket
+	}
+	return m
+}

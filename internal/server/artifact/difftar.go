@@ -10,8 +10,13 @@ import (
 	"io"
 	"io/fs"
 	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/capture"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/pathguard"
 	"github.com/pulse-agent/pulse/protocol"
 )
@@ -132,27 +137,27 @@ func PackDir(dir string, lim protocol.ArchiveLimits) ([]byte, error) {
 	tw := tar.NewWriter(zw)
 	var members int
 	var total int64
-	err := walkPaths(dir, func(rel, abs string, info fs.FileInfo, link string) error {
+	err := walkPaths(dir, func(e *capture.Entry, link string) error {
 		if members++; members > lim.MaxMembers {
 			return fmt.Errorf("more than %d members: %w", lim.MaxMembers, protocol.ErrLimit)
 		}
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
+		hdr := &tar.Header{Name: e.Rel, Mode: int64(fsmode.ToUnix(e.FileMode())), ModTime: time.Unix(0, e.Mtime)}
+		switch e.Type() {
+		case unix.S_IFDIR:
+			hdr.Typeflag, hdr.Name = tar.TypeDir, e.Rel+"/"
+		case unix.S_IFLNK:
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, link
+		default:
+			if total += e.Size; total > lim.MaxUnpacked {
+				return fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, protocol.ErrLimit)
+			}
+			hdr.Typeflag, hdr.Size = tar.TypeReg, e.Size
 		}
-		hdr.Name = rel
-		if info.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname, hdr.Uid, hdr.Gid = "", "", 0, 0
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		if info.Mode().IsRegular() {
-			if total += info.Size(); total > lim.MaxUnpacked {
-				return fmt.Errorf("more than %d bytes: %w", lim.MaxUnpacked, protocol.ErrLimit)
-			}
-			return copyFile(tw, abs)
+		if hdr.Typeflag == tar.TypeReg {
+			return copyFile(tw, e)
 		}
 		return nil
 	})

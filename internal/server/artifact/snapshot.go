@@ -1,15 +1,18 @@
 package artifact
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/backend"
+	"github.com/pulse-agent/pulse/internal/capture"
 	"github.com/pulse-agent/pulse/pathguard"
 )
 
@@ -32,7 +35,7 @@ type Snapshot struct {
 // Take records every entry under dir except the reserved .pulse/.
 func Take(dir string) (*Snapshot, error) {
 	s := &Snapshot{entries: map[string]entry{}}
-	err := walk(dir, func(rel string, e entry) error {
+	err := walk(dir, func(rel string, e entry, _ *capture.Entry) error {
 		s.entries[rel] = e
 		return nil
 	})
@@ -43,22 +46,18 @@ func Take(dir string) (*Snapshot, error) {
 }
 
 // walkPaths calls fn for every regular file, directory and symlink under
-// dir (not dir itself, not the reserved .pulse/), with its slash-separated
-// relative path and, for symlinks, the target.
-func walkPaths(dir string, fn func(rel, abs string, info fs.FileInfo, link string) error) error {
-	return pathguard.WalkWorkspace(dir, func(rel, p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+// dir (not dir itself, not the reserved .pulse/), with capture's walk:
+// its slash-separated relative path, what an lstat says and, for
+// symlinks, the target. Files are read through e.Open, relative to their
+// directory and never through a symlink.
+func walkPaths(dir string, fn func(e *capture.Entry, link string) error) error {
+	return capture.Walk(dir, capture.Options{}, func(e *capture.Entry) error {
 		var link string
-		switch {
-		case info.Mode().IsRegular(), info.IsDir():
-		case info.Mode()&fs.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
+		switch e.Type() {
+		case unix.S_IFREG, unix.S_IFDIR:
+		case unix.S_IFLNK:
+			var err error
+			if link, err = e.Readlink(); err != nil {
 				return err
 			}
 		default:
@@ -66,12 +65,13 @@ func walkPaths(dir string, fn func(rel, abs string, info fs.FileInfo, link strin
 			// they are left out rather than failing the walk.
 			return nil
 		}
-		return fn(rel, p, info, link)
+		return fn(e, link)
 	})
 }
 
-func copyFile(w io.Writer, p string) error {
-	f, err := os.Open(p)
+// copyFile copies the regular file e to w.
+func copyFile(w io.Writer, e *capture.Entry) error {
+	f, err := e.Open()
 	if err != nil {
 		return err
 	}
@@ -82,36 +82,21 @@ func copyFile(w io.Writer, p string) error {
 
 // walk calls fn with the entry (mode, size, content hash or link target)
 // of every path walkPaths visits.
-func walk(dir string, fn func(rel string, e entry) error) error {
-	return walkPaths(dir, func(rel, abs string, info fs.FileInfo, link string) error {
-		e := entry{mode: info.Mode() & (fs.ModeType | fs.ModePerm), size: info.Size(), link: link}
-		switch {
-		case info.Mode().IsRegular():
-			h, err := hashFile(abs)
-			if err != nil {
+func walk(dir string, fn func(rel string, e entry, ce *capture.Entry) error) error {
+	return walkPaths(dir, func(ce *capture.Entry, link string) error {
+		e := entry{mode: ce.FileMode() & (fs.ModeType | fs.ModePerm), size: ce.Size, link: link}
+		switch ce.Type() {
+		case unix.S_IFREG:
+			h := sha256.New()
+			if err := copyFile(h, ce); err != nil {
 				return err
 			}
-			e.hash = h
-		case info.IsDir():
+			h.Sum(e.hash[:0])
+		case unix.S_IFDIR:
 			e.size = 0
 		}
-		return fn(rel, e)
+		return fn(ce.Rel, e, ce)
 	})
-}
-
-func hashFile(p string) ([sha256.Size]byte, error) {
-	var sum [sha256.Size]byte
-	f, err := os.Open(p)
-	if err != nil {
-		return sum, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return sum, err
-	}
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
 }
 
 // Diff returns what changed in dir since the snapshot: created or changed
@@ -121,7 +106,7 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 	ov := &backend.Overlay{}
 	seen := map[string]bool{}
 	var total int64
-	err := walk(dir, func(rel string, e entry) error {
+	err := walk(dir, func(rel string, e entry, ce *capture.Entry) error {
 		seen[rel] = true
 		old, ok := s.entries[rel]
 		if ok && old == e {
@@ -134,11 +119,11 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 			if total > maxBytes {
 				return fmt.Errorf("%d bytes changed, limit %d: %w", total, maxBytes, ErrOverlayTooLarge)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
-			if err != nil {
+			var buf bytes.Buffer
+			if err := copyFile(&buf, ce); err != nil {
 				return err
 			}
-			f.Data = data
+			f.Data = buf.Bytes()
 		case e.mode&fs.ModeSymlink != 0:
 			f.Data = []byte(e.link)
 		}
@@ -149,6 +134,8 @@ func (s *Snapshot) Diff(dir string, maxBytes int64) (*backend.Overlay, error) {
 		return nil, fmt.Errorf("artifact: diff: %w", err)
 	}
 	ov.Deleted = s.deleted(seen)
+	// The walk is in directory order; an overlay lists its files by path.
+	sort.Slice(ov.Files, func(i, j int) bool { return ov.Files[i].Path < ov.Files[j].Path })
 	return ov, nil
 }
 

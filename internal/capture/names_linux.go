@@ -1,4 +1,4 @@
-package backend
+package capture
 
 import "github.com/pulse-agent/pulse/internal/dirent"
 
