@@ -42,8 +42,11 @@ mkdir -p newdir .git/objects/ab && chmod 2777 newdir && chmod 0777 .git/objects/
 echo new > newdir/f && echo obj > .git/objects/ab/cd && echo ref > .git/refs/heads/main &&
 echo open > open.txt && chmod 0666 newdir/f .git/objects/ab/cd .git/refs/heads/main open.txt group.txt plain.txt &&
 echo more >> plain.txt`})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("command: %v, exit %d, stderr %s", err, res.ExitCode, res.Stderr)
+	if err != nil {
+		t.Fatalf("command: %v", err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("command: exit %d, stderr %s", res.ExitCode, res.Stderr)
 	}
 	if res.CommitErr != nil {
 		t.Fatalf("auto-commit: %v", res.CommitErr)

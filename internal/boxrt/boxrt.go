@@ -20,11 +20,12 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
+
+	"github.com/pulse-agent/pulse/internal/bridge"
+	"github.com/pulse-agent/pulse/internal/pty"
+	"github.com/pulse-agent/pulse/internal/srchash"
 )
 
 // Name is the runtime program's name: the file the backend injects, and
@@ -37,7 +38,8 @@ const Name = "pulse-runtime"
 var sources embed.FS
 
 // Identity names the runtime's code as built into this binary: the Go
-// version and a SHA-256 of this package's source files. The backend
+// version and a SHA-256 of this package's source files and those of the
+// packages it runs (the terminal relay and the egress bridge). The backend
 // injects a runtime program only when the program reports the identity
 // of the code the backend was built with (`pulse-runtime identity`), so
 // that a program left from another build beside a new binary never
@@ -45,24 +47,8 @@ var sources embed.FS
 var Identity = sync.OnceValue(func() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "go %s\n", runtime.Version())
-	ents, err := fs.ReadDir(sources, ".")
-	if err != nil {
-		panic("boxrt: embedded sources: " + err.Error())
-	}
-	var names []string
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), "_test.go") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		b, err := sources.ReadFile(n)
-		if err != nil {
-			panic("boxrt: embedded sources: " + err.Error())
-		}
-		fmt.Fprintf(h, "file %q %d\n", n, len(b))
-		h.Write(b)
-	}
+	srchash.Write(h, "boxrt", sources)
+	srchash.Write(h, "pty", pty.Source)
+	srchash.Write(h, "bridge", bridge.Source)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 })

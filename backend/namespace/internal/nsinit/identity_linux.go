@@ -5,15 +5,16 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 
 	"github.com/pulse-agent/pulse/backend/internal/cabundle"
 	"github.com/pulse-agent/pulse/backend/internal/denylist"
+	"github.com/pulse-agent/pulse/internal/bridge"
+	"github.com/pulse-agent/pulse/internal/pty"
+	"github.com/pulse-agent/pulse/internal/srchash"
 )
 
 // ProgFd is where the init program's descriptor sits in the init before
@@ -44,33 +45,18 @@ var Identity = sync.OnceValue(func() string {
 	return identity(denylist.TerminalIoctls, cabundle.System)
 })
 
-// identity is Identity's hash, over this package's source and the data
-// of the leaf packages that the init acts on: the terminal ioctls its
+// identity is Identity's hash, over this package's source, the source
+// of the packages it runs (the terminal relay and the egress bridge),
+// and the data of the leaf packages that the init acts on: the terminal ioctls its
 // seccomp filter refuses and the CA bundles it shows, so that an init
 // program built with another list is not trusted either.
 func identity(ioctls []uint32, bundles []string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "go %s\n", runtime.Version())
 	fmt.Fprintf(h, "ioctls %x\nbundles %q\n", ioctls, bundles)
-	ents, err := fs.ReadDir(sources, ".")
-	if err != nil {
-		panic("nsinit: embedded sources: " + err.Error())
-	}
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), "_test.go") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		b, err := sources.ReadFile(n)
-		if err != nil {
-			panic("nsinit: embedded sources: " + err.Error())
-		}
-		fmt.Fprintf(h, "file %q %d\n", n, len(b))
-		h.Write(b)
-	}
+	srchash.Write(h, "nsinit", sources)
+	srchash.Write(h, "pty", pty.Source)
+	srchash.Write(h, "bridge", bridge.Source)
 	sys := "-"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
