@@ -278,17 +278,17 @@ func (c cowCLI) held(ws string, a cowArgs) (*sandbox.Sandbox, func()) {
 	return sb, func() { _ = release() }
 }
 
-// review returns the review path of a decision. In the daemon it is
-// that of the sandbox held for the workspace (opened when none is), so
-// the decision is made through the store, audit writer and locks the
+// review returns the review path of a decision. In the daemon, while
+// it holds a sandbox for the workspace, it is that sandbox's, so the
+// decision is made through the store, audit writer and locks the
 // workspace's commands, MCP sessions and review page use, as one writer
-// of the audit chain; otherwise, and for a fork's lane, the staged state
-// and audit log are opened for this command alone.
+// of the audit chain. Otherwise, and for a fork's lane, the staged state
+// and audit log are opened for this command alone: none is opened for
+// it (a decision needs no backend, and choosing one, Docker perhaps,
+// would cost the command more than it does).
 func (c cowCLI) review(ctx context.Context, ws string, a cowArgs) (*sandbox.Review, func(), error) {
-	if a.lane == "" {
-		if sb, release := workspaceSandbox(ctx, c.env, ws); sb != nil {
-			return sb.ReviewAs(sandbox.ViaCLI, ""), release, nil
-		}
+	if sb, release := c.held(ws, a); sb != nil {
+		return sb.ReviewAs(sandbox.ViaCLI, ""), release, nil
 	}
 	r, err := sandbox.OpenReview(ctx, ws, sandbox.ReviewVia(sandbox.ViaCLI), reviewEnv(c.env), sandbox.ReviewLane(a.lane))
 	if err != nil {

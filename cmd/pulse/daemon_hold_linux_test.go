@@ -245,22 +245,41 @@ func (nopCloser) Close() error { return nil }
 // workspace, the one pulse exec ran in: one sandbox-init in the audit
 // log, and the commit recorded by that sandbox's audit writer (its
 // session), where a store and writer opened for the cow command alone
-// would record none. The next exec sees the commit.
+// would record none. The next exec sees the commit. While the daemon
+// holds none, a cow decision opens none (no backend is chosen for it).
 func TestDaemonCowDecidesThroughTheHeldSandbox(t *testing.T) {
 	r := newDaemonRig(t)
 	r.serve()
-	inits := r.auditActions()["sandbox-init/allow"] // the rig's probe
+	if code, _, errOut := r.run(true, "", "exec", "--", "sh", "-c", "echo first > first.txt"); code != 0 {
+		t.Fatalf("in-process exec: exit %d %s", code, errOut)
+	}
+	inits := r.auditActions()["sandbox-init/allow"] // the rig's probe, the exec's
+	if code, out, errOut := r.run(false, "", "cow", "commit", "--all"); code != 0 || !strings.Contains(out, "first.txt") {
+		t.Fatalf("cow commit --all with no sandbox held: exit %d %q %s", code, out, errOut)
+	}
+	if n := r.auditActions()["sandbox-init/allow"] - inits; n != 0 {
+		t.Fatalf("a cow commit with no sandbox held opened %d sandbox(es), want 0", n)
+	}
 	if code, _, errOut := r.run(false, "", "exec", "--", "sh", "-c", "echo staged > by-exec.txt"); code != 0 {
 		t.Fatalf("exec: exit %d %s", code, errOut)
 	}
 	code, out, errOut := r.run(false, "", "cow", "list", "--json")
 	var txs []struct {
-		ID string `json:"id"`
+		ID, State string
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &txs) != nil || len(txs) != 1 {
-		t.Fatalf("cow list: exit %d %q %s; want one transaction", code, out, errOut)
+	if code != 0 || json.Unmarshal([]byte(out), &txs) != nil {
+		t.Fatalf("cow list: exit %d %q %s", code, out, errOut)
 	}
-	if code, out, errOut := r.run(false, "", "cow", "commit", txs[0].ID); code != 0 {
+	var open []string
+	for _, tx := range txs {
+		if tx.State == "open" {
+			open = append(open, tx.ID)
+		}
+	}
+	if len(open) != 1 {
+		t.Fatalf("cow list: %q; want one open transaction", out)
+	}
+	if code, out, errOut := r.run(false, "", "cow", "commit", open[0]); code != 0 {
 		t.Fatalf("cow commit: exit %d %q %s", code, out, errOut)
 	}
 	if code, out, errOut := r.run(false, "", "exec", "--", "cat", "by-exec.txt"); code != 0 || out != "staged\n" {
