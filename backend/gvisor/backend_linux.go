@@ -42,8 +42,8 @@ type Backend struct {
 	running   sync.WaitGroup
 
 	warmMu  sync.Mutex
-	warms   map[int64]*warm // by memory limit (warm_linux.go)
-	warmErr error           // why no warm sandbox starts here: commands run cold
+	warms   map[cgLimits]*warm // by memory and cpus limits (warm_linux.go)
+	warmErr error              // why no warm sandbox starts here: commands run cold
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -184,20 +184,20 @@ func (b *Backend) probeWarm(ctx context.Context, bin, platform string) error {
 	}
 	var errs []error
 	for _, cg := range []bool{true, false} {
-		var memLimit int64
+		var lim cgLimits
 		if cg {
-			memLimit = policy.ResourceLimits{}.WithDefaults().WithIsolationDefaults().MemoryBytes
+			lim.mem = policy.ResourceLimits{}.WithDefaults().WithIsolationDefaults().MemoryBytes
 		}
-		w, err := b.startWarm(ctx, bin, platform, memLimit)
+		w, err := b.startWarm(ctx, bin, platform, lim)
 		if err == nil {
 			b.mu.Lock()
 			b.memCgroup = cg
 			b.mu.Unlock()
 			b.warmMu.Lock()
 			if b.warms == nil {
-				b.warms = map[int64]*warm{}
+				b.warms = map[cgLimits]*warm{}
 			}
-			b.warms[memLimit] = w
+			b.warms[lim] = w
 			b.warmMu.Unlock()
 			if !cg {
 				b.log.Warn("runsc cannot put sandboxes in a memory cgroup here; the memory limit is not enforced", "first_error", errs[0])

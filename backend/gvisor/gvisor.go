@@ -60,12 +60,26 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 	} else {
 		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs; terminals and ports of background processes refused"
 	}
+	// The pids limit is not listed: gVisor's kernel has a pids cgroup of
+	// its own, but after it refuses a fork it lets later ones through
+	// (a limit of 8 held 37 processes, the 4 refused forks aside), and
+	// the host's pids cgroup of a sandbox counts the Sentry's threads and
+	// its stubs (21 tasks idle, 34 more for 20 processes), not the
+	// command's processes, and kills the sandbox when the Sentry needs a
+	// thread past it.
+	pids := "pids limit: not enforced (gVisor's own pids cgroup lets forks past its limit once it has refused one; the host's counts gVisor's threads, not the command's processes); a policy setting one is refused"
 	if memCgroup {
 		c.Limits[policy.LimitMemoryBytes] = policy.Strong
+		c.Limits[policy.LimitCPUs] = policy.Strong
+		cpu := "each sandbox (gVisor's kernel and the command)"
+		if coldWhy == "" {
+			cpu = "the warm sandbox (one per memory and cpus limits; gVisor's kernel and the commands running in it together, so each command gets at most that)"
+		}
 		c.Notes = append(c.Notes, fmt.Sprintf("memory: %s in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", mem, policy.DefaultMemoryBytes>>20),
-			"pids and cpus limits: not enforced")
+			"cpus: "+cpu+" in a cpu cgroup of limits.cpus (a CFS quota on the host), unbounded without one",
+			pids)
 	} else {
-		c.Notes = append(c.Notes, "memory, pids and cpus limits: not enforced (runsc cannot make a memory cgroup here)")
+		c.Notes = append(c.Notes, "memory and cpus limits: not enforced (runsc cannot make a memory cgroup here)", pids)
 	}
 	return c
 }

@@ -84,10 +84,10 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		lf.Close()
 	})
 
-	var memLimit int64
+	var cg cgLimits
 	b.mu.Lock()
 	if b.memCgroup {
-		memLimit = limits.WithIsolationDefaults().MemoryBytes
+		cg = cgLimits{mem: limits.WithIsolationDefaults().MemoryBytes, cpus: limits.CPUs}
 	}
 	b.mu.Unlock()
 	var w *warm
@@ -98,7 +98,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	// host reaches, loopback included, as on namespace).
 	allowAll := req.Network.Mode == policy.NetworkAllowAll
 	if warmOK && !allowAll {
-		w = b.warmFor(ctx, bin, platform, memLimit)
+		w = b.warmFor(ctx, bin, platform, cg)
 	}
 	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
@@ -149,7 +149,7 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 		if err != nil {
 			return nil, viewErr(err)
 		}
-		if err := writeBundle(xdir, id, req, dir, limits, memLimit); err != nil {
+		if err := writeBundle(xdir, id, req, dir, limits, cg); err != nil {
 			return nil, fmt.Errorf("gvisor: %w: bundle: %w", backend.ErrUnavailable, err)
 		}
 		if err := ctx.Err(); err != nil {
@@ -511,7 +511,22 @@ type resources struct {
 	Memory struct {
 		Limit int64 `json:"limit"`
 	} `json:"memory"`
+	CPU *struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	} `json:"cpu,omitempty"`
 }
+
+// cgLimits are the limits a sandbox's host cgroups hold: mem its memory
+// (0: no cgroup), cpus its CPU time in cores (0: unbounded). A warm
+// sandbox serves the commands of one cgLimits.
+type cgLimits struct {
+	mem  int64
+	cpus float64
+}
+
+// cpuPeriod is the CFS period of a cpus limit, as on namespace.
+const cpuPeriod = 100000
 
 type process struct {
 	Terminal bool `json:"terminal"`
@@ -556,7 +571,7 @@ const home = "/root"
 // sandbox has (the host's system directories, read-only, with secrets
 // masked; /proc; /dev) and the spec that mounts them. mkpoint makes
 // another mount point in that root.
-func baseSpec(xdir, id string, memLimit int64) (s *spec, mkpoint func(string) error, err error) {
+func baseSpec(xdir, id string, cg cgLimits) (s *spec, mkpoint func(string) error, err error) {
 	rootfs := filepath.Join(xdir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return nil, nil, err
@@ -578,10 +593,18 @@ func baseSpec(xdir, id string, memLimit int64) (s *spec, mkpoint func(string) er
 			Type string `json:"type"`
 		}{ns})
 	}
-	if memLimit > 0 {
+	if cg.mem > 0 {
 		s.Linux.CgroupsPath = "/pulse-gvisor/" + id
 		s.Linux.Resources = &resources{}
-		s.Linux.Resources.Memory.Limit = memLimit
+		s.Linux.Resources.Memory.Limit = cg.mem
+		if cg.cpus > 0 {
+			// The whole sandbox's: gVisor's kernel serving the command
+			// counts too, so the command gets at most this much.
+			s.Linux.Resources.CPU = &struct {
+				Quota  int64  `json:"quota"`
+				Period uint64 `json:"period"`
+			}{Quota: max(int64(cg.cpus*cpuPeriod), 1000), Period: cpuPeriod}
+		}
 	}
 	s.Mounts = append(s.Mounts, mount{Destination: "/proc", Type: "proc", Source: "proc"},
 		mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}})
@@ -627,10 +650,11 @@ func baseSpec(xdir, id string, memLimit int64) (s *spec, mkpoint func(string) er
 }
 
 // writeBundle writes xdir/config.json and the root it names.
-// memLimit > 0 puts the sandbox in a memory cgroup of that size, which
+// cg.mem > 0 puts the sandbox in a memory cgroup of that size (and a cpu
+// one of cg.cpus), which
 // runsc makes (and removes) under each hierarchy's root.
-func writeBundle(xdir, id string, req *backend.Request, dir string, limits policy.ResourceLimits, memLimit int64) error {
-	s, mkpoint, err := baseSpec(xdir, id, memLimit)
+func writeBundle(xdir, id string, req *backend.Request, dir string, limits policy.ResourceLimits, cg cgLimits) error {
+	s, mkpoint, err := baseSpec(xdir, id, cg)
 	if err != nil {
 		return err
 	}

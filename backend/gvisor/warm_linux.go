@@ -57,8 +57,9 @@ import (
 //	rt           the runtime program, bound at boxrt.GVRuntime
 //	config.json  the bundle's spec
 //
-// What a warm sandbox costs: the sandbox is in one memory cgroup of the
-// limit for all of its commands together (one sandbox per limit), and
+// What a warm sandbox costs: the sandbox is in one memory cgroup (and
+// one cpu cgroup) of the limits for all of its commands together (one
+// sandbox per memory and cpus limits), and
 // gVisor keeps the host file descriptors of a finished command's view in
 // its dentry cache for a while, so that the view's memory (its scratch
 // tmpfs) is freed once runsc drops them, or when the sandbox is retired
@@ -76,13 +77,13 @@ const (
 
 // warm is one running warm sandbox.
 type warm struct {
-	b      *Backend
-	dir    string
-	views  string
-	id     string
-	memKey int64
-	cmd    *exec.Cmd
-	lock   *os.File
+	b     *Backend
+	dir   string
+	views string
+	id    string
+	key   cgLimits
+	cmd   *exec.Cmd
+	lock  *os.File
 
 	inMu sync.Mutex
 	in   io.WriteCloser
@@ -105,10 +106,10 @@ type warmCmd struct {
 	done           chan boxrt.GVDone
 }
 
-// warmFor returns the warm sandbox for memLimit, starting it the first
+// warmFor returns the warm sandbox for cg, starting it the first
 // time; nil when commands must run cold (WithCold, or no warm sandbox
 // can start here: the reason is logged once and kept for the doctor).
-func (b *Backend) warmFor(ctx context.Context, bin, platform string, memLimit int64) *warm {
+func (b *Backend) warmFor(ctx context.Context, bin, platform string, cg cgLimits) *warm {
 	if b.o.cold {
 		return nil
 	}
@@ -117,10 +118,10 @@ func (b *Backend) warmFor(ctx context.Context, bin, platform string, memLimit in
 	if b.warmErr != nil {
 		return nil
 	}
-	if w := b.warms[memLimit]; w != nil {
+	if w := b.warms[cg]; w != nil {
 		select {
 		case <-w.gone:
-			delete(b.warms, memLimit)
+			delete(b.warms, cg)
 			w.retire()
 		default:
 			w.mu.Lock()
@@ -133,11 +134,11 @@ func (b *Backend) warmFor(ctx context.Context, bin, platform string, memLimit in
 			if !full {
 				return w
 			}
-			delete(b.warms, memLimit)
+			delete(b.warms, cg)
 			w.retire()
 		}
 	}
-	w, err := b.startWarm(ctx, bin, platform, memLimit)
+	w, err := b.startWarm(ctx, bin, platform, cg)
 	if err != nil {
 		if ctx.Err() == nil {
 			b.warmErr = err
@@ -146,9 +147,9 @@ func (b *Backend) warmFor(ctx context.Context, bin, platform string, memLimit in
 		return nil
 	}
 	if b.warms == nil {
-		b.warms = map[int64]*warm{}
+		b.warms = map[cgLimits]*warm{}
 	}
-	b.warms[memLimit] = w
+	b.warms[cg] = w
 	w.served, w.inflight = 1, 1
 	return w
 }
@@ -180,7 +181,7 @@ func (b *Backend) Warm() (bool, error) {
 	return b.warmErr == nil, b.warmErr
 }
 
-func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit int64) (_ *warm, err error) {
+func (b *Backend) startWarm(ctx context.Context, bin, platform string, cg cgLimits) (_ *warm, err error) {
 	rt, err := runtimeBytes(b.o.runtime)
 	if err != nil {
 		return nil, err
@@ -199,7 +200,7 @@ func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit 
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	w := &warm{b: b, dir: dir, views: filepath.Join(dir, "views"), id: filepath.Base(dir), memKey: memLimit, lock: lf,
+	w := &warm{b: b, dir: dir, views: filepath.Join(dir, "views"), id: filepath.Base(dir), key: cg, lock: lf,
 		cmds: map[uint32]*warmCmd{}, gone: make(chan struct{}), exited: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -219,7 +220,7 @@ func (b *Backend) startWarm(ctx context.Context, bin, platform string, memLimit 
 	if err := os.WriteFile(rtPath, rt, 0o555); err != nil {
 		return nil, err
 	}
-	s, mkpoint, err := baseSpec(dir, w.id, memLimit)
+	s, mkpoint, err := baseSpec(dir, w.id, cg)
 	if err != nil {
 		return nil, err
 	}
