@@ -244,32 +244,19 @@ func (pr *gvProc) dial(n uint32, port int) {
 	binary.BigEndian.PutUint32(c.hdr, n)
 	fd, err := netnsSocket(pr.cmd.Process.Pid)
 	if err == nil {
-		for {
-			err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		if err == nil {
-			err = unix.SetNonblock(fd, true)
-		}
-		if err != nil {
-			unix.Close(fd)
-		}
+		c.c, err = bridge.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}, "port")
 	}
 	if err != nil {
 		c.hdr[4] = GVDialRefused
-	} else {
-		c.f = os.NewFile(uintptr(fd), "port")
 	}
 	bridge.ToUnix(c, filepath.Join(GVViews, pr.view, GVDialSocket))
 }
 
-// dialConn is a connection to a port of the command's loopback (nil f:
+// dialConn is a connection to a port of the command's loopback (nil c:
 // refused) whose reads begin with the dial's header.
 type dialConn struct {
 	hdr []byte
-	f   *os.File
+	c   io.ReadWriteCloser
 }
 
 func (c *dialConn) Read(p []byte) (int, error) {
@@ -278,40 +265,32 @@ func (c *dialConn) Read(p []byte) (int, error) {
 		c.hdr = c.hdr[n:]
 		return n, nil
 	}
-	if c.f == nil {
+	if c.c == nil {
 		return 0, io.EOF
 	}
-	return c.f.Read(p)
+	return c.c.Read(p)
 }
 
 func (c *dialConn) Write(p []byte) (int, error) {
-	if c.f == nil {
+	if c.c == nil {
 		return len(p), nil
 	}
-	return c.f.Write(p)
+	return c.c.Write(p)
 }
 
 // CloseWrite half-closes the connection: the server reads EOF.
 func (c *dialConn) CloseWrite() error {
-	if c.f == nil {
-		return nil
+	if cw, ok := c.c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
 	}
-	rc, err := c.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
-		return err
-	}
-	return serr
+	return nil
 }
 
 func (c *dialConn) Close() error {
-	if c.f == nil {
+	if c.c == nil {
 		return nil
 	}
-	return c.f.Close()
+	return c.c.Close()
 }
 
 // netnsSocket makes a TCP socket in the network namespace of process pid

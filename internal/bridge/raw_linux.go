@@ -27,17 +27,38 @@ func (s sockFile) CloseWrite() error {
 	return serr
 }
 
-// dialUnix connects to the Unix socket sock. The connect itself blocks
-// (a non-blocking one would fail with EAGAIN on a full backlog instead
-// of waiting its turn); the socket is then made non-blocking, so that
-// os.NewFile gives it to the poller and deadlines work.
+// dialUnix connects to the Unix socket sock.
 func dialUnix(sock string) (conn, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.SyscallError{Syscall: "socket", Err: err}
 	}
+	c, err := connect(fd, &unix.SockaddrUnix{Name: sock}, sock)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", sock, err)
+	}
+	return c, nil
+}
+
+// Connect connects the stream socket fd, made blocking, to sa and
+// returns it as a connection the runtime's poller serves, which can be
+// half-closed (CloseWrite) and given deadlines; name names it in errors.
+// On failure fd is closed. The connect itself blocks (a non-blocking one
+// would fail with EAGAIN on a full backlog instead of waiting its turn);
+// the socket is made non-blocking after it, so that os.NewFile gives it
+// to the poller.
+func Connect(fd int, sa unix.Sockaddr, name string) (io.ReadWriteCloser, error) {
+	c, err := connect(fd, sa, name)
+	if err != nil {
+		return nil, err // not a nil sockFile in an interface
+	}
+	return c, nil
+}
+
+func connect(fd int, sa unix.Sockaddr, name string) (sockFile, error) {
+	var err error
 	for {
-		err = unix.Connect(fd, &unix.SockaddrUnix{Name: sock})
+		err = unix.Connect(fd, sa)
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
@@ -47,9 +68,9 @@ func dialUnix(sock string) (conn, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("dial %s: %w", sock, err)
+		return sockFile{}, err
 	}
-	return sockFile{os.NewFile(uintptr(fd), sock)}, nil
+	return sockFile{os.NewFile(uintptr(fd), name)}, nil
 }
 
 // Listener is a TCP listener on a loopback address of the calling
