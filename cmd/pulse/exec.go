@@ -121,13 +121,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	// What the command ran in outlives this process, for the next
 	// command: on Docker the container, on namespace the keeper with an
 	// init ready (PULSE_KEEP_WARM: how long unused; 0 turns it off).
-	keep, err := keepWarm(env.getenv)
-	if err != nil {
+	if opts, err = withKeepWarm(env.getenv, opts); err != nil {
 		fmt.Fprintf(env.stderr, "pulse exec: %v\n", err)
 		return exitUsage
-	}
-	if keep > 0 {
-		opts = append(opts, sandbox.WithKeepWarm(keep))
 	}
 	// A large upload to a pulse-server shows a progress line on a terminal.
 	prog := newProgress(env)
@@ -238,6 +234,19 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 // keepWarm is how long what a command ran in stays for a later pulse
 // exec: PULSE_KEEP_WARM (or its older name PULSE_DOCKER_IDLE) as a
 // duration (at least a minute), 0 for not at all.
+// withKeepWarm is opts with sandbox.WithKeepWarm of keepWarm's duration
+// appended, when there is one.
+func withKeepWarm(getenv func(string) string, opts []sandbox.Option) ([]sandbox.Option, error) {
+	keep, err := keepWarm(getenv)
+	if err != nil {
+		return nil, err
+	}
+	if keep > 0 {
+		opts = append(opts, sandbox.WithKeepWarm(keep))
+	}
+	return opts, nil
+}
+
 func keepWarm(getenv func(string) string) (time.Duration, error) {
 	name := "PULSE_KEEP_WARM"
 	v := getenv(name)

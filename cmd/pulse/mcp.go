@@ -76,13 +76,9 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if env.hold != nil {
 		// In the daemon the sandbox may serve `pulse exec` next: opened
 		// as exec opens it there.
-		keep, err := keepWarm(env.getenv)
-		if err != nil {
+		if opts, err = withKeepWarm(env.getenv, opts); err != nil {
 			fmt.Fprintf(env.stderr, "pulse mcp: %v\n", err)
 			return exitUsage
-		}
-		if keep > 0 {
-			opts = append(opts, sandbox.WithKeepWarm(keep))
 		}
 	}
 	sb, release, err := openSandbox(ctx, env, fs, *sf.workspace, opts) // daemon.go

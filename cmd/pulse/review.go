@@ -139,11 +139,11 @@ func workspaceSandbox(ctx context.Context, env *cliEnv, ws string) (*sandbox.San
 		fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 		sf := addSandboxFlags(fs)
 		opts, err := sf.options(env.getenv, func(string) {})
+		if err == nil {
+			opts, err = withKeepWarm(env.getenv, opts)
+		}
 		if err != nil {
 			return nil, nil
-		}
-		if keep, kerr := keepWarm(env.getenv); kerr == nil && keep > 0 {
-			opts = append(opts, sandbox.WithKeepWarm(keep))
 		}
 		if sb, release, err = openSandbox(ctx, env, fs, ws, opts); err != nil {
 			return nil, nil
