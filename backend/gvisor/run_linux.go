@@ -499,9 +499,7 @@ type spec struct {
 	Hostname string  `json:"hostname"`
 	Mounts   []mount `json:"mounts"`
 	Linux    struct {
-		Namespaces []struct {
-			Type string `json:"type"`
-		} `json:"namespaces"`
+		Namespaces  []nsSpec   `json:"namespaces"`
 		CgroupsPath string     `json:"cgroupsPath,omitempty"`
 		Resources   *resources `json:"resources,omitempty"`
 	} `json:"linux"`
@@ -511,10 +509,16 @@ type resources struct {
 	Memory struct {
 		Limit int64 `json:"limit"`
 	} `json:"memory"`
-	CPU *struct {
-		Quota  int64  `json:"quota"`
-		Period uint64 `json:"period"`
-	} `json:"cpu,omitempty"`
+	CPU *cpuSpec `json:"cpu,omitempty"`
+}
+
+type nsSpec struct {
+	Type string `json:"type"`
+}
+
+type cpuSpec struct {
+	Quota  int64  `json:"quota"`
+	Period uint64 `json:"period"`
 }
 
 // cgLimits are the limits a sandbox's host cgroups hold: mem its memory
@@ -589,9 +593,7 @@ func baseSpec(xdir, id string, cg cgLimits) (s *spec, mkpoint func(string) error
 	s.Root.Path, s.Root.Readonly = rootfs, true
 	s.Hostname = "pulse"
 	for _, ns := range []string{"pid", "network", "ipc", "uts", "mount"} {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, struct {
-			Type string `json:"type"`
-		}{ns})
+		s.Linux.Namespaces = append(s.Linux.Namespaces, nsSpec{ns})
 	}
 	if cg.mem > 0 {
 		s.Linux.CgroupsPath = "/pulse-gvisor/" + id
@@ -600,10 +602,7 @@ func baseSpec(xdir, id string, cg cgLimits) (s *spec, mkpoint func(string) error
 		if cg.cpus > 0 {
 			// The whole sandbox's: gVisor's kernel serving the command
 			// counts too, so the command gets at most this much.
-			s.Linux.Resources.CPU = &struct {
-				Quota  int64  `json:"quota"`
-				Period uint64 `json:"period"`
-			}{Quota: max(int64(cg.cpus*cpuPeriod), 1000), Period: cpuPeriod}
+			s.Linux.Resources.CPU = &cpuSpec{Quota: max(int64(cg.cpus*cpuPeriod), 1000), Period: cpuPeriod}
 		}
 	}
 	s.Mounts = append(s.Mounts, mount{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -661,11 +660,7 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 	if req.Network.Mode == policy.NetworkAllowAll {
 		// The host's network (runsc --network=host): no network
 		// namespace of the sandbox's own.
-		s.Linux.Namespaces = slices.DeleteFunc(s.Linux.Namespaces, func(n struct {
-			Type string `json:"type"`
-		}) bool {
-			return n.Type == "network"
-		})
+		s.Linux.Namespaces = slices.DeleteFunc(s.Linux.Namespaces, func(n nsSpec) bool { return n.Type == "network" })
 	}
 	for _, d := range []string{"/tmp", home} {
 		if err := mkpoint(d); err != nil {
