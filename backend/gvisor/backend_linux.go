@@ -35,6 +35,9 @@ type Backend struct {
 	// memCgroup: runsc puts each sandbox in a memory cgroup of the
 	// command's memory limit (Probe found that it can here).
 	memCgroup bool
+	// cpuCgroup: the host has a cpu controller for runsc to put each
+	// memory-limited sandbox in a cpu cgroup of limits.cpus too.
+	cpuCgroup bool
 	platform  string // resolved platform
 	runsc     string // resolved binary
 	closed    bool
@@ -72,13 +75,13 @@ func (b *Backend) Name() string { return Name }
 // Capabilities says what the backend enforces.
 func (b *Backend) Capabilities() backend.Capabilities {
 	b.mu.Lock()
-	p, cg := b.platform, b.memCgroup || !b.probed
+	p, cg, cpu := b.platform, b.memCgroup || !b.probed, b.cpuCgroup || !b.probed
 	b.mu.Unlock()
 	coldWhy := ""
 	if ok, err := b.Warm(); !ok {
 		coldWhy = err.Error()
 	}
-	return capabilities(p, cg, coldWhy)
+	return capabilities(p, cg, cpu, coldWhy)
 }
 
 // Platform is the runsc platform commands run on, once Probe succeeded
@@ -118,6 +121,10 @@ func (b *Backend) Probe(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	b.runsc, b.platform = bin, platform
+	// Looked at, not tried: runsc fails a sandbox whose spec asks for a
+	// controller the host lacks, so a cpus limit is listed (and a
+	// sandbox given one) only where the controller is there.
+	b.cpuCgroup = cpuController(cgroupRoot)
 	b.mu.Unlock()
 	if err := os.MkdirAll(b.o.stateDir, 0o700); err != nil {
 		return fmt.Errorf("gvisor: %w: state dir: %w", backend.ErrUnavailable, err)

@@ -12,9 +12,10 @@ import (
 const Name = "gvisor"
 
 // capabilities is what the backend enforces; platform names runsc's,
-// memCgroup says each sandbox is in a memory cgroup of the limit; coldWhy
-// is why commands run in a sandbox each ("": in the warm sandbox).
-func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capabilities {
+// memCgroup says each sandbox is in a memory cgroup of the limit, and
+// cpuCgroup that it can be in a cpu cgroup too; coldWhy is why commands
+// run in a sandbox each ("": in the warm sandbox).
+func capabilities(platform string, memCgroup, cpuCgroup bool, coldWhy string) backend.Capabilities {
 	if platform == "" {
 		platform = "systrap or ptrace"
 	}
@@ -68,18 +69,22 @@ func capabilities(platform string, memCgroup bool, coldWhy string) backend.Capab
 	// command's processes, and kills the sandbox when the Sentry needs a
 	// thread past it.
 	pids := "pids limit: not enforced (gVisor's own pids cgroup lets forks past its limit once it has refused one; the host's counts gVisor's threads, not the command's processes); a policy setting one is refused"
-	if memCgroup {
-		c.Limits[policy.LimitMemoryBytes] = policy.Strong
+	if !memCgroup {
+		c.Notes = append(c.Notes, "memory and cpus limits: not enforced (runsc cannot make a memory cgroup here)", pids)
+		return c
+	}
+	c.Limits[policy.LimitMemoryBytes] = policy.Strong
+	c.Notes = append(c.Notes, fmt.Sprintf("memory: %s in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", mem, policy.DefaultMemoryBytes>>20))
+	if cpuCgroup {
 		c.Limits[policy.LimitCPUs] = policy.Strong
 		cpu := "each sandbox (gVisor's kernel and the command)"
 		if coldWhy == "" {
 			cpu = "the warm sandbox (one per memory and cpus limits; gVisor's kernel and the commands running in it together, so each command gets at most that)"
 		}
-		c.Notes = append(c.Notes, fmt.Sprintf("memory: %s in a memory cgroup of limits.memory_bytes, %d MiB without one; going over it kills the sandbox (signal 9)", mem, policy.DefaultMemoryBytes>>20),
-			"cpus: "+cpu+" in a cpu cgroup of limits.cpus (a CFS quota on the host), unbounded without one",
-			pids)
+		c.Notes = append(c.Notes, "cpus: "+cpu+" in a cpu cgroup of limits.cpus (a CFS quota on the host), unbounded without one")
 	} else {
-		c.Notes = append(c.Notes, "memory and cpus limits: not enforced (runsc cannot make a memory cgroup here)", pids)
+		c.Notes = append(c.Notes, "cpus limit: not enforced (the host has no cpu cgroup controller); a policy setting one is refused")
 	}
+	c.Notes = append(c.Notes, pids)
 	return c
 }

@@ -24,11 +24,13 @@ func New(opts ...Option) (*Backend, error) {
 	return &Backend{o: o}, nil
 }
 
-func (b *Backend) Name() string                       { return Name }
-func (b *Backend) Capabilities() backend.Capabilities { return capabilities("", false, "not Linux") }
-func (b *Backend) Platform() string                   { return "" }
-func (b *Backend) Reconcile(context.Context) error    { return nil }
-func (b *Backend) Close() error                       { return nil }
+func (b *Backend) Name() string { return Name }
+func (b *Backend) Capabilities() backend.Capabilities {
+	return capabilities("", false, false, "not Linux")
+}
+func (b *Backend) Platform() string                { return "" }
+func (b *Backend) Reconcile(context.Context) error { return nil }
+func (b *Backend) Close() error                    { return nil }
 func (b *Backend) Probe(context.Context) error {
 	return fmt.Errorf("gvisor: %w: runsc runs on Linux only", backend.ErrUnavailable)
 }

@@ -87,7 +87,10 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	var cg cgLimits
 	b.mu.Lock()
 	if b.memCgroup {
-		cg = cgLimits{mem: limits.WithIsolationDefaults().MemoryBytes, cpus: limits.CPUs}
+		cg = cgLimits{mem: limits.WithIsolationDefaults().MemoryBytes}
+		if b.cpuCgroup {
+			cg.cpus = limits.CPUs
+		}
 	}
 	b.mu.Unlock()
 	var w *warm
