@@ -30,7 +30,7 @@
 #     BenchmarkCLIFullDaemon rows
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
 # ROWS=daemon runs only the daemon rows and the in-process rows of the
-# same commands.
+# same commands; ROWS=stdout only the daemon's 256 MiB stdout row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-21}
@@ -169,6 +169,12 @@ daemon_rows() {
 files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
 if [ "${ROWS:-all}" = daemon ]; then
 	daemon_rows
+	exit 0
+fi
+if [ "${ROWS:-all}" = stdout ]; then
+	# Only the daemon's 256 MiB stdout row, against the direct pipe.
+	warm_daemon "$ns -- true"
+	pair BenchmarkCLIDaemonNamespaceStdout256MiB x-vs-pipe "$NBULK" : "$dmn $dns --policy $tmp/bulk.yaml -- $big | cat >/dev/null" "$big | cat >/dev/null"
 	exit 0
 fi
 if [ "$have_bwrap" = 1 ]; then

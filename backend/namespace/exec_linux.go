@@ -513,7 +513,8 @@ func (x *nsExec) release() {
 // done (Close waits for it).
 func (x *nsExec) releaseRun() {
 	b, p, cg := x.b, x.p, x.cg
-	closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	closeAll(p.cfgW, p.stR, p.stdinW)
+	closeOutputs(p.stdoutR, p.stderrR)
 	p.dialer.close()
 	if !x.reapLater {
 		b.removeRun(p.run)

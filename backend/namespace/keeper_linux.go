@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/flock"
 	"github.com/pulse-agent/pulse/policy"
 )
@@ -300,11 +301,29 @@ func (b *Backend) adoptFrom(c *net.UnixConn, req keeperRequest) (p *initProc, er
 		return nil, err
 	}
 	files[5] = nil
+	// The command's output is read as an init of this process's own is
+	// (backend.OutputPipe): the received descriptors are taken over.
+	outs := [2]*backend.OutputPipe{}
+	for i, name := range []string{"stdout", "stderr"} {
+		fd, derr := unix.FcntlInt(files[3+i].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if derr == nil {
+			outs[i], derr = backend.OutputPipeFrom(fd, name)
+			if derr != nil {
+				unix.Close(fd)
+			}
+		}
+		if derr != nil {
+			closeOutputs(outs[:]...)
+			return nil, fmt.Errorf("keeper reply: %s: %w", name, derr)
+		}
+	}
+	files[3].Close()
+	files[4].Close()
 	p = &initProc{
 		run:    &run{dir: rep.Run, lock: files[6]},
 		newNet: rep.NewNet,
 		home:   rep.Home,
-		cfgW:   files[0], stR: files[1], stdinW: files[2], stdoutR: files[3], stderrR: files[4],
+		cfgW:   files[0], stR: files[1], stdinW: files[2], stdoutR: outs[0], stderrR: outs[1],
 		dialer: dialer,
 		cg:     cg,
 		kept:   &keptInit{pid: rep.Pid, pidfd: files[7], conn: c},
@@ -783,7 +802,8 @@ func (k *keeper) serve(c *net.UnixConn) {
 	}
 	// The adopter owns the init's descriptors and run now; this process
 	// only reaps it, when asked.
-	closeAll(p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR, p.run.lock)
+	closeAll(p.cfgW, p.stR, p.stdinW, p.run.lock)
+	closeOutputs(p.stdoutR, p.stderrR)
 	p.dialer.close()
 	_ = c.SetDeadline(time.Time{})
 	n, err = c.Read(buf)

@@ -31,11 +31,13 @@ type initProc struct {
 	newNet bool
 	home   string // where the init mounted the command's home
 
-	cfgW    *os.File // config to the init; kept open while it runs, as a parent-death signal
-	stR     *os.File // status lines from the init
-	stdinW  *os.File
-	stdoutR *os.File
-	stderrR *os.File
+	cfgW   *os.File // config to the init; kept open while it runs, as a parent-death signal
+	stR    *os.File // status lines from the init
+	stdinW *os.File
+	// The command's output, read without the netpoller's wake-ups
+	// (backend.OutputPipe).
+	stdoutR *backend.OutputPipe
+	stderrR *backend.OutputPipe
 	dialer  *initDialer // asks the init for connections inside (expose_linux.go)
 	// cg holds the init already, when StartAhead made it for the limits
 	// it was told; the Exec that takes the init takes it too.
@@ -46,6 +48,14 @@ func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		if f != nil {
 			f.Close()
+		}
+	}
+}
+
+func closeOutputs(ps ...*backend.OutputPipe) {
+	for _, p := range ps {
+		if p != nil {
+			p.Close()
 		}
 	}
 }
@@ -74,7 +84,8 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 	defer func() {
 		closeAll(childEnds...)
 		if err != nil {
-			closeAll(ip.cfgW, ip.stR, ip.stdinW, ip.stdoutR, ip.stderrR)
+			closeAll(ip.cfgW, ip.stR, ip.stdinW)
+			closeOutputs(ip.stdoutR, ip.stderrR)
 			ip.dialer.close()
 			r.remove()
 		}
@@ -89,8 +100,15 @@ func (b *Backend) startInitThen(newNet bool, cg *runCgroup, started func(p *init
 	cfgR, cfgW := pipe()
 	stR, stW := pipe()
 	stdinR, stdinW := pipe()
-	stdoutR, stdoutW := pipe()
-	stderrR, stderrW := pipe()
+	output := func(name string) (rd *backend.OutputPipe, wr *os.File) {
+		if err != nil {
+			return nil, nil
+		}
+		rd, wr, err = backend.NewOutputPipe(name)
+		return rd, wr
+	}
+	stdoutR, stdoutW := output("stdout")
+	stderrR, stderrW := output("stderr")
 	p.cfgW, p.stR, p.stdinW, p.stdoutR, p.stderrR = cfgW, stR, stdinW, stdoutR, stderrR
 	childEnds = []*os.File{cfgR, stW, stdinR, stdoutW, stderrW}
 	if err != nil {
@@ -253,7 +271,8 @@ func (p *initProc) discard() {
 	p.cfgW.Close() // the init sees EOF and exits
 	p.kill()
 	_ = p.wait()
-	closeAll(p.stR, p.stdinW, p.stdoutR, p.stderrR)
+	closeAll(p.stR, p.stdinW)
+	closeOutputs(p.stdoutR, p.stderrR)
 	p.dialer.close()
 	if p.cg != nil {
 		p.cg.remove()
