@@ -277,10 +277,16 @@ func (o *outWriter) waitQueued() {
 	}
 }
 
+// Only forward waits for the splice to end, and only when there is
+// something for it to do then (bytes queued meanwhile, or the end): the
+// splice ends a turn hundreds of times a second in a bulk stream, and a
+// broadcast wakes forward's goroutine each time to find nothing.
 func (o *outWriter) endSplice() {
 	o.mu.Lock()
 	o.splicing = false
-	o.cond.Broadcast()
+	if len(o.buf) > 0 || o.closed || o.abandoned {
+		o.cond.Broadcast()
+	}
 	o.mu.Unlock()
 }
 
