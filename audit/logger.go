@@ -137,6 +137,11 @@ type Logger struct {
 	path string
 	o    options
 
+	// syncMu is held by an fsync of the interval (syncLoop), which runs
+	// without mu so that a Record never waits for it, and by whatever
+	// must not return while one is under way (Sync, SyncPending, Close).
+	// Taken before mu.
+	syncMu sync.Mutex
 	mu     sync.Mutex
 	lockf  *os.File
 	headf  *os.File // PATH.head, rewritten after each append
@@ -233,16 +238,39 @@ func (l *Logger) syncLoop(every time.Duration) {
 		case <-l.stop:
 			return
 		case <-t.C:
-			l.mu.Lock()
-			if l.dirty && !l.closed {
-				if err := l.f.Sync(); err != nil {
-					l.o.log.Error("audit log fsync failed", "path", l.path, "err", err)
-					l.failedSync(err)
-				}
-				l.dirty = false
-			}
-			l.mu.Unlock()
+			l.syncInterval()
 		}
+	}
+}
+
+// syncInterval fsyncs what was appended since the last fsync. The fsync
+// runs outside mu: an append that comes meanwhile (a command's next
+// event) writes its line and goes on, instead of waiting milliseconds
+// for the disk, and marks the log dirty again for the next tick. What
+// the interval promises is unchanged: every line written before the
+// fsync began is on disk when it returns.
+func (l *Logger) syncInterval() {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	if !l.dirty || l.closed {
+		l.mu.Unlock()
+		return
+	}
+	f := l.f
+	l.dirty = false
+	l.mu.Unlock()
+	if intervalSyncHook != nil {
+		intervalSyncHook()
+	}
+	// A rotation meanwhile replaces l.f: it fsyncs the old file before
+	// its rename, and the old descriptor stays open until this fsync
+	// returns (os.File counts the calls under way).
+	if err := f.Sync(); err != nil {
+		l.o.log.Error("audit log fsync failed", "path", l.path, "err", err)
+		l.mu.Lock()
+		l.failedSync(err)
+		l.mu.Unlock()
 	}
 }
 
@@ -371,6 +399,10 @@ func (l *Logger) write(buf []byte, size int64, seq uint64, prev string) error {
 	return nil
 }
 
+// intervalSyncHook is nil outside tests; the tests set it to hold an
+// interval fsync under way.
+var intervalSyncHook func()
+
 // headHook is nil outside tests; the crash tests set it in a re-executed
 // test binary to SIGKILL the process after the lines of an append are
 // written and before the head record is updated.
@@ -379,6 +411,8 @@ var headHook func()
 // Sync forces what was recorded so far to stable storage, whatever the
 // durability option.
 func (l *Logger) Sync() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -396,6 +430,10 @@ func (l *Logger) Sync() error {
 // synced), nor when nothing is pending. A caller with other work before
 // Close runs it beside that work.
 func (l *Logger) SyncPending() error {
+	// An interval fsync under way has cleared dirty: wait for it, so
+	// that what it covers is on disk when this returns.
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.o.durability.mode != modeInterval || !l.dirty {
@@ -420,9 +458,12 @@ func (l *Logger) failedSync(err error) {
 // It reports an earlier fsync of the log that failed, even when its own
 // succeeds. It is idempotent.
 func (l *Logger) Close() error {
+	// After an interval fsync under way, whose failure Close reports.
+	l.syncMu.Lock()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		l.syncMu.Unlock()
 		return nil
 	}
 	l.closed = true
@@ -447,6 +488,8 @@ func (l *Logger) Close() error {
 		err = cerr
 	}
 	l.mu.Unlock()
+	// Released before waiting for the loop, which may be waiting for it.
+	l.syncMu.Unlock()
 	if stop != nil {
 		close(stop)
 		<-done

@@ -114,3 +114,70 @@ func TestCloseReportsAFailedSyncPending(t *testing.T) {
 		t.Fatal("Close after a failed SyncPending reported no error")
 	}
 }
+
+// The interval's fsync runs without the append lock: an append made
+// while it is under way is written at once, and marks the log unsynced
+// for the next fsync, which Close then makes; a failure of the interval's
+// fsync is reported by Close.
+func TestIntervalSyncLetsAppendsThrough(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(ctx, path, WithDurability(SyncEvery(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	inSync, release := make(chan struct{}), make(chan struct{})
+	intervalSyncHook = func() { close(inSync); <-release }
+	defer func() { intervalSyncHook = nil }()
+	synced := make(chan struct{})
+	go func() { defer close(synced); l.syncInterval() }()
+	<-inSync
+	recorded := make(chan error, 1)
+	go func() { recorded <- l.Record(ctx, Event{Action: "exec", Target: "false", Decision: "allow"}) }()
+	select {
+	case err := <-recorded:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // a deadlock, not a slow disk
+		t.Fatal("Record waited for the interval's fsync")
+	}
+	close(release)
+	<-synced
+	intervalSyncHook = nil
+	l.mu.Lock()
+	dirty := l.dirty
+	l.mu.Unlock()
+	if !dirty {
+		t.Fatal("an append made during the interval's fsync is not marked unsynced")
+	}
+
+	// A failed interval fsync (a pipe's: EINVAL) is Close's error.
+	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	l.mu.Lock()
+	logFile := l.f
+	l.f = w
+	l.mu.Unlock()
+	l.syncInterval()
+	l.mu.Lock()
+	l.f = logFile
+	l.mu.Unlock()
+	if err := l.Close(); err == nil {
+		t.Fatal("Close after a failed interval fsync reported no error")
+	}
+	rep, err := Verify(ctx, path)
+	if err != nil || rep.LastSeq != 3 {
+		t.Fatalf("Verify: %+v, %v; want 3 intact events", rep, err)
+	}
+}
