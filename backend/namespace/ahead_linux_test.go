@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -312,5 +313,62 @@ func TestBirthLeavesTheBackendOutOfTheRunsMemoryCgroup(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestRefillWaitsForBackgroundAfter: the init an Exec leaves for the next
+// one is not started before the channel of backend.WithBackgroundAfter is
+// closed (a daemon's reply to the client), then it is; a backend closed
+// while a refill waits does not wait for the channel.
+func TestRefillWaitsForBackgroundAfter(t *testing.T) {
+	b := newBackend(t)
+	b.waitWarm() // the probe's refill
+	after := make(chan struct{})
+	var early atomic.Bool
+	var starts atomic.Int32
+	b.o.phaseHook = func(name string, _ int64) {
+		if name != "clone-exec" {
+			return
+		}
+		starts.Add(1)
+		select {
+		case <-after:
+		default:
+			early.Store(true)
+		}
+	}
+	ctx := backend.WithBackgroundAfter(context.Background(), after)
+	req := &backend.Request{Workspace: t.TempDir(), Args: []string{"true"}, Limits: policy.ResourceLimits{Timeout: 30 * time.Second}}
+	res, err := b.Exec(ctx, req)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Exec: %v, %+v", err, res)
+	}
+	// Room for a refill that does not wait to start, so that it shows.
+	time.Sleep(200 * time.Millisecond)
+	close(after)
+	b.waitWarm()
+	if early.Load() {
+		t.Fatal("the next init was started before the channel was closed")
+	}
+	if n, idle := starts.Load(), idleInits(b); n != 1 || idle != 1 {
+		t.Fatalf("%d inits started and %d idle after the channel closed, want 1 and 1", n, idle)
+	}
+
+	// Close with a refill waiting on a channel never closed.
+	c := newBackend(t)
+	c.waitWarm()
+	ctx = backend.WithBackgroundAfter(context.Background(), make(chan struct{}))
+	if res, err := c.Exec(ctx, &backend.Request{Workspace: t.TempDir(), Args: []string{"true"}, Limits: req.Limits}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("Exec: %v, %+v", err, res)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // a Close that waits for the channel, not a slow one
+		t.Fatal("Close waits for the refill's channel")
 	}
 }

@@ -40,8 +40,11 @@ var initCalled atomic.Bool
 type Backend struct {
 	o options
 
-	mu      sync.Mutex
-	closed  bool
+	mu     sync.Mutex
+	closed bool
+	// quit is closed by Close: a refill waiting for its command's
+	// client (backend.BackgroundAfter) gives up.
+	quit    chan struct{}
 	running map[*initProc]func(backend.TerminationReason)
 	// Inits started ahead, by "has its own net namespace", oldest
 	// first; see pool.
@@ -100,7 +103,7 @@ func New(opts ...Option) (*Backend, error) {
 	}
 	b := &Backend{o: o, running: map[*initProc]func(backend.TerminationReason){},
 		warm: map[bool][]*initProc{}, filling: map[bool]bool{}, ahead: map[bool]chan struct{}{},
-		inflight: map[bool]int{}, peak: map[bool]int{}}
+		inflight: map[bool]int{}, peak: map[bool]int{}, quit: make(chan struct{})}
 	if o.keeperIdle > 0 {
 		// The first Exec most likely adopts an init from the keeper, whose
 		// static config carries the /etc masks: the walk would be for
@@ -450,6 +453,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	close(b.quit)
 	for _, kill := range b.running {
 		kill(backend.Cancelled)
 	}

@@ -61,7 +61,8 @@ func (b *Backend) execWith(ctx context.Context, req *backend.Request, onStart fu
 		return nil, fmt.Errorf("%w: namespace: state dir %q holds a character overlayfs options cannot carry (, : or \\); choose another with WithStateDir", backend.ErrUnavailable, b.o.stateDir)
 	}
 
-	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults(), onStart: onStart, fresh: fresh}
+	x := &nsExec{b: b, req: req, cfg: cfg, lim: req.Limits.WithDefaults().WithIsolationDefaults(), onStart: onStart, fresh: fresh,
+		after: backend.BackgroundAfter(ctx)}
 	defer x.release()
 	if err := x.acquire(); err != nil {
 		return nil, err
@@ -106,8 +107,11 @@ type nsExec struct {
 	reason atomic.Value // backend.TerminationReason, set by whoever kills first
 	cg     *runCgroup
 
-	counted bool      // takeWarm counted this Exec as running
-	refill  bool      // an init was had: start the next one ahead
+	counted bool // takeWarm counted this Exec as running
+	refill  bool // an init was had: start the next one ahead
+	// after, when set, holds the refill back until it is closed (see
+	// backend.WithBackgroundAfter).
+	after   <-chan struct{}
 	tracked *initProc // what track registered, for untrack
 	sent    bool      // the init has its config: its run is released by release
 	// reapLater: the init reported its namespace empty, so Exec returns
@@ -501,7 +505,7 @@ func (x *nsExec) release() {
 		b.untrack(x.tracked)
 	}
 	if x.refill {
-		b.refill(x.cfg.NewNet, x.lim)
+		b.refill(x.cfg.NewNet, x.lim, x.after)
 	}
 	if x.counted {
 		b.done(x.cfg.NewNet)

@@ -321,7 +321,11 @@ func (b *Backend) poolTarget(newNet bool) int {
 // for an RCU grace period (see runCgroup.add), milliseconds that then
 // overlap the init's start instead of the next Exec's critical path. An
 // Exec with other limits ends such an init and starts its own (acquire).
-func (b *Backend) refill(newNet bool, lim policy.ResourceLimits) {
+// A non-nil after holds the first start back until it is closed, or the
+// backend is (backend.WithBackgroundAfter); meanwhile the mode counts as
+// filling, so a second refill starts nothing, and an Exec that comes
+// first starts its own init (it would not wait for this one either).
+func (b *Backend) refill(newNet bool, lim policy.ResourceLimits, after <-chan struct{}) {
 	if b.o.noPrestart {
 		return
 	}
@@ -335,6 +339,12 @@ func (b *Backend) refill(newNet bool, lim policy.ResourceLimits) {
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
+		if after != nil {
+			select {
+			case <-after:
+			case <-b.quit:
+			}
+		}
 		for {
 			p, err := b.startAttached(newNet, lim)
 			b.mu.Lock()

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pulse-agent/pulse/backend"
 	"github.com/pulse-agent/pulse/internal/daemon"
 )
 
@@ -160,6 +161,14 @@ func serveCommand(hold *sandboxHold) daemon.Handler {
 		if len(req.Args) == 0 || !slices.Contains(daemon.Commands, req.Args[0]) {
 			fmt.Fprintf(stdio[2], "pulse: the daemon does not run %q\n", req.Args[0])
 			return exitUsage
+		}
+		if req.Args[0] == "exec" {
+			// The box the next command takes is started once this one's
+			// client has its exit (backend.WithBackgroundAfter), not
+			// beside the command's end and the client's exit. Not for
+			// an MCP session or a review page: the request is the whole
+			// session, and its commands want the next box at once.
+			ctx = backend.WithBackgroundAfter(ctx, daemon.Replied(ctx))
 		}
 		return run(ctx, env, req.Args)
 	}

@@ -324,11 +324,63 @@ func TestSocketAppearsOnlyWhenListening(t *testing.T) {
 		if err != nil {
 			t.Errorf("round %d: the socket is there and refuses: %v", i, err)
 		} else {
-			c.Close()
+			c.close()
 		}
 		srv.Stop()
 		if err := <-done; err != nil {
 			t.Fatalf("Serve: %v", err)
 		}
+	}
+}
+
+// Replied, in the Handler's ctx, is open while the command runs and is
+// closed once the client has its exit code: the work a command leaves
+// for later waits for it.
+func TestRepliedClosesAfterTheExit(t *testing.T) {
+	got := make(chan (<-chan struct{}), 1)
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		r := Replied(ctx)
+		got <- r
+		if r == nil {
+			return 1
+		}
+		select {
+		case <-r:
+			return 2 // closed before the exit was sent
+		default:
+		}
+		return 0
+	})
+	stdio, _, _, _ := pipes(t)
+	code, err := Run(dir, name, request(t), stdio, nil)
+	if err != nil || code != 0 {
+		t.Fatalf("Run = %d, %v; want 0 (1: no Replied channel; 2: closed while the command ran)", code, err)
+	}
+	select {
+	case <-<-got:
+	case <-time.After(time.Minute): // a daemon that never closes it, not a slow one
+		t.Fatal("Replied not closed after the client had its exit")
+	}
+	if Replied(context.Background()) != nil {
+		t.Fatal("Replied of a ctx not a Handler's is not nil")
+	}
+}
+
+// A second signal returns at once, with the first one's code, though the
+// command has not ended (its client then exits, which cancels it).
+func TestRunReturnsOnASecondSignal(t *testing.T) {
+	release := make(chan struct{})
+	dir, name, _ := serveInProcess(t, func(ctx context.Context, req *Request, stdio [3]*os.File) int {
+		<-release
+		return 0
+	})
+	defer close(release)
+	stdio, _, _, _ := pipes(t)
+	sigs := make(chan os.Signal, 2)
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGINT
+	code, err := Run(dir, name, request(t), stdio, sigs)
+	if err != nil || code != 143 {
+		t.Fatalf("Run = %d, %v; want 143", code, err)
 	}
 }

@@ -281,7 +281,9 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	rctx, cancel := context.WithCancelCause(ctx)
+	replied := make(chan struct{})
+	defer close(replied)
+	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, repliedKey{}, (<-chan struct{})(replied)))
 	defer cancel(nil)
 	go func() {
 		// The client's messages: signals, until it closes (it exits,
@@ -307,6 +309,18 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	closeAll(files)
 	files = nil
 	s.reply(c, Reply{Exit: &code})
+}
+
+type repliedKey struct{}
+
+// Replied returns, for the ctx a Handler is given, a channel closed once
+// the client has been sent the command's exit code (or could not be):
+// work a command leaves for later (starting what the next one takes)
+// can wait for it instead of competing with the client's exit. Nil for
+// any other ctx.
+func Replied(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(repliedKey{}).(<-chan struct{})
+	return ch
 }
 
 // foreign says why req is not this daemon's to serve ("" when it is).
