@@ -30,7 +30,11 @@
 #     BenchmarkCLIFullDaemon rows
 # N sets the runs of each pair (default 21; the bulk ones run N/3).
 # ROWS=daemon runs only the daemon rows and the in-process rows of the
-# same commands; ROWS=stdout only the daemon's 256 MiB stdout row.
+# same commands; ROWS=stdout only the daemon's 256 MiB stdout row;
+# ROWS=true only the two daemon `true` rows (namespace and host).
+# BASE=REV (a git revision) adds, in the `true` rows, pulse built from
+# REV the same way, run in the same loop: before and after, each against
+# the same reference runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-21}
@@ -50,6 +54,13 @@ CGO_ENABLED=${CGO:-0} go build -o "$tmp/" ./cmd/pulse ./cmd/pulse-runtime ./cmd/
 # ./cmd/pulse` installs it; the daemon rows run pulse as installed ($inst).
 mv "$tmp/pulse" "$tmp/pulse-full"
 CGO_ENABLED=${CGO:-0} go build -o "$tmp/pulse" ./internal/daemon/front
+if [ -n "${BASE:-}" ]; then
+	mkdir "$tmp/basesrc" "$tmp/base"
+	git archive "$BASE" | tar -x -C "$tmp/basesrc"
+	(cd "$tmp/basesrc" && CGO_ENABLED=${CGO:-0} go build -o "$tmp/base/" ./cmd/pulse ./cmd/pulse-runtime &&
+		mv "$tmp/base/pulse" "$tmp/base/pulse-full" &&
+		CGO_ENABLED=${CGO:-0} go build -o "$tmp/base/pulse" ./internal/daemon/front)
+fi
 pulse=$tmp/pulse-full
 inst=$tmp/pulse
 mkdir "$tmp/ws"
@@ -107,15 +118,39 @@ hostx="$pulse exec --backend host --unsafe-host=network,secrets --workspace $tmp
 # the one of this directory and environment: the first command starts
 # it, and warm_daemon waits until it answers before the timed runs.
 dmn="PULSE_KEEP_WARM=5m"
-trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; PULSE_KEEP_WARM=5m "$pulse" daemon stop; wait 2>/dev/null; rm -rf "$tmp"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
+trap '[ -z "$srv" ] || kill "$srv" 2>/dev/null; PULSE_KEEP_WARM=5m "$pulse" daemon stop; [ ! -x "$tmp/base/pulse-full" ] || PULSE_KEEP_WARM=5m "$tmp/base/pulse-full" daemon stop; wait 2>/dev/null; rm -rf "$tmp"; echo "load average at end: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
+# warm_daemon CMD [FULL]: FULL (default $pulse) is the full binary whose
+# daemon CMD starts.
 warm_daemon() {
 	eval "$dmn $1" >/dev/null 2>&1 || true
 	for _ in $(seq 100); do
-		PULSE_KEEP_WARM=5m "$pulse" daemon status | grep -q '^daemon pid' && return
+		PULSE_KEEP_WARM=5m "${2:-$pulse}" daemon status | grep -q '^daemon pid' && return
 		sleep 0.1
 	done
 	echo "bench: the daemon did not start" >&2
 	exit 1
+}
+# triple NAME UNIT RUNS BEFORE AFTER REFERENCE: pair with two builds of
+# pulse in the loop (BASE's and this tree's, which of the two goes first
+# alternating), each against the same reference runs.
+triple() {
+	local name=$1 unit=$2 runs=$3 old=$4 new=$5 ref=$6 a=() b=() c=() i
+	eval "$old" >/dev/null 2>&1 || true
+	eval "$new" >/dev/null 2>&1 || true
+	for i in $(seq "$runs"); do
+		if [ $((i % 2)) = 0 ]; then
+			a+=("$(us "$old")")
+			b+=("$(us "$new")")
+		else
+			b+=("$(us "$new")")
+			a+=("$(us "$old")")
+		fi
+		c+=("$(us "$ref")")
+	done
+	local p q r
+	p=$(median "${a[@]}") q=$(median "${b[@]}") r=$(median "${c[@]}")
+	awk -v n="$name" -v u="$unit" -v k="$runs" -v p="$p" -v q="$q" -v r="$r" \
+		'BEGIN {printf "%s\t%d\tbefore %.2f ms/pulse\tafter %.2f ms/pulse\t%.2f ms/ref\tbefore %.2f %s\tafter %.2f %s\tafter/before %.2f\n", n, k, p/1e3, q/1e3, r/1e3, p/r, u, q/r, u, q/p}'
 }
 printf 'version: 1\nlimits:\n  output_bytes: 512MiB\n' >"$tmp/bulk.yaml"
 big="head -c 268435456 /dev/zero"
@@ -167,6 +202,33 @@ daemon_rows() {
 	fi
 }
 files='for i in $(seq 1000); do echo "file $i" >f$i.txt; done'
+# The two daemon `true` rows; with BASE, before and after.
+true_rows() {
+	local bns bhostx
+	if [ -n "${BASE:-}" ]; then
+		bns=${dns/$inst/$tmp/base/pulse} bhostx=${dhostx/$inst/$tmp/base/pulse}
+	fi
+	if [ "$have_bwrap" = 1 ]; then
+		warm_daemon "$ns -- true"
+		if [ -n "${BASE:-}" ]; then
+			warm_daemon "${ns/$pulse/$tmp/base/pulse-full} -- true" "$tmp/base/pulse-full"
+			triple BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" "$dmn $bns -- true" "$dmn $dns -- true" "bwrap --unshare-all --ro-bind / / true"
+		else
+			pair BenchmarkCLIDaemonNamespaceTrue x-vs-bwrap "$N" : "$dmn $dns -- true" "bwrap --unshare-all --ro-bind / / true"
+		fi
+	fi
+	warm_daemon "$hostx -- true"
+	if [ -n "${BASE:-}" ]; then
+		warm_daemon "${hostx/$pulse/$tmp/base/pulse-full} -- true" "$tmp/base/pulse-full"
+		triple BenchmarkCLIDaemonHostTrue x-vs-bash "$N" "$dmn $bhostx -- true" "$dmn $dhostx -- true" "bash -c true"
+	else
+		pair BenchmarkCLIDaemonHostTrue x-vs-bash "$N" : "$dmn $dhostx -- true" "bash -c true"
+	fi
+}
+if [ "${ROWS:-all}" = true ]; then
+	true_rows
+	exit 0
+fi
 if [ "${ROWS:-all}" = daemon ]; then
 	daemon_rows
 	exit 0
