@@ -24,6 +24,9 @@ import (
 	"sync"
 
 	"github.com/pulse-agent/pulse/internal/bridge"
+	tree "github.com/pulse-agent/pulse/internal/capture"
+	"github.com/pulse-agent/pulse/internal/dirent"
+	"github.com/pulse-agent/pulse/internal/fsmode"
 	"github.com/pulse-agent/pulse/internal/pty"
 	"github.com/pulse-agent/pulse/internal/srchash"
 )
@@ -37,18 +40,32 @@ const Name = "pulse-runtime"
 //go:embed *.go
 var sources embed.FS
 
+// hashed is every package of this module the runtime links, by its
+// import path below the module's.
+var hashed = []struct {
+	name string
+	src  embed.FS
+}{
+	{"internal/boxrt", sources},
+	{"internal/pty", pty.Source},
+	{"internal/bridge", bridge.Source},
+	{"internal/capture", tree.Source},
+	{"internal/dirent", dirent.Source},
+	{"internal/fsmode", fsmode.Source},
+}
+
 // Identity names the runtime's code as built into this binary: the Go
-// version and a SHA-256 of this package's source files and those of the
-// packages it runs (the terminal relay and the egress bridge). The backend
-// injects a runtime program only when the program reports the identity
-// of the code the backend was built with (`pulse-runtime identity`), so
-// that a program left from another build beside a new binary never
-// writes a report the backend would read by other rules.
+// version and a SHA-256 of the source files of every package of this
+// module it links (hashed; a test holds the list to what go list says).
+// The backend injects a runtime program only when the program reports
+// the identity of the code the backend was built with (`pulse-runtime
+// identity`), so that a program left from another build beside a new
+// binary never writes a report the backend would read by other rules.
 var Identity = sync.OnceValue(func() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "go %s\n", runtime.Version())
-	srchash.Write(h, "boxrt", sources)
-	srchash.Write(h, "pty", pty.Source)
-	srchash.Write(h, "bridge", bridge.Source)
+	for _, p := range hashed {
+		srchash.Write(h, p.name, p.src)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 })

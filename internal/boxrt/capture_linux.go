@@ -56,7 +56,7 @@ func capture(r, q, o, before string) error {
 	var nodes []node
 	var nls []node
 	err = walk(r, walkOpts{skipPulse: true, newline: func(n node) error {
-		if n.st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if n.isDir() {
 			ents, err := os.ReadDir(r + "/" + n.name[2:])
 			if err != nil {
 				return err
@@ -68,7 +68,7 @@ func capture(r, q, o, before string) error {
 		nls = append(nls, n)
 		return nil
 	}}, func(n node) error {
-		if n.st.Mode&unix.S_IFMT == unix.S_IFREG && n.st.Nlink > 1 {
+		if n.mode&unix.S_IFMT == unix.S_IFREG && n.nlink > 1 {
 			return errLinks
 		}
 		nodes = append(nodes, n)
@@ -105,7 +105,7 @@ func capture(r, q, o, before string) error {
 		if touched {
 			break
 		}
-		touched = ctimeNs(&nodes[i].st) >= m0
+		touched = nodes[i].ctime >= m0
 	}
 	if !touched {
 		return nil
@@ -128,10 +128,10 @@ func capture(r, q, o, before string) error {
 	for i := range nodes {
 		n := &nodes[i]
 		old, had := bm.lines[n.name]
-		if had && !all && ctimeNs(&n.st) < m0 {
+		if had && !all && n.ctime < m0 {
 			continue
 		}
-		s, err := sigOf(r+"/"+n.name[2:], &n.st)
+		s, err := sigOf(r+"/"+n.name[2:], n.mode)
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func capture(r, q, o, before string) error {
 			changed = append(changed, n.name)
 			newLines = append(newLines, s+" "+n.name)
 		}
-		if had && sigMode(old)&unix.S_IFMT != n.st.Mode&unix.S_IFMT {
+		if had && sigMode(old)&unix.S_IFMT != n.mode&unix.S_IFMT {
 			removed = append(removed, n.name)
 		}
 	}
@@ -172,10 +172,10 @@ func writeNewline(p string, m0, m1 int64, nls []node) error {
 	fmt.Fprintf(w, "%d|%020d\n%d|%020d\n\x00", m0/1e9, m0, m1/1e9, m1)
 	for _, n := range nls {
 		typ := "file"
-		if n.st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if n.isDir() {
 			typ = "directory"
 		}
-		fmt.Fprintf(w, "%020d|%s|%s\n\x00", ctimeNs(&n.st), typ, n.name)
+		fmt.Fprintf(w, "%020d|%s|%s\n\x00", n.ctime, typ, n.name)
 	}
 	err = w.Flush()
 	if cerr := f.Close(); err == nil {

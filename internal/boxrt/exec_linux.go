@@ -656,7 +656,7 @@ func (s *execStep) baseman(dir string) error {
 func (s *execStep) breakLinks() error {
 	var linked []string
 	err := walk(s.r, walkOpts{skipPulse: true}, func(n node) error {
-		if n.st.Mode&unix.S_IFMT == unix.S_IFREG && n.st.Nlink > 1 {
+		if n.mode&unix.S_IFMT == unix.S_IFREG && n.nlink > 1 {
 			linked = append(linked, n.name)
 		}
 		return nil

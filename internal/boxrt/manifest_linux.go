@@ -7,13 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	// Named tree here: capture is this package's capture of a command.
+	tree "github.com/pulse-agent/pulse/internal/capture"
 )
 
 // A manifest line is "<mode> <value> <name>": the raw st_mode in hex,
@@ -133,11 +138,11 @@ func (m *manifest) write(p string) error {
 	return err
 }
 
-// sigOf is the "<mode> <value>" of the entry at full path p, lstat'ed
-// as st.
-func sigOf(p string, st *unix.Stat_t) (string, error) {
+// sigOf is the "<mode> <value>" of the entry at full path p, whose
+// lstat said mode.
+func sigOf(p string, mode uint32) (string, error) {
 	val := "-"
-	switch st.Mode & unix.S_IFMT {
+	switch mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 		if err != nil {
@@ -157,73 +162,66 @@ func sigOf(p string, st *unix.Stat_t) (string, error) {
 		}
 		val = hex.EncodeToString([]byte(t))
 	}
-	return strconv.FormatUint(uint64(st.Mode), 16) + " " + val, nil
+	return strconv.FormatUint(uint64(mode), 16) + " " + val, nil
 }
 
 // node is an entry found by walk.
 type node struct {
-	name string // "./" and the path below the top
-	st   unix.Stat_t
+	name  string // "./" and the path below the top
+	mode  uint32 // st_mode
+	nlink uint64
+	ctime int64 // nanoseconds
 }
+
+func (n *node) isDir() bool { return n.mode&unix.S_IFMT == unix.S_IFDIR }
 
 // walkOpts says what walk leaves out besides names holding a newline.
 type walkOpts struct {
-	skipPulse bool // .pulse/ at the top (the backend's own, never listed)
+	// skipPulse leaves out .pulse at the top, exactly that name (the
+	// backend's own, never listed); any other spelling a command made is
+	// walked, so that the repair of a kept copy sees it.
+	skipPulse bool
 	// newline is called for each entry whose own name holds a newline
 	// (nothing beneath it is walked); nil: such entries are skipped.
 	newline func(n node) error
 }
 
 // walk calls fn for every entry below top, a directory before what is
-// in it.
+// in it, each directory's entries in byte order of their names: every
+// manifest of equal trees lists them alike. An entry gone by the time it
+// is stat'ed is left out; any other error fails the walk.
 func walk(top string, o walkOpts, fn func(n node) error) error {
-	var rec func(dir, rel string) error
-	rec = func(dir, rel string) error {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return err
+	co := tree.Options{Vanished: true, Sorted: true, KeepReserved: true}
+	if o.skipPulse {
+		co.Filter = func(rel string) tree.Verdict {
+			if rel == ".pulse" {
+				return tree.Skip
+			}
+			return tree.Visit
 		}
-		for _, e := range ents {
-			name := e.Name()
-			if rel == "." && o.skipPulse && name == ".pulse" {
-				continue
-			}
-			full := dir + "/" + name
-			var n node
-			n.name = rel + "/" + name
-			if err := unix.Lstat(full, &n.st); err != nil {
-				if errors.Is(err, unix.ENOENT) {
-					continue
-				}
-				return fmt.Errorf("%s: %w", full, err)
-			}
-			if strings.IndexByte(name, '\n') >= 0 {
-				if o.newline != nil {
-					if err := o.newline(n); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if err := fn(n); err != nil {
-				return err
-			}
-			if n.st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				if err := rec(full, n.name); err != nil {
+	}
+	return tree.Walk(filepath.Clean(top), co, func(e *tree.Entry) error {
+		n := node{name: "./" + e.Rel, mode: e.Mode, nlink: e.Nlink, ctime: e.Ctime}
+		if strings.IndexByte(path.Base(e.Rel), '\n') >= 0 {
+			if o.newline != nil {
+				if err := o.newline(n); err != nil {
 					return err
 				}
 			}
+			if n.isDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
-		return nil
-	}
-	return rec(filepath.Clean(top), ".")
+		return fn(n)
+	})
 }
 
 // treeManifest is the manifest of every entry below top.
 func treeManifest(top string, skipPulse bool) (*manifest, error) {
 	m := &manifest{lines: map[string]string{}}
 	err := walk(top, walkOpts{skipPulse: skipPulse}, func(n node) error {
-		s, err := sigOf(top+"/"+n.name[2:], &n.st)
+		s, err := sigOf(top+"/"+n.name[2:], n.mode)
 		if err != nil {
 			return err
 		}

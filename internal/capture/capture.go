@@ -12,12 +12,18 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pulse-agent/pulse/internal/fsmode"
-	"github.com/pulse-agent/pulse/pathguard"
 )
+
+// reserved is pathguard.ReservedDir (a test holds them equal), spelled
+// here so that the in-box runtime, which walks with this package, links
+// no more than it runs.
+const reserved = ".pulse"
 
 // Entry is one entry Walk visits, with what an lstat of it says. The
 // same *Entry is reused for every entry: it is valid only during the
@@ -29,6 +35,7 @@ type Entry struct {
 	Mtime int64 // nanoseconds since the epoch
 	Ctime int64 // nanoseconds since the epoch
 	Ino   uint64
+	Nlink uint64
 
 	dir  int    // the open directory that holds it
 	name string // its name in dir
@@ -120,18 +127,33 @@ type Options struct {
 	// fails, because a tree read in part would tell the caller that the
 	// rest is gone.
 	Lenient bool
+	// Vanished, in a strict walk, leaves out an entry that is gone by
+	// the time it is stat'ed (ENOENT after its directory was read), and
+	// fails on any other error: for a tree nothing writes any more but
+	// the walker's own clean-up (a box's copy after its command).
+	Vanished bool
+	// Sorted gives each directory's entries in byte order of their
+	// names, not in directory order: for a listing two walks of equal
+	// trees must write alike.
+	Sorted bool
+	// KeepReserved visits the reserved directory at the top too (with
+	// Filter's verdict), for a walker that leaves out only exactly the
+	// name it owns and must see every other spelling.
+	KeepReserved bool
 }
 
 // Walk calls fn for every entry beneath root, but for the reserved
-// directory (pathguard.IsReserved at the top) and what Filter skips. It
+// directory at the top (unless KeepReserved) and what Filter skips. It
 // reads each directory with getdents and stats its entries relative to
 // the directory's descriptor, without a FileInfo, a DirEntry or a path
-// lookup per entry. Entries come in directory order, a directory before
-// what it holds. A root that is not a directory (a symlink to one
-// included) is an error, and every directory is opened with O_NOFOLLOW
-// relative to its parent, so a directory swapped for a symlink during
-// the walk is never followed. The walk holds one descriptor per level of
-// depth. What fn returns ends the walk and is returned as it is.
+// lookup per entry. Entries come in directory order (or sorted, with
+// Options.Sorted), a directory before what it holds. A root that is not
+// a directory (a symlink to one included) is an error, and every
+// directory is opened with O_NOFOLLOW relative to its parent, so a
+// directory swapped for a symlink during the walk is never followed. The
+// walk holds one descriptor per level of depth. What fn returns ends the
+// walk and is returned as it is, but fs.SkipDir (for a directory: what
+// it holds is left out, and the walk goes on).
 func Walk(root string, o Options, fn func(*Entry) error) error {
 	fd, err := openDir(unix.AT_FDCWD, root)
 	if err != nil {
@@ -164,11 +186,16 @@ func (w *walker) dir(fd int, abs, prefix string) error {
 		return &fs.PathError{Op: "readdirent", Path: abs, Err: err}
 	}
 	end := len(w.names)
+	if w.o.Sorted {
+		slices.Sort(w.names[start:end])
+	}
 	defer func() { w.names = w.names[:start] }()
 	for i := start; i < end; i++ {
 		rel := w.names[i]
 		name := rel[len(prefix):]
-		if prefix == "" && pathguard.IsReserved(name) {
+		// pathguard.IsReserved of a top-level name: any case, so that
+		// a case-insensitive file system cannot alias it.
+		if prefix == "" && !w.o.KeepReserved && strings.EqualFold(name, reserved) {
 			continue
 		}
 		v := Visit
@@ -180,7 +207,7 @@ func (w *walker) dir(fd int, abs, prefix string) error {
 		}
 		var st unix.Stat_t
 		if err := lstatAt(fd, name, &st); err != nil {
-			if w.o.Lenient {
+			if w.o.Lenient || w.o.Vanished && err == unix.ENOENT {
 				continue
 			}
 			return &fs.PathError{Op: "lstat", Path: abs + "/" + name, Err: err}
@@ -191,8 +218,10 @@ func (w *walker) dir(fd int, abs, prefix string) error {
 		}
 		if v == Visit {
 			w.e = Entry{Rel: rel, Mode: uint32(st.Mode), Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
-				Ino: uint64(st.Ino), dir: fd, name: name, abs: abs}
-			if err := w.fn(&w.e); err != nil {
+				Ino: uint64(st.Ino), Nlink: uint64(st.Nlink), dir: fd, name: name, abs: abs}
+			if err := w.fn(&w.e); errors.Is(err, fs.SkipDir) {
+				continue
+			} else if err != nil {
 				return err
 			}
 		}

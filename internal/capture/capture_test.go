@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pulse-agent/pulse/pathguard"
 )
 
 func tree(t *testing.T) string {
@@ -100,9 +103,11 @@ func TestWalkRefusesASymlinkedRoot(t *testing.T) {
 }
 
 // An entry that goes away between the directory's read and its lstat
-// fails a strict walk and is left out of a lenient one.
+// fails a strict walk and is left out of a lenient one, and of one that
+// leaves out what vanished.
 func TestWalkLenientLeavesOutWhatVanished(t *testing.T) {
-	for _, lenient := range []bool{false, true} {
+	for _, o := range []Options{{}, {Lenient: true}, {Vanished: true}} {
+		lenient := o.Lenient || o.Vanished
 		root := tree(t)
 		for _, f := range []string{"v/1", "v/2"} {
 			if err := os.MkdirAll(filepath.Join(root, "v"), 0o755); err != nil {
@@ -114,7 +119,7 @@ func TestWalkLenientLeavesOutWhatVanished(t *testing.T) {
 		}
 		var got []string
 		gone := ""
-		err := Walk(root, Options{Lenient: lenient}, func(e *Entry) error {
+		err := Walk(root, o, func(e *Entry) error {
 			got = append(got, e.Rel)
 			if (e.Rel == "v/1" || e.Rel == "v/2") && gone == "" {
 				// Both names in v were read (getdents) before either
@@ -175,5 +180,76 @@ func TestEntryOpenRefusesAReplacedFile(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Vanished leaves out only what is gone: a directory that became a file
+// between its lstat and its open fails the walk.
+func TestWalkVanishedFailsOnOtherErrors(t *testing.T) {
+	root := tree(t)
+	err := Walk(root, Options{Vanished: true}, func(e *Entry) error {
+		if e.Rel == "within" {
+			if err := os.RemoveAll(e.Path()); err != nil {
+				return err
+			}
+			return os.WriteFile(e.Path(), nil, 0o644)
+		}
+		return nil
+	})
+	if !errors.Is(err, unix.ENOTDIR) {
+		t.Errorf("Walk: %v, want ENOTDIR", err)
+	}
+}
+
+// Sorted gives each directory's names in byte order, a directory before
+// what it holds; KeepReserved visits .pulse (here left to Filter, which
+// skips only one spelling); fs.SkipDir leaves a directory's entries out and
+// goes on; Nlink counts the links.
+func TestWalkSortedKeepReservedSkipDir(t *testing.T) {
+	root := tree(t)
+	for _, n := range []string{"Z", "b", "a0", ".Pulse"} {
+		if err := os.WriteFile(filepath.Join(root, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(root, "top"), filepath.Join(root, "top2")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	links := map[string]uint64{}
+	err := Walk(root, Options{Sorted: true, KeepReserved: true, Filter: func(rel string) Verdict {
+		if rel == ".pulse/cow" {
+			return Skip
+		}
+		return Visit
+	}}, func(e *Entry) error {
+		got = append(got, e.Rel)
+		links[e.Rel] = e.Nlink
+		if e.Rel == "a/b" {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".Pulse", ".pulse", "Z", "a", "a/b", "a/f", "a/fifo", "a0", "b", "link", "skip", "skip/in", "skip/in/s",
+		"top", "top2", "within", "within/sub", "within/sub/x", "within/w"}
+	if !slices.Equal(got, want) {
+		t.Errorf("visited %q\nwant    %q", got, want)
+	}
+	if links["top"] != 2 || links["top2"] != 2 || links["a/f"] != 1 {
+		t.Errorf("links %v", links)
+	}
+}
+
+func TestReservedIsPathguards(t *testing.T) {
+	if reserved != pathguard.ReservedDir {
+		t.Errorf("reserved %q, pathguard.ReservedDir %q", reserved, pathguard.ReservedDir)
+	}
+	for _, n := range []string{".pulse", ".PULSE", ".Pulse", "pulse", ".pulse2"} {
+		if strings.EqualFold(n, reserved) != pathguard.IsReserved(n) {
+			t.Errorf("%q: capture and pathguard disagree", n)
+		}
 	}
 }
