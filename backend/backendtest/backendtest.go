@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ type options struct {
 	skip     map[string]string
 	allowEnv map[string]bool
 	loss     *overlayLoss
+	only     map[string]bool // nil: every case
 }
 
 // overlayLoss is how the OverlayLost case makes a backend lose a
@@ -67,6 +69,21 @@ func WithTimeScale(f float64) Option {
 // and say why; the reason is printed with the skip.
 func Skip(name, reason string) Option {
 	return func(o *options) { o.skip[name] = reason }
+}
+
+// Only runs the cases named (as listed in the package documentation)
+// and skips the others: for a second mode of one backend that differs
+// from the first in a few paths only (gVisor's cold sandboxes beside its
+// warm one). A name that is no case fails the run.
+func Only(names ...string) Option {
+	return func(o *options) {
+		if o.only == nil {
+			o.only = map[string]bool{}
+		}
+		for _, n := range names {
+			o.only[n] = true
+		}
+	}
 }
 
 // AllowEnv lets the Env case accept extra variables that the backend's
@@ -132,7 +149,15 @@ func Run(t *testing.T, factory Factory, opts ...Option) {
 	for _, o := range opts {
 		o(&s.opts)
 	}
+	for n := range s.opts.only {
+		if !slices.ContainsFunc(cases, func(c testCase) bool { return c.name == n }) {
+			t.Fatalf("Only(%q): no such case", n)
+		}
+	}
 	for _, c := range cases {
+		if s.opts.only != nil && !s.opts.only[c.name] {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			if reason, ok := s.opts.skip[c.name]; ok {
 				t.Skip("skipped by the backend: " + reason)

@@ -48,11 +48,12 @@ func TestAllowAllReachesTheHostNetwork(t *testing.T) {
 	if out != "" {
 		t.Errorf("deny-all after allow-all reached the host's loopback: %q", out)
 	}
-	// A terminal needs the warm sandbox, which allow-all does not use.
-	_, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "true",
-		Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, TTY: &backend.TTY{Rows: 24, Cols: 80}})
-	if !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("a terminal with allow-all: %v, want ErrUnsupported", err)
+	// A terminal with allow-all: the one runsc makes (TestTTYCold).
+	var tout bytes.Buffer
+	res, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "[ -t 1 ] && echo on-a-terminal",
+		Network: policy.NetworkPolicy{Mode: policy.NetworkAllowAll}, TTY: &backend.TTY{Rows: 24, Cols: 80}, Stdout: &tout})
+	if err != nil || res.ExitCode != 0 || tout.String() != "on-a-terminal\r\n" {
+		t.Errorf("a terminal with allow-all: %v %+v %q", err, res, tout.String())
 	}
 }
 

@@ -282,17 +282,15 @@ var _ backend.TerminalStarter = (*Backend)(nil)
 
 // StartsTerminals implements backend.TerminalStarter: commands of the
 // warm sandbox run on a terminal of their own devpts instance there
-// (internal/boxrt); cold ones cannot (ErrUnsupported).
-func (b *Backend) StartsTerminals() bool {
-	ok, _ := b.Warm()
-	return ok
-}
+// (internal/boxrt), cold ones on the terminal runsc makes for their
+// sandbox (console_linux.go).
+func (b *Backend) StartsTerminals() bool { return true }
 
 // Start runs req as Exec does and returns once its command runs. In the
 // warm sandbox, signals and terminal resizes go to it through the
 // runtime, and DialPort reaches its loopback through it; cold, signals go
-// to the sandbox's init through runsc kill, and terminals and ports are
-// refused (ErrUnsupported).
+// to the sandbox's init through runsc kill, resizes to the terminal
+// runsc made, and ports are refused (ErrUnsupported).
 func (b *Backend) Start(ctx context.Context, req *backend.Request) (backend.Process, error) {
 	if err := b.Probe(ctx); err != nil {
 		if req != nil && req.Stdin != nil {

@@ -40,22 +40,26 @@
 // runs cold, warm sandbox or not: a sandbox of its own with runsc's
 // --network=host, gVisor's netstack serving the command's sockets through
 // host sockets, so it reaches what the host reaches, loopback included,
-// as allow-all on namespace does; a terminal with allow-all is refused.
+// as allow-all on namespace does.
 //
 // Start (backend.Starter) runs a command as Exec does and returns once
 // it is starting. Warm, Signal goes to the command through the runtime;
 // cold, to its main process (the container's init) through `runsc kill`,
 // retried until runsc has made the container.
 //
-// Terminals (Request.TTY, backend.TerminalStarter), warm only: each
+// Terminals (Request.TTY, backend.TerminalStarter). Warm, each
 // command's mount namespace has a devpts instance of its own, in which
 // the runtime opens the command's terminal (so no command can open
 // another's); the command leads a session whose controlling terminal it
 // is, the runtime copies the master to the command's stdout frames and
 // its stdin frames to the master, and Resize reaches it as a resize frame
 // the runtime applies (the command gets SIGWINCH from gVisor's kernel).
-// Cold, a terminal is refused (ErrUnsupported), and StartsTerminals says
-// so.
+// Cold (allow-all among them), runsc makes the terminal on the host for
+// the sandbox (its --console-socket: a socket in a directory of this uid
+// alone, which takes one descriptor and checks that it is a terminal's
+// master); gVisor's kernel serves the command's terminal from the
+// replica, the backend copies the master to Stdout and Stdin to it, and
+// Resize sets the master's size (the command gets SIGWINCH).
 //
 // Ports (DialPort), warm only: the host listens on a socket in the
 // command's view directory (which the command never sees: the views are

@@ -106,12 +106,6 @@ func (b *Backend) run(ctx context.Context, req *backend.Request, bin, platform s
 	if w == nil && req.Network.Mode == policy.NetworkAllowlist {
 		return nil, fmt.Errorf("gvisor: %w: network allowlist without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
 	}
-	if w == nil && req.TTY != nil {
-		if allowAll {
-			return nil, fmt.Errorf("gvisor: %w: a terminal with network allow-all (allow-all commands run in a sandbox of their own)", backend.ErrUnsupported)
-		}
-		return nil, fmt.Errorf("gvisor: %w: terminals without the warm sandbox (%v)", backend.ErrUnsupported, b.coldReason())
-	}
 	began := time.Now()
 	var res *backend.Result
 	var v *view
@@ -216,8 +210,17 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 	if req.Network.Mode == policy.NetworkAllowAll {
 		network = "--network=host"
 	}
-	flags := []string{"--root", root, network, "--platform=" + platform}
-	cmd := exec.Command(bin, append(flags, "run", "--bundle", xdir, id)...)
+	flags := []string{"--root", root, network, "--platform=" + platform, "run"}
+	var cons *console
+	if req.TTY != nil {
+		var err error
+		if cons, err = listenConsole(); err != nil {
+			return nil, fmt.Errorf("gvisor: %w: console socket: %w", backend.ErrUnavailable, err)
+		}
+		defer cons.close()
+		flags = append(flags, "--console-socket", cons.path())
+	}
+	cmd := exec.Command(bin, append(flags, "--bundle", xdir, id)...)
 	// runsc's own process group, so that a last resort can kill it whole;
 	// Pdeathsig so that it does not outlive this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -234,7 +237,7 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 		cmd.Stderr = stderr
 	}
 	var stdinW *os.File
-	if req.Stdin != nil {
+	if req.Stdin != nil && cons == nil {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return nil, fmt.Errorf("gvisor: %w: stdin pipe: %w", backend.ErrUnavailable, err)
@@ -265,8 +268,20 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 		close(exited)
 		done <- err
 	}()
-	if onStart != nil {
-		onStart(&control{bin: bin, root: root, id: id, exited: exited})
+	ctl := &control{bin: bin, root: root, id: id, exited: exited}
+	if cons != nil {
+		// The terminal's output is the command's: runsc prints only its
+		// own errors to stderr.
+		var out io.Writer = stdout
+		if req.Stdout == nil {
+			out = io.Discard
+		}
+		cons.serve(ctx, exited, req.TTY.Rows, req.TTY.Cols, out, req.Stdin)
+		if onStart != nil {
+			onStart(&ttyControl{control: ctl, c: cons})
+		}
+	} else if onStart != nil {
+		onStart(ctl)
 	}
 
 	timer := time.NewTimer(limits.Timeout)
@@ -291,6 +306,13 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 	if stdinW != nil {
 		stdinW.Close()
 		closeReader(req.Stdin)
+	}
+	if cons != nil {
+		// All of the terminal's output, before what was cut is told.
+		cons.close()
+		if req.Stdin != nil {
+			closeReader(req.Stdin)
+		}
 	}
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
 		log.Warn("output pipes still open after the sandbox ended", "wait_delay", waitDelay)
@@ -699,6 +721,7 @@ func writeBundle(xdir, id string, req *backend.Request, dir string, limits polic
 	}
 	p.Rlimits = append(p.Rlimits, rlimit{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20})
 	p.Env, p.Args = commandLine(req)
+	p.Terminal = req.TTY != nil
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -714,6 +737,9 @@ func commandLine(req *backend.Request) (env, args []string) {
 		"LANG": "C.UTF-8",
 		"TERM": "dumb",
 		"USER": "root",
+	}
+	if req.TTY != nil {
+		base["TERM"] = "xterm-256color"
 	}
 	env = backend.Environ(base, req.Env)
 	if req.Shell != "" {

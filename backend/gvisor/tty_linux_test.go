@@ -95,18 +95,53 @@ func TestTTYSignal(t *testing.T) {
 	}
 }
 
-// TestTTYColdRefused: cold, there is no runtime to make the terminal:
-// StartsTerminals says so and a request with one is refused.
-func TestTTYColdRefused(t *testing.T) {
-	b := newBackend(t, WithCold())
-	if b.StartsTerminals() {
-		t.Error("StartsTerminals on a cold backend")
+// TestTTYCold: cold (here an allow-all command of a backend with a warm
+// sandbox, which runs in a sandbox of its own), the command's terminal
+// is the one runsc made: its controlling terminal, of the size asked
+// for, TERM set, input echoed and read, and Resize reaching it as
+// SIGWINCH with the new size (the conformance case StartTTY but for the
+// name: gVisor gives a host terminal none); a bad size is refused before
+// anything starts.
+func TestTTYCold(t *testing.T) {
+	b := newWarm(t)
+	if !b.StartsTerminals() {
+		t.Error("StartsTerminals false")
 	}
-	_, err := b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "tty", TTY: &backend.TTY{Rows: 5, Cols: 5}, Stdout: io.Discard})
-	if !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("cold terminal: %v, want ErrUnsupported", err)
+	allowAll := policy.NetworkPolicy{Mode: policy.NetworkAllowAll}
+	stdinR, stdinW := io.Pipe()
+	out := &syncio.Buffer{}
+	p, err := b.Start(context.Background(), &backend.Request{Workspace: t.TempDir(), Network: allowAll,
+		Shell: `stty size </dev/tty; [ -t 0 ] && [ -t 1 ] && echo "both $TERM"; trap 'stty size; exit 5' WINCH; echo ready; read line; echo "got $line"; while :; do sleep 0.05; done`,
+		Stdin: stdinR, Stdout: out, TTY: &backend.TTY{Rows: 24, Cols: 80}, Limits: policy.ResourceLimits{Timeout: 2 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err = b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Shell: "tty", TTY: &backend.TTY{Rows: 0, Cols: 5}, Stdout: io.Discard})
+	defer p.Kill()
+	waitOutput(t, out, "ready\r\n")
+	if _, err := io.WriteString(stdinW, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "got hello\r\n")
+	if err := p.Resize(30, 100); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 5 {
+		t.Errorf("exit %d, want 5 (the WINCH trap); output %q", res.ExitCode, out.String())
+	}
+	for _, want := range []string{"24 80\r\n", "both xterm-256color\r\n", "hello\r\ngot hello\r\n", "30 100\r\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("terminal output %q lacks %q", out.String(), want)
+		}
+	}
+	if err := p.Resize(10, 10); !errors.Is(err, backend.ErrProcessDone) {
+		t.Errorf("Resize after the end = %v, want ErrProcessDone", err)
+	}
+	_, err = b.Exec(context.Background(), &backend.Request{Workspace: t.TempDir(), Network: allowAll,
+		Shell: "tty", TTY: &backend.TTY{Rows: 0, Cols: 5}, Stdout: io.Discard})
 	if !errors.Is(err, backend.ErrInvalidRequest) {
 		t.Errorf("terminal of no rows: %v, want ErrInvalidRequest", err)
 	}

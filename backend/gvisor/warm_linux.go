@@ -723,13 +723,8 @@ type warmTTYControl struct{ *warmControl }
 // Resize implements backend.Resizer: the runtime sets the terminal's
 // size, and the kernel (gVisor's) sends the command SIGWINCH.
 func (c *warmTTYControl) Resize(rows, cols uint16) error {
-	if rows == 0 || cols == 0 {
-		return fmt.Errorf("gvisor: %w: terminal size %dx%d", backend.ErrInvalidRequest, rows, cols)
-	}
-	select {
-	case <-c.ended:
-		return backend.ErrProcessDone
-	default:
+	if err := resizeCheck(rows, cols, c.ended); err != nil {
+		return err
 	}
 	var p [4]byte
 	binary.BigEndian.PutUint16(p[:2], rows)
