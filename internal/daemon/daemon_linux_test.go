@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-agent/pulse/internal/daemon/client"
 	"github.com/pulse-agent/pulse/internal/testenv"
 )
 
@@ -320,11 +321,11 @@ func TestSocketAppearsOnlyWhenListening(t *testing.T) {
 				t.Fatal("the socket never appeared")
 			}
 		}
-		c, _, err := dial("/proc/self/exe", dir, name)
+		c, _, err := client.Dial("/proc/self/exe", dir, name)
 		if err != nil {
 			t.Errorf("round %d: the socket is there and refuses: %v", i, err)
 		} else {
-			c.close()
+			c.Close()
 		}
 		srv.Stop()
 		if err := <-done; err != nil {

@@ -45,6 +45,13 @@
 // exit, gets ErrLost: the command may have run in part, and is not run
 // again. A client that goes away cancels its request.
 //
+// # The client
+//
+// The client side (where a daemon listens, the peer checks, Run) is the
+// package client beneath this one, which links none of the server's
+// packages: the thin front end imports it alone (client's doc.go says
+// why). This package's Run, Dir, Name and errors are client's.
+//
 // # Lifetime
 //
 // A client that finds no daemon runs its command itself and starts one

@@ -6,14 +6,19 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/pulse-agent/pulse/internal/daemon/client"
 )
 
-// Version is the wire format's version; a daemon refuses any other.
-const Version = 1
-
-// MaxMessage bounds one message on the socket. A request that does not
-// fit (an environment of more than ~190 KiB) is run in-process.
-const MaxMessage = 192 << 10
+// The wire format's constants and the request are client's (the front
+// end links that package alone).
+const (
+	Version    = client.Version
+	MaxMessage = client.MaxMessage
+	OpRun      = client.OpRun
+	OpStatus   = client.OpStatus
+	OpStop     = client.OpStop
+)
 
 // Limits on what a request may hold, checked by DecodeRequest.
 const (
@@ -21,31 +26,11 @@ const (
 	maxEnv  = 4096
 )
 
-// Commands are the pulse commands a client hands to the daemon (pulse
-// and its front end alike); every other command runs in the client.
-var Commands = []string{"exec", "cow", "mcp", "review"}
-
-// The request's operations.
-const (
-	OpRun    = "run"
-	OpStatus = "status"
-	OpStop   = "stop"
-)
+// Commands are the pulse commands a client hands to the daemon.
+var Commands = client.Commands
 
 // Request is what a client asks of a daemon.
-type Request struct {
-	V  int    `json:"v"`
-	Op string `json:"op"`
-	// Args are the command's arguments after the program name
-	// ("exec", "--", "true"); Prog is how the user started pulse, for
-	// the hints it prints.
-	Args []string `json:"args,omitempty"`
-	Prog string   `json:"prog,omitempty"`
-	// Dir is the client's working directory, Env its environment: both
-	// must be the daemon's (see Name).
-	Dir string   `json:"dir"`
-	Env []string `json:"env,omitempty"`
-}
+type Request = client.Request
 
 // Reply is what a daemon answers.
 type Reply struct {

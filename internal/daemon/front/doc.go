@@ -11,7 +11,7 @@
 // bwrap `true`. bench/cli.sh measures both (the BenchmarkCLIDaemon rows
 // run this front end, the BenchmarkCLIFullDaemon rows the full binary).
 //
-// On Linux it hands the commands of daemon.Commands (exec, cow, mcp,
+// On Linux it hands the commands of client.Commands (exec, cow, mcp,
 // review) to the daemon of the full binary, and executes the full binary for everything else, or
 // where no daemon serves (main_linux.go); elsewhere it always executes
 // the full binary. `go run ./cmd/pulse` and `go install ./cmd/pulse` give

@@ -1,4 +1,4 @@
-// The Linux front end: daemon.Commands go to the daemon (doc.go says why).
+// The Linux front end: client.Commands go to the daemon (doc.go says why).
 
 package main
 
@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/pulse-agent/pulse/internal/daemon"
+	"github.com/pulse-agent/pulse/internal/daemon/client"
 )
 
 func main() {
@@ -29,7 +29,7 @@ func main() {
 // false, the full binary runs the command, and starts the daemon where
 // none runs.
 func handOff(full string, args []string) (int, bool) {
-	if len(args) == 0 || !slices.Contains(daemon.Commands, args[0]) {
+	if len(args) == 0 || !slices.Contains(client.Commands, args[0]) {
 		return 0, false
 	}
 	if v := os.Getenv("PULSE_NO_DAEMON"); v != "" && v != "0" {
@@ -53,13 +53,13 @@ func handOff(full string, args []string) (int, bool) {
 	if strings.ContainsRune(os.Args[0], '/') {
 		prog = os.Args[0]
 	}
-	req := &daemon.Request{Args: args, Prog: prog, Dir: wd, Env: environ}
-	code, err := daemon.RunFor(full, daemon.Dir(), daemon.NameFor(full, wd, environ), req,
+	req := &client.Request{Args: args, Prog: prog, Dir: wd, Env: environ}
+	code, err := client.RunFor(full, client.Dir(), client.NameFor(full, wd, environ), req,
 		[3]*os.File{os.Stdin, os.Stdout, os.Stderr}, sigs)
 	if err == nil {
 		return code, true
 	}
-	if errors.Is(err, daemon.ErrLost) {
+	if errors.Is(err, client.ErrLost) {
 		fmt.Fprintf(os.Stderr, "pulse: %v: the command may have run in part and was not run again; "+
 			"what it wrote is staged only if it got that far (pulse cow list shows the pending transactions)\n", err)
 		if code == 0 {
