@@ -61,14 +61,17 @@
 // replica, the backend copies the master to Stdout and Stdin to it, and
 // Resize sets the master's size (the command gets SIGWINCH).
 //
-// Ports (DialPort), warm only: the host listens on a socket in the
+// Ports (DialPort). Warm, the host listens on a socket in the
 // command's view directory (which the command never sees: the views are
 // unmounted from its namespace); for each DialPort it sends a dial frame,
 // and the runtime makes a socket in the command's network namespace
 // (setns from a thread of its own), connects to 127.0.0.1:PORT there and
 // then to that socket (runsc's --host-uds=open), writes the dial's number
-// and whether the port answered, and relays. Cold, DialPort is
-// ErrUnsupported.
+// and whether the port answered, and relays. Cold on the host's network
+// (allow-all), the command's ports are the host's: DialPort connects to
+// 127.0.0.1:PORT on the host, as namespace does for allow-all. Any other
+// cold command's are in a network stack only a runtime could reach:
+// DialPort is ErrUnsupported.
 //
 // Exit statuses. Warm, the runtime reports how the command ended: an
 // exit status is an exit, a signal a signal. Cold, runsc reports a

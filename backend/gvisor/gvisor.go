@@ -59,7 +59,7 @@ func capabilities(platform string, memCgroup, cpuCgroup bool, coldWhy string) ba
 			"ports of background processes reached through the runtime, which connects in the command's network namespace"
 		mem = "the warm sandbox (gVisor's kernel and the commands running in it together)"
 	} else {
-		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs; terminals made by runsc on the host; ports of background processes refused"
+		c.Notes[1] = "cold: a fresh runsc sandbox per command (" + coldWhy + "): own pid, ipc, uts, mount and network stack; no capabilities, no_new_privs; terminals made by runsc on the host; ports of background processes refused, but allow-all's (the host's own)"
 	}
 	// The pids limit is not listed: gVisor's kernel has a pids cgroup of
 	// its own, but after it refuses a fork it lets later ones through

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -268,7 +269,7 @@ func (b *Backend) sandbox(ctx context.Context, req *backend.Request, limits poli
 		close(exited)
 		done <- err
 	}()
-	ctl := &control{bin: bin, root: root, id: id, exited: exited}
+	ctl := &control{bin: bin, root: root, id: id, exited: exited, hostNet: req.Network.Mode == policy.NetworkAllowAll}
 	if cons != nil {
 		// The terminal's output is the command's: runsc prints only its
 		// own errors to stderr.
@@ -369,6 +370,28 @@ func (b *Backend) kill(bin, root, id string, cmd *exec.Cmd, done <-chan error) e
 type control struct {
 	bin, root, id string
 	exited        <-chan struct{}
+	hostNet       bool // the sandbox is on the host's network (allow-all)
+}
+
+// DialPort implements backend.PortDialer for a cold command on the
+// host's network (allow-all): its ports are the host's, reached as the
+// namespace backend reaches an allow-all command's. Any other cold
+// command has a network stack of its own inside gVisor, which only the
+// runtime of a warm sandbox reaches into.
+func (c *control) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("gvisor: %w: port %d", backend.ErrInvalidRequest, port)
+	}
+	select {
+	case <-c.exited:
+		return nil, backend.ErrProcessDone
+	default:
+	}
+	if !c.hostNet {
+		return nil, fmt.Errorf("gvisor: %w: a port of a cold command in a network stack of its own (no runtime in its sandbox to reach it)", backend.ErrUnsupported)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 }
 
 // Signal sends sig to the command's main process (the container's init).
