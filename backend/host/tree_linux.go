@@ -94,6 +94,23 @@ func ownerTag(pid int) string {
 	return strconv.Itoa(pid) + "-" + procStart(pid)
 }
 
+// selfTag is this process's ownerTag, read once: neither its pid nor its
+// start time changes, and reading it from /proc cost every command about
+// ten system calls. A read that failed (no start time) is not kept, so
+// that the next command tries again.
+func selfTag() string {
+	if t := selfTagCache.Load(); t != nil {
+		return *t
+	}
+	t := ownerTag(os.Getpid())
+	if !strings.HasSuffix(t, "-") {
+		selfTagCache.Store(&t)
+	}
+	return t
+}
+
+var selfTagCache atomic.Pointer[string]
+
 // procStart is the start time of pid in clock ticks since boot, "" when it
 // cannot be read.
 func procStart(pid int) string {
@@ -114,7 +131,7 @@ func procStart(pid int) string {
 
 // newTree makes a cgroup for one execution under base.
 func newTree(base string) (*tree, error) {
-	dir := filepath.Join(base, fmt.Sprintf("pulse-host-%s-%d", ownerTag(os.Getpid()), treeSeq.Add(1)))
+	dir := filepath.Join(base, fmt.Sprintf("pulse-host-%s-%d", selfTag(), treeSeq.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
