@@ -94,22 +94,11 @@ func TestCloseReportsAFailedSyncPending(t *testing.T) {
 	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
 		t.Fatal(err)
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	l.mu.Lock()
-	logFile := l.f
-	l.f = w
-	l.mu.Unlock()
-	if err := l.SyncPending(); err == nil {
-		t.Fatal("SyncPending: fsync of a pipe did not fail")
-	}
-	l.mu.Lock()
-	l.f = logFile
-	l.mu.Unlock()
+	withPipeAsLog(t, l, func() {
+		if err := l.SyncPending(); err == nil {
+			t.Fatal("SyncPending: fsync of a pipe did not fail")
+		}
+	})
 	if err := l.Close(); err == nil {
 		t.Fatal("Close after a failed SyncPending reported no error")
 	}
@@ -159,6 +148,20 @@ func TestIntervalSyncLetsAppendsThrough(t *testing.T) {
 	if err := l.Record(ctx, Event{Action: "exec", Target: "true", Decision: "allow"}); err != nil {
 		t.Fatal(err)
 	}
+	withPipeAsLog(t, l, l.syncInterval)
+	if err := l.Close(); err == nil {
+		t.Fatal("Close after a failed interval fsync reported no error")
+	}
+	rep, err := Verify(ctx, path)
+	if err != nil || rep.LastSeq != 3 {
+		t.Fatalf("Verify: %+v, %v; want 3 intact events", rep, err)
+	}
+}
+
+// withPipeAsLog runs fn with a pipe in place of l's log file: fsync of a
+// pipe fails (EINVAL), a real failure of the call.
+func withPipeAsLog(t *testing.T, l *Logger, fn func()) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -169,15 +172,10 @@ func TestIntervalSyncLetsAppendsThrough(t *testing.T) {
 	logFile := l.f
 	l.f = w
 	l.mu.Unlock()
-	l.syncInterval()
-	l.mu.Lock()
-	l.f = logFile
-	l.mu.Unlock()
-	if err := l.Close(); err == nil {
-		t.Fatal("Close after a failed interval fsync reported no error")
-	}
-	rep, err := Verify(ctx, path)
-	if err != nil || rep.LastSeq != 3 {
-		t.Fatalf("Verify: %+v, %v; want 3 intact events", rep, err)
-	}
+	defer func() {
+		l.mu.Lock()
+		l.f = logFile
+		l.mu.Unlock()
+	}()
+	fn()
 }
